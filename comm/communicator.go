@@ -1,0 +1,61 @@
+package comm
+
+import "context"
+
+// Communicator is the typed interface (the seed's second trait): element counts with a
+// DType and ReduceOp per call. Operations are stream-ordered on the communicator's own
+// stream and may return before they complete; call Sync (or Barrier) before reading a
+// result or reusing a buffer. Like Backend it is safe for concurrent use, but the order
+// of operations submitted concurrently is unspecified: serialise them to keep every rank
+// in the same order.
+//
+// Close follows the seed's drop contract: a bounded best-effort Sync, errors logged
+// through log/slog and returned, never a panic; later calls return ErrClosed.
+type Communicator interface {
+	// Rank is this rank's index, from 0.
+	Rank() int
+	// WorldSize is the number of ranks.
+	WorldSize() int
+	// AllReduce reduces count elements at ptr across ranks with op, in place.
+	AllReduce(ptr DevicePtr, count int, t DType, op ReduceOp) error
+	// Broadcast copies count elements at ptr on root to every rank, in place.
+	Broadcast(ptr DevicePtr, count int, t DType, root int) error
+	// AllGather gathers count elements from send on every rank into recv (count *
+	// WorldSize() elements), in rank order.
+	AllGather(send, recv DevicePtr, count int, t DType) error
+	// ReduceScatter reduces count*WorldSize() elements at send across ranks and leaves
+	// rank r's block of count elements at recv.
+	ReduceScatter(send, recv DevicePtr, count int, t DType, op ReduceOp) error
+	// Send sends count elements at ptr to dest. The tag is accepted for other
+	// transports and ignored by NCCL, which matches by submission order.
+	Send(ptr DevicePtr, count int, t DType, dest int, tag uint32) error
+	// Recv receives count elements into ptr from src. The tag is ignored by NCCL.
+	Recv(ptr DevicePtr, count int, t DType, src int, tag uint32) error
+	// Sync waits, as long as ctx allows, until every operation submitted so far has
+	// completed: results are readable and inputs reusable.
+	Sync(ctx context.Context) error
+	// Barrier waits until every rank has reached it; it implies Sync.
+	Barrier(ctx context.Context) error
+	// Split creates sub-communicators collectively: ranks passing the same color join
+	// one, ordered by key. A negative color joins none and returns (nil, nil). Backends
+	// that cannot split return (nil, ErrUnsupported) (the seed's Ok(None)).
+	Split(ctx context.Context, color, key int) (Communicator, error)
+	// Close releases the communicator.
+	Close() error
+}
+
+// StreamSyncer is the optional capability of a Communicator that runs on its own CUDA
+// stream (the seed's StreamSyncOps): ordering compute and communication on the device
+// without the host waiting. Discover it with a type assertion:
+//
+//	if ss, ok := c.(comm.StreamSyncer); ok { ... }
+type StreamSyncer interface {
+	// CommStream is the stream the communicator enqueues its operations on.
+	CommStream() Stream
+	// WaitForStream makes communication submitted from now on wait for the work
+	// already queued on s (an event recorded on s, waited on by CommStream).
+	WaitForStream(s Stream) error
+	// MakeStreamWait makes work queued on s from now on wait for the communication
+	// already submitted (an event recorded on CommStream, waited on by s).
+	MakeStreamWait(s Stream) error
+}

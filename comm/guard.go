@@ -1,0 +1,399 @@
+package comm
+
+import (
+	"fmt"
+	"math"
+	"sync"
+)
+
+// guard is comm's one validation layer: argument checks plus the state that makes
+// misuse detectable (closed, group depth, live registrations and symmetric
+// allocations). Single, NoOp, the NCCL types and the Validate wrapper all call it before
+// doing anything, so the same input fails the same way on every backend. Its checks
+// never allocate on success.
+type guard struct {
+	rank, world int
+	elem        DType
+
+	mu      sync.Mutex
+	closed  bool
+	depth   int
+	handles map[BufferHandle]int
+	sym     map[DevicePtr]int
+}
+
+func newGuard(rank, world int, elem DType) *guard {
+	return &guard{rank: rank, world: world, elem: elem}
+}
+
+func (g *guard) isClosed() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.closed
+}
+
+func (g *guard) open(op string) error {
+	if g.isClosed() {
+		return &ArgError{Op: op, Arg: "rank", Value: g.rank, Err: ErrClosed}
+	}
+	return nil
+}
+
+// outsideGroup fails for operations that cannot run inside a group.
+func (g *guard) outsideGroup(op string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return &ArgError{Op: op, Arg: "rank", Value: g.rank, Err: ErrClosed}
+	}
+	if g.depth > 0 {
+		return &ArgError{Op: op, Arg: "group depth", Value: g.depth, Err: ErrGroupOpen,
+			Reason: "not allowed between group-start and group-end"}
+	}
+	return nil
+}
+
+func checkSize(op string, bytes, elemSize int, t DType) error {
+	if bytes < 0 {
+		return &ArgError{Op: op, Arg: "bytes", Value: bytes, Err: ErrInvalidSize, Reason: "negative"}
+	}
+	if elemSize > 1 && bytes%elemSize != 0 {
+		return &ArgError{Op: op, Arg: "bytes", Value: bytes, Err: ErrInvalidSize,
+			Reason: fmt.Sprintf("not a multiple of %d (%s)", elemSize, t)}
+	}
+	return nil
+}
+
+func checkPtr(op, arg string, p DevicePtr, bytes int) error {
+	if p == 0 && bytes > 0 {
+		return &ArgError{Op: op, Arg: arg, Value: p, Err: ErrNullPointer,
+			Reason: fmt.Sprintf("with %d bytes", bytes)}
+	}
+	return nil
+}
+
+func checkRank(op, arg string, r, world int) error {
+	if r < 0 || r >= world {
+		return &ArgError{Op: op, Arg: arg, Value: r, Err: ErrInvalidRank,
+			Reason: fmt.Sprintf("world size is %d", world)}
+	}
+	return nil
+}
+
+// checkTotal fails when bytes*world does not fit in an int.
+func checkTotal(op string, bytes, world int) error {
+	if world > 1 && bytes > math.MaxInt/world {
+		return &ArgError{Op: op, Arg: "bytes", Value: bytes, Err: ErrInvalidSize,
+			Reason: fmt.Sprintf("times world size %d overflows", world)}
+	}
+	return nil
+}
+
+// reduce checks an element-typed in-place operation of the backend's element type.
+func (g *guard) reduce(op string, ptr DevicePtr, bytes int) error {
+	if err := g.open(op); err != nil {
+		return err
+	}
+	if !g.elem.Valid() {
+		return &ArgError{Op: op, Arg: "element type", Value: int32(g.elem), Err: ErrInvalidType}
+	}
+	if err := checkSize(op, bytes, g.elem.Size(), g.elem); err != nil {
+		return err
+	}
+	return checkPtr(op, "ptr", ptr, bytes)
+}
+
+// reduceAsync is reduce for AllReduceAsync, which cannot sit inside a group (its events
+// would be recorded before the group launches the reduction).
+func (g *guard) reduceAsync(ptr DevicePtr, bytes int) error {
+	if err := g.outsideGroup(opAllReduceAsync); err != nil {
+		return err
+	}
+	return g.reduce(opAllReduceAsync, ptr, bytes)
+}
+
+// gather checks AllGather (reduce false: bytes in any number) and ReduceScatter (reduce
+// true: bytes a multiple of the element size).
+func (g *guard) gather(op string, send, recv DevicePtr, bytes int, reduce bool) error {
+	if err := g.open(op); err != nil {
+		return err
+	}
+	size := 1
+	if reduce {
+		if !g.elem.Valid() {
+			return &ArgError{Op: op, Arg: "element type", Value: int32(g.elem), Err: ErrInvalidType}
+		}
+		size = g.elem.Size()
+	}
+	if err := checkSize(op, bytes, size, g.elem); err != nil {
+		return err
+	}
+	if err := checkTotal(op, bytes, g.world); err != nil {
+		return err
+	}
+	if err := checkPtr(op, "send", send, bytes); err != nil {
+		return err
+	}
+	return checkPtr(op, "recv", recv, bytes)
+}
+
+func (g *guard) broadcast(ptr DevicePtr, bytes, root int) error {
+	if err := g.open(opBroadcast); err != nil {
+		return err
+	}
+	if err := checkSize(opBroadcast, bytes, 1, Uint8); err != nil {
+		return err
+	}
+	if err := checkPtr(opBroadcast, "ptr", ptr, bytes); err != nil {
+		return err
+	}
+	return checkRank(opBroadcast, "root", root, g.world)
+}
+
+func (g *guard) p2p(op, peerArg string, ptr DevicePtr, bytes, peer int) error {
+	if err := g.open(op); err != nil {
+		return err
+	}
+	if err := checkSize(op, bytes, 1, Uint8); err != nil {
+		return err
+	}
+	if err := checkPtr(op, "ptr", ptr, bytes); err != nil {
+		return err
+	}
+	return checkRank(op, peerArg, peer, g.world)
+}
+
+func (g *guard) recvCommand(ptr DevicePtr, root int) error {
+	if err := g.outsideGroup(opRecvCommand); err != nil {
+		return err
+	}
+	if err := checkPtr(opRecvCommand, "ptr", ptr, 4); err != nil {
+		return err
+	}
+	if err := checkRank(opRecvCommand, "root", root, g.world); err != nil {
+		return err
+	}
+	if root == g.rank {
+		return &ArgError{Op: opRecvCommand, Arg: "root", Value: root, Err: ErrInvalidRank,
+			Reason: "root is this rank; it sends with broadcast"}
+	}
+	return nil
+}
+
+func (g *guard) register(ptr DevicePtr, bytes int) error {
+	if err := g.open(opRegister); err != nil {
+		return err
+	}
+	if bytes <= 0 {
+		return &ArgError{Op: opRegister, Arg: "bytes", Value: bytes, Err: ErrInvalidSize, Reason: "must be positive"}
+	}
+	return checkPtr(opRegister, "ptr", ptr, bytes)
+}
+
+// registered records a handle returned by a successful registration. Handles are
+// counted: a backend may return the same handle (the default 0) more than once.
+func (g *guard) registered(h BufferHandle) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.handles == nil {
+		g.handles = make(map[BufferHandle]int)
+	}
+	g.handles[h]++
+}
+
+// deregister checks and forgets h; undo restores it when the backend then fails.
+func (g *guard) deregister(h BufferHandle) (undo func(), err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return nil, &ArgError{Op: opDeregister, Arg: "handle", Value: h, Err: ErrClosed}
+	}
+	n := g.handles[h]
+	if n == 0 {
+		return nil, &ArgError{Op: opDeregister, Arg: "handle", Value: h, Err: ErrUnknownHandle,
+			Reason: "not returned by register-buffer or already deregistered"}
+	}
+	if n == 1 {
+		delete(g.handles, h)
+	} else {
+		g.handles[h] = n - 1
+	}
+	return func() { g.registered(h) }, nil
+}
+
+func (g *guard) symAlloc(bytes int) error {
+	if err := g.outsideGroup(opSymmetricAlloc); err != nil {
+		return err
+	}
+	if bytes <= 0 {
+		return &ArgError{Op: opSymmetricAlloc, Arg: "bytes", Value: bytes, Err: ErrInvalidSize, Reason: "must be positive"}
+	}
+	return nil
+}
+
+func (g *guard) allocated(p DevicePtr, bytes int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.sym == nil {
+		g.sym = make(map[DevicePtr]int)
+	}
+	g.sym[p] = bytes
+}
+
+// symFree checks and forgets p, returning its size; undo restores it when the backend
+// then fails.
+func (g *guard) symFree(p DevicePtr) (bytes int, undo func(), err error) {
+	if err := g.outsideGroup(opSymmetricFree); err != nil {
+		return 0, nil, err
+	}
+	if p == 0 {
+		return 0, nil, &ArgError{Op: opSymmetricFree, Arg: "ptr", Value: p, Err: ErrNullPointer}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	bytes, ok := g.sym[p]
+	if !ok {
+		return 0, nil, &ArgError{Op: opSymmetricFree, Arg: "ptr", Value: fmt.Sprintf("%#x", uint64(p)),
+			Err: ErrUnknownPointer, Reason: "not returned by symmetric-alloc or already freed"}
+	}
+	delete(g.sym, p)
+	return bytes, func() { g.allocated(p, bytes) }, nil
+}
+
+func (g *guard) kernel(k Kernel) error {
+	if err := g.open(opSetAddKernel); err != nil {
+		return err
+	}
+	if k == 0 {
+		return &ArgError{Op: opSetAddKernel, Arg: "kernel", Value: k, Err: ErrNullPointer}
+	}
+	return nil
+}
+
+func (g *guard) groupStart() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return &ArgError{Op: opGroupStart, Arg: "rank", Value: g.rank, Err: ErrClosed}
+	}
+	g.depth++
+	return nil
+}
+
+// groupEnd closes one group level; outermost reports whether it was the last one.
+func (g *guard) groupEnd() (outermost bool, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false, &ArgError{Op: opGroupEnd, Arg: "rank", Value: g.rank, Err: ErrClosed}
+	}
+	if g.depth == 0 {
+		return false, &ArgError{Op: opGroupEnd, Arg: "group depth", Value: 0, Err: ErrGroupNotOpen,
+			Reason: "group-end without group-start"}
+	}
+	g.depth--
+	return g.depth == 0, nil
+}
+
+func (g *guard) groupDepth() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.depth
+}
+
+// close marks the guard closed. It fails with ErrClosed on a second call; openGroups
+// reports groups left open, which Close reports with ErrGroupOpen after tearing down.
+func (g *guard) close() (openGroups int, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return 0, &ArgError{Op: opClose, Arg: "rank", Value: g.rank, Err: ErrClosed, Reason: "already closed"}
+	}
+	g.closed = true
+	d := g.depth
+	g.depth = 0
+	return d, nil
+}
+
+func groupLeftOpen(depth int) error {
+	return &ArgError{Op: opClose, Arg: "group depth", Value: depth, Err: ErrGroupOpen,
+		Reason: "group-start without group-end; the group was dropped"}
+}
+
+// typed checks a Communicator operation on count elements of t and returns its size in
+// bytes.
+func (g *guard) typed(op string, count int, t DType) (int, error) {
+	if err := g.open(op); err != nil {
+		return 0, err
+	}
+	if !t.Valid() {
+		return 0, &ArgError{Op: op, Arg: "dtype", Value: int32(t), Err: ErrInvalidType}
+	}
+	if count < 0 {
+		return 0, &ArgError{Op: op, Arg: "count", Value: count, Err: ErrInvalidSize, Reason: "negative"}
+	}
+	if count > math.MaxInt/t.Size() {
+		return 0, &ArgError{Op: op, Arg: "count", Value: count, Err: ErrInvalidSize,
+			Reason: fmt.Sprintf("times %d bytes (%s) overflows", t.Size(), t)}
+	}
+	return count * t.Size(), nil
+}
+
+func checkOp(op string, r ReduceOp) error {
+	if !r.Valid() {
+		return &ArgError{Op: op, Arg: "op", Value: int32(r), Err: ErrInvalidOp}
+	}
+	return nil
+}
+
+func (g *guard) typedReduce(ptr DevicePtr, count int, t DType, r ReduceOp) (int, error) {
+	bytes, err := g.typed(opAllReduce, count, t)
+	if err != nil {
+		return 0, err
+	}
+	if err := checkOp(opAllReduce, r); err != nil {
+		return 0, err
+	}
+	return bytes, checkPtr(opAllReduce, "ptr", ptr, bytes)
+}
+
+func (g *guard) typedBroadcast(ptr DevicePtr, count int, t DType, root int) (int, error) {
+	bytes, err := g.typed(opBroadcast, count, t)
+	if err != nil {
+		return 0, err
+	}
+	if err := checkPtr(opBroadcast, "ptr", ptr, bytes); err != nil {
+		return 0, err
+	}
+	return bytes, checkRank(opBroadcast, "root", root, g.world)
+}
+
+func (g *guard) typedGather(op string, send, recv DevicePtr, count int, t DType, r ReduceOp, reduce bool) (int, error) {
+	bytes, err := g.typed(op, count, t)
+	if err != nil {
+		return 0, err
+	}
+	if reduce {
+		if err := checkOp(op, r); err != nil {
+			return 0, err
+		}
+	}
+	if err := checkTotal(op, bytes, g.world); err != nil {
+		return 0, err
+	}
+	if err := checkPtr(op, "send", send, bytes); err != nil {
+		return 0, err
+	}
+	return bytes, checkPtr(op, "recv", recv, bytes)
+}
+
+func (g *guard) typedP2P(op, peerArg string, ptr DevicePtr, count int, t DType, peer int) (int, error) {
+	bytes, err := g.typed(op, count, t)
+	if err != nil {
+		return 0, err
+	}
+	if err := checkPtr(op, "ptr", ptr, bytes); err != nil {
+		return 0, err
+	}
+	return bytes, checkRank(op, peerArg, peer, g.world)
+}
