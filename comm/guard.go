@@ -221,6 +221,13 @@ func (g *guard) deregister(h BufferHandle) (undo func(), err error) {
 	return func() { g.registered(h) }, nil
 }
 
+// forget drops every registration of h (its communicator ended).
+func (g *guard) forget(h BufferHandle) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.handles, h)
+}
+
 func (g *guard) symAlloc(bytes int) error {
 	if err := g.outsideGroup(opSymmetricAlloc); err != nil {
 		return err

@@ -40,6 +40,9 @@ func newConfig(opts []Option) config {
 			o(&c)
 		}
 	}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
 	return c
 }
 

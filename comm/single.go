@@ -28,7 +28,9 @@ func NewSingle(opts ...Option) (*Single, error) {
 func (*Single) checked() {}
 
 // AllReduce validates its arguments and does nothing.
-func (s *Single) AllReduce(ptr DevicePtr, bytes int) error { return s.g.reduce(opAllReduce, ptr, bytes) }
+func (s *Single) AllReduce(ptr DevicePtr, bytes int) error {
+	return s.g.reduce(opAllReduce, ptr, bytes)
+}
 
 // AllGather validates its arguments and does nothing.
 func (s *Single) AllGather(send, recv DevicePtr, bytes int) error {

@@ -1,0 +1,130 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"time"
+
+	"github.com/ncclgo/ncclgo/comm/internal/seam"
+)
+
+// pause backs off between two polls: the first ones only yield the processor (device
+// work often finishes within microseconds), later ones sleep up to max.
+func pause(i int, max time.Duration) {
+	const spins = 64
+	if i < spins {
+		runtime.Gosched()
+		return
+	}
+	d := time.Microsecond << min((i-spins)/8, 20)
+	if d > max {
+		d = max
+	}
+	time.Sleep(d)
+}
+
+// bind locks the calling goroutine to its OS thread and makes the rank's device current
+// there, for the calls that depend on the current CUDA context. The caller must call
+// runtime.UnlockOSThread when bind succeeded.
+func bind(d seam.Driver) error {
+	runtime.LockOSThread()
+	if err := d.SetDevice(); err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	return nil
+}
+
+// code returns the NCCL result carried by err, or Success when err carries none.
+func code(err error) seam.Result {
+	var se *seam.Error
+	if errors.As(err, &se) {
+		return se.Code
+	}
+	return seam.Success
+}
+
+// waitMode says what bounds a wait besides the caller's context.
+type waitMode int
+
+const (
+	bounded   waitMode = iota // the operation timeout applies
+	unbounded                 // only ctx and errors end the wait
+)
+
+// deadline returns the operation-timeout deadline of a wait, zero for none.
+func (c *NCCLCommunicator) deadline(m waitMode) time.Time {
+	if m == bounded && c.cfg.timeout > 0 {
+		return time.Now().Add(c.cfg.timeout)
+	}
+	return time.Time{}
+}
+
+// poll is one step shared by every wait: the communicator's asynchronous state, the
+// interruption by Close or AttemptReconnect, ctx, and the deadline.
+func (c *NCCLCommunicator) poll(ctx context.Context, comm seam.Comm, deadline time.Time) (seam.Result, error) {
+	res, err := c.d.CommGetAsyncError(comm)
+	if err != nil {
+		return res, err
+	}
+	if res != seam.Success && res != seam.InProgress {
+		return res, c.fail(&seam.Error{Code: res})
+	}
+	if c.interrupt.Load() {
+		return res, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	if !deadline.IsZero() && time.Now().After(deadline) {
+		return res, c.fail(ErrTimeout)
+	}
+	return res, nil
+}
+
+// settle waits until comm leaves ncclInProgress (non-blocking init, split, and any call
+// that returned ncclInProgress).
+func (c *NCCLCommunicator) settle(ctx context.Context, comm seam.Comm, m waitMode) error {
+	deadline := c.deadline(m)
+	for i := 0; ; i++ {
+		res, err := c.poll(ctx, comm, deadline)
+		if err != nil {
+			return err
+		}
+		if res == seam.Success {
+			return nil
+		}
+		pause(i, c.cfg.poll)
+	}
+}
+
+// drain waits until the work queued on the communication stream has completed.
+func (c *NCCLCommunicator) drain(ctx context.Context, m waitMode) error {
+	deadline := c.deadline(m)
+	for i := 0; ; i++ {
+		done, err := c.d.StreamQuery(c.stream)
+		if err != nil {
+			return c.fail(err)
+		}
+		if done {
+			return c.asyncError(c.comm)
+		}
+		if _, err := c.poll(ctx, c.comm, deadline); err != nil {
+			return err
+		}
+		pause(i, c.cfg.poll)
+	}
+}
+
+// asyncError returns the communicator's recorded asynchronous error, if any.
+func (c *NCCLCommunicator) asyncError(comm seam.Comm) error {
+	res, err := c.d.CommGetAsyncError(comm)
+	if err != nil {
+		return err
+	}
+	if res != seam.Success && res != seam.InProgress {
+		return c.fail(&seam.Error{Code: res})
+	}
+	return nil
+}
