@@ -56,7 +56,7 @@ func F16ToFloat32(h uint16) float32 {
 	case exp == 0x1f:
 		return math.Float32frombits(sign | 0x7f800000 | frac<<13)
 	case exp != 0:
-		return math.Float32frombits(sign | (exp+127-15)<<23 | frac<<13)
+		return math.Float32frombits(sign | (uint32(h&0x7fff)<<13 + (127-15)<<23))
 	case frac == 0:
 		return math.Float32frombits(sign)
 	}
@@ -79,11 +79,14 @@ func Float32ToF16(f float32) uint16 {
 	case a == 0x7f800000:
 		return sign | 0x7c00
 	}
-	code := roundMagnitude(a, 10, 15)
-	if code >= 0x7c00 {
+	if a >= 0x477ff000 { // 65520, halfway from 65504 to 2^16, and above: infinity
 		return sign | 0x7c00
 	}
-	return sign | uint16(code)
+	if a >= 0x38800000 { // 2^-14 and above: normal, rebias and round the low 13 bits
+		a += 0xfff + (a>>13)&1
+		return sign | uint16((a-(127-15)<<23)>>13)
+	}
+	return sign | uint16(roundMagnitude(a, 10, 15))
 }
 
 // E4M3ToFloat32 returns the float32 value of the FP8 E4M3 (OCP "E4M3FN")
