@@ -630,7 +630,6 @@ func (c *NCCLCommunicator) shutdown(openGroups int, before func(ctx context.Cont
 		}
 	}
 	if openGroups > 0 {
-		errs = append(errs, groupLeftOpen(openGroups))
 		if threadID() == c.groupTID {
 			for range openGroups { // balance NCCL's per-thread group state
 				note("group-end", c.d.GroupEnd())
@@ -659,10 +658,14 @@ func (c *NCCLCommunicator) shutdown(openGroups int, before func(ctx context.Cont
 	if err := c.releaseLocal(); err != nil {
 		errs = append(errs, err)
 	}
-	if len(errs) == 0 {
-		return nil
+	var err error
+	if len(errs) > 0 {
+		err = &OpError{Op: opClose, Bytes: -1, Rank: c.rank, Err: errors.Join(errs...)}
 	}
-	return &OpError{Op: opClose, Bytes: -1, Rank: c.rank, Err: errors.Join(errs...)}
+	if openGroups > 0 {
+		return errors.Join(groupLeftOpen(openGroups), err)
+	}
+	return err
 }
 
 // endComm finalizes and destroys the communicator within ctx, or aborts it.

@@ -1,0 +1,221 @@
+package comm
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ncclgo/ncclgo/comm/internal/seam"
+)
+
+// fakeDriver is a tiny seam.Driver for comm's own tests: it records the calls it gets
+// and lets a test script NCCL's answers (in-progress polls, async errors, hanging
+// streams, failing calls). It moves no data; comm/commtest's simulator does that.
+type fakeDriver struct {
+	version int
+
+	mu       sync.Mutex
+	calls    []string
+	fails    map[string]error // method name -> error to return
+	nextPtr  seam.Ptr
+	nextComm seam.Comm
+	ids      []seam.UniqueID
+
+	initPolls  atomic.Int32 // CommGetAsyncError answers InProgress this many more times
+	asyncErr   atomic.Int32 // seam.Result reported once initPolls are used up
+	hang       atomic.Bool  // StreamQuery never reports done
+	splitRank  int
+	splitWorld int
+}
+
+func newFake() *fakeDriver {
+	return &fakeDriver{version: 22907, nextPtr: 0x1000, nextComm: 100, fails: map[string]error{}}
+}
+
+func (f *fakeDriver) rec(name string, args ...any) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := name
+	if len(args) > 0 {
+		parts := make([]string, len(args))
+		for i, a := range args {
+			parts[i] = fmt.Sprint(a)
+		}
+		s += "(" + strings.Join(parts, ",") + ")"
+	}
+	f.calls = append(f.calls, s)
+	return f.fails[name]
+}
+
+func (f *fakeDriver) fail(name string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fails[name] = err
+}
+
+// log returns the calls so far and forgets them.
+func (f *fakeDriver) log() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.calls
+	f.calls = nil
+	return c
+}
+
+// named returns the recorded calls whose name is one of names.
+func (f *fakeDriver) named(names ...string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, c := range f.calls {
+		n, _, _ := strings.Cut(c, "(")
+		for _, want := range names {
+			if n == want {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+func (f *fakeDriver) alloc() seam.Ptr {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nextPtr += 0x1000
+	return f.nextPtr
+}
+
+func (f *fakeDriver) SetDevice() error { return f.rec("SetDevice") }
+func (f *fakeDriver) MemAlloc(bytes uint64) (seam.Ptr, error) {
+	if err := f.rec("MemAlloc", bytes); err != nil {
+		return 0, err
+	}
+	return f.alloc(), nil
+}
+func (f *fakeDriver) MemFree(p seam.Ptr) error { return f.rec("MemFree") }
+func (f *fakeDriver) MemcpyDtoDAsync(dst, src seam.Ptr, bytes uint64, s seam.Stream) error {
+	return f.rec("MemcpyDtoDAsync", bytes)
+}
+func (f *fakeDriver) StreamCreate() (seam.Stream, error) {
+	return 7, f.rec("StreamCreate")
+}
+func (f *fakeDriver) StreamDestroy(s seam.Stream) error     { return f.rec("StreamDestroy", s) }
+func (f *fakeDriver) StreamSynchronize(s seam.Stream) error { return f.rec("StreamSynchronize", s) }
+func (f *fakeDriver) StreamQuery(s seam.Stream) (bool, error) {
+	if err := f.rec("StreamQuery", s); err != nil {
+		return false, err
+	}
+	return !f.hang.Load(), nil
+}
+
+var eventSeq atomic.Uintptr
+
+func (f *fakeDriver) EventCreate() (seam.Event, error) {
+	return seam.Event(20 + eventSeq.Add(1)%2), f.rec("EventCreate")
+}
+func (f *fakeDriver) EventDestroy(e seam.Event) error { return f.rec("EventDestroy") }
+func (f *fakeDriver) EventRecord(e seam.Event, s seam.Stream) error {
+	return f.rec("EventRecord", e, s)
+}
+func (f *fakeDriver) EventQuery(e seam.Event) (bool, error) { return true, f.rec("EventQuery") }
+func (f *fakeDriver) StreamWaitEvent(s seam.Stream, e seam.Event) error {
+	return f.rec("StreamWaitEvent", s, e)
+}
+func (f *fakeDriver) LaunchKernel(fn seam.Function, grid, block uint32, s seam.Stream, args seam.KernelArgs) error {
+	return f.rec("LaunchKernel")
+}
+func (f *fakeDriver) Version() (int, error) { return f.version, f.rec("Version") }
+func (f *fakeDriver) GetUniqueID() (seam.UniqueID, error) {
+	return seam.UniqueID{1}, f.rec("GetUniqueID")
+}
+func (f *fakeDriver) CommInitRank(nranks int, id seam.UniqueID, rank int, cfg seam.Config) (seam.Comm, error) {
+	if err := f.rec("CommInitRank", nranks, rank, cfg.Blocking); err != nil {
+		return 0, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ids = append(f.ids, id)
+	f.nextComm++
+	return f.nextComm, &seam.Error{Code: seam.InProgress}
+}
+func (f *fakeDriver) CommGetAsyncError(c seam.Comm) (seam.Result, error) {
+	if err := f.rec("CommGetAsyncError"); err != nil {
+		return 0, err
+	}
+	if f.initPolls.Add(-1) >= 0 {
+		return seam.InProgress, nil
+	}
+	f.initPolls.Store(-1)
+	return seam.Result(f.asyncErr.Load()), nil
+}
+func (f *fakeDriver) CommFinalize(c seam.Comm) error { return f.rec("CommFinalize", c) }
+func (f *fakeDriver) CommDestroy(c seam.Comm) error  { return f.rec("CommDestroy", c) }
+func (f *fakeDriver) CommAbort(c seam.Comm) error    { return f.rec("CommAbort", c) }
+func (f *fakeDriver) CommSplit(c seam.Comm, color, key int, cfg seam.Config) (seam.Comm, error) {
+	if err := f.rec("CommSplit", color, key); err != nil {
+		return 0, err
+	}
+	if color < 0 {
+		return 0, nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nextComm++
+	return f.nextComm, nil
+}
+func (f *fakeDriver) CommShrink(c seam.Comm, exclude []int, cfg seam.Config, flags int) (seam.Comm, error) {
+	return 0, f.rec("CommShrink")
+}
+func (f *fakeDriver) CommRevoke(c seam.Comm, flags int) error { return f.rec("CommRevoke") }
+func (f *fakeDriver) AllReduce(send, recv seam.Ptr, count uint64, dt seam.DataType, op seam.RedOp, c seam.Comm, s seam.Stream) error {
+	return f.rec("AllReduce", count, dt, op, s)
+}
+func (f *fakeDriver) Broadcast(send, recv seam.Ptr, count uint64, dt seam.DataType, root int, c seam.Comm, s seam.Stream) error {
+	return f.rec("Broadcast", count, dt, root, s)
+}
+func (f *fakeDriver) AllGather(send, recv seam.Ptr, count uint64, dt seam.DataType, c seam.Comm, s seam.Stream) error {
+	return f.rec("AllGather", count, dt, s)
+}
+func (f *fakeDriver) ReduceScatter(send, recv seam.Ptr, count uint64, dt seam.DataType, op seam.RedOp, c seam.Comm, s seam.Stream) error {
+	return f.rec("ReduceScatter", count, dt, op, s)
+}
+func (f *fakeDriver) Send(buf seam.Ptr, count uint64, dt seam.DataType, peer int, c seam.Comm, s seam.Stream) error {
+	return f.rec("Send", count, dt, peer, s)
+}
+func (f *fakeDriver) Recv(buf seam.Ptr, count uint64, dt seam.DataType, peer int, c seam.Comm, s seam.Stream) error {
+	return f.rec("Recv", count, dt, peer, s)
+}
+func (f *fakeDriver) GroupStart() error { return f.rec("GroupStart") }
+func (f *fakeDriver) GroupEnd() error   { return f.rec("GroupEnd") }
+func (f *fakeDriver) CommRegister(c seam.Comm, buf seam.Ptr, bytes uint64) (seam.Handle, error) {
+	return 0xabc, f.rec("CommRegister", bytes)
+}
+func (f *fakeDriver) CommDeregister(c seam.Comm, h seam.Handle) error {
+	return f.rec("CommDeregister", h)
+}
+func (f *fakeDriver) MemAllocNCCL(bytes uint64) (seam.Ptr, error) {
+	if err := f.rec("MemAllocNCCL", bytes); err != nil {
+		return 0, err
+	}
+	return f.alloc(), nil
+}
+func (f *fakeDriver) MemFreeNCCL(p seam.Ptr) error { return f.rec("MemFreeNCCL") }
+func (f *fakeDriver) CommWindowRegister(c seam.Comm, buf seam.Ptr, bytes uint64, flags int) (seam.Handle, error) {
+	return 0xdef, f.rec("CommWindowRegister", bytes, flags)
+}
+func (f *fakeDriver) CommWindowDeregister(c seam.Comm, w seam.Handle) error {
+	return f.rec("CommWindowDeregister", w)
+}
+
+// CommInfo.
+func (f *fakeDriver) CommCount(c seam.Comm) (int, error) { return f.splitWorld, f.rec("CommCount") }
+func (f *fakeDriver) CommUserRank(c seam.Comm) (int, error) {
+	return f.splitRank, f.rec("CommUserRank")
+}
+
+// nccl operation names: calls that must never happen on bad input.
+var ncclCalls = []string{"AllReduce", "Broadcast", "AllGather", "ReduceScatter", "Send", "Recv",
+	"GroupStart", "GroupEnd", "CommRegister", "CommDeregister", "MemAllocNCCL", "MemFreeNCCL",
+	"CommWindowRegister", "CommWindowDeregister", "CommSplit", "CommAbort", "CommFinalize",
+	"CommDestroy", "EventRecord", "StreamWaitEvent", "LaunchKernel", "CommInitRank"}

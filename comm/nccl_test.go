@@ -1,0 +1,431 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm/internal/seam"
+)
+
+var quiet = WithLogger(slog.New(slog.DiscardHandler))
+
+// TestNCCLInitPollsUntilReady checks the non-blocking init: ncclCommInitRankConfig with
+// blocking = 0, then ncclCommGetAsyncError until it leaves ncclInProgress.
+func TestNCCLInitPollsUntilReady(t *testing.T) {
+	f := newFake()
+	f.initPolls.Store(5)
+	b := newFakeNCCL(t, f, 1, 2, quiet)
+	assert.Equal(t, []string{"CommInitRank(2,1,false)"}, f.named("CommInitRank"))
+	assert.GreaterOrEqual(t, len(f.named("CommGetAsyncError")), 6)
+	assert.True(t, b.IsHealthy())
+	assert.Equal(t, 1, b.Rank())
+	assert.Equal(t, 2, b.WorldSize())
+}
+
+// TestNCCLInitGivesUpAndAborts checks that an init that never completes ends with the
+// context's error and an abort, and one that reports an error ends with that error.
+func TestNCCLInitGivesUpAndAborts(t *testing.T) {
+	t.Run("context deadline", func(t *testing.T) {
+		f := newFake()
+		f.initPolls.Store(1 << 30)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		_, err := newNCCL(ctx, f, UniqueID{}, 0, 2, newConfig([]Option{quiet}))
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Contains(t, err.Error(), "init on rank 0")
+		assert.Len(t, f.named("CommAbort"), 1)
+	})
+	t.Run("remote error", func(t *testing.T) {
+		f := newFake()
+		f.asyncErr.Store(int32(seam.RemoteError))
+		_, err := newNCCL(context.Background(), f, UniqueID{}, 0, 2, newConfig([]Option{quiet}))
+		var se *seam.Error
+		require.ErrorAs(t, err, &se)
+		assert.Equal(t, seam.RemoteError, se.Code)
+		assert.Len(t, f.named("CommAbort"), 1)
+	})
+	t.Run("bad rank", func(t *testing.T) {
+		f := newFake()
+		_, err := newNCCL(context.Background(), f, UniqueID{}, 2, 2, newConfig(nil))
+		require.ErrorIs(t, err, ErrInvalidRank)
+		assert.Empty(t, f.named("CommInitRank"))
+	})
+}
+
+// TestNCCLBackendCalls checks what each Backend operation asks of NCCL: counts in
+// elements of the element type for reductions and in bytes otherwise, the stream it
+// uses, and whether the host waits (StreamQuery) afterwards.
+func TestNCCLBackendCalls(t *testing.T) {
+	tests := []struct {
+		name  string
+		call  func(b *NCCL) error
+		want  []string
+		waits bool
+	}{
+		{"all-reduce bf16", func(b *NCCL) error { return b.AllReduce(p, 4096) },
+			[]string{"AllReduce(2048,9,0,7)"}, true},
+		{"reduce-scatter uses the element type", func(b *NCCL) error { return b.ReduceScatter(p, p+8192, 4096) },
+			[]string{"ReduceScatter(2048,9,0,7)"}, true},
+		{"all-gather in bytes", func(b *NCCL) error { return b.AllGather(p, p+8192, 4096) },
+			[]string{"AllGather(4096,1,7)"}, true},
+		{"broadcast in bytes", func(b *NCCL) error { return b.Broadcast(p, 10, 1) },
+			[]string{"Broadcast(10,1,1,7)"}, true},
+		{"barrier is a zero-count all-reduce, not waited", func(b *NCCL) error { return b.Barrier() },
+			[]string{"AllReduce(0,9,0,7)"}, false},
+		{"send on the caller's stream", func(b *NCCL) error { return b.SendTo(p, 12, 1, 55) },
+			[]string{"Send(12,1,1,55)"}, false},
+		{"recv on the caller's stream", func(b *NCCL) error { return b.RecvFrom(p, 12, 0, 56) },
+			[]string{"Recv(12,1,0,56)"}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake()
+			b := newFakeNCCL(t, f, 1, 2, quiet)
+			f.log()
+			require.NoError(t, tc.call(b))
+			assert.Equal(t, tc.want, f.named("AllReduce", "ReduceScatter", "AllGather", "Broadcast", "Send", "Recv"))
+			assert.Equal(t, tc.waits, len(f.named("StreamQuery")) > 0)
+		})
+	}
+}
+
+// TestNCCLAllReduceAsyncOrdersWithEvents checks the event sequence of AllReduceAsync and
+// that the host does not wait.
+func TestNCCLAllReduceAsyncOrdersWithEvents(t *testing.T) {
+	f := newFake()
+	b := newFakeNCCL(t, f, 0, 2, quiet)
+	c := b.Communicator()
+	f.log()
+	require.NoError(t, b.AllReduceAsync(p, 64, 99))
+	want := []string{
+		fmt.Sprintf("EventRecord(%d,99)", c.evIn),
+		fmt.Sprintf("StreamWaitEvent(7,%d)", c.evIn),
+		"AllReduce(32,9,0,7)",
+		fmt.Sprintf("EventRecord(%d,7)", c.evOut),
+		fmt.Sprintf("StreamWaitEvent(99,%d)", c.evOut),
+	}
+	assert.Equal(t, want, f.named("EventRecord", "StreamWaitEvent", "AllReduce"))
+	assert.Empty(t, f.named("StreamQuery", "StreamSynchronize", "EventQuery"))
+}
+
+// TestNCCLFailureMakesUnhealthy checks that a fatal NCCL error is wrapped with what was
+// being done, stays reachable with errors.As, and leaves the backend unhealthy so that
+// later operations fail fast without reaching NCCL.
+func TestNCCLFailureMakesUnhealthy(t *testing.T) {
+	f := newFake()
+	b := newFakeNCCL(t, f, 1, 2, quiet)
+	cause := errors.New("ncclRemoteError: remote process exited")
+	f.fail("AllReduce", &seam.Error{Code: seam.RemoteError, Err: cause})
+	err := b.AllReduce(p, 4096)
+	require.Error(t, err)
+	assert.Equal(t, "all-reduce of 4096 bytes on rank 1: ncclRemoteError: remote process exited", err.Error())
+	assert.ErrorIs(t, err, cause)
+	var se *seam.Error
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, seam.RemoteError, se.Code)
+	assert.False(t, b.IsHealthy())
+
+	f.log()
+	err = b.Broadcast(p, 8, 0)
+	assert.ErrorIs(t, err, ErrUnhealthy)
+	assert.ErrorIs(t, err, cause)
+	assert.Empty(t, f.named(ncclCalls...))
+}
+
+// TestNCCLInvalidArgumentKeepsHealthy checks NCCL's rule that ncclInvalidArgument leaves
+// the communicator usable.
+func TestNCCLInvalidArgumentKeepsHealthy(t *testing.T) {
+	f := newFake()
+	b := newFakeNCCL(t, f, 0, 2, quiet)
+	f.fail("AllGather", &seam.Error{Code: seam.InvalidArgument})
+	require.Error(t, b.AllGather(p, p, 8))
+	assert.True(t, b.IsHealthy())
+}
+
+// TestNCCLAsyncErrorEndsWait checks that a wait ends with the error NCCL reports
+// asynchronously (a peer died while the all-reduce ran).
+func TestNCCLAsyncErrorEndsWait(t *testing.T) {
+	f := newFake()
+	b := newFakeNCCL(t, f, 0, 2, quiet)
+	f.hang.Store(true)
+	go func() {
+		time.Sleep(10 * time.Millisecond)
+		f.asyncErr.Store(int32(seam.SystemError))
+	}()
+	err := b.AllReduce(p, 8)
+	var se *seam.Error
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, seam.SystemError, se.Code)
+	assert.False(t, b.IsHealthy())
+}
+
+// TestNCCLCompletionTimeout checks the operation timeout: ErrTimeout, then unhealthy.
+func TestNCCLCompletionTimeout(t *testing.T) {
+	f := newFake()
+	b := newFakeNCCL(t, f, 0, 2, quiet, WithTimeout(15*time.Millisecond), WithCloseTimeout(15*time.Millisecond))
+	f.hang.Store(true)
+	err := b.AllReduce(p, 8)
+	require.ErrorIs(t, err, ErrTimeout)
+	assert.False(t, b.IsHealthy())
+	require.NoError(t, b.Close())
+	assert.Len(t, f.named("CommAbort"), 1, "a failed communicator is aborted, not finalized")
+	assert.Empty(t, f.named("CommFinalize"))
+}
+
+// TestNCCLRecvCommandWaitsForTransportErrors checks that RecvCommandU32 waits without
+// the operation timeout and ends with the transport error, the context's error, or
+// ErrClosed when another goroutine closes the backend.
+func TestNCCLRecvCommandWaitsForTransportErrors(t *testing.T) {
+	t.Run("transport error", func(t *testing.T) {
+		f := newFake()
+		b := newFakeNCCL(t, f, 1, 2, quiet, WithTimeout(time.Millisecond))
+		f.hang.Store(true)
+		go func() {
+			time.Sleep(20 * time.Millisecond) // well past the operation timeout
+			f.asyncErr.Store(int32(seam.RemoteError))
+		}()
+		err := b.RecvCommandU32(context.Background(), p, 0)
+		var se *seam.Error
+		require.ErrorAs(t, err, &se)
+		assert.Equal(t, seam.RemoteError, se.Code)
+		assert.Equal(t, []string{"Broadcast(4,1,0,7)"}, f.named("Broadcast"))
+		assert.False(t, b.IsHealthy())
+	})
+	t.Run("context", func(t *testing.T) {
+		f := newFake()
+		b := newFakeNCCL(t, f, 1, 2, quiet, WithCloseTimeout(5*time.Millisecond))
+		f.hang.Store(true)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel()
+		err := b.RecvCommandU32(ctx, p, 0)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.True(t, b.IsHealthy(), "the caller giving up is not a transport failure")
+	})
+	t.Run("close", func(t *testing.T) {
+		f := newFake()
+		b := newFakeNCCL(t, f, 1, 2, quiet, WithCloseTimeout(5*time.Millisecond))
+		f.hang.Store(true)
+		done := make(chan error)
+		go func() { done <- b.RecvCommandU32(context.Background(), p, 0) }()
+		time.Sleep(10 * time.Millisecond)
+		closeErr := b.Close()
+		assert.ErrorIs(t, <-done, ErrClosed)
+		assert.Error(t, closeErr, "the pending broadcast never completed")
+		assert.Len(t, f.named("CommAbort"), 1)
+	})
+}
+
+// TestNCCLGroupBatchesAndWaitsAtEnd checks that blocking collectives inside a group only
+// enqueue, and the outermost GroupEnd waits for them.
+func TestNCCLGroupBatchesAndWaitsAtEnd(t *testing.T) {
+	f := newFake()
+	b := newFakeNCCL(t, f, 0, 2, quiet)
+	f.log()
+	require.NoError(t, b.GroupStart())
+	require.NoError(t, b.GroupStart())
+	require.NoError(t, b.AllReduce(p, 8))
+	require.NoError(t, b.SendTo(p, 8, 1, 0))
+	require.NoError(t, b.RecvFrom(p+8, 8, 1, 0))
+	assert.Empty(t, f.named("StreamQuery"), "no wait inside a group")
+	require.NoError(t, b.GroupEnd())
+	assert.Empty(t, f.named("StreamQuery"), "the inner GroupEnd launches nothing")
+	require.NoError(t, b.GroupEnd())
+	assert.NotEmpty(t, f.named("StreamQuery"), "the outermost GroupEnd waits for the all-reduce")
+	assert.Equal(t, []string{"GroupStart", "GroupStart", "AllReduce(4,9,0,7)", "Send(8,1,1,0)", "Recv(8,1,1,0)", "GroupEnd", "GroupEnd"},
+		f.named("GroupStart", "GroupEnd", "AllReduce", "Send", "Recv"))
+	assert.ErrorIs(t, b.GroupEnd(), ErrGroupNotOpen)
+}
+
+// TestNCCLGroupBelongsToItsGoroutine checks that a group opened on one goroutine cannot
+// be closed or fed from another (NCCL keeps group state per OS thread).
+func TestNCCLGroupBelongsToItsGoroutine(t *testing.T) {
+	f := newFake()
+	b := newFakeNCCL(t, f, 0, 2, quiet)
+	started := make(chan struct{})
+	release := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		_ = b.GroupStart()
+		close(started)
+		<-release
+		_ = b.GroupEnd()
+		close(ended)
+	}()
+	<-started
+	f.log()
+	assert.ErrorIs(t, b.GroupEnd(), ErrGroupOpen)
+	assert.ErrorIs(t, b.SendTo(p, 8, 1, 0), ErrGroupOpen)
+	assert.Empty(t, f.named(ncclCalls...))
+	close(release)
+	<-ended
+}
+
+// TestNCCLRegistration checks RegisterBuffer/DeregisterBuffer over ncclCommRegister.
+func TestNCCLRegistration(t *testing.T) {
+	f := newFake()
+	b := newFakeNCCL(t, f, 0, 2, quiet)
+	h1, err := b.RegisterBuffer(p, 4096)
+	require.NoError(t, err)
+	h2, err := b.RegisterBuffer(p+4096, 4096)
+	require.NoError(t, err)
+	assert.NotEqual(t, h1, h2)
+	require.NoError(t, b.DeregisterBuffer(h1))
+	assert.Equal(t, []string{"CommRegister(4096)", "CommRegister(4096)", "CommDeregister(2748)"}, f.named("CommRegister", "CommDeregister"))
+	assert.ErrorIs(t, b.DeregisterBuffer(h1), ErrUnknownHandle)
+
+	f.fail("CommDeregister", &seam.Error{Code: seam.InvalidArgument})
+	require.Error(t, b.DeregisterBuffer(h2))
+	f.fail("CommDeregister", nil)
+	require.NoError(t, b.DeregisterBuffer(h2), "a failed deregistration keeps the handle")
+}
+
+// TestNCCLSymmetricAllocByVersion checks ncclMemAlloc, the symmetric window from 2.27,
+// and ErrUnsupported before 2.19.
+func TestNCCLSymmetricAllocByVersion(t *testing.T) {
+	tests := []struct {
+		version int
+		want    []string
+		err     error
+	}{
+		{22907, []string{"MemAllocNCCL(8192)", "CommWindowRegister(8192,1)", "CommWindowDeregister(3567)", "MemFreeNCCL"}, nil},
+		{22703, []string{"MemAllocNCCL(8192)", "CommWindowRegister(8192,1)", "CommWindowDeregister(3567)", "MemFreeNCCL"}, nil},
+		{22203, []string{"MemAllocNCCL(8192)", "MemFreeNCCL"}, nil},
+		{21805, nil, ErrUnsupported},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprint(tc.version), func(t *testing.T) {
+			f := newFake()
+			f.version = tc.version
+			b := newFakeNCCL(t, f, 0, 2, quiet)
+			q, err := b.SymmetricAlloc(8192)
+			if tc.err != nil {
+				require.ErrorIs(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			require.NoError(t, b.SymmetricFree(q))
+			assert.Equal(t, tc.want, f.named("MemAllocNCCL", "CommWindowRegister", "CommWindowDeregister", "MemFreeNCCL"))
+			assert.ErrorIs(t, b.SymmetricFree(q), ErrUnknownPointer)
+		})
+	}
+}
+
+// TestNCCLCloseTearsDownInOrder checks the graceful teardown: wait, release what is
+// still registered, finalize, destroy; nothing aborted.
+func TestNCCLCloseTearsDownInOrder(t *testing.T) {
+	f := newFake()
+	b := newFakeNCCL(t, f, 0, 2, quiet)
+	_, err := b.RegisterBuffer(p, 64)
+	require.NoError(t, err)
+	_, err = b.SymmetricAlloc(4096)
+	require.NoError(t, err)
+	f.log()
+	require.NoError(t, b.Close())
+	got := f.named("StreamQuery", "CommDeregister", "CommWindowDeregister", "MemFreeNCCL", "CommFinalize", "CommDestroy", "CommAbort", "StreamDestroy")
+	assert.Equal(t, []string{"StreamQuery(7)", "CommDeregister(2748)", "CommWindowDeregister(3567)", "MemFreeNCCL", "CommFinalize(101)", "CommDestroy(101)", "StreamDestroy(7)"}, got)
+	assert.ErrorIs(t, b.Close(), ErrClosed)
+}
+
+// TestNCCLCloseAbortsWhenFinalizeFails checks the fallback to ncclCommAbort.
+func TestNCCLCloseAbortsWhenFinalizeFails(t *testing.T) {
+	f := newFake()
+	b := newFakeNCCL(t, f, 0, 2, quiet)
+	f.fail("CommFinalize", &seam.Error{Code: seam.InternalError})
+	require.NoError(t, b.Close(), "an abort that succeeds is a clean close")
+	assert.Len(t, f.named("CommAbort"), 1)
+	assert.Empty(t, f.named("CommDestroy"))
+}
+
+// TestNCCLReconnect checks AttemptReconnect: unsupported without WithReconnect; with it,
+// abort, a new id for the next generation, init, healthy again, and registrations gone.
+func TestNCCLReconnect(t *testing.T) {
+	f := newFake()
+	b := newFakeNCCL(t, f, 0, 2, quiet)
+	assert.ErrorIs(t, b.AttemptReconnect(context.Background()), ErrUnsupported)
+
+	f = newFake()
+	var gens []int
+	b = newFakeNCCL(t, f, 0, 2, quiet, WithReconnect(func(_ context.Context, gen int) (UniqueID, error) {
+		gens = append(gens, gen)
+		return UniqueID{byte(10 + gen)}, nil
+	}))
+	h, err := b.RegisterBuffer(p, 64)
+	require.NoError(t, err)
+	f.asyncErr.Store(int32(seam.RemoteError))
+	require.False(t, b.IsHealthy())
+	f.asyncErr.Store(int32(seam.Success))
+	require.NoError(t, b.AttemptReconnect(context.Background()))
+	assert.True(t, b.IsHealthy())
+	assert.Equal(t, []int{1}, gens)
+	assert.Equal(t, []string{"CommAbort(101)"}, f.named("CommAbort"))
+	require.Len(t, f.ids, 2)
+	assert.Equal(t, byte(11), f.ids[1][0])
+	assert.ErrorIs(t, b.DeregisterBuffer(h), ErrUnknownHandle)
+	require.NoError(t, b.AllReduce(p, 8))
+}
+
+// TestNCCLCommunicatorTypedCalls checks the typed API's mapping and that it does not
+// wait until Sync; Barrier all-reduces one int32 and waits.
+func TestNCCLCommunicatorTypedCalls(t *testing.T) {
+	f := newFake()
+	c := newFakeNCCL(t, f, 0, 2, quiet).Communicator()
+	f.log()
+	require.NoError(t, c.AllReduce(p, 10, Float32, Max))
+	require.NoError(t, c.ReduceScatter(p, p+80, 10, Float16, Avg))
+	require.NoError(t, c.Send(p, 3, Int64, 1, 77))
+	assert.Empty(t, f.named("StreamQuery"))
+	require.NoError(t, c.Sync(context.Background()))
+	assert.NotEmpty(t, f.named("StreamQuery"))
+	require.NoError(t, c.Barrier(context.Background()))
+	assert.Equal(t, []string{"AllReduce(10,7,2,7)", "ReduceScatter(10,6,4,7)", "Send(3,4,1,7)", "AllReduce(1,2,0,7)"},
+		f.named("AllReduce", "ReduceScatter", "Send"))
+	assert.ErrorIs(t, c.AllReduce(p, 1, DType(42), Sum), ErrInvalidType)
+	assert.ErrorIs(t, c.AllReduce(p, 1, Float32, ReduceOp(9)), ErrInvalidOp)
+}
+
+// TestNCCLSplit checks Split: the child's rank and size come from the driver, a negative
+// color joins nothing, and a driver without CommInfo cannot split.
+func TestNCCLSplit(t *testing.T) {
+	f := newFake()
+	f.splitRank, f.splitWorld = 1, 3
+	c := newFakeNCCL(t, f, 2, 6, quiet).Communicator()
+	child, err := c.Split(context.Background(), 1, 5)
+	require.NoError(t, err)
+	require.NotNil(t, child)
+	assert.Equal(t, 1, child.Rank())
+	assert.Equal(t, 3, child.WorldSize())
+	require.NoError(t, child.Close())
+
+	none, err := c.Split(context.Background(), -1, 0)
+	require.NoError(t, err)
+	assert.Nil(t, none)
+	assert.Equal(t, []string{"CommSplit(1,5)", "CommSplit(-1,0)"}, f.named("CommSplit"))
+
+	noop := NewNoOp()
+	_, err = noop.Split(context.Background(), 0, 0)
+	assert.ErrorIs(t, err, ErrUnsupported)
+}
+
+// TestNCCLHookBuildsTheBackend checks the seam hook comm/commtest uses.
+func TestNCCLHookBuildsTheBackend(t *testing.T) {
+	require.NotNil(t, seam.NewNCCL)
+	f := newFake()
+	v, err := seam.NewNCCL(context.Background(), f, seam.UniqueID{}, 0, 1, []Option{WithElementType(Float32), quiet})
+	require.NoError(t, err)
+	b, ok := v.(*NCCL)
+	require.True(t, ok, "got %T", v)
+	assert.Equal(t, Float32, b.ElementType())
+	require.NoError(t, b.Close())
+
+	v, err = seam.NewNCCL(context.Background(), f, seam.UniqueID{}, 0, 1, "nonsense")
+	assert.Nil(t, v)
+	assert.True(t, strings.Contains(err.Error(), "want []comm.Option"), err.Error())
+}
