@@ -1,0 +1,110 @@
+package comm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+
+	"github.com/ncclgo/ncclgo/comm"
+)
+
+// An engine written against comm.Backend runs unchanged on one GPU with comm.Single.
+func ExampleSingle() {
+	b, err := comm.NewSingle() // bfloat16 elements
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close()
+
+	const hidden comm.DevicePtr = 0x7f0000000000 // a device buffer the engine owns
+	if err := b.AllReduce(hidden, 4096); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("rank", b.Rank(), "of", b.WorldSize())
+
+	// Bad input is an error that says what was wrong, never a panic.
+	err = b.AllReduce(hidden, 4095)
+	fmt.Println(err)
+	fmt.Println(errors.Is(err, comm.ErrInvalidSize))
+
+	// Backends without a symmetric allocator say so; callers fall back.
+	if _, err := b.SymmetricAlloc(1 << 20); errors.Is(err, comm.ErrUnsupported) {
+		fmt.Println("no symmetric memory: use a plain allocation")
+	}
+	// Output:
+	// rank 0 of 1
+	// all-reduce: bytes 4095: invalid size: not a multiple of 2 (bfloat16)
+	// true
+	// no symmetric memory: use a plain allocation
+}
+
+// loopback is a user's backend: only the seed's required methods.
+type loopback struct{ rank, world int }
+
+func (l loopback) AllReduce(comm.DevicePtr, int) error                     { return nil }
+func (l loopback) AllGather(comm.DevicePtr, comm.DevicePtr, int) error     { return nil }
+func (l loopback) ReduceScatter(comm.DevicePtr, comm.DevicePtr, int) error { return nil }
+func (l loopback) Broadcast(comm.DevicePtr, int, int) error                { return nil }
+func (l loopback) Barrier() error                                          { return nil }
+func (l loopback) SendTo(comm.DevicePtr, int, int, comm.Stream) error      { return nil }
+func (l loopback) RecvFrom(comm.DevicePtr, int, int, comm.Stream) error    { return nil }
+func (l loopback) Rank() int                                               { return l.rank }
+func (l loopback) WorldSize() int                                          { return l.world }
+
+// A backend written outside comm implements the required methods (comm.Core), gets the
+// seed's defaults from comm.Base and comm's validation from comm.Validate.
+func ExampleValidate() {
+	b, err := comm.Validate(comm.Base{Core: loopback{rank: 1, world: 2}}, comm.WithElementType(comm.Float32))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close()
+
+	h, err := b.RegisterBuffer(0x1000, 256) // Base's default: handle 0
+	fmt.Println(h, err)
+	fmt.Println(b.DeregisterBuffer(h))
+	fmt.Println(b.DeregisterBuffer(h))
+	fmt.Println(b.SendTo(0x1000, 64, 2, 0))
+	fmt.Println(b.RecvCommandU32(context.Background(), 0x1000, 1))
+	// Output:
+	// 0 <nil>
+	// <nil>
+	// deregister-buffer: handle 0: unknown buffer handle: not returned by register-buffer or already deregistered
+	// send: dest 2: invalid rank: world size is 2
+	// recv-command: root 1: invalid rank: root is this rank; it sends with broadcast
+}
+
+// The typed Communicator of one rank.
+func ExampleNoOp() {
+	var c comm.Communicator = comm.NewNoOp()
+	defer c.Close()
+	fmt.Println(c.AllReduce(0x1000, 128, comm.Float16, comm.Max))
+	fmt.Println(c.Sync(context.Background()))
+	_, err := c.Split(context.Background(), 0, 0)
+	fmt.Println(errors.Is(err, comm.ErrUnsupported))
+	_, isStreamSyncer := c.(comm.StreamSyncer)
+	fmt.Println(isStreamSyncer)
+	// Output:
+	// <nil>
+	// <nil>
+	// true
+	// false
+}
+
+// Each rank of a multi-GPU job builds the NCCL backend from a shared unique id (rank 0
+// creates it; a rendezvous store carries it to the others).
+func ExampleNewNCCL() {
+	ctx := context.Background()
+	var id comm.UniqueID // from rank 0's comm.NewUniqueID, via the rendezvous store
+	b, err := comm.NewNCCL(ctx, id, 1, 2, comm.WithElementType(comm.BFloat16))
+	if err != nil {
+		log.Print(err)
+		return
+	}
+	defer b.Close()
+	var computeStream comm.Stream // where the engine's kernels run
+	if err := b.AllReduceAsync(0x7f0000000000, 1<<20, computeStream); err != nil {
+		log.Print(err)
+	}
+}
