@@ -1,0 +1,256 @@
+package sim
+
+import (
+	"fmt"
+	"math/bits"
+	"sync"
+	"time"
+
+	"github.com/ncclgo/ncclgo/comm/internal/seam"
+)
+
+// collDesc is one rank's call of a collective.
+type collDesc struct {
+	call       string // ncclAllReduce, ncclBroadcast, ncclAllGather, ncclReduceScatter
+	send, recv seam.Ptr
+	count      uint64 // as passed: all-gather's sendcount, reduce-scatter's recvcount
+	dt         seam.DataType
+	op         seam.RedOp // reductions only
+	root       int        // broadcast only
+}
+
+func (c *collDesc) reduces() bool { return c.call == "ncclAllReduce" || c.call == "ncclReduceScatter" }
+
+// signature is what every rank must agree on.
+func (c *collDesc) signature() string {
+	switch {
+	case c.reduces():
+		return fmt.Sprintf("%s(count %d, %s, %s)", c.call, c.count, dtypeName(c.dt), opName(c.op))
+	case c.call == "ncclBroadcast":
+		return fmt.Sprintf("%s(count %d, %s, root %d)", c.call, c.count, dtypeName(c.dt), c.root)
+	}
+	return fmt.Sprintf("%s(count %d, %s)", c.call, c.count, dtypeName(c.dt))
+}
+
+// sizes returns the bytes read from send and written to recv by rank on n ranks, and
+// whether they fit in 64 bits.
+func (c *collDesc) sizes(rank, n int) (in, out uint64, ok bool) {
+	hi, per := bits.Mul64(c.count, uint64(elemSize(c.dt)))
+	hi2, all := bits.Mul64(per, uint64(n))
+	if hi != 0 || hi2 != 0 || all > 1<<62 {
+		return 0, 0, false
+	}
+	switch c.call {
+	case "ncclAllGather":
+		return per, all, true
+	case "ncclReduceScatter":
+		return all, per, true
+	case "ncclBroadcast":
+		if rank != c.root {
+			return 0, per, true
+		}
+	}
+	return per, per, true
+}
+
+// prepareCollLocked validates a collective call and returns its task, or nil for a
+// zero-count collective (NCCL discards those). Caller holds World.mu.
+func (w *World) prepareCollLocked(d *device, c seam.Comm, s seam.Stream, desc *collDesc) (*task, error) {
+	call := desc.call
+	rc, err := w.commLocked(d, c, call)
+	if err != nil {
+		return nil, err
+	}
+	if err := rc.readyLocked(call); err != nil {
+		return nil, err
+	}
+	st, err := w.streamLocked(d, s)
+	if err != nil {
+		return nil, ncclErr(seam.InvalidArgument, call, "%v", err)
+	}
+	n := rc.cl.n
+	switch {
+	case elemSize(desc.dt) == 0:
+		return nil, ncclErr(seam.InvalidArgument, call, "invalid data type %d", int32(desc.dt))
+	case desc.reduces() && !validOp(desc.op):
+		return nil, ncclErr(seam.InvalidArgument, call, "invalid reduction operation %d", int32(desc.op))
+	case call == "ncclBroadcast" && (desc.root < 0 || desc.root >= n):
+		return nil, ncclErr(seam.InvalidArgument, call, "root %d out of range [0, %d)", desc.root, n)
+	}
+	in, out, ok := desc.sizes(rc.rank, n)
+	if !ok {
+		return nil, ncclErr(seam.InvalidArgument, call, "count %d of %s on %d ranks overflows", desc.count, dtypeName(desc.dt), n)
+	}
+	if desc.count == 0 {
+		return nil, nil
+	}
+	if err := d.check(desc.send, in); err != nil {
+		return nil, ncclErr(seam.InvalidArgument, call, "sendbuff [%#x, +%d): %v", uint64(desc.send), in, err)
+	}
+	if err := d.check(desc.recv, out); err != nil {
+		return nil, ncclErr(seam.InvalidArgument, call, "recvbuff [%#x, +%d): %v", uint64(desc.recv), out, err)
+	}
+	return &task{rc: rc, s: st, coll: desc}, nil
+}
+
+// collSlot is the k-th collective of a communicator, shared by its ranks. Guarded by
+// World.mu until full is closed; afterwards descs and inputs are read-only.
+type collSlot struct {
+	descs     []*collDesc
+	described int
+	inputs    [][]byte
+	arrived   int
+	full      chan struct{} // every rank has deposited its input
+	consumed  int
+
+	once   sync.Once
+	result []byte
+}
+
+func newCollSlot(n int) *collSlot {
+	return &collSlot{descs: make([]*collDesc, n), inputs: make([][]byte, n), full: make(chan struct{})}
+}
+
+// describeLocked records rank's call and checks, once every rank has called, that all
+// calls agree. Caller holds World.mu.
+func (s *collSlot) describeLocked(cl *clique, seq uint64, rank int, desc *collDesc) {
+	s.descs[rank] = desc
+	s.described++
+	if s.described < len(s.descs) {
+		return
+	}
+	want := s.descs[0].signature()
+	for r, d := range s.descs[1:] {
+		if got := d.signature(); got != want {
+			cl.failLocked(seam.InvalidUsage, fmt.Sprintf("collective #%d does not match across ranks: rank 0 called %s, rank %d called %s",
+				seq, want, r+1, got))
+			return
+		}
+	}
+}
+
+// compute returns the collective's full result (all-reduce, broadcast: the buffer;
+// all-gather: the concatenation; reduce-scatter: the whole reduction).
+func (s *collSlot) compute() []byte {
+	s.once.Do(func() {
+		d := s.descs[0]
+		switch d.call {
+		case "ncclBroadcast":
+			s.result = s.inputs[d.root]
+		case "ncclAllGather":
+			for _, in := range s.inputs {
+				s.result = append(s.result, in...)
+			}
+		default:
+			s.result = make([]byte, len(s.inputs[0]))
+			reduce(d.dt, d.op, s.result, s.inputs)
+		}
+	})
+	return s.result
+}
+
+// runColl executes rank's part of a collective on its stream.
+func (w *World) runColl(rc *rankComm, cl *clique, seq uint64, slot *collSlot, desc *collDesc) error {
+	defer w.finishOp(rc)
+	defer w.consume(cl, seq, slot)
+	if !w.beforeOp(rc) {
+		return nil
+	}
+	n := len(slot.descs)
+	inBytes, outBytes, _ := desc.sizes(rc.rank, n)
+	var in []byte
+	if inBytes > 0 {
+		var err error
+		if in, err = rc.dev.read(desc.send, inBytes); err != nil {
+			return w.deviceFault(cl, desc.call, rc.rank, "sendbuff", err)
+		}
+	}
+	w.mu.Lock()
+	slot.inputs[rc.rank] = in
+	slot.arrived++
+	if slot.arrived == n {
+		close(slot.full)
+	}
+	w.mu.Unlock()
+	if !wait(slot.full, cl, rc) {
+		return nil
+	}
+	res := slot.compute()
+	if desc.call == "ncclReduceScatter" {
+		res = res[uint64(rc.rank)*outBytes : uint64(rc.rank+1)*outBytes]
+	}
+	if err := rc.dev.write(desc.recv, res); err != nil {
+		return w.deviceFault(cl, desc.call, rc.rank, "recvbuff", err)
+	}
+	return nil
+}
+
+func (w *World) consume(cl *clique, seq uint64, slot *collSlot) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	slot.consumed++
+	if slot.consumed == len(slot.descs) && cl.colls[seq] == slot {
+		delete(cl.colls, seq)
+	}
+}
+
+// wait blocks until ch closes and reports whether the operation may go on: false if the
+// communicator broke, the rank's communicator was stopped or the device stopped.
+func wait(ch <-chan struct{}, cl *clique, rc *rankComm) bool {
+	select {
+	case <-ch:
+	case <-cl.broken:
+		return false
+	case <-rc.stop:
+		return false
+	case <-rc.dev.stop:
+		return false
+	}
+	select {
+	case <-cl.broken:
+		return false
+	default:
+		return true
+	}
+}
+
+// deviceFault reports a bad access by device code: the kernel faults (a sticky CUDA
+// error on the device) and the communicator fails so that peers do not wait forever.
+func (w *World) deviceFault(cl *clique, call string, rank int, what string, err error) error {
+	w.mu.Lock()
+	cl.failLocked(seam.UnhandledCudaError, fmt.Sprintf("rank %d: %s kernel faulted on %s: %v", rank, call, what, err))
+	w.mu.Unlock()
+	return cudaErr(ErrorIllegalAddress, call, "rank %d %s: %v", rank, what, err)
+}
+
+// beforeOp applies injected faults to an operation about to run: a delay, or a hang
+// until the communicator is stopped. It reports whether the operation may run.
+func (w *World) beforeOp(rc *rankComm) bool {
+	w.mu.Lock()
+	d := rc.dev
+	hang := d.hang > 0
+	if hang {
+		d.hang--
+	}
+	delay := d.delay
+	w.mu.Unlock()
+	if hang {
+		select {
+		case <-rc.stop:
+		case <-d.stop:
+		}
+		return false
+	}
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-rc.stop:
+			return false
+		case <-d.stop:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,189 @@
+package sim
+
+import (
+	"errors"
+	"sync"
+
+	"github.com/ncclgo/ncclgo/comm/internal/seam"
+)
+
+// task is one validated communication call waiting to be submitted.
+type task struct {
+	rc   *rankComm
+	s    *stream
+	coll *collDesc
+	p2p  *p2pDesc
+}
+
+// groupState is a driver's ncclGroupStart/End nesting (NCCL keeps it per thread).
+// Guarded by Driver.mu.
+type groupState struct {
+	depth int
+	tasks []*task
+	err   error // the first error of a call inside the group: GroupEnd returns it
+}
+
+// submitLocked queues tasks as one launch: the operations of each stream become one
+// stream op that runs them together (collectives of a communicator in order, every
+// point-to-point operation concurrently), so the sends and receives of a group progress
+// together as NCCL's do. It returns InProgress when WithInProgress is set and a
+// communicator is non-blocking. Caller holds World.mu.
+func (w *World) submitLocked(tasks []*task, call string) error {
+	type unit struct {
+		rc  *rankComm
+		run func() error
+	}
+	var order []*stream
+	perStream := map[*stream][]unit{}
+	queuedInProgress := false
+	for _, t := range tasks {
+		rc, cl := t.rc, t.rc.cl
+		rc.startOpLocked()
+		var u unit
+		switch {
+		case t.coll != nil:
+			seq := rc.collSeq
+			rc.collSeq++
+			slot, ok := cl.colls[seq]
+			if !ok {
+				slot = newCollSlot(cl.n)
+				cl.colls[seq] = slot
+			}
+			slot.describeLocked(cl, seq, rc.rank, t.coll)
+			desc := t.coll
+			u = unit{rc: rc, run: func() error { return w.runColl(rc, cl, seq, slot, desc) }}
+		default:
+			key, m := w.attachP2PLocked(rc, t.p2p)
+			p := t.p2p
+			if p.send {
+				u = unit{run: func() error { return w.runSend(rc, cl, key, m, p) }}
+			} else {
+				u = unit{run: func() error { return w.runRecv(rc, cl, key, m, p) }}
+			}
+		}
+		if _, ok := perStream[t.s]; !ok {
+			order = append(order, t.s)
+		}
+		perStream[t.s] = append(perStream[t.s], u)
+		if !rc.blocking && w.inProgressPolls > 0 {
+			rc.inProgress = w.inProgressPolls
+			queuedInProgress = true
+		}
+	}
+	for _, s := range order {
+		units := perStream[s]
+		if len(units) == 1 {
+			w.enqueueLocked(s, call, units[0].run)
+			continue
+		}
+		w.enqueueLocked(s, "ncclGroupEnd", func() error {
+			// Collectives of one communicator keep their order; everything else runs
+			// concurrently.
+			chains := map[*rankComm][]func() error{}
+			var singles []func() error
+			for _, u := range units {
+				if u.rc != nil {
+					chains[u.rc] = append(chains[u.rc], u.run)
+				} else {
+					singles = append(singles, u.run)
+				}
+			}
+			var mu sync.Mutex
+			var errs []error
+			record := func(err error) {
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+			var wg sync.WaitGroup
+			for _, chain := range chains {
+				wg.Go(func() {
+					for _, run := range chain {
+						record(run())
+					}
+				})
+			}
+			for _, run := range singles {
+				wg.Go(func() { record(run()) })
+			}
+			wg.Wait()
+			return errors.Join(errs...)
+		})
+	}
+	if queuedInProgress {
+		return inProgress(call, "operations queued; poll ncclCommGetAsyncError")
+	}
+	return nil
+}
+
+// communicate validates one communication call and submits it, or adds it to the open
+// group.
+func (d *Driver) communicate(call string, prepare func() (*task, error)) error {
+	w := d.w
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t, err := prepare()
+	if err != nil {
+		if d.group.depth > 0 && d.group.err == nil {
+			d.group.err = err
+		}
+		return err
+	}
+	if t == nil {
+		return nil // a zero-count collective: NCCL discards it
+	}
+	if d.group.depth > 0 {
+		d.group.tasks = append(d.group.tasks, t)
+		return nil
+	}
+	return w.submitLocked([]*task{t}, call)
+}
+
+func (d *Driver) groupStart() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.group.depth++
+	return nil
+}
+
+func (d *Driver) groupEnd() error {
+	const call = "ncclGroupEnd"
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.group.depth == 0 {
+		return ncclErr(seam.InvalidUsage, call, "no group open (ncclGroupEnd without ncclGroupStart)")
+	}
+	d.group.depth--
+	if d.group.depth > 0 {
+		return nil
+	}
+	tasks, err := d.group.tasks, d.group.err
+	d.group = groupState{}
+	if err != nil {
+		return err // the group is dropped: none of its operations is launched
+	}
+	w := d.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	// Re-check the communicators: one may have been aborted or failed since the call.
+	for _, t := range tasks {
+		if _, ok := w.comms[t.rc.h]; !ok || t.rc.stopped {
+			return ncclErr(seam.InvalidUsage, call, "communicator %#x was aborted or destroyed inside the group", uintptr(t.rc.h))
+		}
+	}
+	return w.submitLocked(tasks, call)
+}
+
+// inGroup returns an error for calls that cannot be made inside a group.
+func (d *Driver) inGroup(call string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.group.depth > 0 {
+		return ncclErr(seam.InvalidUsage, call, "cannot be called between ncclGroupStart and ncclGroupEnd")
+	}
+	return nil
+}

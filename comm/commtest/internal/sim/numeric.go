@@ -1,0 +1,303 @@
+package sim
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/kernels"
+)
+
+// This file holds the simulator's arithmetic: element sizes, the narrow float formats
+// and reductions with the results a GPU gives.
+//
+// Rules, per element type:
+//   - integers wrap (two's complement); avg is the wrapped sum divided by the number of
+//     ranks, truncated towards zero (NCCL's SumPostDiv);
+//   - float32 and float64 use IEEE arithmetic of their own width; a NaN result is the
+//     GPU's canonical NaN;
+//   - float16, bfloat16 and both fp8 formats widen to float32, compute one operation and
+//     round the result once to nearest even (float32 has more than twice their precision
+//     plus two bits, so this is the correctly rounded result); fp8 saturates to its
+//     largest finite value as NCCL's conversions (__NV_SATFINITE) do;
+//   - max and min ignore a NaN operand (fmaxf semantics);
+//   - avg of floating types multiplies each contribution by 1/n rounded to the type (fp8:
+//     to float16) and sums (NCCL's PreMulSum);
+//   - a reduction over ranks folds left in rank order, rounding after every step, as a
+//     ring does; results are identical to NCCL whenever the order does not matter (two
+//     ranks, integers, exactly representable partial sums).
+
+// elemSize returns the size in bytes of one element of dt, or 0 if dt is not a valid type.
+func elemSize(dt seam.DataType) int {
+	switch dt {
+	case seam.Int8, seam.Uint8, seam.Float8e4m3, seam.Float8e5m2:
+		return 1
+	case seam.Float16, seam.Bfloat16:
+		return 2
+	case seam.Int32, seam.Uint32, seam.Float32:
+		return 4
+	case seam.Int64, seam.Uint64, seam.Float64:
+		return 8
+	}
+	return 0
+}
+
+var dtypeNames = [...]string{"ncclInt8", "ncclUint8", "ncclInt32", "ncclUint32", "ncclInt64",
+	"ncclUint64", "ncclFloat16", "ncclFloat32", "ncclFloat64", "ncclBfloat16",
+	"ncclFloat8e4m3", "ncclFloat8e5m2"}
+
+func dtypeName(dt seam.DataType) string {
+	if dt >= 0 && int(dt) < len(dtypeNames) {
+		return dtypeNames[dt]
+	}
+	return fmt.Sprintf("ncclDataType(%d)", int32(dt))
+}
+
+var opNames = [...]string{"ncclSum", "ncclProd", "ncclMax", "ncclMin", "ncclAvg"}
+
+func opName(op seam.RedOp) string {
+	if op >= 0 && int(op) < len(opNames) {
+		return opNames[op]
+	}
+	return fmt.Sprintf("ncclRedOp(%d)", int32(op))
+}
+
+func validOp(op seam.RedOp) bool { return op >= seam.Sum && op <= seam.Avg }
+
+// narrow is a floating-point format narrower than float32, converted with the kernels
+// package's reference conversions (those of the GPU).
+type narrow struct {
+	decode func(uint16) float32
+	encode func(float32) uint16 // round to nearest even; fp8 saturates (__NV_SATFINITE)
+	fp8    bool
+}
+
+var (
+	fmtF16  = narrow{decode: kernels.F16ToFloat32, encode: kernels.Float32ToF16}
+	fmtBF16 = narrow{decode: kernels.BF16ToFloat32, encode: kernels.Float32ToBF16}
+	fmtE4M3 = narrow{
+		decode: func(c uint16) float32 { return kernels.E4M3ToFloat32(uint8(c)) },
+		encode: func(f float32) uint16 { return uint16(kernels.Float32ToE4M3(f)) },
+		fp8:    true,
+	}
+	fmtE5M2 = narrow{
+		decode: func(c uint16) float32 { return kernels.E5M2ToFloat32(uint8(c)) },
+		encode: func(f float32) uint16 { return uint16(kernels.Float32ToE5M2(f)) },
+		fp8:    true,
+	}
+)
+
+const (
+	canonicalNaN32 = 0x7fffffff
+	canonicalNaN64 = 0x7fffffffffffffff
+)
+
+// fmax and fmin follow fmaxf/fminf: a NaN operand is ignored.
+func fmax[T float32 | float64](a, b T) T {
+	switch {
+	case a != a:
+		return b
+	case b != b:
+		return a
+	case a > b || (a == b && !math.Signbit(float64(a))):
+		return a
+	}
+	return b
+}
+
+func fmin[T float32 | float64](a, b T) T {
+	switch {
+	case a != a:
+		return b
+	case b != b:
+		return a
+	case a < b || (a == b && math.Signbit(float64(a))):
+		return a
+	}
+	return b
+}
+
+// apply32 combines two float32 values with op (avg combines as sum; see reduce).
+func apply32(op seam.RedOp, a, b float32) float32 {
+	switch op {
+	case seam.Prod:
+		return float32(a * b)
+	case seam.Max:
+		return fmax(a, b)
+	case seam.Min:
+		return fmin(a, b)
+	}
+	return float32(a + b)
+}
+
+func apply64(op seam.RedOp, a, b float64) float64 {
+	switch op {
+	case seam.Prod:
+		return float64(a * b)
+	case seam.Max:
+		return fmax(a, b)
+	case seam.Min:
+		return fmin(a, b)
+	}
+	return float64(a + b)
+}
+
+// applyInt combines two integers of width bits (signed or not) with op; the result is
+// the low bits of the exact result (wrapping).
+func applyInt(op seam.RedOp, signed bool, a, b uint64) uint64 {
+	switch op {
+	case seam.Prod:
+		return a * b
+	case seam.Max, seam.Min:
+		less := a < b
+		if signed {
+			less = int64(a) < int64(b)
+		}
+		if less == (op == seam.Min) {
+			return a
+		}
+		return b
+	}
+	return a + b
+}
+
+// reduce folds srcs (one contribution per rank, in rank order) into dst with op on
+// elements of type dt. dst and every src have the same length, a multiple of the
+// element size. dst may alias srcs[0].
+func reduce(dt seam.DataType, op seam.RedOp, dst []byte, srcs [][]byte) {
+	n := len(srcs)
+	es := elemSize(dt)
+	if n == 1 && op != seam.Avg {
+		copy(dst, srcs[0]) // one rank: a copy, bits kept
+		return
+	}
+	for i := 0; i < len(dst); i += es {
+		switch dt {
+		case seam.Float32:
+			scale := float32(1 / float64(n))
+			acc := loadF32(srcs[0][i:], op, scale)
+			for _, s := range srcs[1:] {
+				acc = apply32(op, acc, loadF32(s[i:], op, scale))
+			}
+			if acc != acc {
+				binary.LittleEndian.PutUint32(dst[i:], canonicalNaN32)
+			} else {
+				binary.LittleEndian.PutUint32(dst[i:], math.Float32bits(acc))
+			}
+		case seam.Float64:
+			scale := 1 / float64(n)
+			acc := loadF64(srcs[0][i:], op, scale)
+			for _, s := range srcs[1:] {
+				acc = apply64(op, acc, loadF64(s[i:], op, scale))
+			}
+			if acc != acc {
+				binary.LittleEndian.PutUint64(dst[i:], canonicalNaN64)
+			} else {
+				binary.LittleEndian.PutUint64(dst[i:], math.Float64bits(acc))
+			}
+		case seam.Float16, seam.Bfloat16, seam.Float8e4m3, seam.Float8e5m2:
+			f := narrowOf(dt)
+			scale := f.avgScale(n)
+			acc := f.load(srcs[0][i:], es, op, scale)
+			for _, s := range srcs[1:] {
+				acc = f.encode(apply32(op, f.decode(acc), f.decode(f.load(s[i:], es, op, scale))))
+			}
+			store(dst[i:], es, uint64(acc))
+		default:
+			signed := dt == seam.Int8 || dt == seam.Int32 || dt == seam.Int64
+			acc := load(srcs[0][i:], es)
+			for _, s := range srcs[1:] {
+				acc = applyInt(op, signed, acc, load(s[i:], es))
+			}
+			if op == seam.Avg {
+				acc = avgInt(acc, es, signed, n)
+			}
+			store(dst[i:], es, acc)
+		}
+	}
+}
+
+func narrowOf(dt seam.DataType) narrow {
+	switch dt {
+	case seam.Float16:
+		return fmtF16
+	case seam.Bfloat16:
+		return fmtBF16
+	case seam.Float8e4m3:
+		return fmtE4M3
+	}
+	return fmtE5M2
+}
+
+// avgScale is 1/n rounded to the format (to float16 for the fp8 formats).
+func (f narrow) avgScale(n int) float32 {
+	s := f
+	if f.fp8 {
+		s = fmtF16
+	}
+	return s.decode(s.encode(float32(1 / float64(n))))
+}
+
+// load reads one element; for avg it returns the pre-multiplied contribution.
+func (f narrow) load(b []byte, es int, op seam.RedOp, scale float32) uint16 {
+	c := uint16(load(b, es))
+	if op != seam.Avg {
+		return c
+	}
+	return f.encode(float32(f.decode(c) * scale))
+}
+
+func loadF32(b []byte, op seam.RedOp, scale float32) float32 {
+	v := math.Float32frombits(binary.LittleEndian.Uint32(b))
+	if op == seam.Avg {
+		v = float32(v * scale)
+	}
+	return v
+}
+
+func loadF64(b []byte, op seam.RedOp, scale float64) float64 {
+	v := math.Float64frombits(binary.LittleEndian.Uint64(b))
+	if op == seam.Avg {
+		v = float64(v * scale)
+	}
+	return v
+}
+
+func load(b []byte, es int) uint64 {
+	switch es {
+	case 1:
+		return uint64(b[0])
+	case 2:
+		return uint64(binary.LittleEndian.Uint16(b))
+	case 4:
+		return uint64(binary.LittleEndian.Uint32(b))
+	}
+	return binary.LittleEndian.Uint64(b)
+}
+
+func store(b []byte, es int, v uint64) {
+	switch es {
+	case 1:
+		b[0] = byte(v)
+	case 2:
+		binary.LittleEndian.PutUint16(b, uint16(v))
+	case 4:
+		binary.LittleEndian.PutUint32(b, uint32(v))
+	default:
+		binary.LittleEndian.PutUint64(b, v)
+	}
+}
+
+// avgInt divides the wrapped sum acc of es-byte integers by n.
+func avgInt(acc uint64, es int, signed bool, n int) uint64 {
+	bits := uint(es * 8)
+	if !signed {
+		if bits < 64 {
+			acc &= 1<<bits - 1
+		}
+		return acc / uint64(n)
+	}
+	s := int64(acc<<(64-bits)) >> (64 - bits) // sign-extend the low bits
+	return uint64(s / int64(n))
+}
