@@ -4,7 +4,9 @@
 #   kernels/build.sh ptx     regenerate kernels/add.ptx with nvcc (make kernels)
 #   kernels/build.sh check   assemble the committed add.ptx with ptxas for
 #                            sm_80 and sm_90; fail on any error or when the
-#                            sha256 recorded in it is not add.cu's (make kernels-check)
+#                            sha256 recorded in it is not add.cu's; then run
+#                            add.cu on the CPU (testdata/hostemu.cpp) and
+#                            compare with the Go reference (make kernels-check)
 #
 # nvcc and ptxas come from Debian bookworm's nvidia-cuda-toolkit (11.8,
 # non-free). When they are missing and this runs as root on bookworm, the
@@ -54,7 +56,7 @@ gen_ptx() {
 	ensure_toolkit
 	local tmp
 	tmp="$(mktemp -d)"
-	trap 'rm -rf "$tmp"' RETURN
+	trap 'rm -rf "$tmp"; trap - RETURN' RETURN
 	# Relative input, no -lineinfo/-G: the output then holds no paths or dates.
 	(cd "$here" && nvcc -ptx -arch="$arch" -std=c++14 -ftz=false -prec-div=true -prec-sqrt=true -fmad=false \
 		-Werror all-warnings -o "$tmp/body.ptx" "$src")
@@ -79,6 +81,22 @@ check_ptx() {
 			die "ptxas failed on kernels/$out for $sm"
 		echo "kernels/build.sh: ptxas $sm ok" >&2
 	done
+	host_emulate
+}
+
+# host_emulate runs add.cu on the CPU (testdata/hostemu.cpp): it checks the
+# kernels' head/vector/tail layout for every alignment, then the Go test
+# compares its sums with the Go reference.
+host_emulate() {
+	local tmp inc
+	tmp="$(mktemp -d)"
+	trap 'rm -rf "$tmp"; trap - RETURN' RETURN
+	inc="$(dirname "$(command -v nvcc)")/../include"
+	"${CXX:-g++}" -O1 -std=c++14 -Wall -Wno-unused-function -I"$inc" \
+		-o "$tmp/hostemu" "$here/testdata/hostemu.cpp" || die "building testdata/hostemu.cpp failed"
+	"$tmp/hostemu" "$tmp/sums.bin" || die "host emulation of the kernels failed"
+	(cd "$here" && NCCLGO_KERNELS_HOSTEMU="$tmp/sums.bin" "${GO:-go}" test -count=1 -run '^TestKernelHostEmulationMatchesReference$' .) ||
+		die "emulated kernel sums differ from the Go reference"
 }
 
 case "${1:-}" in
