@@ -521,10 +521,10 @@ func (b *NCCL) AttemptReconnect(ctx context.Context) error {
 		return &OpError{Op: opAttemptReconnect, Bytes: -1, Rank: c.rank,
 			Err: fmt.Errorf("%w: no WithReconnect option", ErrUnsupported)}
 	}
-	c.interrupt.Store(true)
+	c.interrupt.Store(interruptReconnect)
 	c.life.Lock()
 	defer c.life.Unlock()
-	c.interrupt.Store(false)
+	c.interrupt.Store(interruptNone)
 	if c.g.isClosed() {
 		return &ArgError{Op: opAttemptReconnect, Arg: "rank", Value: c.rank, Err: ErrClosed}
 	}

@@ -33,7 +33,7 @@ type NCCLCommunicator struct {
 	// life: operations hold it shared; Close and re-initialisation hold it exclusively,
 	// after setting interrupt so that waiting operations give up.
 	life      sync.RWMutex
-	interrupt atomic.Bool
+	interrupt atomic.Int32 // interruptNone, interruptClose or interruptReconnect
 
 	// mu serialises calls into the driver that use comm, the stream or the events.
 	mu      sync.Mutex
@@ -48,7 +48,7 @@ type NCCLCommunicator struct {
 
 	// Group state: the thread that opened the outermost group, and whether a blocking
 	// Backend collective was enqueued inside it (GroupEnd then waits).
-	groupTID  int
+	groupTID  atomic.Int64
 	groupWait bool
 
 	// onClose runs in Close before the communicator ends (the Backend's cleanup).
@@ -244,9 +244,9 @@ func (c *NCCLCommunicator) inGroup(op string) (bool, error) {
 	if c.g.groupDepth() == 0 {
 		return false, nil
 	}
-	if tid := threadID(); tid != c.groupTID {
+	if tid, owner := threadID(), int(c.groupTID.Load()); tid != owner {
 		return true, &ArgError{Op: op, Arg: "thread", Value: tid, Err: ErrGroupOpen,
-			Reason: fmt.Sprintf("a group is open on thread %d; issue grouped calls from the goroutine that called group-start", c.groupTID)}
+			Reason: fmt.Sprintf("a group is open on thread %d; issue grouped calls from the goroutine that called group-start", owner)}
 	}
 	return true, nil
 }
@@ -539,7 +539,7 @@ func (c *NCCLCommunicator) GroupStart() error {
 	}
 	runtime.LockOSThread()
 	if c.g.groupDepth() == 1 {
-		c.groupTID = threadID()
+		c.groupTID.Store(int64(threadID()))
 	}
 	c.mu.Lock()
 	err := c.d.GroupStart()
@@ -617,10 +617,10 @@ func (c *NCCLCommunicator) Close() error {
 // shutdown interrupts waiting operations, takes the communicator exclusively and tears
 // it down; before runs first (the Backend's deregistrations), on the bound thread.
 func (c *NCCLCommunicator) shutdown(openGroups int, before func(ctx context.Context, note func(string, error))) error {
-	c.interrupt.Store(true)
+	c.interrupt.Store(interruptClose)
 	c.life.Lock()
 	defer c.life.Unlock()
-	c.interrupt.Store(false)
+	c.interrupt.Store(interruptNone)
 
 	var errs []error
 	note := func(what string, err error) {
@@ -630,7 +630,7 @@ func (c *NCCLCommunicator) shutdown(openGroups int, before func(ctx context.Cont
 		}
 	}
 	if openGroups > 0 {
-		if threadID() == c.groupTID {
+		if int64(threadID()) == c.groupTID.Load() {
 			for range openGroups { // balance NCCL's per-thread group state
 				note("group-end", c.d.GroupEnd())
 				runtime.UnlockOSThread()

@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"time"
 
@@ -45,6 +46,13 @@ func code(err error) seam.Result {
 	return seam.Success
 }
 
+// Interruptions of waiting operations.
+const (
+	interruptNone int32 = iota
+	interruptClose
+	interruptReconnect
+)
+
 // waitMode says what bounds a wait besides the caller's context.
 type waitMode int
 
@@ -71,8 +79,11 @@ func (c *NCCLCommunicator) poll(ctx context.Context, comm seam.Comm, deadline ti
 	if res != seam.Success && res != seam.InProgress {
 		return res, c.fail(&seam.Error{Code: res})
 	}
-	if c.interrupt.Load() {
+	switch c.interrupt.Load() {
+	case interruptClose:
 		return res, ErrClosed
+	case interruptReconnect:
+		return res, fmt.Errorf("%w: interrupted by attempt-reconnect", ErrUnhealthy)
 	}
 	if err := ctx.Err(); err != nil {
 		return res, err
