@@ -4,4 +4,4 @@
 // (make generate) runs the generator from here.
 package gen
 
-//go:generate go run ../tools/bindgen nccl.json
+//go:generate go run ../tools/bindgen nccl.json cuda.json

@@ -20,6 +20,7 @@ type Config struct {
 	Settings []Setting `json:"settings"` // preprocessor settings; the API is the union of all
 	Prefixes []string  `json:"prefixes"` // prefixes dropped from C names, longest match first
 	Skip     []Skip    `json:"skip"`     // declarations left out on purpose, each with a reason
+	Rename   []Rename  `json:"rename"`   // Go names chosen by hand to resolve collisions, each with a reason
 
 	file string
 	skip []*regexp.Regexp
@@ -29,6 +30,14 @@ type Config struct {
 type Setting struct {
 	Name    string   `json:"name"`
 	Defines []string `json:"defines"`
+}
+
+// Rename gives the declaration with C name C (a typedef, tag, function spelling,
+// enumerator or macro) the Go name Go instead of the one the naming rule gives.
+type Rename struct {
+	C      string `json:"c"`
+	Go     string `json:"go"`
+	Reason string `json:"reason"`
 }
 
 // Skip leaves out the declarations of one kind whose C name matches a regular expression.
@@ -83,7 +92,30 @@ func (c *Config) validate() error {
 		}
 		c.skip = append(c.skip, re)
 	}
+	for i, r := range c.Rename {
+		if r.C == "" || r.Go == "" || r.Reason == "" {
+			return fmt.Errorf("rename entry %d (%q -> %q) needs c, go and a reason", i, r.C, r.Go)
+		}
+	}
 	return nil
+}
+
+// renamed returns the Go name chosen by hand for a C name, or "".
+func (c *Config) renamed(cname string) string {
+	for _, r := range c.Rename {
+		if r.C == cname {
+			return r.Go
+		}
+	}
+	return ""
+}
+
+// goName applies the rename list, then the naming rule.
+func (c *Config) goName(cname string) string {
+	if n := c.renamed(cname); n != "" {
+		return n
+	}
+	return goName(cname, c.Prefixes)
 }
 
 // Target is the header set the Go code is generated from.

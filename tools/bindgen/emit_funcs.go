@@ -78,12 +78,17 @@ func (g *goPkg) plan(f *Func) (*crossing, error) {
 	cr := &crossing{f: f, name: "_ncclgo_tramp_" + f.Symbol}
 	var tparams, targs []string
 	tparams = append(tparams, "uintptr_t fp")
+	used := map[string]bool{}
 	for i, p := range f.Sig.Params {
 		gt, err := g.goType(p.Type)
 		if err != nil {
 			return nil, fmt.Errorf("parameter %s: %w", p.Name, err)
 		}
 		name := paramGoName(p.Name, i)
+		if used[name] {
+			name += itoa(i)
+		}
+		used[name] = true
 		cr.params = append(cr.params, jen.Id(name).Add(gt))
 		kind, ctyp, err := g.argOf(p.Type)
 		if err != nil {

@@ -32,11 +32,17 @@ func (g *goPkg) layoutChecks() []layoutCheck {
 			cname = d.CSpell
 		}
 		v := "v" + g.goName[d]
+		goAlign := jen.Uint64().Call(jen.Qual("unsafe", "Alignof").Call(jen.Id(v)))
+		if d.Align > maxGoAlign {
+			// Go aligns nothing beyond 8 bytes: check size and offsets, and that gcc
+			// agrees with the alignment the type's documentation states.
+			goAlign = jen.Lit(int(d.Align))
+		}
 		out = append(out, layoutCheck{
 			key: cname,
 			cA:  "sizeof(" + cname + ")", cB: "_Alignof(" + cname + ")",
 			goA:    jen.Uint64().Call(jen.Qual("unsafe", "Sizeof").Call(jen.Id(v))),
-			goB:    jen.Uint64().Call(jen.Qual("unsafe", "Alignof").Call(jen.Id(v))),
+			goB:    goAlign,
 			before: fmt.Sprintf("var %s %s", v, g.goName[d]),
 		})
 		if d.Kind == DeclStruct || d.Kind == DeclUnion {

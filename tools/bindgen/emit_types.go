@@ -189,16 +189,31 @@ func (g *goPkg) emitStruct(f *jen.File, d *TypeDecl, name string) error {
 		fields = append(fields, jen.Id(fd.GoName).Add(t).Comment(cDecl(fd.Type, fd.Name)))
 	}
 	f.Comment(fmt.Sprintf("%s is %s (struct, %d bytes).", name, g.cDoc(d), d.Size))
+	if d.Align > maxGoAlign {
+		comment(f, overAligned(d))
+	}
 	f.Type().Id(name).Struct(fields...)
 	return nil
 }
 
 var alignType = map[int64]string{1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
 
+// maxGoAlign is the largest alignment a Go type can have on 64-bit targets.
+const maxGoAlign = 8
+
+func overAligned(d *TypeDecl) string {
+	return fmt.Sprintf("\nC aligns it to %d bytes; Go aligns no type beyond %d, so a value the library\n"+
+		"must find %d-byte aligned has to live in memory the caller aligned.", d.Align, maxGoAlign, d.Align)
+}
+
 func (g *goPkg) emitUnion(f *jen.File, d *TypeDecl, name string) error {
 	at, ok := alignType[d.Align]
-	if !ok {
+	if !ok && d.Align <= maxGoAlign {
 		return fmt.Errorf("union alignment %d has no Go equivalent", d.Align)
+	}
+	if d.Align > maxGoAlign {
+		comment(f, overAligned(d))
+		at = "uint64"
 	}
 	comment(f, fmt.Sprintf("%s is %s (union, %d bytes): storage of the union's size and alignment;\n"+
 		"each member has an accessor method returning a pointer into it.", name, g.cDoc(d), d.Size))

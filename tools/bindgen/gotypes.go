@@ -94,7 +94,7 @@ func newGoPkg(cfg *Config, api *API) (*goPkg, error) {
 		u := d.Underlying
 		if u.Kind == Struct || u.Kind == Union || u.Kind == Enum {
 			if agg := g.lookup(u); agg != nil && g.goName[agg] == "" {
-				g.goName[agg] = goName(d.CName, cfg.Prefixes)
+				g.goName[agg] = cfg.goName(d.CName)
 				g.absorb[d] = true
 			}
 		}
@@ -107,6 +107,8 @@ func newGoPkg(cfg *Config, api *API) (*goPkg, error) {
 		}
 		var n string
 		switch {
+		case cfg.renamed(d.CName) != "":
+			n = cfg.renamed(d.CName)
 		case d.Kind == DeclTypedef:
 			n = goName(d.CName, cfg.Prefixes)
 		case d.ParentDecl != nil && d.FieldName != "":
@@ -114,7 +116,7 @@ func newGoPkg(cfg *Config, api *API) (*goPkg, error) {
 		case d.ParentDecl != nil:
 			n = name(d.ParentDecl) + "Anon" + d.CName[strings.LastIndex(d.CName, ".")+1:]
 		case d.Anonymous:
-			n = goName(d.CName, cfg.Prefixes)
+			n = cfg.goName(d.CName)
 		default:
 			n = tagGoName(d.CName, cfg.Prefixes)
 		}
@@ -133,11 +135,11 @@ func newGoPkg(cfg *Config, api *API) (*goPkg, error) {
 		g.claim(g.goName[d], "type "+d.CName+" ("+d.Pos+")")
 	}
 	for _, e := range api.Enums {
-		e.GoName = goName(e.Name, cfg.Prefixes)
+		e.GoName = cfg.goName(e.Name)
 		g.claim(e.GoName, "enumerator "+e.Name+" ("+e.Pos+")")
 	}
 	for _, c := range api.Consts {
-		c.GoName = goName(c.Name, cfg.Prefixes)
+		c.GoName = cfg.goName(c.Name)
 		g.claim(c.GoName, "macro "+c.Name+" ("+c.Pos+")")
 	}
 	for _, f := range api.Funcs {

@@ -72,8 +72,15 @@ var reservedParams = map[string]bool{
 	"resultError": true, "r": true, "s": true,
 }
 
-// paramGoName turns a C parameter name into a Go one; unnamed parameters become argN.
+// paramGoName turns a C parameter name into a Go one: first letter lower-cased
+// (Flags -> flags); unnamed parameters become argN; Go keywords and the names the
+// generated bodies use get an Arg suffix.
 func paramGoName(name string, i int) string {
+	if name != "" && !strings.ContainsFunc(name, unicode.IsLower) {
+		name = strings.ToLower(name) // FLAGS -> flags
+	} else if name != "" {
+		name = strings.ToLower(name[:1]) + name[1:]
+	}
 	switch {
 	case name == "":
 		return "arg" + itoa(i)

@@ -185,6 +185,7 @@ func (p *parser) translationUnit(ast *cc.AST) {
 		switch ed.Case {
 		case cc.ExternalDeclarationFuncDef:
 			d := ed.FunctionDefinition.Declarator
+			p.fnSyms[d.Name()] = true
 			if p.inHeader(d.Position().Filename) {
 				pos := d.Position()
 				p.fail(p.pos(pos.Filename, pos.Line, pos.Column), "function", d.Name(), "function defined in the header (static inline), not a library symbol")
@@ -306,7 +307,7 @@ func (p *parser) function(dr *cc.Declarator, where string, line, col int) {
 		p.fail(where, "function", sym, "variadic functions cannot be called through a trampoline")
 		return
 	}
-	name := goName(public, p.cfg.Prefixes)
+	name := p.cfg.goName(public)
 	for _, suf := range []string{"_ptds", "_ptsz"} {
 		if strings.HasSuffix(sym, suf) && !strings.HasSuffix(public, suf) {
 			name += camel(suf)
@@ -325,7 +326,7 @@ func (p *parser) function(dr *cc.Declarator, where string, line, col int) {
 			p.fail(where, "function", sym, fmt.Sprintf("Go name %s is taken by %s (%s)", name, f.Symbol, f.Pos))
 			return
 		}
-		if a, b := cSignature(sym, f.Sig), cSignature(sym, sig); a != b {
+		if a, b := cSignature(sym, unnamed(f.Sig)), cSignature(sym, unnamed(sig)); a != b {
 			p.fail(where, "function", sym, fmt.Sprintf("declared differently in setting %s: %s vs %s", p.setting, b, a))
 			return
 		}
