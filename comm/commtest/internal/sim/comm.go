@@ -541,12 +541,12 @@ func (w *World) commFinalize(d *device, c seam.Comm) error {
 	return w.waitIdle(rc, idle, call)
 }
 
+// waitIdle waits until rc has no pending operation (an abort or revoke ends them
+// promptly) or the device stops.
 func (w *World) waitIdle(rc *rankComm, idle <-chan struct{}, call string) error {
 	select {
 	case <-idle:
 		return nil
-	case <-rc.stop:
-		return ncclErr(seam.InvalidUsage, call, "communicator %#x was aborted while the call waited", uintptr(rc.h))
 	case <-rc.dev.stop:
 		return ncclErr(seam.SystemError, call, "device %d stopped while the call waited", rc.dev.idx)
 	}

@@ -244,15 +244,21 @@ func (d *Driver) StreamSynchronize(s seam.Stream) error {
 	if err != nil {
 		return cudaErr(ErrorInvalidHandle, call, "%v", err)
 	}
-	if !waitOp(tail, d.dev.stop) {
-		return d.enter(call) // reports the dead device or the closed world
-	}
+	waitOp(tail, d.dev.stop)
 	return d.stickyErr(call)
 }
 
+// stickyErr reports the state of the device after a wait: closed world, dead device or
+// a fault of device code.
 func (d *Driver) stickyErr(call string) error {
 	d.w.mu.Lock()
 	defer d.w.mu.Unlock()
+	switch {
+	case d.w.closed:
+		return cudaErr(ErrorDeinitialized, call, "simulator closed")
+	case d.dev.dead:
+		return cudaErr(ErrorDeviceUnavailable, call, "device %d is dead (injected fault)", d.dev.idx)
+	}
 	if s := d.dev.sticky; s != nil {
 		return cudaErr(stickyCode(s), call, "device %d faulted: %v", d.dev.idx, s)
 	}

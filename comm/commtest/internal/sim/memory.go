@@ -179,9 +179,8 @@ func (d *device) allocationOf(p seam.Ptr, n uint64) (base uint64, size uint64, n
 
 // read copies n bytes at p.
 func (d *device) read(p seam.Ptr, n uint64) ([]byte, error) {
-	out := make([]byte, n)
 	if n == 0 {
-		return out, nil
+		return []byte{}, nil
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -189,8 +188,7 @@ func (d *device) read(p seam.Ptr, n uint64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	copy(out, b)
-	return out, nil
+	return append([]byte(nil), b...), nil
 }
 
 // write copies data to p.

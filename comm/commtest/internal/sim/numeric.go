@@ -143,8 +143,8 @@ func apply64(op seam.RedOp, a, b float64) float64 {
 	return float64(a + b)
 }
 
-// applyInt combines two integers of width bits (signed or not) with op; the result is
-// the low bits of the exact result (wrapping).
+// applyInt combines two integers (sign-extended if signed) with op; the low bits of the
+// result are those of the element type's wrapping result.
 func applyInt(op seam.RedOp, signed bool, a, b uint64) uint64 {
 	switch op {
 	case seam.Prod:
@@ -206,9 +206,9 @@ func reduce(dt seam.DataType, op seam.RedOp, dst []byte, srcs [][]byte) {
 			store(dst[i:], es, uint64(acc))
 		default:
 			signed := dt == seam.Int8 || dt == seam.Int32 || dt == seam.Int64
-			acc := load(srcs[0][i:], es)
+			acc := loadInt(srcs[0][i:], es, signed)
 			for _, s := range srcs[1:] {
-				acc = applyInt(op, signed, acc, load(s[i:], es))
+				acc = applyInt(op, signed, acc, loadInt(s[i:], es, signed))
 			}
 			if op == seam.Avg {
 				acc = avgInt(acc, es, signed, n)
@@ -274,6 +274,17 @@ func load(b []byte, es int) uint64 {
 		return uint64(binary.LittleEndian.Uint32(b))
 	}
 	return binary.LittleEndian.Uint64(b)
+}
+
+// loadInt reads one integer, sign-extended to 64 bits if signed, so that 64-bit
+// arithmetic wraps like the element type's and comparisons order it correctly.
+func loadInt(b []byte, es int, signed bool) uint64 {
+	v := load(b, es)
+	if signed && es < 8 {
+		shift := uint(64 - 8*es)
+		v = uint64(int64(v<<shift) >> shift)
+	}
+	return v
 }
 
 func store(b []byte, es int, v uint64) {

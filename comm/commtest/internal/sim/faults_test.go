@@ -1,0 +1,98 @@
+package sim
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm/internal/seam"
+)
+
+func TestKilledRankNeverContributesAndItsDriverFails(t *testing.T) {
+	r := newRig(t, 3)
+	bufs := r.alloc(t, 4, nil)
+	require.NoError(t, r.w.Kill(2))
+	for i := range 2 {
+		require.NoError(t, r.d[i].AllReduce(bufs[i], bufs[i], 1, seam.Int32, seam.Sum, r.c[i], r.s[i]))
+	}
+	assert.True(t, never(30*time.Millisecond, func() bool {
+		done, _ := r.d[0].StreamQuery(r.s[0])
+		return done
+	}), "survivors' all-reduce waits for the dead rank forever")
+	res, err := r.d[0].CommGetAsyncError(r.c[0])
+	require.NoError(t, err)
+	assert.Equal(t, seam.Success, res, "NCCL does not notice a dead peer by itself")
+
+	_, err = r.d[2].MemAlloc(8)
+	assert.Equal(t, ErrorDeviceUnavailable, cudaCode(err))
+	assert.Equal(t, seam.UnhandledCudaError, ncclCode(r.d[2].AllReduce(bufs[2], bufs[2], 1, seam.Int32, seam.Sum, r.c[2], r.s[2])))
+	for i := range 2 {
+		require.NoError(t, r.d[i].CommAbort(r.c[i]))
+		require.NoError(t, r.d[i].StreamSynchronize(r.s[i]), "abort ends the survivors' operation")
+	}
+}
+
+func TestInjectedAsyncErrorIsReportedAndRefusesWork(t *testing.T) {
+	r := newRig(t, 2)
+	require.NoError(t, r.w.InjectError(1, seam.RemoteError))
+	res, err := r.d[1].CommGetAsyncError(r.c[1])
+	require.NoError(t, err)
+	assert.Equal(t, seam.RemoteError, res)
+	res, _ = r.d[0].CommGetAsyncError(r.c[0])
+	assert.Equal(t, seam.Success, res, "only the injected rank")
+	p, _ := r.w.Alloc(1, 4)
+	assert.Equal(t, seam.RemoteError, ncclCode(r.d[1].AllReduce(p, p, 1, seam.Int32, seam.Sum, r.c[1], r.s[1])))
+	assert.Error(t, r.w.InjectError(1, seam.Success))
+	assert.Error(t, r.w.InjectError(5, seam.RemoteError))
+}
+
+func TestHungOperationCompletesOnlyAfterAbort(t *testing.T) {
+	r := newRig(t, 2)
+	bufs := r.alloc(t, 4, func(i int) []byte { return int32s([]int32{1}) })
+	require.NoError(t, r.w.Hang(0, 1))
+	r.each(t, func(i int) error { return r.d[i].AllReduce(bufs[i], bufs[i], 1, seam.Int32, seam.Sum, r.c[i], r.s[i]) })
+	assert.True(t, never(30*time.Millisecond, func() bool {
+		d0, _ := r.d[0].StreamQuery(r.s[0])
+		d1, _ := r.d[1].StreamQuery(r.s[1])
+		return d0 || d1
+	}), "neither the hung rank nor its peer completes")
+	r.each(t, func(i int) error { return r.d[i].CommAbort(r.c[i]) })
+	r.sync(t)
+	assert.Equal(t, int32s([]int32{1}), r.read(t, 0, bufs[0], 4), "an aborted operation writes nothing")
+}
+
+func TestDelaySlowsARank(t *testing.T) {
+	r := newRig(t, 2)
+	bufs := r.alloc(t, 4, nil)
+	require.NoError(t, r.w.Delay(1, 40*time.Millisecond))
+	start := time.Now()
+	r.each(t, func(i int) error { return r.d[i].AllReduce(bufs[i], bufs[i], 1, seam.Int32, seam.Sum, r.c[i], r.s[i]) })
+	r.sync(t)
+	assert.GreaterOrEqual(t, time.Since(start), 40*time.Millisecond)
+	assert.Error(t, r.w.Delay(0, -time.Second))
+}
+
+func TestFailCallInjectsAnErrorForTheNextCalls(t *testing.T) {
+	w := newWorld(t, 1)
+	d := w.drivers[0]
+	oom := &CUDAError{Code: ErrorOutOfMemory, Call: "cuMemAlloc_v2"}
+	require.NoError(t, w.FailCall(0, "cuMemAlloc_v2", oom, 2))
+	for range 2 {
+		_, err := d.MemAlloc(8)
+		assert.Equal(t, ErrorOutOfMemory, cudaCode(err))
+	}
+	_, err := d.MemAlloc(8)
+	assert.NoError(t, err, "only the next two calls fail")
+
+	require.NoError(t, w.FailCall(0, "ncclGetUniqueId", nil, 1))
+	_, err = d.GetUniqueID()
+	assert.True(t, errors.Is(err, ErrInjected))
+	assert.Equal(t, seam.SystemError, ncclCode(err))
+
+	assert.Error(t, w.FailCall(0, "cuMemAlloc", nil, 1), "unknown function name")
+	assert.Error(t, w.FailCall(0, "cuMemAlloc_v2", nil, 0))
+	assert.Error(t, w.FailCall(1, "cuMemAlloc_v2", nil, 1))
+}
