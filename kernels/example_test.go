@@ -25,3 +25,39 @@ func ExampleAddBF16() {
 	// 0x0000 0
 	// bf16 add: dst has 3 elements, src has 1: length mismatch
 }
+
+// Load the add kernels into the current CUDA context and hand the bf16 one
+// to a backend (needs a GPU, so this example is compiled but not run).
+func ExampleLoad() {
+	mod, err := kernels.Load()
+	if err != nil {
+		fmt.Println("load:", err)
+		return
+	}
+	defer mod.Close()
+	f, err := mod.Func(kernels.BF16)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_ = f // backend.SetAddKernel(comm.Kernel(f))
+}
+
+// The launch configuration for 1 MiB and 1 GiB of bf16 on a GPU with 132
+// SMs: one thread per 16 bytes up to 8 blocks of 256 threads per SM.
+func ExampleLaunchDims() {
+	for _, n := range []int{1 << 19, 1 << 29} {
+		grid, block, err := kernels.LaunchDims(n, 2, 132)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Println(n, grid, block)
+	}
+	_, _, err := kernels.LaunchDims(-1, 2, 132)
+	fmt.Println(err)
+	// Output:
+	// 524288 256 256
+	// 536870912 1056 256
+	// launch dims: negative element count -1: invalid add kernel launch
+}
