@@ -140,6 +140,12 @@ func TestLoadFailureIsAnError(t *testing.T) {
 		assert.Empty(t, info.Path)
 		require.Len(t, info.Attempts, 1, "an explicit path is the only candidate")
 		assert.Equal(t, "NCCLGO_LIBNCCL", info.Attempts[0].Source)
+
+		var v int32
+		err = nccl.GetVersion(&v)
+		assert.ErrorIs(t, err, nccl.ErrLibraryNotFound, "a call reports the load error")
+		assert.Contains(t, err.Error(), os.Getenv("NCCLGO_TEST_LOADER_SAYS"))
+		assert.Equal(t, "nccl: result 5", nccl.InvalidUsage.Error(), "without the library a result is its number")
 		return
 	}
 	tests := []struct {
