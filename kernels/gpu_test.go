@@ -147,7 +147,7 @@ func TestGPUAddMatchesReferenceOn1GiBOfRandomBF16(t *testing.T) {
 func TestGPUAddHandlesEveryAlignmentAndLength(t *testing.T) {
 	g := openGPU(t)
 	lengths := []int{0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 255, 256, 257, 2047, 2048, 2049, 4097, 100_003}
-	for _, k := range Kinds {
+	for _, k := range Kinds() {
 		size, _ := k.ElemSize()
 		per := 16 / size
 		t.Run(k.String(), func(t *testing.T) {

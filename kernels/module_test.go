@@ -83,7 +83,7 @@ func TestLoadResolvesEveryKernelFromTheEmbeddedPTX(t *testing.T) {
 	m, err := load(d)
 	require.NoError(t, err)
 	seen := map[uintptr]bool{}
-	for _, k := range Kinds {
+	for _, k := range Kinds() {
 		f, err := m.Func(k)
 		require.NoError(t, err, "%v", k)
 		assert.NotZero(t, f)
@@ -167,7 +167,7 @@ func TestModuleIsSafeForConcurrentUse(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 100 {
-				_, err := m.Func(Kinds[i%len(Kinds)])
+				_, err := m.Func(Kinds()[i%len(Kinds())])
 				if err != nil {
 					assert.ErrorIs(t, err, ErrClosed)
 				}

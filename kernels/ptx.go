@@ -35,8 +35,11 @@ const (
 	F32                  // IEEE binary32, 4 bytes
 )
 
-// Kinds lists every supported Kind, in a fixed order.
-var Kinds = []Kind{BF16, F16, F32}
+// Kinds returns every supported Kind, in a fixed order (a new slice each
+// call).
+func Kinds() []Kind {
+	return []Kind{BF16, F16, F32}
+}
 
 // ErrKind reports a Kind that is not one of BF16, F16 and F32.
 var ErrKind = errors.New("unsupported add kernel kind")
