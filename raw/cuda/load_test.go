@@ -78,6 +78,11 @@ func TestLoadFailureIsAnError(t *testing.T) {
 		assert.Contains(t, err.Error(), os.Getenv("NCCLGO_LIBCUDA"))
 		assert.Contains(t, err.Error(), os.Getenv("NCCLGO_TEST_LOADER_SAYS"))
 		assert.ErrorIs(t, cuda.LibraryInfo().Err, cuda.ErrLibraryNotFound)
+
+		err = cuda.Init(0)
+		assert.ErrorIs(t, err, cuda.ErrLibraryNotFound, "a call reports the load error")
+		assert.Contains(t, err.Error(), os.Getenv("NCCLGO_TEST_LOADER_SAYS"))
+		assert.Equal(t, "cuda: CUresult 100", cuda.ErrorNoDevice.Error(), "without the library a result is its number")
 		return
 	}
 	tests := []struct {

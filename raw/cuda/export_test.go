@@ -1,0 +1,9 @@
+package cuda
+
+import "github.com/ncclgo/ncclgo/raw/internal/dl"
+
+// ExportSymbols is the generated symbol table, for the external tests.
+var ExportSymbols = symbols
+
+// ExportResolve resolves s in libcuda.
+func ExportResolve(s *dl.Symbol) (uintptr, error) { return lib.Resolve(s) }
