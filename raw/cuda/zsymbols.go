@@ -6,2359 +6,1184 @@ import dl "github.com/ncclgo/ncclgo/raw/internal/dl"
 
 // The symbols the functions call, each with the first pinned header version declaring it.
 var (
-	_sym_cuArray3DCreate = dl.Symbol{
-		Name:  "cuArray3DCreate",
-		Since: "12.4.1",
-	}
-	_sym_cuArray3DCreate_v2 = dl.Symbol{
-		Name:  "cuArray3DCreate_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuArray3DGetDescriptor = dl.Symbol{
-		Name:  "cuArray3DGetDescriptor",
-		Since: "12.4.1",
-	}
-	_sym_cuArray3DGetDescriptor_v2 = dl.Symbol{
-		Name:  "cuArray3DGetDescriptor_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuArrayCreate = dl.Symbol{
-		Name:  "cuArrayCreate",
-		Since: "12.4.1",
-	}
-	_sym_cuArrayCreate_v2 = dl.Symbol{
-		Name:  "cuArrayCreate_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuArrayDestroy = dl.Symbol{
-		Name:  "cuArrayDestroy",
-		Since: "12.4.1",
-	}
-	_sym_cuArrayGetDescriptor = dl.Symbol{
-		Name:  "cuArrayGetDescriptor",
-		Since: "12.4.1",
-	}
-	_sym_cuArrayGetDescriptor_v2 = dl.Symbol{
-		Name:  "cuArrayGetDescriptor_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuArrayGetMemoryRequirements = dl.Symbol{
-		Name:  "cuArrayGetMemoryRequirements",
-		Since: "12.4.1",
-	}
-	_sym_cuArrayGetPlane = dl.Symbol{
-		Name:  "cuArrayGetPlane",
-		Since: "12.4.1",
-	}
-	_sym_cuArrayGetSparseProperties = dl.Symbol{
-		Name:  "cuArrayGetSparseProperties",
-		Since: "12.4.1",
-	}
-	_sym_cuCoredumpGetAttribute = dl.Symbol{
-		Name:  "cuCoredumpGetAttribute",
-		Since: "12.4.1",
-	}
-	_sym_cuCoredumpGetAttributeGlobal = dl.Symbol{
-		Name:  "cuCoredumpGetAttributeGlobal",
-		Since: "12.4.1",
-	}
-	_sym_cuCoredumpSetAttribute = dl.Symbol{
-		Name:  "cuCoredumpSetAttribute",
-		Since: "12.4.1",
-	}
-	_sym_cuCoredumpSetAttributeGlobal = dl.Symbol{
-		Name:  "cuCoredumpSetAttributeGlobal",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxAttach = dl.Symbol{
-		Name:  "cuCtxAttach",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxCreate = dl.Symbol{
-		Name:  "cuCtxCreate",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxCreate_v2 = dl.Symbol{
-		Name:  "cuCtxCreate_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxCreate_v3 = dl.Symbol{
-		Name:  "cuCtxCreate_v3",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxDestroy = dl.Symbol{
-		Name:  "cuCtxDestroy",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxDestroy_v2 = dl.Symbol{
-		Name:  "cuCtxDestroy_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxDetach = dl.Symbol{
-		Name:  "cuCtxDetach",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxDisablePeerAccess = dl.Symbol{
-		Name:  "cuCtxDisablePeerAccess",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxEnablePeerAccess = dl.Symbol{
-		Name:  "cuCtxEnablePeerAccess",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxFromGreenCtx = dl.Symbol{
-		Name:  "cuCtxFromGreenCtx",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxGetApiVersion = dl.Symbol{
-		Name:  "cuCtxGetApiVersion",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxGetCacheConfig = dl.Symbol{
-		Name:  "cuCtxGetCacheConfig",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxGetCurrent = dl.Symbol{
-		Name:  "cuCtxGetCurrent",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxGetDevResource = dl.Symbol{
-		Name:  "cuCtxGetDevResource",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxGetDevice = dl.Symbol{
-		Name:  "cuCtxGetDevice",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxGetExecAffinity = dl.Symbol{
-		Name:  "cuCtxGetExecAffinity",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxGetFlags = dl.Symbol{
-		Name:  "cuCtxGetFlags",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxGetId = dl.Symbol{
-		Name:  "cuCtxGetId",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxGetLimit = dl.Symbol{
-		Name:  "cuCtxGetLimit",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxGetSharedMemConfig = dl.Symbol{
-		Name:  "cuCtxGetSharedMemConfig",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxGetStreamPriorityRange = dl.Symbol{
-		Name:  "cuCtxGetStreamPriorityRange",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxPopCurrent = dl.Symbol{
-		Name:  "cuCtxPopCurrent",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxPopCurrent_v2 = dl.Symbol{
-		Name:  "cuCtxPopCurrent_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxPushCurrent = dl.Symbol{
-		Name:  "cuCtxPushCurrent",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxPushCurrent_v2 = dl.Symbol{
-		Name:  "cuCtxPushCurrent_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxResetPersistingL2Cache = dl.Symbol{
-		Name:  "cuCtxResetPersistingL2Cache",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxSetCacheConfig = dl.Symbol{
-		Name:  "cuCtxSetCacheConfig",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxSetCurrent = dl.Symbol{
-		Name:  "cuCtxSetCurrent",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxSetFlags = dl.Symbol{
-		Name:  "cuCtxSetFlags",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxSetLimit = dl.Symbol{
-		Name:  "cuCtxSetLimit",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxSetSharedMemConfig = dl.Symbol{
-		Name:  "cuCtxSetSharedMemConfig",
-		Since: "12.4.1",
-	}
-	_sym_cuCtxSynchronize = dl.Symbol{
-		Name:  "cuCtxSynchronize",
-		Since: "12.4.1",
-	}
-	_sym_cuDestroyExternalMemory = dl.Symbol{
-		Name:  "cuDestroyExternalMemory",
-		Since: "12.4.1",
-	}
-	_sym_cuDestroyExternalSemaphore = dl.Symbol{
-		Name:  "cuDestroyExternalSemaphore",
-		Since: "12.4.1",
-	}
-	_sym_cuDevResourceGenerateDesc = dl.Symbol{
-		Name:  "cuDevResourceGenerateDesc",
-		Since: "12.4.1",
-	}
-	_sym_cuDevSmResourceSplitByCount = dl.Symbol{
-		Name:  "cuDevSmResourceSplitByCount",
-		Since: "12.4.1",
-	}
-	_sym_cuDeviceCanAccessPeer = dl.Symbol{
-		Name:  "cuDeviceCanAccessPeer",
-		Since: "12.4.1",
-	}
-	_sym_cuDeviceComputeCapability = dl.Symbol{
-		Name:  "cuDeviceComputeCapability",
-		Since: "12.4.1",
-	}
-	_sym_cuDeviceGet = dl.Symbol{
-		Name:  "cuDeviceGet",
-		Since: "12.4.1",
-	}
-	_sym_cuDeviceGetAttribute = dl.Symbol{
-		Name:  "cuDeviceGetAttribute",
-		Since: "12.4.1",
-	}
-	_sym_cuDeviceGetByPCIBusId = dl.Symbol{
-		Name:  "cuDeviceGetByPCIBusId",
-		Since: "12.4.1",
-	}
-	_sym_cuDeviceGetCount = dl.Symbol{
-		Name:  "cuDeviceGetCount",
-		Since: "12.4.1",
-	}
-	_sym_cuDeviceGetDefaultMemPool = dl.Symbol{
-		Name:  "cuDeviceGetDefaultMemPool",
-		Since: "12.4.1",
-	}
-	_sym_cuDeviceGetDevResource = dl.Symbol{
-		Name:  "cuDeviceGetDevResource",
-		Since: "12.4.1",
-	}
-	_sym_cuDeviceGetExecAffinitySupport = dl.Symbol{
-		Name:  "cuDeviceGetExecAffinitySupport",
-		Since: "12.4.1",
-	}
-	_sym_cuDeviceGetGraphMemAttribute = dl.Symbol{
-		Name:  "cuDeviceGetGraphMemAttribute",
-		Since: "12.4.1",
-	}
-	_sym_cuDeviceGetLuid = dl.Symbol{
-		Name:  "cuDeviceGetLuid",
-		Since: "12.4.1",
-	}
-	_sym_cuDeviceGetMemPool = dl.Symbol{
-		Name:  "cuDeviceGetMemPool",
-		Since: "12.4.1",
-	}
-	_sym_cuDeviceGetName = dl.Symbol{
-		Name:  "cuDeviceGetName",
-		Since: "12.4.1",
-	}
-	_sym_cuDeviceGetNvSciSyncAttributes = dl.Symbol{
-		Name:  "cuDeviceGetNvSciSyncAttributes",
-		Since: "12.4.1",
-	}
-	_sym_cuDeviceGetP2PAttribute = dl.Symbol{
-		Name:  "cuDeviceGetP2PAttribute",
-		Since: "12.4.1",
-	}
-	_sym_cuDeviceGetPCIBusId = dl.Symbol{
-		Name:  "cuDeviceGetPCIBusId",
-		Since: "12.4.1",
-	}
-	_sym_cuDeviceGetProperties = dl.Symbol{
-		Name:  "cuDeviceGetProperties",
-		Since: "12.4.1",
-	}
-	_sym_cuDeviceGetTexture1DLinearMaxWidth = dl.Symbol{
-		Name:  "cuDeviceGetTexture1DLinearMaxWidth",
-		Since: "12.4.1",
-	}
-	_sym_cuDeviceGetUuid = dl.Symbol{
-		Name:  "cuDeviceGetUuid",
-		Since: "12.4.1",
-	}
-	_sym_cuDeviceGetUuid_v2 = dl.Symbol{
-		Name:  "cuDeviceGetUuid_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuDeviceGraphMemTrim = dl.Symbol{
-		Name:  "cuDeviceGraphMemTrim",
-		Since: "12.4.1",
-	}
-	_sym_cuDevicePrimaryCtxGetState = dl.Symbol{
-		Name:  "cuDevicePrimaryCtxGetState",
-		Since: "12.4.1",
-	}
-	_sym_cuDevicePrimaryCtxRelease = dl.Symbol{
-		Name:  "cuDevicePrimaryCtxRelease",
-		Since: "12.4.1",
-	}
-	_sym_cuDevicePrimaryCtxRelease_v2 = dl.Symbol{
-		Name:  "cuDevicePrimaryCtxRelease_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuDevicePrimaryCtxReset = dl.Symbol{
-		Name:  "cuDevicePrimaryCtxReset",
-		Since: "12.4.1",
-	}
-	_sym_cuDevicePrimaryCtxReset_v2 = dl.Symbol{
-		Name:  "cuDevicePrimaryCtxReset_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuDevicePrimaryCtxRetain = dl.Symbol{
-		Name:  "cuDevicePrimaryCtxRetain",
-		Since: "12.4.1",
-	}
-	_sym_cuDevicePrimaryCtxSetFlags = dl.Symbol{
-		Name:  "cuDevicePrimaryCtxSetFlags",
-		Since: "12.4.1",
-	}
-	_sym_cuDevicePrimaryCtxSetFlags_v2 = dl.Symbol{
-		Name:  "cuDevicePrimaryCtxSetFlags_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuDeviceRegisterAsyncNotification = dl.Symbol{
-		Name:  "cuDeviceRegisterAsyncNotification",
-		Since: "12.4.1",
-	}
-	_sym_cuDeviceSetGraphMemAttribute = dl.Symbol{
-		Name:  "cuDeviceSetGraphMemAttribute",
-		Since: "12.4.1",
-	}
-	_sym_cuDeviceSetMemPool = dl.Symbol{
-		Name:  "cuDeviceSetMemPool",
-		Since: "12.4.1",
-	}
-	_sym_cuDeviceTotalMem = dl.Symbol{
-		Name:  "cuDeviceTotalMem",
-		Since: "12.4.1",
-	}
-	_sym_cuDeviceTotalMem_v2 = dl.Symbol{
-		Name:  "cuDeviceTotalMem_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuDeviceUnregisterAsyncNotification = dl.Symbol{
-		Name:  "cuDeviceUnregisterAsyncNotification",
-		Since: "12.4.1",
-	}
-	_sym_cuDriverGetVersion = dl.Symbol{
-		Name:  "cuDriverGetVersion",
-		Since: "12.4.1",
-	}
-	_sym_cuEventCreate = dl.Symbol{
-		Name:  "cuEventCreate",
-		Since: "12.4.1",
-	}
-	_sym_cuEventDestroy = dl.Symbol{
-		Name:  "cuEventDestroy",
-		Since: "12.4.1",
-	}
-	_sym_cuEventDestroy_v2 = dl.Symbol{
-		Name:  "cuEventDestroy_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuEventElapsedTime = dl.Symbol{
-		Name:  "cuEventElapsedTime",
-		Since: "12.4.1",
-	}
-	_sym_cuEventQuery = dl.Symbol{
-		Name:  "cuEventQuery",
-		Since: "12.4.1",
-	}
-	_sym_cuEventRecord = dl.Symbol{
-		Name:  "cuEventRecord",
-		Since: "12.4.1",
-	}
-	_sym_cuEventRecordWithFlags = dl.Symbol{
-		Name:  "cuEventRecordWithFlags",
-		Since: "12.4.1",
-	}
-	_sym_cuEventRecordWithFlags_ptsz = dl.Symbol{
-		Name:  "cuEventRecordWithFlags_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuEventRecord_ptsz = dl.Symbol{
-		Name:  "cuEventRecord_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuEventSynchronize = dl.Symbol{
-		Name:  "cuEventSynchronize",
-		Since: "12.4.1",
-	}
-	_sym_cuExternalMemoryGetMappedBuffer = dl.Symbol{
-		Name:  "cuExternalMemoryGetMappedBuffer",
-		Since: "12.4.1",
-	}
-	_sym_cuExternalMemoryGetMappedMipmappedArray = dl.Symbol{
-		Name:  "cuExternalMemoryGetMappedMipmappedArray",
-		Since: "12.4.1",
-	}
-	_sym_cuFlushGPUDirectRDMAWrites = dl.Symbol{
-		Name:  "cuFlushGPUDirectRDMAWrites",
-		Since: "12.4.1",
-	}
-	_sym_cuFuncGetAttribute = dl.Symbol{
-		Name:  "cuFuncGetAttribute",
-		Since: "12.4.1",
-	}
-	_sym_cuFuncGetModule = dl.Symbol{
-		Name:  "cuFuncGetModule",
-		Since: "12.4.1",
-	}
-	_sym_cuFuncGetName = dl.Symbol{
-		Name:  "cuFuncGetName",
-		Since: "12.4.1",
-	}
-	_sym_cuFuncGetParamInfo = dl.Symbol{
-		Name:  "cuFuncGetParamInfo",
-		Since: "12.4.1",
-	}
-	_sym_cuFuncIsLoaded = dl.Symbol{
-		Name:  "cuFuncIsLoaded",
-		Since: "12.4.1",
-	}
-	_sym_cuFuncLoad = dl.Symbol{
-		Name:  "cuFuncLoad",
-		Since: "12.4.1",
-	}
-	_sym_cuFuncSetAttribute = dl.Symbol{
-		Name:  "cuFuncSetAttribute",
-		Since: "12.4.1",
-	}
-	_sym_cuFuncSetBlockShape = dl.Symbol{
-		Name:  "cuFuncSetBlockShape",
-		Since: "12.4.1",
-	}
-	_sym_cuFuncSetCacheConfig = dl.Symbol{
-		Name:  "cuFuncSetCacheConfig",
-		Since: "12.4.1",
-	}
-	_sym_cuFuncSetSharedMemConfig = dl.Symbol{
-		Name:  "cuFuncSetSharedMemConfig",
-		Since: "12.4.1",
-	}
-	_sym_cuFuncSetSharedSize = dl.Symbol{
-		Name:  "cuFuncSetSharedSize",
-		Since: "12.4.1",
-	}
-	_sym_cuGetErrorName = dl.Symbol{
-		Name:  "cuGetErrorName",
-		Since: "12.4.1",
-	}
-	_sym_cuGetErrorString = dl.Symbol{
-		Name:  "cuGetErrorString",
-		Since: "12.4.1",
-	}
-	_sym_cuGetExportTable = dl.Symbol{
-		Name:  "cuGetExportTable",
-		Since: "12.4.1",
-	}
-	_sym_cuGetProcAddress = dl.Symbol{
-		Name:  "cuGetProcAddress",
-		Since: "12.4.1",
-	}
-	_sym_cuGetProcAddress_v2 = dl.Symbol{
-		Name:  "cuGetProcAddress_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphAddBatchMemOpNode = dl.Symbol{
-		Name:  "cuGraphAddBatchMemOpNode",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphAddChildGraphNode = dl.Symbol{
-		Name:  "cuGraphAddChildGraphNode",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphAddDependencies = dl.Symbol{
-		Name:  "cuGraphAddDependencies",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphAddDependencies_v2 = dl.Symbol{
-		Name:  "cuGraphAddDependencies_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphAddEmptyNode = dl.Symbol{
-		Name:  "cuGraphAddEmptyNode",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphAddEventRecordNode = dl.Symbol{
-		Name:  "cuGraphAddEventRecordNode",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphAddEventWaitNode = dl.Symbol{
-		Name:  "cuGraphAddEventWaitNode",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphAddExternalSemaphoresSignalNode = dl.Symbol{
-		Name:  "cuGraphAddExternalSemaphoresSignalNode",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphAddExternalSemaphoresWaitNode = dl.Symbol{
-		Name:  "cuGraphAddExternalSemaphoresWaitNode",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphAddHostNode = dl.Symbol{
-		Name:  "cuGraphAddHostNode",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphAddKernelNode = dl.Symbol{
-		Name:  "cuGraphAddKernelNode",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphAddKernelNode_v2 = dl.Symbol{
-		Name:  "cuGraphAddKernelNode_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphAddMemAllocNode = dl.Symbol{
-		Name:  "cuGraphAddMemAllocNode",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphAddMemFreeNode = dl.Symbol{
-		Name:  "cuGraphAddMemFreeNode",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphAddMemcpyNode = dl.Symbol{
-		Name:  "cuGraphAddMemcpyNode",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphAddMemsetNode = dl.Symbol{
-		Name:  "cuGraphAddMemsetNode",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphAddNode = dl.Symbol{
-		Name:  "cuGraphAddNode",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphAddNode_v2 = dl.Symbol{
-		Name:  "cuGraphAddNode_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphBatchMemOpNodeGetParams = dl.Symbol{
-		Name:  "cuGraphBatchMemOpNodeGetParams",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphBatchMemOpNodeSetParams = dl.Symbol{
-		Name:  "cuGraphBatchMemOpNodeSetParams",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphChildGraphNodeGetGraph = dl.Symbol{
-		Name:  "cuGraphChildGraphNodeGetGraph",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphClone = dl.Symbol{
-		Name:  "cuGraphClone",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphConditionalHandleCreate = dl.Symbol{
-		Name:  "cuGraphConditionalHandleCreate",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphCreate = dl.Symbol{
-		Name:  "cuGraphCreate",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphDebugDotPrint = dl.Symbol{
-		Name:  "cuGraphDebugDotPrint",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphDestroy = dl.Symbol{
-		Name:  "cuGraphDestroy",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphDestroyNode = dl.Symbol{
-		Name:  "cuGraphDestroyNode",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphEventRecordNodeGetEvent = dl.Symbol{
-		Name:  "cuGraphEventRecordNodeGetEvent",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphEventRecordNodeSetEvent = dl.Symbol{
-		Name:  "cuGraphEventRecordNodeSetEvent",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphEventWaitNodeGetEvent = dl.Symbol{
-		Name:  "cuGraphEventWaitNodeGetEvent",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphEventWaitNodeSetEvent = dl.Symbol{
-		Name:  "cuGraphEventWaitNodeSetEvent",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphExecBatchMemOpNodeSetParams = dl.Symbol{
-		Name:  "cuGraphExecBatchMemOpNodeSetParams",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphExecChildGraphNodeSetParams = dl.Symbol{
-		Name:  "cuGraphExecChildGraphNodeSetParams",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphExecDestroy = dl.Symbol{
-		Name:  "cuGraphExecDestroy",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphExecEventRecordNodeSetEvent = dl.Symbol{
-		Name:  "cuGraphExecEventRecordNodeSetEvent",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphExecEventWaitNodeSetEvent = dl.Symbol{
-		Name:  "cuGraphExecEventWaitNodeSetEvent",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphExecExternalSemaphoresSignalNodeSetParams = dl.Symbol{
-		Name:  "cuGraphExecExternalSemaphoresSignalNodeSetParams",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphExecExternalSemaphoresWaitNodeSetParams = dl.Symbol{
-		Name:  "cuGraphExecExternalSemaphoresWaitNodeSetParams",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphExecGetFlags = dl.Symbol{
-		Name:  "cuGraphExecGetFlags",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphExecHostNodeSetParams = dl.Symbol{
-		Name:  "cuGraphExecHostNodeSetParams",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphExecKernelNodeSetParams = dl.Symbol{
-		Name:  "cuGraphExecKernelNodeSetParams",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphExecKernelNodeSetParams_v2 = dl.Symbol{
-		Name:  "cuGraphExecKernelNodeSetParams_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphExecMemcpyNodeSetParams = dl.Symbol{
-		Name:  "cuGraphExecMemcpyNodeSetParams",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphExecMemsetNodeSetParams = dl.Symbol{
-		Name:  "cuGraphExecMemsetNodeSetParams",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphExecNodeSetParams = dl.Symbol{
-		Name:  "cuGraphExecNodeSetParams",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphExecUpdate = dl.Symbol{
-		Name:  "cuGraphExecUpdate",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphExecUpdate_v2 = dl.Symbol{
-		Name:  "cuGraphExecUpdate_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphExternalSemaphoresSignalNodeGetParams = dl.Symbol{
-		Name:  "cuGraphExternalSemaphoresSignalNodeGetParams",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphExternalSemaphoresSignalNodeSetParams = dl.Symbol{
-		Name:  "cuGraphExternalSemaphoresSignalNodeSetParams",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphExternalSemaphoresWaitNodeGetParams = dl.Symbol{
-		Name:  "cuGraphExternalSemaphoresWaitNodeGetParams",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphExternalSemaphoresWaitNodeSetParams = dl.Symbol{
-		Name:  "cuGraphExternalSemaphoresWaitNodeSetParams",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphGetEdges = dl.Symbol{
-		Name:  "cuGraphGetEdges",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphGetEdges_v2 = dl.Symbol{
-		Name:  "cuGraphGetEdges_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphGetNodes = dl.Symbol{
-		Name:  "cuGraphGetNodes",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphGetRootNodes = dl.Symbol{
-		Name:  "cuGraphGetRootNodes",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphHostNodeGetParams = dl.Symbol{
-		Name:  "cuGraphHostNodeGetParams",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphHostNodeSetParams = dl.Symbol{
-		Name:  "cuGraphHostNodeSetParams",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphInstantiate = dl.Symbol{
-		Name:  "cuGraphInstantiate",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphInstantiateWithFlags = dl.Symbol{
-		Name:  "cuGraphInstantiateWithFlags",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphInstantiateWithParams = dl.Symbol{
-		Name:  "cuGraphInstantiateWithParams",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphInstantiateWithParams_ptsz = dl.Symbol{
-		Name:  "cuGraphInstantiateWithParams_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphInstantiate_v2 = dl.Symbol{
-		Name:  "cuGraphInstantiate_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphKernelNodeCopyAttributes = dl.Symbol{
-		Name:  "cuGraphKernelNodeCopyAttributes",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphKernelNodeGetAttribute = dl.Symbol{
-		Name:  "cuGraphKernelNodeGetAttribute",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphKernelNodeGetParams = dl.Symbol{
-		Name:  "cuGraphKernelNodeGetParams",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphKernelNodeGetParams_v2 = dl.Symbol{
-		Name:  "cuGraphKernelNodeGetParams_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphKernelNodeSetAttribute = dl.Symbol{
-		Name:  "cuGraphKernelNodeSetAttribute",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphKernelNodeSetParams = dl.Symbol{
-		Name:  "cuGraphKernelNodeSetParams",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphKernelNodeSetParams_v2 = dl.Symbol{
-		Name:  "cuGraphKernelNodeSetParams_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphLaunch = dl.Symbol{
-		Name:  "cuGraphLaunch",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphLaunch_ptsz = dl.Symbol{
-		Name:  "cuGraphLaunch_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphMemAllocNodeGetParams = dl.Symbol{
-		Name:  "cuGraphMemAllocNodeGetParams",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphMemFreeNodeGetParams = dl.Symbol{
-		Name:  "cuGraphMemFreeNodeGetParams",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphMemcpyNodeGetParams = dl.Symbol{
-		Name:  "cuGraphMemcpyNodeGetParams",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphMemcpyNodeSetParams = dl.Symbol{
-		Name:  "cuGraphMemcpyNodeSetParams",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphMemsetNodeGetParams = dl.Symbol{
-		Name:  "cuGraphMemsetNodeGetParams",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphMemsetNodeSetParams = dl.Symbol{
-		Name:  "cuGraphMemsetNodeSetParams",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphNodeFindInClone = dl.Symbol{
-		Name:  "cuGraphNodeFindInClone",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphNodeGetDependencies = dl.Symbol{
-		Name:  "cuGraphNodeGetDependencies",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphNodeGetDependencies_v2 = dl.Symbol{
-		Name:  "cuGraphNodeGetDependencies_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphNodeGetDependentNodes = dl.Symbol{
-		Name:  "cuGraphNodeGetDependentNodes",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphNodeGetDependentNodes_v2 = dl.Symbol{
-		Name:  "cuGraphNodeGetDependentNodes_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphNodeGetEnabled = dl.Symbol{
-		Name:  "cuGraphNodeGetEnabled",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphNodeGetType = dl.Symbol{
-		Name:  "cuGraphNodeGetType",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphNodeSetEnabled = dl.Symbol{
-		Name:  "cuGraphNodeSetEnabled",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphNodeSetParams = dl.Symbol{
-		Name:  "cuGraphNodeSetParams",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphReleaseUserObject = dl.Symbol{
-		Name:  "cuGraphReleaseUserObject",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphRemoveDependencies = dl.Symbol{
-		Name:  "cuGraphRemoveDependencies",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphRemoveDependencies_v2 = dl.Symbol{
-		Name:  "cuGraphRemoveDependencies_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphRetainUserObject = dl.Symbol{
-		Name:  "cuGraphRetainUserObject",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphUpload = dl.Symbol{
-		Name:  "cuGraphUpload",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphUpload_ptsz = dl.Symbol{
-		Name:  "cuGraphUpload_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphicsMapResources = dl.Symbol{
-		Name:  "cuGraphicsMapResources",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphicsMapResources_ptsz = dl.Symbol{
-		Name:  "cuGraphicsMapResources_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphicsResourceGetMappedMipmappedArray = dl.Symbol{
-		Name:  "cuGraphicsResourceGetMappedMipmappedArray",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphicsResourceGetMappedPointer = dl.Symbol{
-		Name:  "cuGraphicsResourceGetMappedPointer",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphicsResourceGetMappedPointer_v2 = dl.Symbol{
-		Name:  "cuGraphicsResourceGetMappedPointer_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphicsResourceSetMapFlags = dl.Symbol{
-		Name:  "cuGraphicsResourceSetMapFlags",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphicsResourceSetMapFlags_v2 = dl.Symbol{
-		Name:  "cuGraphicsResourceSetMapFlags_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphicsSubResourceGetMappedArray = dl.Symbol{
-		Name:  "cuGraphicsSubResourceGetMappedArray",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphicsUnmapResources = dl.Symbol{
-		Name:  "cuGraphicsUnmapResources",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphicsUnmapResources_ptsz = dl.Symbol{
-		Name:  "cuGraphicsUnmapResources_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuGraphicsUnregisterResource = dl.Symbol{
-		Name:  "cuGraphicsUnregisterResource",
-		Since: "12.4.1",
-	}
-	_sym_cuGreenCtxCreate = dl.Symbol{
-		Name:  "cuGreenCtxCreate",
-		Since: "12.4.1",
-	}
-	_sym_cuGreenCtxDestroy = dl.Symbol{
-		Name:  "cuGreenCtxDestroy",
-		Since: "12.4.1",
-	}
-	_sym_cuGreenCtxGetDevResource = dl.Symbol{
-		Name:  "cuGreenCtxGetDevResource",
-		Since: "12.4.1",
-	}
-	_sym_cuGreenCtxRecordEvent = dl.Symbol{
-		Name:  "cuGreenCtxRecordEvent",
-		Since: "12.4.1",
-	}
-	_sym_cuGreenCtxWaitEvent = dl.Symbol{
-		Name:  "cuGreenCtxWaitEvent",
-		Since: "12.4.1",
-	}
-	_sym_cuImportExternalMemory = dl.Symbol{
-		Name:  "cuImportExternalMemory",
-		Since: "12.4.1",
-	}
-	_sym_cuImportExternalSemaphore = dl.Symbol{
-		Name:  "cuImportExternalSemaphore",
-		Since: "12.4.1",
-	}
-	_sym_cuInit = dl.Symbol{
-		Name:  "cuInit",
-		Since: "12.4.1",
-	}
-	_sym_cuIpcCloseMemHandle = dl.Symbol{
-		Name:  "cuIpcCloseMemHandle",
-		Since: "12.4.1",
-	}
-	_sym_cuIpcGetEventHandle = dl.Symbol{
-		Name:  "cuIpcGetEventHandle",
-		Since: "12.4.1",
-	}
-	_sym_cuIpcGetMemHandle = dl.Symbol{
-		Name:  "cuIpcGetMemHandle",
-		Since: "12.4.1",
-	}
-	_sym_cuIpcOpenEventHandle = dl.Symbol{
-		Name:  "cuIpcOpenEventHandle",
-		Since: "12.4.1",
-	}
-	_sym_cuIpcOpenMemHandle = dl.Symbol{
-		Name:  "cuIpcOpenMemHandle",
-		Since: "12.4.1",
-	}
-	_sym_cuIpcOpenMemHandle_v2 = dl.Symbol{
-		Name:  "cuIpcOpenMemHandle_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuKernelGetAttribute = dl.Symbol{
-		Name:  "cuKernelGetAttribute",
-		Since: "12.4.1",
-	}
-	_sym_cuKernelGetFunction = dl.Symbol{
-		Name:  "cuKernelGetFunction",
-		Since: "12.4.1",
-	}
-	_sym_cuKernelGetName = dl.Symbol{
-		Name:  "cuKernelGetName",
-		Since: "12.4.1",
-	}
-	_sym_cuKernelGetParamInfo = dl.Symbol{
-		Name:  "cuKernelGetParamInfo",
-		Since: "12.4.1",
-	}
-	_sym_cuKernelSetAttribute = dl.Symbol{
-		Name:  "cuKernelSetAttribute",
-		Since: "12.4.1",
-	}
-	_sym_cuKernelSetCacheConfig = dl.Symbol{
-		Name:  "cuKernelSetCacheConfig",
-		Since: "12.4.1",
-	}
-	_sym_cuLaunch = dl.Symbol{
-		Name:  "cuLaunch",
-		Since: "12.4.1",
-	}
-	_sym_cuLaunchCooperativeKernel = dl.Symbol{
-		Name:  "cuLaunchCooperativeKernel",
-		Since: "12.4.1",
-	}
-	_sym_cuLaunchCooperativeKernelMultiDevice = dl.Symbol{
-		Name:  "cuLaunchCooperativeKernelMultiDevice",
-		Since: "12.4.1",
-	}
-	_sym_cuLaunchCooperativeKernel_ptsz = dl.Symbol{
-		Name:  "cuLaunchCooperativeKernel_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuLaunchGrid = dl.Symbol{
-		Name:  "cuLaunchGrid",
-		Since: "12.4.1",
-	}
-	_sym_cuLaunchGridAsync = dl.Symbol{
-		Name:  "cuLaunchGridAsync",
-		Since: "12.4.1",
-	}
-	_sym_cuLaunchHostFunc = dl.Symbol{
-		Name:  "cuLaunchHostFunc",
-		Since: "12.4.1",
-	}
-	_sym_cuLaunchHostFunc_ptsz = dl.Symbol{
-		Name:  "cuLaunchHostFunc_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuLaunchKernel = dl.Symbol{
-		Name:  "cuLaunchKernel",
-		Since: "12.4.1",
-	}
-	_sym_cuLaunchKernelEx = dl.Symbol{
-		Name:  "cuLaunchKernelEx",
-		Since: "12.4.1",
-	}
-	_sym_cuLaunchKernelEx_ptsz = dl.Symbol{
-		Name:  "cuLaunchKernelEx_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuLaunchKernel_ptsz = dl.Symbol{
-		Name:  "cuLaunchKernel_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuLibraryEnumerateKernels = dl.Symbol{
-		Name:  "cuLibraryEnumerateKernels",
-		Since: "12.4.1",
-	}
-	_sym_cuLibraryGetGlobal = dl.Symbol{
-		Name:  "cuLibraryGetGlobal",
-		Since: "12.4.1",
-	}
-	_sym_cuLibraryGetKernel = dl.Symbol{
-		Name:  "cuLibraryGetKernel",
-		Since: "12.4.1",
-	}
-	_sym_cuLibraryGetKernelCount = dl.Symbol{
-		Name:  "cuLibraryGetKernelCount",
-		Since: "12.4.1",
-	}
-	_sym_cuLibraryGetManaged = dl.Symbol{
-		Name:  "cuLibraryGetManaged",
-		Since: "12.4.1",
-	}
-	_sym_cuLibraryGetModule = dl.Symbol{
-		Name:  "cuLibraryGetModule",
-		Since: "12.4.1",
-	}
-	_sym_cuLibraryGetUnifiedFunction = dl.Symbol{
-		Name:  "cuLibraryGetUnifiedFunction",
-		Since: "12.4.1",
-	}
-	_sym_cuLibraryLoadData = dl.Symbol{
-		Name:  "cuLibraryLoadData",
-		Since: "12.4.1",
-	}
-	_sym_cuLibraryLoadFromFile = dl.Symbol{
-		Name:  "cuLibraryLoadFromFile",
-		Since: "12.4.1",
-	}
-	_sym_cuLibraryUnload = dl.Symbol{
-		Name:  "cuLibraryUnload",
-		Since: "12.4.1",
-	}
-	_sym_cuLinkAddData = dl.Symbol{
-		Name:  "cuLinkAddData",
-		Since: "12.4.1",
-	}
-	_sym_cuLinkAddData_v2 = dl.Symbol{
-		Name:  "cuLinkAddData_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuLinkAddFile = dl.Symbol{
-		Name:  "cuLinkAddFile",
-		Since: "12.4.1",
-	}
-	_sym_cuLinkAddFile_v2 = dl.Symbol{
-		Name:  "cuLinkAddFile_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuLinkComplete = dl.Symbol{
-		Name:  "cuLinkComplete",
-		Since: "12.4.1",
-	}
-	_sym_cuLinkCreate = dl.Symbol{
-		Name:  "cuLinkCreate",
-		Since: "12.4.1",
-	}
-	_sym_cuLinkCreate_v2 = dl.Symbol{
-		Name:  "cuLinkCreate_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuLinkDestroy = dl.Symbol{
-		Name:  "cuLinkDestroy",
-		Since: "12.4.1",
-	}
-	_sym_cuMemAddressFree = dl.Symbol{
-		Name:  "cuMemAddressFree",
-		Since: "12.4.1",
-	}
-	_sym_cuMemAddressReserve = dl.Symbol{
-		Name:  "cuMemAddressReserve",
-		Since: "12.4.1",
-	}
-	_sym_cuMemAdvise = dl.Symbol{
-		Name:  "cuMemAdvise",
-		Since: "12.4.1",
-	}
-	_sym_cuMemAdvise_v2 = dl.Symbol{
-		Name:  "cuMemAdvise_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemAlloc = dl.Symbol{
-		Name:  "cuMemAlloc",
-		Since: "12.4.1",
-	}
-	_sym_cuMemAllocAsync = dl.Symbol{
-		Name:  "cuMemAllocAsync",
-		Since: "12.4.1",
-	}
-	_sym_cuMemAllocAsync_ptsz = dl.Symbol{
-		Name:  "cuMemAllocAsync_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuMemAllocFromPoolAsync = dl.Symbol{
-		Name:  "cuMemAllocFromPoolAsync",
-		Since: "12.4.1",
-	}
-	_sym_cuMemAllocFromPoolAsync_ptsz = dl.Symbol{
-		Name:  "cuMemAllocFromPoolAsync_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuMemAllocHost = dl.Symbol{
-		Name:  "cuMemAllocHost",
-		Since: "12.4.1",
-	}
-	_sym_cuMemAllocHost_v2 = dl.Symbol{
-		Name:  "cuMemAllocHost_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemAllocManaged = dl.Symbol{
-		Name:  "cuMemAllocManaged",
-		Since: "12.4.1",
-	}
-	_sym_cuMemAllocPitch = dl.Symbol{
-		Name:  "cuMemAllocPitch",
-		Since: "12.4.1",
-	}
-	_sym_cuMemAllocPitch_v2 = dl.Symbol{
-		Name:  "cuMemAllocPitch_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemAlloc_v2 = dl.Symbol{
-		Name:  "cuMemAlloc_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemCreate = dl.Symbol{
-		Name:  "cuMemCreate",
-		Since: "12.4.1",
-	}
-	_sym_cuMemExportToShareableHandle = dl.Symbol{
-		Name:  "cuMemExportToShareableHandle",
-		Since: "12.4.1",
-	}
-	_sym_cuMemFree = dl.Symbol{
-		Name:  "cuMemFree",
-		Since: "12.4.1",
-	}
-	_sym_cuMemFreeAsync = dl.Symbol{
-		Name:  "cuMemFreeAsync",
-		Since: "12.4.1",
-	}
-	_sym_cuMemFreeAsync_ptsz = dl.Symbol{
-		Name:  "cuMemFreeAsync_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuMemFreeHost = dl.Symbol{
-		Name:  "cuMemFreeHost",
-		Since: "12.4.1",
-	}
-	_sym_cuMemFree_v2 = dl.Symbol{
-		Name:  "cuMemFree_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemGetAccess = dl.Symbol{
-		Name:  "cuMemGetAccess",
-		Since: "12.4.1",
-	}
-	_sym_cuMemGetAddressRange = dl.Symbol{
-		Name:  "cuMemGetAddressRange",
-		Since: "12.4.1",
-	}
-	_sym_cuMemGetAddressRange_v2 = dl.Symbol{
-		Name:  "cuMemGetAddressRange_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemGetAllocationGranularity = dl.Symbol{
-		Name:  "cuMemGetAllocationGranularity",
-		Since: "12.4.1",
-	}
-	_sym_cuMemGetAllocationPropertiesFromHandle = dl.Symbol{
-		Name:  "cuMemGetAllocationPropertiesFromHandle",
-		Since: "12.4.1",
-	}
-	_sym_cuMemGetHandleForAddressRange = dl.Symbol{
-		Name:  "cuMemGetHandleForAddressRange",
-		Since: "12.4.1",
-	}
-	_sym_cuMemGetInfo = dl.Symbol{
-		Name:  "cuMemGetInfo",
-		Since: "12.4.1",
-	}
-	_sym_cuMemGetInfo_v2 = dl.Symbol{
-		Name:  "cuMemGetInfo_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemHostAlloc = dl.Symbol{
-		Name:  "cuMemHostAlloc",
-		Since: "12.4.1",
-	}
-	_sym_cuMemHostGetDevicePointer = dl.Symbol{
-		Name:  "cuMemHostGetDevicePointer",
-		Since: "12.4.1",
-	}
-	_sym_cuMemHostGetDevicePointer_v2 = dl.Symbol{
-		Name:  "cuMemHostGetDevicePointer_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemHostGetFlags = dl.Symbol{
-		Name:  "cuMemHostGetFlags",
-		Since: "12.4.1",
-	}
-	_sym_cuMemHostRegister = dl.Symbol{
-		Name:  "cuMemHostRegister",
-		Since: "12.4.1",
-	}
-	_sym_cuMemHostRegister_v2 = dl.Symbol{
-		Name:  "cuMemHostRegister_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemHostUnregister = dl.Symbol{
-		Name:  "cuMemHostUnregister",
-		Since: "12.4.1",
-	}
-	_sym_cuMemImportFromShareableHandle = dl.Symbol{
-		Name:  "cuMemImportFromShareableHandle",
-		Since: "12.4.1",
-	}
-	_sym_cuMemMap = dl.Symbol{
-		Name:  "cuMemMap",
-		Since: "12.4.1",
-	}
-	_sym_cuMemMapArrayAsync = dl.Symbol{
-		Name:  "cuMemMapArrayAsync",
-		Since: "12.4.1",
-	}
-	_sym_cuMemMapArrayAsync_ptsz = dl.Symbol{
-		Name:  "cuMemMapArrayAsync_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuMemPoolCreate = dl.Symbol{
-		Name:  "cuMemPoolCreate",
-		Since: "12.4.1",
-	}
-	_sym_cuMemPoolDestroy = dl.Symbol{
-		Name:  "cuMemPoolDestroy",
-		Since: "12.4.1",
-	}
-	_sym_cuMemPoolExportPointer = dl.Symbol{
-		Name:  "cuMemPoolExportPointer",
-		Since: "12.4.1",
-	}
-	_sym_cuMemPoolExportToShareableHandle = dl.Symbol{
-		Name:  "cuMemPoolExportToShareableHandle",
-		Since: "12.4.1",
-	}
-	_sym_cuMemPoolGetAccess = dl.Symbol{
-		Name:  "cuMemPoolGetAccess",
-		Since: "12.4.1",
-	}
-	_sym_cuMemPoolGetAttribute = dl.Symbol{
-		Name:  "cuMemPoolGetAttribute",
-		Since: "12.4.1",
-	}
-	_sym_cuMemPoolImportFromShareableHandle = dl.Symbol{
-		Name:  "cuMemPoolImportFromShareableHandle",
-		Since: "12.4.1",
-	}
-	_sym_cuMemPoolImportPointer = dl.Symbol{
-		Name:  "cuMemPoolImportPointer",
-		Since: "12.4.1",
-	}
-	_sym_cuMemPoolSetAccess = dl.Symbol{
-		Name:  "cuMemPoolSetAccess",
-		Since: "12.4.1",
-	}
-	_sym_cuMemPoolSetAttribute = dl.Symbol{
-		Name:  "cuMemPoolSetAttribute",
-		Since: "12.4.1",
-	}
-	_sym_cuMemPoolTrimTo = dl.Symbol{
-		Name:  "cuMemPoolTrimTo",
-		Since: "12.4.1",
-	}
-	_sym_cuMemPrefetchAsync = dl.Symbol{
-		Name:  "cuMemPrefetchAsync",
-		Since: "12.4.1",
-	}
-	_sym_cuMemPrefetchAsync_ptsz = dl.Symbol{
-		Name:  "cuMemPrefetchAsync_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuMemPrefetchAsync_v2 = dl.Symbol{
-		Name:  "cuMemPrefetchAsync_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemPrefetchAsync_v2_ptsz = dl.Symbol{
-		Name:  "cuMemPrefetchAsync_v2_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuMemRangeGetAttribute = dl.Symbol{
-		Name:  "cuMemRangeGetAttribute",
-		Since: "12.4.1",
-	}
-	_sym_cuMemRangeGetAttributes = dl.Symbol{
-		Name:  "cuMemRangeGetAttributes",
-		Since: "12.4.1",
-	}
-	_sym_cuMemRelease = dl.Symbol{
-		Name:  "cuMemRelease",
-		Since: "12.4.1",
-	}
-	_sym_cuMemRetainAllocationHandle = dl.Symbol{
-		Name:  "cuMemRetainAllocationHandle",
-		Since: "12.4.1",
-	}
-	_sym_cuMemSetAccess = dl.Symbol{
-		Name:  "cuMemSetAccess",
-		Since: "12.4.1",
-	}
-	_sym_cuMemUnmap = dl.Symbol{
-		Name:  "cuMemUnmap",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpy = dl.Symbol{
-		Name:  "cuMemcpy",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpy2D = dl.Symbol{
-		Name:  "cuMemcpy2D",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpy2DAsync = dl.Symbol{
-		Name:  "cuMemcpy2DAsync",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpy2DAsync_v2 = dl.Symbol{
-		Name:  "cuMemcpy2DAsync_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpy2DAsync_v2_ptsz = dl.Symbol{
-		Name:  "cuMemcpy2DAsync_v2_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpy2DUnaligned = dl.Symbol{
-		Name:  "cuMemcpy2DUnaligned",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpy2DUnaligned_v2 = dl.Symbol{
-		Name:  "cuMemcpy2DUnaligned_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpy2DUnaligned_v2_ptds = dl.Symbol{
-		Name:  "cuMemcpy2DUnaligned_v2_ptds",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpy2D_v2 = dl.Symbol{
-		Name:  "cuMemcpy2D_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpy2D_v2_ptds = dl.Symbol{
-		Name:  "cuMemcpy2D_v2_ptds",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpy3D = dl.Symbol{
-		Name:  "cuMemcpy3D",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpy3DAsync = dl.Symbol{
-		Name:  "cuMemcpy3DAsync",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpy3DAsync_v2 = dl.Symbol{
-		Name:  "cuMemcpy3DAsync_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpy3DAsync_v2_ptsz = dl.Symbol{
-		Name:  "cuMemcpy3DAsync_v2_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpy3DPeer = dl.Symbol{
-		Name:  "cuMemcpy3DPeer",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpy3DPeerAsync = dl.Symbol{
-		Name:  "cuMemcpy3DPeerAsync",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpy3DPeerAsync_ptsz = dl.Symbol{
-		Name:  "cuMemcpy3DPeerAsync_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpy3DPeer_ptds = dl.Symbol{
-		Name:  "cuMemcpy3DPeer_ptds",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpy3D_v2 = dl.Symbol{
-		Name:  "cuMemcpy3D_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpy3D_v2_ptds = dl.Symbol{
-		Name:  "cuMemcpy3D_v2_ptds",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyAsync = dl.Symbol{
-		Name:  "cuMemcpyAsync",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyAsync_ptsz = dl.Symbol{
-		Name:  "cuMemcpyAsync_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyAtoA = dl.Symbol{
-		Name:  "cuMemcpyAtoA",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyAtoA_v2 = dl.Symbol{
-		Name:  "cuMemcpyAtoA_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyAtoA_v2_ptds = dl.Symbol{
-		Name:  "cuMemcpyAtoA_v2_ptds",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyAtoD = dl.Symbol{
-		Name:  "cuMemcpyAtoD",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyAtoD_v2 = dl.Symbol{
-		Name:  "cuMemcpyAtoD_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyAtoD_v2_ptds = dl.Symbol{
-		Name:  "cuMemcpyAtoD_v2_ptds",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyAtoH = dl.Symbol{
-		Name:  "cuMemcpyAtoH",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyAtoHAsync = dl.Symbol{
-		Name:  "cuMemcpyAtoHAsync",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyAtoHAsync_v2 = dl.Symbol{
-		Name:  "cuMemcpyAtoHAsync_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyAtoHAsync_v2_ptsz = dl.Symbol{
-		Name:  "cuMemcpyAtoHAsync_v2_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyAtoH_v2 = dl.Symbol{
-		Name:  "cuMemcpyAtoH_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyAtoH_v2_ptds = dl.Symbol{
-		Name:  "cuMemcpyAtoH_v2_ptds",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyDtoA = dl.Symbol{
-		Name:  "cuMemcpyDtoA",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyDtoA_v2 = dl.Symbol{
-		Name:  "cuMemcpyDtoA_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyDtoA_v2_ptds = dl.Symbol{
-		Name:  "cuMemcpyDtoA_v2_ptds",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyDtoD = dl.Symbol{
-		Name:  "cuMemcpyDtoD",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyDtoDAsync = dl.Symbol{
-		Name:  "cuMemcpyDtoDAsync",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyDtoDAsync_v2 = dl.Symbol{
-		Name:  "cuMemcpyDtoDAsync_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyDtoDAsync_v2_ptsz = dl.Symbol{
-		Name:  "cuMemcpyDtoDAsync_v2_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyDtoD_v2 = dl.Symbol{
-		Name:  "cuMemcpyDtoD_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyDtoD_v2_ptds = dl.Symbol{
-		Name:  "cuMemcpyDtoD_v2_ptds",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyDtoH = dl.Symbol{
-		Name:  "cuMemcpyDtoH",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyDtoHAsync = dl.Symbol{
-		Name:  "cuMemcpyDtoHAsync",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyDtoHAsync_v2 = dl.Symbol{
-		Name:  "cuMemcpyDtoHAsync_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyDtoHAsync_v2_ptsz = dl.Symbol{
-		Name:  "cuMemcpyDtoHAsync_v2_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyDtoH_v2 = dl.Symbol{
-		Name:  "cuMemcpyDtoH_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyDtoH_v2_ptds = dl.Symbol{
-		Name:  "cuMemcpyDtoH_v2_ptds",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyHtoA = dl.Symbol{
-		Name:  "cuMemcpyHtoA",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyHtoAAsync = dl.Symbol{
-		Name:  "cuMemcpyHtoAAsync",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyHtoAAsync_v2 = dl.Symbol{
-		Name:  "cuMemcpyHtoAAsync_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyHtoAAsync_v2_ptsz = dl.Symbol{
-		Name:  "cuMemcpyHtoAAsync_v2_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyHtoA_v2 = dl.Symbol{
-		Name:  "cuMemcpyHtoA_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyHtoA_v2_ptds = dl.Symbol{
-		Name:  "cuMemcpyHtoA_v2_ptds",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyHtoD = dl.Symbol{
-		Name:  "cuMemcpyHtoD",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyHtoDAsync = dl.Symbol{
-		Name:  "cuMemcpyHtoDAsync",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyHtoDAsync_v2 = dl.Symbol{
-		Name:  "cuMemcpyHtoDAsync_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyHtoDAsync_v2_ptsz = dl.Symbol{
-		Name:  "cuMemcpyHtoDAsync_v2_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyHtoD_v2 = dl.Symbol{
-		Name:  "cuMemcpyHtoD_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyHtoD_v2_ptds = dl.Symbol{
-		Name:  "cuMemcpyHtoD_v2_ptds",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyPeer = dl.Symbol{
-		Name:  "cuMemcpyPeer",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyPeerAsync = dl.Symbol{
-		Name:  "cuMemcpyPeerAsync",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyPeerAsync_ptsz = dl.Symbol{
-		Name:  "cuMemcpyPeerAsync_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpyPeer_ptds = dl.Symbol{
-		Name:  "cuMemcpyPeer_ptds",
-		Since: "12.4.1",
-	}
-	_sym_cuMemcpy_ptds = dl.Symbol{
-		Name:  "cuMemcpy_ptds",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD16 = dl.Symbol{
-		Name:  "cuMemsetD16",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD16Async = dl.Symbol{
-		Name:  "cuMemsetD16Async",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD16Async_ptsz = dl.Symbol{
-		Name:  "cuMemsetD16Async_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD16_v2 = dl.Symbol{
-		Name:  "cuMemsetD16_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD16_v2_ptds = dl.Symbol{
-		Name:  "cuMemsetD16_v2_ptds",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD2D16 = dl.Symbol{
-		Name:  "cuMemsetD2D16",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD2D16Async = dl.Symbol{
-		Name:  "cuMemsetD2D16Async",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD2D16Async_ptsz = dl.Symbol{
-		Name:  "cuMemsetD2D16Async_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD2D16_v2 = dl.Symbol{
-		Name:  "cuMemsetD2D16_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD2D16_v2_ptds = dl.Symbol{
-		Name:  "cuMemsetD2D16_v2_ptds",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD2D32 = dl.Symbol{
-		Name:  "cuMemsetD2D32",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD2D32Async = dl.Symbol{
-		Name:  "cuMemsetD2D32Async",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD2D32Async_ptsz = dl.Symbol{
-		Name:  "cuMemsetD2D32Async_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD2D32_v2 = dl.Symbol{
-		Name:  "cuMemsetD2D32_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD2D32_v2_ptds = dl.Symbol{
-		Name:  "cuMemsetD2D32_v2_ptds",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD2D8 = dl.Symbol{
-		Name:  "cuMemsetD2D8",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD2D8Async = dl.Symbol{
-		Name:  "cuMemsetD2D8Async",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD2D8Async_ptsz = dl.Symbol{
-		Name:  "cuMemsetD2D8Async_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD2D8_v2 = dl.Symbol{
-		Name:  "cuMemsetD2D8_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD2D8_v2_ptds = dl.Symbol{
-		Name:  "cuMemsetD2D8_v2_ptds",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD32 = dl.Symbol{
-		Name:  "cuMemsetD32",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD32Async = dl.Symbol{
-		Name:  "cuMemsetD32Async",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD32Async_ptsz = dl.Symbol{
-		Name:  "cuMemsetD32Async_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD32_v2 = dl.Symbol{
-		Name:  "cuMemsetD32_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD32_v2_ptds = dl.Symbol{
-		Name:  "cuMemsetD32_v2_ptds",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD8 = dl.Symbol{
-		Name:  "cuMemsetD8",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD8Async = dl.Symbol{
-		Name:  "cuMemsetD8Async",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD8Async_ptsz = dl.Symbol{
-		Name:  "cuMemsetD8Async_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD8_v2 = dl.Symbol{
-		Name:  "cuMemsetD8_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuMemsetD8_v2_ptds = dl.Symbol{
-		Name:  "cuMemsetD8_v2_ptds",
-		Since: "12.4.1",
-	}
-	_sym_cuMipmappedArrayCreate = dl.Symbol{
-		Name:  "cuMipmappedArrayCreate",
-		Since: "12.4.1",
-	}
-	_sym_cuMipmappedArrayDestroy = dl.Symbol{
-		Name:  "cuMipmappedArrayDestroy",
-		Since: "12.4.1",
-	}
-	_sym_cuMipmappedArrayGetLevel = dl.Symbol{
-		Name:  "cuMipmappedArrayGetLevel",
-		Since: "12.4.1",
-	}
-	_sym_cuMipmappedArrayGetMemoryRequirements = dl.Symbol{
-		Name:  "cuMipmappedArrayGetMemoryRequirements",
-		Since: "12.4.1",
-	}
-	_sym_cuMipmappedArrayGetSparseProperties = dl.Symbol{
-		Name:  "cuMipmappedArrayGetSparseProperties",
-		Since: "12.4.1",
-	}
-	_sym_cuModuleEnumerateFunctions = dl.Symbol{
-		Name:  "cuModuleEnumerateFunctions",
-		Since: "12.4.1",
-	}
-	_sym_cuModuleGetFunction = dl.Symbol{
-		Name:  "cuModuleGetFunction",
-		Since: "12.4.1",
-	}
-	_sym_cuModuleGetFunctionCount = dl.Symbol{
-		Name:  "cuModuleGetFunctionCount",
-		Since: "12.4.1",
-	}
-	_sym_cuModuleGetGlobal = dl.Symbol{
-		Name:  "cuModuleGetGlobal",
-		Since: "12.4.1",
-	}
-	_sym_cuModuleGetGlobal_v2 = dl.Symbol{
-		Name:  "cuModuleGetGlobal_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuModuleGetLoadingMode = dl.Symbol{
-		Name:  "cuModuleGetLoadingMode",
-		Since: "12.4.1",
-	}
-	_sym_cuModuleGetSurfRef = dl.Symbol{
-		Name:  "cuModuleGetSurfRef",
-		Since: "12.4.1",
-	}
-	_sym_cuModuleGetTexRef = dl.Symbol{
-		Name:  "cuModuleGetTexRef",
-		Since: "12.4.1",
-	}
-	_sym_cuModuleLoad = dl.Symbol{
-		Name:  "cuModuleLoad",
-		Since: "12.4.1",
-	}
-	_sym_cuModuleLoadData = dl.Symbol{
-		Name:  "cuModuleLoadData",
-		Since: "12.4.1",
-	}
-	_sym_cuModuleLoadDataEx = dl.Symbol{
-		Name:  "cuModuleLoadDataEx",
-		Since: "12.4.1",
-	}
-	_sym_cuModuleLoadFatBinary = dl.Symbol{
-		Name:  "cuModuleLoadFatBinary",
-		Since: "12.4.1",
-	}
-	_sym_cuModuleUnload = dl.Symbol{
-		Name:  "cuModuleUnload",
-		Since: "12.4.1",
-	}
-	_sym_cuMulticastAddDevice = dl.Symbol{
-		Name:  "cuMulticastAddDevice",
-		Since: "12.4.1",
-	}
-	_sym_cuMulticastBindAddr = dl.Symbol{
-		Name:  "cuMulticastBindAddr",
-		Since: "12.4.1",
-	}
-	_sym_cuMulticastBindMem = dl.Symbol{
-		Name:  "cuMulticastBindMem",
-		Since: "12.4.1",
-	}
-	_sym_cuMulticastCreate = dl.Symbol{
-		Name:  "cuMulticastCreate",
-		Since: "12.4.1",
-	}
-	_sym_cuMulticastGetGranularity = dl.Symbol{
-		Name:  "cuMulticastGetGranularity",
-		Since: "12.4.1",
-	}
-	_sym_cuMulticastUnbind = dl.Symbol{
-		Name:  "cuMulticastUnbind",
-		Since: "12.4.1",
-	}
-	_sym_cuOccupancyAvailableDynamicSMemPerBlock = dl.Symbol{
-		Name:  "cuOccupancyAvailableDynamicSMemPerBlock",
-		Since: "12.4.1",
-	}
-	_sym_cuOccupancyMaxActiveBlocksPerMultiprocessor = dl.Symbol{
-		Name:  "cuOccupancyMaxActiveBlocksPerMultiprocessor",
-		Since: "12.4.1",
-	}
-	_sym_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags = dl.Symbol{
-		Name:  "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags",
-		Since: "12.4.1",
-	}
-	_sym_cuOccupancyMaxActiveClusters = dl.Symbol{
-		Name:  "cuOccupancyMaxActiveClusters",
-		Since: "12.4.1",
-	}
-	_sym_cuOccupancyMaxPotentialBlockSize = dl.Symbol{
-		Name:  "cuOccupancyMaxPotentialBlockSize",
-		Since: "12.4.1",
-	}
-	_sym_cuOccupancyMaxPotentialBlockSizeWithFlags = dl.Symbol{
-		Name:  "cuOccupancyMaxPotentialBlockSizeWithFlags",
-		Since: "12.4.1",
-	}
-	_sym_cuOccupancyMaxPotentialClusterSize = dl.Symbol{
-		Name:  "cuOccupancyMaxPotentialClusterSize",
-		Since: "12.4.1",
-	}
-	_sym_cuParamSetSize = dl.Symbol{
-		Name:  "cuParamSetSize",
-		Since: "12.4.1",
-	}
-	_sym_cuParamSetTexRef = dl.Symbol{
-		Name:  "cuParamSetTexRef",
-		Since: "12.4.1",
-	}
-	_sym_cuParamSetf = dl.Symbol{
-		Name:  "cuParamSetf",
-		Since: "12.4.1",
-	}
-	_sym_cuParamSeti = dl.Symbol{
-		Name:  "cuParamSeti",
-		Since: "12.4.1",
-	}
-	_sym_cuParamSetv = dl.Symbol{
-		Name:  "cuParamSetv",
-		Since: "12.4.1",
-	}
-	_sym_cuPointerGetAttribute = dl.Symbol{
-		Name:  "cuPointerGetAttribute",
-		Since: "12.4.1",
-	}
-	_sym_cuPointerGetAttributes = dl.Symbol{
-		Name:  "cuPointerGetAttributes",
-		Since: "12.4.1",
-	}
-	_sym_cuPointerSetAttribute = dl.Symbol{
-		Name:  "cuPointerSetAttribute",
-		Since: "12.4.1",
-	}
-	_sym_cuSignalExternalSemaphoresAsync = dl.Symbol{
-		Name:  "cuSignalExternalSemaphoresAsync",
-		Since: "12.4.1",
-	}
-	_sym_cuSignalExternalSemaphoresAsync_ptsz = dl.Symbol{
-		Name:  "cuSignalExternalSemaphoresAsync_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamAddCallback = dl.Symbol{
-		Name:  "cuStreamAddCallback",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamAddCallback_ptsz = dl.Symbol{
-		Name:  "cuStreamAddCallback_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamAttachMemAsync = dl.Symbol{
-		Name:  "cuStreamAttachMemAsync",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamAttachMemAsync_ptsz = dl.Symbol{
-		Name:  "cuStreamAttachMemAsync_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamBatchMemOp = dl.Symbol{
-		Name:  "cuStreamBatchMemOp",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamBatchMemOp_ptsz = dl.Symbol{
-		Name:  "cuStreamBatchMemOp_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamBatchMemOp_v2 = dl.Symbol{
-		Name:  "cuStreamBatchMemOp_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamBatchMemOp_v2_ptsz = dl.Symbol{
-		Name:  "cuStreamBatchMemOp_v2_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamBeginCapture = dl.Symbol{
-		Name:  "cuStreamBeginCapture",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamBeginCaptureToGraph = dl.Symbol{
-		Name:  "cuStreamBeginCaptureToGraph",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamBeginCaptureToGraph_ptsz = dl.Symbol{
-		Name:  "cuStreamBeginCaptureToGraph_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamBeginCapture_ptsz = dl.Symbol{
-		Name:  "cuStreamBeginCapture_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamBeginCapture_v2 = dl.Symbol{
-		Name:  "cuStreamBeginCapture_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamBeginCapture_v2_ptsz = dl.Symbol{
-		Name:  "cuStreamBeginCapture_v2_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamCopyAttributes = dl.Symbol{
-		Name:  "cuStreamCopyAttributes",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamCopyAttributes_ptsz = dl.Symbol{
-		Name:  "cuStreamCopyAttributes_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamCreate = dl.Symbol{
-		Name:  "cuStreamCreate",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamCreateWithPriority = dl.Symbol{
-		Name:  "cuStreamCreateWithPriority",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamDestroy = dl.Symbol{
-		Name:  "cuStreamDestroy",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamDestroy_v2 = dl.Symbol{
-		Name:  "cuStreamDestroy_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamEndCapture = dl.Symbol{
-		Name:  "cuStreamEndCapture",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamEndCapture_ptsz = dl.Symbol{
-		Name:  "cuStreamEndCapture_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamGetAttribute = dl.Symbol{
-		Name:  "cuStreamGetAttribute",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamGetAttribute_ptsz = dl.Symbol{
-		Name:  "cuStreamGetAttribute_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamGetCaptureInfo = dl.Symbol{
-		Name:  "cuStreamGetCaptureInfo",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamGetCaptureInfo_ptsz = dl.Symbol{
-		Name:  "cuStreamGetCaptureInfo_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamGetCaptureInfo_v2 = dl.Symbol{
-		Name:  "cuStreamGetCaptureInfo_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamGetCaptureInfo_v2_ptsz = dl.Symbol{
-		Name:  "cuStreamGetCaptureInfo_v2_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamGetCaptureInfo_v3 = dl.Symbol{
-		Name:  "cuStreamGetCaptureInfo_v3",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamGetCaptureInfo_v3_ptsz = dl.Symbol{
-		Name:  "cuStreamGetCaptureInfo_v3_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamGetCtx = dl.Symbol{
-		Name:  "cuStreamGetCtx",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamGetCtx_ptsz = dl.Symbol{
-		Name:  "cuStreamGetCtx_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamGetFlags = dl.Symbol{
-		Name:  "cuStreamGetFlags",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamGetFlags_ptsz = dl.Symbol{
-		Name:  "cuStreamGetFlags_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamGetGreenCtx = dl.Symbol{
-		Name:  "cuStreamGetGreenCtx",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamGetId = dl.Symbol{
-		Name:  "cuStreamGetId",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamGetId_ptsz = dl.Symbol{
-		Name:  "cuStreamGetId_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamGetPriority = dl.Symbol{
-		Name:  "cuStreamGetPriority",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamGetPriority_ptsz = dl.Symbol{
-		Name:  "cuStreamGetPriority_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamIsCapturing = dl.Symbol{
-		Name:  "cuStreamIsCapturing",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamIsCapturing_ptsz = dl.Symbol{
-		Name:  "cuStreamIsCapturing_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamQuery = dl.Symbol{
-		Name:  "cuStreamQuery",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamQuery_ptsz = dl.Symbol{
-		Name:  "cuStreamQuery_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamSetAttribute = dl.Symbol{
-		Name:  "cuStreamSetAttribute",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamSetAttribute_ptsz = dl.Symbol{
-		Name:  "cuStreamSetAttribute_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamSynchronize = dl.Symbol{
-		Name:  "cuStreamSynchronize",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamSynchronize_ptsz = dl.Symbol{
-		Name:  "cuStreamSynchronize_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamUpdateCaptureDependencies = dl.Symbol{
-		Name:  "cuStreamUpdateCaptureDependencies",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamUpdateCaptureDependencies_ptsz = dl.Symbol{
-		Name:  "cuStreamUpdateCaptureDependencies_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamUpdateCaptureDependencies_v2 = dl.Symbol{
-		Name:  "cuStreamUpdateCaptureDependencies_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamUpdateCaptureDependencies_v2_ptsz = dl.Symbol{
-		Name:  "cuStreamUpdateCaptureDependencies_v2_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamWaitEvent = dl.Symbol{
-		Name:  "cuStreamWaitEvent",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamWaitEvent_ptsz = dl.Symbol{
-		Name:  "cuStreamWaitEvent_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamWaitValue32 = dl.Symbol{
-		Name:  "cuStreamWaitValue32",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamWaitValue32_ptsz = dl.Symbol{
-		Name:  "cuStreamWaitValue32_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamWaitValue32_v2 = dl.Symbol{
-		Name:  "cuStreamWaitValue32_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamWaitValue32_v2_ptsz = dl.Symbol{
-		Name:  "cuStreamWaitValue32_v2_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamWaitValue64 = dl.Symbol{
-		Name:  "cuStreamWaitValue64",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamWaitValue64_ptsz = dl.Symbol{
-		Name:  "cuStreamWaitValue64_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamWaitValue64_v2 = dl.Symbol{
-		Name:  "cuStreamWaitValue64_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamWaitValue64_v2_ptsz = dl.Symbol{
-		Name:  "cuStreamWaitValue64_v2_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamWriteValue32 = dl.Symbol{
-		Name:  "cuStreamWriteValue32",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamWriteValue32_ptsz = dl.Symbol{
-		Name:  "cuStreamWriteValue32_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamWriteValue32_v2 = dl.Symbol{
-		Name:  "cuStreamWriteValue32_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamWriteValue32_v2_ptsz = dl.Symbol{
-		Name:  "cuStreamWriteValue32_v2_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamWriteValue64 = dl.Symbol{
-		Name:  "cuStreamWriteValue64",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamWriteValue64_ptsz = dl.Symbol{
-		Name:  "cuStreamWriteValue64_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamWriteValue64_v2 = dl.Symbol{
-		Name:  "cuStreamWriteValue64_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuStreamWriteValue64_v2_ptsz = dl.Symbol{
-		Name:  "cuStreamWriteValue64_v2_ptsz",
-		Since: "12.4.1",
-	}
-	_sym_cuSurfObjectCreate = dl.Symbol{
-		Name:  "cuSurfObjectCreate",
-		Since: "12.4.1",
-	}
-	_sym_cuSurfObjectDestroy = dl.Symbol{
-		Name:  "cuSurfObjectDestroy",
-		Since: "12.4.1",
-	}
-	_sym_cuSurfObjectGetResourceDesc = dl.Symbol{
-		Name:  "cuSurfObjectGetResourceDesc",
-		Since: "12.4.1",
-	}
-	_sym_cuSurfRefGetArray = dl.Symbol{
-		Name:  "cuSurfRefGetArray",
-		Since: "12.4.1",
-	}
-	_sym_cuSurfRefSetArray = dl.Symbol{
-		Name:  "cuSurfRefSetArray",
-		Since: "12.4.1",
-	}
-	_sym_cuTensorMapEncodeIm2col = dl.Symbol{
-		Name:  "cuTensorMapEncodeIm2col",
-		Since: "12.4.1",
-	}
-	_sym_cuTensorMapEncodeTiled = dl.Symbol{
-		Name:  "cuTensorMapEncodeTiled",
-		Since: "12.4.1",
-	}
-	_sym_cuTensorMapReplaceAddress = dl.Symbol{
-		Name:  "cuTensorMapReplaceAddress",
-		Since: "12.4.1",
-	}
-	_sym_cuTexObjectCreate = dl.Symbol{
-		Name:  "cuTexObjectCreate",
-		Since: "12.4.1",
-	}
-	_sym_cuTexObjectDestroy = dl.Symbol{
-		Name:  "cuTexObjectDestroy",
-		Since: "12.4.1",
-	}
-	_sym_cuTexObjectGetResourceDesc = dl.Symbol{
-		Name:  "cuTexObjectGetResourceDesc",
-		Since: "12.4.1",
-	}
-	_sym_cuTexObjectGetResourceViewDesc = dl.Symbol{
-		Name:  "cuTexObjectGetResourceViewDesc",
-		Since: "12.4.1",
-	}
-	_sym_cuTexObjectGetTextureDesc = dl.Symbol{
-		Name:  "cuTexObjectGetTextureDesc",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefCreate = dl.Symbol{
-		Name:  "cuTexRefCreate",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefDestroy = dl.Symbol{
-		Name:  "cuTexRefDestroy",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefGetAddress = dl.Symbol{
-		Name:  "cuTexRefGetAddress",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefGetAddressMode = dl.Symbol{
-		Name:  "cuTexRefGetAddressMode",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefGetAddress_v2 = dl.Symbol{
-		Name:  "cuTexRefGetAddress_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefGetArray = dl.Symbol{
-		Name:  "cuTexRefGetArray",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefGetBorderColor = dl.Symbol{
-		Name:  "cuTexRefGetBorderColor",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefGetFilterMode = dl.Symbol{
-		Name:  "cuTexRefGetFilterMode",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefGetFlags = dl.Symbol{
-		Name:  "cuTexRefGetFlags",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefGetFormat = dl.Symbol{
-		Name:  "cuTexRefGetFormat",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefGetMaxAnisotropy = dl.Symbol{
-		Name:  "cuTexRefGetMaxAnisotropy",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefGetMipmapFilterMode = dl.Symbol{
-		Name:  "cuTexRefGetMipmapFilterMode",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefGetMipmapLevelBias = dl.Symbol{
-		Name:  "cuTexRefGetMipmapLevelBias",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefGetMipmapLevelClamp = dl.Symbol{
-		Name:  "cuTexRefGetMipmapLevelClamp",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefGetMipmappedArray = dl.Symbol{
-		Name:  "cuTexRefGetMipmappedArray",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefSetAddress = dl.Symbol{
-		Name:  "cuTexRefSetAddress",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefSetAddress2D = dl.Symbol{
-		Name:  "cuTexRefSetAddress2D",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefSetAddress2D_v2 = dl.Symbol{
-		Name:  "cuTexRefSetAddress2D_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefSetAddress2D_v3 = dl.Symbol{
-		Name:  "cuTexRefSetAddress2D_v3",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefSetAddressMode = dl.Symbol{
-		Name:  "cuTexRefSetAddressMode",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefSetAddress_v2 = dl.Symbol{
-		Name:  "cuTexRefSetAddress_v2",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefSetArray = dl.Symbol{
-		Name:  "cuTexRefSetArray",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefSetBorderColor = dl.Symbol{
-		Name:  "cuTexRefSetBorderColor",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefSetFilterMode = dl.Symbol{
-		Name:  "cuTexRefSetFilterMode",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefSetFlags = dl.Symbol{
-		Name:  "cuTexRefSetFlags",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefSetFormat = dl.Symbol{
-		Name:  "cuTexRefSetFormat",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefSetMaxAnisotropy = dl.Symbol{
-		Name:  "cuTexRefSetMaxAnisotropy",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefSetMipmapFilterMode = dl.Symbol{
-		Name:  "cuTexRefSetMipmapFilterMode",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefSetMipmapLevelBias = dl.Symbol{
-		Name:  "cuTexRefSetMipmapLevelBias",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefSetMipmapLevelClamp = dl.Symbol{
-		Name:  "cuTexRefSetMipmapLevelClamp",
-		Since: "12.4.1",
-	}
-	_sym_cuTexRefSetMipmappedArray = dl.Symbol{
-		Name:  "cuTexRefSetMipmappedArray",
-		Since: "12.4.1",
-	}
-	_sym_cuThreadExchangeStreamCaptureMode = dl.Symbol{
-		Name:  "cuThreadExchangeStreamCaptureMode",
-		Since: "12.4.1",
-	}
-	_sym_cuUserObjectCreate = dl.Symbol{
-		Name:  "cuUserObjectCreate",
-		Since: "12.4.1",
-	}
-	_sym_cuUserObjectRelease = dl.Symbol{
-		Name:  "cuUserObjectRelease",
-		Since: "12.4.1",
-	}
-	_sym_cuUserObjectRetain = dl.Symbol{
-		Name:  "cuUserObjectRetain",
-		Since: "12.4.1",
-	}
-	_sym_cuWaitExternalSemaphoresAsync = dl.Symbol{
-		Name:  "cuWaitExternalSemaphoresAsync",
-		Since: "12.4.1",
-	}
-	_sym_cuWaitExternalSemaphoresAsync_ptsz = dl.Symbol{
-		Name:  "cuWaitExternalSemaphoresAsync_ptsz",
-		Since: "12.4.1",
-	}
+	_sym_cuArray3DCreate                                      = dl.Symbol{Name: "cuArray3DCreate", Since: "12.4.1"}
+	_sym_cuArray3DCreate_v2                                   = dl.Symbol{Name: "cuArray3DCreate_v2", Since: "12.4.1"}
+	_sym_cuArray3DGetDescriptor                               = dl.Symbol{Name: "cuArray3DGetDescriptor", Since: "12.4.1"}
+	_sym_cuArray3DGetDescriptor_v2                            = dl.Symbol{Name: "cuArray3DGetDescriptor_v2", Since: "12.4.1"}
+	_sym_cuArrayCreate                                        = dl.Symbol{Name: "cuArrayCreate", Since: "12.4.1"}
+	_sym_cuArrayCreate_v2                                     = dl.Symbol{Name: "cuArrayCreate_v2", Since: "12.4.1"}
+	_sym_cuArrayDestroy                                       = dl.Symbol{Name: "cuArrayDestroy", Since: "12.4.1"}
+	_sym_cuArrayGetDescriptor                                 = dl.Symbol{Name: "cuArrayGetDescriptor", Since: "12.4.1"}
+	_sym_cuArrayGetDescriptor_v2                              = dl.Symbol{Name: "cuArrayGetDescriptor_v2", Since: "12.4.1"}
+	_sym_cuArrayGetMemoryRequirements                         = dl.Symbol{Name: "cuArrayGetMemoryRequirements", Since: "12.4.1"}
+	_sym_cuArrayGetPlane                                      = dl.Symbol{Name: "cuArrayGetPlane", Since: "12.4.1"}
+	_sym_cuArrayGetSparseProperties                           = dl.Symbol{Name: "cuArrayGetSparseProperties", Since: "12.4.1"}
+	_sym_cuCoredumpGetAttribute                               = dl.Symbol{Name: "cuCoredumpGetAttribute", Since: "12.4.1"}
+	_sym_cuCoredumpGetAttributeGlobal                         = dl.Symbol{Name: "cuCoredumpGetAttributeGlobal", Since: "12.4.1"}
+	_sym_cuCoredumpSetAttribute                               = dl.Symbol{Name: "cuCoredumpSetAttribute", Since: "12.4.1"}
+	_sym_cuCoredumpSetAttributeGlobal                         = dl.Symbol{Name: "cuCoredumpSetAttributeGlobal", Since: "12.4.1"}
+	_sym_cuCtxAttach                                          = dl.Symbol{Name: "cuCtxAttach", Since: "12.4.1"}
+	_sym_cuCtxCreate                                          = dl.Symbol{Name: "cuCtxCreate", Since: "12.4.1"}
+	_sym_cuCtxCreate_v2                                       = dl.Symbol{Name: "cuCtxCreate_v2", Since: "12.4.1"}
+	_sym_cuCtxCreate_v3                                       = dl.Symbol{Name: "cuCtxCreate_v3", Since: "12.4.1"}
+	_sym_cuCtxDestroy                                         = dl.Symbol{Name: "cuCtxDestroy", Since: "12.4.1"}
+	_sym_cuCtxDestroy_v2                                      = dl.Symbol{Name: "cuCtxDestroy_v2", Since: "12.4.1"}
+	_sym_cuCtxDetach                                          = dl.Symbol{Name: "cuCtxDetach", Since: "12.4.1"}
+	_sym_cuCtxDisablePeerAccess                               = dl.Symbol{Name: "cuCtxDisablePeerAccess", Since: "12.4.1"}
+	_sym_cuCtxEnablePeerAccess                                = dl.Symbol{Name: "cuCtxEnablePeerAccess", Since: "12.4.1"}
+	_sym_cuCtxFromGreenCtx                                    = dl.Symbol{Name: "cuCtxFromGreenCtx", Since: "12.4.1"}
+	_sym_cuCtxGetApiVersion                                   = dl.Symbol{Name: "cuCtxGetApiVersion", Since: "12.4.1"}
+	_sym_cuCtxGetCacheConfig                                  = dl.Symbol{Name: "cuCtxGetCacheConfig", Since: "12.4.1"}
+	_sym_cuCtxGetCurrent                                      = dl.Symbol{Name: "cuCtxGetCurrent", Since: "12.4.1"}
+	_sym_cuCtxGetDevResource                                  = dl.Symbol{Name: "cuCtxGetDevResource", Since: "12.4.1"}
+	_sym_cuCtxGetDevice                                       = dl.Symbol{Name: "cuCtxGetDevice", Since: "12.4.1"}
+	_sym_cuCtxGetExecAffinity                                 = dl.Symbol{Name: "cuCtxGetExecAffinity", Since: "12.4.1"}
+	_sym_cuCtxGetFlags                                        = dl.Symbol{Name: "cuCtxGetFlags", Since: "12.4.1"}
+	_sym_cuCtxGetId                                           = dl.Symbol{Name: "cuCtxGetId", Since: "12.4.1"}
+	_sym_cuCtxGetLimit                                        = dl.Symbol{Name: "cuCtxGetLimit", Since: "12.4.1"}
+	_sym_cuCtxGetSharedMemConfig                              = dl.Symbol{Name: "cuCtxGetSharedMemConfig", Since: "12.4.1"}
+	_sym_cuCtxGetStreamPriorityRange                          = dl.Symbol{Name: "cuCtxGetStreamPriorityRange", Since: "12.4.1"}
+	_sym_cuCtxPopCurrent                                      = dl.Symbol{Name: "cuCtxPopCurrent", Since: "12.4.1"}
+	_sym_cuCtxPopCurrent_v2                                   = dl.Symbol{Name: "cuCtxPopCurrent_v2", Since: "12.4.1"}
+	_sym_cuCtxPushCurrent                                     = dl.Symbol{Name: "cuCtxPushCurrent", Since: "12.4.1"}
+	_sym_cuCtxPushCurrent_v2                                  = dl.Symbol{Name: "cuCtxPushCurrent_v2", Since: "12.4.1"}
+	_sym_cuCtxResetPersistingL2Cache                          = dl.Symbol{Name: "cuCtxResetPersistingL2Cache", Since: "12.4.1"}
+	_sym_cuCtxSetCacheConfig                                  = dl.Symbol{Name: "cuCtxSetCacheConfig", Since: "12.4.1"}
+	_sym_cuCtxSetCurrent                                      = dl.Symbol{Name: "cuCtxSetCurrent", Since: "12.4.1"}
+	_sym_cuCtxSetFlags                                        = dl.Symbol{Name: "cuCtxSetFlags", Since: "12.4.1"}
+	_sym_cuCtxSetLimit                                        = dl.Symbol{Name: "cuCtxSetLimit", Since: "12.4.1"}
+	_sym_cuCtxSetSharedMemConfig                              = dl.Symbol{Name: "cuCtxSetSharedMemConfig", Since: "12.4.1"}
+	_sym_cuCtxSynchronize                                     = dl.Symbol{Name: "cuCtxSynchronize", Since: "12.4.1"}
+	_sym_cuDestroyExternalMemory                              = dl.Symbol{Name: "cuDestroyExternalMemory", Since: "12.4.1"}
+	_sym_cuDestroyExternalSemaphore                           = dl.Symbol{Name: "cuDestroyExternalSemaphore", Since: "12.4.1"}
+	_sym_cuDevResourceGenerateDesc                            = dl.Symbol{Name: "cuDevResourceGenerateDesc", Since: "12.4.1"}
+	_sym_cuDevSmResourceSplitByCount                          = dl.Symbol{Name: "cuDevSmResourceSplitByCount", Since: "12.4.1"}
+	_sym_cuDeviceCanAccessPeer                                = dl.Symbol{Name: "cuDeviceCanAccessPeer", Since: "12.4.1"}
+	_sym_cuDeviceComputeCapability                            = dl.Symbol{Name: "cuDeviceComputeCapability", Since: "12.4.1"}
+	_sym_cuDeviceGet                                          = dl.Symbol{Name: "cuDeviceGet", Since: "12.4.1"}
+	_sym_cuDeviceGetAttribute                                 = dl.Symbol{Name: "cuDeviceGetAttribute", Since: "12.4.1"}
+	_sym_cuDeviceGetByPCIBusId                                = dl.Symbol{Name: "cuDeviceGetByPCIBusId", Since: "12.4.1"}
+	_sym_cuDeviceGetCount                                     = dl.Symbol{Name: "cuDeviceGetCount", Since: "12.4.1"}
+	_sym_cuDeviceGetDefaultMemPool                            = dl.Symbol{Name: "cuDeviceGetDefaultMemPool", Since: "12.4.1"}
+	_sym_cuDeviceGetDevResource                               = dl.Symbol{Name: "cuDeviceGetDevResource", Since: "12.4.1"}
+	_sym_cuDeviceGetExecAffinitySupport                       = dl.Symbol{Name: "cuDeviceGetExecAffinitySupport", Since: "12.4.1"}
+	_sym_cuDeviceGetGraphMemAttribute                         = dl.Symbol{Name: "cuDeviceGetGraphMemAttribute", Since: "12.4.1"}
+	_sym_cuDeviceGetLuid                                      = dl.Symbol{Name: "cuDeviceGetLuid", Since: "12.4.1"}
+	_sym_cuDeviceGetMemPool                                   = dl.Symbol{Name: "cuDeviceGetMemPool", Since: "12.4.1"}
+	_sym_cuDeviceGetName                                      = dl.Symbol{Name: "cuDeviceGetName", Since: "12.4.1"}
+	_sym_cuDeviceGetNvSciSyncAttributes                       = dl.Symbol{Name: "cuDeviceGetNvSciSyncAttributes", Since: "12.4.1"}
+	_sym_cuDeviceGetP2PAttribute                              = dl.Symbol{Name: "cuDeviceGetP2PAttribute", Since: "12.4.1"}
+	_sym_cuDeviceGetPCIBusId                                  = dl.Symbol{Name: "cuDeviceGetPCIBusId", Since: "12.4.1"}
+	_sym_cuDeviceGetProperties                                = dl.Symbol{Name: "cuDeviceGetProperties", Since: "12.4.1"}
+	_sym_cuDeviceGetTexture1DLinearMaxWidth                   = dl.Symbol{Name: "cuDeviceGetTexture1DLinearMaxWidth", Since: "12.4.1"}
+	_sym_cuDeviceGetUuid                                      = dl.Symbol{Name: "cuDeviceGetUuid", Since: "12.4.1"}
+	_sym_cuDeviceGetUuid_v2                                   = dl.Symbol{Name: "cuDeviceGetUuid_v2", Since: "12.4.1"}
+	_sym_cuDeviceGraphMemTrim                                 = dl.Symbol{Name: "cuDeviceGraphMemTrim", Since: "12.4.1"}
+	_sym_cuDevicePrimaryCtxGetState                           = dl.Symbol{Name: "cuDevicePrimaryCtxGetState", Since: "12.4.1"}
+	_sym_cuDevicePrimaryCtxRelease                            = dl.Symbol{Name: "cuDevicePrimaryCtxRelease", Since: "12.4.1"}
+	_sym_cuDevicePrimaryCtxRelease_v2                         = dl.Symbol{Name: "cuDevicePrimaryCtxRelease_v2", Since: "12.4.1"}
+	_sym_cuDevicePrimaryCtxReset                              = dl.Symbol{Name: "cuDevicePrimaryCtxReset", Since: "12.4.1"}
+	_sym_cuDevicePrimaryCtxReset_v2                           = dl.Symbol{Name: "cuDevicePrimaryCtxReset_v2", Since: "12.4.1"}
+	_sym_cuDevicePrimaryCtxRetain                             = dl.Symbol{Name: "cuDevicePrimaryCtxRetain", Since: "12.4.1"}
+	_sym_cuDevicePrimaryCtxSetFlags                           = dl.Symbol{Name: "cuDevicePrimaryCtxSetFlags", Since: "12.4.1"}
+	_sym_cuDevicePrimaryCtxSetFlags_v2                        = dl.Symbol{Name: "cuDevicePrimaryCtxSetFlags_v2", Since: "12.4.1"}
+	_sym_cuDeviceRegisterAsyncNotification                    = dl.Symbol{Name: "cuDeviceRegisterAsyncNotification", Since: "12.4.1"}
+	_sym_cuDeviceSetGraphMemAttribute                         = dl.Symbol{Name: "cuDeviceSetGraphMemAttribute", Since: "12.4.1"}
+	_sym_cuDeviceSetMemPool                                   = dl.Symbol{Name: "cuDeviceSetMemPool", Since: "12.4.1"}
+	_sym_cuDeviceTotalMem                                     = dl.Symbol{Name: "cuDeviceTotalMem", Since: "12.4.1"}
+	_sym_cuDeviceTotalMem_v2                                  = dl.Symbol{Name: "cuDeviceTotalMem_v2", Since: "12.4.1"}
+	_sym_cuDeviceUnregisterAsyncNotification                  = dl.Symbol{Name: "cuDeviceUnregisterAsyncNotification", Since: "12.4.1"}
+	_sym_cuDriverGetVersion                                   = dl.Symbol{Name: "cuDriverGetVersion", Since: "12.4.1"}
+	_sym_cuEventCreate                                        = dl.Symbol{Name: "cuEventCreate", Since: "12.4.1"}
+	_sym_cuEventDestroy                                       = dl.Symbol{Name: "cuEventDestroy", Since: "12.4.1"}
+	_sym_cuEventDestroy_v2                                    = dl.Symbol{Name: "cuEventDestroy_v2", Since: "12.4.1"}
+	_sym_cuEventElapsedTime                                   = dl.Symbol{Name: "cuEventElapsedTime", Since: "12.4.1"}
+	_sym_cuEventQuery                                         = dl.Symbol{Name: "cuEventQuery", Since: "12.4.1"}
+	_sym_cuEventRecord                                        = dl.Symbol{Name: "cuEventRecord", Since: "12.4.1"}
+	_sym_cuEventRecordWithFlags                               = dl.Symbol{Name: "cuEventRecordWithFlags", Since: "12.4.1"}
+	_sym_cuEventRecordWithFlags_ptsz                          = dl.Symbol{Name: "cuEventRecordWithFlags_ptsz", Since: "12.4.1"}
+	_sym_cuEventRecord_ptsz                                   = dl.Symbol{Name: "cuEventRecord_ptsz", Since: "12.4.1"}
+	_sym_cuEventSynchronize                                   = dl.Symbol{Name: "cuEventSynchronize", Since: "12.4.1"}
+	_sym_cuExternalMemoryGetMappedBuffer                      = dl.Symbol{Name: "cuExternalMemoryGetMappedBuffer", Since: "12.4.1"}
+	_sym_cuExternalMemoryGetMappedMipmappedArray              = dl.Symbol{Name: "cuExternalMemoryGetMappedMipmappedArray", Since: "12.4.1"}
+	_sym_cuFlushGPUDirectRDMAWrites                           = dl.Symbol{Name: "cuFlushGPUDirectRDMAWrites", Since: "12.4.1"}
+	_sym_cuFuncGetAttribute                                   = dl.Symbol{Name: "cuFuncGetAttribute", Since: "12.4.1"}
+	_sym_cuFuncGetModule                                      = dl.Symbol{Name: "cuFuncGetModule", Since: "12.4.1"}
+	_sym_cuFuncGetName                                        = dl.Symbol{Name: "cuFuncGetName", Since: "12.4.1"}
+	_sym_cuFuncGetParamInfo                                   = dl.Symbol{Name: "cuFuncGetParamInfo", Since: "12.4.1"}
+	_sym_cuFuncIsLoaded                                       = dl.Symbol{Name: "cuFuncIsLoaded", Since: "12.4.1"}
+	_sym_cuFuncLoad                                           = dl.Symbol{Name: "cuFuncLoad", Since: "12.4.1"}
+	_sym_cuFuncSetAttribute                                   = dl.Symbol{Name: "cuFuncSetAttribute", Since: "12.4.1"}
+	_sym_cuFuncSetBlockShape                                  = dl.Symbol{Name: "cuFuncSetBlockShape", Since: "12.4.1"}
+	_sym_cuFuncSetCacheConfig                                 = dl.Symbol{Name: "cuFuncSetCacheConfig", Since: "12.4.1"}
+	_sym_cuFuncSetSharedMemConfig                             = dl.Symbol{Name: "cuFuncSetSharedMemConfig", Since: "12.4.1"}
+	_sym_cuFuncSetSharedSize                                  = dl.Symbol{Name: "cuFuncSetSharedSize", Since: "12.4.1"}
+	_sym_cuGetErrorName                                       = dl.Symbol{Name: "cuGetErrorName", Since: "12.4.1"}
+	_sym_cuGetErrorString                                     = dl.Symbol{Name: "cuGetErrorString", Since: "12.4.1"}
+	_sym_cuGetExportTable                                     = dl.Symbol{Name: "cuGetExportTable", Since: "12.4.1"}
+	_sym_cuGetProcAddress                                     = dl.Symbol{Name: "cuGetProcAddress", Since: "12.4.1"}
+	_sym_cuGetProcAddress_v2                                  = dl.Symbol{Name: "cuGetProcAddress_v2", Since: "12.4.1"}
+	_sym_cuGraphAddBatchMemOpNode                             = dl.Symbol{Name: "cuGraphAddBatchMemOpNode", Since: "12.4.1"}
+	_sym_cuGraphAddChildGraphNode                             = dl.Symbol{Name: "cuGraphAddChildGraphNode", Since: "12.4.1"}
+	_sym_cuGraphAddDependencies                               = dl.Symbol{Name: "cuGraphAddDependencies", Since: "12.4.1"}
+	_sym_cuGraphAddDependencies_v2                            = dl.Symbol{Name: "cuGraphAddDependencies_v2", Since: "12.4.1"}
+	_sym_cuGraphAddEmptyNode                                  = dl.Symbol{Name: "cuGraphAddEmptyNode", Since: "12.4.1"}
+	_sym_cuGraphAddEventRecordNode                            = dl.Symbol{Name: "cuGraphAddEventRecordNode", Since: "12.4.1"}
+	_sym_cuGraphAddEventWaitNode                              = dl.Symbol{Name: "cuGraphAddEventWaitNode", Since: "12.4.1"}
+	_sym_cuGraphAddExternalSemaphoresSignalNode               = dl.Symbol{Name: "cuGraphAddExternalSemaphoresSignalNode", Since: "12.4.1"}
+	_sym_cuGraphAddExternalSemaphoresWaitNode                 = dl.Symbol{Name: "cuGraphAddExternalSemaphoresWaitNode", Since: "12.4.1"}
+	_sym_cuGraphAddHostNode                                   = dl.Symbol{Name: "cuGraphAddHostNode", Since: "12.4.1"}
+	_sym_cuGraphAddKernelNode                                 = dl.Symbol{Name: "cuGraphAddKernelNode", Since: "12.4.1"}
+	_sym_cuGraphAddKernelNode_v2                              = dl.Symbol{Name: "cuGraphAddKernelNode_v2", Since: "12.4.1"}
+	_sym_cuGraphAddMemAllocNode                               = dl.Symbol{Name: "cuGraphAddMemAllocNode", Since: "12.4.1"}
+	_sym_cuGraphAddMemFreeNode                                = dl.Symbol{Name: "cuGraphAddMemFreeNode", Since: "12.4.1"}
+	_sym_cuGraphAddMemcpyNode                                 = dl.Symbol{Name: "cuGraphAddMemcpyNode", Since: "12.4.1"}
+	_sym_cuGraphAddMemsetNode                                 = dl.Symbol{Name: "cuGraphAddMemsetNode", Since: "12.4.1"}
+	_sym_cuGraphAddNode                                       = dl.Symbol{Name: "cuGraphAddNode", Since: "12.4.1"}
+	_sym_cuGraphAddNode_v2                                    = dl.Symbol{Name: "cuGraphAddNode_v2", Since: "12.4.1"}
+	_sym_cuGraphBatchMemOpNodeGetParams                       = dl.Symbol{Name: "cuGraphBatchMemOpNodeGetParams", Since: "12.4.1"}
+	_sym_cuGraphBatchMemOpNodeSetParams                       = dl.Symbol{Name: "cuGraphBatchMemOpNodeSetParams", Since: "12.4.1"}
+	_sym_cuGraphChildGraphNodeGetGraph                        = dl.Symbol{Name: "cuGraphChildGraphNodeGetGraph", Since: "12.4.1"}
+	_sym_cuGraphClone                                         = dl.Symbol{Name: "cuGraphClone", Since: "12.4.1"}
+	_sym_cuGraphConditionalHandleCreate                       = dl.Symbol{Name: "cuGraphConditionalHandleCreate", Since: "12.4.1"}
+	_sym_cuGraphCreate                                        = dl.Symbol{Name: "cuGraphCreate", Since: "12.4.1"}
+	_sym_cuGraphDebugDotPrint                                 = dl.Symbol{Name: "cuGraphDebugDotPrint", Since: "12.4.1"}
+	_sym_cuGraphDestroy                                       = dl.Symbol{Name: "cuGraphDestroy", Since: "12.4.1"}
+	_sym_cuGraphDestroyNode                                   = dl.Symbol{Name: "cuGraphDestroyNode", Since: "12.4.1"}
+	_sym_cuGraphEventRecordNodeGetEvent                       = dl.Symbol{Name: "cuGraphEventRecordNodeGetEvent", Since: "12.4.1"}
+	_sym_cuGraphEventRecordNodeSetEvent                       = dl.Symbol{Name: "cuGraphEventRecordNodeSetEvent", Since: "12.4.1"}
+	_sym_cuGraphEventWaitNodeGetEvent                         = dl.Symbol{Name: "cuGraphEventWaitNodeGetEvent", Since: "12.4.1"}
+	_sym_cuGraphEventWaitNodeSetEvent                         = dl.Symbol{Name: "cuGraphEventWaitNodeSetEvent", Since: "12.4.1"}
+	_sym_cuGraphExecBatchMemOpNodeSetParams                   = dl.Symbol{Name: "cuGraphExecBatchMemOpNodeSetParams", Since: "12.4.1"}
+	_sym_cuGraphExecChildGraphNodeSetParams                   = dl.Symbol{Name: "cuGraphExecChildGraphNodeSetParams", Since: "12.4.1"}
+	_sym_cuGraphExecDestroy                                   = dl.Symbol{Name: "cuGraphExecDestroy", Since: "12.4.1"}
+	_sym_cuGraphExecEventRecordNodeSetEvent                   = dl.Symbol{Name: "cuGraphExecEventRecordNodeSetEvent", Since: "12.4.1"}
+	_sym_cuGraphExecEventWaitNodeSetEvent                     = dl.Symbol{Name: "cuGraphExecEventWaitNodeSetEvent", Since: "12.4.1"}
+	_sym_cuGraphExecExternalSemaphoresSignalNodeSetParams     = dl.Symbol{Name: "cuGraphExecExternalSemaphoresSignalNodeSetParams", Since: "12.4.1"}
+	_sym_cuGraphExecExternalSemaphoresWaitNodeSetParams       = dl.Symbol{Name: "cuGraphExecExternalSemaphoresWaitNodeSetParams", Since: "12.4.1"}
+	_sym_cuGraphExecGetFlags                                  = dl.Symbol{Name: "cuGraphExecGetFlags", Since: "12.4.1"}
+	_sym_cuGraphExecHostNodeSetParams                         = dl.Symbol{Name: "cuGraphExecHostNodeSetParams", Since: "12.4.1"}
+	_sym_cuGraphExecKernelNodeSetParams                       = dl.Symbol{Name: "cuGraphExecKernelNodeSetParams", Since: "12.4.1"}
+	_sym_cuGraphExecKernelNodeSetParams_v2                    = dl.Symbol{Name: "cuGraphExecKernelNodeSetParams_v2", Since: "12.4.1"}
+	_sym_cuGraphExecMemcpyNodeSetParams                       = dl.Symbol{Name: "cuGraphExecMemcpyNodeSetParams", Since: "12.4.1"}
+	_sym_cuGraphExecMemsetNodeSetParams                       = dl.Symbol{Name: "cuGraphExecMemsetNodeSetParams", Since: "12.4.1"}
+	_sym_cuGraphExecNodeSetParams                             = dl.Symbol{Name: "cuGraphExecNodeSetParams", Since: "12.4.1"}
+	_sym_cuGraphExecUpdate                                    = dl.Symbol{Name: "cuGraphExecUpdate", Since: "12.4.1"}
+	_sym_cuGraphExecUpdate_v2                                 = dl.Symbol{Name: "cuGraphExecUpdate_v2", Since: "12.4.1"}
+	_sym_cuGraphExternalSemaphoresSignalNodeGetParams         = dl.Symbol{Name: "cuGraphExternalSemaphoresSignalNodeGetParams", Since: "12.4.1"}
+	_sym_cuGraphExternalSemaphoresSignalNodeSetParams         = dl.Symbol{Name: "cuGraphExternalSemaphoresSignalNodeSetParams", Since: "12.4.1"}
+	_sym_cuGraphExternalSemaphoresWaitNodeGetParams           = dl.Symbol{Name: "cuGraphExternalSemaphoresWaitNodeGetParams", Since: "12.4.1"}
+	_sym_cuGraphExternalSemaphoresWaitNodeSetParams           = dl.Symbol{Name: "cuGraphExternalSemaphoresWaitNodeSetParams", Since: "12.4.1"}
+	_sym_cuGraphGetEdges                                      = dl.Symbol{Name: "cuGraphGetEdges", Since: "12.4.1"}
+	_sym_cuGraphGetEdges_v2                                   = dl.Symbol{Name: "cuGraphGetEdges_v2", Since: "12.4.1"}
+	_sym_cuGraphGetNodes                                      = dl.Symbol{Name: "cuGraphGetNodes", Since: "12.4.1"}
+	_sym_cuGraphGetRootNodes                                  = dl.Symbol{Name: "cuGraphGetRootNodes", Since: "12.4.1"}
+	_sym_cuGraphHostNodeGetParams                             = dl.Symbol{Name: "cuGraphHostNodeGetParams", Since: "12.4.1"}
+	_sym_cuGraphHostNodeSetParams                             = dl.Symbol{Name: "cuGraphHostNodeSetParams", Since: "12.4.1"}
+	_sym_cuGraphInstantiate                                   = dl.Symbol{Name: "cuGraphInstantiate", Since: "12.4.1"}
+	_sym_cuGraphInstantiateWithFlags                          = dl.Symbol{Name: "cuGraphInstantiateWithFlags", Since: "12.4.1"}
+	_sym_cuGraphInstantiateWithParams                         = dl.Symbol{Name: "cuGraphInstantiateWithParams", Since: "12.4.1"}
+	_sym_cuGraphInstantiateWithParams_ptsz                    = dl.Symbol{Name: "cuGraphInstantiateWithParams_ptsz", Since: "12.4.1"}
+	_sym_cuGraphInstantiate_v2                                = dl.Symbol{Name: "cuGraphInstantiate_v2", Since: "12.4.1"}
+	_sym_cuGraphKernelNodeCopyAttributes                      = dl.Symbol{Name: "cuGraphKernelNodeCopyAttributes", Since: "12.4.1"}
+	_sym_cuGraphKernelNodeGetAttribute                        = dl.Symbol{Name: "cuGraphKernelNodeGetAttribute", Since: "12.4.1"}
+	_sym_cuGraphKernelNodeGetParams                           = dl.Symbol{Name: "cuGraphKernelNodeGetParams", Since: "12.4.1"}
+	_sym_cuGraphKernelNodeGetParams_v2                        = dl.Symbol{Name: "cuGraphKernelNodeGetParams_v2", Since: "12.4.1"}
+	_sym_cuGraphKernelNodeSetAttribute                        = dl.Symbol{Name: "cuGraphKernelNodeSetAttribute", Since: "12.4.1"}
+	_sym_cuGraphKernelNodeSetParams                           = dl.Symbol{Name: "cuGraphKernelNodeSetParams", Since: "12.4.1"}
+	_sym_cuGraphKernelNodeSetParams_v2                        = dl.Symbol{Name: "cuGraphKernelNodeSetParams_v2", Since: "12.4.1"}
+	_sym_cuGraphLaunch                                        = dl.Symbol{Name: "cuGraphLaunch", Since: "12.4.1"}
+	_sym_cuGraphLaunch_ptsz                                   = dl.Symbol{Name: "cuGraphLaunch_ptsz", Since: "12.4.1"}
+	_sym_cuGraphMemAllocNodeGetParams                         = dl.Symbol{Name: "cuGraphMemAllocNodeGetParams", Since: "12.4.1"}
+	_sym_cuGraphMemFreeNodeGetParams                          = dl.Symbol{Name: "cuGraphMemFreeNodeGetParams", Since: "12.4.1"}
+	_sym_cuGraphMemcpyNodeGetParams                           = dl.Symbol{Name: "cuGraphMemcpyNodeGetParams", Since: "12.4.1"}
+	_sym_cuGraphMemcpyNodeSetParams                           = dl.Symbol{Name: "cuGraphMemcpyNodeSetParams", Since: "12.4.1"}
+	_sym_cuGraphMemsetNodeGetParams                           = dl.Symbol{Name: "cuGraphMemsetNodeGetParams", Since: "12.4.1"}
+	_sym_cuGraphMemsetNodeSetParams                           = dl.Symbol{Name: "cuGraphMemsetNodeSetParams", Since: "12.4.1"}
+	_sym_cuGraphNodeFindInClone                               = dl.Symbol{Name: "cuGraphNodeFindInClone", Since: "12.4.1"}
+	_sym_cuGraphNodeGetDependencies                           = dl.Symbol{Name: "cuGraphNodeGetDependencies", Since: "12.4.1"}
+	_sym_cuGraphNodeGetDependencies_v2                        = dl.Symbol{Name: "cuGraphNodeGetDependencies_v2", Since: "12.4.1"}
+	_sym_cuGraphNodeGetDependentNodes                         = dl.Symbol{Name: "cuGraphNodeGetDependentNodes", Since: "12.4.1"}
+	_sym_cuGraphNodeGetDependentNodes_v2                      = dl.Symbol{Name: "cuGraphNodeGetDependentNodes_v2", Since: "12.4.1"}
+	_sym_cuGraphNodeGetEnabled                                = dl.Symbol{Name: "cuGraphNodeGetEnabled", Since: "12.4.1"}
+	_sym_cuGraphNodeGetType                                   = dl.Symbol{Name: "cuGraphNodeGetType", Since: "12.4.1"}
+	_sym_cuGraphNodeSetEnabled                                = dl.Symbol{Name: "cuGraphNodeSetEnabled", Since: "12.4.1"}
+	_sym_cuGraphNodeSetParams                                 = dl.Symbol{Name: "cuGraphNodeSetParams", Since: "12.4.1"}
+	_sym_cuGraphReleaseUserObject                             = dl.Symbol{Name: "cuGraphReleaseUserObject", Since: "12.4.1"}
+	_sym_cuGraphRemoveDependencies                            = dl.Symbol{Name: "cuGraphRemoveDependencies", Since: "12.4.1"}
+	_sym_cuGraphRemoveDependencies_v2                         = dl.Symbol{Name: "cuGraphRemoveDependencies_v2", Since: "12.4.1"}
+	_sym_cuGraphRetainUserObject                              = dl.Symbol{Name: "cuGraphRetainUserObject", Since: "12.4.1"}
+	_sym_cuGraphUpload                                        = dl.Symbol{Name: "cuGraphUpload", Since: "12.4.1"}
+	_sym_cuGraphUpload_ptsz                                   = dl.Symbol{Name: "cuGraphUpload_ptsz", Since: "12.4.1"}
+	_sym_cuGraphicsMapResources                               = dl.Symbol{Name: "cuGraphicsMapResources", Since: "12.4.1"}
+	_sym_cuGraphicsMapResources_ptsz                          = dl.Symbol{Name: "cuGraphicsMapResources_ptsz", Since: "12.4.1"}
+	_sym_cuGraphicsResourceGetMappedMipmappedArray            = dl.Symbol{Name: "cuGraphicsResourceGetMappedMipmappedArray", Since: "12.4.1"}
+	_sym_cuGraphicsResourceGetMappedPointer                   = dl.Symbol{Name: "cuGraphicsResourceGetMappedPointer", Since: "12.4.1"}
+	_sym_cuGraphicsResourceGetMappedPointer_v2                = dl.Symbol{Name: "cuGraphicsResourceGetMappedPointer_v2", Since: "12.4.1"}
+	_sym_cuGraphicsResourceSetMapFlags                        = dl.Symbol{Name: "cuGraphicsResourceSetMapFlags", Since: "12.4.1"}
+	_sym_cuGraphicsResourceSetMapFlags_v2                     = dl.Symbol{Name: "cuGraphicsResourceSetMapFlags_v2", Since: "12.4.1"}
+	_sym_cuGraphicsSubResourceGetMappedArray                  = dl.Symbol{Name: "cuGraphicsSubResourceGetMappedArray", Since: "12.4.1"}
+	_sym_cuGraphicsUnmapResources                             = dl.Symbol{Name: "cuGraphicsUnmapResources", Since: "12.4.1"}
+	_sym_cuGraphicsUnmapResources_ptsz                        = dl.Symbol{Name: "cuGraphicsUnmapResources_ptsz", Since: "12.4.1"}
+	_sym_cuGraphicsUnregisterResource                         = dl.Symbol{Name: "cuGraphicsUnregisterResource", Since: "12.4.1"}
+	_sym_cuGreenCtxCreate                                     = dl.Symbol{Name: "cuGreenCtxCreate", Since: "12.4.1"}
+	_sym_cuGreenCtxDestroy                                    = dl.Symbol{Name: "cuGreenCtxDestroy", Since: "12.4.1"}
+	_sym_cuGreenCtxGetDevResource                             = dl.Symbol{Name: "cuGreenCtxGetDevResource", Since: "12.4.1"}
+	_sym_cuGreenCtxRecordEvent                                = dl.Symbol{Name: "cuGreenCtxRecordEvent", Since: "12.4.1"}
+	_sym_cuGreenCtxWaitEvent                                  = dl.Symbol{Name: "cuGreenCtxWaitEvent", Since: "12.4.1"}
+	_sym_cuImportExternalMemory                               = dl.Symbol{Name: "cuImportExternalMemory", Since: "12.4.1"}
+	_sym_cuImportExternalSemaphore                            = dl.Symbol{Name: "cuImportExternalSemaphore", Since: "12.4.1"}
+	_sym_cuInit                                               = dl.Symbol{Name: "cuInit", Since: "12.4.1"}
+	_sym_cuIpcCloseMemHandle                                  = dl.Symbol{Name: "cuIpcCloseMemHandle", Since: "12.4.1"}
+	_sym_cuIpcGetEventHandle                                  = dl.Symbol{Name: "cuIpcGetEventHandle", Since: "12.4.1"}
+	_sym_cuIpcGetMemHandle                                    = dl.Symbol{Name: "cuIpcGetMemHandle", Since: "12.4.1"}
+	_sym_cuIpcOpenEventHandle                                 = dl.Symbol{Name: "cuIpcOpenEventHandle", Since: "12.4.1"}
+	_sym_cuIpcOpenMemHandle                                   = dl.Symbol{Name: "cuIpcOpenMemHandle", Since: "12.4.1"}
+	_sym_cuIpcOpenMemHandle_v2                                = dl.Symbol{Name: "cuIpcOpenMemHandle_v2", Since: "12.4.1"}
+	_sym_cuKernelGetAttribute                                 = dl.Symbol{Name: "cuKernelGetAttribute", Since: "12.4.1"}
+	_sym_cuKernelGetFunction                                  = dl.Symbol{Name: "cuKernelGetFunction", Since: "12.4.1"}
+	_sym_cuKernelGetName                                      = dl.Symbol{Name: "cuKernelGetName", Since: "12.4.1"}
+	_sym_cuKernelGetParamInfo                                 = dl.Symbol{Name: "cuKernelGetParamInfo", Since: "12.4.1"}
+	_sym_cuKernelSetAttribute                                 = dl.Symbol{Name: "cuKernelSetAttribute", Since: "12.4.1"}
+	_sym_cuKernelSetCacheConfig                               = dl.Symbol{Name: "cuKernelSetCacheConfig", Since: "12.4.1"}
+	_sym_cuLaunch                                             = dl.Symbol{Name: "cuLaunch", Since: "12.4.1"}
+	_sym_cuLaunchCooperativeKernel                            = dl.Symbol{Name: "cuLaunchCooperativeKernel", Since: "12.4.1"}
+	_sym_cuLaunchCooperativeKernelMultiDevice                 = dl.Symbol{Name: "cuLaunchCooperativeKernelMultiDevice", Since: "12.4.1"}
+	_sym_cuLaunchCooperativeKernel_ptsz                       = dl.Symbol{Name: "cuLaunchCooperativeKernel_ptsz", Since: "12.4.1"}
+	_sym_cuLaunchGrid                                         = dl.Symbol{Name: "cuLaunchGrid", Since: "12.4.1"}
+	_sym_cuLaunchGridAsync                                    = dl.Symbol{Name: "cuLaunchGridAsync", Since: "12.4.1"}
+	_sym_cuLaunchHostFunc                                     = dl.Symbol{Name: "cuLaunchHostFunc", Since: "12.4.1"}
+	_sym_cuLaunchHostFunc_ptsz                                = dl.Symbol{Name: "cuLaunchHostFunc_ptsz", Since: "12.4.1"}
+	_sym_cuLaunchKernel                                       = dl.Symbol{Name: "cuLaunchKernel", Since: "12.4.1"}
+	_sym_cuLaunchKernelEx                                     = dl.Symbol{Name: "cuLaunchKernelEx", Since: "12.4.1"}
+	_sym_cuLaunchKernelEx_ptsz                                = dl.Symbol{Name: "cuLaunchKernelEx_ptsz", Since: "12.4.1"}
+	_sym_cuLaunchKernel_ptsz                                  = dl.Symbol{Name: "cuLaunchKernel_ptsz", Since: "12.4.1"}
+	_sym_cuLibraryEnumerateKernels                            = dl.Symbol{Name: "cuLibraryEnumerateKernels", Since: "12.4.1"}
+	_sym_cuLibraryGetGlobal                                   = dl.Symbol{Name: "cuLibraryGetGlobal", Since: "12.4.1"}
+	_sym_cuLibraryGetKernel                                   = dl.Symbol{Name: "cuLibraryGetKernel", Since: "12.4.1"}
+	_sym_cuLibraryGetKernelCount                              = dl.Symbol{Name: "cuLibraryGetKernelCount", Since: "12.4.1"}
+	_sym_cuLibraryGetManaged                                  = dl.Symbol{Name: "cuLibraryGetManaged", Since: "12.4.1"}
+	_sym_cuLibraryGetModule                                   = dl.Symbol{Name: "cuLibraryGetModule", Since: "12.4.1"}
+	_sym_cuLibraryGetUnifiedFunction                          = dl.Symbol{Name: "cuLibraryGetUnifiedFunction", Since: "12.4.1"}
+	_sym_cuLibraryLoadData                                    = dl.Symbol{Name: "cuLibraryLoadData", Since: "12.4.1"}
+	_sym_cuLibraryLoadFromFile                                = dl.Symbol{Name: "cuLibraryLoadFromFile", Since: "12.4.1"}
+	_sym_cuLibraryUnload                                      = dl.Symbol{Name: "cuLibraryUnload", Since: "12.4.1"}
+	_sym_cuLinkAddData                                        = dl.Symbol{Name: "cuLinkAddData", Since: "12.4.1"}
+	_sym_cuLinkAddData_v2                                     = dl.Symbol{Name: "cuLinkAddData_v2", Since: "12.4.1"}
+	_sym_cuLinkAddFile                                        = dl.Symbol{Name: "cuLinkAddFile", Since: "12.4.1"}
+	_sym_cuLinkAddFile_v2                                     = dl.Symbol{Name: "cuLinkAddFile_v2", Since: "12.4.1"}
+	_sym_cuLinkComplete                                       = dl.Symbol{Name: "cuLinkComplete", Since: "12.4.1"}
+	_sym_cuLinkCreate                                         = dl.Symbol{Name: "cuLinkCreate", Since: "12.4.1"}
+	_sym_cuLinkCreate_v2                                      = dl.Symbol{Name: "cuLinkCreate_v2", Since: "12.4.1"}
+	_sym_cuLinkDestroy                                        = dl.Symbol{Name: "cuLinkDestroy", Since: "12.4.1"}
+	_sym_cuMemAddressFree                                     = dl.Symbol{Name: "cuMemAddressFree", Since: "12.4.1"}
+	_sym_cuMemAddressReserve                                  = dl.Symbol{Name: "cuMemAddressReserve", Since: "12.4.1"}
+	_sym_cuMemAdvise                                          = dl.Symbol{Name: "cuMemAdvise", Since: "12.4.1"}
+	_sym_cuMemAdvise_v2                                       = dl.Symbol{Name: "cuMemAdvise_v2", Since: "12.4.1"}
+	_sym_cuMemAlloc                                           = dl.Symbol{Name: "cuMemAlloc", Since: "12.4.1"}
+	_sym_cuMemAllocAsync                                      = dl.Symbol{Name: "cuMemAllocAsync", Since: "12.4.1"}
+	_sym_cuMemAllocAsync_ptsz                                 = dl.Symbol{Name: "cuMemAllocAsync_ptsz", Since: "12.4.1"}
+	_sym_cuMemAllocFromPoolAsync                              = dl.Symbol{Name: "cuMemAllocFromPoolAsync", Since: "12.4.1"}
+	_sym_cuMemAllocFromPoolAsync_ptsz                         = dl.Symbol{Name: "cuMemAllocFromPoolAsync_ptsz", Since: "12.4.1"}
+	_sym_cuMemAllocHost                                       = dl.Symbol{Name: "cuMemAllocHost", Since: "12.4.1"}
+	_sym_cuMemAllocHost_v2                                    = dl.Symbol{Name: "cuMemAllocHost_v2", Since: "12.4.1"}
+	_sym_cuMemAllocManaged                                    = dl.Symbol{Name: "cuMemAllocManaged", Since: "12.4.1"}
+	_sym_cuMemAllocPitch                                      = dl.Symbol{Name: "cuMemAllocPitch", Since: "12.4.1"}
+	_sym_cuMemAllocPitch_v2                                   = dl.Symbol{Name: "cuMemAllocPitch_v2", Since: "12.4.1"}
+	_sym_cuMemAlloc_v2                                        = dl.Symbol{Name: "cuMemAlloc_v2", Since: "12.4.1"}
+	_sym_cuMemCreate                                          = dl.Symbol{Name: "cuMemCreate", Since: "12.4.1"}
+	_sym_cuMemExportToShareableHandle                         = dl.Symbol{Name: "cuMemExportToShareableHandle", Since: "12.4.1"}
+	_sym_cuMemFree                                            = dl.Symbol{Name: "cuMemFree", Since: "12.4.1"}
+	_sym_cuMemFreeAsync                                       = dl.Symbol{Name: "cuMemFreeAsync", Since: "12.4.1"}
+	_sym_cuMemFreeAsync_ptsz                                  = dl.Symbol{Name: "cuMemFreeAsync_ptsz", Since: "12.4.1"}
+	_sym_cuMemFreeHost                                        = dl.Symbol{Name: "cuMemFreeHost", Since: "12.4.1"}
+	_sym_cuMemFree_v2                                         = dl.Symbol{Name: "cuMemFree_v2", Since: "12.4.1"}
+	_sym_cuMemGetAccess                                       = dl.Symbol{Name: "cuMemGetAccess", Since: "12.4.1"}
+	_sym_cuMemGetAddressRange                                 = dl.Symbol{Name: "cuMemGetAddressRange", Since: "12.4.1"}
+	_sym_cuMemGetAddressRange_v2                              = dl.Symbol{Name: "cuMemGetAddressRange_v2", Since: "12.4.1"}
+	_sym_cuMemGetAllocationGranularity                        = dl.Symbol{Name: "cuMemGetAllocationGranularity", Since: "12.4.1"}
+	_sym_cuMemGetAllocationPropertiesFromHandle               = dl.Symbol{Name: "cuMemGetAllocationPropertiesFromHandle", Since: "12.4.1"}
+	_sym_cuMemGetHandleForAddressRange                        = dl.Symbol{Name: "cuMemGetHandleForAddressRange", Since: "12.4.1"}
+	_sym_cuMemGetInfo                                         = dl.Symbol{Name: "cuMemGetInfo", Since: "12.4.1"}
+	_sym_cuMemGetInfo_v2                                      = dl.Symbol{Name: "cuMemGetInfo_v2", Since: "12.4.1"}
+	_sym_cuMemHostAlloc                                       = dl.Symbol{Name: "cuMemHostAlloc", Since: "12.4.1"}
+	_sym_cuMemHostGetDevicePointer                            = dl.Symbol{Name: "cuMemHostGetDevicePointer", Since: "12.4.1"}
+	_sym_cuMemHostGetDevicePointer_v2                         = dl.Symbol{Name: "cuMemHostGetDevicePointer_v2", Since: "12.4.1"}
+	_sym_cuMemHostGetFlags                                    = dl.Symbol{Name: "cuMemHostGetFlags", Since: "12.4.1"}
+	_sym_cuMemHostRegister                                    = dl.Symbol{Name: "cuMemHostRegister", Since: "12.4.1"}
+	_sym_cuMemHostRegister_v2                                 = dl.Symbol{Name: "cuMemHostRegister_v2", Since: "12.4.1"}
+	_sym_cuMemHostUnregister                                  = dl.Symbol{Name: "cuMemHostUnregister", Since: "12.4.1"}
+	_sym_cuMemImportFromShareableHandle                       = dl.Symbol{Name: "cuMemImportFromShareableHandle", Since: "12.4.1"}
+	_sym_cuMemMap                                             = dl.Symbol{Name: "cuMemMap", Since: "12.4.1"}
+	_sym_cuMemMapArrayAsync                                   = dl.Symbol{Name: "cuMemMapArrayAsync", Since: "12.4.1"}
+	_sym_cuMemMapArrayAsync_ptsz                              = dl.Symbol{Name: "cuMemMapArrayAsync_ptsz", Since: "12.4.1"}
+	_sym_cuMemPoolCreate                                      = dl.Symbol{Name: "cuMemPoolCreate", Since: "12.4.1"}
+	_sym_cuMemPoolDestroy                                     = dl.Symbol{Name: "cuMemPoolDestroy", Since: "12.4.1"}
+	_sym_cuMemPoolExportPointer                               = dl.Symbol{Name: "cuMemPoolExportPointer", Since: "12.4.1"}
+	_sym_cuMemPoolExportToShareableHandle                     = dl.Symbol{Name: "cuMemPoolExportToShareableHandle", Since: "12.4.1"}
+	_sym_cuMemPoolGetAccess                                   = dl.Symbol{Name: "cuMemPoolGetAccess", Since: "12.4.1"}
+	_sym_cuMemPoolGetAttribute                                = dl.Symbol{Name: "cuMemPoolGetAttribute", Since: "12.4.1"}
+	_sym_cuMemPoolImportFromShareableHandle                   = dl.Symbol{Name: "cuMemPoolImportFromShareableHandle", Since: "12.4.1"}
+	_sym_cuMemPoolImportPointer                               = dl.Symbol{Name: "cuMemPoolImportPointer", Since: "12.4.1"}
+	_sym_cuMemPoolSetAccess                                   = dl.Symbol{Name: "cuMemPoolSetAccess", Since: "12.4.1"}
+	_sym_cuMemPoolSetAttribute                                = dl.Symbol{Name: "cuMemPoolSetAttribute", Since: "12.4.1"}
+	_sym_cuMemPoolTrimTo                                      = dl.Symbol{Name: "cuMemPoolTrimTo", Since: "12.4.1"}
+	_sym_cuMemPrefetchAsync                                   = dl.Symbol{Name: "cuMemPrefetchAsync", Since: "12.4.1"}
+	_sym_cuMemPrefetchAsync_ptsz                              = dl.Symbol{Name: "cuMemPrefetchAsync_ptsz", Since: "12.4.1"}
+	_sym_cuMemPrefetchAsync_v2                                = dl.Symbol{Name: "cuMemPrefetchAsync_v2", Since: "12.4.1"}
+	_sym_cuMemPrefetchAsync_v2_ptsz                           = dl.Symbol{Name: "cuMemPrefetchAsync_v2_ptsz", Since: "12.4.1"}
+	_sym_cuMemRangeGetAttribute                               = dl.Symbol{Name: "cuMemRangeGetAttribute", Since: "12.4.1"}
+	_sym_cuMemRangeGetAttributes                              = dl.Symbol{Name: "cuMemRangeGetAttributes", Since: "12.4.1"}
+	_sym_cuMemRelease                                         = dl.Symbol{Name: "cuMemRelease", Since: "12.4.1"}
+	_sym_cuMemRetainAllocationHandle                          = dl.Symbol{Name: "cuMemRetainAllocationHandle", Since: "12.4.1"}
+	_sym_cuMemSetAccess                                       = dl.Symbol{Name: "cuMemSetAccess", Since: "12.4.1"}
+	_sym_cuMemUnmap                                           = dl.Symbol{Name: "cuMemUnmap", Since: "12.4.1"}
+	_sym_cuMemcpy                                             = dl.Symbol{Name: "cuMemcpy", Since: "12.4.1"}
+	_sym_cuMemcpy2D                                           = dl.Symbol{Name: "cuMemcpy2D", Since: "12.4.1"}
+	_sym_cuMemcpy2DAsync                                      = dl.Symbol{Name: "cuMemcpy2DAsync", Since: "12.4.1"}
+	_sym_cuMemcpy2DAsync_v2                                   = dl.Symbol{Name: "cuMemcpy2DAsync_v2", Since: "12.4.1"}
+	_sym_cuMemcpy2DAsync_v2_ptsz                              = dl.Symbol{Name: "cuMemcpy2DAsync_v2_ptsz", Since: "12.4.1"}
+	_sym_cuMemcpy2DUnaligned                                  = dl.Symbol{Name: "cuMemcpy2DUnaligned", Since: "12.4.1"}
+	_sym_cuMemcpy2DUnaligned_v2                               = dl.Symbol{Name: "cuMemcpy2DUnaligned_v2", Since: "12.4.1"}
+	_sym_cuMemcpy2DUnaligned_v2_ptds                          = dl.Symbol{Name: "cuMemcpy2DUnaligned_v2_ptds", Since: "12.4.1"}
+	_sym_cuMemcpy2D_v2                                        = dl.Symbol{Name: "cuMemcpy2D_v2", Since: "12.4.1"}
+	_sym_cuMemcpy2D_v2_ptds                                   = dl.Symbol{Name: "cuMemcpy2D_v2_ptds", Since: "12.4.1"}
+	_sym_cuMemcpy3D                                           = dl.Symbol{Name: "cuMemcpy3D", Since: "12.4.1"}
+	_sym_cuMemcpy3DAsync                                      = dl.Symbol{Name: "cuMemcpy3DAsync", Since: "12.4.1"}
+	_sym_cuMemcpy3DAsync_v2                                   = dl.Symbol{Name: "cuMemcpy3DAsync_v2", Since: "12.4.1"}
+	_sym_cuMemcpy3DAsync_v2_ptsz                              = dl.Symbol{Name: "cuMemcpy3DAsync_v2_ptsz", Since: "12.4.1"}
+	_sym_cuMemcpy3DPeer                                       = dl.Symbol{Name: "cuMemcpy3DPeer", Since: "12.4.1"}
+	_sym_cuMemcpy3DPeerAsync                                  = dl.Symbol{Name: "cuMemcpy3DPeerAsync", Since: "12.4.1"}
+	_sym_cuMemcpy3DPeerAsync_ptsz                             = dl.Symbol{Name: "cuMemcpy3DPeerAsync_ptsz", Since: "12.4.1"}
+	_sym_cuMemcpy3DPeer_ptds                                  = dl.Symbol{Name: "cuMemcpy3DPeer_ptds", Since: "12.4.1"}
+	_sym_cuMemcpy3D_v2                                        = dl.Symbol{Name: "cuMemcpy3D_v2", Since: "12.4.1"}
+	_sym_cuMemcpy3D_v2_ptds                                   = dl.Symbol{Name: "cuMemcpy3D_v2_ptds", Since: "12.4.1"}
+	_sym_cuMemcpyAsync                                        = dl.Symbol{Name: "cuMemcpyAsync", Since: "12.4.1"}
+	_sym_cuMemcpyAsync_ptsz                                   = dl.Symbol{Name: "cuMemcpyAsync_ptsz", Since: "12.4.1"}
+	_sym_cuMemcpyAtoA                                         = dl.Symbol{Name: "cuMemcpyAtoA", Since: "12.4.1"}
+	_sym_cuMemcpyAtoA_v2                                      = dl.Symbol{Name: "cuMemcpyAtoA_v2", Since: "12.4.1"}
+	_sym_cuMemcpyAtoA_v2_ptds                                 = dl.Symbol{Name: "cuMemcpyAtoA_v2_ptds", Since: "12.4.1"}
+	_sym_cuMemcpyAtoD                                         = dl.Symbol{Name: "cuMemcpyAtoD", Since: "12.4.1"}
+	_sym_cuMemcpyAtoD_v2                                      = dl.Symbol{Name: "cuMemcpyAtoD_v2", Since: "12.4.1"}
+	_sym_cuMemcpyAtoD_v2_ptds                                 = dl.Symbol{Name: "cuMemcpyAtoD_v2_ptds", Since: "12.4.1"}
+	_sym_cuMemcpyAtoH                                         = dl.Symbol{Name: "cuMemcpyAtoH", Since: "12.4.1"}
+	_sym_cuMemcpyAtoHAsync                                    = dl.Symbol{Name: "cuMemcpyAtoHAsync", Since: "12.4.1"}
+	_sym_cuMemcpyAtoHAsync_v2                                 = dl.Symbol{Name: "cuMemcpyAtoHAsync_v2", Since: "12.4.1"}
+	_sym_cuMemcpyAtoHAsync_v2_ptsz                            = dl.Symbol{Name: "cuMemcpyAtoHAsync_v2_ptsz", Since: "12.4.1"}
+	_sym_cuMemcpyAtoH_v2                                      = dl.Symbol{Name: "cuMemcpyAtoH_v2", Since: "12.4.1"}
+	_sym_cuMemcpyAtoH_v2_ptds                                 = dl.Symbol{Name: "cuMemcpyAtoH_v2_ptds", Since: "12.4.1"}
+	_sym_cuMemcpyDtoA                                         = dl.Symbol{Name: "cuMemcpyDtoA", Since: "12.4.1"}
+	_sym_cuMemcpyDtoA_v2                                      = dl.Symbol{Name: "cuMemcpyDtoA_v2", Since: "12.4.1"}
+	_sym_cuMemcpyDtoA_v2_ptds                                 = dl.Symbol{Name: "cuMemcpyDtoA_v2_ptds", Since: "12.4.1"}
+	_sym_cuMemcpyDtoD                                         = dl.Symbol{Name: "cuMemcpyDtoD", Since: "12.4.1"}
+	_sym_cuMemcpyDtoDAsync                                    = dl.Symbol{Name: "cuMemcpyDtoDAsync", Since: "12.4.1"}
+	_sym_cuMemcpyDtoDAsync_v2                                 = dl.Symbol{Name: "cuMemcpyDtoDAsync_v2", Since: "12.4.1"}
+	_sym_cuMemcpyDtoDAsync_v2_ptsz                            = dl.Symbol{Name: "cuMemcpyDtoDAsync_v2_ptsz", Since: "12.4.1"}
+	_sym_cuMemcpyDtoD_v2                                      = dl.Symbol{Name: "cuMemcpyDtoD_v2", Since: "12.4.1"}
+	_sym_cuMemcpyDtoD_v2_ptds                                 = dl.Symbol{Name: "cuMemcpyDtoD_v2_ptds", Since: "12.4.1"}
+	_sym_cuMemcpyDtoH                                         = dl.Symbol{Name: "cuMemcpyDtoH", Since: "12.4.1"}
+	_sym_cuMemcpyDtoHAsync                                    = dl.Symbol{Name: "cuMemcpyDtoHAsync", Since: "12.4.1"}
+	_sym_cuMemcpyDtoHAsync_v2                                 = dl.Symbol{Name: "cuMemcpyDtoHAsync_v2", Since: "12.4.1"}
+	_sym_cuMemcpyDtoHAsync_v2_ptsz                            = dl.Symbol{Name: "cuMemcpyDtoHAsync_v2_ptsz", Since: "12.4.1"}
+	_sym_cuMemcpyDtoH_v2                                      = dl.Symbol{Name: "cuMemcpyDtoH_v2", Since: "12.4.1"}
+	_sym_cuMemcpyDtoH_v2_ptds                                 = dl.Symbol{Name: "cuMemcpyDtoH_v2_ptds", Since: "12.4.1"}
+	_sym_cuMemcpyHtoA                                         = dl.Symbol{Name: "cuMemcpyHtoA", Since: "12.4.1"}
+	_sym_cuMemcpyHtoAAsync                                    = dl.Symbol{Name: "cuMemcpyHtoAAsync", Since: "12.4.1"}
+	_sym_cuMemcpyHtoAAsync_v2                                 = dl.Symbol{Name: "cuMemcpyHtoAAsync_v2", Since: "12.4.1"}
+	_sym_cuMemcpyHtoAAsync_v2_ptsz                            = dl.Symbol{Name: "cuMemcpyHtoAAsync_v2_ptsz", Since: "12.4.1"}
+	_sym_cuMemcpyHtoA_v2                                      = dl.Symbol{Name: "cuMemcpyHtoA_v2", Since: "12.4.1"}
+	_sym_cuMemcpyHtoA_v2_ptds                                 = dl.Symbol{Name: "cuMemcpyHtoA_v2_ptds", Since: "12.4.1"}
+	_sym_cuMemcpyHtoD                                         = dl.Symbol{Name: "cuMemcpyHtoD", Since: "12.4.1"}
+	_sym_cuMemcpyHtoDAsync                                    = dl.Symbol{Name: "cuMemcpyHtoDAsync", Since: "12.4.1"}
+	_sym_cuMemcpyHtoDAsync_v2                                 = dl.Symbol{Name: "cuMemcpyHtoDAsync_v2", Since: "12.4.1"}
+	_sym_cuMemcpyHtoDAsync_v2_ptsz                            = dl.Symbol{Name: "cuMemcpyHtoDAsync_v2_ptsz", Since: "12.4.1"}
+	_sym_cuMemcpyHtoD_v2                                      = dl.Symbol{Name: "cuMemcpyHtoD_v2", Since: "12.4.1"}
+	_sym_cuMemcpyHtoD_v2_ptds                                 = dl.Symbol{Name: "cuMemcpyHtoD_v2_ptds", Since: "12.4.1"}
+	_sym_cuMemcpyPeer                                         = dl.Symbol{Name: "cuMemcpyPeer", Since: "12.4.1"}
+	_sym_cuMemcpyPeerAsync                                    = dl.Symbol{Name: "cuMemcpyPeerAsync", Since: "12.4.1"}
+	_sym_cuMemcpyPeerAsync_ptsz                               = dl.Symbol{Name: "cuMemcpyPeerAsync_ptsz", Since: "12.4.1"}
+	_sym_cuMemcpyPeer_ptds                                    = dl.Symbol{Name: "cuMemcpyPeer_ptds", Since: "12.4.1"}
+	_sym_cuMemcpy_ptds                                        = dl.Symbol{Name: "cuMemcpy_ptds", Since: "12.4.1"}
+	_sym_cuMemsetD16                                          = dl.Symbol{Name: "cuMemsetD16", Since: "12.4.1"}
+	_sym_cuMemsetD16Async                                     = dl.Symbol{Name: "cuMemsetD16Async", Since: "12.4.1"}
+	_sym_cuMemsetD16Async_ptsz                                = dl.Symbol{Name: "cuMemsetD16Async_ptsz", Since: "12.4.1"}
+	_sym_cuMemsetD16_v2                                       = dl.Symbol{Name: "cuMemsetD16_v2", Since: "12.4.1"}
+	_sym_cuMemsetD16_v2_ptds                                  = dl.Symbol{Name: "cuMemsetD16_v2_ptds", Since: "12.4.1"}
+	_sym_cuMemsetD2D16                                        = dl.Symbol{Name: "cuMemsetD2D16", Since: "12.4.1"}
+	_sym_cuMemsetD2D16Async                                   = dl.Symbol{Name: "cuMemsetD2D16Async", Since: "12.4.1"}
+	_sym_cuMemsetD2D16Async_ptsz                              = dl.Symbol{Name: "cuMemsetD2D16Async_ptsz", Since: "12.4.1"}
+	_sym_cuMemsetD2D16_v2                                     = dl.Symbol{Name: "cuMemsetD2D16_v2", Since: "12.4.1"}
+	_sym_cuMemsetD2D16_v2_ptds                                = dl.Symbol{Name: "cuMemsetD2D16_v2_ptds", Since: "12.4.1"}
+	_sym_cuMemsetD2D32                                        = dl.Symbol{Name: "cuMemsetD2D32", Since: "12.4.1"}
+	_sym_cuMemsetD2D32Async                                   = dl.Symbol{Name: "cuMemsetD2D32Async", Since: "12.4.1"}
+	_sym_cuMemsetD2D32Async_ptsz                              = dl.Symbol{Name: "cuMemsetD2D32Async_ptsz", Since: "12.4.1"}
+	_sym_cuMemsetD2D32_v2                                     = dl.Symbol{Name: "cuMemsetD2D32_v2", Since: "12.4.1"}
+	_sym_cuMemsetD2D32_v2_ptds                                = dl.Symbol{Name: "cuMemsetD2D32_v2_ptds", Since: "12.4.1"}
+	_sym_cuMemsetD2D8                                         = dl.Symbol{Name: "cuMemsetD2D8", Since: "12.4.1"}
+	_sym_cuMemsetD2D8Async                                    = dl.Symbol{Name: "cuMemsetD2D8Async", Since: "12.4.1"}
+	_sym_cuMemsetD2D8Async_ptsz                               = dl.Symbol{Name: "cuMemsetD2D8Async_ptsz", Since: "12.4.1"}
+	_sym_cuMemsetD2D8_v2                                      = dl.Symbol{Name: "cuMemsetD2D8_v2", Since: "12.4.1"}
+	_sym_cuMemsetD2D8_v2_ptds                                 = dl.Symbol{Name: "cuMemsetD2D8_v2_ptds", Since: "12.4.1"}
+	_sym_cuMemsetD32                                          = dl.Symbol{Name: "cuMemsetD32", Since: "12.4.1"}
+	_sym_cuMemsetD32Async                                     = dl.Symbol{Name: "cuMemsetD32Async", Since: "12.4.1"}
+	_sym_cuMemsetD32Async_ptsz                                = dl.Symbol{Name: "cuMemsetD32Async_ptsz", Since: "12.4.1"}
+	_sym_cuMemsetD32_v2                                       = dl.Symbol{Name: "cuMemsetD32_v2", Since: "12.4.1"}
+	_sym_cuMemsetD32_v2_ptds                                  = dl.Symbol{Name: "cuMemsetD32_v2_ptds", Since: "12.4.1"}
+	_sym_cuMemsetD8                                           = dl.Symbol{Name: "cuMemsetD8", Since: "12.4.1"}
+	_sym_cuMemsetD8Async                                      = dl.Symbol{Name: "cuMemsetD8Async", Since: "12.4.1"}
+	_sym_cuMemsetD8Async_ptsz                                 = dl.Symbol{Name: "cuMemsetD8Async_ptsz", Since: "12.4.1"}
+	_sym_cuMemsetD8_v2                                        = dl.Symbol{Name: "cuMemsetD8_v2", Since: "12.4.1"}
+	_sym_cuMemsetD8_v2_ptds                                   = dl.Symbol{Name: "cuMemsetD8_v2_ptds", Since: "12.4.1"}
+	_sym_cuMipmappedArrayCreate                               = dl.Symbol{Name: "cuMipmappedArrayCreate", Since: "12.4.1"}
+	_sym_cuMipmappedArrayDestroy                              = dl.Symbol{Name: "cuMipmappedArrayDestroy", Since: "12.4.1"}
+	_sym_cuMipmappedArrayGetLevel                             = dl.Symbol{Name: "cuMipmappedArrayGetLevel", Since: "12.4.1"}
+	_sym_cuMipmappedArrayGetMemoryRequirements                = dl.Symbol{Name: "cuMipmappedArrayGetMemoryRequirements", Since: "12.4.1"}
+	_sym_cuMipmappedArrayGetSparseProperties                  = dl.Symbol{Name: "cuMipmappedArrayGetSparseProperties", Since: "12.4.1"}
+	_sym_cuModuleEnumerateFunctions                           = dl.Symbol{Name: "cuModuleEnumerateFunctions", Since: "12.4.1"}
+	_sym_cuModuleGetFunction                                  = dl.Symbol{Name: "cuModuleGetFunction", Since: "12.4.1"}
+	_sym_cuModuleGetFunctionCount                             = dl.Symbol{Name: "cuModuleGetFunctionCount", Since: "12.4.1"}
+	_sym_cuModuleGetGlobal                                    = dl.Symbol{Name: "cuModuleGetGlobal", Since: "12.4.1"}
+	_sym_cuModuleGetGlobal_v2                                 = dl.Symbol{Name: "cuModuleGetGlobal_v2", Since: "12.4.1"}
+	_sym_cuModuleGetLoadingMode                               = dl.Symbol{Name: "cuModuleGetLoadingMode", Since: "12.4.1"}
+	_sym_cuModuleGetSurfRef                                   = dl.Symbol{Name: "cuModuleGetSurfRef", Since: "12.4.1"}
+	_sym_cuModuleGetTexRef                                    = dl.Symbol{Name: "cuModuleGetTexRef", Since: "12.4.1"}
+	_sym_cuModuleLoad                                         = dl.Symbol{Name: "cuModuleLoad", Since: "12.4.1"}
+	_sym_cuModuleLoadData                                     = dl.Symbol{Name: "cuModuleLoadData", Since: "12.4.1"}
+	_sym_cuModuleLoadDataEx                                   = dl.Symbol{Name: "cuModuleLoadDataEx", Since: "12.4.1"}
+	_sym_cuModuleLoadFatBinary                                = dl.Symbol{Name: "cuModuleLoadFatBinary", Since: "12.4.1"}
+	_sym_cuModuleUnload                                       = dl.Symbol{Name: "cuModuleUnload", Since: "12.4.1"}
+	_sym_cuMulticastAddDevice                                 = dl.Symbol{Name: "cuMulticastAddDevice", Since: "12.4.1"}
+	_sym_cuMulticastBindAddr                                  = dl.Symbol{Name: "cuMulticastBindAddr", Since: "12.4.1"}
+	_sym_cuMulticastBindMem                                   = dl.Symbol{Name: "cuMulticastBindMem", Since: "12.4.1"}
+	_sym_cuMulticastCreate                                    = dl.Symbol{Name: "cuMulticastCreate", Since: "12.4.1"}
+	_sym_cuMulticastGetGranularity                            = dl.Symbol{Name: "cuMulticastGetGranularity", Since: "12.4.1"}
+	_sym_cuMulticastUnbind                                    = dl.Symbol{Name: "cuMulticastUnbind", Since: "12.4.1"}
+	_sym_cuOccupancyAvailableDynamicSMemPerBlock              = dl.Symbol{Name: "cuOccupancyAvailableDynamicSMemPerBlock", Since: "12.4.1"}
+	_sym_cuOccupancyMaxActiveBlocksPerMultiprocessor          = dl.Symbol{Name: "cuOccupancyMaxActiveBlocksPerMultiprocessor", Since: "12.4.1"}
+	_sym_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags = dl.Symbol{Name: "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", Since: "12.4.1"}
+	_sym_cuOccupancyMaxActiveClusters                         = dl.Symbol{Name: "cuOccupancyMaxActiveClusters", Since: "12.4.1"}
+	_sym_cuOccupancyMaxPotentialBlockSize                     = dl.Symbol{Name: "cuOccupancyMaxPotentialBlockSize", Since: "12.4.1"}
+	_sym_cuOccupancyMaxPotentialBlockSizeWithFlags            = dl.Symbol{Name: "cuOccupancyMaxPotentialBlockSizeWithFlags", Since: "12.4.1"}
+	_sym_cuOccupancyMaxPotentialClusterSize                   = dl.Symbol{Name: "cuOccupancyMaxPotentialClusterSize", Since: "12.4.1"}
+	_sym_cuParamSetSize                                       = dl.Symbol{Name: "cuParamSetSize", Since: "12.4.1"}
+	_sym_cuParamSetTexRef                                     = dl.Symbol{Name: "cuParamSetTexRef", Since: "12.4.1"}
+	_sym_cuParamSetf                                          = dl.Symbol{Name: "cuParamSetf", Since: "12.4.1"}
+	_sym_cuParamSeti                                          = dl.Symbol{Name: "cuParamSeti", Since: "12.4.1"}
+	_sym_cuParamSetv                                          = dl.Symbol{Name: "cuParamSetv", Since: "12.4.1"}
+	_sym_cuPointerGetAttribute                                = dl.Symbol{Name: "cuPointerGetAttribute", Since: "12.4.1"}
+	_sym_cuPointerGetAttributes                               = dl.Symbol{Name: "cuPointerGetAttributes", Since: "12.4.1"}
+	_sym_cuPointerSetAttribute                                = dl.Symbol{Name: "cuPointerSetAttribute", Since: "12.4.1"}
+	_sym_cuSignalExternalSemaphoresAsync                      = dl.Symbol{Name: "cuSignalExternalSemaphoresAsync", Since: "12.4.1"}
+	_sym_cuSignalExternalSemaphoresAsync_ptsz                 = dl.Symbol{Name: "cuSignalExternalSemaphoresAsync_ptsz", Since: "12.4.1"}
+	_sym_cuStreamAddCallback                                  = dl.Symbol{Name: "cuStreamAddCallback", Since: "12.4.1"}
+	_sym_cuStreamAddCallback_ptsz                             = dl.Symbol{Name: "cuStreamAddCallback_ptsz", Since: "12.4.1"}
+	_sym_cuStreamAttachMemAsync                               = dl.Symbol{Name: "cuStreamAttachMemAsync", Since: "12.4.1"}
+	_sym_cuStreamAttachMemAsync_ptsz                          = dl.Symbol{Name: "cuStreamAttachMemAsync_ptsz", Since: "12.4.1"}
+	_sym_cuStreamBatchMemOp                                   = dl.Symbol{Name: "cuStreamBatchMemOp", Since: "12.4.1"}
+	_sym_cuStreamBatchMemOp_ptsz                              = dl.Symbol{Name: "cuStreamBatchMemOp_ptsz", Since: "12.4.1"}
+	_sym_cuStreamBatchMemOp_v2                                = dl.Symbol{Name: "cuStreamBatchMemOp_v2", Since: "12.4.1"}
+	_sym_cuStreamBatchMemOp_v2_ptsz                           = dl.Symbol{Name: "cuStreamBatchMemOp_v2_ptsz", Since: "12.4.1"}
+	_sym_cuStreamBeginCapture                                 = dl.Symbol{Name: "cuStreamBeginCapture", Since: "12.4.1"}
+	_sym_cuStreamBeginCaptureToGraph                          = dl.Symbol{Name: "cuStreamBeginCaptureToGraph", Since: "12.4.1"}
+	_sym_cuStreamBeginCaptureToGraph_ptsz                     = dl.Symbol{Name: "cuStreamBeginCaptureToGraph_ptsz", Since: "12.4.1"}
+	_sym_cuStreamBeginCapture_ptsz                            = dl.Symbol{Name: "cuStreamBeginCapture_ptsz", Since: "12.4.1"}
+	_sym_cuStreamBeginCapture_v2                              = dl.Symbol{Name: "cuStreamBeginCapture_v2", Since: "12.4.1"}
+	_sym_cuStreamBeginCapture_v2_ptsz                         = dl.Symbol{Name: "cuStreamBeginCapture_v2_ptsz", Since: "12.4.1"}
+	_sym_cuStreamCopyAttributes                               = dl.Symbol{Name: "cuStreamCopyAttributes", Since: "12.4.1"}
+	_sym_cuStreamCopyAttributes_ptsz                          = dl.Symbol{Name: "cuStreamCopyAttributes_ptsz", Since: "12.4.1"}
+	_sym_cuStreamCreate                                       = dl.Symbol{Name: "cuStreamCreate", Since: "12.4.1"}
+	_sym_cuStreamCreateWithPriority                           = dl.Symbol{Name: "cuStreamCreateWithPriority", Since: "12.4.1"}
+	_sym_cuStreamDestroy                                      = dl.Symbol{Name: "cuStreamDestroy", Since: "12.4.1"}
+	_sym_cuStreamDestroy_v2                                   = dl.Symbol{Name: "cuStreamDestroy_v2", Since: "12.4.1"}
+	_sym_cuStreamEndCapture                                   = dl.Symbol{Name: "cuStreamEndCapture", Since: "12.4.1"}
+	_sym_cuStreamEndCapture_ptsz                              = dl.Symbol{Name: "cuStreamEndCapture_ptsz", Since: "12.4.1"}
+	_sym_cuStreamGetAttribute                                 = dl.Symbol{Name: "cuStreamGetAttribute", Since: "12.4.1"}
+	_sym_cuStreamGetAttribute_ptsz                            = dl.Symbol{Name: "cuStreamGetAttribute_ptsz", Since: "12.4.1"}
+	_sym_cuStreamGetCaptureInfo                               = dl.Symbol{Name: "cuStreamGetCaptureInfo", Since: "12.4.1"}
+	_sym_cuStreamGetCaptureInfo_ptsz                          = dl.Symbol{Name: "cuStreamGetCaptureInfo_ptsz", Since: "12.4.1"}
+	_sym_cuStreamGetCaptureInfo_v2                            = dl.Symbol{Name: "cuStreamGetCaptureInfo_v2", Since: "12.4.1"}
+	_sym_cuStreamGetCaptureInfo_v2_ptsz                       = dl.Symbol{Name: "cuStreamGetCaptureInfo_v2_ptsz", Since: "12.4.1"}
+	_sym_cuStreamGetCaptureInfo_v3                            = dl.Symbol{Name: "cuStreamGetCaptureInfo_v3", Since: "12.4.1"}
+	_sym_cuStreamGetCaptureInfo_v3_ptsz                       = dl.Symbol{Name: "cuStreamGetCaptureInfo_v3_ptsz", Since: "12.4.1"}
+	_sym_cuStreamGetCtx                                       = dl.Symbol{Name: "cuStreamGetCtx", Since: "12.4.1"}
+	_sym_cuStreamGetCtx_ptsz                                  = dl.Symbol{Name: "cuStreamGetCtx_ptsz", Since: "12.4.1"}
+	_sym_cuStreamGetFlags                                     = dl.Symbol{Name: "cuStreamGetFlags", Since: "12.4.1"}
+	_sym_cuStreamGetFlags_ptsz                                = dl.Symbol{Name: "cuStreamGetFlags_ptsz", Since: "12.4.1"}
+	_sym_cuStreamGetGreenCtx                                  = dl.Symbol{Name: "cuStreamGetGreenCtx", Since: "12.4.1"}
+	_sym_cuStreamGetId                                        = dl.Symbol{Name: "cuStreamGetId", Since: "12.4.1"}
+	_sym_cuStreamGetId_ptsz                                   = dl.Symbol{Name: "cuStreamGetId_ptsz", Since: "12.4.1"}
+	_sym_cuStreamGetPriority                                  = dl.Symbol{Name: "cuStreamGetPriority", Since: "12.4.1"}
+	_sym_cuStreamGetPriority_ptsz                             = dl.Symbol{Name: "cuStreamGetPriority_ptsz", Since: "12.4.1"}
+	_sym_cuStreamIsCapturing                                  = dl.Symbol{Name: "cuStreamIsCapturing", Since: "12.4.1"}
+	_sym_cuStreamIsCapturing_ptsz                             = dl.Symbol{Name: "cuStreamIsCapturing_ptsz", Since: "12.4.1"}
+	_sym_cuStreamQuery                                        = dl.Symbol{Name: "cuStreamQuery", Since: "12.4.1"}
+	_sym_cuStreamQuery_ptsz                                   = dl.Symbol{Name: "cuStreamQuery_ptsz", Since: "12.4.1"}
+	_sym_cuStreamSetAttribute                                 = dl.Symbol{Name: "cuStreamSetAttribute", Since: "12.4.1"}
+	_sym_cuStreamSetAttribute_ptsz                            = dl.Symbol{Name: "cuStreamSetAttribute_ptsz", Since: "12.4.1"}
+	_sym_cuStreamSynchronize                                  = dl.Symbol{Name: "cuStreamSynchronize", Since: "12.4.1"}
+	_sym_cuStreamSynchronize_ptsz                             = dl.Symbol{Name: "cuStreamSynchronize_ptsz", Since: "12.4.1"}
+	_sym_cuStreamUpdateCaptureDependencies                    = dl.Symbol{Name: "cuStreamUpdateCaptureDependencies", Since: "12.4.1"}
+	_sym_cuStreamUpdateCaptureDependencies_ptsz               = dl.Symbol{Name: "cuStreamUpdateCaptureDependencies_ptsz", Since: "12.4.1"}
+	_sym_cuStreamUpdateCaptureDependencies_v2                 = dl.Symbol{Name: "cuStreamUpdateCaptureDependencies_v2", Since: "12.4.1"}
+	_sym_cuStreamUpdateCaptureDependencies_v2_ptsz            = dl.Symbol{Name: "cuStreamUpdateCaptureDependencies_v2_ptsz", Since: "12.4.1"}
+	_sym_cuStreamWaitEvent                                    = dl.Symbol{Name: "cuStreamWaitEvent", Since: "12.4.1"}
+	_sym_cuStreamWaitEvent_ptsz                               = dl.Symbol{Name: "cuStreamWaitEvent_ptsz", Since: "12.4.1"}
+	_sym_cuStreamWaitValue32                                  = dl.Symbol{Name: "cuStreamWaitValue32", Since: "12.4.1"}
+	_sym_cuStreamWaitValue32_ptsz                             = dl.Symbol{Name: "cuStreamWaitValue32_ptsz", Since: "12.4.1"}
+	_sym_cuStreamWaitValue32_v2                               = dl.Symbol{Name: "cuStreamWaitValue32_v2", Since: "12.4.1"}
+	_sym_cuStreamWaitValue32_v2_ptsz                          = dl.Symbol{Name: "cuStreamWaitValue32_v2_ptsz", Since: "12.4.1"}
+	_sym_cuStreamWaitValue64                                  = dl.Symbol{Name: "cuStreamWaitValue64", Since: "12.4.1"}
+	_sym_cuStreamWaitValue64_ptsz                             = dl.Symbol{Name: "cuStreamWaitValue64_ptsz", Since: "12.4.1"}
+	_sym_cuStreamWaitValue64_v2                               = dl.Symbol{Name: "cuStreamWaitValue64_v2", Since: "12.4.1"}
+	_sym_cuStreamWaitValue64_v2_ptsz                          = dl.Symbol{Name: "cuStreamWaitValue64_v2_ptsz", Since: "12.4.1"}
+	_sym_cuStreamWriteValue32                                 = dl.Symbol{Name: "cuStreamWriteValue32", Since: "12.4.1"}
+	_sym_cuStreamWriteValue32_ptsz                            = dl.Symbol{Name: "cuStreamWriteValue32_ptsz", Since: "12.4.1"}
+	_sym_cuStreamWriteValue32_v2                              = dl.Symbol{Name: "cuStreamWriteValue32_v2", Since: "12.4.1"}
+	_sym_cuStreamWriteValue32_v2_ptsz                         = dl.Symbol{Name: "cuStreamWriteValue32_v2_ptsz", Since: "12.4.1"}
+	_sym_cuStreamWriteValue64                                 = dl.Symbol{Name: "cuStreamWriteValue64", Since: "12.4.1"}
+	_sym_cuStreamWriteValue64_ptsz                            = dl.Symbol{Name: "cuStreamWriteValue64_ptsz", Since: "12.4.1"}
+	_sym_cuStreamWriteValue64_v2                              = dl.Symbol{Name: "cuStreamWriteValue64_v2", Since: "12.4.1"}
+	_sym_cuStreamWriteValue64_v2_ptsz                         = dl.Symbol{Name: "cuStreamWriteValue64_v2_ptsz", Since: "12.4.1"}
+	_sym_cuSurfObjectCreate                                   = dl.Symbol{Name: "cuSurfObjectCreate", Since: "12.4.1"}
+	_sym_cuSurfObjectDestroy                                  = dl.Symbol{Name: "cuSurfObjectDestroy", Since: "12.4.1"}
+	_sym_cuSurfObjectGetResourceDesc                          = dl.Symbol{Name: "cuSurfObjectGetResourceDesc", Since: "12.4.1"}
+	_sym_cuSurfRefGetArray                                    = dl.Symbol{Name: "cuSurfRefGetArray", Since: "12.4.1"}
+	_sym_cuSurfRefSetArray                                    = dl.Symbol{Name: "cuSurfRefSetArray", Since: "12.4.1"}
+	_sym_cuTensorMapEncodeIm2col                              = dl.Symbol{Name: "cuTensorMapEncodeIm2col", Since: "12.4.1"}
+	_sym_cuTensorMapEncodeTiled                               = dl.Symbol{Name: "cuTensorMapEncodeTiled", Since: "12.4.1"}
+	_sym_cuTensorMapReplaceAddress                            = dl.Symbol{Name: "cuTensorMapReplaceAddress", Since: "12.4.1"}
+	_sym_cuTexObjectCreate                                    = dl.Symbol{Name: "cuTexObjectCreate", Since: "12.4.1"}
+	_sym_cuTexObjectDestroy                                   = dl.Symbol{Name: "cuTexObjectDestroy", Since: "12.4.1"}
+	_sym_cuTexObjectGetResourceDesc                           = dl.Symbol{Name: "cuTexObjectGetResourceDesc", Since: "12.4.1"}
+	_sym_cuTexObjectGetResourceViewDesc                       = dl.Symbol{Name: "cuTexObjectGetResourceViewDesc", Since: "12.4.1"}
+	_sym_cuTexObjectGetTextureDesc                            = dl.Symbol{Name: "cuTexObjectGetTextureDesc", Since: "12.4.1"}
+	_sym_cuTexRefCreate                                       = dl.Symbol{Name: "cuTexRefCreate", Since: "12.4.1"}
+	_sym_cuTexRefDestroy                                      = dl.Symbol{Name: "cuTexRefDestroy", Since: "12.4.1"}
+	_sym_cuTexRefGetAddress                                   = dl.Symbol{Name: "cuTexRefGetAddress", Since: "12.4.1"}
+	_sym_cuTexRefGetAddressMode                               = dl.Symbol{Name: "cuTexRefGetAddressMode", Since: "12.4.1"}
+	_sym_cuTexRefGetAddress_v2                                = dl.Symbol{Name: "cuTexRefGetAddress_v2", Since: "12.4.1"}
+	_sym_cuTexRefGetArray                                     = dl.Symbol{Name: "cuTexRefGetArray", Since: "12.4.1"}
+	_sym_cuTexRefGetBorderColor                               = dl.Symbol{Name: "cuTexRefGetBorderColor", Since: "12.4.1"}
+	_sym_cuTexRefGetFilterMode                                = dl.Symbol{Name: "cuTexRefGetFilterMode", Since: "12.4.1"}
+	_sym_cuTexRefGetFlags                                     = dl.Symbol{Name: "cuTexRefGetFlags", Since: "12.4.1"}
+	_sym_cuTexRefGetFormat                                    = dl.Symbol{Name: "cuTexRefGetFormat", Since: "12.4.1"}
+	_sym_cuTexRefGetMaxAnisotropy                             = dl.Symbol{Name: "cuTexRefGetMaxAnisotropy", Since: "12.4.1"}
+	_sym_cuTexRefGetMipmapFilterMode                          = dl.Symbol{Name: "cuTexRefGetMipmapFilterMode", Since: "12.4.1"}
+	_sym_cuTexRefGetMipmapLevelBias                           = dl.Symbol{Name: "cuTexRefGetMipmapLevelBias", Since: "12.4.1"}
+	_sym_cuTexRefGetMipmapLevelClamp                          = dl.Symbol{Name: "cuTexRefGetMipmapLevelClamp", Since: "12.4.1"}
+	_sym_cuTexRefGetMipmappedArray                            = dl.Symbol{Name: "cuTexRefGetMipmappedArray", Since: "12.4.1"}
+	_sym_cuTexRefSetAddress                                   = dl.Symbol{Name: "cuTexRefSetAddress", Since: "12.4.1"}
+	_sym_cuTexRefSetAddress2D                                 = dl.Symbol{Name: "cuTexRefSetAddress2D", Since: "12.4.1"}
+	_sym_cuTexRefSetAddress2D_v2                              = dl.Symbol{Name: "cuTexRefSetAddress2D_v2", Since: "12.4.1"}
+	_sym_cuTexRefSetAddress2D_v3                              = dl.Symbol{Name: "cuTexRefSetAddress2D_v3", Since: "12.4.1"}
+	_sym_cuTexRefSetAddressMode                               = dl.Symbol{Name: "cuTexRefSetAddressMode", Since: "12.4.1"}
+	_sym_cuTexRefSetAddress_v2                                = dl.Symbol{Name: "cuTexRefSetAddress_v2", Since: "12.4.1"}
+	_sym_cuTexRefSetArray                                     = dl.Symbol{Name: "cuTexRefSetArray", Since: "12.4.1"}
+	_sym_cuTexRefSetBorderColor                               = dl.Symbol{Name: "cuTexRefSetBorderColor", Since: "12.4.1"}
+	_sym_cuTexRefSetFilterMode                                = dl.Symbol{Name: "cuTexRefSetFilterMode", Since: "12.4.1"}
+	_sym_cuTexRefSetFlags                                     = dl.Symbol{Name: "cuTexRefSetFlags", Since: "12.4.1"}
+	_sym_cuTexRefSetFormat                                    = dl.Symbol{Name: "cuTexRefSetFormat", Since: "12.4.1"}
+	_sym_cuTexRefSetMaxAnisotropy                             = dl.Symbol{Name: "cuTexRefSetMaxAnisotropy", Since: "12.4.1"}
+	_sym_cuTexRefSetMipmapFilterMode                          = dl.Symbol{Name: "cuTexRefSetMipmapFilterMode", Since: "12.4.1"}
+	_sym_cuTexRefSetMipmapLevelBias                           = dl.Symbol{Name: "cuTexRefSetMipmapLevelBias", Since: "12.4.1"}
+	_sym_cuTexRefSetMipmapLevelClamp                          = dl.Symbol{Name: "cuTexRefSetMipmapLevelClamp", Since: "12.4.1"}
+	_sym_cuTexRefSetMipmappedArray                            = dl.Symbol{Name: "cuTexRefSetMipmappedArray", Since: "12.4.1"}
+	_sym_cuThreadExchangeStreamCaptureMode                    = dl.Symbol{Name: "cuThreadExchangeStreamCaptureMode", Since: "12.4.1"}
+	_sym_cuUserObjectCreate                                   = dl.Symbol{Name: "cuUserObjectCreate", Since: "12.4.1"}
+	_sym_cuUserObjectRelease                                  = dl.Symbol{Name: "cuUserObjectRelease", Since: "12.4.1"}
+	_sym_cuUserObjectRetain                                   = dl.Symbol{Name: "cuUserObjectRetain", Since: "12.4.1"}
+	_sym_cuWaitExternalSemaphoresAsync                        = dl.Symbol{Name: "cuWaitExternalSemaphoresAsync", Since: "12.4.1"}
+	_sym_cuWaitExternalSemaphoresAsync_ptsz                   = dl.Symbol{Name: "cuWaitExternalSemaphoresAsync_ptsz", Since: "12.4.1"}
 )
 
 // symbols lists every symbol above, sorted by name.
-var symbols = []*dl.Symbol{&_sym_cuArray3DCreate, &_sym_cuArray3DCreate_v2, &_sym_cuArray3DGetDescriptor, &_sym_cuArray3DGetDescriptor_v2, &_sym_cuArrayCreate, &_sym_cuArrayCreate_v2, &_sym_cuArrayDestroy, &_sym_cuArrayGetDescriptor, &_sym_cuArrayGetDescriptor_v2, &_sym_cuArrayGetMemoryRequirements, &_sym_cuArrayGetPlane, &_sym_cuArrayGetSparseProperties, &_sym_cuCoredumpGetAttribute, &_sym_cuCoredumpGetAttributeGlobal, &_sym_cuCoredumpSetAttribute, &_sym_cuCoredumpSetAttributeGlobal, &_sym_cuCtxAttach, &_sym_cuCtxCreate, &_sym_cuCtxCreate_v2, &_sym_cuCtxCreate_v3, &_sym_cuCtxDestroy, &_sym_cuCtxDestroy_v2, &_sym_cuCtxDetach, &_sym_cuCtxDisablePeerAccess, &_sym_cuCtxEnablePeerAccess, &_sym_cuCtxFromGreenCtx, &_sym_cuCtxGetApiVersion, &_sym_cuCtxGetCacheConfig, &_sym_cuCtxGetCurrent, &_sym_cuCtxGetDevResource, &_sym_cuCtxGetDevice, &_sym_cuCtxGetExecAffinity, &_sym_cuCtxGetFlags, &_sym_cuCtxGetId, &_sym_cuCtxGetLimit, &_sym_cuCtxGetSharedMemConfig, &_sym_cuCtxGetStreamPriorityRange, &_sym_cuCtxPopCurrent, &_sym_cuCtxPopCurrent_v2, &_sym_cuCtxPushCurrent, &_sym_cuCtxPushCurrent_v2, &_sym_cuCtxResetPersistingL2Cache, &_sym_cuCtxSetCacheConfig, &_sym_cuCtxSetCurrent, &_sym_cuCtxSetFlags, &_sym_cuCtxSetLimit, &_sym_cuCtxSetSharedMemConfig, &_sym_cuCtxSynchronize, &_sym_cuDestroyExternalMemory, &_sym_cuDestroyExternalSemaphore, &_sym_cuDevResourceGenerateDesc, &_sym_cuDevSmResourceSplitByCount, &_sym_cuDeviceCanAccessPeer, &_sym_cuDeviceComputeCapability, &_sym_cuDeviceGet, &_sym_cuDeviceGetAttribute, &_sym_cuDeviceGetByPCIBusId, &_sym_cuDeviceGetCount, &_sym_cuDeviceGetDefaultMemPool, &_sym_cuDeviceGetDevResource, &_sym_cuDeviceGetExecAffinitySupport, &_sym_cuDeviceGetGraphMemAttribute, &_sym_cuDeviceGetLuid, &_sym_cuDeviceGetMemPool, &_sym_cuDeviceGetName, &_sym_cuDeviceGetNvSciSyncAttributes, &_sym_cuDeviceGetP2PAttribute, &_sym_cuDeviceGetPCIBusId, &_sym_cuDeviceGetProperties, &_sym_cuDeviceGetTexture1DLinearMaxWidth, &_sym_cuDeviceGetUuid, &_sym_cuDeviceGetUuid_v2, &_sym_cuDeviceGraphMemTrim, &_sym_cuDevicePrimaryCtxGetState, &_sym_cuDevicePrimaryCtxRelease, &_sym_cuDevicePrimaryCtxRelease_v2, &_sym_cuDevicePrimaryCtxReset, &_sym_cuDevicePrimaryCtxReset_v2, &_sym_cuDevicePrimaryCtxRetain, &_sym_cuDevicePrimaryCtxSetFlags, &_sym_cuDevicePrimaryCtxSetFlags_v2, &_sym_cuDeviceRegisterAsyncNotification, &_sym_cuDeviceSetGraphMemAttribute, &_sym_cuDeviceSetMemPool, &_sym_cuDeviceTotalMem, &_sym_cuDeviceTotalMem_v2, &_sym_cuDeviceUnregisterAsyncNotification, &_sym_cuDriverGetVersion, &_sym_cuEventCreate, &_sym_cuEventDestroy, &_sym_cuEventDestroy_v2, &_sym_cuEventElapsedTime, &_sym_cuEventQuery, &_sym_cuEventRecord, &_sym_cuEventRecordWithFlags, &_sym_cuEventRecordWithFlags_ptsz, &_sym_cuEventRecord_ptsz, &_sym_cuEventSynchronize, &_sym_cuExternalMemoryGetMappedBuffer, &_sym_cuExternalMemoryGetMappedMipmappedArray, &_sym_cuFlushGPUDirectRDMAWrites, &_sym_cuFuncGetAttribute, &_sym_cuFuncGetModule, &_sym_cuFuncGetName, &_sym_cuFuncGetParamInfo, &_sym_cuFuncIsLoaded, &_sym_cuFuncLoad, &_sym_cuFuncSetAttribute, &_sym_cuFuncSetBlockShape, &_sym_cuFuncSetCacheConfig, &_sym_cuFuncSetSharedMemConfig, &_sym_cuFuncSetSharedSize, &_sym_cuGetErrorName, &_sym_cuGetErrorString, &_sym_cuGetExportTable, &_sym_cuGetProcAddress, &_sym_cuGetProcAddress_v2, &_sym_cuGraphAddBatchMemOpNode, &_sym_cuGraphAddChildGraphNode, &_sym_cuGraphAddDependencies, &_sym_cuGraphAddDependencies_v2, &_sym_cuGraphAddEmptyNode, &_sym_cuGraphAddEventRecordNode, &_sym_cuGraphAddEventWaitNode, &_sym_cuGraphAddExternalSemaphoresSignalNode, &_sym_cuGraphAddExternalSemaphoresWaitNode, &_sym_cuGraphAddHostNode, &_sym_cuGraphAddKernelNode, &_sym_cuGraphAddKernelNode_v2, &_sym_cuGraphAddMemAllocNode, &_sym_cuGraphAddMemFreeNode, &_sym_cuGraphAddMemcpyNode, &_sym_cuGraphAddMemsetNode, &_sym_cuGraphAddNode, &_sym_cuGraphAddNode_v2, &_sym_cuGraphBatchMemOpNodeGetParams, &_sym_cuGraphBatchMemOpNodeSetParams, &_sym_cuGraphChildGraphNodeGetGraph, &_sym_cuGraphClone, &_sym_cuGraphConditionalHandleCreate, &_sym_cuGraphCreate, &_sym_cuGraphDebugDotPrint, &_sym_cuGraphDestroy, &_sym_cuGraphDestroyNode, &_sym_cuGraphEventRecordNodeGetEvent, &_sym_cuGraphEventRecordNodeSetEvent, &_sym_cuGraphEventWaitNodeGetEvent, &_sym_cuGraphEventWaitNodeSetEvent, &_sym_cuGraphExecBatchMemOpNodeSetParams, &_sym_cuGraphExecChildGraphNodeSetParams, &_sym_cuGraphExecDestroy, &_sym_cuGraphExecEventRecordNodeSetEvent, &_sym_cuGraphExecEventWaitNodeSetEvent, &_sym_cuGraphExecExternalSemaphoresSignalNodeSetParams, &_sym_cuGraphExecExternalSemaphoresWaitNodeSetParams, &_sym_cuGraphExecGetFlags, &_sym_cuGraphExecHostNodeSetParams, &_sym_cuGraphExecKernelNodeSetParams, &_sym_cuGraphExecKernelNodeSetParams_v2, &_sym_cuGraphExecMemcpyNodeSetParams, &_sym_cuGraphExecMemsetNodeSetParams, &_sym_cuGraphExecNodeSetParams, &_sym_cuGraphExecUpdate, &_sym_cuGraphExecUpdate_v2, &_sym_cuGraphExternalSemaphoresSignalNodeGetParams, &_sym_cuGraphExternalSemaphoresSignalNodeSetParams, &_sym_cuGraphExternalSemaphoresWaitNodeGetParams, &_sym_cuGraphExternalSemaphoresWaitNodeSetParams, &_sym_cuGraphGetEdges, &_sym_cuGraphGetEdges_v2, &_sym_cuGraphGetNodes, &_sym_cuGraphGetRootNodes, &_sym_cuGraphHostNodeGetParams, &_sym_cuGraphHostNodeSetParams, &_sym_cuGraphInstantiate, &_sym_cuGraphInstantiateWithFlags, &_sym_cuGraphInstantiateWithParams, &_sym_cuGraphInstantiateWithParams_ptsz, &_sym_cuGraphInstantiate_v2, &_sym_cuGraphKernelNodeCopyAttributes, &_sym_cuGraphKernelNodeGetAttribute, &_sym_cuGraphKernelNodeGetParams, &_sym_cuGraphKernelNodeGetParams_v2, &_sym_cuGraphKernelNodeSetAttribute, &_sym_cuGraphKernelNodeSetParams, &_sym_cuGraphKernelNodeSetParams_v2, &_sym_cuGraphLaunch, &_sym_cuGraphLaunch_ptsz, &_sym_cuGraphMemAllocNodeGetParams, &_sym_cuGraphMemFreeNodeGetParams, &_sym_cuGraphMemcpyNodeGetParams, &_sym_cuGraphMemcpyNodeSetParams, &_sym_cuGraphMemsetNodeGetParams, &_sym_cuGraphMemsetNodeSetParams, &_sym_cuGraphNodeFindInClone, &_sym_cuGraphNodeGetDependencies, &_sym_cuGraphNodeGetDependencies_v2, &_sym_cuGraphNodeGetDependentNodes, &_sym_cuGraphNodeGetDependentNodes_v2, &_sym_cuGraphNodeGetEnabled, &_sym_cuGraphNodeGetType, &_sym_cuGraphNodeSetEnabled, &_sym_cuGraphNodeSetParams, &_sym_cuGraphReleaseUserObject, &_sym_cuGraphRemoveDependencies, &_sym_cuGraphRemoveDependencies_v2, &_sym_cuGraphRetainUserObject, &_sym_cuGraphUpload, &_sym_cuGraphUpload_ptsz, &_sym_cuGraphicsMapResources, &_sym_cuGraphicsMapResources_ptsz, &_sym_cuGraphicsResourceGetMappedMipmappedArray, &_sym_cuGraphicsResourceGetMappedPointer, &_sym_cuGraphicsResourceGetMappedPointer_v2, &_sym_cuGraphicsResourceSetMapFlags, &_sym_cuGraphicsResourceSetMapFlags_v2, &_sym_cuGraphicsSubResourceGetMappedArray, &_sym_cuGraphicsUnmapResources, &_sym_cuGraphicsUnmapResources_ptsz, &_sym_cuGraphicsUnregisterResource, &_sym_cuGreenCtxCreate, &_sym_cuGreenCtxDestroy, &_sym_cuGreenCtxGetDevResource, &_sym_cuGreenCtxRecordEvent, &_sym_cuGreenCtxWaitEvent, &_sym_cuImportExternalMemory, &_sym_cuImportExternalSemaphore, &_sym_cuInit, &_sym_cuIpcCloseMemHandle, &_sym_cuIpcGetEventHandle, &_sym_cuIpcGetMemHandle, &_sym_cuIpcOpenEventHandle, &_sym_cuIpcOpenMemHandle, &_sym_cuIpcOpenMemHandle_v2, &_sym_cuKernelGetAttribute, &_sym_cuKernelGetFunction, &_sym_cuKernelGetName, &_sym_cuKernelGetParamInfo, &_sym_cuKernelSetAttribute, &_sym_cuKernelSetCacheConfig, &_sym_cuLaunch, &_sym_cuLaunchCooperativeKernel, &_sym_cuLaunchCooperativeKernelMultiDevice, &_sym_cuLaunchCooperativeKernel_ptsz, &_sym_cuLaunchGrid, &_sym_cuLaunchGridAsync, &_sym_cuLaunchHostFunc, &_sym_cuLaunchHostFunc_ptsz, &_sym_cuLaunchKernel, &_sym_cuLaunchKernelEx, &_sym_cuLaunchKernelEx_ptsz, &_sym_cuLaunchKernel_ptsz, &_sym_cuLibraryEnumerateKernels, &_sym_cuLibraryGetGlobal, &_sym_cuLibraryGetKernel, &_sym_cuLibraryGetKernelCount, &_sym_cuLibraryGetManaged, &_sym_cuLibraryGetModule, &_sym_cuLibraryGetUnifiedFunction, &_sym_cuLibraryLoadData, &_sym_cuLibraryLoadFromFile, &_sym_cuLibraryUnload, &_sym_cuLinkAddData, &_sym_cuLinkAddData_v2, &_sym_cuLinkAddFile, &_sym_cuLinkAddFile_v2, &_sym_cuLinkComplete, &_sym_cuLinkCreate, &_sym_cuLinkCreate_v2, &_sym_cuLinkDestroy, &_sym_cuMemAddressFree, &_sym_cuMemAddressReserve, &_sym_cuMemAdvise, &_sym_cuMemAdvise_v2, &_sym_cuMemAlloc, &_sym_cuMemAllocAsync, &_sym_cuMemAllocAsync_ptsz, &_sym_cuMemAllocFromPoolAsync, &_sym_cuMemAllocFromPoolAsync_ptsz, &_sym_cuMemAllocHost, &_sym_cuMemAllocHost_v2, &_sym_cuMemAllocManaged, &_sym_cuMemAllocPitch, &_sym_cuMemAllocPitch_v2, &_sym_cuMemAlloc_v2, &_sym_cuMemCreate, &_sym_cuMemExportToShareableHandle, &_sym_cuMemFree, &_sym_cuMemFreeAsync, &_sym_cuMemFreeAsync_ptsz, &_sym_cuMemFreeHost, &_sym_cuMemFree_v2, &_sym_cuMemGetAccess, &_sym_cuMemGetAddressRange, &_sym_cuMemGetAddressRange_v2, &_sym_cuMemGetAllocationGranularity, &_sym_cuMemGetAllocationPropertiesFromHandle, &_sym_cuMemGetHandleForAddressRange, &_sym_cuMemGetInfo, &_sym_cuMemGetInfo_v2, &_sym_cuMemHostAlloc, &_sym_cuMemHostGetDevicePointer, &_sym_cuMemHostGetDevicePointer_v2, &_sym_cuMemHostGetFlags, &_sym_cuMemHostRegister, &_sym_cuMemHostRegister_v2, &_sym_cuMemHostUnregister, &_sym_cuMemImportFromShareableHandle, &_sym_cuMemMap, &_sym_cuMemMapArrayAsync, &_sym_cuMemMapArrayAsync_ptsz, &_sym_cuMemPoolCreate, &_sym_cuMemPoolDestroy, &_sym_cuMemPoolExportPointer, &_sym_cuMemPoolExportToShareableHandle, &_sym_cuMemPoolGetAccess, &_sym_cuMemPoolGetAttribute, &_sym_cuMemPoolImportFromShareableHandle, &_sym_cuMemPoolImportPointer, &_sym_cuMemPoolSetAccess, &_sym_cuMemPoolSetAttribute, &_sym_cuMemPoolTrimTo, &_sym_cuMemPrefetchAsync, &_sym_cuMemPrefetchAsync_ptsz, &_sym_cuMemPrefetchAsync_v2, &_sym_cuMemPrefetchAsync_v2_ptsz, &_sym_cuMemRangeGetAttribute, &_sym_cuMemRangeGetAttributes, &_sym_cuMemRelease, &_sym_cuMemRetainAllocationHandle, &_sym_cuMemSetAccess, &_sym_cuMemUnmap, &_sym_cuMemcpy, &_sym_cuMemcpy2D, &_sym_cuMemcpy2DAsync, &_sym_cuMemcpy2DAsync_v2, &_sym_cuMemcpy2DAsync_v2_ptsz, &_sym_cuMemcpy2DUnaligned, &_sym_cuMemcpy2DUnaligned_v2, &_sym_cuMemcpy2DUnaligned_v2_ptds, &_sym_cuMemcpy2D_v2, &_sym_cuMemcpy2D_v2_ptds, &_sym_cuMemcpy3D, &_sym_cuMemcpy3DAsync, &_sym_cuMemcpy3DAsync_v2, &_sym_cuMemcpy3DAsync_v2_ptsz, &_sym_cuMemcpy3DPeer, &_sym_cuMemcpy3DPeerAsync, &_sym_cuMemcpy3DPeerAsync_ptsz, &_sym_cuMemcpy3DPeer_ptds, &_sym_cuMemcpy3D_v2, &_sym_cuMemcpy3D_v2_ptds, &_sym_cuMemcpyAsync, &_sym_cuMemcpyAsync_ptsz, &_sym_cuMemcpyAtoA, &_sym_cuMemcpyAtoA_v2, &_sym_cuMemcpyAtoA_v2_ptds, &_sym_cuMemcpyAtoD, &_sym_cuMemcpyAtoD_v2, &_sym_cuMemcpyAtoD_v2_ptds, &_sym_cuMemcpyAtoH, &_sym_cuMemcpyAtoHAsync, &_sym_cuMemcpyAtoHAsync_v2, &_sym_cuMemcpyAtoHAsync_v2_ptsz, &_sym_cuMemcpyAtoH_v2, &_sym_cuMemcpyAtoH_v2_ptds, &_sym_cuMemcpyDtoA, &_sym_cuMemcpyDtoA_v2, &_sym_cuMemcpyDtoA_v2_ptds, &_sym_cuMemcpyDtoD, &_sym_cuMemcpyDtoDAsync, &_sym_cuMemcpyDtoDAsync_v2, &_sym_cuMemcpyDtoDAsync_v2_ptsz, &_sym_cuMemcpyDtoD_v2, &_sym_cuMemcpyDtoD_v2_ptds, &_sym_cuMemcpyDtoH, &_sym_cuMemcpyDtoHAsync, &_sym_cuMemcpyDtoHAsync_v2, &_sym_cuMemcpyDtoHAsync_v2_ptsz, &_sym_cuMemcpyDtoH_v2, &_sym_cuMemcpyDtoH_v2_ptds, &_sym_cuMemcpyHtoA, &_sym_cuMemcpyHtoAAsync, &_sym_cuMemcpyHtoAAsync_v2, &_sym_cuMemcpyHtoAAsync_v2_ptsz, &_sym_cuMemcpyHtoA_v2, &_sym_cuMemcpyHtoA_v2_ptds, &_sym_cuMemcpyHtoD, &_sym_cuMemcpyHtoDAsync, &_sym_cuMemcpyHtoDAsync_v2, &_sym_cuMemcpyHtoDAsync_v2_ptsz, &_sym_cuMemcpyHtoD_v2, &_sym_cuMemcpyHtoD_v2_ptds, &_sym_cuMemcpyPeer, &_sym_cuMemcpyPeerAsync, &_sym_cuMemcpyPeerAsync_ptsz, &_sym_cuMemcpyPeer_ptds, &_sym_cuMemcpy_ptds, &_sym_cuMemsetD16, &_sym_cuMemsetD16Async, &_sym_cuMemsetD16Async_ptsz, &_sym_cuMemsetD16_v2, &_sym_cuMemsetD16_v2_ptds, &_sym_cuMemsetD2D16, &_sym_cuMemsetD2D16Async, &_sym_cuMemsetD2D16Async_ptsz, &_sym_cuMemsetD2D16_v2, &_sym_cuMemsetD2D16_v2_ptds, &_sym_cuMemsetD2D32, &_sym_cuMemsetD2D32Async, &_sym_cuMemsetD2D32Async_ptsz, &_sym_cuMemsetD2D32_v2, &_sym_cuMemsetD2D32_v2_ptds, &_sym_cuMemsetD2D8, &_sym_cuMemsetD2D8Async, &_sym_cuMemsetD2D8Async_ptsz, &_sym_cuMemsetD2D8_v2, &_sym_cuMemsetD2D8_v2_ptds, &_sym_cuMemsetD32, &_sym_cuMemsetD32Async, &_sym_cuMemsetD32Async_ptsz, &_sym_cuMemsetD32_v2, &_sym_cuMemsetD32_v2_ptds, &_sym_cuMemsetD8, &_sym_cuMemsetD8Async, &_sym_cuMemsetD8Async_ptsz, &_sym_cuMemsetD8_v2, &_sym_cuMemsetD8_v2_ptds, &_sym_cuMipmappedArrayCreate, &_sym_cuMipmappedArrayDestroy, &_sym_cuMipmappedArrayGetLevel, &_sym_cuMipmappedArrayGetMemoryRequirements, &_sym_cuMipmappedArrayGetSparseProperties, &_sym_cuModuleEnumerateFunctions, &_sym_cuModuleGetFunction, &_sym_cuModuleGetFunctionCount, &_sym_cuModuleGetGlobal, &_sym_cuModuleGetGlobal_v2, &_sym_cuModuleGetLoadingMode, &_sym_cuModuleGetSurfRef, &_sym_cuModuleGetTexRef, &_sym_cuModuleLoad, &_sym_cuModuleLoadData, &_sym_cuModuleLoadDataEx, &_sym_cuModuleLoadFatBinary, &_sym_cuModuleUnload, &_sym_cuMulticastAddDevice, &_sym_cuMulticastBindAddr, &_sym_cuMulticastBindMem, &_sym_cuMulticastCreate, &_sym_cuMulticastGetGranularity, &_sym_cuMulticastUnbind, &_sym_cuOccupancyAvailableDynamicSMemPerBlock, &_sym_cuOccupancyMaxActiveBlocksPerMultiprocessor, &_sym_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, &_sym_cuOccupancyMaxActiveClusters, &_sym_cuOccupancyMaxPotentialBlockSize, &_sym_cuOccupancyMaxPotentialBlockSizeWithFlags, &_sym_cuOccupancyMaxPotentialClusterSize, &_sym_cuParamSetSize, &_sym_cuParamSetTexRef, &_sym_cuParamSetf, &_sym_cuParamSeti, &_sym_cuParamSetv, &_sym_cuPointerGetAttribute, &_sym_cuPointerGetAttributes, &_sym_cuPointerSetAttribute, &_sym_cuSignalExternalSemaphoresAsync, &_sym_cuSignalExternalSemaphoresAsync_ptsz, &_sym_cuStreamAddCallback, &_sym_cuStreamAddCallback_ptsz, &_sym_cuStreamAttachMemAsync, &_sym_cuStreamAttachMemAsync_ptsz, &_sym_cuStreamBatchMemOp, &_sym_cuStreamBatchMemOp_ptsz, &_sym_cuStreamBatchMemOp_v2, &_sym_cuStreamBatchMemOp_v2_ptsz, &_sym_cuStreamBeginCapture, &_sym_cuStreamBeginCaptureToGraph, &_sym_cuStreamBeginCaptureToGraph_ptsz, &_sym_cuStreamBeginCapture_ptsz, &_sym_cuStreamBeginCapture_v2, &_sym_cuStreamBeginCapture_v2_ptsz, &_sym_cuStreamCopyAttributes, &_sym_cuStreamCopyAttributes_ptsz, &_sym_cuStreamCreate, &_sym_cuStreamCreateWithPriority, &_sym_cuStreamDestroy, &_sym_cuStreamDestroy_v2, &_sym_cuStreamEndCapture, &_sym_cuStreamEndCapture_ptsz, &_sym_cuStreamGetAttribute, &_sym_cuStreamGetAttribute_ptsz, &_sym_cuStreamGetCaptureInfo, &_sym_cuStreamGetCaptureInfo_ptsz, &_sym_cuStreamGetCaptureInfo_v2, &_sym_cuStreamGetCaptureInfo_v2_ptsz, &_sym_cuStreamGetCaptureInfo_v3, &_sym_cuStreamGetCaptureInfo_v3_ptsz, &_sym_cuStreamGetCtx, &_sym_cuStreamGetCtx_ptsz, &_sym_cuStreamGetFlags, &_sym_cuStreamGetFlags_ptsz, &_sym_cuStreamGetGreenCtx, &_sym_cuStreamGetId, &_sym_cuStreamGetId_ptsz, &_sym_cuStreamGetPriority, &_sym_cuStreamGetPriority_ptsz, &_sym_cuStreamIsCapturing, &_sym_cuStreamIsCapturing_ptsz, &_sym_cuStreamQuery, &_sym_cuStreamQuery_ptsz, &_sym_cuStreamSetAttribute, &_sym_cuStreamSetAttribute_ptsz, &_sym_cuStreamSynchronize, &_sym_cuStreamSynchronize_ptsz, &_sym_cuStreamUpdateCaptureDependencies, &_sym_cuStreamUpdateCaptureDependencies_ptsz, &_sym_cuStreamUpdateCaptureDependencies_v2, &_sym_cuStreamUpdateCaptureDependencies_v2_ptsz, &_sym_cuStreamWaitEvent, &_sym_cuStreamWaitEvent_ptsz, &_sym_cuStreamWaitValue32, &_sym_cuStreamWaitValue32_ptsz, &_sym_cuStreamWaitValue32_v2, &_sym_cuStreamWaitValue32_v2_ptsz, &_sym_cuStreamWaitValue64, &_sym_cuStreamWaitValue64_ptsz, &_sym_cuStreamWaitValue64_v2, &_sym_cuStreamWaitValue64_v2_ptsz, &_sym_cuStreamWriteValue32, &_sym_cuStreamWriteValue32_ptsz, &_sym_cuStreamWriteValue32_v2, &_sym_cuStreamWriteValue32_v2_ptsz, &_sym_cuStreamWriteValue64, &_sym_cuStreamWriteValue64_ptsz, &_sym_cuStreamWriteValue64_v2, &_sym_cuStreamWriteValue64_v2_ptsz, &_sym_cuSurfObjectCreate, &_sym_cuSurfObjectDestroy, &_sym_cuSurfObjectGetResourceDesc, &_sym_cuSurfRefGetArray, &_sym_cuSurfRefSetArray, &_sym_cuTensorMapEncodeIm2col, &_sym_cuTensorMapEncodeTiled, &_sym_cuTensorMapReplaceAddress, &_sym_cuTexObjectCreate, &_sym_cuTexObjectDestroy, &_sym_cuTexObjectGetResourceDesc, &_sym_cuTexObjectGetResourceViewDesc, &_sym_cuTexObjectGetTextureDesc, &_sym_cuTexRefCreate, &_sym_cuTexRefDestroy, &_sym_cuTexRefGetAddress, &_sym_cuTexRefGetAddressMode, &_sym_cuTexRefGetAddress_v2, &_sym_cuTexRefGetArray, &_sym_cuTexRefGetBorderColor, &_sym_cuTexRefGetFilterMode, &_sym_cuTexRefGetFlags, &_sym_cuTexRefGetFormat, &_sym_cuTexRefGetMaxAnisotropy, &_sym_cuTexRefGetMipmapFilterMode, &_sym_cuTexRefGetMipmapLevelBias, &_sym_cuTexRefGetMipmapLevelClamp, &_sym_cuTexRefGetMipmappedArray, &_sym_cuTexRefSetAddress, &_sym_cuTexRefSetAddress2D, &_sym_cuTexRefSetAddress2D_v2, &_sym_cuTexRefSetAddress2D_v3, &_sym_cuTexRefSetAddressMode, &_sym_cuTexRefSetAddress_v2, &_sym_cuTexRefSetArray, &_sym_cuTexRefSetBorderColor, &_sym_cuTexRefSetFilterMode, &_sym_cuTexRefSetFlags, &_sym_cuTexRefSetFormat, &_sym_cuTexRefSetMaxAnisotropy, &_sym_cuTexRefSetMipmapFilterMode, &_sym_cuTexRefSetMipmapLevelBias, &_sym_cuTexRefSetMipmapLevelClamp, &_sym_cuTexRefSetMipmappedArray, &_sym_cuThreadExchangeStreamCaptureMode, &_sym_cuUserObjectCreate, &_sym_cuUserObjectRelease, &_sym_cuUserObjectRetain, &_sym_cuWaitExternalSemaphoresAsync, &_sym_cuWaitExternalSemaphoresAsync_ptsz}
+var symbols = []*dl.Symbol{
+	&_sym_cuArray3DCreate,
+	&_sym_cuArray3DCreate_v2,
+	&_sym_cuArray3DGetDescriptor,
+	&_sym_cuArray3DGetDescriptor_v2,
+	&_sym_cuArrayCreate,
+	&_sym_cuArrayCreate_v2,
+	&_sym_cuArrayDestroy,
+	&_sym_cuArrayGetDescriptor,
+	&_sym_cuArrayGetDescriptor_v2,
+	&_sym_cuArrayGetMemoryRequirements,
+	&_sym_cuArrayGetPlane,
+	&_sym_cuArrayGetSparseProperties,
+	&_sym_cuCoredumpGetAttribute,
+	&_sym_cuCoredumpGetAttributeGlobal,
+	&_sym_cuCoredumpSetAttribute,
+	&_sym_cuCoredumpSetAttributeGlobal,
+	&_sym_cuCtxAttach,
+	&_sym_cuCtxCreate,
+	&_sym_cuCtxCreate_v2,
+	&_sym_cuCtxCreate_v3,
+	&_sym_cuCtxDestroy,
+	&_sym_cuCtxDestroy_v2,
+	&_sym_cuCtxDetach,
+	&_sym_cuCtxDisablePeerAccess,
+	&_sym_cuCtxEnablePeerAccess,
+	&_sym_cuCtxFromGreenCtx,
+	&_sym_cuCtxGetApiVersion,
+	&_sym_cuCtxGetCacheConfig,
+	&_sym_cuCtxGetCurrent,
+	&_sym_cuCtxGetDevResource,
+	&_sym_cuCtxGetDevice,
+	&_sym_cuCtxGetExecAffinity,
+	&_sym_cuCtxGetFlags,
+	&_sym_cuCtxGetId,
+	&_sym_cuCtxGetLimit,
+	&_sym_cuCtxGetSharedMemConfig,
+	&_sym_cuCtxGetStreamPriorityRange,
+	&_sym_cuCtxPopCurrent,
+	&_sym_cuCtxPopCurrent_v2,
+	&_sym_cuCtxPushCurrent,
+	&_sym_cuCtxPushCurrent_v2,
+	&_sym_cuCtxResetPersistingL2Cache,
+	&_sym_cuCtxSetCacheConfig,
+	&_sym_cuCtxSetCurrent,
+	&_sym_cuCtxSetFlags,
+	&_sym_cuCtxSetLimit,
+	&_sym_cuCtxSetSharedMemConfig,
+	&_sym_cuCtxSynchronize,
+	&_sym_cuDestroyExternalMemory,
+	&_sym_cuDestroyExternalSemaphore,
+	&_sym_cuDevResourceGenerateDesc,
+	&_sym_cuDevSmResourceSplitByCount,
+	&_sym_cuDeviceCanAccessPeer,
+	&_sym_cuDeviceComputeCapability,
+	&_sym_cuDeviceGet,
+	&_sym_cuDeviceGetAttribute,
+	&_sym_cuDeviceGetByPCIBusId,
+	&_sym_cuDeviceGetCount,
+	&_sym_cuDeviceGetDefaultMemPool,
+	&_sym_cuDeviceGetDevResource,
+	&_sym_cuDeviceGetExecAffinitySupport,
+	&_sym_cuDeviceGetGraphMemAttribute,
+	&_sym_cuDeviceGetLuid,
+	&_sym_cuDeviceGetMemPool,
+	&_sym_cuDeviceGetName,
+	&_sym_cuDeviceGetNvSciSyncAttributes,
+	&_sym_cuDeviceGetP2PAttribute,
+	&_sym_cuDeviceGetPCIBusId,
+	&_sym_cuDeviceGetProperties,
+	&_sym_cuDeviceGetTexture1DLinearMaxWidth,
+	&_sym_cuDeviceGetUuid,
+	&_sym_cuDeviceGetUuid_v2,
+	&_sym_cuDeviceGraphMemTrim,
+	&_sym_cuDevicePrimaryCtxGetState,
+	&_sym_cuDevicePrimaryCtxRelease,
+	&_sym_cuDevicePrimaryCtxRelease_v2,
+	&_sym_cuDevicePrimaryCtxReset,
+	&_sym_cuDevicePrimaryCtxReset_v2,
+	&_sym_cuDevicePrimaryCtxRetain,
+	&_sym_cuDevicePrimaryCtxSetFlags,
+	&_sym_cuDevicePrimaryCtxSetFlags_v2,
+	&_sym_cuDeviceRegisterAsyncNotification,
+	&_sym_cuDeviceSetGraphMemAttribute,
+	&_sym_cuDeviceSetMemPool,
+	&_sym_cuDeviceTotalMem,
+	&_sym_cuDeviceTotalMem_v2,
+	&_sym_cuDeviceUnregisterAsyncNotification,
+	&_sym_cuDriverGetVersion,
+	&_sym_cuEventCreate,
+	&_sym_cuEventDestroy,
+	&_sym_cuEventDestroy_v2,
+	&_sym_cuEventElapsedTime,
+	&_sym_cuEventQuery,
+	&_sym_cuEventRecord,
+	&_sym_cuEventRecordWithFlags,
+	&_sym_cuEventRecordWithFlags_ptsz,
+	&_sym_cuEventRecord_ptsz,
+	&_sym_cuEventSynchronize,
+	&_sym_cuExternalMemoryGetMappedBuffer,
+	&_sym_cuExternalMemoryGetMappedMipmappedArray,
+	&_sym_cuFlushGPUDirectRDMAWrites,
+	&_sym_cuFuncGetAttribute,
+	&_sym_cuFuncGetModule,
+	&_sym_cuFuncGetName,
+	&_sym_cuFuncGetParamInfo,
+	&_sym_cuFuncIsLoaded,
+	&_sym_cuFuncLoad,
+	&_sym_cuFuncSetAttribute,
+	&_sym_cuFuncSetBlockShape,
+	&_sym_cuFuncSetCacheConfig,
+	&_sym_cuFuncSetSharedMemConfig,
+	&_sym_cuFuncSetSharedSize,
+	&_sym_cuGetErrorName,
+	&_sym_cuGetErrorString,
+	&_sym_cuGetExportTable,
+	&_sym_cuGetProcAddress,
+	&_sym_cuGetProcAddress_v2,
+	&_sym_cuGraphAddBatchMemOpNode,
+	&_sym_cuGraphAddChildGraphNode,
+	&_sym_cuGraphAddDependencies,
+	&_sym_cuGraphAddDependencies_v2,
+	&_sym_cuGraphAddEmptyNode,
+	&_sym_cuGraphAddEventRecordNode,
+	&_sym_cuGraphAddEventWaitNode,
+	&_sym_cuGraphAddExternalSemaphoresSignalNode,
+	&_sym_cuGraphAddExternalSemaphoresWaitNode,
+	&_sym_cuGraphAddHostNode,
+	&_sym_cuGraphAddKernelNode,
+	&_sym_cuGraphAddKernelNode_v2,
+	&_sym_cuGraphAddMemAllocNode,
+	&_sym_cuGraphAddMemFreeNode,
+	&_sym_cuGraphAddMemcpyNode,
+	&_sym_cuGraphAddMemsetNode,
+	&_sym_cuGraphAddNode,
+	&_sym_cuGraphAddNode_v2,
+	&_sym_cuGraphBatchMemOpNodeGetParams,
+	&_sym_cuGraphBatchMemOpNodeSetParams,
+	&_sym_cuGraphChildGraphNodeGetGraph,
+	&_sym_cuGraphClone,
+	&_sym_cuGraphConditionalHandleCreate,
+	&_sym_cuGraphCreate,
+	&_sym_cuGraphDebugDotPrint,
+	&_sym_cuGraphDestroy,
+	&_sym_cuGraphDestroyNode,
+	&_sym_cuGraphEventRecordNodeGetEvent,
+	&_sym_cuGraphEventRecordNodeSetEvent,
+	&_sym_cuGraphEventWaitNodeGetEvent,
+	&_sym_cuGraphEventWaitNodeSetEvent,
+	&_sym_cuGraphExecBatchMemOpNodeSetParams,
+	&_sym_cuGraphExecChildGraphNodeSetParams,
+	&_sym_cuGraphExecDestroy,
+	&_sym_cuGraphExecEventRecordNodeSetEvent,
+	&_sym_cuGraphExecEventWaitNodeSetEvent,
+	&_sym_cuGraphExecExternalSemaphoresSignalNodeSetParams,
+	&_sym_cuGraphExecExternalSemaphoresWaitNodeSetParams,
+	&_sym_cuGraphExecGetFlags,
+	&_sym_cuGraphExecHostNodeSetParams,
+	&_sym_cuGraphExecKernelNodeSetParams,
+	&_sym_cuGraphExecKernelNodeSetParams_v2,
+	&_sym_cuGraphExecMemcpyNodeSetParams,
+	&_sym_cuGraphExecMemsetNodeSetParams,
+	&_sym_cuGraphExecNodeSetParams,
+	&_sym_cuGraphExecUpdate,
+	&_sym_cuGraphExecUpdate_v2,
+	&_sym_cuGraphExternalSemaphoresSignalNodeGetParams,
+	&_sym_cuGraphExternalSemaphoresSignalNodeSetParams,
+	&_sym_cuGraphExternalSemaphoresWaitNodeGetParams,
+	&_sym_cuGraphExternalSemaphoresWaitNodeSetParams,
+	&_sym_cuGraphGetEdges,
+	&_sym_cuGraphGetEdges_v2,
+	&_sym_cuGraphGetNodes,
+	&_sym_cuGraphGetRootNodes,
+	&_sym_cuGraphHostNodeGetParams,
+	&_sym_cuGraphHostNodeSetParams,
+	&_sym_cuGraphInstantiate,
+	&_sym_cuGraphInstantiateWithFlags,
+	&_sym_cuGraphInstantiateWithParams,
+	&_sym_cuGraphInstantiateWithParams_ptsz,
+	&_sym_cuGraphInstantiate_v2,
+	&_sym_cuGraphKernelNodeCopyAttributes,
+	&_sym_cuGraphKernelNodeGetAttribute,
+	&_sym_cuGraphKernelNodeGetParams,
+	&_sym_cuGraphKernelNodeGetParams_v2,
+	&_sym_cuGraphKernelNodeSetAttribute,
+	&_sym_cuGraphKernelNodeSetParams,
+	&_sym_cuGraphKernelNodeSetParams_v2,
+	&_sym_cuGraphLaunch,
+	&_sym_cuGraphLaunch_ptsz,
+	&_sym_cuGraphMemAllocNodeGetParams,
+	&_sym_cuGraphMemFreeNodeGetParams,
+	&_sym_cuGraphMemcpyNodeGetParams,
+	&_sym_cuGraphMemcpyNodeSetParams,
+	&_sym_cuGraphMemsetNodeGetParams,
+	&_sym_cuGraphMemsetNodeSetParams,
+	&_sym_cuGraphNodeFindInClone,
+	&_sym_cuGraphNodeGetDependencies,
+	&_sym_cuGraphNodeGetDependencies_v2,
+	&_sym_cuGraphNodeGetDependentNodes,
+	&_sym_cuGraphNodeGetDependentNodes_v2,
+	&_sym_cuGraphNodeGetEnabled,
+	&_sym_cuGraphNodeGetType,
+	&_sym_cuGraphNodeSetEnabled,
+	&_sym_cuGraphNodeSetParams,
+	&_sym_cuGraphReleaseUserObject,
+	&_sym_cuGraphRemoveDependencies,
+	&_sym_cuGraphRemoveDependencies_v2,
+	&_sym_cuGraphRetainUserObject,
+	&_sym_cuGraphUpload,
+	&_sym_cuGraphUpload_ptsz,
+	&_sym_cuGraphicsMapResources,
+	&_sym_cuGraphicsMapResources_ptsz,
+	&_sym_cuGraphicsResourceGetMappedMipmappedArray,
+	&_sym_cuGraphicsResourceGetMappedPointer,
+	&_sym_cuGraphicsResourceGetMappedPointer_v2,
+	&_sym_cuGraphicsResourceSetMapFlags,
+	&_sym_cuGraphicsResourceSetMapFlags_v2,
+	&_sym_cuGraphicsSubResourceGetMappedArray,
+	&_sym_cuGraphicsUnmapResources,
+	&_sym_cuGraphicsUnmapResources_ptsz,
+	&_sym_cuGraphicsUnregisterResource,
+	&_sym_cuGreenCtxCreate,
+	&_sym_cuGreenCtxDestroy,
+	&_sym_cuGreenCtxGetDevResource,
+	&_sym_cuGreenCtxRecordEvent,
+	&_sym_cuGreenCtxWaitEvent,
+	&_sym_cuImportExternalMemory,
+	&_sym_cuImportExternalSemaphore,
+	&_sym_cuInit,
+	&_sym_cuIpcCloseMemHandle,
+	&_sym_cuIpcGetEventHandle,
+	&_sym_cuIpcGetMemHandle,
+	&_sym_cuIpcOpenEventHandle,
+	&_sym_cuIpcOpenMemHandle,
+	&_sym_cuIpcOpenMemHandle_v2,
+	&_sym_cuKernelGetAttribute,
+	&_sym_cuKernelGetFunction,
+	&_sym_cuKernelGetName,
+	&_sym_cuKernelGetParamInfo,
+	&_sym_cuKernelSetAttribute,
+	&_sym_cuKernelSetCacheConfig,
+	&_sym_cuLaunch,
+	&_sym_cuLaunchCooperativeKernel,
+	&_sym_cuLaunchCooperativeKernelMultiDevice,
+	&_sym_cuLaunchCooperativeKernel_ptsz,
+	&_sym_cuLaunchGrid,
+	&_sym_cuLaunchGridAsync,
+	&_sym_cuLaunchHostFunc,
+	&_sym_cuLaunchHostFunc_ptsz,
+	&_sym_cuLaunchKernel,
+	&_sym_cuLaunchKernelEx,
+	&_sym_cuLaunchKernelEx_ptsz,
+	&_sym_cuLaunchKernel_ptsz,
+	&_sym_cuLibraryEnumerateKernels,
+	&_sym_cuLibraryGetGlobal,
+	&_sym_cuLibraryGetKernel,
+	&_sym_cuLibraryGetKernelCount,
+	&_sym_cuLibraryGetManaged,
+	&_sym_cuLibraryGetModule,
+	&_sym_cuLibraryGetUnifiedFunction,
+	&_sym_cuLibraryLoadData,
+	&_sym_cuLibraryLoadFromFile,
+	&_sym_cuLibraryUnload,
+	&_sym_cuLinkAddData,
+	&_sym_cuLinkAddData_v2,
+	&_sym_cuLinkAddFile,
+	&_sym_cuLinkAddFile_v2,
+	&_sym_cuLinkComplete,
+	&_sym_cuLinkCreate,
+	&_sym_cuLinkCreate_v2,
+	&_sym_cuLinkDestroy,
+	&_sym_cuMemAddressFree,
+	&_sym_cuMemAddressReserve,
+	&_sym_cuMemAdvise,
+	&_sym_cuMemAdvise_v2,
+	&_sym_cuMemAlloc,
+	&_sym_cuMemAllocAsync,
+	&_sym_cuMemAllocAsync_ptsz,
+	&_sym_cuMemAllocFromPoolAsync,
+	&_sym_cuMemAllocFromPoolAsync_ptsz,
+	&_sym_cuMemAllocHost,
+	&_sym_cuMemAllocHost_v2,
+	&_sym_cuMemAllocManaged,
+	&_sym_cuMemAllocPitch,
+	&_sym_cuMemAllocPitch_v2,
+	&_sym_cuMemAlloc_v2,
+	&_sym_cuMemCreate,
+	&_sym_cuMemExportToShareableHandle,
+	&_sym_cuMemFree,
+	&_sym_cuMemFreeAsync,
+	&_sym_cuMemFreeAsync_ptsz,
+	&_sym_cuMemFreeHost,
+	&_sym_cuMemFree_v2,
+	&_sym_cuMemGetAccess,
+	&_sym_cuMemGetAddressRange,
+	&_sym_cuMemGetAddressRange_v2,
+	&_sym_cuMemGetAllocationGranularity,
+	&_sym_cuMemGetAllocationPropertiesFromHandle,
+	&_sym_cuMemGetHandleForAddressRange,
+	&_sym_cuMemGetInfo,
+	&_sym_cuMemGetInfo_v2,
+	&_sym_cuMemHostAlloc,
+	&_sym_cuMemHostGetDevicePointer,
+	&_sym_cuMemHostGetDevicePointer_v2,
+	&_sym_cuMemHostGetFlags,
+	&_sym_cuMemHostRegister,
+	&_sym_cuMemHostRegister_v2,
+	&_sym_cuMemHostUnregister,
+	&_sym_cuMemImportFromShareableHandle,
+	&_sym_cuMemMap,
+	&_sym_cuMemMapArrayAsync,
+	&_sym_cuMemMapArrayAsync_ptsz,
+	&_sym_cuMemPoolCreate,
+	&_sym_cuMemPoolDestroy,
+	&_sym_cuMemPoolExportPointer,
+	&_sym_cuMemPoolExportToShareableHandle,
+	&_sym_cuMemPoolGetAccess,
+	&_sym_cuMemPoolGetAttribute,
+	&_sym_cuMemPoolImportFromShareableHandle,
+	&_sym_cuMemPoolImportPointer,
+	&_sym_cuMemPoolSetAccess,
+	&_sym_cuMemPoolSetAttribute,
+	&_sym_cuMemPoolTrimTo,
+	&_sym_cuMemPrefetchAsync,
+	&_sym_cuMemPrefetchAsync_ptsz,
+	&_sym_cuMemPrefetchAsync_v2,
+	&_sym_cuMemPrefetchAsync_v2_ptsz,
+	&_sym_cuMemRangeGetAttribute,
+	&_sym_cuMemRangeGetAttributes,
+	&_sym_cuMemRelease,
+	&_sym_cuMemRetainAllocationHandle,
+	&_sym_cuMemSetAccess,
+	&_sym_cuMemUnmap,
+	&_sym_cuMemcpy,
+	&_sym_cuMemcpy2D,
+	&_sym_cuMemcpy2DAsync,
+	&_sym_cuMemcpy2DAsync_v2,
+	&_sym_cuMemcpy2DAsync_v2_ptsz,
+	&_sym_cuMemcpy2DUnaligned,
+	&_sym_cuMemcpy2DUnaligned_v2,
+	&_sym_cuMemcpy2DUnaligned_v2_ptds,
+	&_sym_cuMemcpy2D_v2,
+	&_sym_cuMemcpy2D_v2_ptds,
+	&_sym_cuMemcpy3D,
+	&_sym_cuMemcpy3DAsync,
+	&_sym_cuMemcpy3DAsync_v2,
+	&_sym_cuMemcpy3DAsync_v2_ptsz,
+	&_sym_cuMemcpy3DPeer,
+	&_sym_cuMemcpy3DPeerAsync,
+	&_sym_cuMemcpy3DPeerAsync_ptsz,
+	&_sym_cuMemcpy3DPeer_ptds,
+	&_sym_cuMemcpy3D_v2,
+	&_sym_cuMemcpy3D_v2_ptds,
+	&_sym_cuMemcpyAsync,
+	&_sym_cuMemcpyAsync_ptsz,
+	&_sym_cuMemcpyAtoA,
+	&_sym_cuMemcpyAtoA_v2,
+	&_sym_cuMemcpyAtoA_v2_ptds,
+	&_sym_cuMemcpyAtoD,
+	&_sym_cuMemcpyAtoD_v2,
+	&_sym_cuMemcpyAtoD_v2_ptds,
+	&_sym_cuMemcpyAtoH,
+	&_sym_cuMemcpyAtoHAsync,
+	&_sym_cuMemcpyAtoHAsync_v2,
+	&_sym_cuMemcpyAtoHAsync_v2_ptsz,
+	&_sym_cuMemcpyAtoH_v2,
+	&_sym_cuMemcpyAtoH_v2_ptds,
+	&_sym_cuMemcpyDtoA,
+	&_sym_cuMemcpyDtoA_v2,
+	&_sym_cuMemcpyDtoA_v2_ptds,
+	&_sym_cuMemcpyDtoD,
+	&_sym_cuMemcpyDtoDAsync,
+	&_sym_cuMemcpyDtoDAsync_v2,
+	&_sym_cuMemcpyDtoDAsync_v2_ptsz,
+	&_sym_cuMemcpyDtoD_v2,
+	&_sym_cuMemcpyDtoD_v2_ptds,
+	&_sym_cuMemcpyDtoH,
+	&_sym_cuMemcpyDtoHAsync,
+	&_sym_cuMemcpyDtoHAsync_v2,
+	&_sym_cuMemcpyDtoHAsync_v2_ptsz,
+	&_sym_cuMemcpyDtoH_v2,
+	&_sym_cuMemcpyDtoH_v2_ptds,
+	&_sym_cuMemcpyHtoA,
+	&_sym_cuMemcpyHtoAAsync,
+	&_sym_cuMemcpyHtoAAsync_v2,
+	&_sym_cuMemcpyHtoAAsync_v2_ptsz,
+	&_sym_cuMemcpyHtoA_v2,
+	&_sym_cuMemcpyHtoA_v2_ptds,
+	&_sym_cuMemcpyHtoD,
+	&_sym_cuMemcpyHtoDAsync,
+	&_sym_cuMemcpyHtoDAsync_v2,
+	&_sym_cuMemcpyHtoDAsync_v2_ptsz,
+	&_sym_cuMemcpyHtoD_v2,
+	&_sym_cuMemcpyHtoD_v2_ptds,
+	&_sym_cuMemcpyPeer,
+	&_sym_cuMemcpyPeerAsync,
+	&_sym_cuMemcpyPeerAsync_ptsz,
+	&_sym_cuMemcpyPeer_ptds,
+	&_sym_cuMemcpy_ptds,
+	&_sym_cuMemsetD16,
+	&_sym_cuMemsetD16Async,
+	&_sym_cuMemsetD16Async_ptsz,
+	&_sym_cuMemsetD16_v2,
+	&_sym_cuMemsetD16_v2_ptds,
+	&_sym_cuMemsetD2D16,
+	&_sym_cuMemsetD2D16Async,
+	&_sym_cuMemsetD2D16Async_ptsz,
+	&_sym_cuMemsetD2D16_v2,
+	&_sym_cuMemsetD2D16_v2_ptds,
+	&_sym_cuMemsetD2D32,
+	&_sym_cuMemsetD2D32Async,
+	&_sym_cuMemsetD2D32Async_ptsz,
+	&_sym_cuMemsetD2D32_v2,
+	&_sym_cuMemsetD2D32_v2_ptds,
+	&_sym_cuMemsetD2D8,
+	&_sym_cuMemsetD2D8Async,
+	&_sym_cuMemsetD2D8Async_ptsz,
+	&_sym_cuMemsetD2D8_v2,
+	&_sym_cuMemsetD2D8_v2_ptds,
+	&_sym_cuMemsetD32,
+	&_sym_cuMemsetD32Async,
+	&_sym_cuMemsetD32Async_ptsz,
+	&_sym_cuMemsetD32_v2,
+	&_sym_cuMemsetD32_v2_ptds,
+	&_sym_cuMemsetD8,
+	&_sym_cuMemsetD8Async,
+	&_sym_cuMemsetD8Async_ptsz,
+	&_sym_cuMemsetD8_v2,
+	&_sym_cuMemsetD8_v2_ptds,
+	&_sym_cuMipmappedArrayCreate,
+	&_sym_cuMipmappedArrayDestroy,
+	&_sym_cuMipmappedArrayGetLevel,
+	&_sym_cuMipmappedArrayGetMemoryRequirements,
+	&_sym_cuMipmappedArrayGetSparseProperties,
+	&_sym_cuModuleEnumerateFunctions,
+	&_sym_cuModuleGetFunction,
+	&_sym_cuModuleGetFunctionCount,
+	&_sym_cuModuleGetGlobal,
+	&_sym_cuModuleGetGlobal_v2,
+	&_sym_cuModuleGetLoadingMode,
+	&_sym_cuModuleGetSurfRef,
+	&_sym_cuModuleGetTexRef,
+	&_sym_cuModuleLoad,
+	&_sym_cuModuleLoadData,
+	&_sym_cuModuleLoadDataEx,
+	&_sym_cuModuleLoadFatBinary,
+	&_sym_cuModuleUnload,
+	&_sym_cuMulticastAddDevice,
+	&_sym_cuMulticastBindAddr,
+	&_sym_cuMulticastBindMem,
+	&_sym_cuMulticastCreate,
+	&_sym_cuMulticastGetGranularity,
+	&_sym_cuMulticastUnbind,
+	&_sym_cuOccupancyAvailableDynamicSMemPerBlock,
+	&_sym_cuOccupancyMaxActiveBlocksPerMultiprocessor,
+	&_sym_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags,
+	&_sym_cuOccupancyMaxActiveClusters,
+	&_sym_cuOccupancyMaxPotentialBlockSize,
+	&_sym_cuOccupancyMaxPotentialBlockSizeWithFlags,
+	&_sym_cuOccupancyMaxPotentialClusterSize,
+	&_sym_cuParamSetSize,
+	&_sym_cuParamSetTexRef,
+	&_sym_cuParamSetf,
+	&_sym_cuParamSeti,
+	&_sym_cuParamSetv,
+	&_sym_cuPointerGetAttribute,
+	&_sym_cuPointerGetAttributes,
+	&_sym_cuPointerSetAttribute,
+	&_sym_cuSignalExternalSemaphoresAsync,
+	&_sym_cuSignalExternalSemaphoresAsync_ptsz,
+	&_sym_cuStreamAddCallback,
+	&_sym_cuStreamAddCallback_ptsz,
+	&_sym_cuStreamAttachMemAsync,
+	&_sym_cuStreamAttachMemAsync_ptsz,
+	&_sym_cuStreamBatchMemOp,
+	&_sym_cuStreamBatchMemOp_ptsz,
+	&_sym_cuStreamBatchMemOp_v2,
+	&_sym_cuStreamBatchMemOp_v2_ptsz,
+	&_sym_cuStreamBeginCapture,
+	&_sym_cuStreamBeginCaptureToGraph,
+	&_sym_cuStreamBeginCaptureToGraph_ptsz,
+	&_sym_cuStreamBeginCapture_ptsz,
+	&_sym_cuStreamBeginCapture_v2,
+	&_sym_cuStreamBeginCapture_v2_ptsz,
+	&_sym_cuStreamCopyAttributes,
+	&_sym_cuStreamCopyAttributes_ptsz,
+	&_sym_cuStreamCreate,
+	&_sym_cuStreamCreateWithPriority,
+	&_sym_cuStreamDestroy,
+	&_sym_cuStreamDestroy_v2,
+	&_sym_cuStreamEndCapture,
+	&_sym_cuStreamEndCapture_ptsz,
+	&_sym_cuStreamGetAttribute,
+	&_sym_cuStreamGetAttribute_ptsz,
+	&_sym_cuStreamGetCaptureInfo,
+	&_sym_cuStreamGetCaptureInfo_ptsz,
+	&_sym_cuStreamGetCaptureInfo_v2,
+	&_sym_cuStreamGetCaptureInfo_v2_ptsz,
+	&_sym_cuStreamGetCaptureInfo_v3,
+	&_sym_cuStreamGetCaptureInfo_v3_ptsz,
+	&_sym_cuStreamGetCtx,
+	&_sym_cuStreamGetCtx_ptsz,
+	&_sym_cuStreamGetFlags,
+	&_sym_cuStreamGetFlags_ptsz,
+	&_sym_cuStreamGetGreenCtx,
+	&_sym_cuStreamGetId,
+	&_sym_cuStreamGetId_ptsz,
+	&_sym_cuStreamGetPriority,
+	&_sym_cuStreamGetPriority_ptsz,
+	&_sym_cuStreamIsCapturing,
+	&_sym_cuStreamIsCapturing_ptsz,
+	&_sym_cuStreamQuery,
+	&_sym_cuStreamQuery_ptsz,
+	&_sym_cuStreamSetAttribute,
+	&_sym_cuStreamSetAttribute_ptsz,
+	&_sym_cuStreamSynchronize,
+	&_sym_cuStreamSynchronize_ptsz,
+	&_sym_cuStreamUpdateCaptureDependencies,
+	&_sym_cuStreamUpdateCaptureDependencies_ptsz,
+	&_sym_cuStreamUpdateCaptureDependencies_v2,
+	&_sym_cuStreamUpdateCaptureDependencies_v2_ptsz,
+	&_sym_cuStreamWaitEvent,
+	&_sym_cuStreamWaitEvent_ptsz,
+	&_sym_cuStreamWaitValue32,
+	&_sym_cuStreamWaitValue32_ptsz,
+	&_sym_cuStreamWaitValue32_v2,
+	&_sym_cuStreamWaitValue32_v2_ptsz,
+	&_sym_cuStreamWaitValue64,
+	&_sym_cuStreamWaitValue64_ptsz,
+	&_sym_cuStreamWaitValue64_v2,
+	&_sym_cuStreamWaitValue64_v2_ptsz,
+	&_sym_cuStreamWriteValue32,
+	&_sym_cuStreamWriteValue32_ptsz,
+	&_sym_cuStreamWriteValue32_v2,
+	&_sym_cuStreamWriteValue32_v2_ptsz,
+	&_sym_cuStreamWriteValue64,
+	&_sym_cuStreamWriteValue64_ptsz,
+	&_sym_cuStreamWriteValue64_v2,
+	&_sym_cuStreamWriteValue64_v2_ptsz,
+	&_sym_cuSurfObjectCreate,
+	&_sym_cuSurfObjectDestroy,
+	&_sym_cuSurfObjectGetResourceDesc,
+	&_sym_cuSurfRefGetArray,
+	&_sym_cuSurfRefSetArray,
+	&_sym_cuTensorMapEncodeIm2col,
+	&_sym_cuTensorMapEncodeTiled,
+	&_sym_cuTensorMapReplaceAddress,
+	&_sym_cuTexObjectCreate,
+	&_sym_cuTexObjectDestroy,
+	&_sym_cuTexObjectGetResourceDesc,
+	&_sym_cuTexObjectGetResourceViewDesc,
+	&_sym_cuTexObjectGetTextureDesc,
+	&_sym_cuTexRefCreate,
+	&_sym_cuTexRefDestroy,
+	&_sym_cuTexRefGetAddress,
+	&_sym_cuTexRefGetAddressMode,
+	&_sym_cuTexRefGetAddress_v2,
+	&_sym_cuTexRefGetArray,
+	&_sym_cuTexRefGetBorderColor,
+	&_sym_cuTexRefGetFilterMode,
+	&_sym_cuTexRefGetFlags,
+	&_sym_cuTexRefGetFormat,
+	&_sym_cuTexRefGetMaxAnisotropy,
+	&_sym_cuTexRefGetMipmapFilterMode,
+	&_sym_cuTexRefGetMipmapLevelBias,
+	&_sym_cuTexRefGetMipmapLevelClamp,
+	&_sym_cuTexRefGetMipmappedArray,
+	&_sym_cuTexRefSetAddress,
+	&_sym_cuTexRefSetAddress2D,
+	&_sym_cuTexRefSetAddress2D_v2,
+	&_sym_cuTexRefSetAddress2D_v3,
+	&_sym_cuTexRefSetAddressMode,
+	&_sym_cuTexRefSetAddress_v2,
+	&_sym_cuTexRefSetArray,
+	&_sym_cuTexRefSetBorderColor,
+	&_sym_cuTexRefSetFilterMode,
+	&_sym_cuTexRefSetFlags,
+	&_sym_cuTexRefSetFormat,
+	&_sym_cuTexRefSetMaxAnisotropy,
+	&_sym_cuTexRefSetMipmapFilterMode,
+	&_sym_cuTexRefSetMipmapLevelBias,
+	&_sym_cuTexRefSetMipmapLevelClamp,
+	&_sym_cuTexRefSetMipmappedArray,
+	&_sym_cuThreadExchangeStreamCaptureMode,
+	&_sym_cuUserObjectCreate,
+	&_sym_cuUserObjectRelease,
+	&_sym_cuUserObjectRetain,
+	&_sym_cuWaitExternalSemaphoresAsync,
+	&_sym_cuWaitExternalSemaphoresAsync_ptsz,
+}

@@ -4,7 +4,7 @@ package cuda
 
 import "unsafe"
 
-// AccessPolicyWindow is typedef struct CUaccessPolicyWindow_st CUaccessPolicyWindow.
+// AccessPolicyWindow is typedef CUaccessPolicyWindow_v1 CUaccessPolicyWindow.
 type AccessPolicyWindow = AccessPolicyWindowV1
 
 // AccessPolicyWindowV1 is struct CUaccessPolicyWindow_st (struct, 32 bytes).
@@ -47,7 +47,7 @@ const (
 // Array is typedef struct CUarray_st *CUarray (an opaque handle).
 type Array uintptr
 
-// Array3dDescriptor is typedef struct CUDA_ARRAY3D_DESCRIPTOR_st CUDA_ARRAY3D_DESCRIPTOR.
+// Array3dDescriptor is typedef CUDA_ARRAY3D_DESCRIPTOR_v2 CUDA_ARRAY3D_DESCRIPTOR.
 type Array3dDescriptor = Array3dDescriptorV2
 
 // Array3dDescriptorV1 is struct CUDA_ARRAY3D_DESCRIPTOR_v1_st (struct, 24 bytes).
@@ -89,7 +89,7 @@ const (
 	CubemapFaceNegativeZ ArrayCubemapFace = 5
 )
 
-// ArrayDescriptor is typedef struct CUDA_ARRAY_DESCRIPTOR_st CUDA_ARRAY_DESCRIPTOR.
+// ArrayDescriptor is typedef CUDA_ARRAY_DESCRIPTOR_v2 CUDA_ARRAY_DESCRIPTOR.
 type ArrayDescriptor = ArrayDescriptorV2
 
 // ArrayDescriptorV1 is struct CUDA_ARRAY_DESCRIPTOR_v1_st (struct, 16 bytes).
@@ -185,7 +185,7 @@ const (
 	AdFormatBc7UnormSrgb ArrayFormat = 158
 )
 
-// ArrayMapInfo is typedef struct CUarrayMapInfo_st CUarrayMapInfo.
+// ArrayMapInfo is typedef CUarrayMapInfo_v1 CUarrayMapInfo.
 type ArrayMapInfo = ArrayMapInfoV1
 
 // ArrayMapInfoV1 is struct CUarrayMapInfo_st (struct, 96 bytes).
@@ -268,7 +268,7 @@ type ArrayMapInfoV1SubresourceSparseLevel struct {
 	ExtentDepth  uint32 // unsigned int extentDepth
 }
 
-// ArrayMemoryRequirements is typedef struct CUDA_ARRAY_MEMORY_REQUIREMENTS_st CUDA_ARRAY_MEMORY_REQUIREMENTS.
+// ArrayMemoryRequirements is typedef CUDA_ARRAY_MEMORY_REQUIREMENTS_v1 CUDA_ARRAY_MEMORY_REQUIREMENTS.
 type ArrayMemoryRequirements = ArrayMemoryRequirementsV1
 
 // ArrayMemoryRequirementsV1 is struct CUDA_ARRAY_MEMORY_REQUIREMENTS_st (struct, 32 bytes).
@@ -278,7 +278,7 @@ type ArrayMemoryRequirementsV1 struct {
 	Reserved  [4]uint32 // unsigned int reserved[4]
 }
 
-// ArraySparseProperties is typedef struct CUDA_ARRAY_SPARSE_PROPERTIES_st CUDA_ARRAY_SPARSE_PROPERTIES.
+// ArraySparseProperties is typedef CUDA_ARRAY_SPARSE_PROPERTIES_v1 CUDA_ARRAY_SPARSE_PROPERTIES.
 type ArraySparseProperties = ArraySparsePropertiesV1
 
 // ArraySparsePropertiesV1 is struct CUDA_ARRAY_SPARSE_PROPERTIES_st (struct, 48 bytes).
@@ -346,7 +346,7 @@ const (
 	AsyncNotificationTypeOverBudget AsyncNotificationType = 1
 )
 
-// BatchMemOpNodeParams is typedef struct CUDA_BATCH_MEM_OP_NODE_PARAMS_v1_st CUDA_BATCH_MEM_OP_NODE_PARAMS.
+// BatchMemOpNodeParams is typedef CUDA_BATCH_MEM_OP_NODE_PARAMS_v1 CUDA_BATCH_MEM_OP_NODE_PARAMS.
 type BatchMemOpNodeParams = BatchMemOpNodeParamsV1
 
 // BatchMemOpNodeParamsV1 is struct CUDA_BATCH_MEM_OP_NODE_PARAMS_v1_st (struct, 32 bytes).
@@ -490,7 +490,7 @@ const (
 	CtxFlagsMask CtxFlags = 255
 )
 
-// DevResource is typedef struct CUdevResource_st CUdevResource.
+// DevResource is typedef CUdevResource_v1 CUdevResource.
 type DevResource = DevResourceV1
 
 // DevResourceDesc is typedef struct CUdevResourceDesc_st *CUdevResourceDesc (an opaque handle).
@@ -868,7 +868,7 @@ type DeviceptrV1 uint32
 // DeviceptrV2 is typedef unsigned long long CUdeviceptr_v2.
 type DeviceptrV2 uint64
 
-// Devprop is typedef struct CUdevprop_st CUdevprop.
+// Devprop is typedef CUdevprop_v1 CUdevprop.
 type Devprop = DevpropV1
 
 // DevpropV1 is struct CUdevprop_st (struct, 56 bytes).
@@ -976,7 +976,7 @@ type EventWaitNodeParams struct {
 	Event Event // CUevent event
 }
 
-// ExecAffinityParam is typedef struct CUexecAffinityParam_st CUexecAffinityParam.
+// ExecAffinityParam is typedef CUexecAffinityParam_v1 CUexecAffinityParam.
 type ExecAffinityParam = ExecAffinityParamV1
 
 // ExecAffinityParamV1 is struct CUexecAffinityParam_st (struct, 8 bytes).
@@ -997,7 +997,7 @@ func (u *ExecAffinityParamV1Param) SmCount() *ExecAffinitySmCount {
 	return (*ExecAffinitySmCount)(unsafe.Pointer(&u.raw))
 }
 
-// ExecAffinitySmCount is typedef struct CUexecAffinitySmCount_st CUexecAffinitySmCount.
+// ExecAffinitySmCount is typedef CUexecAffinitySmCount_v1 CUexecAffinitySmCount.
 type ExecAffinitySmCount = ExecAffinitySmCountV1
 
 // ExecAffinitySmCountV1 is struct CUexecAffinitySmCount_st (struct, 4 bytes).
@@ -1016,7 +1016,7 @@ const (
 	ExecAffinityTypeMax ExecAffinityType = 1
 )
 
-// ExtSemSignalNodeParams is typedef struct CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_st CUDA_EXT_SEM_SIGNAL_NODE_PARAMS.
+// ExtSemSignalNodeParams is typedef CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v1 CUDA_EXT_SEM_SIGNAL_NODE_PARAMS.
 type ExtSemSignalNodeParams = ExtSemSignalNodeParamsV1
 
 // ExtSemSignalNodeParamsV1 is struct CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_st (struct, 24 bytes).
@@ -1033,7 +1033,7 @@ type ExtSemSignalNodeParamsV2 struct {
 	NumExtSems  uint32                         // unsigned int numExtSems
 }
 
-// ExtSemWaitNodeParams is typedef struct CUDA_EXT_SEM_WAIT_NODE_PARAMS_st CUDA_EXT_SEM_WAIT_NODE_PARAMS.
+// ExtSemWaitNodeParams is typedef CUDA_EXT_SEM_WAIT_NODE_PARAMS_v1 CUDA_EXT_SEM_WAIT_NODE_PARAMS.
 type ExtSemWaitNodeParams = ExtSemWaitNodeParamsV1
 
 // ExtSemWaitNodeParamsV1 is struct CUDA_EXT_SEM_WAIT_NODE_PARAMS_st (struct, 24 bytes).
@@ -1053,7 +1053,7 @@ type ExtSemWaitNodeParamsV2 struct {
 // ExternalMemory is typedef struct CUextMemory_st *CUexternalMemory (an opaque handle).
 type ExternalMemory uintptr
 
-// ExternalMemoryBufferDesc is typedef struct CUDA_EXTERNAL_MEMORY_BUFFER_DESC_st CUDA_EXTERNAL_MEMORY_BUFFER_DESC.
+// ExternalMemoryBufferDesc is typedef CUDA_EXTERNAL_MEMORY_BUFFER_DESC_v1 CUDA_EXTERNAL_MEMORY_BUFFER_DESC.
 type ExternalMemoryBufferDesc = ExternalMemoryBufferDescV1
 
 // ExternalMemoryBufferDescV1 is struct CUDA_EXTERNAL_MEMORY_BUFFER_DESC_st (struct, 88 bytes).
@@ -1064,7 +1064,7 @@ type ExternalMemoryBufferDescV1 struct {
 	Reserved [16]uint32 // unsigned int reserved[16]
 }
 
-// ExternalMemoryHandleDesc is typedef struct CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st CUDA_EXTERNAL_MEMORY_HANDLE_DESC.
+// ExternalMemoryHandleDesc is typedef CUDA_EXTERNAL_MEMORY_HANDLE_DESC_v1 CUDA_EXTERNAL_MEMORY_HANDLE_DESC.
 type ExternalMemoryHandleDesc = ExternalMemoryHandleDescV1
 
 // ExternalMemoryHandleDescV1 is struct CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st (struct, 104 bytes).
@@ -1127,7 +1127,7 @@ const (
 	ExternalMemoryHandleTypeNvscibuf ExternalMemoryHandleType = 8
 )
 
-// ExternalMemoryMipmappedArrayDesc is typedef struct CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC_st CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC.
+// ExternalMemoryMipmappedArrayDesc is typedef CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC_v1 CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC.
 type ExternalMemoryMipmappedArrayDesc = ExternalMemoryMipmappedArrayDescV1
 
 // ExternalMemoryMipmappedArrayDescV1 is struct CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC_st (struct, 120 bytes).
@@ -1141,7 +1141,7 @@ type ExternalMemoryMipmappedArrayDescV1 struct {
 // ExternalSemaphore is typedef struct CUextSemaphore_st *CUexternalSemaphore (an opaque handle).
 type ExternalSemaphore uintptr
 
-// ExternalSemaphoreHandleDesc is typedef struct CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC.
+// ExternalSemaphoreHandleDesc is typedef CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_v1 CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC.
 type ExternalSemaphoreHandleDesc = ExternalSemaphoreHandleDescV1
 
 // ExternalSemaphoreHandleDescV1 is struct CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st (struct, 96 bytes).
@@ -1207,7 +1207,7 @@ const (
 	ExternalSemaphoreHandleTypeTimelineSemaphoreWin32 ExternalSemaphoreHandleType = 10
 )
 
-// ExternalSemaphoreSignalParams is typedef struct CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS.
+// ExternalSemaphoreSignalParams is typedef CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_v1 CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS.
 type ExternalSemaphoreSignalParams = ExternalSemaphoreSignalParamsV1
 
 // ExternalSemaphoreSignalParamsV1 is struct CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st (struct, 144 bytes).
@@ -1252,7 +1252,7 @@ func (u *ExternalSemaphoreSignalParamsV1ParamsNvSciSync) Reserved() *uint64 {
 	return (*uint64)(unsafe.Pointer(&u.raw))
 }
 
-// ExternalSemaphoreWaitParams is typedef struct CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS.
+// ExternalSemaphoreWaitParams is typedef CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_v1 CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS.
 type ExternalSemaphoreWaitParams = ExternalSemaphoreWaitParamsV1
 
 // ExternalSemaphoreWaitParamsV1 is struct CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st (struct, 144 bytes).
@@ -1531,7 +1531,7 @@ const (
 	GraphExecUpdateErrorAttributesChanged GraphExecUpdateResult = 8
 )
 
-// GraphExecUpdateResultInfo is typedef struct CUgraphExecUpdateResultInfo_st CUgraphExecUpdateResultInfo.
+// GraphExecUpdateResultInfo is typedef CUgraphExecUpdateResultInfo_v1 CUgraphExecUpdateResultInfo.
 type GraphExecUpdateResultInfo = GraphExecUpdateResultInfoV1
 
 // GraphExecUpdateResultInfoV1 is struct CUgraphExecUpdateResultInfo_st (struct, 24 bytes).
@@ -1767,7 +1767,7 @@ const (
 // HostFn is typedef void (*CUhostFn)(void *userData) (a C function pointer).
 type HostFn uintptr
 
-// HostNodeParams is typedef struct CUDA_HOST_NODE_PARAMS_st CUDA_HOST_NODE_PARAMS.
+// HostNodeParams is typedef CUDA_HOST_NODE_PARAMS_v1 CUDA_HOST_NODE_PARAMS.
 type HostNodeParams = HostNodeParamsV1
 
 // HostNodeParamsV1 is struct CUDA_HOST_NODE_PARAMS_st (struct, 16 bytes).
@@ -1782,7 +1782,7 @@ type HostNodeParamsV2 struct {
 	UserData unsafe.Pointer // void *userData
 }
 
-// IpcEventHandle is typedef struct CUipcEventHandle_st CUipcEventHandle.
+// IpcEventHandle is typedef CUipcEventHandle_v1 CUipcEventHandle.
 type IpcEventHandle = IpcEventHandleV1
 
 // IpcEventHandleV1 is struct CUipcEventHandle_st (struct, 64 bytes).
@@ -1799,7 +1799,7 @@ const (
 	IpcMemLazyEnablePeerAccess IpcMemFlags = 1
 )
 
-// IpcMemHandle is typedef struct CUipcMemHandle_st CUipcMemHandle.
+// IpcMemHandle is typedef CUipcMemHandle_v1 CUipcMemHandle.
 type IpcMemHandle = IpcMemHandleV1
 
 // IpcMemHandleV1 is struct CUipcMemHandle_st (struct, 64 bytes).
@@ -1977,16 +1977,16 @@ const (
 // Kernel is typedef struct CUkern_st *CUkernel (an opaque handle).
 type Kernel uintptr
 
-// KernelNodeAttrID is typedef enum CUlaunchAttributeID_enum CUkernelNodeAttrID.
+// KernelNodeAttrID is typedef CUlaunchAttributeID CUkernelNodeAttrID.
 type KernelNodeAttrID = LaunchAttributeID
 
-// KernelNodeAttrValue is typedef union CUlaunchAttributeValue_union CUkernelNodeAttrValue.
-type KernelNodeAttrValue = LaunchAttributeValue
+// KernelNodeAttrValue is typedef CUkernelNodeAttrValue_v1 CUkernelNodeAttrValue.
+type KernelNodeAttrValue = KernelNodeAttrValueV1
 
-// KernelNodeAttrValueV1 is typedef union CUlaunchAttributeValue_union CUkernelNodeAttrValue_v1.
+// KernelNodeAttrValueV1 is typedef CUlaunchAttributeValue CUkernelNodeAttrValue_v1.
 type KernelNodeAttrValueV1 = LaunchAttributeValue
 
-// KernelNodeParams is typedef struct CUDA_KERNEL_NODE_PARAMS_v2_st CUDA_KERNEL_NODE_PARAMS.
+// KernelNodeParams is typedef CUDA_KERNEL_NODE_PARAMS_v2 CUDA_KERNEL_NODE_PARAMS.
 type KernelNodeParams = KernelNodeParamsV2
 
 // KernelNodeParamsV1 is struct CUDA_KERNEL_NODE_PARAMS_st (struct, 56 bytes).
@@ -2204,7 +2204,7 @@ type LaunchMemSyncDomainMap struct {
 	Remote  uint8 // unsigned char remote
 }
 
-// LaunchParams is typedef struct CUDA_LAUNCH_PARAMS_st CUDA_LAUNCH_PARAMS.
+// LaunchParams is typedef CUDA_LAUNCH_PARAMS_v1 CUDA_LAUNCH_PARAMS.
 type LaunchParams = LaunchParamsV1
 
 // LaunchParamsV1 is struct CUDA_LAUNCH_PARAMS_st (struct, 56 bytes).
@@ -2271,7 +2271,7 @@ const (
 // LinkState is typedef struct CUlinkState_st *CUlinkState (an opaque handle).
 type LinkState uintptr
 
-// MemAccessDesc is typedef struct CUmemAccessDesc_st CUmemAccessDesc.
+// MemAccessDesc is typedef CUmemAccessDesc_v1 CUmemAccessDesc.
 type MemAccessDesc = MemAccessDescV1
 
 // MemAccessDescV1 is struct CUmemAccessDesc_st (struct, 12 bytes).
@@ -2314,7 +2314,7 @@ const (
 	MemAdviseUnsetAccessedBy MemAdviseType = 6
 )
 
-// MemAllocNodeParams is typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_v1_st CUDA_MEM_ALLOC_NODE_PARAMS.
+// MemAllocNodeParams is typedef CUDA_MEM_ALLOC_NODE_PARAMS_v1 CUDA_MEM_ALLOC_NODE_PARAMS.
 type MemAllocNodeParams = MemAllocNodeParamsV1
 
 // MemAllocNodeParamsV1 is struct CUDA_MEM_ALLOC_NODE_PARAMS_v1_st (struct, 120 bytes).
@@ -2376,7 +2376,7 @@ const (
 	MemHandleTypeMax MemAllocationHandleType = 2147483647
 )
 
-// MemAllocationProp is typedef struct CUmemAllocationProp_st CUmemAllocationProp.
+// MemAllocationProp is typedef CUmemAllocationProp_v1 CUmemAllocationProp.
 type MemAllocationProp = MemAllocationPropV1
 
 // MemAllocationPropV1 is struct CUmemAllocationProp_st (struct, 32 bytes).
@@ -2422,7 +2422,7 @@ const (
 	MemAttachSingle MemAttachFlags = 4
 )
 
-// MemFabricHandle is typedef struct CUmemFabricHandle_st CUmemFabricHandle.
+// MemFabricHandle is typedef CUmemFabricHandle_v1 CUmemFabricHandle.
 type MemFabricHandle = MemFabricHandleV1
 
 // MemFabricHandleV1 is struct CUmemFabricHandle_st (struct, 64 bytes).
@@ -2450,7 +2450,7 @@ const (
 	MemHandleTypeGeneric MemHandleType = 0
 )
 
-// MemLocation is typedef struct CUmemLocation_st CUmemLocation.
+// MemLocation is typedef CUmemLocation_v1 CUmemLocation.
 type MemLocation = MemLocationV1
 
 // MemLocationType is enum CUmemLocationType_enum (enum).
@@ -2512,7 +2512,7 @@ const (
 	MempoolAttrUsedMemHigh MemPoolAttribute = 8
 )
 
-// MemPoolProps is typedef struct CUmemPoolProps_st CUmemPoolProps.
+// MemPoolProps is typedef CUmemPoolProps_v1 CUmemPoolProps.
 type MemPoolProps = MemPoolPropsV1
 
 // MemPoolPropsV1 is struct CUmemPoolProps_st (struct, 88 bytes).
@@ -2525,7 +2525,7 @@ type MemPoolPropsV1 struct {
 	Reserved                [56]uint8               // unsigned char reserved[56]
 }
 
-// MemPoolPtrExportData is typedef struct CUmemPoolPtrExportData_st CUmemPoolPtrExportData.
+// MemPoolPtrExportData is typedef CUmemPoolPtrExportData_v1 CUmemPoolPtrExportData.
 type MemPoolPtrExportData = MemPoolPtrExportDataV1
 
 // MemPoolPtrExportDataV1 is struct CUmemPoolPtrExportData_st (struct, 64 bytes).
@@ -2567,7 +2567,7 @@ const (
 	MemRangeHandleTypeMax MemRangeHandleType = 2147483647
 )
 
-// Memcpy2d is typedef struct CUDA_MEMCPY2D_st CUDA_MEMCPY2D.
+// Memcpy2d is typedef CUDA_MEMCPY2D_v2 CUDA_MEMCPY2D.
 type Memcpy2d = Memcpy2dV2
 
 // Memcpy2dV1 is struct CUDA_MEMCPY2D_v1_st (struct, 96 bytes).
@@ -2610,10 +2610,10 @@ type Memcpy2dV2 struct {
 	Height        uint64         // size_t Height
 }
 
-// Memcpy3d is typedef struct CUDA_MEMCPY3D_st CUDA_MEMCPY3D.
+// Memcpy3d is typedef CUDA_MEMCPY3D_v2 CUDA_MEMCPY3D.
 type Memcpy3d = Memcpy3dV2
 
-// Memcpy3dPeer is typedef struct CUDA_MEMCPY3D_PEER_st CUDA_MEMCPY3D_PEER.
+// Memcpy3dPeer is typedef CUDA_MEMCPY3D_PEER_v1 CUDA_MEMCPY3D_PEER.
 type Memcpy3dPeer = Memcpy3dPeerV1
 
 // Memcpy3dPeerV1 is struct CUDA_MEMCPY3D_PEER_st (struct, 200 bytes).
@@ -2729,7 +2729,7 @@ const (
 	MemorytypeUnified Memorytype = 4
 )
 
-// MemsetNodeParams is typedef struct CUDA_MEMSET_NODE_PARAMS_st CUDA_MEMSET_NODE_PARAMS.
+// MemsetNodeParams is typedef CUDA_MEMSET_NODE_PARAMS_v1 CUDA_MEMSET_NODE_PARAMS.
 type MemsetNodeParams = MemsetNodeParamsV1
 
 // MemsetNodeParamsV1 is struct CUDA_MEMSET_NODE_PARAMS_st (struct, 40 bytes).
@@ -2781,7 +2781,7 @@ const (
 	MulticastGranularityRecommended MulticastGranularityFlags = 1
 )
 
-// MulticastObjectProp is typedef struct CUmulticastObjectProp_st CUmulticastObjectProp.
+// MulticastObjectProp is typedef CUmulticastObjectProp_v1 CUmulticastObjectProp.
 type MulticastObjectProp = MulticastObjectPropV1
 
 // MulticastObjectPropV1 is struct CUmulticastObjectProp_st (struct, 32 bytes).
@@ -2866,7 +2866,7 @@ const (
 	PointerAttributeAccessFlagReadwrite PointerAttributeAccessFlagsType = 3
 )
 
-// PointerAttributeP2pTokensType is typedef struct CUDA_POINTER_ATTRIBUTE_P2P_TOKENS_st CUDA_POINTER_ATTRIBUTE_P2P_TOKENS.
+// PointerAttributeP2pTokensType is typedef CUDA_POINTER_ATTRIBUTE_P2P_TOKENS_v1 CUDA_POINTER_ATTRIBUTE_P2P_TOKENS.
 type PointerAttributeP2pTokensType = PointerAttributeP2pTokensV1
 
 // PointerAttributeP2pTokensV1 is struct CUDA_POINTER_ATTRIBUTE_P2P_TOKENS_st (struct, 16 bytes).
@@ -2875,7 +2875,7 @@ type PointerAttributeP2pTokensV1 struct {
 	VaSpaceToken uint32 // unsigned int vaSpaceToken
 }
 
-// ResourceDesc is typedef struct CUDA_RESOURCE_DESC_st CUDA_RESOURCE_DESC.
+// ResourceDesc is typedef CUDA_RESOURCE_DESC_v1 CUDA_RESOURCE_DESC.
 type ResourceDesc = ResourceDescV1
 
 // ResourceDescV1 is struct CUDA_RESOURCE_DESC_st (struct, 144 bytes).
@@ -2950,7 +2950,7 @@ type ResourceDescV1ResReserved struct {
 	Reserved [32]int32 // int reserved[32]
 }
 
-// ResourceViewDesc is typedef struct CUDA_RESOURCE_VIEW_DESC_st CUDA_RESOURCE_VIEW_DESC.
+// ResourceViewDesc is typedef CUDA_RESOURCE_VIEW_DESC_v1 CUDA_RESOURCE_VIEW_DESC.
 type ResourceViewDesc = ResourceViewDescV1
 
 // ResourceViewDescV1 is struct CUDA_RESOURCE_VIEW_DESC_st (struct, 112 bytes).
@@ -3288,16 +3288,16 @@ const (
 // Stream is typedef struct CUstream_st *CUstream (an opaque handle).
 type Stream uintptr
 
-// StreamAttrID is typedef enum CUlaunchAttributeID_enum CUstreamAttrID.
+// StreamAttrID is typedef CUlaunchAttributeID CUstreamAttrID.
 type StreamAttrID = LaunchAttributeID
 
-// StreamAttrValue is typedef union CUlaunchAttributeValue_union CUstreamAttrValue.
-type StreamAttrValue = LaunchAttributeValue
+// StreamAttrValue is typedef CUstreamAttrValue_v1 CUstreamAttrValue.
+type StreamAttrValue = StreamAttrValueV1
 
-// StreamAttrValueV1 is typedef union CUlaunchAttributeValue_union CUstreamAttrValue_v1.
+// StreamAttrValueV1 is typedef CUlaunchAttributeValue CUstreamAttrValue_v1.
 type StreamAttrValueV1 = LaunchAttributeValue
 
-// StreamBatchMemOpParams is typedef union CUstreamBatchMemOpParams_union CUstreamBatchMemOpParams.
+// StreamBatchMemOpParams is typedef CUstreamBatchMemOpParams_v1 CUstreamBatchMemOpParams.
 type StreamBatchMemOpParams = StreamBatchMemOpParamsV1
 
 // StreamBatchMemOpParamsV1 is union CUstreamBatchMemOpParams_union (union, 48 bytes): storage of the union's size and alignment;
@@ -3638,7 +3638,7 @@ type TexObjectV1 uint64
 // Texref is typedef struct CUtexref_st *CUtexref (an opaque handle).
 type Texref uintptr
 
-// TextureDesc is typedef struct CUDA_TEXTURE_DESC_st CUDA_TEXTURE_DESC.
+// TextureDesc is typedef CUDA_TEXTURE_DESC_v1 CUDA_TEXTURE_DESC.
 type TextureDesc = TextureDescV1
 
 // TextureDescV1 is struct CUDA_TEXTURE_DESC_st (struct, 104 bytes).

@@ -6,207 +6,108 @@ import dl "github.com/ncclgo/ncclgo/raw/internal/dl"
 
 // The symbols the functions call, each with the first pinned header version declaring it.
 var (
-	_sym_ncclAllGather = dl.Symbol{
-		Name:  "ncclAllGather",
-		Since: "2.22.3",
-	}
-	_sym_ncclAllReduce = dl.Symbol{
-		Name:  "ncclAllReduce",
-		Since: "2.22.3",
-	}
-	_sym_ncclAlltoAll = dl.Symbol{
-		Name:  "ncclAlltoAll",
-		Since: "2.29.7",
-	}
-	_sym_ncclBcast = dl.Symbol{
-		Name:  "ncclBcast",
-		Since: "2.22.3",
-	}
-	_sym_ncclBroadcast = dl.Symbol{
-		Name:  "ncclBroadcast",
-		Since: "2.22.3",
-	}
-	_sym_ncclCommAbort = dl.Symbol{
-		Name:  "ncclCommAbort",
-		Since: "2.22.3",
-	}
-	_sym_ncclCommCount = dl.Symbol{
-		Name:  "ncclCommCount",
-		Since: "2.22.3",
-	}
-	_sym_ncclCommCuDevice = dl.Symbol{
-		Name:  "ncclCommCuDevice",
-		Since: "2.22.3",
-	}
-	_sym_ncclCommDeregister = dl.Symbol{
-		Name:  "ncclCommDeregister",
-		Since: "2.22.3",
-	}
-	_sym_ncclCommDestroy = dl.Symbol{
-		Name:  "ncclCommDestroy",
-		Since: "2.22.3",
-	}
-	_sym_ncclCommFinalize = dl.Symbol{
-		Name:  "ncclCommFinalize",
-		Since: "2.22.3",
-	}
-	_sym_ncclCommGetAsyncError = dl.Symbol{
-		Name:  "ncclCommGetAsyncError",
-		Since: "2.22.3",
-	}
-	_sym_ncclCommGetUniqueId = dl.Symbol{
-		Name:  "ncclCommGetUniqueId",
-		Since: "2.29.7",
-	}
-	_sym_ncclCommGrow = dl.Symbol{
-		Name:  "ncclCommGrow",
-		Since: "2.29.7",
-	}
-	_sym_ncclCommInitAll = dl.Symbol{
-		Name:  "ncclCommInitAll",
-		Since: "2.22.3",
-	}
-	_sym_ncclCommInitRank = dl.Symbol{
-		Name:  "ncclCommInitRank",
-		Since: "2.22.3",
-	}
-	_sym_ncclCommInitRankConfig = dl.Symbol{
-		Name:  "ncclCommInitRankConfig",
-		Since: "2.22.3",
-	}
-	_sym_ncclCommInitRankScalable = dl.Symbol{
-		Name:  "ncclCommInitRankScalable",
-		Since: "2.29.7",
-	}
-	_sym_ncclCommMemStats = dl.Symbol{
-		Name:  "ncclCommMemStats",
-		Since: "2.29.7",
-	}
-	_sym_ncclCommRegister = dl.Symbol{
-		Name:  "ncclCommRegister",
-		Since: "2.22.3",
-	}
-	_sym_ncclCommResume = dl.Symbol{
-		Name:  "ncclCommResume",
-		Since: "2.29.7",
-	}
-	_sym_ncclCommRevoke = dl.Symbol{
-		Name:  "ncclCommRevoke",
-		Since: "2.29.7",
-	}
-	_sym_ncclCommShrink = dl.Symbol{
-		Name:  "ncclCommShrink",
-		Since: "2.29.7",
-	}
-	_sym_ncclCommSplit = dl.Symbol{
-		Name:  "ncclCommSplit",
-		Since: "2.22.3",
-	}
-	_sym_ncclCommSuspend = dl.Symbol{
-		Name:  "ncclCommSuspend",
-		Since: "2.29.7",
-	}
-	_sym_ncclCommUserRank = dl.Symbol{
-		Name:  "ncclCommUserRank",
-		Since: "2.22.3",
-	}
-	_sym_ncclCommWindowDeregister = dl.Symbol{
-		Name:  "ncclCommWindowDeregister",
-		Since: "2.29.7",
-	}
-	_sym_ncclCommWindowRegister = dl.Symbol{
-		Name:  "ncclCommWindowRegister",
-		Since: "2.29.7",
-	}
-	_sym_ncclGather = dl.Symbol{
-		Name:  "ncclGather",
-		Since: "2.29.7",
-	}
-	_sym_ncclGetErrorString = dl.Symbol{
-		Name:  "ncclGetErrorString",
-		Since: "2.22.3",
-	}
-	_sym_ncclGetLastError = dl.Symbol{
-		Name:  "ncclGetLastError",
-		Since: "2.22.3",
-	}
-	_sym_ncclGetUniqueId = dl.Symbol{
-		Name:  "ncclGetUniqueId",
-		Since: "2.22.3",
-	}
-	_sym_ncclGetVersion = dl.Symbol{
-		Name:  "ncclGetVersion",
-		Since: "2.22.3",
-	}
-	_sym_ncclGroupEnd = dl.Symbol{
-		Name:  "ncclGroupEnd",
-		Since: "2.22.3",
-	}
-	_sym_ncclGroupSimulateEnd = dl.Symbol{
-		Name:  "ncclGroupSimulateEnd",
-		Since: "2.22.3",
-	}
-	_sym_ncclGroupStart = dl.Symbol{
-		Name:  "ncclGroupStart",
-		Since: "2.22.3",
-	}
-	_sym_ncclMemAlloc = dl.Symbol{
-		Name:  "ncclMemAlloc",
-		Since: "2.22.3",
-	}
-	_sym_ncclMemFree = dl.Symbol{
-		Name:  "ncclMemFree",
-		Since: "2.22.3",
-	}
-	_sym_ncclPutSignal = dl.Symbol{
-		Name:  "ncclPutSignal",
-		Since: "2.29.7",
-	}
-	_sym_ncclRecv = dl.Symbol{
-		Name:  "ncclRecv",
-		Since: "2.22.3",
-	}
-	_sym_ncclRedOpCreatePreMulSum = dl.Symbol{
-		Name:  "ncclRedOpCreatePreMulSum",
-		Since: "2.22.3",
-	}
-	_sym_ncclRedOpDestroy = dl.Symbol{
-		Name:  "ncclRedOpDestroy",
-		Since: "2.22.3",
-	}
-	_sym_ncclReduce = dl.Symbol{
-		Name:  "ncclReduce",
-		Since: "2.22.3",
-	}
-	_sym_ncclReduceScatter = dl.Symbol{
-		Name:  "ncclReduceScatter",
-		Since: "2.22.3",
-	}
-	_sym_ncclResetDebugInit = dl.Symbol{
-		Name:  "ncclResetDebugInit",
-		Since: "2.29.7",
-	}
-	_sym_ncclScatter = dl.Symbol{
-		Name:  "ncclScatter",
-		Since: "2.29.7",
-	}
-	_sym_ncclSend = dl.Symbol{
-		Name:  "ncclSend",
-		Since: "2.22.3",
-	}
-	_sym_ncclSignal = dl.Symbol{
-		Name:  "ncclSignal",
-		Since: "2.29.7",
-	}
-	_sym_ncclWaitSignal = dl.Symbol{
-		Name:  "ncclWaitSignal",
-		Since: "2.29.7",
-	}
-	_sym_ncclWinGetUserPtr = dl.Symbol{
-		Name:  "ncclWinGetUserPtr",
-		Since: "2.29.7",
-	}
+	_sym_ncclAllGather            = dl.Symbol{Name: "ncclAllGather", Since: "2.22.3"}
+	_sym_ncclAllReduce            = dl.Symbol{Name: "ncclAllReduce", Since: "2.22.3"}
+	_sym_ncclAlltoAll             = dl.Symbol{Name: "ncclAlltoAll", Since: "2.29.7"}
+	_sym_ncclBcast                = dl.Symbol{Name: "ncclBcast", Since: "2.22.3"}
+	_sym_ncclBroadcast            = dl.Symbol{Name: "ncclBroadcast", Since: "2.22.3"}
+	_sym_ncclCommAbort            = dl.Symbol{Name: "ncclCommAbort", Since: "2.22.3"}
+	_sym_ncclCommCount            = dl.Symbol{Name: "ncclCommCount", Since: "2.22.3"}
+	_sym_ncclCommCuDevice         = dl.Symbol{Name: "ncclCommCuDevice", Since: "2.22.3"}
+	_sym_ncclCommDeregister       = dl.Symbol{Name: "ncclCommDeregister", Since: "2.22.3"}
+	_sym_ncclCommDestroy          = dl.Symbol{Name: "ncclCommDestroy", Since: "2.22.3"}
+	_sym_ncclCommFinalize         = dl.Symbol{Name: "ncclCommFinalize", Since: "2.22.3"}
+	_sym_ncclCommGetAsyncError    = dl.Symbol{Name: "ncclCommGetAsyncError", Since: "2.22.3"}
+	_sym_ncclCommGetUniqueId      = dl.Symbol{Name: "ncclCommGetUniqueId", Since: "2.29.7"}
+	_sym_ncclCommGrow             = dl.Symbol{Name: "ncclCommGrow", Since: "2.29.7"}
+	_sym_ncclCommInitAll          = dl.Symbol{Name: "ncclCommInitAll", Since: "2.22.3"}
+	_sym_ncclCommInitRank         = dl.Symbol{Name: "ncclCommInitRank", Since: "2.22.3"}
+	_sym_ncclCommInitRankConfig   = dl.Symbol{Name: "ncclCommInitRankConfig", Since: "2.22.3"}
+	_sym_ncclCommInitRankScalable = dl.Symbol{Name: "ncclCommInitRankScalable", Since: "2.29.7"}
+	_sym_ncclCommMemStats         = dl.Symbol{Name: "ncclCommMemStats", Since: "2.29.7"}
+	_sym_ncclCommRegister         = dl.Symbol{Name: "ncclCommRegister", Since: "2.22.3"}
+	_sym_ncclCommResume           = dl.Symbol{Name: "ncclCommResume", Since: "2.29.7"}
+	_sym_ncclCommRevoke           = dl.Symbol{Name: "ncclCommRevoke", Since: "2.29.7"}
+	_sym_ncclCommShrink           = dl.Symbol{Name: "ncclCommShrink", Since: "2.29.7"}
+	_sym_ncclCommSplit            = dl.Symbol{Name: "ncclCommSplit", Since: "2.22.3"}
+	_sym_ncclCommSuspend          = dl.Symbol{Name: "ncclCommSuspend", Since: "2.29.7"}
+	_sym_ncclCommUserRank         = dl.Symbol{Name: "ncclCommUserRank", Since: "2.22.3"}
+	_sym_ncclCommWindowDeregister = dl.Symbol{Name: "ncclCommWindowDeregister", Since: "2.29.7"}
+	_sym_ncclCommWindowRegister   = dl.Symbol{Name: "ncclCommWindowRegister", Since: "2.29.7"}
+	_sym_ncclGather               = dl.Symbol{Name: "ncclGather", Since: "2.29.7"}
+	_sym_ncclGetErrorString       = dl.Symbol{Name: "ncclGetErrorString", Since: "2.22.3"}
+	_sym_ncclGetLastError         = dl.Symbol{Name: "ncclGetLastError", Since: "2.22.3"}
+	_sym_ncclGetUniqueId          = dl.Symbol{Name: "ncclGetUniqueId", Since: "2.22.3"}
+	_sym_ncclGetVersion           = dl.Symbol{Name: "ncclGetVersion", Since: "2.22.3"}
+	_sym_ncclGroupEnd             = dl.Symbol{Name: "ncclGroupEnd", Since: "2.22.3"}
+	_sym_ncclGroupSimulateEnd     = dl.Symbol{Name: "ncclGroupSimulateEnd", Since: "2.22.3"}
+	_sym_ncclGroupStart           = dl.Symbol{Name: "ncclGroupStart", Since: "2.22.3"}
+	_sym_ncclMemAlloc             = dl.Symbol{Name: "ncclMemAlloc", Since: "2.22.3"}
+	_sym_ncclMemFree              = dl.Symbol{Name: "ncclMemFree", Since: "2.22.3"}
+	_sym_ncclPutSignal            = dl.Symbol{Name: "ncclPutSignal", Since: "2.29.7"}
+	_sym_ncclRecv                 = dl.Symbol{Name: "ncclRecv", Since: "2.22.3"}
+	_sym_ncclRedOpCreatePreMulSum = dl.Symbol{Name: "ncclRedOpCreatePreMulSum", Since: "2.22.3"}
+	_sym_ncclRedOpDestroy         = dl.Symbol{Name: "ncclRedOpDestroy", Since: "2.22.3"}
+	_sym_ncclReduce               = dl.Symbol{Name: "ncclReduce", Since: "2.22.3"}
+	_sym_ncclReduceScatter        = dl.Symbol{Name: "ncclReduceScatter", Since: "2.22.3"}
+	_sym_ncclResetDebugInit       = dl.Symbol{Name: "ncclResetDebugInit", Since: "2.29.7"}
+	_sym_ncclScatter              = dl.Symbol{Name: "ncclScatter", Since: "2.29.7"}
+	_sym_ncclSend                 = dl.Symbol{Name: "ncclSend", Since: "2.22.3"}
+	_sym_ncclSignal               = dl.Symbol{Name: "ncclSignal", Since: "2.29.7"}
+	_sym_ncclWaitSignal           = dl.Symbol{Name: "ncclWaitSignal", Since: "2.29.7"}
+	_sym_ncclWinGetUserPtr        = dl.Symbol{Name: "ncclWinGetUserPtr", Since: "2.29.7"}
 )
 
 // symbols lists every symbol above, sorted by name.
-var symbols = []*dl.Symbol{&_sym_ncclAllGather, &_sym_ncclAllReduce, &_sym_ncclAlltoAll, &_sym_ncclBcast, &_sym_ncclBroadcast, &_sym_ncclCommAbort, &_sym_ncclCommCount, &_sym_ncclCommCuDevice, &_sym_ncclCommDeregister, &_sym_ncclCommDestroy, &_sym_ncclCommFinalize, &_sym_ncclCommGetAsyncError, &_sym_ncclCommGetUniqueId, &_sym_ncclCommGrow, &_sym_ncclCommInitAll, &_sym_ncclCommInitRank, &_sym_ncclCommInitRankConfig, &_sym_ncclCommInitRankScalable, &_sym_ncclCommMemStats, &_sym_ncclCommRegister, &_sym_ncclCommResume, &_sym_ncclCommRevoke, &_sym_ncclCommShrink, &_sym_ncclCommSplit, &_sym_ncclCommSuspend, &_sym_ncclCommUserRank, &_sym_ncclCommWindowDeregister, &_sym_ncclCommWindowRegister, &_sym_ncclGather, &_sym_ncclGetErrorString, &_sym_ncclGetLastError, &_sym_ncclGetUniqueId, &_sym_ncclGetVersion, &_sym_ncclGroupEnd, &_sym_ncclGroupSimulateEnd, &_sym_ncclGroupStart, &_sym_ncclMemAlloc, &_sym_ncclMemFree, &_sym_ncclPutSignal, &_sym_ncclRecv, &_sym_ncclRedOpCreatePreMulSum, &_sym_ncclRedOpDestroy, &_sym_ncclReduce, &_sym_ncclReduceScatter, &_sym_ncclResetDebugInit, &_sym_ncclScatter, &_sym_ncclSend, &_sym_ncclSignal, &_sym_ncclWaitSignal, &_sym_ncclWinGetUserPtr}
+var symbols = []*dl.Symbol{
+	&_sym_ncclAllGather,
+	&_sym_ncclAllReduce,
+	&_sym_ncclAlltoAll,
+	&_sym_ncclBcast,
+	&_sym_ncclBroadcast,
+	&_sym_ncclCommAbort,
+	&_sym_ncclCommCount,
+	&_sym_ncclCommCuDevice,
+	&_sym_ncclCommDeregister,
+	&_sym_ncclCommDestroy,
+	&_sym_ncclCommFinalize,
+	&_sym_ncclCommGetAsyncError,
+	&_sym_ncclCommGetUniqueId,
+	&_sym_ncclCommGrow,
+	&_sym_ncclCommInitAll,
+	&_sym_ncclCommInitRank,
+	&_sym_ncclCommInitRankConfig,
+	&_sym_ncclCommInitRankScalable,
+	&_sym_ncclCommMemStats,
+	&_sym_ncclCommRegister,
+	&_sym_ncclCommResume,
+	&_sym_ncclCommRevoke,
+	&_sym_ncclCommShrink,
+	&_sym_ncclCommSplit,
+	&_sym_ncclCommSuspend,
+	&_sym_ncclCommUserRank,
+	&_sym_ncclCommWindowDeregister,
+	&_sym_ncclCommWindowRegister,
+	&_sym_ncclGather,
+	&_sym_ncclGetErrorString,
+	&_sym_ncclGetLastError,
+	&_sym_ncclGetUniqueId,
+	&_sym_ncclGetVersion,
+	&_sym_ncclGroupEnd,
+	&_sym_ncclGroupSimulateEnd,
+	&_sym_ncclGroupStart,
+	&_sym_ncclMemAlloc,
+	&_sym_ncclMemFree,
+	&_sym_ncclPutSignal,
+	&_sym_ncclRecv,
+	&_sym_ncclRedOpCreatePreMulSum,
+	&_sym_ncclRedOpDestroy,
+	&_sym_ncclReduce,
+	&_sym_ncclReduceScatter,
+	&_sym_ncclResetDebugInit,
+	&_sym_ncclScatter,
+	&_sym_ncclSend,
+	&_sym_ncclSignal,
+	&_sym_ncclWaitSignal,
+	&_sym_ncclWinGetUserPtr,
+}

@@ -42,12 +42,12 @@ type Rename struct {
 
 // Skip leaves out the declarations of one kind whose C name matches a regular expression.
 type Skip struct {
-	Kind   string `json:"kind"` // function, macro, type, enumerator
+	Kind   string `json:"kind"` // function, macro, type, enumerator, variable
 	Match  string `json:"match"`
 	Reason string `json:"reason"`
 }
 
-var skipKinds = map[string]bool{"function": true, "macro": true, "type": true, "enumerator": true}
+var skipKinds = map[string]bool{"function": true, "macro": true, "type": true, "enumerator": true, "variable": true}
 
 func loadConfig(path string) (*Config, error) {
 	b, err := os.ReadFile(path)

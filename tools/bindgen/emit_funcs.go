@@ -330,15 +330,13 @@ func (g *goPkg) emitSymbols() *jen.File {
 	sort.Strings(names)
 	var defs, list []jen.Code
 	for _, s := range names {
-		defs = append(defs, jen.Id(symVar(s)).Op("=").Qual(dlPath, "Symbol").Values(jen.Dict{
-			jen.Id("Name"):  jen.Lit(s),
-			jen.Id("Since"): jen.Lit(syms[s]),
-		}))
+		defs = append(defs, jen.Id(symVar(s)).Op("=").Qual(dlPath, "Symbol").Values(
+			jen.Id("Name").Op(":").Lit(s), jen.Id("Since").Op(":").Lit(syms[s])))
 		list = append(list, jen.Op("&").Id(symVar(s)))
 	}
 	f.Comment("The symbols the functions call, each with the first pinned header version declaring it.")
 	f.Var().Defs(defs...)
 	f.Comment("symbols lists every symbol above, sorted by name.")
-	f.Var().Id("symbols").Op("=").Index().Op("*").Qual(dlPath, "Symbol").Values(list...)
+	f.Var().Id("symbols").Op("=").Index().Op("*").Qual(dlPath, "Symbol").Custom(jen.Options{Open: "{", Close: "}", Separator: ",", Multi: true}, list...)
 	return f
 }

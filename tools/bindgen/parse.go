@@ -515,6 +515,16 @@ func isSystem(name string) bool { return systemTypedefs[name] != "" }
 
 // underlying converts the type a typedef names, without the typedef's own name.
 func (p *parser) underlying(t cc.Type, spec string) (*CType, error) {
+	switch t.(type) {
+	case *cc.PointerType, *cc.ArrayType:
+	default:
+		if spec != "" { // typedef OTHER NAME;
+			if !isSystem(spec) && p.types[spec] == nil && p.external[spec] == nil {
+				return nil, fmt.Errorf("typedef of unknown typedef %s", spec)
+			}
+			return &CType{Kind: Named, Name: spec, Size: t.Size(), Align: int64(t.Align())}, nil
+		}
+	}
 	switch x := t.(type) {
 	case *cc.PointerType:
 		el, err := p.ctype(x.Elem(), "")
@@ -538,14 +548,6 @@ func (p *parser) underlying(t cc.Type, spec string) (*CType, error) {
 		}
 		k := map[DeclKind]Kind{DeclStruct: Struct, DeclUnion: Union, DeclEnum: Enum}[d.Kind]
 		return &CType{Kind: k, Name: d.CName, Size: d.Size, Align: d.Align}, nil
-	}
-	// A scalar or another typedef: the declarator's type carries the typedef being
-	// declared, so the specifiers tell which typedef (if any) it was declared as.
-	if spec != "" {
-		if !isSystem(spec) && p.types[spec] == nil && p.external[spec] == nil {
-			return nil, fmt.Errorf("typedef of unknown typedef %s", spec)
-		}
-		return &CType{Kind: Named, Name: spec, Size: t.Size(), Align: int64(t.Align())}, nil
 	}
 	if t.Kind() == cc.Void {
 		return &CType{Kind: Void, Name: "void"}, nil

@@ -50,22 +50,38 @@ func snapshotEntities(api *API, multiSetting bool) []*entity {
 		}
 		es = append(es, &entity{Key: "func " + f.Public + " -> " + f.Symbol, Head: head})
 	}
-	for _, d := range append(append([]*TypeDecl{}, api.Types...), api.External...) {
+	decls := append(append([]*TypeDecl{}, api.Types...), api.External...)
+	byKey := map[string]*TypeDecl{}
+	for _, d := range decls {
+		byKey[declKey(d)] = d
+	}
+	layout := func(e *entity, d *TypeDecl) {
+		for i, f := range d.Fields {
+			name := f.Name
+			if name == "" {
+				name = "(anonymous " + strconv.Itoa(i) + ")"
+			}
+			e.Body = append(e.Body, fmt.Sprintf("%s @%d: %s", name, f.Offset, cType(f.Type)))
+		}
+	}
+	for _, d := range decls {
 		e := &entity{Key: "type " + d.CName}
 		switch d.Kind {
 		case DeclTypedef:
 			e.Head = "typedef " + cDecl(d.Underlying, d.CName)
+			// A typedef of a tagged struct or union carries its layout too, so that a
+			// diff shows the members that changed under the name callers use.
+			if u := d.Underlying; u.Kind == Struct || u.Kind == Union {
+				if agg := byKey[cBase(u)]; agg != nil {
+					e.Head += fmt.Sprintf("; size %d align %d", agg.Size, agg.Align)
+					layout(e, agg)
+				}
+			}
 		case DeclEnum:
 			e.Head = fmt.Sprintf("enum size %d align %d", d.Size, d.Align)
 		default:
 			e.Head = fmt.Sprintf("%s size %d align %d", declKindName(d), d.Size, d.Align)
-			for i, f := range d.Fields {
-				name := f.Name
-				if name == "" {
-					name = "(anonymous " + strconv.Itoa(i) + ")"
-				}
-				e.Body = append(e.Body, fmt.Sprintf("%s @%d: %s", name, f.Offset, cType(f.Type)))
-			}
+			layout(e, d)
 		}
 		if d.Kind != DeclTypedef && d.CSpell != "" && d.CSpell != d.CName {
 			e.Key = "type " + d.CSpell
@@ -188,7 +204,7 @@ func diffSnapshots(w io.Writer, oldName, newName string, old, new map[string]*en
 			case o == nil:
 				added = append(added, "  + "+indent(e.text()))
 			case o.text() != e.text():
-				changed = append(changed, "  ~ "+key+"\n      old: "+indent2(o)+"\n      new: "+indent2(e))
+				changed = append(changed, changeText(o, e))
 			}
 		}
 		for key, e := range old {
@@ -216,10 +232,33 @@ func diffSnapshots(w io.Writer, oldName, newName string, old, new map[string]*en
 
 func indent(s string) string { return strings.ReplaceAll(s, "\n", "\n    ") }
 
-func indent2(e *entity) string {
-	s := e.Head
+// changeText shows one changed entity: old and new head, and for a layout the member
+// lines that went away (-) or appeared (+).
+func changeText(o, e *entity) string {
+	if len(o.Body) == 0 && len(e.Body) == 0 {
+		return "  ~ " + e.Key + "\n      old: " + o.Head + "\n      new: " + e.Head
+	}
+	s := "  ~ " + e.Key + ": " + o.Head
+	if o.Head != e.Head {
+		s += " -> " + e.Head
+	}
+	in := func(l []string, x string) bool {
+		for _, v := range l {
+			if v == x {
+				return true
+			}
+		}
+		return false
+	}
+	for _, b := range o.Body {
+		if !in(e.Body, b) {
+			s += "\n      - " + b
+		}
+	}
 	for _, b := range e.Body {
-		s += "\n           " + b
+		if !in(o.Body, b) {
+			s += "\n      + " + b
+		}
 	}
 	return s
 }

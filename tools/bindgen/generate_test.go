@@ -1,0 +1,200 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeSetup puts testdata/fake.h into a header cache as two sets, fake-0.9 (without
+// fakeSize) and fake-1.0 (with it, and with extra declarations), and returns a config.
+func fakeSetup(t *testing.T, extra string, skip ...Skip) (cfg *Config, root, cache string) {
+	t.Helper()
+	src, err := os.ReadFile("testdata/fake.h")
+	require.NoError(t, err)
+	cache, root = t.TempDir(), t.TempDir()
+	for set, text := range map[string]string{
+		"fake-0.9": "#define FAKE_OLD 1\n" + string(src),
+		"fake-1.0": strings.Replace(string(src), "/* EXTRA */", extra, 1),
+	} {
+		dir := filepath.Join(cache, "header", set)
+		require.NoError(t, os.MkdirAll(dir, 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "fake.h"), []byte(text), 0o644))
+	}
+	cfg = &Config{Package: "fake", Out: "raw/fake", Header: "fake.h", Result: "fakeResult_t",
+		Sets: []string{"fake-0.9", "fake-1.0"}, Settings: []Setting{{Name: "default"}},
+		Prefixes: []string{"FAKE_", "fake"}, Skip: skip}
+	require.NoError(t, cfg.validate())
+	return cfg, root, cache
+}
+
+// extraLine is the line of testdata/fake.h where the extra declarations go.
+func extraLine(t *testing.T) int {
+	src, err := os.ReadFile("testdata/fake.h")
+	require.NoError(t, err)
+	before, _, ok := strings.Cut(string(src), "/* EXTRA */")
+	require.True(t, ok)
+	return strings.Count(before, "\n") + 1
+}
+
+func readTree(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	files := map[string]string{}
+	require.NoError(t, filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		rel, _ := filepath.Rel(dir, p)
+		files[rel] = string(b)
+		return err
+	}))
+	return files
+}
+
+func TestGenerateIsDeterministic(t *testing.T) {
+	cfg, root, cache := fakeSetup(t, "")
+	require.NoError(t, generate(cfg, root, cache, io.Discard))
+	first := readTree(t, root)
+	require.NotEmpty(t, first)
+	root2 := t.TempDir()
+	require.NoError(t, generate(cfg, root2, cache, io.Discard))
+	assert.Equal(t, first, readTree(t, root2))
+	assert.Contains(t, first, filepath.Join("raw", "fake", "ztypes.go"))
+	assert.Contains(t, first, filepath.Join("gen", "snapshot", "fake-0.9.txt"))
+}
+
+func TestGenerateWritesSnapshotsAndSince(t *testing.T) {
+	cfg, root, cache := fakeSetup(t, "")
+	require.NoError(t, generate(cfg, root, cache, io.Discard))
+	files := readTree(t, root)
+	snap := files[filepath.Join("gen", "snapshot", "fake-1.0.txt")]
+	for _, line := range []string{
+		"func fakeOpen -> fakeOpen_v2: fakeResult_t fakeOpen_v2(fakeHandle_t *h, const fakeDesc *desc, fakeId id)",
+		"func fakeSize -> fakeSize: fakeResult_t fakeSize(const fakeHandle_t h, size_t *bytes)",
+		"func fakeName -> fakeName: const char *fakeName(fakeResult_t r)",
+		"type struct fakeDesc_st: struct size 40 align 8",
+		"  name @0: const char *",
+		"  value @16: union fakeDesc_st.value",
+		"  (anonymous 3) @24: struct fakeDesc_st.3",
+		"  scale @32: double",
+		"type fakeDesc: typedef fakeDesc_v1 fakeDesc",
+		"type fakeHandle_t: typedef struct fakeHandle_st *fakeHandle_t",
+		"enumerator fakeNeg: -1 (fakeResult_t)",
+		"const FAKE_BIG: 3405692655 (unsigned)",
+		"const FAKE_LABEL: \"fake\"",
+		"const FAKE_HALF: 0.5 (floating)",
+		"const FAKE_NULL: (void *)0x0",
+		"const FAKE_STREAM_LEGACY: (fakeHandle_t)0x1",
+		"const FAKE_UNDEF_INT: -2147483648",
+	} {
+		assert.Contains(t, snap, line+"\n")
+	}
+	assert.NotContains(t, files[filepath.Join("gen", "snapshot", "fake-0.9.txt")], "fakeSize")
+	syms := files[filepath.Join("raw", "fake", "zsymbols.go")]
+	assert.Contains(t, syms, `_sym_fakeSize    = dl.Symbol{Name: "fakeSize", Since: "1.0"}`)
+	assert.Contains(t, syms, `_sym_fakeOpen_v2 = dl.Symbol{Name: "fakeOpen_v2", Since: "0.9"}`)
+	funcs := files[filepath.Join("raw", "fake", "zfuncs_cgo.go")]
+	assert.Contains(t, funcs, "func Open(h *Handle, desc *Desc, id Id) error {")
+	assert.Contains(t, funcs, "func Name(rArg Result) (r string, err error) {")
+	assert.Contains(t, funcs, "*(*C.fakeId)(unsafe.Pointer(&id))")
+	assert.Contains(t, funcs, "#cgo noescape _ncclgo_tramp_fakeOpen_v2")
+}
+
+func TestUntranslatableDeclarationsFailWithPositionUnlessSkipped(t *testing.T) {
+	tests := []struct {
+		name  string
+		extra string
+		skip  Skip
+		want  string
+	}{
+		{"variadic function", "void fakeLog(const char *fmt, ...);",
+			Skip{Kind: "function", Match: "^fakeLog$", Reason: "variadic"},
+			"function fakeLog: variadic functions cannot be called through a trampoline"},
+		{"variable", "extern int fakeCounter;",
+			Skip{Kind: "variable", Match: "^fakeCounter$", Reason: "a global"},
+			"variable fakeCounter: object declarations cannot be bound"},
+		{"function-like macro", "#define FAKE_VERSION(x) ((x) * 100)",
+			Skip{Kind: "macro", Match: "^FAKE_VERSION$", Reason: "function-like"},
+			"macro FAKE_VERSION: function-like macro"},
+		{"brace initializer", "#define FAKE_INIT { 1, 2 }",
+			Skip{Kind: "macro", Match: "^FAKE_INIT$", Reason: "brace initializer"},
+			"macro FAKE_INIT: no constant value"},
+		{"static inline definition", "static inline int fakeTwice(int x) { return 2 * x; }",
+			Skip{Kind: "function", Match: "^fakeTwice$", Reason: "defined in the header"},
+			"function fakeTwice: function defined in the header"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, root, cache := fakeSetup(t, tt.extra)
+			err := generate(cfg, root, cache, io.Discard)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "add a skip entry with a reason")
+			assert.Regexp(t, fmt.Sprintf(`^fake\.h:%d:\d+: %s`, extraLine(t), regexp.QuoteMeta(tt.want)), err.Error())
+
+			cfg, root, cache = fakeSetup(t, tt.extra, tt.skip)
+			var out bytes.Buffer
+			require.NoError(t, generate(cfg, root, cache, &out))
+			assert.Contains(t, out.String(), "1 skipped: "+tt.skip.Reason)
+		})
+	}
+}
+
+func TestSummaryAddsUpToTheHeaderTotals(t *testing.T) {
+	cfg, root, cache := fakeSetup(t, "")
+	var out bytes.Buffer
+	require.NoError(t, generate(cfg, root, cache, &out))
+	for _, want := range []string{
+		`enum\s+1 found =\s+1 emitted \+\s+0 skipped`,
+		`function\s+5 found =\s+5 emitted \+\s+0 skipped`,
+		`enumerator\s+3 found =\s+3 emitted \+\s+0 skipped`,
+		`struct\s+3 found =\s+3 emitted \+\s+0 skipped`,
+		`union\s+1 found =\s+1 emitted \+\s+0 skipped`,
+		`typedef\s+4 found =\s+4 emitted \+\s+0 skipped`,
+		`macro\s+9 found =\s+7 emitted \+\s+2 skipped`,
+		`1 skipped: empty definition`,
+		`1 skipped: names a function`,
+	} {
+		assert.Regexp(t, want, out.String())
+	}
+}
+
+func TestMissingHeaderSaysRunMakeHeaders(t *testing.T) {
+	cfg, root, cache := fakeSetup(t, "")
+	require.NoError(t, os.RemoveAll(filepath.Join(cache, "header", "fake-1.0")))
+	err := generate(cfg, root, cache, io.Discard)
+	require.ErrorIs(t, err, ErrNoHeaders)
+	assert.Contains(t, err.Error(), "run make headers")
+	assert.Contains(t, err.Error(), "fake-1.0")
+}
+
+func TestOlderSetFallsBackToItsCommittedSnapshot(t *testing.T) {
+	cfg, root, cache := fakeSetup(t, "")
+	require.NoError(t, generate(cfg, root, cache, io.Discard))
+	want := readTree(t, root)
+	require.NoError(t, os.RemoveAll(filepath.Join(cache, "header", "fake-0.9")))
+	var out bytes.Buffer
+	require.NoError(t, generate(cfg, root, cache, &out))
+	assert.Contains(t, out.String(), "fake-0.9 not cached, using")
+	assert.Equal(t, want, readTree(t, root), "Since still comes from the 0.9 snapshot")
+}
+
+func TestNameCollisionIsAnErrorUntilRenamed(t *testing.T) {
+	cfg, root, cache := fakeSetup(t, "typedef int fakeOk_t;")
+	err := generate(cfg, root, cache, io.Discard)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "both become Ok")
+	cfg.Rename = []Rename{{C: "fakeOk_t", Go: "OkType", Reason: "the enumerator fakeOk is Ok"}}
+	require.NoError(t, cfg.validate())
+	require.NoError(t, generate(cfg, root, cache, io.Discard))
+}
+
+func writeFile(path, s string) error { return os.WriteFile(path, []byte(s), 0o644) }
