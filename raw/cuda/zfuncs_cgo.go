@@ -277,32 +277,32 @@ typedef CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_v1 CUDA_EXTERNAL_SEMAPHORE_WAIT_PARA
 // One trampoline per function: call the resolved address with the C signature.
 #cgo noescape _ncclgo_tramp_cuArray3DCreate_v2
 #cgo nocallback _ncclgo_tramp_cuArray3DCreate_v2
-static int _ncclgo_tramp_cuArray3DCreate_v2(uintptr_t fp, void *a0, void *a1) {
+static int _ncclgo_tramp_cuArray3DCreate_v2(uintptr_t fp, CUarray *a0, CUDA_ARRAY3D_DESCRIPTOR *a1) {
 	return (int)((CUresult (*)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *))fp)((CUarray *)a0, (const CUDA_ARRAY3D_DESCRIPTOR *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuArray3DCreate
 #cgo nocallback _ncclgo_tramp_cuArray3DCreate
-static int _ncclgo_tramp_cuArray3DCreate(uintptr_t fp, void *a0, void *a1) {
+static int _ncclgo_tramp_cuArray3DCreate(uintptr_t fp, CUarray *a0, CUDA_ARRAY3D_DESCRIPTOR_v1 *a1) {
 	return (int)((CUresult (*)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR_v1 *))fp)((CUarray *)a0, (const CUDA_ARRAY3D_DESCRIPTOR_v1 *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuArray3DGetDescriptor_v2
 #cgo nocallback _ncclgo_tramp_cuArray3DGetDescriptor_v2
-static int _ncclgo_tramp_cuArray3DGetDescriptor_v2(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuArray3DGetDescriptor_v2(uintptr_t fp, CUDA_ARRAY3D_DESCRIPTOR *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(CUDA_ARRAY3D_DESCRIPTOR *, CUarray))fp)((CUDA_ARRAY3D_DESCRIPTOR *)a0, (CUarray)a1);
 }
 #cgo noescape _ncclgo_tramp_cuArray3DGetDescriptor
 #cgo nocallback _ncclgo_tramp_cuArray3DGetDescriptor
-static int _ncclgo_tramp_cuArray3DGetDescriptor(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuArray3DGetDescriptor(uintptr_t fp, CUDA_ARRAY3D_DESCRIPTOR_v1 *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(CUDA_ARRAY3D_DESCRIPTOR_v1 *, CUarray))fp)((CUDA_ARRAY3D_DESCRIPTOR_v1 *)a0, (CUarray)a1);
 }
 #cgo noescape _ncclgo_tramp_cuArrayCreate_v2
 #cgo nocallback _ncclgo_tramp_cuArrayCreate_v2
-static int _ncclgo_tramp_cuArrayCreate_v2(uintptr_t fp, void *a0, void *a1) {
+static int _ncclgo_tramp_cuArrayCreate_v2(uintptr_t fp, CUarray *a0, CUDA_ARRAY_DESCRIPTOR *a1) {
 	return (int)((CUresult (*)(CUarray *, const CUDA_ARRAY_DESCRIPTOR *))fp)((CUarray *)a0, (const CUDA_ARRAY_DESCRIPTOR *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuArrayCreate
 #cgo nocallback _ncclgo_tramp_cuArrayCreate
-static int _ncclgo_tramp_cuArrayCreate(uintptr_t fp, void *a0, void *a1) {
+static int _ncclgo_tramp_cuArrayCreate(uintptr_t fp, CUarray *a0, CUDA_ARRAY_DESCRIPTOR_v1 *a1) {
 	return (int)((CUresult (*)(CUarray *, const CUDA_ARRAY_DESCRIPTOR_v1 *))fp)((CUarray *)a0, (const CUDA_ARRAY_DESCRIPTOR_v1 *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuArrayDestroy
@@ -312,67 +312,67 @@ static int _ncclgo_tramp_cuArrayDestroy(uintptr_t fp, uintptr_t a0) {
 }
 #cgo noescape _ncclgo_tramp_cuArrayGetDescriptor_v2
 #cgo nocallback _ncclgo_tramp_cuArrayGetDescriptor_v2
-static int _ncclgo_tramp_cuArrayGetDescriptor_v2(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuArrayGetDescriptor_v2(uintptr_t fp, CUDA_ARRAY_DESCRIPTOR *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(CUDA_ARRAY_DESCRIPTOR *, CUarray))fp)((CUDA_ARRAY_DESCRIPTOR *)a0, (CUarray)a1);
 }
 #cgo noescape _ncclgo_tramp_cuArrayGetDescriptor
 #cgo nocallback _ncclgo_tramp_cuArrayGetDescriptor
-static int _ncclgo_tramp_cuArrayGetDescriptor(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuArrayGetDescriptor(uintptr_t fp, CUDA_ARRAY_DESCRIPTOR_v1 *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(CUDA_ARRAY_DESCRIPTOR_v1 *, CUarray))fp)((CUDA_ARRAY_DESCRIPTOR_v1 *)a0, (CUarray)a1);
 }
 #cgo noescape _ncclgo_tramp_cuArrayGetMemoryRequirements
 #cgo nocallback _ncclgo_tramp_cuArrayGetMemoryRequirements
-static int _ncclgo_tramp_cuArrayGetMemoryRequirements(uintptr_t fp, void *a0, uintptr_t a1, int a2) {
+static int _ncclgo_tramp_cuArrayGetMemoryRequirements(uintptr_t fp, CUDA_ARRAY_MEMORY_REQUIREMENTS *a0, uintptr_t a1, int a2) {
 	return (int)((CUresult (*)(CUDA_ARRAY_MEMORY_REQUIREMENTS *, CUarray, CUdevice))fp)((CUDA_ARRAY_MEMORY_REQUIREMENTS *)a0, (CUarray)a1, (CUdevice)a2);
 }
 #cgo noescape _ncclgo_tramp_cuArrayGetPlane
 #cgo nocallback _ncclgo_tramp_cuArrayGetPlane
-static int _ncclgo_tramp_cuArrayGetPlane(uintptr_t fp, void *a0, uintptr_t a1, unsigned int a2) {
+static int _ncclgo_tramp_cuArrayGetPlane(uintptr_t fp, CUarray *a0, uintptr_t a1, unsigned int a2) {
 	return (int)((CUresult (*)(CUarray *, CUarray, unsigned int))fp)((CUarray *)a0, (CUarray)a1, (unsigned int)a2);
 }
 #cgo noescape _ncclgo_tramp_cuArrayGetSparseProperties
 #cgo nocallback _ncclgo_tramp_cuArrayGetSparseProperties
-static int _ncclgo_tramp_cuArrayGetSparseProperties(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuArrayGetSparseProperties(uintptr_t fp, CUDA_ARRAY_SPARSE_PROPERTIES *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(CUDA_ARRAY_SPARSE_PROPERTIES *, CUarray))fp)((CUDA_ARRAY_SPARSE_PROPERTIES *)a0, (CUarray)a1);
 }
 #cgo noescape _ncclgo_tramp_cuCoredumpGetAttribute
 #cgo nocallback _ncclgo_tramp_cuCoredumpGetAttribute
-static int _ncclgo_tramp_cuCoredumpGetAttribute(uintptr_t fp, int a0, void *a1, void *a2) {
+static int _ncclgo_tramp_cuCoredumpGetAttribute(uintptr_t fp, int a0, void *a1, size_t *a2) {
 	return (int)((CUresult (*)(CUcoredumpSettings, void *, size_t *))fp)((CUcoredumpSettings)a0, (void *)a1, (size_t *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuCoredumpGetAttributeGlobal
 #cgo nocallback _ncclgo_tramp_cuCoredumpGetAttributeGlobal
-static int _ncclgo_tramp_cuCoredumpGetAttributeGlobal(uintptr_t fp, int a0, void *a1, void *a2) {
+static int _ncclgo_tramp_cuCoredumpGetAttributeGlobal(uintptr_t fp, int a0, void *a1, size_t *a2) {
 	return (int)((CUresult (*)(CUcoredumpSettings, void *, size_t *))fp)((CUcoredumpSettings)a0, (void *)a1, (size_t *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuCoredumpSetAttribute
 #cgo nocallback _ncclgo_tramp_cuCoredumpSetAttribute
-static int _ncclgo_tramp_cuCoredumpSetAttribute(uintptr_t fp, int a0, void *a1, void *a2) {
+static int _ncclgo_tramp_cuCoredumpSetAttribute(uintptr_t fp, int a0, void *a1, size_t *a2) {
 	return (int)((CUresult (*)(CUcoredumpSettings, void *, size_t *))fp)((CUcoredumpSettings)a0, (void *)a1, (size_t *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuCoredumpSetAttributeGlobal
 #cgo nocallback _ncclgo_tramp_cuCoredumpSetAttributeGlobal
-static int _ncclgo_tramp_cuCoredumpSetAttributeGlobal(uintptr_t fp, int a0, void *a1, void *a2) {
+static int _ncclgo_tramp_cuCoredumpSetAttributeGlobal(uintptr_t fp, int a0, void *a1, size_t *a2) {
 	return (int)((CUresult (*)(CUcoredumpSettings, void *, size_t *))fp)((CUcoredumpSettings)a0, (void *)a1, (size_t *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuCtxAttach
 #cgo nocallback _ncclgo_tramp_cuCtxAttach
-static int _ncclgo_tramp_cuCtxAttach(uintptr_t fp, void *a0, unsigned int a1) {
+static int _ncclgo_tramp_cuCtxAttach(uintptr_t fp, CUcontext *a0, unsigned int a1) {
 	return (int)((CUresult (*)(CUcontext *, unsigned int))fp)((CUcontext *)a0, (unsigned int)a1);
 }
 #cgo noescape _ncclgo_tramp_cuCtxCreate_v2
 #cgo nocallback _ncclgo_tramp_cuCtxCreate_v2
-static int _ncclgo_tramp_cuCtxCreate_v2(uintptr_t fp, void *a0, unsigned int a1, int a2) {
+static int _ncclgo_tramp_cuCtxCreate_v2(uintptr_t fp, CUcontext *a0, unsigned int a1, int a2) {
 	return (int)((CUresult (*)(CUcontext *, unsigned int, CUdevice))fp)((CUcontext *)a0, (unsigned int)a1, (CUdevice)a2);
 }
 #cgo noescape _ncclgo_tramp_cuCtxCreate
 #cgo nocallback _ncclgo_tramp_cuCtxCreate
-static int _ncclgo_tramp_cuCtxCreate(uintptr_t fp, void *a0, unsigned int a1, int a2) {
+static int _ncclgo_tramp_cuCtxCreate(uintptr_t fp, CUcontext *a0, unsigned int a1, int a2) {
 	return (int)((CUresult (*)(CUcontext *, unsigned int, CUdevice))fp)((CUcontext *)a0, (unsigned int)a1, (CUdevice)a2);
 }
 #cgo noescape _ncclgo_tramp_cuCtxCreate_v3
 #cgo nocallback _ncclgo_tramp_cuCtxCreate_v3
-static int _ncclgo_tramp_cuCtxCreate_v3(uintptr_t fp, void *a0, void *a1, int a2, unsigned int a3, int a4) {
+static int _ncclgo_tramp_cuCtxCreate_v3(uintptr_t fp, CUcontext *a0, CUexecAffinityParam *a1, int a2, unsigned int a3, int a4) {
 	return (int)((CUresult (*)(CUcontext *, CUexecAffinityParam *, int, unsigned int, CUdevice))fp)((CUcontext *)a0, (CUexecAffinityParam *)a1, (int)a2, (unsigned int)a3, (CUdevice)a4);
 }
 #cgo noescape _ncclgo_tramp_cuCtxDestroy_v2
@@ -402,72 +402,72 @@ static int _ncclgo_tramp_cuCtxEnablePeerAccess(uintptr_t fp, uintptr_t a0, unsig
 }
 #cgo noescape _ncclgo_tramp_cuCtxFromGreenCtx
 #cgo nocallback _ncclgo_tramp_cuCtxFromGreenCtx
-static int _ncclgo_tramp_cuCtxFromGreenCtx(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuCtxFromGreenCtx(uintptr_t fp, CUcontext *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(CUcontext *, CUgreenCtx))fp)((CUcontext *)a0, (CUgreenCtx)a1);
 }
 #cgo noescape _ncclgo_tramp_cuCtxGetApiVersion
 #cgo nocallback _ncclgo_tramp_cuCtxGetApiVersion
-static int _ncclgo_tramp_cuCtxGetApiVersion(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuCtxGetApiVersion(uintptr_t fp, uintptr_t a0, unsigned int *a1) {
 	return (int)((CUresult (*)(CUcontext, unsigned int *))fp)((CUcontext)a0, (unsigned int *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuCtxGetCacheConfig
 #cgo nocallback _ncclgo_tramp_cuCtxGetCacheConfig
-static int _ncclgo_tramp_cuCtxGetCacheConfig(uintptr_t fp, void *a0) {
+static int _ncclgo_tramp_cuCtxGetCacheConfig(uintptr_t fp, CUfunc_cache *a0) {
 	return (int)((CUresult (*)(CUfunc_cache *))fp)((CUfunc_cache *)a0);
 }
 #cgo noescape _ncclgo_tramp_cuCtxGetCurrent
 #cgo nocallback _ncclgo_tramp_cuCtxGetCurrent
-static int _ncclgo_tramp_cuCtxGetCurrent(uintptr_t fp, void *a0) {
+static int _ncclgo_tramp_cuCtxGetCurrent(uintptr_t fp, CUcontext *a0) {
 	return (int)((CUresult (*)(CUcontext *))fp)((CUcontext *)a0);
 }
 #cgo noescape _ncclgo_tramp_cuCtxGetDevResource
 #cgo nocallback _ncclgo_tramp_cuCtxGetDevResource
-static int _ncclgo_tramp_cuCtxGetDevResource(uintptr_t fp, uintptr_t a0, void *a1, int a2) {
+static int _ncclgo_tramp_cuCtxGetDevResource(uintptr_t fp, uintptr_t a0, CUdevResource *a1, int a2) {
 	return (int)((CUresult (*)(CUcontext, CUdevResource *, CUdevResourceType))fp)((CUcontext)a0, (CUdevResource *)a1, (CUdevResourceType)a2);
 }
 #cgo noescape _ncclgo_tramp_cuCtxGetDevice
 #cgo nocallback _ncclgo_tramp_cuCtxGetDevice
-static int _ncclgo_tramp_cuCtxGetDevice(uintptr_t fp, void *a0) {
+static int _ncclgo_tramp_cuCtxGetDevice(uintptr_t fp, CUdevice *a0) {
 	return (int)((CUresult (*)(CUdevice *))fp)((CUdevice *)a0);
 }
 #cgo noescape _ncclgo_tramp_cuCtxGetExecAffinity
 #cgo nocallback _ncclgo_tramp_cuCtxGetExecAffinity
-static int _ncclgo_tramp_cuCtxGetExecAffinity(uintptr_t fp, void *a0, int a1) {
+static int _ncclgo_tramp_cuCtxGetExecAffinity(uintptr_t fp, CUexecAffinityParam *a0, int a1) {
 	return (int)((CUresult (*)(CUexecAffinityParam *, CUexecAffinityType))fp)((CUexecAffinityParam *)a0, (CUexecAffinityType)a1);
 }
 #cgo noescape _ncclgo_tramp_cuCtxGetFlags
 #cgo nocallback _ncclgo_tramp_cuCtxGetFlags
-static int _ncclgo_tramp_cuCtxGetFlags(uintptr_t fp, void *a0) {
+static int _ncclgo_tramp_cuCtxGetFlags(uintptr_t fp, unsigned int *a0) {
 	return (int)((CUresult (*)(unsigned int *))fp)((unsigned int *)a0);
 }
 #cgo noescape _ncclgo_tramp_cuCtxGetId
 #cgo nocallback _ncclgo_tramp_cuCtxGetId
-static int _ncclgo_tramp_cuCtxGetId(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuCtxGetId(uintptr_t fp, uintptr_t a0, unsigned long long *a1) {
 	return (int)((CUresult (*)(CUcontext, unsigned long long *))fp)((CUcontext)a0, (unsigned long long *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuCtxGetLimit
 #cgo nocallback _ncclgo_tramp_cuCtxGetLimit
-static int _ncclgo_tramp_cuCtxGetLimit(uintptr_t fp, void *a0, int a1) {
+static int _ncclgo_tramp_cuCtxGetLimit(uintptr_t fp, size_t *a0, int a1) {
 	return (int)((CUresult (*)(size_t *, CUlimit))fp)((size_t *)a0, (CUlimit)a1);
 }
 #cgo noescape _ncclgo_tramp_cuCtxGetSharedMemConfig
 #cgo nocallback _ncclgo_tramp_cuCtxGetSharedMemConfig
-static int _ncclgo_tramp_cuCtxGetSharedMemConfig(uintptr_t fp, void *a0) {
+static int _ncclgo_tramp_cuCtxGetSharedMemConfig(uintptr_t fp, CUsharedconfig *a0) {
 	return (int)((CUresult (*)(CUsharedconfig *))fp)((CUsharedconfig *)a0);
 }
 #cgo noescape _ncclgo_tramp_cuCtxGetStreamPriorityRange
 #cgo nocallback _ncclgo_tramp_cuCtxGetStreamPriorityRange
-static int _ncclgo_tramp_cuCtxGetStreamPriorityRange(uintptr_t fp, void *a0, void *a1) {
+static int _ncclgo_tramp_cuCtxGetStreamPriorityRange(uintptr_t fp, int *a0, int *a1) {
 	return (int)((CUresult (*)(int *, int *))fp)((int *)a0, (int *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuCtxPopCurrent_v2
 #cgo nocallback _ncclgo_tramp_cuCtxPopCurrent_v2
-static int _ncclgo_tramp_cuCtxPopCurrent_v2(uintptr_t fp, void *a0) {
+static int _ncclgo_tramp_cuCtxPopCurrent_v2(uintptr_t fp, CUcontext *a0) {
 	return (int)((CUresult (*)(CUcontext *))fp)((CUcontext *)a0);
 }
 #cgo noescape _ncclgo_tramp_cuCtxPopCurrent
 #cgo nocallback _ncclgo_tramp_cuCtxPopCurrent
-static int _ncclgo_tramp_cuCtxPopCurrent(uintptr_t fp, void *a0) {
+static int _ncclgo_tramp_cuCtxPopCurrent(uintptr_t fp, CUcontext *a0) {
 	return (int)((CUresult (*)(CUcontext *))fp)((CUcontext *)a0);
 }
 #cgo noescape _ncclgo_tramp_cuCtxPushCurrent_v2
@@ -527,57 +527,57 @@ static int _ncclgo_tramp_cuDestroyExternalSemaphore(uintptr_t fp, uintptr_t a0) 
 }
 #cgo noescape _ncclgo_tramp_cuDevResourceGenerateDesc
 #cgo nocallback _ncclgo_tramp_cuDevResourceGenerateDesc
-static int _ncclgo_tramp_cuDevResourceGenerateDesc(uintptr_t fp, void *a0, void *a1, unsigned int a2) {
+static int _ncclgo_tramp_cuDevResourceGenerateDesc(uintptr_t fp, CUdevResourceDesc *a0, CUdevResource *a1, unsigned int a2) {
 	return (int)((CUresult (*)(CUdevResourceDesc *, CUdevResource *, unsigned int))fp)((CUdevResourceDesc *)a0, (CUdevResource *)a1, (unsigned int)a2);
 }
 #cgo noescape _ncclgo_tramp_cuDevSmResourceSplitByCount
 #cgo nocallback _ncclgo_tramp_cuDevSmResourceSplitByCount
-static int _ncclgo_tramp_cuDevSmResourceSplitByCount(uintptr_t fp, void *a0, void *a1, void *a2, void *a3, unsigned int a4, unsigned int a5) {
+static int _ncclgo_tramp_cuDevSmResourceSplitByCount(uintptr_t fp, CUdevResource *a0, unsigned int *a1, CUdevResource *a2, CUdevResource *a3, unsigned int a4, unsigned int a5) {
 	return (int)((CUresult (*)(CUdevResource *, unsigned int *, const CUdevResource *, CUdevResource *, unsigned int, unsigned int))fp)((CUdevResource *)a0, (unsigned int *)a1, (const CUdevResource *)a2, (CUdevResource *)a3, (unsigned int)a4, (unsigned int)a5);
 }
 #cgo noescape _ncclgo_tramp_cuDeviceCanAccessPeer
 #cgo nocallback _ncclgo_tramp_cuDeviceCanAccessPeer
-static int _ncclgo_tramp_cuDeviceCanAccessPeer(uintptr_t fp, void *a0, int a1, int a2) {
+static int _ncclgo_tramp_cuDeviceCanAccessPeer(uintptr_t fp, int *a0, int a1, int a2) {
 	return (int)((CUresult (*)(int *, CUdevice, CUdevice))fp)((int *)a0, (CUdevice)a1, (CUdevice)a2);
 }
 #cgo noescape _ncclgo_tramp_cuDeviceComputeCapability
 #cgo nocallback _ncclgo_tramp_cuDeviceComputeCapability
-static int _ncclgo_tramp_cuDeviceComputeCapability(uintptr_t fp, void *a0, void *a1, int a2) {
+static int _ncclgo_tramp_cuDeviceComputeCapability(uintptr_t fp, int *a0, int *a1, int a2) {
 	return (int)((CUresult (*)(int *, int *, CUdevice))fp)((int *)a0, (int *)a1, (CUdevice)a2);
 }
 #cgo noescape _ncclgo_tramp_cuDeviceGet
 #cgo nocallback _ncclgo_tramp_cuDeviceGet
-static int _ncclgo_tramp_cuDeviceGet(uintptr_t fp, void *a0, int a1) {
+static int _ncclgo_tramp_cuDeviceGet(uintptr_t fp, CUdevice *a0, int a1) {
 	return (int)((CUresult (*)(CUdevice *, int))fp)((CUdevice *)a0, (int)a1);
 }
 #cgo noescape _ncclgo_tramp_cuDeviceGetAttribute
 #cgo nocallback _ncclgo_tramp_cuDeviceGetAttribute
-static int _ncclgo_tramp_cuDeviceGetAttribute(uintptr_t fp, void *a0, int a1, int a2) {
+static int _ncclgo_tramp_cuDeviceGetAttribute(uintptr_t fp, int *a0, int a1, int a2) {
 	return (int)((CUresult (*)(int *, CUdevice_attribute, CUdevice))fp)((int *)a0, (CUdevice_attribute)a1, (CUdevice)a2);
 }
 #cgo noescape _ncclgo_tramp_cuDeviceGetByPCIBusId
 #cgo nocallback _ncclgo_tramp_cuDeviceGetByPCIBusId
-static int _ncclgo_tramp_cuDeviceGetByPCIBusId(uintptr_t fp, void *a0, void *a1) {
+static int _ncclgo_tramp_cuDeviceGetByPCIBusId(uintptr_t fp, CUdevice *a0, char *a1) {
 	return (int)((CUresult (*)(CUdevice *, const char *))fp)((CUdevice *)a0, (const char *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuDeviceGetCount
 #cgo nocallback _ncclgo_tramp_cuDeviceGetCount
-static int _ncclgo_tramp_cuDeviceGetCount(uintptr_t fp, void *a0) {
+static int _ncclgo_tramp_cuDeviceGetCount(uintptr_t fp, int *a0) {
 	return (int)((CUresult (*)(int *))fp)((int *)a0);
 }
 #cgo noescape _ncclgo_tramp_cuDeviceGetDefaultMemPool
 #cgo nocallback _ncclgo_tramp_cuDeviceGetDefaultMemPool
-static int _ncclgo_tramp_cuDeviceGetDefaultMemPool(uintptr_t fp, void *a0, int a1) {
+static int _ncclgo_tramp_cuDeviceGetDefaultMemPool(uintptr_t fp, CUmemoryPool *a0, int a1) {
 	return (int)((CUresult (*)(CUmemoryPool *, CUdevice))fp)((CUmemoryPool *)a0, (CUdevice)a1);
 }
 #cgo noescape _ncclgo_tramp_cuDeviceGetDevResource
 #cgo nocallback _ncclgo_tramp_cuDeviceGetDevResource
-static int _ncclgo_tramp_cuDeviceGetDevResource(uintptr_t fp, int a0, void *a1, int a2) {
+static int _ncclgo_tramp_cuDeviceGetDevResource(uintptr_t fp, int a0, CUdevResource *a1, int a2) {
 	return (int)((CUresult (*)(CUdevice, CUdevResource *, CUdevResourceType))fp)((CUdevice)a0, (CUdevResource *)a1, (CUdevResourceType)a2);
 }
 #cgo noescape _ncclgo_tramp_cuDeviceGetExecAffinitySupport
 #cgo nocallback _ncclgo_tramp_cuDeviceGetExecAffinitySupport
-static int _ncclgo_tramp_cuDeviceGetExecAffinitySupport(uintptr_t fp, void *a0, int a1, int a2) {
+static int _ncclgo_tramp_cuDeviceGetExecAffinitySupport(uintptr_t fp, int *a0, int a1, int a2) {
 	return (int)((CUresult (*)(int *, CUexecAffinityType, CUdevice))fp)((int *)a0, (CUexecAffinityType)a1, (CUdevice)a2);
 }
 #cgo noescape _ncclgo_tramp_cuDeviceGetGraphMemAttribute
@@ -587,17 +587,17 @@ static int _ncclgo_tramp_cuDeviceGetGraphMemAttribute(uintptr_t fp, int a0, int 
 }
 #cgo noescape _ncclgo_tramp_cuDeviceGetLuid
 #cgo nocallback _ncclgo_tramp_cuDeviceGetLuid
-static int _ncclgo_tramp_cuDeviceGetLuid(uintptr_t fp, void *a0, void *a1, int a2) {
+static int _ncclgo_tramp_cuDeviceGetLuid(uintptr_t fp, char *a0, unsigned int *a1, int a2) {
 	return (int)((CUresult (*)(char *, unsigned int *, CUdevice))fp)((char *)a0, (unsigned int *)a1, (CUdevice)a2);
 }
 #cgo noescape _ncclgo_tramp_cuDeviceGetMemPool
 #cgo nocallback _ncclgo_tramp_cuDeviceGetMemPool
-static int _ncclgo_tramp_cuDeviceGetMemPool(uintptr_t fp, void *a0, int a1) {
+static int _ncclgo_tramp_cuDeviceGetMemPool(uintptr_t fp, CUmemoryPool *a0, int a1) {
 	return (int)((CUresult (*)(CUmemoryPool *, CUdevice))fp)((CUmemoryPool *)a0, (CUdevice)a1);
 }
 #cgo noescape _ncclgo_tramp_cuDeviceGetName
 #cgo nocallback _ncclgo_tramp_cuDeviceGetName
-static int _ncclgo_tramp_cuDeviceGetName(uintptr_t fp, void *a0, int a1, int a2) {
+static int _ncclgo_tramp_cuDeviceGetName(uintptr_t fp, char *a0, int a1, int a2) {
 	return (int)((CUresult (*)(char *, int, CUdevice))fp)((char *)a0, (int)a1, (CUdevice)a2);
 }
 #cgo noescape _ncclgo_tramp_cuDeviceGetNvSciSyncAttributes
@@ -607,32 +607,32 @@ static int _ncclgo_tramp_cuDeviceGetNvSciSyncAttributes(uintptr_t fp, void *a0, 
 }
 #cgo noescape _ncclgo_tramp_cuDeviceGetP2PAttribute
 #cgo nocallback _ncclgo_tramp_cuDeviceGetP2PAttribute
-static int _ncclgo_tramp_cuDeviceGetP2PAttribute(uintptr_t fp, void *a0, int a1, int a2, int a3) {
+static int _ncclgo_tramp_cuDeviceGetP2PAttribute(uintptr_t fp, int *a0, int a1, int a2, int a3) {
 	return (int)((CUresult (*)(int *, CUdevice_P2PAttribute, CUdevice, CUdevice))fp)((int *)a0, (CUdevice_P2PAttribute)a1, (CUdevice)a2, (CUdevice)a3);
 }
 #cgo noescape _ncclgo_tramp_cuDeviceGetPCIBusId
 #cgo nocallback _ncclgo_tramp_cuDeviceGetPCIBusId
-static int _ncclgo_tramp_cuDeviceGetPCIBusId(uintptr_t fp, void *a0, int a1, int a2) {
+static int _ncclgo_tramp_cuDeviceGetPCIBusId(uintptr_t fp, char *a0, int a1, int a2) {
 	return (int)((CUresult (*)(char *, int, CUdevice))fp)((char *)a0, (int)a1, (CUdevice)a2);
 }
 #cgo noescape _ncclgo_tramp_cuDeviceGetProperties
 #cgo nocallback _ncclgo_tramp_cuDeviceGetProperties
-static int _ncclgo_tramp_cuDeviceGetProperties(uintptr_t fp, void *a0, int a1) {
+static int _ncclgo_tramp_cuDeviceGetProperties(uintptr_t fp, CUdevprop *a0, int a1) {
 	return (int)((CUresult (*)(CUdevprop *, CUdevice))fp)((CUdevprop *)a0, (CUdevice)a1);
 }
 #cgo noescape _ncclgo_tramp_cuDeviceGetTexture1DLinearMaxWidth
 #cgo nocallback _ncclgo_tramp_cuDeviceGetTexture1DLinearMaxWidth
-static int _ncclgo_tramp_cuDeviceGetTexture1DLinearMaxWidth(uintptr_t fp, void *a0, int a1, unsigned int a2, int a3) {
+static int _ncclgo_tramp_cuDeviceGetTexture1DLinearMaxWidth(uintptr_t fp, size_t *a0, int a1, unsigned int a2, int a3) {
 	return (int)((CUresult (*)(size_t *, CUarray_format, unsigned int, CUdevice))fp)((size_t *)a0, (CUarray_format)a1, (unsigned int)a2, (CUdevice)a3);
 }
 #cgo noescape _ncclgo_tramp_cuDeviceGetUuid
 #cgo nocallback _ncclgo_tramp_cuDeviceGetUuid
-static int _ncclgo_tramp_cuDeviceGetUuid(uintptr_t fp, void *a0, int a1) {
+static int _ncclgo_tramp_cuDeviceGetUuid(uintptr_t fp, CUuuid *a0, int a1) {
 	return (int)((CUresult (*)(CUuuid *, CUdevice))fp)((CUuuid *)a0, (CUdevice)a1);
 }
 #cgo noescape _ncclgo_tramp_cuDeviceGetUuid_v2
 #cgo nocallback _ncclgo_tramp_cuDeviceGetUuid_v2
-static int _ncclgo_tramp_cuDeviceGetUuid_v2(uintptr_t fp, void *a0, int a1) {
+static int _ncclgo_tramp_cuDeviceGetUuid_v2(uintptr_t fp, CUuuid *a0, int a1) {
 	return (int)((CUresult (*)(CUuuid *, CUdevice))fp)((CUuuid *)a0, (CUdevice)a1);
 }
 #cgo noescape _ncclgo_tramp_cuDeviceGraphMemTrim
@@ -642,7 +642,7 @@ static int _ncclgo_tramp_cuDeviceGraphMemTrim(uintptr_t fp, int a0) {
 }
 #cgo noescape _ncclgo_tramp_cuDevicePrimaryCtxGetState
 #cgo nocallback _ncclgo_tramp_cuDevicePrimaryCtxGetState
-static int _ncclgo_tramp_cuDevicePrimaryCtxGetState(uintptr_t fp, int a0, void *a1, void *a2) {
+static int _ncclgo_tramp_cuDevicePrimaryCtxGetState(uintptr_t fp, int a0, unsigned int *a1, int *a2) {
 	return (int)((CUresult (*)(CUdevice, unsigned int *, int *))fp)((CUdevice)a0, (unsigned int *)a1, (int *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuDevicePrimaryCtxRelease_v2
@@ -667,7 +667,7 @@ static int _ncclgo_tramp_cuDevicePrimaryCtxReset(uintptr_t fp, int a0) {
 }
 #cgo noescape _ncclgo_tramp_cuDevicePrimaryCtxRetain
 #cgo nocallback _ncclgo_tramp_cuDevicePrimaryCtxRetain
-static int _ncclgo_tramp_cuDevicePrimaryCtxRetain(uintptr_t fp, void *a0, int a1) {
+static int _ncclgo_tramp_cuDevicePrimaryCtxRetain(uintptr_t fp, CUcontext *a0, int a1) {
 	return (int)((CUresult (*)(CUcontext *, CUdevice))fp)((CUcontext *)a0, (CUdevice)a1);
 }
 #cgo noescape _ncclgo_tramp_cuDevicePrimaryCtxSetFlags_v2
@@ -682,7 +682,7 @@ static int _ncclgo_tramp_cuDevicePrimaryCtxSetFlags(uintptr_t fp, int a0, unsign
 }
 #cgo noescape _ncclgo_tramp_cuDeviceRegisterAsyncNotification
 #cgo nocallback _ncclgo_tramp_cuDeviceRegisterAsyncNotification
-static int _ncclgo_tramp_cuDeviceRegisterAsyncNotification(uintptr_t fp, int a0, uintptr_t a1, void *a2, void *a3) {
+static int _ncclgo_tramp_cuDeviceRegisterAsyncNotification(uintptr_t fp, int a0, uintptr_t a1, void *a2, CUasyncCallbackHandle *a3) {
 	return (int)((CUresult (*)(CUdevice, CUasyncCallback, void *, CUasyncCallbackHandle *))fp)((CUdevice)a0, (CUasyncCallback)a1, (void *)a2, (CUasyncCallbackHandle *)a3);
 }
 #cgo noescape _ncclgo_tramp_cuDeviceSetGraphMemAttribute
@@ -697,12 +697,12 @@ static int _ncclgo_tramp_cuDeviceSetMemPool(uintptr_t fp, int a0, uintptr_t a1) 
 }
 #cgo noescape _ncclgo_tramp_cuDeviceTotalMem_v2
 #cgo nocallback _ncclgo_tramp_cuDeviceTotalMem_v2
-static int _ncclgo_tramp_cuDeviceTotalMem_v2(uintptr_t fp, void *a0, int a1) {
+static int _ncclgo_tramp_cuDeviceTotalMem_v2(uintptr_t fp, size_t *a0, int a1) {
 	return (int)((CUresult (*)(size_t *, CUdevice))fp)((size_t *)a0, (CUdevice)a1);
 }
 #cgo noescape _ncclgo_tramp_cuDeviceTotalMem
 #cgo nocallback _ncclgo_tramp_cuDeviceTotalMem
-static int _ncclgo_tramp_cuDeviceTotalMem(uintptr_t fp, void *a0, int a1) {
+static int _ncclgo_tramp_cuDeviceTotalMem(uintptr_t fp, unsigned int *a0, int a1) {
 	return (int)((CUresult (*)(unsigned int *, CUdevice))fp)((unsigned int *)a0, (CUdevice)a1);
 }
 #cgo noescape _ncclgo_tramp_cuDeviceUnregisterAsyncNotification
@@ -712,12 +712,12 @@ static int _ncclgo_tramp_cuDeviceUnregisterAsyncNotification(uintptr_t fp, int a
 }
 #cgo noescape _ncclgo_tramp_cuDriverGetVersion
 #cgo nocallback _ncclgo_tramp_cuDriverGetVersion
-static int _ncclgo_tramp_cuDriverGetVersion(uintptr_t fp, void *a0) {
+static int _ncclgo_tramp_cuDriverGetVersion(uintptr_t fp, int *a0) {
 	return (int)((CUresult (*)(int *))fp)((int *)a0);
 }
 #cgo noescape _ncclgo_tramp_cuEventCreate
 #cgo nocallback _ncclgo_tramp_cuEventCreate
-static int _ncclgo_tramp_cuEventCreate(uintptr_t fp, void *a0, unsigned int a1) {
+static int _ncclgo_tramp_cuEventCreate(uintptr_t fp, CUevent *a0, unsigned int a1) {
 	return (int)((CUresult (*)(CUevent *, unsigned int))fp)((CUevent *)a0, (unsigned int)a1);
 }
 #cgo noescape _ncclgo_tramp_cuEventDestroy_v2
@@ -732,7 +732,7 @@ static int _ncclgo_tramp_cuEventDestroy(uintptr_t fp, uintptr_t a0) {
 }
 #cgo noescape _ncclgo_tramp_cuEventElapsedTime
 #cgo nocallback _ncclgo_tramp_cuEventElapsedTime
-static int _ncclgo_tramp_cuEventElapsedTime(uintptr_t fp, void *a0, uintptr_t a1, uintptr_t a2) {
+static int _ncclgo_tramp_cuEventElapsedTime(uintptr_t fp, float *a0, uintptr_t a1, uintptr_t a2) {
 	return (int)((CUresult (*)(float *, CUevent, CUevent))fp)((float *)a0, (CUevent)a1, (CUevent)a2);
 }
 #cgo noescape _ncclgo_tramp_cuEventQuery
@@ -767,12 +767,12 @@ static int _ncclgo_tramp_cuEventSynchronize(uintptr_t fp, uintptr_t a0) {
 }
 #cgo noescape _ncclgo_tramp_cuExternalMemoryGetMappedBuffer
 #cgo nocallback _ncclgo_tramp_cuExternalMemoryGetMappedBuffer
-static int _ncclgo_tramp_cuExternalMemoryGetMappedBuffer(uintptr_t fp, void *a0, uintptr_t a1, void *a2) {
+static int _ncclgo_tramp_cuExternalMemoryGetMappedBuffer(uintptr_t fp, CUdeviceptr *a0, uintptr_t a1, CUDA_EXTERNAL_MEMORY_BUFFER_DESC *a2) {
 	return (int)((CUresult (*)(CUdeviceptr *, CUexternalMemory, const CUDA_EXTERNAL_MEMORY_BUFFER_DESC *))fp)((CUdeviceptr *)a0, (CUexternalMemory)a1, (const CUDA_EXTERNAL_MEMORY_BUFFER_DESC *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuExternalMemoryGetMappedMipmappedArray
 #cgo nocallback _ncclgo_tramp_cuExternalMemoryGetMappedMipmappedArray
-static int _ncclgo_tramp_cuExternalMemoryGetMappedMipmappedArray(uintptr_t fp, void *a0, uintptr_t a1, void *a2) {
+static int _ncclgo_tramp_cuExternalMemoryGetMappedMipmappedArray(uintptr_t fp, CUmipmappedArray *a0, uintptr_t a1, CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC *a2) {
 	return (int)((CUresult (*)(CUmipmappedArray *, CUexternalMemory, const CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC *))fp)((CUmipmappedArray *)a0, (CUexternalMemory)a1, (const CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuFlushGPUDirectRDMAWrites
@@ -782,12 +782,12 @@ static int _ncclgo_tramp_cuFlushGPUDirectRDMAWrites(uintptr_t fp, int a0, int a1
 }
 #cgo noescape _ncclgo_tramp_cuFuncGetAttribute
 #cgo nocallback _ncclgo_tramp_cuFuncGetAttribute
-static int _ncclgo_tramp_cuFuncGetAttribute(uintptr_t fp, void *a0, int a1, uintptr_t a2) {
+static int _ncclgo_tramp_cuFuncGetAttribute(uintptr_t fp, int *a0, int a1, uintptr_t a2) {
 	return (int)((CUresult (*)(int *, CUfunction_attribute, CUfunction))fp)((int *)a0, (CUfunction_attribute)a1, (CUfunction)a2);
 }
 #cgo noescape _ncclgo_tramp_cuFuncGetModule
 #cgo nocallback _ncclgo_tramp_cuFuncGetModule
-static int _ncclgo_tramp_cuFuncGetModule(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuFuncGetModule(uintptr_t fp, CUmodule *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(CUmodule *, CUfunction))fp)((CUmodule *)a0, (CUfunction)a1);
 }
 #cgo noescape _ncclgo_tramp_cuFuncGetName
@@ -797,12 +797,12 @@ static int _ncclgo_tramp_cuFuncGetName(uintptr_t fp, void *a0, uintptr_t a1) {
 }
 #cgo noescape _ncclgo_tramp_cuFuncGetParamInfo
 #cgo nocallback _ncclgo_tramp_cuFuncGetParamInfo
-static int _ncclgo_tramp_cuFuncGetParamInfo(uintptr_t fp, uintptr_t a0, size_t a1, void *a2, void *a3) {
+static int _ncclgo_tramp_cuFuncGetParamInfo(uintptr_t fp, uintptr_t a0, size_t a1, size_t *a2, size_t *a3) {
 	return (int)((CUresult (*)(CUfunction, size_t, size_t *, size_t *))fp)((CUfunction)a0, (size_t)a1, (size_t *)a2, (size_t *)a3);
 }
 #cgo noescape _ncclgo_tramp_cuFuncIsLoaded
 #cgo nocallback _ncclgo_tramp_cuFuncIsLoaded
-static int _ncclgo_tramp_cuFuncIsLoaded(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuFuncIsLoaded(uintptr_t fp, CUfunctionLoadingState *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(CUfunctionLoadingState *, CUfunction))fp)((CUfunctionLoadingState *)a0, (CUfunction)a1);
 }
 #cgo noescape _ncclgo_tramp_cuFuncLoad
@@ -847,142 +847,142 @@ static int _ncclgo_tramp_cuGetErrorString(uintptr_t fp, int a0, void *a1) {
 }
 #cgo noescape _ncclgo_tramp_cuGetExportTable
 #cgo nocallback _ncclgo_tramp_cuGetExportTable
-static int _ncclgo_tramp_cuGetExportTable(uintptr_t fp, void *a0, void *a1) {
+static int _ncclgo_tramp_cuGetExportTable(uintptr_t fp, void *a0, CUuuid *a1) {
 	return (int)((CUresult (*)(const void **, const CUuuid *))fp)((const void **)a0, (const CUuuid *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGetProcAddress_v2
 #cgo nocallback _ncclgo_tramp_cuGetProcAddress_v2
-static int _ncclgo_tramp_cuGetProcAddress_v2(uintptr_t fp, void *a0, void *a1, int a2, uint64_t a3, void *a4) {
+static int _ncclgo_tramp_cuGetProcAddress_v2(uintptr_t fp, char *a0, void *a1, int a2, uint64_t a3, CUdriverProcAddressQueryResult *a4) {
 	return (int)((CUresult (*)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *))fp)((const char *)a0, (void **)a1, (int)a2, (cuuint64_t)a3, (CUdriverProcAddressQueryResult *)a4);
 }
 #cgo noescape _ncclgo_tramp_cuGetProcAddress
 #cgo nocallback _ncclgo_tramp_cuGetProcAddress
-static int _ncclgo_tramp_cuGetProcAddress(uintptr_t fp, void *a0, void *a1, int a2, uint64_t a3) {
+static int _ncclgo_tramp_cuGetProcAddress(uintptr_t fp, char *a0, void *a1, int a2, uint64_t a3) {
 	return (int)((CUresult (*)(const char *, void **, int, cuuint64_t))fp)((const char *)a0, (void **)a1, (int)a2, (cuuint64_t)a3);
 }
 #cgo noescape _ncclgo_tramp_cuGraphAddBatchMemOpNode
 #cgo nocallback _ncclgo_tramp_cuGraphAddBatchMemOpNode
-static int _ncclgo_tramp_cuGraphAddBatchMemOpNode(uintptr_t fp, void *a0, uintptr_t a1, void *a2, size_t a3, void *a4) {
+static int _ncclgo_tramp_cuGraphAddBatchMemOpNode(uintptr_t fp, CUgraphNode *a0, uintptr_t a1, CUgraphNode *a2, size_t a3, CUDA_BATCH_MEM_OP_NODE_PARAMS *a4) {
 	return (int)((CUresult (*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const CUDA_BATCH_MEM_OP_NODE_PARAMS *))fp)((CUgraphNode *)a0, (CUgraph)a1, (const CUgraphNode *)a2, (size_t)a3, (const CUDA_BATCH_MEM_OP_NODE_PARAMS *)a4);
 }
 #cgo noescape _ncclgo_tramp_cuGraphAddChildGraphNode
 #cgo nocallback _ncclgo_tramp_cuGraphAddChildGraphNode
-static int _ncclgo_tramp_cuGraphAddChildGraphNode(uintptr_t fp, void *a0, uintptr_t a1, void *a2, size_t a3, uintptr_t a4) {
+static int _ncclgo_tramp_cuGraphAddChildGraphNode(uintptr_t fp, CUgraphNode *a0, uintptr_t a1, CUgraphNode *a2, size_t a3, uintptr_t a4) {
 	return (int)((CUresult (*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraph))fp)((CUgraphNode *)a0, (CUgraph)a1, (const CUgraphNode *)a2, (size_t)a3, (CUgraph)a4);
 }
 #cgo noescape _ncclgo_tramp_cuGraphAddDependencies
 #cgo nocallback _ncclgo_tramp_cuGraphAddDependencies
-static int _ncclgo_tramp_cuGraphAddDependencies(uintptr_t fp, uintptr_t a0, void *a1, void *a2, size_t a3) {
+static int _ncclgo_tramp_cuGraphAddDependencies(uintptr_t fp, uintptr_t a0, CUgraphNode *a1, CUgraphNode *a2, size_t a3) {
 	return (int)((CUresult (*)(CUgraph, const CUgraphNode *, const CUgraphNode *, size_t))fp)((CUgraph)a0, (const CUgraphNode *)a1, (const CUgraphNode *)a2, (size_t)a3);
 }
 #cgo noescape _ncclgo_tramp_cuGraphAddDependencies_v2
 #cgo nocallback _ncclgo_tramp_cuGraphAddDependencies_v2
-static int _ncclgo_tramp_cuGraphAddDependencies_v2(uintptr_t fp, uintptr_t a0, void *a1, void *a2, void *a3, size_t a4) {
+static int _ncclgo_tramp_cuGraphAddDependencies_v2(uintptr_t fp, uintptr_t a0, CUgraphNode *a1, CUgraphNode *a2, CUgraphEdgeData *a3, size_t a4) {
 	return (int)((CUresult (*)(CUgraph, const CUgraphNode *, const CUgraphNode *, const CUgraphEdgeData *, size_t))fp)((CUgraph)a0, (const CUgraphNode *)a1, (const CUgraphNode *)a2, (const CUgraphEdgeData *)a3, (size_t)a4);
 }
 #cgo noescape _ncclgo_tramp_cuGraphAddEmptyNode
 #cgo nocallback _ncclgo_tramp_cuGraphAddEmptyNode
-static int _ncclgo_tramp_cuGraphAddEmptyNode(uintptr_t fp, void *a0, uintptr_t a1, void *a2, size_t a3) {
+static int _ncclgo_tramp_cuGraphAddEmptyNode(uintptr_t fp, CUgraphNode *a0, uintptr_t a1, CUgraphNode *a2, size_t a3) {
 	return (int)((CUresult (*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t))fp)((CUgraphNode *)a0, (CUgraph)a1, (const CUgraphNode *)a2, (size_t)a3);
 }
 #cgo noescape _ncclgo_tramp_cuGraphAddEventRecordNode
 #cgo nocallback _ncclgo_tramp_cuGraphAddEventRecordNode
-static int _ncclgo_tramp_cuGraphAddEventRecordNode(uintptr_t fp, void *a0, uintptr_t a1, void *a2, size_t a3, uintptr_t a4) {
+static int _ncclgo_tramp_cuGraphAddEventRecordNode(uintptr_t fp, CUgraphNode *a0, uintptr_t a1, CUgraphNode *a2, size_t a3, uintptr_t a4) {
 	return (int)((CUresult (*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUevent))fp)((CUgraphNode *)a0, (CUgraph)a1, (const CUgraphNode *)a2, (size_t)a3, (CUevent)a4);
 }
 #cgo noescape _ncclgo_tramp_cuGraphAddEventWaitNode
 #cgo nocallback _ncclgo_tramp_cuGraphAddEventWaitNode
-static int _ncclgo_tramp_cuGraphAddEventWaitNode(uintptr_t fp, void *a0, uintptr_t a1, void *a2, size_t a3, uintptr_t a4) {
+static int _ncclgo_tramp_cuGraphAddEventWaitNode(uintptr_t fp, CUgraphNode *a0, uintptr_t a1, CUgraphNode *a2, size_t a3, uintptr_t a4) {
 	return (int)((CUresult (*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUevent))fp)((CUgraphNode *)a0, (CUgraph)a1, (const CUgraphNode *)a2, (size_t)a3, (CUevent)a4);
 }
 #cgo noescape _ncclgo_tramp_cuGraphAddExternalSemaphoresSignalNode
 #cgo nocallback _ncclgo_tramp_cuGraphAddExternalSemaphoresSignalNode
-static int _ncclgo_tramp_cuGraphAddExternalSemaphoresSignalNode(uintptr_t fp, void *a0, uintptr_t a1, void *a2, size_t a3, void *a4) {
+static int _ncclgo_tramp_cuGraphAddExternalSemaphoresSignalNode(uintptr_t fp, CUgraphNode *a0, uintptr_t a1, CUgraphNode *a2, size_t a3, CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *a4) {
 	return (int)((CUresult (*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *))fp)((CUgraphNode *)a0, (CUgraph)a1, (const CUgraphNode *)a2, (size_t)a3, (const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *)a4);
 }
 #cgo noescape _ncclgo_tramp_cuGraphAddExternalSemaphoresWaitNode
 #cgo nocallback _ncclgo_tramp_cuGraphAddExternalSemaphoresWaitNode
-static int _ncclgo_tramp_cuGraphAddExternalSemaphoresWaitNode(uintptr_t fp, void *a0, uintptr_t a1, void *a2, size_t a3, void *a4) {
+static int _ncclgo_tramp_cuGraphAddExternalSemaphoresWaitNode(uintptr_t fp, CUgraphNode *a0, uintptr_t a1, CUgraphNode *a2, size_t a3, CUDA_EXT_SEM_WAIT_NODE_PARAMS *a4) {
 	return (int)((CUresult (*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const CUDA_EXT_SEM_WAIT_NODE_PARAMS *))fp)((CUgraphNode *)a0, (CUgraph)a1, (const CUgraphNode *)a2, (size_t)a3, (const CUDA_EXT_SEM_WAIT_NODE_PARAMS *)a4);
 }
 #cgo noescape _ncclgo_tramp_cuGraphAddHostNode
 #cgo nocallback _ncclgo_tramp_cuGraphAddHostNode
-static int _ncclgo_tramp_cuGraphAddHostNode(uintptr_t fp, void *a0, uintptr_t a1, void *a2, size_t a3, void *a4) {
+static int _ncclgo_tramp_cuGraphAddHostNode(uintptr_t fp, CUgraphNode *a0, uintptr_t a1, CUgraphNode *a2, size_t a3, CUDA_HOST_NODE_PARAMS *a4) {
 	return (int)((CUresult (*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const CUDA_HOST_NODE_PARAMS *))fp)((CUgraphNode *)a0, (CUgraph)a1, (const CUgraphNode *)a2, (size_t)a3, (const CUDA_HOST_NODE_PARAMS *)a4);
 }
 #cgo noescape _ncclgo_tramp_cuGraphAddKernelNode_v2
 #cgo nocallback _ncclgo_tramp_cuGraphAddKernelNode_v2
-static int _ncclgo_tramp_cuGraphAddKernelNode_v2(uintptr_t fp, void *a0, uintptr_t a1, void *a2, size_t a3, void *a4) {
+static int _ncclgo_tramp_cuGraphAddKernelNode_v2(uintptr_t fp, CUgraphNode *a0, uintptr_t a1, CUgraphNode *a2, size_t a3, CUDA_KERNEL_NODE_PARAMS *a4) {
 	return (int)((CUresult (*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const CUDA_KERNEL_NODE_PARAMS *))fp)((CUgraphNode *)a0, (CUgraph)a1, (const CUgraphNode *)a2, (size_t)a3, (const CUDA_KERNEL_NODE_PARAMS *)a4);
 }
 #cgo noescape _ncclgo_tramp_cuGraphAddKernelNode
 #cgo nocallback _ncclgo_tramp_cuGraphAddKernelNode
-static int _ncclgo_tramp_cuGraphAddKernelNode(uintptr_t fp, void *a0, uintptr_t a1, void *a2, size_t a3, void *a4) {
+static int _ncclgo_tramp_cuGraphAddKernelNode(uintptr_t fp, CUgraphNode *a0, uintptr_t a1, CUgraphNode *a2, size_t a3, CUDA_KERNEL_NODE_PARAMS_v1 *a4) {
 	return (int)((CUresult (*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const CUDA_KERNEL_NODE_PARAMS_v1 *))fp)((CUgraphNode *)a0, (CUgraph)a1, (const CUgraphNode *)a2, (size_t)a3, (const CUDA_KERNEL_NODE_PARAMS_v1 *)a4);
 }
 #cgo noescape _ncclgo_tramp_cuGraphAddMemAllocNode
 #cgo nocallback _ncclgo_tramp_cuGraphAddMemAllocNode
-static int _ncclgo_tramp_cuGraphAddMemAllocNode(uintptr_t fp, void *a0, uintptr_t a1, void *a2, size_t a3, void *a4) {
+static int _ncclgo_tramp_cuGraphAddMemAllocNode(uintptr_t fp, CUgraphNode *a0, uintptr_t a1, CUgraphNode *a2, size_t a3, CUDA_MEM_ALLOC_NODE_PARAMS *a4) {
 	return (int)((CUresult (*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUDA_MEM_ALLOC_NODE_PARAMS *))fp)((CUgraphNode *)a0, (CUgraph)a1, (const CUgraphNode *)a2, (size_t)a3, (CUDA_MEM_ALLOC_NODE_PARAMS *)a4);
 }
 #cgo noescape _ncclgo_tramp_cuGraphAddMemFreeNode
 #cgo nocallback _ncclgo_tramp_cuGraphAddMemFreeNode
-static int _ncclgo_tramp_cuGraphAddMemFreeNode(uintptr_t fp, void *a0, uintptr_t a1, void *a2, size_t a3, unsigned long long a4) {
+static int _ncclgo_tramp_cuGraphAddMemFreeNode(uintptr_t fp, CUgraphNode *a0, uintptr_t a1, CUgraphNode *a2, size_t a3, unsigned long long a4) {
 	return (int)((CUresult (*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUdeviceptr))fp)((CUgraphNode *)a0, (CUgraph)a1, (const CUgraphNode *)a2, (size_t)a3, (CUdeviceptr)a4);
 }
 #cgo noescape _ncclgo_tramp_cuGraphAddMemcpyNode
 #cgo nocallback _ncclgo_tramp_cuGraphAddMemcpyNode
-static int _ncclgo_tramp_cuGraphAddMemcpyNode(uintptr_t fp, void *a0, uintptr_t a1, void *a2, size_t a3, void *a4, uintptr_t a5) {
+static int _ncclgo_tramp_cuGraphAddMemcpyNode(uintptr_t fp, CUgraphNode *a0, uintptr_t a1, CUgraphNode *a2, size_t a3, CUDA_MEMCPY3D *a4, uintptr_t a5) {
 	return (int)((CUresult (*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const CUDA_MEMCPY3D *, CUcontext))fp)((CUgraphNode *)a0, (CUgraph)a1, (const CUgraphNode *)a2, (size_t)a3, (const CUDA_MEMCPY3D *)a4, (CUcontext)a5);
 }
 #cgo noescape _ncclgo_tramp_cuGraphAddMemsetNode
 #cgo nocallback _ncclgo_tramp_cuGraphAddMemsetNode
-static int _ncclgo_tramp_cuGraphAddMemsetNode(uintptr_t fp, void *a0, uintptr_t a1, void *a2, size_t a3, void *a4, uintptr_t a5) {
+static int _ncclgo_tramp_cuGraphAddMemsetNode(uintptr_t fp, CUgraphNode *a0, uintptr_t a1, CUgraphNode *a2, size_t a3, CUDA_MEMSET_NODE_PARAMS *a4, uintptr_t a5) {
 	return (int)((CUresult (*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const CUDA_MEMSET_NODE_PARAMS *, CUcontext))fp)((CUgraphNode *)a0, (CUgraph)a1, (const CUgraphNode *)a2, (size_t)a3, (const CUDA_MEMSET_NODE_PARAMS *)a4, (CUcontext)a5);
 }
 #cgo noescape _ncclgo_tramp_cuGraphAddNode
 #cgo nocallback _ncclgo_tramp_cuGraphAddNode
-static int _ncclgo_tramp_cuGraphAddNode(uintptr_t fp, void *a0, uintptr_t a1, void *a2, size_t a3, void *a4) {
+static int _ncclgo_tramp_cuGraphAddNode(uintptr_t fp, CUgraphNode *a0, uintptr_t a1, CUgraphNode *a2, size_t a3, CUgraphNodeParams *a4) {
 	return (int)((CUresult (*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraphNodeParams *))fp)((CUgraphNode *)a0, (CUgraph)a1, (const CUgraphNode *)a2, (size_t)a3, (CUgraphNodeParams *)a4);
 }
 #cgo noescape _ncclgo_tramp_cuGraphAddNode_v2
 #cgo nocallback _ncclgo_tramp_cuGraphAddNode_v2
-static int _ncclgo_tramp_cuGraphAddNode_v2(uintptr_t fp, void *a0, uintptr_t a1, void *a2, void *a3, size_t a4, void *a5) {
+static int _ncclgo_tramp_cuGraphAddNode_v2(uintptr_t fp, CUgraphNode *a0, uintptr_t a1, CUgraphNode *a2, CUgraphEdgeData *a3, size_t a4, CUgraphNodeParams *a5) {
 	return (int)((CUresult (*)(CUgraphNode *, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t, CUgraphNodeParams *))fp)((CUgraphNode *)a0, (CUgraph)a1, (const CUgraphNode *)a2, (const CUgraphEdgeData *)a3, (size_t)a4, (CUgraphNodeParams *)a5);
 }
 #cgo noescape _ncclgo_tramp_cuGraphBatchMemOpNodeGetParams
 #cgo nocallback _ncclgo_tramp_cuGraphBatchMemOpNodeGetParams
-static int _ncclgo_tramp_cuGraphBatchMemOpNodeGetParams(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuGraphBatchMemOpNodeGetParams(uintptr_t fp, uintptr_t a0, CUDA_BATCH_MEM_OP_NODE_PARAMS *a1) {
 	return (int)((CUresult (*)(CUgraphNode, CUDA_BATCH_MEM_OP_NODE_PARAMS *))fp)((CUgraphNode)a0, (CUDA_BATCH_MEM_OP_NODE_PARAMS *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGraphBatchMemOpNodeSetParams
 #cgo nocallback _ncclgo_tramp_cuGraphBatchMemOpNodeSetParams
-static int _ncclgo_tramp_cuGraphBatchMemOpNodeSetParams(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuGraphBatchMemOpNodeSetParams(uintptr_t fp, uintptr_t a0, CUDA_BATCH_MEM_OP_NODE_PARAMS *a1) {
 	return (int)((CUresult (*)(CUgraphNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS *))fp)((CUgraphNode)a0, (const CUDA_BATCH_MEM_OP_NODE_PARAMS *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGraphChildGraphNodeGetGraph
 #cgo nocallback _ncclgo_tramp_cuGraphChildGraphNodeGetGraph
-static int _ncclgo_tramp_cuGraphChildGraphNodeGetGraph(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuGraphChildGraphNodeGetGraph(uintptr_t fp, uintptr_t a0, CUgraph *a1) {
 	return (int)((CUresult (*)(CUgraphNode, CUgraph *))fp)((CUgraphNode)a0, (CUgraph *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGraphClone
 #cgo nocallback _ncclgo_tramp_cuGraphClone
-static int _ncclgo_tramp_cuGraphClone(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuGraphClone(uintptr_t fp, CUgraph *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(CUgraph *, CUgraph))fp)((CUgraph *)a0, (CUgraph)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGraphConditionalHandleCreate
 #cgo nocallback _ncclgo_tramp_cuGraphConditionalHandleCreate
-static int _ncclgo_tramp_cuGraphConditionalHandleCreate(uintptr_t fp, void *a0, uintptr_t a1, uintptr_t a2, unsigned int a3, unsigned int a4) {
+static int _ncclgo_tramp_cuGraphConditionalHandleCreate(uintptr_t fp, CUgraphConditionalHandle *a0, uintptr_t a1, uintptr_t a2, unsigned int a3, unsigned int a4) {
 	return (int)((CUresult (*)(CUgraphConditionalHandle *, CUgraph, CUcontext, unsigned int, unsigned int))fp)((CUgraphConditionalHandle *)a0, (CUgraph)a1, (CUcontext)a2, (unsigned int)a3, (unsigned int)a4);
 }
 #cgo noescape _ncclgo_tramp_cuGraphCreate
 #cgo nocallback _ncclgo_tramp_cuGraphCreate
-static int _ncclgo_tramp_cuGraphCreate(uintptr_t fp, void *a0, unsigned int a1) {
+static int _ncclgo_tramp_cuGraphCreate(uintptr_t fp, CUgraph *a0, unsigned int a1) {
 	return (int)((CUresult (*)(CUgraph *, unsigned int))fp)((CUgraph *)a0, (unsigned int)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGraphDebugDotPrint
 #cgo nocallback _ncclgo_tramp_cuGraphDebugDotPrint
-static int _ncclgo_tramp_cuGraphDebugDotPrint(uintptr_t fp, uintptr_t a0, void *a1, unsigned int a2) {
+static int _ncclgo_tramp_cuGraphDebugDotPrint(uintptr_t fp, uintptr_t a0, char *a1, unsigned int a2) {
 	return (int)((CUresult (*)(CUgraph, const char *, unsigned int))fp)((CUgraph)a0, (const char *)a1, (unsigned int)a2);
 }
 #cgo noescape _ncclgo_tramp_cuGraphDestroy
@@ -997,7 +997,7 @@ static int _ncclgo_tramp_cuGraphDestroyNode(uintptr_t fp, uintptr_t a0) {
 }
 #cgo noescape _ncclgo_tramp_cuGraphEventRecordNodeGetEvent
 #cgo nocallback _ncclgo_tramp_cuGraphEventRecordNodeGetEvent
-static int _ncclgo_tramp_cuGraphEventRecordNodeGetEvent(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuGraphEventRecordNodeGetEvent(uintptr_t fp, uintptr_t a0, CUevent *a1) {
 	return (int)((CUresult (*)(CUgraphNode, CUevent *))fp)((CUgraphNode)a0, (CUevent *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGraphEventRecordNodeSetEvent
@@ -1007,7 +1007,7 @@ static int _ncclgo_tramp_cuGraphEventRecordNodeSetEvent(uintptr_t fp, uintptr_t 
 }
 #cgo noescape _ncclgo_tramp_cuGraphEventWaitNodeGetEvent
 #cgo nocallback _ncclgo_tramp_cuGraphEventWaitNodeGetEvent
-static int _ncclgo_tramp_cuGraphEventWaitNodeGetEvent(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuGraphEventWaitNodeGetEvent(uintptr_t fp, uintptr_t a0, CUevent *a1) {
 	return (int)((CUresult (*)(CUgraphNode, CUevent *))fp)((CUgraphNode)a0, (CUevent *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGraphEventWaitNodeSetEvent
@@ -1017,7 +1017,7 @@ static int _ncclgo_tramp_cuGraphEventWaitNodeSetEvent(uintptr_t fp, uintptr_t a0
 }
 #cgo noescape _ncclgo_tramp_cuGraphExecBatchMemOpNodeSetParams
 #cgo nocallback _ncclgo_tramp_cuGraphExecBatchMemOpNodeSetParams
-static int _ncclgo_tramp_cuGraphExecBatchMemOpNodeSetParams(uintptr_t fp, uintptr_t a0, uintptr_t a1, void *a2) {
+static int _ncclgo_tramp_cuGraphExecBatchMemOpNodeSetParams(uintptr_t fp, uintptr_t a0, uintptr_t a1, CUDA_BATCH_MEM_OP_NODE_PARAMS *a2) {
 	return (int)((CUresult (*)(CUgraphExec, CUgraphNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS *))fp)((CUgraphExec)a0, (CUgraphNode)a1, (const CUDA_BATCH_MEM_OP_NODE_PARAMS *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuGraphExecChildGraphNodeSetParams
@@ -1042,132 +1042,132 @@ static int _ncclgo_tramp_cuGraphExecEventWaitNodeSetEvent(uintptr_t fp, uintptr_
 }
 #cgo noescape _ncclgo_tramp_cuGraphExecExternalSemaphoresSignalNodeSetParams
 #cgo nocallback _ncclgo_tramp_cuGraphExecExternalSemaphoresSignalNodeSetParams
-static int _ncclgo_tramp_cuGraphExecExternalSemaphoresSignalNodeSetParams(uintptr_t fp, uintptr_t a0, uintptr_t a1, void *a2) {
+static int _ncclgo_tramp_cuGraphExecExternalSemaphoresSignalNodeSetParams(uintptr_t fp, uintptr_t a0, uintptr_t a1, CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *a2) {
 	return (int)((CUresult (*)(CUgraphExec, CUgraphNode, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *))fp)((CUgraphExec)a0, (CUgraphNode)a1, (const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuGraphExecExternalSemaphoresWaitNodeSetParams
 #cgo nocallback _ncclgo_tramp_cuGraphExecExternalSemaphoresWaitNodeSetParams
-static int _ncclgo_tramp_cuGraphExecExternalSemaphoresWaitNodeSetParams(uintptr_t fp, uintptr_t a0, uintptr_t a1, void *a2) {
+static int _ncclgo_tramp_cuGraphExecExternalSemaphoresWaitNodeSetParams(uintptr_t fp, uintptr_t a0, uintptr_t a1, CUDA_EXT_SEM_WAIT_NODE_PARAMS *a2) {
 	return (int)((CUresult (*)(CUgraphExec, CUgraphNode, const CUDA_EXT_SEM_WAIT_NODE_PARAMS *))fp)((CUgraphExec)a0, (CUgraphNode)a1, (const CUDA_EXT_SEM_WAIT_NODE_PARAMS *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuGraphExecGetFlags
 #cgo nocallback _ncclgo_tramp_cuGraphExecGetFlags
-static int _ncclgo_tramp_cuGraphExecGetFlags(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuGraphExecGetFlags(uintptr_t fp, uintptr_t a0, cuuint64_t *a1) {
 	return (int)((CUresult (*)(CUgraphExec, cuuint64_t *))fp)((CUgraphExec)a0, (cuuint64_t *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGraphExecHostNodeSetParams
 #cgo nocallback _ncclgo_tramp_cuGraphExecHostNodeSetParams
-static int _ncclgo_tramp_cuGraphExecHostNodeSetParams(uintptr_t fp, uintptr_t a0, uintptr_t a1, void *a2) {
+static int _ncclgo_tramp_cuGraphExecHostNodeSetParams(uintptr_t fp, uintptr_t a0, uintptr_t a1, CUDA_HOST_NODE_PARAMS *a2) {
 	return (int)((CUresult (*)(CUgraphExec, CUgraphNode, const CUDA_HOST_NODE_PARAMS *))fp)((CUgraphExec)a0, (CUgraphNode)a1, (const CUDA_HOST_NODE_PARAMS *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuGraphExecKernelNodeSetParams_v2
 #cgo nocallback _ncclgo_tramp_cuGraphExecKernelNodeSetParams_v2
-static int _ncclgo_tramp_cuGraphExecKernelNodeSetParams_v2(uintptr_t fp, uintptr_t a0, uintptr_t a1, void *a2) {
+static int _ncclgo_tramp_cuGraphExecKernelNodeSetParams_v2(uintptr_t fp, uintptr_t a0, uintptr_t a1, CUDA_KERNEL_NODE_PARAMS *a2) {
 	return (int)((CUresult (*)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *))fp)((CUgraphExec)a0, (CUgraphNode)a1, (const CUDA_KERNEL_NODE_PARAMS *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuGraphExecKernelNodeSetParams
 #cgo nocallback _ncclgo_tramp_cuGraphExecKernelNodeSetParams
-static int _ncclgo_tramp_cuGraphExecKernelNodeSetParams(uintptr_t fp, uintptr_t a0, uintptr_t a1, void *a2) {
+static int _ncclgo_tramp_cuGraphExecKernelNodeSetParams(uintptr_t fp, uintptr_t a0, uintptr_t a1, CUDA_KERNEL_NODE_PARAMS_v1 *a2) {
 	return (int)((CUresult (*)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS_v1 *))fp)((CUgraphExec)a0, (CUgraphNode)a1, (const CUDA_KERNEL_NODE_PARAMS_v1 *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuGraphExecMemcpyNodeSetParams
 #cgo nocallback _ncclgo_tramp_cuGraphExecMemcpyNodeSetParams
-static int _ncclgo_tramp_cuGraphExecMemcpyNodeSetParams(uintptr_t fp, uintptr_t a0, uintptr_t a1, void *a2, uintptr_t a3) {
+static int _ncclgo_tramp_cuGraphExecMemcpyNodeSetParams(uintptr_t fp, uintptr_t a0, uintptr_t a1, CUDA_MEMCPY3D *a2, uintptr_t a3) {
 	return (int)((CUresult (*)(CUgraphExec, CUgraphNode, const CUDA_MEMCPY3D *, CUcontext))fp)((CUgraphExec)a0, (CUgraphNode)a1, (const CUDA_MEMCPY3D *)a2, (CUcontext)a3);
 }
 #cgo noescape _ncclgo_tramp_cuGraphExecMemsetNodeSetParams
 #cgo nocallback _ncclgo_tramp_cuGraphExecMemsetNodeSetParams
-static int _ncclgo_tramp_cuGraphExecMemsetNodeSetParams(uintptr_t fp, uintptr_t a0, uintptr_t a1, void *a2, uintptr_t a3) {
+static int _ncclgo_tramp_cuGraphExecMemsetNodeSetParams(uintptr_t fp, uintptr_t a0, uintptr_t a1, CUDA_MEMSET_NODE_PARAMS *a2, uintptr_t a3) {
 	return (int)((CUresult (*)(CUgraphExec, CUgraphNode, const CUDA_MEMSET_NODE_PARAMS *, CUcontext))fp)((CUgraphExec)a0, (CUgraphNode)a1, (const CUDA_MEMSET_NODE_PARAMS *)a2, (CUcontext)a3);
 }
 #cgo noescape _ncclgo_tramp_cuGraphExecNodeSetParams
 #cgo nocallback _ncclgo_tramp_cuGraphExecNodeSetParams
-static int _ncclgo_tramp_cuGraphExecNodeSetParams(uintptr_t fp, uintptr_t a0, uintptr_t a1, void *a2) {
+static int _ncclgo_tramp_cuGraphExecNodeSetParams(uintptr_t fp, uintptr_t a0, uintptr_t a1, CUgraphNodeParams *a2) {
 	return (int)((CUresult (*)(CUgraphExec, CUgraphNode, CUgraphNodeParams *))fp)((CUgraphExec)a0, (CUgraphNode)a1, (CUgraphNodeParams *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuGraphExecUpdate_v2
 #cgo nocallback _ncclgo_tramp_cuGraphExecUpdate_v2
-static int _ncclgo_tramp_cuGraphExecUpdate_v2(uintptr_t fp, uintptr_t a0, uintptr_t a1, void *a2) {
+static int _ncclgo_tramp_cuGraphExecUpdate_v2(uintptr_t fp, uintptr_t a0, uintptr_t a1, CUgraphExecUpdateResultInfo *a2) {
 	return (int)((CUresult (*)(CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo *))fp)((CUgraphExec)a0, (CUgraph)a1, (CUgraphExecUpdateResultInfo *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuGraphExecUpdate
 #cgo nocallback _ncclgo_tramp_cuGraphExecUpdate
-static int _ncclgo_tramp_cuGraphExecUpdate(uintptr_t fp, uintptr_t a0, uintptr_t a1, void *a2, void *a3) {
+static int _ncclgo_tramp_cuGraphExecUpdate(uintptr_t fp, uintptr_t a0, uintptr_t a1, CUgraphNode *a2, CUgraphExecUpdateResult *a3) {
 	return (int)((CUresult (*)(CUgraphExec, CUgraph, CUgraphNode *, CUgraphExecUpdateResult *))fp)((CUgraphExec)a0, (CUgraph)a1, (CUgraphNode *)a2, (CUgraphExecUpdateResult *)a3);
 }
 #cgo noescape _ncclgo_tramp_cuGraphExternalSemaphoresSignalNodeGetParams
 #cgo nocallback _ncclgo_tramp_cuGraphExternalSemaphoresSignalNodeGetParams
-static int _ncclgo_tramp_cuGraphExternalSemaphoresSignalNodeGetParams(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuGraphExternalSemaphoresSignalNodeGetParams(uintptr_t fp, uintptr_t a0, CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *a1) {
 	return (int)((CUresult (*)(CUgraphNode, CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *))fp)((CUgraphNode)a0, (CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGraphExternalSemaphoresSignalNodeSetParams
 #cgo nocallback _ncclgo_tramp_cuGraphExternalSemaphoresSignalNodeSetParams
-static int _ncclgo_tramp_cuGraphExternalSemaphoresSignalNodeSetParams(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuGraphExternalSemaphoresSignalNodeSetParams(uintptr_t fp, uintptr_t a0, CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *a1) {
 	return (int)((CUresult (*)(CUgraphNode, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *))fp)((CUgraphNode)a0, (const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGraphExternalSemaphoresWaitNodeGetParams
 #cgo nocallback _ncclgo_tramp_cuGraphExternalSemaphoresWaitNodeGetParams
-static int _ncclgo_tramp_cuGraphExternalSemaphoresWaitNodeGetParams(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuGraphExternalSemaphoresWaitNodeGetParams(uintptr_t fp, uintptr_t a0, CUDA_EXT_SEM_WAIT_NODE_PARAMS *a1) {
 	return (int)((CUresult (*)(CUgraphNode, CUDA_EXT_SEM_WAIT_NODE_PARAMS *))fp)((CUgraphNode)a0, (CUDA_EXT_SEM_WAIT_NODE_PARAMS *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGraphExternalSemaphoresWaitNodeSetParams
 #cgo nocallback _ncclgo_tramp_cuGraphExternalSemaphoresWaitNodeSetParams
-static int _ncclgo_tramp_cuGraphExternalSemaphoresWaitNodeSetParams(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuGraphExternalSemaphoresWaitNodeSetParams(uintptr_t fp, uintptr_t a0, CUDA_EXT_SEM_WAIT_NODE_PARAMS *a1) {
 	return (int)((CUresult (*)(CUgraphNode, const CUDA_EXT_SEM_WAIT_NODE_PARAMS *))fp)((CUgraphNode)a0, (const CUDA_EXT_SEM_WAIT_NODE_PARAMS *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGraphGetEdges
 #cgo nocallback _ncclgo_tramp_cuGraphGetEdges
-static int _ncclgo_tramp_cuGraphGetEdges(uintptr_t fp, uintptr_t a0, void *a1, void *a2, void *a3) {
+static int _ncclgo_tramp_cuGraphGetEdges(uintptr_t fp, uintptr_t a0, CUgraphNode *a1, CUgraphNode *a2, size_t *a3) {
 	return (int)((CUresult (*)(CUgraph, CUgraphNode *, CUgraphNode *, size_t *))fp)((CUgraph)a0, (CUgraphNode *)a1, (CUgraphNode *)a2, (size_t *)a3);
 }
 #cgo noescape _ncclgo_tramp_cuGraphGetEdges_v2
 #cgo nocallback _ncclgo_tramp_cuGraphGetEdges_v2
-static int _ncclgo_tramp_cuGraphGetEdges_v2(uintptr_t fp, uintptr_t a0, void *a1, void *a2, void *a3, void *a4) {
+static int _ncclgo_tramp_cuGraphGetEdges_v2(uintptr_t fp, uintptr_t a0, CUgraphNode *a1, CUgraphNode *a2, CUgraphEdgeData *a3, size_t *a4) {
 	return (int)((CUresult (*)(CUgraph, CUgraphNode *, CUgraphNode *, CUgraphEdgeData *, size_t *))fp)((CUgraph)a0, (CUgraphNode *)a1, (CUgraphNode *)a2, (CUgraphEdgeData *)a3, (size_t *)a4);
 }
 #cgo noescape _ncclgo_tramp_cuGraphGetNodes
 #cgo nocallback _ncclgo_tramp_cuGraphGetNodes
-static int _ncclgo_tramp_cuGraphGetNodes(uintptr_t fp, uintptr_t a0, void *a1, void *a2) {
+static int _ncclgo_tramp_cuGraphGetNodes(uintptr_t fp, uintptr_t a0, CUgraphNode *a1, size_t *a2) {
 	return (int)((CUresult (*)(CUgraph, CUgraphNode *, size_t *))fp)((CUgraph)a0, (CUgraphNode *)a1, (size_t *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuGraphGetRootNodes
 #cgo nocallback _ncclgo_tramp_cuGraphGetRootNodes
-static int _ncclgo_tramp_cuGraphGetRootNodes(uintptr_t fp, uintptr_t a0, void *a1, void *a2) {
+static int _ncclgo_tramp_cuGraphGetRootNodes(uintptr_t fp, uintptr_t a0, CUgraphNode *a1, size_t *a2) {
 	return (int)((CUresult (*)(CUgraph, CUgraphNode *, size_t *))fp)((CUgraph)a0, (CUgraphNode *)a1, (size_t *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuGraphHostNodeGetParams
 #cgo nocallback _ncclgo_tramp_cuGraphHostNodeGetParams
-static int _ncclgo_tramp_cuGraphHostNodeGetParams(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuGraphHostNodeGetParams(uintptr_t fp, uintptr_t a0, CUDA_HOST_NODE_PARAMS *a1) {
 	return (int)((CUresult (*)(CUgraphNode, CUDA_HOST_NODE_PARAMS *))fp)((CUgraphNode)a0, (CUDA_HOST_NODE_PARAMS *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGraphHostNodeSetParams
 #cgo nocallback _ncclgo_tramp_cuGraphHostNodeSetParams
-static int _ncclgo_tramp_cuGraphHostNodeSetParams(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuGraphHostNodeSetParams(uintptr_t fp, uintptr_t a0, CUDA_HOST_NODE_PARAMS *a1) {
 	return (int)((CUresult (*)(CUgraphNode, const CUDA_HOST_NODE_PARAMS *))fp)((CUgraphNode)a0, (const CUDA_HOST_NODE_PARAMS *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGraphInstantiateWithFlags
 #cgo nocallback _ncclgo_tramp_cuGraphInstantiateWithFlags
-static int _ncclgo_tramp_cuGraphInstantiateWithFlags(uintptr_t fp, void *a0, uintptr_t a1, unsigned long long a2) {
+static int _ncclgo_tramp_cuGraphInstantiateWithFlags(uintptr_t fp, CUgraphExec *a0, uintptr_t a1, unsigned long long a2) {
 	return (int)((CUresult (*)(CUgraphExec *, CUgraph, unsigned long long))fp)((CUgraphExec *)a0, (CUgraph)a1, (unsigned long long)a2);
 }
 #cgo noescape _ncclgo_tramp_cuGraphInstantiate
 #cgo nocallback _ncclgo_tramp_cuGraphInstantiate
-static int _ncclgo_tramp_cuGraphInstantiate(uintptr_t fp, void *a0, uintptr_t a1, void *a2, void *a3, size_t a4) {
+static int _ncclgo_tramp_cuGraphInstantiate(uintptr_t fp, CUgraphExec *a0, uintptr_t a1, CUgraphNode *a2, char *a3, size_t a4) {
 	return (int)((CUresult (*)(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t))fp)((CUgraphExec *)a0, (CUgraph)a1, (CUgraphNode *)a2, (char *)a3, (size_t)a4);
 }
 #cgo noescape _ncclgo_tramp_cuGraphInstantiate_v2
 #cgo nocallback _ncclgo_tramp_cuGraphInstantiate_v2
-static int _ncclgo_tramp_cuGraphInstantiate_v2(uintptr_t fp, void *a0, uintptr_t a1, void *a2, void *a3, size_t a4) {
+static int _ncclgo_tramp_cuGraphInstantiate_v2(uintptr_t fp, CUgraphExec *a0, uintptr_t a1, CUgraphNode *a2, char *a3, size_t a4) {
 	return (int)((CUresult (*)(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t))fp)((CUgraphExec *)a0, (CUgraph)a1, (CUgraphNode *)a2, (char *)a3, (size_t)a4);
 }
 #cgo noescape _ncclgo_tramp_cuGraphInstantiateWithParams
 #cgo nocallback _ncclgo_tramp_cuGraphInstantiateWithParams
-static int _ncclgo_tramp_cuGraphInstantiateWithParams(uintptr_t fp, void *a0, uintptr_t a1, void *a2) {
+static int _ncclgo_tramp_cuGraphInstantiateWithParams(uintptr_t fp, CUgraphExec *a0, uintptr_t a1, CUDA_GRAPH_INSTANTIATE_PARAMS *a2) {
 	return (int)((CUresult (*)(CUgraphExec *, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS *))fp)((CUgraphExec *)a0, (CUgraph)a1, (CUDA_GRAPH_INSTANTIATE_PARAMS *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuGraphInstantiateWithParams_ptsz
 #cgo nocallback _ncclgo_tramp_cuGraphInstantiateWithParams_ptsz
-static int _ncclgo_tramp_cuGraphInstantiateWithParams_ptsz(uintptr_t fp, void *a0, uintptr_t a1, void *a2) {
+static int _ncclgo_tramp_cuGraphInstantiateWithParams_ptsz(uintptr_t fp, CUgraphExec *a0, uintptr_t a1, CUDA_GRAPH_INSTANTIATE_PARAMS *a2) {
 	return (int)((CUresult (*)(CUgraphExec *, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS *))fp)((CUgraphExec *)a0, (CUgraph)a1, (CUDA_GRAPH_INSTANTIATE_PARAMS *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuGraphKernelNodeCopyAttributes
@@ -1177,32 +1177,32 @@ static int _ncclgo_tramp_cuGraphKernelNodeCopyAttributes(uintptr_t fp, uintptr_t
 }
 #cgo noescape _ncclgo_tramp_cuGraphKernelNodeGetAttribute
 #cgo nocallback _ncclgo_tramp_cuGraphKernelNodeGetAttribute
-static int _ncclgo_tramp_cuGraphKernelNodeGetAttribute(uintptr_t fp, uintptr_t a0, int a1, void *a2) {
+static int _ncclgo_tramp_cuGraphKernelNodeGetAttribute(uintptr_t fp, uintptr_t a0, int a1, CUkernelNodeAttrValue *a2) {
 	return (int)((CUresult (*)(CUgraphNode, CUkernelNodeAttrID, CUkernelNodeAttrValue *))fp)((CUgraphNode)a0, (CUkernelNodeAttrID)a1, (CUkernelNodeAttrValue *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuGraphKernelNodeGetParams_v2
 #cgo nocallback _ncclgo_tramp_cuGraphKernelNodeGetParams_v2
-static int _ncclgo_tramp_cuGraphKernelNodeGetParams_v2(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuGraphKernelNodeGetParams_v2(uintptr_t fp, uintptr_t a0, CUDA_KERNEL_NODE_PARAMS *a1) {
 	return (int)((CUresult (*)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS *))fp)((CUgraphNode)a0, (CUDA_KERNEL_NODE_PARAMS *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGraphKernelNodeGetParams
 #cgo nocallback _ncclgo_tramp_cuGraphKernelNodeGetParams
-static int _ncclgo_tramp_cuGraphKernelNodeGetParams(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuGraphKernelNodeGetParams(uintptr_t fp, uintptr_t a0, CUDA_KERNEL_NODE_PARAMS_v1 *a1) {
 	return (int)((CUresult (*)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS_v1 *))fp)((CUgraphNode)a0, (CUDA_KERNEL_NODE_PARAMS_v1 *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGraphKernelNodeSetAttribute
 #cgo nocallback _ncclgo_tramp_cuGraphKernelNodeSetAttribute
-static int _ncclgo_tramp_cuGraphKernelNodeSetAttribute(uintptr_t fp, uintptr_t a0, int a1, void *a2) {
+static int _ncclgo_tramp_cuGraphKernelNodeSetAttribute(uintptr_t fp, uintptr_t a0, int a1, CUkernelNodeAttrValue *a2) {
 	return (int)((CUresult (*)(CUgraphNode, CUkernelNodeAttrID, const CUkernelNodeAttrValue *))fp)((CUgraphNode)a0, (CUkernelNodeAttrID)a1, (const CUkernelNodeAttrValue *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuGraphKernelNodeSetParams_v2
 #cgo nocallback _ncclgo_tramp_cuGraphKernelNodeSetParams_v2
-static int _ncclgo_tramp_cuGraphKernelNodeSetParams_v2(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuGraphKernelNodeSetParams_v2(uintptr_t fp, uintptr_t a0, CUDA_KERNEL_NODE_PARAMS *a1) {
 	return (int)((CUresult (*)(CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *))fp)((CUgraphNode)a0, (const CUDA_KERNEL_NODE_PARAMS *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGraphKernelNodeSetParams
 #cgo nocallback _ncclgo_tramp_cuGraphKernelNodeSetParams
-static int _ncclgo_tramp_cuGraphKernelNodeSetParams(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuGraphKernelNodeSetParams(uintptr_t fp, uintptr_t a0, CUDA_KERNEL_NODE_PARAMS_v1 *a1) {
 	return (int)((CUresult (*)(CUgraphNode, const CUDA_KERNEL_NODE_PARAMS_v1 *))fp)((CUgraphNode)a0, (const CUDA_KERNEL_NODE_PARAMS_v1 *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGraphLaunch
@@ -1217,67 +1217,67 @@ static int _ncclgo_tramp_cuGraphLaunch_ptsz(uintptr_t fp, uintptr_t a0, uintptr_
 }
 #cgo noescape _ncclgo_tramp_cuGraphMemAllocNodeGetParams
 #cgo nocallback _ncclgo_tramp_cuGraphMemAllocNodeGetParams
-static int _ncclgo_tramp_cuGraphMemAllocNodeGetParams(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuGraphMemAllocNodeGetParams(uintptr_t fp, uintptr_t a0, CUDA_MEM_ALLOC_NODE_PARAMS *a1) {
 	return (int)((CUresult (*)(CUgraphNode, CUDA_MEM_ALLOC_NODE_PARAMS *))fp)((CUgraphNode)a0, (CUDA_MEM_ALLOC_NODE_PARAMS *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGraphMemFreeNodeGetParams
 #cgo nocallback _ncclgo_tramp_cuGraphMemFreeNodeGetParams
-static int _ncclgo_tramp_cuGraphMemFreeNodeGetParams(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuGraphMemFreeNodeGetParams(uintptr_t fp, uintptr_t a0, CUdeviceptr *a1) {
 	return (int)((CUresult (*)(CUgraphNode, CUdeviceptr *))fp)((CUgraphNode)a0, (CUdeviceptr *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGraphMemcpyNodeGetParams
 #cgo nocallback _ncclgo_tramp_cuGraphMemcpyNodeGetParams
-static int _ncclgo_tramp_cuGraphMemcpyNodeGetParams(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuGraphMemcpyNodeGetParams(uintptr_t fp, uintptr_t a0, CUDA_MEMCPY3D *a1) {
 	return (int)((CUresult (*)(CUgraphNode, CUDA_MEMCPY3D *))fp)((CUgraphNode)a0, (CUDA_MEMCPY3D *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGraphMemcpyNodeSetParams
 #cgo nocallback _ncclgo_tramp_cuGraphMemcpyNodeSetParams
-static int _ncclgo_tramp_cuGraphMemcpyNodeSetParams(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuGraphMemcpyNodeSetParams(uintptr_t fp, uintptr_t a0, CUDA_MEMCPY3D *a1) {
 	return (int)((CUresult (*)(CUgraphNode, const CUDA_MEMCPY3D *))fp)((CUgraphNode)a0, (const CUDA_MEMCPY3D *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGraphMemsetNodeGetParams
 #cgo nocallback _ncclgo_tramp_cuGraphMemsetNodeGetParams
-static int _ncclgo_tramp_cuGraphMemsetNodeGetParams(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuGraphMemsetNodeGetParams(uintptr_t fp, uintptr_t a0, CUDA_MEMSET_NODE_PARAMS *a1) {
 	return (int)((CUresult (*)(CUgraphNode, CUDA_MEMSET_NODE_PARAMS *))fp)((CUgraphNode)a0, (CUDA_MEMSET_NODE_PARAMS *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGraphMemsetNodeSetParams
 #cgo nocallback _ncclgo_tramp_cuGraphMemsetNodeSetParams
-static int _ncclgo_tramp_cuGraphMemsetNodeSetParams(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuGraphMemsetNodeSetParams(uintptr_t fp, uintptr_t a0, CUDA_MEMSET_NODE_PARAMS *a1) {
 	return (int)((CUresult (*)(CUgraphNode, const CUDA_MEMSET_NODE_PARAMS *))fp)((CUgraphNode)a0, (const CUDA_MEMSET_NODE_PARAMS *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGraphNodeFindInClone
 #cgo nocallback _ncclgo_tramp_cuGraphNodeFindInClone
-static int _ncclgo_tramp_cuGraphNodeFindInClone(uintptr_t fp, void *a0, uintptr_t a1, uintptr_t a2) {
+static int _ncclgo_tramp_cuGraphNodeFindInClone(uintptr_t fp, CUgraphNode *a0, uintptr_t a1, uintptr_t a2) {
 	return (int)((CUresult (*)(CUgraphNode *, CUgraphNode, CUgraph))fp)((CUgraphNode *)a0, (CUgraphNode)a1, (CUgraph)a2);
 }
 #cgo noescape _ncclgo_tramp_cuGraphNodeGetDependencies
 #cgo nocallback _ncclgo_tramp_cuGraphNodeGetDependencies
-static int _ncclgo_tramp_cuGraphNodeGetDependencies(uintptr_t fp, uintptr_t a0, void *a1, void *a2) {
+static int _ncclgo_tramp_cuGraphNodeGetDependencies(uintptr_t fp, uintptr_t a0, CUgraphNode *a1, size_t *a2) {
 	return (int)((CUresult (*)(CUgraphNode, CUgraphNode *, size_t *))fp)((CUgraphNode)a0, (CUgraphNode *)a1, (size_t *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuGraphNodeGetDependencies_v2
 #cgo nocallback _ncclgo_tramp_cuGraphNodeGetDependencies_v2
-static int _ncclgo_tramp_cuGraphNodeGetDependencies_v2(uintptr_t fp, uintptr_t a0, void *a1, void *a2, void *a3) {
+static int _ncclgo_tramp_cuGraphNodeGetDependencies_v2(uintptr_t fp, uintptr_t a0, CUgraphNode *a1, CUgraphEdgeData *a2, size_t *a3) {
 	return (int)((CUresult (*)(CUgraphNode, CUgraphNode *, CUgraphEdgeData *, size_t *))fp)((CUgraphNode)a0, (CUgraphNode *)a1, (CUgraphEdgeData *)a2, (size_t *)a3);
 }
 #cgo noescape _ncclgo_tramp_cuGraphNodeGetDependentNodes
 #cgo nocallback _ncclgo_tramp_cuGraphNodeGetDependentNodes
-static int _ncclgo_tramp_cuGraphNodeGetDependentNodes(uintptr_t fp, uintptr_t a0, void *a1, void *a2) {
+static int _ncclgo_tramp_cuGraphNodeGetDependentNodes(uintptr_t fp, uintptr_t a0, CUgraphNode *a1, size_t *a2) {
 	return (int)((CUresult (*)(CUgraphNode, CUgraphNode *, size_t *))fp)((CUgraphNode)a0, (CUgraphNode *)a1, (size_t *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuGraphNodeGetDependentNodes_v2
 #cgo nocallback _ncclgo_tramp_cuGraphNodeGetDependentNodes_v2
-static int _ncclgo_tramp_cuGraphNodeGetDependentNodes_v2(uintptr_t fp, uintptr_t a0, void *a1, void *a2, void *a3) {
+static int _ncclgo_tramp_cuGraphNodeGetDependentNodes_v2(uintptr_t fp, uintptr_t a0, CUgraphNode *a1, CUgraphEdgeData *a2, size_t *a3) {
 	return (int)((CUresult (*)(CUgraphNode, CUgraphNode *, CUgraphEdgeData *, size_t *))fp)((CUgraphNode)a0, (CUgraphNode *)a1, (CUgraphEdgeData *)a2, (size_t *)a3);
 }
 #cgo noescape _ncclgo_tramp_cuGraphNodeGetEnabled
 #cgo nocallback _ncclgo_tramp_cuGraphNodeGetEnabled
-static int _ncclgo_tramp_cuGraphNodeGetEnabled(uintptr_t fp, uintptr_t a0, uintptr_t a1, void *a2) {
+static int _ncclgo_tramp_cuGraphNodeGetEnabled(uintptr_t fp, uintptr_t a0, uintptr_t a1, unsigned int *a2) {
 	return (int)((CUresult (*)(CUgraphExec, CUgraphNode, unsigned int *))fp)((CUgraphExec)a0, (CUgraphNode)a1, (unsigned int *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuGraphNodeGetType
 #cgo nocallback _ncclgo_tramp_cuGraphNodeGetType
-static int _ncclgo_tramp_cuGraphNodeGetType(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuGraphNodeGetType(uintptr_t fp, uintptr_t a0, CUgraphNodeType *a1) {
 	return (int)((CUresult (*)(CUgraphNode, CUgraphNodeType *))fp)((CUgraphNode)a0, (CUgraphNodeType *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGraphNodeSetEnabled
@@ -1287,7 +1287,7 @@ static int _ncclgo_tramp_cuGraphNodeSetEnabled(uintptr_t fp, uintptr_t a0, uintp
 }
 #cgo noescape _ncclgo_tramp_cuGraphNodeSetParams
 #cgo nocallback _ncclgo_tramp_cuGraphNodeSetParams
-static int _ncclgo_tramp_cuGraphNodeSetParams(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuGraphNodeSetParams(uintptr_t fp, uintptr_t a0, CUgraphNodeParams *a1) {
 	return (int)((CUresult (*)(CUgraphNode, CUgraphNodeParams *))fp)((CUgraphNode)a0, (CUgraphNodeParams *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGraphReleaseUserObject
@@ -1297,12 +1297,12 @@ static int _ncclgo_tramp_cuGraphReleaseUserObject(uintptr_t fp, uintptr_t a0, ui
 }
 #cgo noescape _ncclgo_tramp_cuGraphRemoveDependencies
 #cgo nocallback _ncclgo_tramp_cuGraphRemoveDependencies
-static int _ncclgo_tramp_cuGraphRemoveDependencies(uintptr_t fp, uintptr_t a0, void *a1, void *a2, size_t a3) {
+static int _ncclgo_tramp_cuGraphRemoveDependencies(uintptr_t fp, uintptr_t a0, CUgraphNode *a1, CUgraphNode *a2, size_t a3) {
 	return (int)((CUresult (*)(CUgraph, const CUgraphNode *, const CUgraphNode *, size_t))fp)((CUgraph)a0, (const CUgraphNode *)a1, (const CUgraphNode *)a2, (size_t)a3);
 }
 #cgo noescape _ncclgo_tramp_cuGraphRemoveDependencies_v2
 #cgo nocallback _ncclgo_tramp_cuGraphRemoveDependencies_v2
-static int _ncclgo_tramp_cuGraphRemoveDependencies_v2(uintptr_t fp, uintptr_t a0, void *a1, void *a2, void *a3, size_t a4) {
+static int _ncclgo_tramp_cuGraphRemoveDependencies_v2(uintptr_t fp, uintptr_t a0, CUgraphNode *a1, CUgraphNode *a2, CUgraphEdgeData *a3, size_t a4) {
 	return (int)((CUresult (*)(CUgraph, const CUgraphNode *, const CUgraphNode *, const CUgraphEdgeData *, size_t))fp)((CUgraph)a0, (const CUgraphNode *)a1, (const CUgraphNode *)a2, (const CUgraphEdgeData *)a3, (size_t)a4);
 }
 #cgo noescape _ncclgo_tramp_cuGraphRetainUserObject
@@ -1322,27 +1322,27 @@ static int _ncclgo_tramp_cuGraphUpload_ptsz(uintptr_t fp, uintptr_t a0, uintptr_
 }
 #cgo noescape _ncclgo_tramp_cuGraphicsMapResources
 #cgo nocallback _ncclgo_tramp_cuGraphicsMapResources
-static int _ncclgo_tramp_cuGraphicsMapResources(uintptr_t fp, unsigned int a0, void *a1, uintptr_t a2) {
+static int _ncclgo_tramp_cuGraphicsMapResources(uintptr_t fp, unsigned int a0, CUgraphicsResource *a1, uintptr_t a2) {
 	return (int)((CUresult (*)(unsigned int, CUgraphicsResource *, CUstream))fp)((unsigned int)a0, (CUgraphicsResource *)a1, (CUstream)a2);
 }
 #cgo noescape _ncclgo_tramp_cuGraphicsMapResources_ptsz
 #cgo nocallback _ncclgo_tramp_cuGraphicsMapResources_ptsz
-static int _ncclgo_tramp_cuGraphicsMapResources_ptsz(uintptr_t fp, unsigned int a0, void *a1, uintptr_t a2) {
+static int _ncclgo_tramp_cuGraphicsMapResources_ptsz(uintptr_t fp, unsigned int a0, CUgraphicsResource *a1, uintptr_t a2) {
 	return (int)((CUresult (*)(unsigned int, CUgraphicsResource *, CUstream))fp)((unsigned int)a0, (CUgraphicsResource *)a1, (CUstream)a2);
 }
 #cgo noescape _ncclgo_tramp_cuGraphicsResourceGetMappedMipmappedArray
 #cgo nocallback _ncclgo_tramp_cuGraphicsResourceGetMappedMipmappedArray
-static int _ncclgo_tramp_cuGraphicsResourceGetMappedMipmappedArray(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuGraphicsResourceGetMappedMipmappedArray(uintptr_t fp, CUmipmappedArray *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(CUmipmappedArray *, CUgraphicsResource))fp)((CUmipmappedArray *)a0, (CUgraphicsResource)a1);
 }
 #cgo noescape _ncclgo_tramp_cuGraphicsResourceGetMappedPointer_v2
 #cgo nocallback _ncclgo_tramp_cuGraphicsResourceGetMappedPointer_v2
-static int _ncclgo_tramp_cuGraphicsResourceGetMappedPointer_v2(uintptr_t fp, void *a0, void *a1, uintptr_t a2) {
+static int _ncclgo_tramp_cuGraphicsResourceGetMappedPointer_v2(uintptr_t fp, CUdeviceptr *a0, size_t *a1, uintptr_t a2) {
 	return (int)((CUresult (*)(CUdeviceptr *, size_t *, CUgraphicsResource))fp)((CUdeviceptr *)a0, (size_t *)a1, (CUgraphicsResource)a2);
 }
 #cgo noescape _ncclgo_tramp_cuGraphicsResourceGetMappedPointer
 #cgo nocallback _ncclgo_tramp_cuGraphicsResourceGetMappedPointer
-static int _ncclgo_tramp_cuGraphicsResourceGetMappedPointer(uintptr_t fp, void *a0, void *a1, uintptr_t a2) {
+static int _ncclgo_tramp_cuGraphicsResourceGetMappedPointer(uintptr_t fp, CUdeviceptr_v1 *a0, unsigned int *a1, uintptr_t a2) {
 	return (int)((CUresult (*)(CUdeviceptr_v1 *, unsigned int *, CUgraphicsResource))fp)((CUdeviceptr_v1 *)a0, (unsigned int *)a1, (CUgraphicsResource)a2);
 }
 #cgo noescape _ncclgo_tramp_cuGraphicsResourceSetMapFlags_v2
@@ -1357,17 +1357,17 @@ static int _ncclgo_tramp_cuGraphicsResourceSetMapFlags(uintptr_t fp, uintptr_t a
 }
 #cgo noescape _ncclgo_tramp_cuGraphicsSubResourceGetMappedArray
 #cgo nocallback _ncclgo_tramp_cuGraphicsSubResourceGetMappedArray
-static int _ncclgo_tramp_cuGraphicsSubResourceGetMappedArray(uintptr_t fp, void *a0, uintptr_t a1, unsigned int a2, unsigned int a3) {
+static int _ncclgo_tramp_cuGraphicsSubResourceGetMappedArray(uintptr_t fp, CUarray *a0, uintptr_t a1, unsigned int a2, unsigned int a3) {
 	return (int)((CUresult (*)(CUarray *, CUgraphicsResource, unsigned int, unsigned int))fp)((CUarray *)a0, (CUgraphicsResource)a1, (unsigned int)a2, (unsigned int)a3);
 }
 #cgo noescape _ncclgo_tramp_cuGraphicsUnmapResources
 #cgo nocallback _ncclgo_tramp_cuGraphicsUnmapResources
-static int _ncclgo_tramp_cuGraphicsUnmapResources(uintptr_t fp, unsigned int a0, void *a1, uintptr_t a2) {
+static int _ncclgo_tramp_cuGraphicsUnmapResources(uintptr_t fp, unsigned int a0, CUgraphicsResource *a1, uintptr_t a2) {
 	return (int)((CUresult (*)(unsigned int, CUgraphicsResource *, CUstream))fp)((unsigned int)a0, (CUgraphicsResource *)a1, (CUstream)a2);
 }
 #cgo noescape _ncclgo_tramp_cuGraphicsUnmapResources_ptsz
 #cgo nocallback _ncclgo_tramp_cuGraphicsUnmapResources_ptsz
-static int _ncclgo_tramp_cuGraphicsUnmapResources_ptsz(uintptr_t fp, unsigned int a0, void *a1, uintptr_t a2) {
+static int _ncclgo_tramp_cuGraphicsUnmapResources_ptsz(uintptr_t fp, unsigned int a0, CUgraphicsResource *a1, uintptr_t a2) {
 	return (int)((CUresult (*)(unsigned int, CUgraphicsResource *, CUstream))fp)((unsigned int)a0, (CUgraphicsResource *)a1, (CUstream)a2);
 }
 #cgo noescape _ncclgo_tramp_cuGraphicsUnregisterResource
@@ -1377,7 +1377,7 @@ static int _ncclgo_tramp_cuGraphicsUnregisterResource(uintptr_t fp, uintptr_t a0
 }
 #cgo noescape _ncclgo_tramp_cuGreenCtxCreate
 #cgo nocallback _ncclgo_tramp_cuGreenCtxCreate
-static int _ncclgo_tramp_cuGreenCtxCreate(uintptr_t fp, void *a0, uintptr_t a1, int a2, unsigned int a3) {
+static int _ncclgo_tramp_cuGreenCtxCreate(uintptr_t fp, CUgreenCtx *a0, uintptr_t a1, int a2, unsigned int a3) {
 	return (int)((CUresult (*)(CUgreenCtx *, CUdevResourceDesc, CUdevice, unsigned int))fp)((CUgreenCtx *)a0, (CUdevResourceDesc)a1, (CUdevice)a2, (unsigned int)a3);
 }
 #cgo noescape _ncclgo_tramp_cuGreenCtxDestroy
@@ -1387,7 +1387,7 @@ static int _ncclgo_tramp_cuGreenCtxDestroy(uintptr_t fp, uintptr_t a0) {
 }
 #cgo noescape _ncclgo_tramp_cuGreenCtxGetDevResource
 #cgo nocallback _ncclgo_tramp_cuGreenCtxGetDevResource
-static int _ncclgo_tramp_cuGreenCtxGetDevResource(uintptr_t fp, uintptr_t a0, void *a1, int a2) {
+static int _ncclgo_tramp_cuGreenCtxGetDevResource(uintptr_t fp, uintptr_t a0, CUdevResource *a1, int a2) {
 	return (int)((CUresult (*)(CUgreenCtx, CUdevResource *, CUdevResourceType))fp)((CUgreenCtx)a0, (CUdevResource *)a1, (CUdevResourceType)a2);
 }
 #cgo noescape _ncclgo_tramp_cuGreenCtxRecordEvent
@@ -1402,12 +1402,12 @@ static int _ncclgo_tramp_cuGreenCtxWaitEvent(uintptr_t fp, uintptr_t a0, uintptr
 }
 #cgo noescape _ncclgo_tramp_cuImportExternalMemory
 #cgo nocallback _ncclgo_tramp_cuImportExternalMemory
-static int _ncclgo_tramp_cuImportExternalMemory(uintptr_t fp, void *a0, void *a1) {
+static int _ncclgo_tramp_cuImportExternalMemory(uintptr_t fp, CUexternalMemory *a0, CUDA_EXTERNAL_MEMORY_HANDLE_DESC *a1) {
 	return (int)((CUresult (*)(CUexternalMemory *, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *))fp)((CUexternalMemory *)a0, (const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuImportExternalSemaphore
 #cgo nocallback _ncclgo_tramp_cuImportExternalSemaphore
-static int _ncclgo_tramp_cuImportExternalSemaphore(uintptr_t fp, void *a0, void *a1) {
+static int _ncclgo_tramp_cuImportExternalSemaphore(uintptr_t fp, CUexternalSemaphore *a0, CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC *a1) {
 	return (int)((CUresult (*)(CUexternalSemaphore *, const CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC *))fp)((CUexternalSemaphore *)a0, (const CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuInit
@@ -1422,37 +1422,37 @@ static int _ncclgo_tramp_cuIpcCloseMemHandle(uintptr_t fp, unsigned long long a0
 }
 #cgo noescape _ncclgo_tramp_cuIpcGetEventHandle
 #cgo nocallback _ncclgo_tramp_cuIpcGetEventHandle
-static int _ncclgo_tramp_cuIpcGetEventHandle(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuIpcGetEventHandle(uintptr_t fp, CUipcEventHandle *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(CUipcEventHandle *, CUevent))fp)((CUipcEventHandle *)a0, (CUevent)a1);
 }
 #cgo noescape _ncclgo_tramp_cuIpcGetMemHandle
 #cgo nocallback _ncclgo_tramp_cuIpcGetMemHandle
-static int _ncclgo_tramp_cuIpcGetMemHandle(uintptr_t fp, void *a0, unsigned long long a1) {
+static int _ncclgo_tramp_cuIpcGetMemHandle(uintptr_t fp, CUipcMemHandle *a0, unsigned long long a1) {
 	return (int)((CUresult (*)(CUipcMemHandle *, CUdeviceptr))fp)((CUipcMemHandle *)a0, (CUdeviceptr)a1);
 }
 #cgo noescape _ncclgo_tramp_cuIpcOpenEventHandle
 #cgo nocallback _ncclgo_tramp_cuIpcOpenEventHandle
-static int _ncclgo_tramp_cuIpcOpenEventHandle(uintptr_t fp, void *a0, CUipcEventHandle a1) {
+static int _ncclgo_tramp_cuIpcOpenEventHandle(uintptr_t fp, CUevent *a0, CUipcEventHandle a1) {
 	return (int)((CUresult (*)(CUevent *, CUipcEventHandle))fp)((CUevent *)a0, a1);
 }
 #cgo noescape _ncclgo_tramp_cuIpcOpenMemHandle_v2
 #cgo nocallback _ncclgo_tramp_cuIpcOpenMemHandle_v2
-static int _ncclgo_tramp_cuIpcOpenMemHandle_v2(uintptr_t fp, void *a0, CUipcMemHandle a1, unsigned int a2) {
+static int _ncclgo_tramp_cuIpcOpenMemHandle_v2(uintptr_t fp, CUdeviceptr *a0, CUipcMemHandle a1, unsigned int a2) {
 	return (int)((CUresult (*)(CUdeviceptr *, CUipcMemHandle, unsigned int))fp)((CUdeviceptr *)a0, a1, (unsigned int)a2);
 }
 #cgo noescape _ncclgo_tramp_cuIpcOpenMemHandle
 #cgo nocallback _ncclgo_tramp_cuIpcOpenMemHandle
-static int _ncclgo_tramp_cuIpcOpenMemHandle(uintptr_t fp, void *a0, CUipcMemHandle a1, unsigned int a2) {
+static int _ncclgo_tramp_cuIpcOpenMemHandle(uintptr_t fp, CUdeviceptr *a0, CUipcMemHandle a1, unsigned int a2) {
 	return (int)((CUresult (*)(CUdeviceptr *, CUipcMemHandle, unsigned int))fp)((CUdeviceptr *)a0, a1, (unsigned int)a2);
 }
 #cgo noescape _ncclgo_tramp_cuKernelGetAttribute
 #cgo nocallback _ncclgo_tramp_cuKernelGetAttribute
-static int _ncclgo_tramp_cuKernelGetAttribute(uintptr_t fp, void *a0, int a1, uintptr_t a2, int a3) {
+static int _ncclgo_tramp_cuKernelGetAttribute(uintptr_t fp, int *a0, int a1, uintptr_t a2, int a3) {
 	return (int)((CUresult (*)(int *, CUfunction_attribute, CUkernel, CUdevice))fp)((int *)a0, (CUfunction_attribute)a1, (CUkernel)a2, (CUdevice)a3);
 }
 #cgo noescape _ncclgo_tramp_cuKernelGetFunction
 #cgo nocallback _ncclgo_tramp_cuKernelGetFunction
-static int _ncclgo_tramp_cuKernelGetFunction(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuKernelGetFunction(uintptr_t fp, CUfunction *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(CUfunction *, CUkernel))fp)((CUfunction *)a0, (CUkernel)a1);
 }
 #cgo noescape _ncclgo_tramp_cuKernelGetName
@@ -1462,7 +1462,7 @@ static int _ncclgo_tramp_cuKernelGetName(uintptr_t fp, void *a0, uintptr_t a1) {
 }
 #cgo noescape _ncclgo_tramp_cuKernelGetParamInfo
 #cgo nocallback _ncclgo_tramp_cuKernelGetParamInfo
-static int _ncclgo_tramp_cuKernelGetParamInfo(uintptr_t fp, uintptr_t a0, size_t a1, void *a2, void *a3) {
+static int _ncclgo_tramp_cuKernelGetParamInfo(uintptr_t fp, uintptr_t a0, size_t a1, size_t *a2, size_t *a3) {
 	return (int)((CUresult (*)(CUkernel, size_t, size_t *, size_t *))fp)((CUkernel)a0, (size_t)a1, (size_t *)a2, (size_t *)a3);
 }
 #cgo noescape _ncclgo_tramp_cuKernelSetAttribute
@@ -1487,7 +1487,7 @@ static int _ncclgo_tramp_cuLaunchCooperativeKernel(uintptr_t fp, uintptr_t a0, u
 }
 #cgo noescape _ncclgo_tramp_cuLaunchCooperativeKernelMultiDevice
 #cgo nocallback _ncclgo_tramp_cuLaunchCooperativeKernelMultiDevice
-static int _ncclgo_tramp_cuLaunchCooperativeKernelMultiDevice(uintptr_t fp, void *a0, unsigned int a1, unsigned int a2) {
+static int _ncclgo_tramp_cuLaunchCooperativeKernelMultiDevice(uintptr_t fp, CUDA_LAUNCH_PARAMS *a0, unsigned int a1, unsigned int a2) {
 	return (int)((CUresult (*)(CUDA_LAUNCH_PARAMS *, unsigned int, unsigned int))fp)((CUDA_LAUNCH_PARAMS *)a0, (unsigned int)a1, (unsigned int)a2);
 }
 #cgo noescape _ncclgo_tramp_cuLaunchCooperativeKernel_ptsz
@@ -1522,12 +1522,12 @@ static int _ncclgo_tramp_cuLaunchKernel(uintptr_t fp, uintptr_t a0, unsigned int
 }
 #cgo noescape _ncclgo_tramp_cuLaunchKernelEx
 #cgo nocallback _ncclgo_tramp_cuLaunchKernelEx
-static int _ncclgo_tramp_cuLaunchKernelEx(uintptr_t fp, void *a0, uintptr_t a1, void *a2, void *a3) {
+static int _ncclgo_tramp_cuLaunchKernelEx(uintptr_t fp, CUlaunchConfig *a0, uintptr_t a1, void *a2, void *a3) {
 	return (int)((CUresult (*)(const CUlaunchConfig *, CUfunction, void **, void **))fp)((const CUlaunchConfig *)a0, (CUfunction)a1, (void **)a2, (void **)a3);
 }
 #cgo noescape _ncclgo_tramp_cuLaunchKernelEx_ptsz
 #cgo nocallback _ncclgo_tramp_cuLaunchKernelEx_ptsz
-static int _ncclgo_tramp_cuLaunchKernelEx_ptsz(uintptr_t fp, void *a0, uintptr_t a1, void *a2, void *a3) {
+static int _ncclgo_tramp_cuLaunchKernelEx_ptsz(uintptr_t fp, CUlaunchConfig *a0, uintptr_t a1, void *a2, void *a3) {
 	return (int)((CUresult (*)(const CUlaunchConfig *, CUfunction, void **, void **))fp)((const CUlaunchConfig *)a0, (CUfunction)a1, (void **)a2, (void **)a3);
 }
 #cgo noescape _ncclgo_tramp_cuLaunchKernel_ptsz
@@ -1537,47 +1537,47 @@ static int _ncclgo_tramp_cuLaunchKernel_ptsz(uintptr_t fp, uintptr_t a0, unsigne
 }
 #cgo noescape _ncclgo_tramp_cuLibraryEnumerateKernels
 #cgo nocallback _ncclgo_tramp_cuLibraryEnumerateKernels
-static int _ncclgo_tramp_cuLibraryEnumerateKernels(uintptr_t fp, void *a0, unsigned int a1, uintptr_t a2) {
+static int _ncclgo_tramp_cuLibraryEnumerateKernels(uintptr_t fp, CUkernel *a0, unsigned int a1, uintptr_t a2) {
 	return (int)((CUresult (*)(CUkernel *, unsigned int, CUlibrary))fp)((CUkernel *)a0, (unsigned int)a1, (CUlibrary)a2);
 }
 #cgo noescape _ncclgo_tramp_cuLibraryGetGlobal
 #cgo nocallback _ncclgo_tramp_cuLibraryGetGlobal
-static int _ncclgo_tramp_cuLibraryGetGlobal(uintptr_t fp, void *a0, void *a1, uintptr_t a2, void *a3) {
+static int _ncclgo_tramp_cuLibraryGetGlobal(uintptr_t fp, CUdeviceptr *a0, size_t *a1, uintptr_t a2, char *a3) {
 	return (int)((CUresult (*)(CUdeviceptr *, size_t *, CUlibrary, const char *))fp)((CUdeviceptr *)a0, (size_t *)a1, (CUlibrary)a2, (const char *)a3);
 }
 #cgo noescape _ncclgo_tramp_cuLibraryGetKernel
 #cgo nocallback _ncclgo_tramp_cuLibraryGetKernel
-static int _ncclgo_tramp_cuLibraryGetKernel(uintptr_t fp, void *a0, uintptr_t a1, void *a2) {
+static int _ncclgo_tramp_cuLibraryGetKernel(uintptr_t fp, CUkernel *a0, uintptr_t a1, char *a2) {
 	return (int)((CUresult (*)(CUkernel *, CUlibrary, const char *))fp)((CUkernel *)a0, (CUlibrary)a1, (const char *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuLibraryGetKernelCount
 #cgo nocallback _ncclgo_tramp_cuLibraryGetKernelCount
-static int _ncclgo_tramp_cuLibraryGetKernelCount(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuLibraryGetKernelCount(uintptr_t fp, unsigned int *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(unsigned int *, CUlibrary))fp)((unsigned int *)a0, (CUlibrary)a1);
 }
 #cgo noescape _ncclgo_tramp_cuLibraryGetManaged
 #cgo nocallback _ncclgo_tramp_cuLibraryGetManaged
-static int _ncclgo_tramp_cuLibraryGetManaged(uintptr_t fp, void *a0, void *a1, uintptr_t a2, void *a3) {
+static int _ncclgo_tramp_cuLibraryGetManaged(uintptr_t fp, CUdeviceptr *a0, size_t *a1, uintptr_t a2, char *a3) {
 	return (int)((CUresult (*)(CUdeviceptr *, size_t *, CUlibrary, const char *))fp)((CUdeviceptr *)a0, (size_t *)a1, (CUlibrary)a2, (const char *)a3);
 }
 #cgo noescape _ncclgo_tramp_cuLibraryGetModule
 #cgo nocallback _ncclgo_tramp_cuLibraryGetModule
-static int _ncclgo_tramp_cuLibraryGetModule(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuLibraryGetModule(uintptr_t fp, CUmodule *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(CUmodule *, CUlibrary))fp)((CUmodule *)a0, (CUlibrary)a1);
 }
 #cgo noescape _ncclgo_tramp_cuLibraryGetUnifiedFunction
 #cgo nocallback _ncclgo_tramp_cuLibraryGetUnifiedFunction
-static int _ncclgo_tramp_cuLibraryGetUnifiedFunction(uintptr_t fp, void *a0, uintptr_t a1, void *a2) {
+static int _ncclgo_tramp_cuLibraryGetUnifiedFunction(uintptr_t fp, void *a0, uintptr_t a1, char *a2) {
 	return (int)((CUresult (*)(void **, CUlibrary, const char *))fp)((void **)a0, (CUlibrary)a1, (const char *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuLibraryLoadData
 #cgo nocallback _ncclgo_tramp_cuLibraryLoadData
-static int _ncclgo_tramp_cuLibraryLoadData(uintptr_t fp, void *a0, void *a1, void *a2, void *a3, unsigned int a4, void *a5, void *a6, unsigned int a7) {
+static int _ncclgo_tramp_cuLibraryLoadData(uintptr_t fp, CUlibrary *a0, void *a1, CUjit_option *a2, void *a3, unsigned int a4, CUlibraryOption *a5, void *a6, unsigned int a7) {
 	return (int)((CUresult (*)(CUlibrary *, const void *, CUjit_option *, void **, unsigned int, CUlibraryOption *, void **, unsigned int))fp)((CUlibrary *)a0, (const void *)a1, (CUjit_option *)a2, (void **)a3, (unsigned int)a4, (CUlibraryOption *)a5, (void **)a6, (unsigned int)a7);
 }
 #cgo noescape _ncclgo_tramp_cuLibraryLoadFromFile
 #cgo nocallback _ncclgo_tramp_cuLibraryLoadFromFile
-static int _ncclgo_tramp_cuLibraryLoadFromFile(uintptr_t fp, void *a0, void *a1, void *a2, void *a3, unsigned int a4, void *a5, void *a6, unsigned int a7) {
+static int _ncclgo_tramp_cuLibraryLoadFromFile(uintptr_t fp, CUlibrary *a0, char *a1, CUjit_option *a2, void *a3, unsigned int a4, CUlibraryOption *a5, void *a6, unsigned int a7) {
 	return (int)((CUresult (*)(CUlibrary *, const char *, CUjit_option *, void **, unsigned int, CUlibraryOption *, void **, unsigned int))fp)((CUlibrary *)a0, (const char *)a1, (CUjit_option *)a2, (void **)a3, (unsigned int)a4, (CUlibraryOption *)a5, (void **)a6, (unsigned int)a7);
 }
 #cgo noescape _ncclgo_tramp_cuLibraryUnload
@@ -1587,37 +1587,37 @@ static int _ncclgo_tramp_cuLibraryUnload(uintptr_t fp, uintptr_t a0) {
 }
 #cgo noescape _ncclgo_tramp_cuLinkAddData_v2
 #cgo nocallback _ncclgo_tramp_cuLinkAddData_v2
-static int _ncclgo_tramp_cuLinkAddData_v2(uintptr_t fp, uintptr_t a0, int a1, void *a2, size_t a3, void *a4, unsigned int a5, void *a6, void *a7) {
+static int _ncclgo_tramp_cuLinkAddData_v2(uintptr_t fp, uintptr_t a0, int a1, void *a2, size_t a3, char *a4, unsigned int a5, CUjit_option *a6, void *a7) {
 	return (int)((CUresult (*)(CUlinkState, CUjitInputType, void *, size_t, const char *, unsigned int, CUjit_option *, void **))fp)((CUlinkState)a0, (CUjitInputType)a1, (void *)a2, (size_t)a3, (const char *)a4, (unsigned int)a5, (CUjit_option *)a6, (void **)a7);
 }
 #cgo noescape _ncclgo_tramp_cuLinkAddData
 #cgo nocallback _ncclgo_tramp_cuLinkAddData
-static int _ncclgo_tramp_cuLinkAddData(uintptr_t fp, uintptr_t a0, int a1, void *a2, size_t a3, void *a4, unsigned int a5, void *a6, void *a7) {
+static int _ncclgo_tramp_cuLinkAddData(uintptr_t fp, uintptr_t a0, int a1, void *a2, size_t a3, char *a4, unsigned int a5, CUjit_option *a6, void *a7) {
 	return (int)((CUresult (*)(CUlinkState, CUjitInputType, void *, size_t, const char *, unsigned int, CUjit_option *, void **))fp)((CUlinkState)a0, (CUjitInputType)a1, (void *)a2, (size_t)a3, (const char *)a4, (unsigned int)a5, (CUjit_option *)a6, (void **)a7);
 }
 #cgo noescape _ncclgo_tramp_cuLinkAddFile_v2
 #cgo nocallback _ncclgo_tramp_cuLinkAddFile_v2
-static int _ncclgo_tramp_cuLinkAddFile_v2(uintptr_t fp, uintptr_t a0, int a1, void *a2, unsigned int a3, void *a4, void *a5) {
+static int _ncclgo_tramp_cuLinkAddFile_v2(uintptr_t fp, uintptr_t a0, int a1, char *a2, unsigned int a3, CUjit_option *a4, void *a5) {
 	return (int)((CUresult (*)(CUlinkState, CUjitInputType, const char *, unsigned int, CUjit_option *, void **))fp)((CUlinkState)a0, (CUjitInputType)a1, (const char *)a2, (unsigned int)a3, (CUjit_option *)a4, (void **)a5);
 }
 #cgo noescape _ncclgo_tramp_cuLinkAddFile
 #cgo nocallback _ncclgo_tramp_cuLinkAddFile
-static int _ncclgo_tramp_cuLinkAddFile(uintptr_t fp, uintptr_t a0, int a1, void *a2, unsigned int a3, void *a4, void *a5) {
+static int _ncclgo_tramp_cuLinkAddFile(uintptr_t fp, uintptr_t a0, int a1, char *a2, unsigned int a3, CUjit_option *a4, void *a5) {
 	return (int)((CUresult (*)(CUlinkState, CUjitInputType, const char *, unsigned int, CUjit_option *, void **))fp)((CUlinkState)a0, (CUjitInputType)a1, (const char *)a2, (unsigned int)a3, (CUjit_option *)a4, (void **)a5);
 }
 #cgo noescape _ncclgo_tramp_cuLinkComplete
 #cgo nocallback _ncclgo_tramp_cuLinkComplete
-static int _ncclgo_tramp_cuLinkComplete(uintptr_t fp, uintptr_t a0, void *a1, void *a2) {
+static int _ncclgo_tramp_cuLinkComplete(uintptr_t fp, uintptr_t a0, void *a1, size_t *a2) {
 	return (int)((CUresult (*)(CUlinkState, void **, size_t *))fp)((CUlinkState)a0, (void **)a1, (size_t *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuLinkCreate_v2
 #cgo nocallback _ncclgo_tramp_cuLinkCreate_v2
-static int _ncclgo_tramp_cuLinkCreate_v2(uintptr_t fp, unsigned int a0, void *a1, void *a2, void *a3) {
+static int _ncclgo_tramp_cuLinkCreate_v2(uintptr_t fp, unsigned int a0, CUjit_option *a1, void *a2, CUlinkState *a3) {
 	return (int)((CUresult (*)(unsigned int, CUjit_option *, void **, CUlinkState *))fp)((unsigned int)a0, (CUjit_option *)a1, (void **)a2, (CUlinkState *)a3);
 }
 #cgo noescape _ncclgo_tramp_cuLinkCreate
 #cgo nocallback _ncclgo_tramp_cuLinkCreate
-static int _ncclgo_tramp_cuLinkCreate(uintptr_t fp, unsigned int a0, void *a1, void *a2, void *a3) {
+static int _ncclgo_tramp_cuLinkCreate(uintptr_t fp, unsigned int a0, CUjit_option *a1, void *a2, CUlinkState *a3) {
 	return (int)((CUresult (*)(unsigned int, CUjit_option *, void **, CUlinkState *))fp)((unsigned int)a0, (CUjit_option *)a1, (void **)a2, (CUlinkState *)a3);
 }
 #cgo noescape _ncclgo_tramp_cuLinkDestroy
@@ -1632,7 +1632,7 @@ static int _ncclgo_tramp_cuMemAddressFree(uintptr_t fp, unsigned long long a0, s
 }
 #cgo noescape _ncclgo_tramp_cuMemAddressReserve
 #cgo nocallback _ncclgo_tramp_cuMemAddressReserve
-static int _ncclgo_tramp_cuMemAddressReserve(uintptr_t fp, void *a0, size_t a1, size_t a2, unsigned long long a3, unsigned long long a4) {
+static int _ncclgo_tramp_cuMemAddressReserve(uintptr_t fp, CUdeviceptr *a0, size_t a1, size_t a2, unsigned long long a3, unsigned long long a4) {
 	return (int)((CUresult (*)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))fp)((CUdeviceptr *)a0, (size_t)a1, (size_t)a2, (CUdeviceptr)a3, (unsigned long long)a4);
 }
 #cgo noescape _ncclgo_tramp_cuMemAdvise
@@ -1647,27 +1647,27 @@ static int _ncclgo_tramp_cuMemAdvise_v2(uintptr_t fp, unsigned long long a0, siz
 }
 #cgo noescape _ncclgo_tramp_cuMemAlloc_v2
 #cgo nocallback _ncclgo_tramp_cuMemAlloc_v2
-static int _ncclgo_tramp_cuMemAlloc_v2(uintptr_t fp, void *a0, size_t a1) {
+static int _ncclgo_tramp_cuMemAlloc_v2(uintptr_t fp, CUdeviceptr *a0, size_t a1) {
 	return (int)((CUresult (*)(CUdeviceptr *, size_t))fp)((CUdeviceptr *)a0, (size_t)a1);
 }
 #cgo noescape _ncclgo_tramp_cuMemAllocAsync
 #cgo nocallback _ncclgo_tramp_cuMemAllocAsync
-static int _ncclgo_tramp_cuMemAllocAsync(uintptr_t fp, void *a0, size_t a1, uintptr_t a2) {
+static int _ncclgo_tramp_cuMemAllocAsync(uintptr_t fp, CUdeviceptr *a0, size_t a1, uintptr_t a2) {
 	return (int)((CUresult (*)(CUdeviceptr *, size_t, CUstream))fp)((CUdeviceptr *)a0, (size_t)a1, (CUstream)a2);
 }
 #cgo noescape _ncclgo_tramp_cuMemAllocAsync_ptsz
 #cgo nocallback _ncclgo_tramp_cuMemAllocAsync_ptsz
-static int _ncclgo_tramp_cuMemAllocAsync_ptsz(uintptr_t fp, void *a0, size_t a1, uintptr_t a2) {
+static int _ncclgo_tramp_cuMemAllocAsync_ptsz(uintptr_t fp, CUdeviceptr *a0, size_t a1, uintptr_t a2) {
 	return (int)((CUresult (*)(CUdeviceptr *, size_t, CUstream))fp)((CUdeviceptr *)a0, (size_t)a1, (CUstream)a2);
 }
 #cgo noescape _ncclgo_tramp_cuMemAllocFromPoolAsync
 #cgo nocallback _ncclgo_tramp_cuMemAllocFromPoolAsync
-static int _ncclgo_tramp_cuMemAllocFromPoolAsync(uintptr_t fp, void *a0, size_t a1, uintptr_t a2, uintptr_t a3) {
+static int _ncclgo_tramp_cuMemAllocFromPoolAsync(uintptr_t fp, CUdeviceptr *a0, size_t a1, uintptr_t a2, uintptr_t a3) {
 	return (int)((CUresult (*)(CUdeviceptr *, size_t, CUmemoryPool, CUstream))fp)((CUdeviceptr *)a0, (size_t)a1, (CUmemoryPool)a2, (CUstream)a3);
 }
 #cgo noescape _ncclgo_tramp_cuMemAllocFromPoolAsync_ptsz
 #cgo nocallback _ncclgo_tramp_cuMemAllocFromPoolAsync_ptsz
-static int _ncclgo_tramp_cuMemAllocFromPoolAsync_ptsz(uintptr_t fp, void *a0, size_t a1, uintptr_t a2, uintptr_t a3) {
+static int _ncclgo_tramp_cuMemAllocFromPoolAsync_ptsz(uintptr_t fp, CUdeviceptr *a0, size_t a1, uintptr_t a2, uintptr_t a3) {
 	return (int)((CUresult (*)(CUdeviceptr *, size_t, CUmemoryPool, CUstream))fp)((CUdeviceptr *)a0, (size_t)a1, (CUmemoryPool)a2, (CUstream)a3);
 }
 #cgo noescape _ncclgo_tramp_cuMemAllocHost_v2
@@ -1682,27 +1682,27 @@ static int _ncclgo_tramp_cuMemAllocHost(uintptr_t fp, void *a0, unsigned int a1)
 }
 #cgo noescape _ncclgo_tramp_cuMemAlloc
 #cgo nocallback _ncclgo_tramp_cuMemAlloc
-static int _ncclgo_tramp_cuMemAlloc(uintptr_t fp, void *a0, unsigned int a1) {
+static int _ncclgo_tramp_cuMemAlloc(uintptr_t fp, CUdeviceptr_v1 *a0, unsigned int a1) {
 	return (int)((CUresult (*)(CUdeviceptr_v1 *, unsigned int))fp)((CUdeviceptr_v1 *)a0, (unsigned int)a1);
 }
 #cgo noescape _ncclgo_tramp_cuMemAllocManaged
 #cgo nocallback _ncclgo_tramp_cuMemAllocManaged
-static int _ncclgo_tramp_cuMemAllocManaged(uintptr_t fp, void *a0, size_t a1, unsigned int a2) {
+static int _ncclgo_tramp_cuMemAllocManaged(uintptr_t fp, CUdeviceptr *a0, size_t a1, unsigned int a2) {
 	return (int)((CUresult (*)(CUdeviceptr *, size_t, unsigned int))fp)((CUdeviceptr *)a0, (size_t)a1, (unsigned int)a2);
 }
 #cgo noescape _ncclgo_tramp_cuMemAllocPitch_v2
 #cgo nocallback _ncclgo_tramp_cuMemAllocPitch_v2
-static int _ncclgo_tramp_cuMemAllocPitch_v2(uintptr_t fp, void *a0, void *a1, size_t a2, size_t a3, unsigned int a4) {
+static int _ncclgo_tramp_cuMemAllocPitch_v2(uintptr_t fp, CUdeviceptr *a0, size_t *a1, size_t a2, size_t a3, unsigned int a4) {
 	return (int)((CUresult (*)(CUdeviceptr *, size_t *, size_t, size_t, unsigned int))fp)((CUdeviceptr *)a0, (size_t *)a1, (size_t)a2, (size_t)a3, (unsigned int)a4);
 }
 #cgo noescape _ncclgo_tramp_cuMemAllocPitch
 #cgo nocallback _ncclgo_tramp_cuMemAllocPitch
-static int _ncclgo_tramp_cuMemAllocPitch(uintptr_t fp, void *a0, void *a1, unsigned int a2, unsigned int a3, unsigned int a4) {
+static int _ncclgo_tramp_cuMemAllocPitch(uintptr_t fp, CUdeviceptr_v1 *a0, unsigned int *a1, unsigned int a2, unsigned int a3, unsigned int a4) {
 	return (int)((CUresult (*)(CUdeviceptr_v1 *, unsigned int *, unsigned int, unsigned int, unsigned int))fp)((CUdeviceptr_v1 *)a0, (unsigned int *)a1, (unsigned int)a2, (unsigned int)a3, (unsigned int)a4);
 }
 #cgo noescape _ncclgo_tramp_cuMemCreate
 #cgo nocallback _ncclgo_tramp_cuMemCreate
-static int _ncclgo_tramp_cuMemCreate(uintptr_t fp, void *a0, size_t a1, void *a2, unsigned long long a3) {
+static int _ncclgo_tramp_cuMemCreate(uintptr_t fp, CUmemGenericAllocationHandle *a0, size_t a1, CUmemAllocationProp *a2, unsigned long long a3) {
 	return (int)((CUresult (*)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long))fp)((CUmemGenericAllocationHandle *)a0, (size_t)a1, (const CUmemAllocationProp *)a2, (unsigned long long)a3);
 }
 #cgo noescape _ncclgo_tramp_cuMemExportToShareableHandle
@@ -1737,27 +1737,27 @@ static int _ncclgo_tramp_cuMemFree(uintptr_t fp, unsigned int a0) {
 }
 #cgo noescape _ncclgo_tramp_cuMemGetAccess
 #cgo nocallback _ncclgo_tramp_cuMemGetAccess
-static int _ncclgo_tramp_cuMemGetAccess(uintptr_t fp, void *a0, void *a1, unsigned long long a2) {
+static int _ncclgo_tramp_cuMemGetAccess(uintptr_t fp, unsigned long long *a0, CUmemLocation *a1, unsigned long long a2) {
 	return (int)((CUresult (*)(unsigned long long *, const CUmemLocation *, CUdeviceptr))fp)((unsigned long long *)a0, (const CUmemLocation *)a1, (CUdeviceptr)a2);
 }
 #cgo noescape _ncclgo_tramp_cuMemGetAddressRange_v2
 #cgo nocallback _ncclgo_tramp_cuMemGetAddressRange_v2
-static int _ncclgo_tramp_cuMemGetAddressRange_v2(uintptr_t fp, void *a0, void *a1, unsigned long long a2) {
+static int _ncclgo_tramp_cuMemGetAddressRange_v2(uintptr_t fp, CUdeviceptr *a0, size_t *a1, unsigned long long a2) {
 	return (int)((CUresult (*)(CUdeviceptr *, size_t *, CUdeviceptr))fp)((CUdeviceptr *)a0, (size_t *)a1, (CUdeviceptr)a2);
 }
 #cgo noescape _ncclgo_tramp_cuMemGetAddressRange
 #cgo nocallback _ncclgo_tramp_cuMemGetAddressRange
-static int _ncclgo_tramp_cuMemGetAddressRange(uintptr_t fp, void *a0, void *a1, unsigned int a2) {
+static int _ncclgo_tramp_cuMemGetAddressRange(uintptr_t fp, CUdeviceptr_v1 *a0, unsigned int *a1, unsigned int a2) {
 	return (int)((CUresult (*)(CUdeviceptr_v1 *, unsigned int *, CUdeviceptr_v1))fp)((CUdeviceptr_v1 *)a0, (unsigned int *)a1, (CUdeviceptr_v1)a2);
 }
 #cgo noescape _ncclgo_tramp_cuMemGetAllocationGranularity
 #cgo nocallback _ncclgo_tramp_cuMemGetAllocationGranularity
-static int _ncclgo_tramp_cuMemGetAllocationGranularity(uintptr_t fp, void *a0, void *a1, int a2) {
+static int _ncclgo_tramp_cuMemGetAllocationGranularity(uintptr_t fp, size_t *a0, CUmemAllocationProp *a1, int a2) {
 	return (int)((CUresult (*)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags))fp)((size_t *)a0, (const CUmemAllocationProp *)a1, (CUmemAllocationGranularity_flags)a2);
 }
 #cgo noescape _ncclgo_tramp_cuMemGetAllocationPropertiesFromHandle
 #cgo nocallback _ncclgo_tramp_cuMemGetAllocationPropertiesFromHandle
-static int _ncclgo_tramp_cuMemGetAllocationPropertiesFromHandle(uintptr_t fp, void *a0, unsigned long long a1) {
+static int _ncclgo_tramp_cuMemGetAllocationPropertiesFromHandle(uintptr_t fp, CUmemAllocationProp *a0, unsigned long long a1) {
 	return (int)((CUresult (*)(CUmemAllocationProp *, CUmemGenericAllocationHandle))fp)((CUmemAllocationProp *)a0, (CUmemGenericAllocationHandle)a1);
 }
 #cgo noescape _ncclgo_tramp_cuMemGetHandleForAddressRange
@@ -1767,12 +1767,12 @@ static int _ncclgo_tramp_cuMemGetHandleForAddressRange(uintptr_t fp, void *a0, u
 }
 #cgo noescape _ncclgo_tramp_cuMemGetInfo_v2
 #cgo nocallback _ncclgo_tramp_cuMemGetInfo_v2
-static int _ncclgo_tramp_cuMemGetInfo_v2(uintptr_t fp, void *a0, void *a1) {
+static int _ncclgo_tramp_cuMemGetInfo_v2(uintptr_t fp, size_t *a0, size_t *a1) {
 	return (int)((CUresult (*)(size_t *, size_t *))fp)((size_t *)a0, (size_t *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuMemGetInfo
 #cgo nocallback _ncclgo_tramp_cuMemGetInfo
-static int _ncclgo_tramp_cuMemGetInfo(uintptr_t fp, void *a0, void *a1) {
+static int _ncclgo_tramp_cuMemGetInfo(uintptr_t fp, unsigned int *a0, unsigned int *a1) {
 	return (int)((CUresult (*)(unsigned int *, unsigned int *))fp)((unsigned int *)a0, (unsigned int *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuMemHostAlloc
@@ -1782,17 +1782,17 @@ static int _ncclgo_tramp_cuMemHostAlloc(uintptr_t fp, void *a0, size_t a1, unsig
 }
 #cgo noescape _ncclgo_tramp_cuMemHostGetDevicePointer_v2
 #cgo nocallback _ncclgo_tramp_cuMemHostGetDevicePointer_v2
-static int _ncclgo_tramp_cuMemHostGetDevicePointer_v2(uintptr_t fp, void *a0, void *a1, unsigned int a2) {
+static int _ncclgo_tramp_cuMemHostGetDevicePointer_v2(uintptr_t fp, CUdeviceptr *a0, void *a1, unsigned int a2) {
 	return (int)((CUresult (*)(CUdeviceptr *, void *, unsigned int))fp)((CUdeviceptr *)a0, (void *)a1, (unsigned int)a2);
 }
 #cgo noescape _ncclgo_tramp_cuMemHostGetDevicePointer
 #cgo nocallback _ncclgo_tramp_cuMemHostGetDevicePointer
-static int _ncclgo_tramp_cuMemHostGetDevicePointer(uintptr_t fp, void *a0, void *a1, unsigned int a2) {
+static int _ncclgo_tramp_cuMemHostGetDevicePointer(uintptr_t fp, CUdeviceptr_v1 *a0, void *a1, unsigned int a2) {
 	return (int)((CUresult (*)(CUdeviceptr_v1 *, void *, unsigned int))fp)((CUdeviceptr_v1 *)a0, (void *)a1, (unsigned int)a2);
 }
 #cgo noescape _ncclgo_tramp_cuMemHostGetFlags
 #cgo nocallback _ncclgo_tramp_cuMemHostGetFlags
-static int _ncclgo_tramp_cuMemHostGetFlags(uintptr_t fp, void *a0, void *a1) {
+static int _ncclgo_tramp_cuMemHostGetFlags(uintptr_t fp, unsigned int *a0, void *a1) {
 	return (int)((CUresult (*)(unsigned int *, void *))fp)((unsigned int *)a0, (void *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuMemHostRegister_v2
@@ -1812,7 +1812,7 @@ static int _ncclgo_tramp_cuMemHostUnregister(uintptr_t fp, void *a0) {
 }
 #cgo noescape _ncclgo_tramp_cuMemImportFromShareableHandle
 #cgo nocallback _ncclgo_tramp_cuMemImportFromShareableHandle
-static int _ncclgo_tramp_cuMemImportFromShareableHandle(uintptr_t fp, void *a0, void *a1, int a2) {
+static int _ncclgo_tramp_cuMemImportFromShareableHandle(uintptr_t fp, CUmemGenericAllocationHandle *a0, void *a1, int a2) {
 	return (int)((CUresult (*)(CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType))fp)((CUmemGenericAllocationHandle *)a0, (void *)a1, (CUmemAllocationHandleType)a2);
 }
 #cgo noescape _ncclgo_tramp_cuMemMap
@@ -1822,17 +1822,17 @@ static int _ncclgo_tramp_cuMemMap(uintptr_t fp, unsigned long long a0, size_t a1
 }
 #cgo noescape _ncclgo_tramp_cuMemMapArrayAsync
 #cgo nocallback _ncclgo_tramp_cuMemMapArrayAsync
-static int _ncclgo_tramp_cuMemMapArrayAsync(uintptr_t fp, void *a0, unsigned int a1, uintptr_t a2) {
+static int _ncclgo_tramp_cuMemMapArrayAsync(uintptr_t fp, CUarrayMapInfo *a0, unsigned int a1, uintptr_t a2) {
 	return (int)((CUresult (*)(CUarrayMapInfo *, unsigned int, CUstream))fp)((CUarrayMapInfo *)a0, (unsigned int)a1, (CUstream)a2);
 }
 #cgo noescape _ncclgo_tramp_cuMemMapArrayAsync_ptsz
 #cgo nocallback _ncclgo_tramp_cuMemMapArrayAsync_ptsz
-static int _ncclgo_tramp_cuMemMapArrayAsync_ptsz(uintptr_t fp, void *a0, unsigned int a1, uintptr_t a2) {
+static int _ncclgo_tramp_cuMemMapArrayAsync_ptsz(uintptr_t fp, CUarrayMapInfo *a0, unsigned int a1, uintptr_t a2) {
 	return (int)((CUresult (*)(CUarrayMapInfo *, unsigned int, CUstream))fp)((CUarrayMapInfo *)a0, (unsigned int)a1, (CUstream)a2);
 }
 #cgo noescape _ncclgo_tramp_cuMemPoolCreate
 #cgo nocallback _ncclgo_tramp_cuMemPoolCreate
-static int _ncclgo_tramp_cuMemPoolCreate(uintptr_t fp, void *a0, void *a1) {
+static int _ncclgo_tramp_cuMemPoolCreate(uintptr_t fp, CUmemoryPool *a0, CUmemPoolProps *a1) {
 	return (int)((CUresult (*)(CUmemoryPool *, const CUmemPoolProps *))fp)((CUmemoryPool *)a0, (const CUmemPoolProps *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuMemPoolDestroy
@@ -1842,7 +1842,7 @@ static int _ncclgo_tramp_cuMemPoolDestroy(uintptr_t fp, uintptr_t a0) {
 }
 #cgo noescape _ncclgo_tramp_cuMemPoolExportPointer
 #cgo nocallback _ncclgo_tramp_cuMemPoolExportPointer
-static int _ncclgo_tramp_cuMemPoolExportPointer(uintptr_t fp, void *a0, unsigned long long a1) {
+static int _ncclgo_tramp_cuMemPoolExportPointer(uintptr_t fp, CUmemPoolPtrExportData *a0, unsigned long long a1) {
 	return (int)((CUresult (*)(CUmemPoolPtrExportData *, CUdeviceptr))fp)((CUmemPoolPtrExportData *)a0, (CUdeviceptr)a1);
 }
 #cgo noescape _ncclgo_tramp_cuMemPoolExportToShareableHandle
@@ -1852,7 +1852,7 @@ static int _ncclgo_tramp_cuMemPoolExportToShareableHandle(uintptr_t fp, void *a0
 }
 #cgo noescape _ncclgo_tramp_cuMemPoolGetAccess
 #cgo nocallback _ncclgo_tramp_cuMemPoolGetAccess
-static int _ncclgo_tramp_cuMemPoolGetAccess(uintptr_t fp, void *a0, uintptr_t a1, void *a2) {
+static int _ncclgo_tramp_cuMemPoolGetAccess(uintptr_t fp, CUmemAccess_flags *a0, uintptr_t a1, CUmemLocation *a2) {
 	return (int)((CUresult (*)(CUmemAccess_flags *, CUmemoryPool, CUmemLocation *))fp)((CUmemAccess_flags *)a0, (CUmemoryPool)a1, (CUmemLocation *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuMemPoolGetAttribute
@@ -1862,17 +1862,17 @@ static int _ncclgo_tramp_cuMemPoolGetAttribute(uintptr_t fp, uintptr_t a0, int a
 }
 #cgo noescape _ncclgo_tramp_cuMemPoolImportFromShareableHandle
 #cgo nocallback _ncclgo_tramp_cuMemPoolImportFromShareableHandle
-static int _ncclgo_tramp_cuMemPoolImportFromShareableHandle(uintptr_t fp, void *a0, void *a1, int a2, unsigned long long a3) {
+static int _ncclgo_tramp_cuMemPoolImportFromShareableHandle(uintptr_t fp, CUmemoryPool *a0, void *a1, int a2, unsigned long long a3) {
 	return (int)((CUresult (*)(CUmemoryPool *, void *, CUmemAllocationHandleType, unsigned long long))fp)((CUmemoryPool *)a0, (void *)a1, (CUmemAllocationHandleType)a2, (unsigned long long)a3);
 }
 #cgo noescape _ncclgo_tramp_cuMemPoolImportPointer
 #cgo nocallback _ncclgo_tramp_cuMemPoolImportPointer
-static int _ncclgo_tramp_cuMemPoolImportPointer(uintptr_t fp, void *a0, uintptr_t a1, void *a2) {
+static int _ncclgo_tramp_cuMemPoolImportPointer(uintptr_t fp, CUdeviceptr *a0, uintptr_t a1, CUmemPoolPtrExportData *a2) {
 	return (int)((CUresult (*)(CUdeviceptr *, CUmemoryPool, CUmemPoolPtrExportData *))fp)((CUdeviceptr *)a0, (CUmemoryPool)a1, (CUmemPoolPtrExportData *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuMemPoolSetAccess
 #cgo nocallback _ncclgo_tramp_cuMemPoolSetAccess
-static int _ncclgo_tramp_cuMemPoolSetAccess(uintptr_t fp, uintptr_t a0, void *a1, size_t a2) {
+static int _ncclgo_tramp_cuMemPoolSetAccess(uintptr_t fp, uintptr_t a0, CUmemAccessDesc *a1, size_t a2) {
 	return (int)((CUresult (*)(CUmemoryPool, const CUmemAccessDesc *, size_t))fp)((CUmemoryPool)a0, (const CUmemAccessDesc *)a1, (size_t)a2);
 }
 #cgo noescape _ncclgo_tramp_cuMemPoolSetAttribute
@@ -1912,7 +1912,7 @@ static int _ncclgo_tramp_cuMemRangeGetAttribute(uintptr_t fp, void *a0, size_t a
 }
 #cgo noescape _ncclgo_tramp_cuMemRangeGetAttributes
 #cgo nocallback _ncclgo_tramp_cuMemRangeGetAttributes
-static int _ncclgo_tramp_cuMemRangeGetAttributes(uintptr_t fp, void *a0, void *a1, void *a2, size_t a3, unsigned long long a4, size_t a5) {
+static int _ncclgo_tramp_cuMemRangeGetAttributes(uintptr_t fp, void *a0, size_t *a1, CUmem_range_attribute *a2, size_t a3, unsigned long long a4, size_t a5) {
 	return (int)((CUresult (*)(void **, size_t *, CUmem_range_attribute *, size_t, CUdeviceptr, size_t))fp)((void **)a0, (size_t *)a1, (CUmem_range_attribute *)a2, (size_t)a3, (CUdeviceptr)a4, (size_t)a5);
 }
 #cgo noescape _ncclgo_tramp_cuMemRelease
@@ -1922,12 +1922,12 @@ static int _ncclgo_tramp_cuMemRelease(uintptr_t fp, unsigned long long a0) {
 }
 #cgo noescape _ncclgo_tramp_cuMemRetainAllocationHandle
 #cgo nocallback _ncclgo_tramp_cuMemRetainAllocationHandle
-static int _ncclgo_tramp_cuMemRetainAllocationHandle(uintptr_t fp, void *a0, void *a1) {
+static int _ncclgo_tramp_cuMemRetainAllocationHandle(uintptr_t fp, CUmemGenericAllocationHandle *a0, void *a1) {
 	return (int)((CUresult (*)(CUmemGenericAllocationHandle *, void *))fp)((CUmemGenericAllocationHandle *)a0, (void *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuMemSetAccess
 #cgo nocallback _ncclgo_tramp_cuMemSetAccess
-static int _ncclgo_tramp_cuMemSetAccess(uintptr_t fp, unsigned long long a0, size_t a1, void *a2, size_t a3) {
+static int _ncclgo_tramp_cuMemSetAccess(uintptr_t fp, unsigned long long a0, size_t a1, CUmemAccessDesc *a2, size_t a3) {
 	return (int)((CUresult (*)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))fp)((CUdeviceptr)a0, (size_t)a1, (const CUmemAccessDesc *)a2, (size_t)a3);
 }
 #cgo noescape _ncclgo_tramp_cuMemUnmap
@@ -1942,97 +1942,97 @@ static int _ncclgo_tramp_cuMemcpy(uintptr_t fp, unsigned long long a0, unsigned 
 }
 #cgo noescape _ncclgo_tramp_cuMemcpy2D_v2
 #cgo nocallback _ncclgo_tramp_cuMemcpy2D_v2
-static int _ncclgo_tramp_cuMemcpy2D_v2(uintptr_t fp, void *a0) {
+static int _ncclgo_tramp_cuMemcpy2D_v2(uintptr_t fp, CUDA_MEMCPY2D *a0) {
 	return (int)((CUresult (*)(const CUDA_MEMCPY2D *))fp)((const CUDA_MEMCPY2D *)a0);
 }
 #cgo noescape _ncclgo_tramp_cuMemcpy2DAsync_v2
 #cgo nocallback _ncclgo_tramp_cuMemcpy2DAsync_v2
-static int _ncclgo_tramp_cuMemcpy2DAsync_v2(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuMemcpy2DAsync_v2(uintptr_t fp, CUDA_MEMCPY2D *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(const CUDA_MEMCPY2D *, CUstream))fp)((const CUDA_MEMCPY2D *)a0, (CUstream)a1);
 }
 #cgo noescape _ncclgo_tramp_cuMemcpy2DAsync
 #cgo nocallback _ncclgo_tramp_cuMemcpy2DAsync
-static int _ncclgo_tramp_cuMemcpy2DAsync(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuMemcpy2DAsync(uintptr_t fp, CUDA_MEMCPY2D_v1 *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(const CUDA_MEMCPY2D_v1 *, CUstream))fp)((const CUDA_MEMCPY2D_v1 *)a0, (CUstream)a1);
 }
 #cgo noescape _ncclgo_tramp_cuMemcpy2DAsync_v2_ptsz
 #cgo nocallback _ncclgo_tramp_cuMemcpy2DAsync_v2_ptsz
-static int _ncclgo_tramp_cuMemcpy2DAsync_v2_ptsz(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuMemcpy2DAsync_v2_ptsz(uintptr_t fp, CUDA_MEMCPY2D *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(const CUDA_MEMCPY2D *, CUstream))fp)((const CUDA_MEMCPY2D *)a0, (CUstream)a1);
 }
 #cgo noescape _ncclgo_tramp_cuMemcpy2D
 #cgo nocallback _ncclgo_tramp_cuMemcpy2D
-static int _ncclgo_tramp_cuMemcpy2D(uintptr_t fp, void *a0) {
+static int _ncclgo_tramp_cuMemcpy2D(uintptr_t fp, CUDA_MEMCPY2D_v1 *a0) {
 	return (int)((CUresult (*)(const CUDA_MEMCPY2D_v1 *))fp)((const CUDA_MEMCPY2D_v1 *)a0);
 }
 #cgo noescape _ncclgo_tramp_cuMemcpy2D_v2_ptds
 #cgo nocallback _ncclgo_tramp_cuMemcpy2D_v2_ptds
-static int _ncclgo_tramp_cuMemcpy2D_v2_ptds(uintptr_t fp, void *a0) {
+static int _ncclgo_tramp_cuMemcpy2D_v2_ptds(uintptr_t fp, CUDA_MEMCPY2D *a0) {
 	return (int)((CUresult (*)(const CUDA_MEMCPY2D *))fp)((const CUDA_MEMCPY2D *)a0);
 }
 #cgo noescape _ncclgo_tramp_cuMemcpy2DUnaligned_v2
 #cgo nocallback _ncclgo_tramp_cuMemcpy2DUnaligned_v2
-static int _ncclgo_tramp_cuMemcpy2DUnaligned_v2(uintptr_t fp, void *a0) {
+static int _ncclgo_tramp_cuMemcpy2DUnaligned_v2(uintptr_t fp, CUDA_MEMCPY2D *a0) {
 	return (int)((CUresult (*)(const CUDA_MEMCPY2D *))fp)((const CUDA_MEMCPY2D *)a0);
 }
 #cgo noescape _ncclgo_tramp_cuMemcpy2DUnaligned
 #cgo nocallback _ncclgo_tramp_cuMemcpy2DUnaligned
-static int _ncclgo_tramp_cuMemcpy2DUnaligned(uintptr_t fp, void *a0) {
+static int _ncclgo_tramp_cuMemcpy2DUnaligned(uintptr_t fp, CUDA_MEMCPY2D_v1 *a0) {
 	return (int)((CUresult (*)(const CUDA_MEMCPY2D_v1 *))fp)((const CUDA_MEMCPY2D_v1 *)a0);
 }
 #cgo noescape _ncclgo_tramp_cuMemcpy2DUnaligned_v2_ptds
 #cgo nocallback _ncclgo_tramp_cuMemcpy2DUnaligned_v2_ptds
-static int _ncclgo_tramp_cuMemcpy2DUnaligned_v2_ptds(uintptr_t fp, void *a0) {
+static int _ncclgo_tramp_cuMemcpy2DUnaligned_v2_ptds(uintptr_t fp, CUDA_MEMCPY2D *a0) {
 	return (int)((CUresult (*)(const CUDA_MEMCPY2D *))fp)((const CUDA_MEMCPY2D *)a0);
 }
 #cgo noescape _ncclgo_tramp_cuMemcpy3D_v2
 #cgo nocallback _ncclgo_tramp_cuMemcpy3D_v2
-static int _ncclgo_tramp_cuMemcpy3D_v2(uintptr_t fp, void *a0) {
+static int _ncclgo_tramp_cuMemcpy3D_v2(uintptr_t fp, CUDA_MEMCPY3D *a0) {
 	return (int)((CUresult (*)(const CUDA_MEMCPY3D *))fp)((const CUDA_MEMCPY3D *)a0);
 }
 #cgo noescape _ncclgo_tramp_cuMemcpy3DAsync_v2
 #cgo nocallback _ncclgo_tramp_cuMemcpy3DAsync_v2
-static int _ncclgo_tramp_cuMemcpy3DAsync_v2(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuMemcpy3DAsync_v2(uintptr_t fp, CUDA_MEMCPY3D *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(const CUDA_MEMCPY3D *, CUstream))fp)((const CUDA_MEMCPY3D *)a0, (CUstream)a1);
 }
 #cgo noescape _ncclgo_tramp_cuMemcpy3DAsync
 #cgo nocallback _ncclgo_tramp_cuMemcpy3DAsync
-static int _ncclgo_tramp_cuMemcpy3DAsync(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuMemcpy3DAsync(uintptr_t fp, CUDA_MEMCPY3D_v1 *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(const CUDA_MEMCPY3D_v1 *, CUstream))fp)((const CUDA_MEMCPY3D_v1 *)a0, (CUstream)a1);
 }
 #cgo noescape _ncclgo_tramp_cuMemcpy3DAsync_v2_ptsz
 #cgo nocallback _ncclgo_tramp_cuMemcpy3DAsync_v2_ptsz
-static int _ncclgo_tramp_cuMemcpy3DAsync_v2_ptsz(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuMemcpy3DAsync_v2_ptsz(uintptr_t fp, CUDA_MEMCPY3D *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(const CUDA_MEMCPY3D *, CUstream))fp)((const CUDA_MEMCPY3D *)a0, (CUstream)a1);
 }
 #cgo noescape _ncclgo_tramp_cuMemcpy3D
 #cgo nocallback _ncclgo_tramp_cuMemcpy3D
-static int _ncclgo_tramp_cuMemcpy3D(uintptr_t fp, void *a0) {
+static int _ncclgo_tramp_cuMemcpy3D(uintptr_t fp, CUDA_MEMCPY3D_v1 *a0) {
 	return (int)((CUresult (*)(const CUDA_MEMCPY3D_v1 *))fp)((const CUDA_MEMCPY3D_v1 *)a0);
 }
 #cgo noescape _ncclgo_tramp_cuMemcpy3DPeer
 #cgo nocallback _ncclgo_tramp_cuMemcpy3DPeer
-static int _ncclgo_tramp_cuMemcpy3DPeer(uintptr_t fp, void *a0) {
+static int _ncclgo_tramp_cuMemcpy3DPeer(uintptr_t fp, CUDA_MEMCPY3D_PEER *a0) {
 	return (int)((CUresult (*)(const CUDA_MEMCPY3D_PEER *))fp)((const CUDA_MEMCPY3D_PEER *)a0);
 }
 #cgo noescape _ncclgo_tramp_cuMemcpy3DPeerAsync
 #cgo nocallback _ncclgo_tramp_cuMemcpy3DPeerAsync
-static int _ncclgo_tramp_cuMemcpy3DPeerAsync(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuMemcpy3DPeerAsync(uintptr_t fp, CUDA_MEMCPY3D_PEER *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(const CUDA_MEMCPY3D_PEER *, CUstream))fp)((const CUDA_MEMCPY3D_PEER *)a0, (CUstream)a1);
 }
 #cgo noescape _ncclgo_tramp_cuMemcpy3DPeerAsync_ptsz
 #cgo nocallback _ncclgo_tramp_cuMemcpy3DPeerAsync_ptsz
-static int _ncclgo_tramp_cuMemcpy3DPeerAsync_ptsz(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuMemcpy3DPeerAsync_ptsz(uintptr_t fp, CUDA_MEMCPY3D_PEER *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(const CUDA_MEMCPY3D_PEER *, CUstream))fp)((const CUDA_MEMCPY3D_PEER *)a0, (CUstream)a1);
 }
 #cgo noescape _ncclgo_tramp_cuMemcpy3DPeer_ptds
 #cgo nocallback _ncclgo_tramp_cuMemcpy3DPeer_ptds
-static int _ncclgo_tramp_cuMemcpy3DPeer_ptds(uintptr_t fp, void *a0) {
+static int _ncclgo_tramp_cuMemcpy3DPeer_ptds(uintptr_t fp, CUDA_MEMCPY3D_PEER *a0) {
 	return (int)((CUresult (*)(const CUDA_MEMCPY3D_PEER *))fp)((const CUDA_MEMCPY3D_PEER *)a0);
 }
 #cgo noescape _ncclgo_tramp_cuMemcpy3D_v2_ptds
 #cgo nocallback _ncclgo_tramp_cuMemcpy3D_v2_ptds
-static int _ncclgo_tramp_cuMemcpy3D_v2_ptds(uintptr_t fp, void *a0) {
+static int _ncclgo_tramp_cuMemcpy3D_v2_ptds(uintptr_t fp, CUDA_MEMCPY3D *a0) {
 	return (int)((CUresult (*)(const CUDA_MEMCPY3D *))fp)((const CUDA_MEMCPY3D *)a0);
 }
 #cgo noescape _ncclgo_tramp_cuMemcpyAsync
@@ -2417,7 +2417,7 @@ static int _ncclgo_tramp_cuMemsetD8_v2_ptds(uintptr_t fp, unsigned long long a0,
 }
 #cgo noescape _ncclgo_tramp_cuMipmappedArrayCreate
 #cgo nocallback _ncclgo_tramp_cuMipmappedArrayCreate
-static int _ncclgo_tramp_cuMipmappedArrayCreate(uintptr_t fp, void *a0, void *a1, unsigned int a2) {
+static int _ncclgo_tramp_cuMipmappedArrayCreate(uintptr_t fp, CUmipmappedArray *a0, CUDA_ARRAY3D_DESCRIPTOR *a1, unsigned int a2) {
 	return (int)((CUresult (*)(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned int))fp)((CUmipmappedArray *)a0, (const CUDA_ARRAY3D_DESCRIPTOR *)a1, (unsigned int)a2);
 }
 #cgo noescape _ncclgo_tramp_cuMipmappedArrayDestroy
@@ -2427,77 +2427,77 @@ static int _ncclgo_tramp_cuMipmappedArrayDestroy(uintptr_t fp, uintptr_t a0) {
 }
 #cgo noescape _ncclgo_tramp_cuMipmappedArrayGetLevel
 #cgo nocallback _ncclgo_tramp_cuMipmappedArrayGetLevel
-static int _ncclgo_tramp_cuMipmappedArrayGetLevel(uintptr_t fp, void *a0, uintptr_t a1, unsigned int a2) {
+static int _ncclgo_tramp_cuMipmappedArrayGetLevel(uintptr_t fp, CUarray *a0, uintptr_t a1, unsigned int a2) {
 	return (int)((CUresult (*)(CUarray *, CUmipmappedArray, unsigned int))fp)((CUarray *)a0, (CUmipmappedArray)a1, (unsigned int)a2);
 }
 #cgo noescape _ncclgo_tramp_cuMipmappedArrayGetMemoryRequirements
 #cgo nocallback _ncclgo_tramp_cuMipmappedArrayGetMemoryRequirements
-static int _ncclgo_tramp_cuMipmappedArrayGetMemoryRequirements(uintptr_t fp, void *a0, uintptr_t a1, int a2) {
+static int _ncclgo_tramp_cuMipmappedArrayGetMemoryRequirements(uintptr_t fp, CUDA_ARRAY_MEMORY_REQUIREMENTS *a0, uintptr_t a1, int a2) {
 	return (int)((CUresult (*)(CUDA_ARRAY_MEMORY_REQUIREMENTS *, CUmipmappedArray, CUdevice))fp)((CUDA_ARRAY_MEMORY_REQUIREMENTS *)a0, (CUmipmappedArray)a1, (CUdevice)a2);
 }
 #cgo noescape _ncclgo_tramp_cuMipmappedArrayGetSparseProperties
 #cgo nocallback _ncclgo_tramp_cuMipmappedArrayGetSparseProperties
-static int _ncclgo_tramp_cuMipmappedArrayGetSparseProperties(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuMipmappedArrayGetSparseProperties(uintptr_t fp, CUDA_ARRAY_SPARSE_PROPERTIES *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(CUDA_ARRAY_SPARSE_PROPERTIES *, CUmipmappedArray))fp)((CUDA_ARRAY_SPARSE_PROPERTIES *)a0, (CUmipmappedArray)a1);
 }
 #cgo noescape _ncclgo_tramp_cuModuleEnumerateFunctions
 #cgo nocallback _ncclgo_tramp_cuModuleEnumerateFunctions
-static int _ncclgo_tramp_cuModuleEnumerateFunctions(uintptr_t fp, void *a0, unsigned int a1, uintptr_t a2) {
+static int _ncclgo_tramp_cuModuleEnumerateFunctions(uintptr_t fp, CUfunction *a0, unsigned int a1, uintptr_t a2) {
 	return (int)((CUresult (*)(CUfunction *, unsigned int, CUmodule))fp)((CUfunction *)a0, (unsigned int)a1, (CUmodule)a2);
 }
 #cgo noescape _ncclgo_tramp_cuModuleGetFunction
 #cgo nocallback _ncclgo_tramp_cuModuleGetFunction
-static int _ncclgo_tramp_cuModuleGetFunction(uintptr_t fp, void *a0, uintptr_t a1, void *a2) {
+static int _ncclgo_tramp_cuModuleGetFunction(uintptr_t fp, CUfunction *a0, uintptr_t a1, char *a2) {
 	return (int)((CUresult (*)(CUfunction *, CUmodule, const char *))fp)((CUfunction *)a0, (CUmodule)a1, (const char *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuModuleGetFunctionCount
 #cgo nocallback _ncclgo_tramp_cuModuleGetFunctionCount
-static int _ncclgo_tramp_cuModuleGetFunctionCount(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuModuleGetFunctionCount(uintptr_t fp, unsigned int *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(unsigned int *, CUmodule))fp)((unsigned int *)a0, (CUmodule)a1);
 }
 #cgo noescape _ncclgo_tramp_cuModuleGetGlobal_v2
 #cgo nocallback _ncclgo_tramp_cuModuleGetGlobal_v2
-static int _ncclgo_tramp_cuModuleGetGlobal_v2(uintptr_t fp, void *a0, void *a1, uintptr_t a2, void *a3) {
+static int _ncclgo_tramp_cuModuleGetGlobal_v2(uintptr_t fp, CUdeviceptr *a0, size_t *a1, uintptr_t a2, char *a3) {
 	return (int)((CUresult (*)(CUdeviceptr *, size_t *, CUmodule, const char *))fp)((CUdeviceptr *)a0, (size_t *)a1, (CUmodule)a2, (const char *)a3);
 }
 #cgo noescape _ncclgo_tramp_cuModuleGetGlobal
 #cgo nocallback _ncclgo_tramp_cuModuleGetGlobal
-static int _ncclgo_tramp_cuModuleGetGlobal(uintptr_t fp, void *a0, void *a1, uintptr_t a2, void *a3) {
+static int _ncclgo_tramp_cuModuleGetGlobal(uintptr_t fp, CUdeviceptr_v1 *a0, unsigned int *a1, uintptr_t a2, char *a3) {
 	return (int)((CUresult (*)(CUdeviceptr_v1 *, unsigned int *, CUmodule, const char *))fp)((CUdeviceptr_v1 *)a0, (unsigned int *)a1, (CUmodule)a2, (const char *)a3);
 }
 #cgo noescape _ncclgo_tramp_cuModuleGetLoadingMode
 #cgo nocallback _ncclgo_tramp_cuModuleGetLoadingMode
-static int _ncclgo_tramp_cuModuleGetLoadingMode(uintptr_t fp, void *a0) {
+static int _ncclgo_tramp_cuModuleGetLoadingMode(uintptr_t fp, CUmoduleLoadingMode *a0) {
 	return (int)((CUresult (*)(CUmoduleLoadingMode *))fp)((CUmoduleLoadingMode *)a0);
 }
 #cgo noescape _ncclgo_tramp_cuModuleGetSurfRef
 #cgo nocallback _ncclgo_tramp_cuModuleGetSurfRef
-static int _ncclgo_tramp_cuModuleGetSurfRef(uintptr_t fp, void *a0, uintptr_t a1, void *a2) {
+static int _ncclgo_tramp_cuModuleGetSurfRef(uintptr_t fp, CUsurfref *a0, uintptr_t a1, char *a2) {
 	return (int)((CUresult (*)(CUsurfref *, CUmodule, const char *))fp)((CUsurfref *)a0, (CUmodule)a1, (const char *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuModuleGetTexRef
 #cgo nocallback _ncclgo_tramp_cuModuleGetTexRef
-static int _ncclgo_tramp_cuModuleGetTexRef(uintptr_t fp, void *a0, uintptr_t a1, void *a2) {
+static int _ncclgo_tramp_cuModuleGetTexRef(uintptr_t fp, CUtexref *a0, uintptr_t a1, char *a2) {
 	return (int)((CUresult (*)(CUtexref *, CUmodule, const char *))fp)((CUtexref *)a0, (CUmodule)a1, (const char *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuModuleLoad
 #cgo nocallback _ncclgo_tramp_cuModuleLoad
-static int _ncclgo_tramp_cuModuleLoad(uintptr_t fp, void *a0, void *a1) {
+static int _ncclgo_tramp_cuModuleLoad(uintptr_t fp, CUmodule *a0, char *a1) {
 	return (int)((CUresult (*)(CUmodule *, const char *))fp)((CUmodule *)a0, (const char *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuModuleLoadData
 #cgo nocallback _ncclgo_tramp_cuModuleLoadData
-static int _ncclgo_tramp_cuModuleLoadData(uintptr_t fp, void *a0, void *a1) {
+static int _ncclgo_tramp_cuModuleLoadData(uintptr_t fp, CUmodule *a0, void *a1) {
 	return (int)((CUresult (*)(CUmodule *, const void *))fp)((CUmodule *)a0, (const void *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuModuleLoadDataEx
 #cgo nocallback _ncclgo_tramp_cuModuleLoadDataEx
-static int _ncclgo_tramp_cuModuleLoadDataEx(uintptr_t fp, void *a0, void *a1, unsigned int a2, void *a3, void *a4) {
+static int _ncclgo_tramp_cuModuleLoadDataEx(uintptr_t fp, CUmodule *a0, void *a1, unsigned int a2, CUjit_option *a3, void *a4) {
 	return (int)((CUresult (*)(CUmodule *, const void *, unsigned int, CUjit_option *, void **))fp)((CUmodule *)a0, (const void *)a1, (unsigned int)a2, (CUjit_option *)a3, (void **)a4);
 }
 #cgo noescape _ncclgo_tramp_cuModuleLoadFatBinary
 #cgo nocallback _ncclgo_tramp_cuModuleLoadFatBinary
-static int _ncclgo_tramp_cuModuleLoadFatBinary(uintptr_t fp, void *a0, void *a1) {
+static int _ncclgo_tramp_cuModuleLoadFatBinary(uintptr_t fp, CUmodule *a0, void *a1) {
 	return (int)((CUresult (*)(CUmodule *, const void *))fp)((CUmodule *)a0, (const void *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuModuleUnload
@@ -2522,12 +2522,12 @@ static int _ncclgo_tramp_cuMulticastBindMem(uintptr_t fp, unsigned long long a0,
 }
 #cgo noescape _ncclgo_tramp_cuMulticastCreate
 #cgo nocallback _ncclgo_tramp_cuMulticastCreate
-static int _ncclgo_tramp_cuMulticastCreate(uintptr_t fp, void *a0, void *a1) {
+static int _ncclgo_tramp_cuMulticastCreate(uintptr_t fp, CUmemGenericAllocationHandle *a0, CUmulticastObjectProp *a1) {
 	return (int)((CUresult (*)(CUmemGenericAllocationHandle *, const CUmulticastObjectProp *))fp)((CUmemGenericAllocationHandle *)a0, (const CUmulticastObjectProp *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuMulticastGetGranularity
 #cgo nocallback _ncclgo_tramp_cuMulticastGetGranularity
-static int _ncclgo_tramp_cuMulticastGetGranularity(uintptr_t fp, void *a0, void *a1, int a2) {
+static int _ncclgo_tramp_cuMulticastGetGranularity(uintptr_t fp, size_t *a0, CUmulticastObjectProp *a1, int a2) {
 	return (int)((CUresult (*)(size_t *, const CUmulticastObjectProp *, CUmulticastGranularity_flags))fp)((size_t *)a0, (const CUmulticastObjectProp *)a1, (CUmulticastGranularity_flags)a2);
 }
 #cgo noescape _ncclgo_tramp_cuMulticastUnbind
@@ -2537,37 +2537,37 @@ static int _ncclgo_tramp_cuMulticastUnbind(uintptr_t fp, unsigned long long a0, 
 }
 #cgo noescape _ncclgo_tramp_cuOccupancyAvailableDynamicSMemPerBlock
 #cgo nocallback _ncclgo_tramp_cuOccupancyAvailableDynamicSMemPerBlock
-static int _ncclgo_tramp_cuOccupancyAvailableDynamicSMemPerBlock(uintptr_t fp, void *a0, uintptr_t a1, int a2, int a3) {
+static int _ncclgo_tramp_cuOccupancyAvailableDynamicSMemPerBlock(uintptr_t fp, size_t *a0, uintptr_t a1, int a2, int a3) {
 	return (int)((CUresult (*)(size_t *, CUfunction, int, int))fp)((size_t *)a0, (CUfunction)a1, (int)a2, (int)a3);
 }
 #cgo noescape _ncclgo_tramp_cuOccupancyMaxActiveBlocksPerMultiprocessor
 #cgo nocallback _ncclgo_tramp_cuOccupancyMaxActiveBlocksPerMultiprocessor
-static int _ncclgo_tramp_cuOccupancyMaxActiveBlocksPerMultiprocessor(uintptr_t fp, void *a0, uintptr_t a1, int a2, size_t a3) {
+static int _ncclgo_tramp_cuOccupancyMaxActiveBlocksPerMultiprocessor(uintptr_t fp, int *a0, uintptr_t a1, int a2, size_t a3) {
 	return (int)((CUresult (*)(int *, CUfunction, int, size_t))fp)((int *)a0, (CUfunction)a1, (int)a2, (size_t)a3);
 }
 #cgo noescape _ncclgo_tramp_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags
 #cgo nocallback _ncclgo_tramp_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags
-static int _ncclgo_tramp_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(uintptr_t fp, void *a0, uintptr_t a1, int a2, size_t a3, unsigned int a4) {
+static int _ncclgo_tramp_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(uintptr_t fp, int *a0, uintptr_t a1, int a2, size_t a3, unsigned int a4) {
 	return (int)((CUresult (*)(int *, CUfunction, int, size_t, unsigned int))fp)((int *)a0, (CUfunction)a1, (int)a2, (size_t)a3, (unsigned int)a4);
 }
 #cgo noescape _ncclgo_tramp_cuOccupancyMaxActiveClusters
 #cgo nocallback _ncclgo_tramp_cuOccupancyMaxActiveClusters
-static int _ncclgo_tramp_cuOccupancyMaxActiveClusters(uintptr_t fp, void *a0, uintptr_t a1, void *a2) {
+static int _ncclgo_tramp_cuOccupancyMaxActiveClusters(uintptr_t fp, int *a0, uintptr_t a1, CUlaunchConfig *a2) {
 	return (int)((CUresult (*)(int *, CUfunction, const CUlaunchConfig *))fp)((int *)a0, (CUfunction)a1, (const CUlaunchConfig *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuOccupancyMaxPotentialBlockSize
 #cgo nocallback _ncclgo_tramp_cuOccupancyMaxPotentialBlockSize
-static int _ncclgo_tramp_cuOccupancyMaxPotentialBlockSize(uintptr_t fp, void *a0, void *a1, uintptr_t a2, uintptr_t a3, size_t a4, int a5) {
+static int _ncclgo_tramp_cuOccupancyMaxPotentialBlockSize(uintptr_t fp, int *a0, int *a1, uintptr_t a2, uintptr_t a3, size_t a4, int a5) {
 	return (int)((CUresult (*)(int *, int *, CUfunction, CUoccupancyB2DSize, size_t, int))fp)((int *)a0, (int *)a1, (CUfunction)a2, (CUoccupancyB2DSize)a3, (size_t)a4, (int)a5);
 }
 #cgo noescape _ncclgo_tramp_cuOccupancyMaxPotentialBlockSizeWithFlags
 #cgo nocallback _ncclgo_tramp_cuOccupancyMaxPotentialBlockSizeWithFlags
-static int _ncclgo_tramp_cuOccupancyMaxPotentialBlockSizeWithFlags(uintptr_t fp, void *a0, void *a1, uintptr_t a2, uintptr_t a3, size_t a4, int a5, unsigned int a6) {
+static int _ncclgo_tramp_cuOccupancyMaxPotentialBlockSizeWithFlags(uintptr_t fp, int *a0, int *a1, uintptr_t a2, uintptr_t a3, size_t a4, int a5, unsigned int a6) {
 	return (int)((CUresult (*)(int *, int *, CUfunction, CUoccupancyB2DSize, size_t, int, unsigned int))fp)((int *)a0, (int *)a1, (CUfunction)a2, (CUoccupancyB2DSize)a3, (size_t)a4, (int)a5, (unsigned int)a6);
 }
 #cgo noescape _ncclgo_tramp_cuOccupancyMaxPotentialClusterSize
 #cgo nocallback _ncclgo_tramp_cuOccupancyMaxPotentialClusterSize
-static int _ncclgo_tramp_cuOccupancyMaxPotentialClusterSize(uintptr_t fp, void *a0, uintptr_t a1, void *a2) {
+static int _ncclgo_tramp_cuOccupancyMaxPotentialClusterSize(uintptr_t fp, int *a0, uintptr_t a1, CUlaunchConfig *a2) {
 	return (int)((CUresult (*)(int *, CUfunction, const CUlaunchConfig *))fp)((int *)a0, (CUfunction)a1, (const CUlaunchConfig *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuParamSetSize
@@ -2602,7 +2602,7 @@ static int _ncclgo_tramp_cuPointerGetAttribute(uintptr_t fp, void *a0, int a1, u
 }
 #cgo noescape _ncclgo_tramp_cuPointerGetAttributes
 #cgo nocallback _ncclgo_tramp_cuPointerGetAttributes
-static int _ncclgo_tramp_cuPointerGetAttributes(uintptr_t fp, unsigned int a0, void *a1, void *a2, unsigned long long a3) {
+static int _ncclgo_tramp_cuPointerGetAttributes(uintptr_t fp, unsigned int a0, CUpointer_attribute *a1, void *a2, unsigned long long a3) {
 	return (int)((CUresult (*)(unsigned int, CUpointer_attribute *, void **, CUdeviceptr))fp)((unsigned int)a0, (CUpointer_attribute *)a1, (void **)a2, (CUdeviceptr)a3);
 }
 #cgo noescape _ncclgo_tramp_cuPointerSetAttribute
@@ -2612,12 +2612,12 @@ static int _ncclgo_tramp_cuPointerSetAttribute(uintptr_t fp, void *a0, int a1, u
 }
 #cgo noescape _ncclgo_tramp_cuSignalExternalSemaphoresAsync
 #cgo nocallback _ncclgo_tramp_cuSignalExternalSemaphoresAsync
-static int _ncclgo_tramp_cuSignalExternalSemaphoresAsync(uintptr_t fp, void *a0, void *a1, unsigned int a2, uintptr_t a3) {
+static int _ncclgo_tramp_cuSignalExternalSemaphoresAsync(uintptr_t fp, CUexternalSemaphore *a0, CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *a1, unsigned int a2, uintptr_t a3) {
 	return (int)((CUresult (*)(const CUexternalSemaphore *, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *, unsigned int, CUstream))fp)((const CUexternalSemaphore *)a0, (const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *)a1, (unsigned int)a2, (CUstream)a3);
 }
 #cgo noescape _ncclgo_tramp_cuSignalExternalSemaphoresAsync_ptsz
 #cgo nocallback _ncclgo_tramp_cuSignalExternalSemaphoresAsync_ptsz
-static int _ncclgo_tramp_cuSignalExternalSemaphoresAsync_ptsz(uintptr_t fp, void *a0, void *a1, unsigned int a2, uintptr_t a3) {
+static int _ncclgo_tramp_cuSignalExternalSemaphoresAsync_ptsz(uintptr_t fp, CUexternalSemaphore *a0, CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *a1, unsigned int a2, uintptr_t a3) {
 	return (int)((CUresult (*)(const CUexternalSemaphore *, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *, unsigned int, CUstream))fp)((const CUexternalSemaphore *)a0, (const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *)a1, (unsigned int)a2, (CUstream)a3);
 }
 #cgo noescape _ncclgo_tramp_cuStreamAddCallback
@@ -2642,22 +2642,22 @@ static int _ncclgo_tramp_cuStreamAttachMemAsync_ptsz(uintptr_t fp, uintptr_t a0,
 }
 #cgo noescape _ncclgo_tramp_cuStreamBatchMemOp_v2
 #cgo nocallback _ncclgo_tramp_cuStreamBatchMemOp_v2
-static int _ncclgo_tramp_cuStreamBatchMemOp_v2(uintptr_t fp, uintptr_t a0, unsigned int a1, void *a2, unsigned int a3) {
+static int _ncclgo_tramp_cuStreamBatchMemOp_v2(uintptr_t fp, uintptr_t a0, unsigned int a1, CUstreamBatchMemOpParams *a2, unsigned int a3) {
 	return (int)((CUresult (*)(CUstream, unsigned int, CUstreamBatchMemOpParams *, unsigned int))fp)((CUstream)a0, (unsigned int)a1, (CUstreamBatchMemOpParams *)a2, (unsigned int)a3);
 }
 #cgo noescape _ncclgo_tramp_cuStreamBatchMemOp
 #cgo nocallback _ncclgo_tramp_cuStreamBatchMemOp
-static int _ncclgo_tramp_cuStreamBatchMemOp(uintptr_t fp, uintptr_t a0, unsigned int a1, void *a2, unsigned int a3) {
+static int _ncclgo_tramp_cuStreamBatchMemOp(uintptr_t fp, uintptr_t a0, unsigned int a1, CUstreamBatchMemOpParams *a2, unsigned int a3) {
 	return (int)((CUresult (*)(CUstream, unsigned int, CUstreamBatchMemOpParams *, unsigned int))fp)((CUstream)a0, (unsigned int)a1, (CUstreamBatchMemOpParams *)a2, (unsigned int)a3);
 }
 #cgo noescape _ncclgo_tramp_cuStreamBatchMemOp_v2_ptsz
 #cgo nocallback _ncclgo_tramp_cuStreamBatchMemOp_v2_ptsz
-static int _ncclgo_tramp_cuStreamBatchMemOp_v2_ptsz(uintptr_t fp, uintptr_t a0, unsigned int a1, void *a2, unsigned int a3) {
+static int _ncclgo_tramp_cuStreamBatchMemOp_v2_ptsz(uintptr_t fp, uintptr_t a0, unsigned int a1, CUstreamBatchMemOpParams *a2, unsigned int a3) {
 	return (int)((CUresult (*)(CUstream, unsigned int, CUstreamBatchMemOpParams *, unsigned int))fp)((CUstream)a0, (unsigned int)a1, (CUstreamBatchMemOpParams *)a2, (unsigned int)a3);
 }
 #cgo noescape _ncclgo_tramp_cuStreamBatchMemOp_ptsz
 #cgo nocallback _ncclgo_tramp_cuStreamBatchMemOp_ptsz
-static int _ncclgo_tramp_cuStreamBatchMemOp_ptsz(uintptr_t fp, uintptr_t a0, unsigned int a1, void *a2, unsigned int a3) {
+static int _ncclgo_tramp_cuStreamBatchMemOp_ptsz(uintptr_t fp, uintptr_t a0, unsigned int a1, CUstreamBatchMemOpParams *a2, unsigned int a3) {
 	return (int)((CUresult (*)(CUstream, unsigned int, CUstreamBatchMemOpParams *, unsigned int))fp)((CUstream)a0, (unsigned int)a1, (CUstreamBatchMemOpParams *)a2, (unsigned int)a3);
 }
 #cgo noescape _ncclgo_tramp_cuStreamBeginCapture_v2
@@ -2682,12 +2682,12 @@ static int _ncclgo_tramp_cuStreamBeginCapture_ptsz(uintptr_t fp, uintptr_t a0) {
 }
 #cgo noescape _ncclgo_tramp_cuStreamBeginCaptureToGraph
 #cgo nocallback _ncclgo_tramp_cuStreamBeginCaptureToGraph
-static int _ncclgo_tramp_cuStreamBeginCaptureToGraph(uintptr_t fp, uintptr_t a0, uintptr_t a1, void *a2, void *a3, size_t a4, int a5) {
+static int _ncclgo_tramp_cuStreamBeginCaptureToGraph(uintptr_t fp, uintptr_t a0, uintptr_t a1, CUgraphNode *a2, CUgraphEdgeData *a3, size_t a4, int a5) {
 	return (int)((CUresult (*)(CUstream, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t, CUstreamCaptureMode))fp)((CUstream)a0, (CUgraph)a1, (const CUgraphNode *)a2, (const CUgraphEdgeData *)a3, (size_t)a4, (CUstreamCaptureMode)a5);
 }
 #cgo noescape _ncclgo_tramp_cuStreamBeginCaptureToGraph_ptsz
 #cgo nocallback _ncclgo_tramp_cuStreamBeginCaptureToGraph_ptsz
-static int _ncclgo_tramp_cuStreamBeginCaptureToGraph_ptsz(uintptr_t fp, uintptr_t a0, uintptr_t a1, void *a2, void *a3, size_t a4, int a5) {
+static int _ncclgo_tramp_cuStreamBeginCaptureToGraph_ptsz(uintptr_t fp, uintptr_t a0, uintptr_t a1, CUgraphNode *a2, CUgraphEdgeData *a3, size_t a4, int a5) {
 	return (int)((CUresult (*)(CUstream, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t, CUstreamCaptureMode))fp)((CUstream)a0, (CUgraph)a1, (const CUgraphNode *)a2, (const CUgraphEdgeData *)a3, (size_t)a4, (CUstreamCaptureMode)a5);
 }
 #cgo noescape _ncclgo_tramp_cuStreamCopyAttributes
@@ -2702,12 +2702,12 @@ static int _ncclgo_tramp_cuStreamCopyAttributes_ptsz(uintptr_t fp, uintptr_t a0,
 }
 #cgo noescape _ncclgo_tramp_cuStreamCreate
 #cgo nocallback _ncclgo_tramp_cuStreamCreate
-static int _ncclgo_tramp_cuStreamCreate(uintptr_t fp, void *a0, unsigned int a1) {
+static int _ncclgo_tramp_cuStreamCreate(uintptr_t fp, CUstream *a0, unsigned int a1) {
 	return (int)((CUresult (*)(CUstream *, unsigned int))fp)((CUstream *)a0, (unsigned int)a1);
 }
 #cgo noescape _ncclgo_tramp_cuStreamCreateWithPriority
 #cgo nocallback _ncclgo_tramp_cuStreamCreateWithPriority
-static int _ncclgo_tramp_cuStreamCreateWithPriority(uintptr_t fp, void *a0, unsigned int a1, int a2) {
+static int _ncclgo_tramp_cuStreamCreateWithPriority(uintptr_t fp, CUstream *a0, unsigned int a1, int a2) {
 	return (int)((CUresult (*)(CUstream *, unsigned int, int))fp)((CUstream *)a0, (unsigned int)a1, (int)a2);
 }
 #cgo noescape _ncclgo_tramp_cuStreamDestroy_v2
@@ -2722,107 +2722,107 @@ static int _ncclgo_tramp_cuStreamDestroy(uintptr_t fp, uintptr_t a0) {
 }
 #cgo noescape _ncclgo_tramp_cuStreamEndCapture
 #cgo nocallback _ncclgo_tramp_cuStreamEndCapture
-static int _ncclgo_tramp_cuStreamEndCapture(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuStreamEndCapture(uintptr_t fp, uintptr_t a0, CUgraph *a1) {
 	return (int)((CUresult (*)(CUstream, CUgraph *))fp)((CUstream)a0, (CUgraph *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuStreamEndCapture_ptsz
 #cgo nocallback _ncclgo_tramp_cuStreamEndCapture_ptsz
-static int _ncclgo_tramp_cuStreamEndCapture_ptsz(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuStreamEndCapture_ptsz(uintptr_t fp, uintptr_t a0, CUgraph *a1) {
 	return (int)((CUresult (*)(CUstream, CUgraph *))fp)((CUstream)a0, (CUgraph *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuStreamGetAttribute
 #cgo nocallback _ncclgo_tramp_cuStreamGetAttribute
-static int _ncclgo_tramp_cuStreamGetAttribute(uintptr_t fp, uintptr_t a0, int a1, void *a2) {
+static int _ncclgo_tramp_cuStreamGetAttribute(uintptr_t fp, uintptr_t a0, int a1, CUstreamAttrValue *a2) {
 	return (int)((CUresult (*)(CUstream, CUstreamAttrID, CUstreamAttrValue *))fp)((CUstream)a0, (CUstreamAttrID)a1, (CUstreamAttrValue *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuStreamGetAttribute_ptsz
 #cgo nocallback _ncclgo_tramp_cuStreamGetAttribute_ptsz
-static int _ncclgo_tramp_cuStreamGetAttribute_ptsz(uintptr_t fp, uintptr_t a0, int a1, void *a2) {
+static int _ncclgo_tramp_cuStreamGetAttribute_ptsz(uintptr_t fp, uintptr_t a0, int a1, CUstreamAttrValue *a2) {
 	return (int)((CUresult (*)(CUstream, CUstreamAttrID, CUstreamAttrValue *))fp)((CUstream)a0, (CUstreamAttrID)a1, (CUstreamAttrValue *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuStreamGetCaptureInfo_v2
 #cgo nocallback _ncclgo_tramp_cuStreamGetCaptureInfo_v2
-static int _ncclgo_tramp_cuStreamGetCaptureInfo_v2(uintptr_t fp, uintptr_t a0, void *a1, void *a2, void *a3, void *a4, void *a5) {
+static int _ncclgo_tramp_cuStreamGetCaptureInfo_v2(uintptr_t fp, uintptr_t a0, CUstreamCaptureStatus *a1, cuuint64_t *a2, CUgraph *a3, void *a4, size_t *a5) {
 	return (int)((CUresult (*)(CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *, const CUgraphNode **, size_t *))fp)((CUstream)a0, (CUstreamCaptureStatus *)a1, (cuuint64_t *)a2, (CUgraph *)a3, (const CUgraphNode **)a4, (size_t *)a5);
 }
 #cgo noescape _ncclgo_tramp_cuStreamGetCaptureInfo
 #cgo nocallback _ncclgo_tramp_cuStreamGetCaptureInfo
-static int _ncclgo_tramp_cuStreamGetCaptureInfo(uintptr_t fp, uintptr_t a0, void *a1, void *a2) {
+static int _ncclgo_tramp_cuStreamGetCaptureInfo(uintptr_t fp, uintptr_t a0, CUstreamCaptureStatus *a1, cuuint64_t *a2) {
 	return (int)((CUresult (*)(CUstream, CUstreamCaptureStatus *, cuuint64_t *))fp)((CUstream)a0, (CUstreamCaptureStatus *)a1, (cuuint64_t *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuStreamGetCaptureInfo_v2_ptsz
 #cgo nocallback _ncclgo_tramp_cuStreamGetCaptureInfo_v2_ptsz
-static int _ncclgo_tramp_cuStreamGetCaptureInfo_v2_ptsz(uintptr_t fp, uintptr_t a0, void *a1, void *a2, void *a3, void *a4, void *a5) {
+static int _ncclgo_tramp_cuStreamGetCaptureInfo_v2_ptsz(uintptr_t fp, uintptr_t a0, CUstreamCaptureStatus *a1, cuuint64_t *a2, CUgraph *a3, void *a4, size_t *a5) {
 	return (int)((CUresult (*)(CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *, const CUgraphNode **, size_t *))fp)((CUstream)a0, (CUstreamCaptureStatus *)a1, (cuuint64_t *)a2, (CUgraph *)a3, (const CUgraphNode **)a4, (size_t *)a5);
 }
 #cgo noescape _ncclgo_tramp_cuStreamGetCaptureInfo_ptsz
 #cgo nocallback _ncclgo_tramp_cuStreamGetCaptureInfo_ptsz
-static int _ncclgo_tramp_cuStreamGetCaptureInfo_ptsz(uintptr_t fp, uintptr_t a0, void *a1, void *a2) {
+static int _ncclgo_tramp_cuStreamGetCaptureInfo_ptsz(uintptr_t fp, uintptr_t a0, CUstreamCaptureStatus *a1, cuuint64_t *a2) {
 	return (int)((CUresult (*)(CUstream, CUstreamCaptureStatus *, cuuint64_t *))fp)((CUstream)a0, (CUstreamCaptureStatus *)a1, (cuuint64_t *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuStreamGetCaptureInfo_v3
 #cgo nocallback _ncclgo_tramp_cuStreamGetCaptureInfo_v3
-static int _ncclgo_tramp_cuStreamGetCaptureInfo_v3(uintptr_t fp, uintptr_t a0, void *a1, void *a2, void *a3, void *a4, void *a5, void *a6) {
+static int _ncclgo_tramp_cuStreamGetCaptureInfo_v3(uintptr_t fp, uintptr_t a0, CUstreamCaptureStatus *a1, cuuint64_t *a2, CUgraph *a3, void *a4, void *a5, size_t *a6) {
 	return (int)((CUresult (*)(CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *, const CUgraphNode **, const CUgraphEdgeData **, size_t *))fp)((CUstream)a0, (CUstreamCaptureStatus *)a1, (cuuint64_t *)a2, (CUgraph *)a3, (const CUgraphNode **)a4, (const CUgraphEdgeData **)a5, (size_t *)a6);
 }
 #cgo noescape _ncclgo_tramp_cuStreamGetCaptureInfo_v3_ptsz
 #cgo nocallback _ncclgo_tramp_cuStreamGetCaptureInfo_v3_ptsz
-static int _ncclgo_tramp_cuStreamGetCaptureInfo_v3_ptsz(uintptr_t fp, uintptr_t a0, void *a1, void *a2, void *a3, void *a4, void *a5, void *a6) {
+static int _ncclgo_tramp_cuStreamGetCaptureInfo_v3_ptsz(uintptr_t fp, uintptr_t a0, CUstreamCaptureStatus *a1, cuuint64_t *a2, CUgraph *a3, void *a4, void *a5, size_t *a6) {
 	return (int)((CUresult (*)(CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *, const CUgraphNode **, const CUgraphEdgeData **, size_t *))fp)((CUstream)a0, (CUstreamCaptureStatus *)a1, (cuuint64_t *)a2, (CUgraph *)a3, (const CUgraphNode **)a4, (const CUgraphEdgeData **)a5, (size_t *)a6);
 }
 #cgo noescape _ncclgo_tramp_cuStreamGetCtx
 #cgo nocallback _ncclgo_tramp_cuStreamGetCtx
-static int _ncclgo_tramp_cuStreamGetCtx(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuStreamGetCtx(uintptr_t fp, uintptr_t a0, CUcontext *a1) {
 	return (int)((CUresult (*)(CUstream, CUcontext *))fp)((CUstream)a0, (CUcontext *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuStreamGetCtx_ptsz
 #cgo nocallback _ncclgo_tramp_cuStreamGetCtx_ptsz
-static int _ncclgo_tramp_cuStreamGetCtx_ptsz(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuStreamGetCtx_ptsz(uintptr_t fp, uintptr_t a0, CUcontext *a1) {
 	return (int)((CUresult (*)(CUstream, CUcontext *))fp)((CUstream)a0, (CUcontext *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuStreamGetFlags
 #cgo nocallback _ncclgo_tramp_cuStreamGetFlags
-static int _ncclgo_tramp_cuStreamGetFlags(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuStreamGetFlags(uintptr_t fp, uintptr_t a0, unsigned int *a1) {
 	return (int)((CUresult (*)(CUstream, unsigned int *))fp)((CUstream)a0, (unsigned int *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuStreamGetFlags_ptsz
 #cgo nocallback _ncclgo_tramp_cuStreamGetFlags_ptsz
-static int _ncclgo_tramp_cuStreamGetFlags_ptsz(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuStreamGetFlags_ptsz(uintptr_t fp, uintptr_t a0, unsigned int *a1) {
 	return (int)((CUresult (*)(CUstream, unsigned int *))fp)((CUstream)a0, (unsigned int *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuStreamGetGreenCtx
 #cgo nocallback _ncclgo_tramp_cuStreamGetGreenCtx
-static int _ncclgo_tramp_cuStreamGetGreenCtx(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuStreamGetGreenCtx(uintptr_t fp, uintptr_t a0, CUgreenCtx *a1) {
 	return (int)((CUresult (*)(CUstream, CUgreenCtx *))fp)((CUstream)a0, (CUgreenCtx *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuStreamGetId
 #cgo nocallback _ncclgo_tramp_cuStreamGetId
-static int _ncclgo_tramp_cuStreamGetId(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuStreamGetId(uintptr_t fp, uintptr_t a0, unsigned long long *a1) {
 	return (int)((CUresult (*)(CUstream, unsigned long long *))fp)((CUstream)a0, (unsigned long long *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuStreamGetId_ptsz
 #cgo nocallback _ncclgo_tramp_cuStreamGetId_ptsz
-static int _ncclgo_tramp_cuStreamGetId_ptsz(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuStreamGetId_ptsz(uintptr_t fp, uintptr_t a0, unsigned long long *a1) {
 	return (int)((CUresult (*)(CUstream, unsigned long long *))fp)((CUstream)a0, (unsigned long long *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuStreamGetPriority
 #cgo nocallback _ncclgo_tramp_cuStreamGetPriority
-static int _ncclgo_tramp_cuStreamGetPriority(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuStreamGetPriority(uintptr_t fp, uintptr_t a0, int *a1) {
 	return (int)((CUresult (*)(CUstream, int *))fp)((CUstream)a0, (int *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuStreamGetPriority_ptsz
 #cgo nocallback _ncclgo_tramp_cuStreamGetPriority_ptsz
-static int _ncclgo_tramp_cuStreamGetPriority_ptsz(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuStreamGetPriority_ptsz(uintptr_t fp, uintptr_t a0, int *a1) {
 	return (int)((CUresult (*)(CUstream, int *))fp)((CUstream)a0, (int *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuStreamIsCapturing
 #cgo nocallback _ncclgo_tramp_cuStreamIsCapturing
-static int _ncclgo_tramp_cuStreamIsCapturing(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuStreamIsCapturing(uintptr_t fp, uintptr_t a0, CUstreamCaptureStatus *a1) {
 	return (int)((CUresult (*)(CUstream, CUstreamCaptureStatus *))fp)((CUstream)a0, (CUstreamCaptureStatus *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuStreamIsCapturing_ptsz
 #cgo nocallback _ncclgo_tramp_cuStreamIsCapturing_ptsz
-static int _ncclgo_tramp_cuStreamIsCapturing_ptsz(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuStreamIsCapturing_ptsz(uintptr_t fp, uintptr_t a0, CUstreamCaptureStatus *a1) {
 	return (int)((CUresult (*)(CUstream, CUstreamCaptureStatus *))fp)((CUstream)a0, (CUstreamCaptureStatus *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuStreamQuery
@@ -2837,12 +2837,12 @@ static int _ncclgo_tramp_cuStreamQuery_ptsz(uintptr_t fp, uintptr_t a0) {
 }
 #cgo noescape _ncclgo_tramp_cuStreamSetAttribute
 #cgo nocallback _ncclgo_tramp_cuStreamSetAttribute
-static int _ncclgo_tramp_cuStreamSetAttribute(uintptr_t fp, uintptr_t a0, int a1, void *a2) {
+static int _ncclgo_tramp_cuStreamSetAttribute(uintptr_t fp, uintptr_t a0, int a1, CUstreamAttrValue *a2) {
 	return (int)((CUresult (*)(CUstream, CUstreamAttrID, const CUstreamAttrValue *))fp)((CUstream)a0, (CUstreamAttrID)a1, (const CUstreamAttrValue *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuStreamSetAttribute_ptsz
 #cgo nocallback _ncclgo_tramp_cuStreamSetAttribute_ptsz
-static int _ncclgo_tramp_cuStreamSetAttribute_ptsz(uintptr_t fp, uintptr_t a0, int a1, void *a2) {
+static int _ncclgo_tramp_cuStreamSetAttribute_ptsz(uintptr_t fp, uintptr_t a0, int a1, CUstreamAttrValue *a2) {
 	return (int)((CUresult (*)(CUstream, CUstreamAttrID, const CUstreamAttrValue *))fp)((CUstream)a0, (CUstreamAttrID)a1, (const CUstreamAttrValue *)a2);
 }
 #cgo noescape _ncclgo_tramp_cuStreamSynchronize
@@ -2857,22 +2857,22 @@ static int _ncclgo_tramp_cuStreamSynchronize_ptsz(uintptr_t fp, uintptr_t a0) {
 }
 #cgo noescape _ncclgo_tramp_cuStreamUpdateCaptureDependencies
 #cgo nocallback _ncclgo_tramp_cuStreamUpdateCaptureDependencies
-static int _ncclgo_tramp_cuStreamUpdateCaptureDependencies(uintptr_t fp, uintptr_t a0, void *a1, size_t a2, unsigned int a3) {
+static int _ncclgo_tramp_cuStreamUpdateCaptureDependencies(uintptr_t fp, uintptr_t a0, CUgraphNode *a1, size_t a2, unsigned int a3) {
 	return (int)((CUresult (*)(CUstream, CUgraphNode *, size_t, unsigned int))fp)((CUstream)a0, (CUgraphNode *)a1, (size_t)a2, (unsigned int)a3);
 }
 #cgo noescape _ncclgo_tramp_cuStreamUpdateCaptureDependencies_ptsz
 #cgo nocallback _ncclgo_tramp_cuStreamUpdateCaptureDependencies_ptsz
-static int _ncclgo_tramp_cuStreamUpdateCaptureDependencies_ptsz(uintptr_t fp, uintptr_t a0, void *a1, size_t a2, unsigned int a3) {
+static int _ncclgo_tramp_cuStreamUpdateCaptureDependencies_ptsz(uintptr_t fp, uintptr_t a0, CUgraphNode *a1, size_t a2, unsigned int a3) {
 	return (int)((CUresult (*)(CUstream, CUgraphNode *, size_t, unsigned int))fp)((CUstream)a0, (CUgraphNode *)a1, (size_t)a2, (unsigned int)a3);
 }
 #cgo noescape _ncclgo_tramp_cuStreamUpdateCaptureDependencies_v2
 #cgo nocallback _ncclgo_tramp_cuStreamUpdateCaptureDependencies_v2
-static int _ncclgo_tramp_cuStreamUpdateCaptureDependencies_v2(uintptr_t fp, uintptr_t a0, void *a1, void *a2, size_t a3, unsigned int a4) {
+static int _ncclgo_tramp_cuStreamUpdateCaptureDependencies_v2(uintptr_t fp, uintptr_t a0, CUgraphNode *a1, CUgraphEdgeData *a2, size_t a3, unsigned int a4) {
 	return (int)((CUresult (*)(CUstream, CUgraphNode *, const CUgraphEdgeData *, size_t, unsigned int))fp)((CUstream)a0, (CUgraphNode *)a1, (const CUgraphEdgeData *)a2, (size_t)a3, (unsigned int)a4);
 }
 #cgo noescape _ncclgo_tramp_cuStreamUpdateCaptureDependencies_v2_ptsz
 #cgo nocallback _ncclgo_tramp_cuStreamUpdateCaptureDependencies_v2_ptsz
-static int _ncclgo_tramp_cuStreamUpdateCaptureDependencies_v2_ptsz(uintptr_t fp, uintptr_t a0, void *a1, void *a2, size_t a3, unsigned int a4) {
+static int _ncclgo_tramp_cuStreamUpdateCaptureDependencies_v2_ptsz(uintptr_t fp, uintptr_t a0, CUgraphNode *a1, CUgraphEdgeData *a2, size_t a3, unsigned int a4) {
 	return (int)((CUresult (*)(CUstream, CUgraphNode *, const CUgraphEdgeData *, size_t, unsigned int))fp)((CUstream)a0, (CUgraphNode *)a1, (const CUgraphEdgeData *)a2, (size_t)a3, (unsigned int)a4);
 }
 #cgo noescape _ncclgo_tramp_cuStreamWaitEvent
@@ -2967,7 +2967,7 @@ static int _ncclgo_tramp_cuStreamWriteValue64_ptsz(uintptr_t fp, uintptr_t a0, u
 }
 #cgo noescape _ncclgo_tramp_cuSurfObjectCreate
 #cgo nocallback _ncclgo_tramp_cuSurfObjectCreate
-static int _ncclgo_tramp_cuSurfObjectCreate(uintptr_t fp, void *a0, void *a1) {
+static int _ncclgo_tramp_cuSurfObjectCreate(uintptr_t fp, CUsurfObject *a0, CUDA_RESOURCE_DESC *a1) {
 	return (int)((CUresult (*)(CUsurfObject *, const CUDA_RESOURCE_DESC *))fp)((CUsurfObject *)a0, (const CUDA_RESOURCE_DESC *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuSurfObjectDestroy
@@ -2977,12 +2977,12 @@ static int _ncclgo_tramp_cuSurfObjectDestroy(uintptr_t fp, unsigned long long a0
 }
 #cgo noescape _ncclgo_tramp_cuSurfObjectGetResourceDesc
 #cgo nocallback _ncclgo_tramp_cuSurfObjectGetResourceDesc
-static int _ncclgo_tramp_cuSurfObjectGetResourceDesc(uintptr_t fp, void *a0, unsigned long long a1) {
+static int _ncclgo_tramp_cuSurfObjectGetResourceDesc(uintptr_t fp, CUDA_RESOURCE_DESC *a0, unsigned long long a1) {
 	return (int)((CUresult (*)(CUDA_RESOURCE_DESC *, CUsurfObject))fp)((CUDA_RESOURCE_DESC *)a0, (CUsurfObject)a1);
 }
 #cgo noescape _ncclgo_tramp_cuSurfRefGetArray
 #cgo nocallback _ncclgo_tramp_cuSurfRefGetArray
-static int _ncclgo_tramp_cuSurfRefGetArray(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuSurfRefGetArray(uintptr_t fp, CUarray *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(CUarray *, CUsurfref))fp)((CUarray *)a0, (CUsurfref)a1);
 }
 #cgo noescape _ncclgo_tramp_cuSurfRefSetArray
@@ -2992,22 +2992,22 @@ static int _ncclgo_tramp_cuSurfRefSetArray(uintptr_t fp, uintptr_t a0, uintptr_t
 }
 #cgo noescape _ncclgo_tramp_cuTensorMapEncodeIm2col
 #cgo nocallback _ncclgo_tramp_cuTensorMapEncodeIm2col
-static int _ncclgo_tramp_cuTensorMapEncodeIm2col(uintptr_t fp, void *a0, int a1, uint32_t a2, void *a3, void *a4, void *a5, void *a6, void *a7, uint32_t a8, uint32_t a9, void *a10, int a11, int a12, int a13, int a14) {
+static int _ncclgo_tramp_cuTensorMapEncodeIm2col(uintptr_t fp, CUtensorMap *a0, int a1, uint32_t a2, void *a3, cuuint64_t *a4, cuuint64_t *a5, int *a6, int *a7, uint32_t a8, uint32_t a9, cuuint32_t *a10, int a11, int a12, int a13, int a14) {
 	return (int)((CUresult (*)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *, const cuuint64_t *, const int *, const int *, cuuint32_t, cuuint32_t, const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill))fp)((CUtensorMap *)a0, (CUtensorMapDataType)a1, (cuuint32_t)a2, (void *)a3, (const cuuint64_t *)a4, (const cuuint64_t *)a5, (const int *)a6, (const int *)a7, (cuuint32_t)a8, (cuuint32_t)a9, (const cuuint32_t *)a10, (CUtensorMapInterleave)a11, (CUtensorMapSwizzle)a12, (CUtensorMapL2promotion)a13, (CUtensorMapFloatOOBfill)a14);
 }
 #cgo noescape _ncclgo_tramp_cuTensorMapEncodeTiled
 #cgo nocallback _ncclgo_tramp_cuTensorMapEncodeTiled
-static int _ncclgo_tramp_cuTensorMapEncodeTiled(uintptr_t fp, void *a0, int a1, uint32_t a2, void *a3, void *a4, void *a5, void *a6, void *a7, int a8, int a9, int a10, int a11) {
+static int _ncclgo_tramp_cuTensorMapEncodeTiled(uintptr_t fp, CUtensorMap *a0, int a1, uint32_t a2, void *a3, cuuint64_t *a4, cuuint64_t *a5, cuuint32_t *a6, cuuint32_t *a7, int a8, int a9, int a10, int a11) {
 	return (int)((CUresult (*)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *, const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill))fp)((CUtensorMap *)a0, (CUtensorMapDataType)a1, (cuuint32_t)a2, (void *)a3, (const cuuint64_t *)a4, (const cuuint64_t *)a5, (const cuuint32_t *)a6, (const cuuint32_t *)a7, (CUtensorMapInterleave)a8, (CUtensorMapSwizzle)a9, (CUtensorMapL2promotion)a10, (CUtensorMapFloatOOBfill)a11);
 }
 #cgo noescape _ncclgo_tramp_cuTensorMapReplaceAddress
 #cgo nocallback _ncclgo_tramp_cuTensorMapReplaceAddress
-static int _ncclgo_tramp_cuTensorMapReplaceAddress(uintptr_t fp, void *a0, void *a1) {
+static int _ncclgo_tramp_cuTensorMapReplaceAddress(uintptr_t fp, CUtensorMap *a0, void *a1) {
 	return (int)((CUresult (*)(CUtensorMap *, void *))fp)((CUtensorMap *)a0, (void *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuTexObjectCreate
 #cgo nocallback _ncclgo_tramp_cuTexObjectCreate
-static int _ncclgo_tramp_cuTexObjectCreate(uintptr_t fp, void *a0, void *a1, void *a2, void *a3) {
+static int _ncclgo_tramp_cuTexObjectCreate(uintptr_t fp, CUtexObject *a0, CUDA_RESOURCE_DESC *a1, CUDA_TEXTURE_DESC *a2, CUDA_RESOURCE_VIEW_DESC *a3) {
 	return (int)((CUresult (*)(CUtexObject *, const CUDA_RESOURCE_DESC *, const CUDA_TEXTURE_DESC *, const CUDA_RESOURCE_VIEW_DESC *))fp)((CUtexObject *)a0, (const CUDA_RESOURCE_DESC *)a1, (const CUDA_TEXTURE_DESC *)a2, (const CUDA_RESOURCE_VIEW_DESC *)a3);
 }
 #cgo noescape _ncclgo_tramp_cuTexObjectDestroy
@@ -3017,22 +3017,22 @@ static int _ncclgo_tramp_cuTexObjectDestroy(uintptr_t fp, unsigned long long a0)
 }
 #cgo noescape _ncclgo_tramp_cuTexObjectGetResourceDesc
 #cgo nocallback _ncclgo_tramp_cuTexObjectGetResourceDesc
-static int _ncclgo_tramp_cuTexObjectGetResourceDesc(uintptr_t fp, void *a0, unsigned long long a1) {
+static int _ncclgo_tramp_cuTexObjectGetResourceDesc(uintptr_t fp, CUDA_RESOURCE_DESC *a0, unsigned long long a1) {
 	return (int)((CUresult (*)(CUDA_RESOURCE_DESC *, CUtexObject))fp)((CUDA_RESOURCE_DESC *)a0, (CUtexObject)a1);
 }
 #cgo noescape _ncclgo_tramp_cuTexObjectGetResourceViewDesc
 #cgo nocallback _ncclgo_tramp_cuTexObjectGetResourceViewDesc
-static int _ncclgo_tramp_cuTexObjectGetResourceViewDesc(uintptr_t fp, void *a0, unsigned long long a1) {
+static int _ncclgo_tramp_cuTexObjectGetResourceViewDesc(uintptr_t fp, CUDA_RESOURCE_VIEW_DESC *a0, unsigned long long a1) {
 	return (int)((CUresult (*)(CUDA_RESOURCE_VIEW_DESC *, CUtexObject))fp)((CUDA_RESOURCE_VIEW_DESC *)a0, (CUtexObject)a1);
 }
 #cgo noescape _ncclgo_tramp_cuTexObjectGetTextureDesc
 #cgo nocallback _ncclgo_tramp_cuTexObjectGetTextureDesc
-static int _ncclgo_tramp_cuTexObjectGetTextureDesc(uintptr_t fp, void *a0, unsigned long long a1) {
+static int _ncclgo_tramp_cuTexObjectGetTextureDesc(uintptr_t fp, CUDA_TEXTURE_DESC *a0, unsigned long long a1) {
 	return (int)((CUresult (*)(CUDA_TEXTURE_DESC *, CUtexObject))fp)((CUDA_TEXTURE_DESC *)a0, (CUtexObject)a1);
 }
 #cgo noescape _ncclgo_tramp_cuTexRefCreate
 #cgo nocallback _ncclgo_tramp_cuTexRefCreate
-static int _ncclgo_tramp_cuTexRefCreate(uintptr_t fp, void *a0) {
+static int _ncclgo_tramp_cuTexRefCreate(uintptr_t fp, CUtexref *a0) {
 	return (int)((CUresult (*)(CUtexref *))fp)((CUtexref *)a0);
 }
 #cgo noescape _ncclgo_tramp_cuTexRefDestroy
@@ -3042,92 +3042,92 @@ static int _ncclgo_tramp_cuTexRefDestroy(uintptr_t fp, uintptr_t a0) {
 }
 #cgo noescape _ncclgo_tramp_cuTexRefGetAddress_v2
 #cgo nocallback _ncclgo_tramp_cuTexRefGetAddress_v2
-static int _ncclgo_tramp_cuTexRefGetAddress_v2(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuTexRefGetAddress_v2(uintptr_t fp, CUdeviceptr *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(CUdeviceptr *, CUtexref))fp)((CUdeviceptr *)a0, (CUtexref)a1);
 }
 #cgo noescape _ncclgo_tramp_cuTexRefGetAddress
 #cgo nocallback _ncclgo_tramp_cuTexRefGetAddress
-static int _ncclgo_tramp_cuTexRefGetAddress(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuTexRefGetAddress(uintptr_t fp, CUdeviceptr_v1 *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(CUdeviceptr_v1 *, CUtexref))fp)((CUdeviceptr_v1 *)a0, (CUtexref)a1);
 }
 #cgo noescape _ncclgo_tramp_cuTexRefGetAddressMode
 #cgo nocallback _ncclgo_tramp_cuTexRefGetAddressMode
-static int _ncclgo_tramp_cuTexRefGetAddressMode(uintptr_t fp, void *a0, uintptr_t a1, int a2) {
+static int _ncclgo_tramp_cuTexRefGetAddressMode(uintptr_t fp, CUaddress_mode *a0, uintptr_t a1, int a2) {
 	return (int)((CUresult (*)(CUaddress_mode *, CUtexref, int))fp)((CUaddress_mode *)a0, (CUtexref)a1, (int)a2);
 }
 #cgo noescape _ncclgo_tramp_cuTexRefGetArray
 #cgo nocallback _ncclgo_tramp_cuTexRefGetArray
-static int _ncclgo_tramp_cuTexRefGetArray(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuTexRefGetArray(uintptr_t fp, CUarray *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(CUarray *, CUtexref))fp)((CUarray *)a0, (CUtexref)a1);
 }
 #cgo noescape _ncclgo_tramp_cuTexRefGetBorderColor
 #cgo nocallback _ncclgo_tramp_cuTexRefGetBorderColor
-static int _ncclgo_tramp_cuTexRefGetBorderColor(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuTexRefGetBorderColor(uintptr_t fp, float *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(float *, CUtexref))fp)((float *)a0, (CUtexref)a1);
 }
 #cgo noescape _ncclgo_tramp_cuTexRefGetFilterMode
 #cgo nocallback _ncclgo_tramp_cuTexRefGetFilterMode
-static int _ncclgo_tramp_cuTexRefGetFilterMode(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuTexRefGetFilterMode(uintptr_t fp, CUfilter_mode *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(CUfilter_mode *, CUtexref))fp)((CUfilter_mode *)a0, (CUtexref)a1);
 }
 #cgo noescape _ncclgo_tramp_cuTexRefGetFlags
 #cgo nocallback _ncclgo_tramp_cuTexRefGetFlags
-static int _ncclgo_tramp_cuTexRefGetFlags(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuTexRefGetFlags(uintptr_t fp, unsigned int *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(unsigned int *, CUtexref))fp)((unsigned int *)a0, (CUtexref)a1);
 }
 #cgo noescape _ncclgo_tramp_cuTexRefGetFormat
 #cgo nocallback _ncclgo_tramp_cuTexRefGetFormat
-static int _ncclgo_tramp_cuTexRefGetFormat(uintptr_t fp, void *a0, void *a1, uintptr_t a2) {
+static int _ncclgo_tramp_cuTexRefGetFormat(uintptr_t fp, CUarray_format *a0, int *a1, uintptr_t a2) {
 	return (int)((CUresult (*)(CUarray_format *, int *, CUtexref))fp)((CUarray_format *)a0, (int *)a1, (CUtexref)a2);
 }
 #cgo noescape _ncclgo_tramp_cuTexRefGetMaxAnisotropy
 #cgo nocallback _ncclgo_tramp_cuTexRefGetMaxAnisotropy
-static int _ncclgo_tramp_cuTexRefGetMaxAnisotropy(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuTexRefGetMaxAnisotropy(uintptr_t fp, int *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(int *, CUtexref))fp)((int *)a0, (CUtexref)a1);
 }
 #cgo noescape _ncclgo_tramp_cuTexRefGetMipmapFilterMode
 #cgo nocallback _ncclgo_tramp_cuTexRefGetMipmapFilterMode
-static int _ncclgo_tramp_cuTexRefGetMipmapFilterMode(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuTexRefGetMipmapFilterMode(uintptr_t fp, CUfilter_mode *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(CUfilter_mode *, CUtexref))fp)((CUfilter_mode *)a0, (CUtexref)a1);
 }
 #cgo noescape _ncclgo_tramp_cuTexRefGetMipmapLevelBias
 #cgo nocallback _ncclgo_tramp_cuTexRefGetMipmapLevelBias
-static int _ncclgo_tramp_cuTexRefGetMipmapLevelBias(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuTexRefGetMipmapLevelBias(uintptr_t fp, float *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(float *, CUtexref))fp)((float *)a0, (CUtexref)a1);
 }
 #cgo noescape _ncclgo_tramp_cuTexRefGetMipmapLevelClamp
 #cgo nocallback _ncclgo_tramp_cuTexRefGetMipmapLevelClamp
-static int _ncclgo_tramp_cuTexRefGetMipmapLevelClamp(uintptr_t fp, void *a0, void *a1, uintptr_t a2) {
+static int _ncclgo_tramp_cuTexRefGetMipmapLevelClamp(uintptr_t fp, float *a0, float *a1, uintptr_t a2) {
 	return (int)((CUresult (*)(float *, float *, CUtexref))fp)((float *)a0, (float *)a1, (CUtexref)a2);
 }
 #cgo noescape _ncclgo_tramp_cuTexRefGetMipmappedArray
 #cgo nocallback _ncclgo_tramp_cuTexRefGetMipmappedArray
-static int _ncclgo_tramp_cuTexRefGetMipmappedArray(uintptr_t fp, void *a0, uintptr_t a1) {
+static int _ncclgo_tramp_cuTexRefGetMipmappedArray(uintptr_t fp, CUmipmappedArray *a0, uintptr_t a1) {
 	return (int)((CUresult (*)(CUmipmappedArray *, CUtexref))fp)((CUmipmappedArray *)a0, (CUtexref)a1);
 }
 #cgo noescape _ncclgo_tramp_cuTexRefSetAddress_v2
 #cgo nocallback _ncclgo_tramp_cuTexRefSetAddress_v2
-static int _ncclgo_tramp_cuTexRefSetAddress_v2(uintptr_t fp, void *a0, uintptr_t a1, unsigned long long a2, size_t a3) {
+static int _ncclgo_tramp_cuTexRefSetAddress_v2(uintptr_t fp, size_t *a0, uintptr_t a1, unsigned long long a2, size_t a3) {
 	return (int)((CUresult (*)(size_t *, CUtexref, CUdeviceptr, size_t))fp)((size_t *)a0, (CUtexref)a1, (CUdeviceptr)a2, (size_t)a3);
 }
 #cgo noescape _ncclgo_tramp_cuTexRefSetAddress2D_v3
 #cgo nocallback _ncclgo_tramp_cuTexRefSetAddress2D_v3
-static int _ncclgo_tramp_cuTexRefSetAddress2D_v3(uintptr_t fp, uintptr_t a0, void *a1, unsigned long long a2, size_t a3) {
+static int _ncclgo_tramp_cuTexRefSetAddress2D_v3(uintptr_t fp, uintptr_t a0, CUDA_ARRAY_DESCRIPTOR *a1, unsigned long long a2, size_t a3) {
 	return (int)((CUresult (*)(CUtexref, const CUDA_ARRAY_DESCRIPTOR *, CUdeviceptr, size_t))fp)((CUtexref)a0, (const CUDA_ARRAY_DESCRIPTOR *)a1, (CUdeviceptr)a2, (size_t)a3);
 }
 #cgo noescape _ncclgo_tramp_cuTexRefSetAddress2D
 #cgo nocallback _ncclgo_tramp_cuTexRefSetAddress2D
-static int _ncclgo_tramp_cuTexRefSetAddress2D(uintptr_t fp, uintptr_t a0, void *a1, unsigned int a2, unsigned int a3) {
+static int _ncclgo_tramp_cuTexRefSetAddress2D(uintptr_t fp, uintptr_t a0, CUDA_ARRAY_DESCRIPTOR_v1 *a1, unsigned int a2, unsigned int a3) {
 	return (int)((CUresult (*)(CUtexref, const CUDA_ARRAY_DESCRIPTOR_v1 *, CUdeviceptr_v1, unsigned int))fp)((CUtexref)a0, (const CUDA_ARRAY_DESCRIPTOR_v1 *)a1, (CUdeviceptr_v1)a2, (unsigned int)a3);
 }
 #cgo noescape _ncclgo_tramp_cuTexRefSetAddress2D_v2
 #cgo nocallback _ncclgo_tramp_cuTexRefSetAddress2D_v2
-static int _ncclgo_tramp_cuTexRefSetAddress2D_v2(uintptr_t fp, uintptr_t a0, void *a1, unsigned long long a2, size_t a3) {
+static int _ncclgo_tramp_cuTexRefSetAddress2D_v2(uintptr_t fp, uintptr_t a0, CUDA_ARRAY_DESCRIPTOR *a1, unsigned long long a2, size_t a3) {
 	return (int)((CUresult (*)(CUtexref, const CUDA_ARRAY_DESCRIPTOR *, CUdeviceptr, size_t))fp)((CUtexref)a0, (const CUDA_ARRAY_DESCRIPTOR *)a1, (CUdeviceptr)a2, (size_t)a3);
 }
 #cgo noescape _ncclgo_tramp_cuTexRefSetAddress
 #cgo nocallback _ncclgo_tramp_cuTexRefSetAddress
-static int _ncclgo_tramp_cuTexRefSetAddress(uintptr_t fp, void *a0, uintptr_t a1, unsigned int a2, unsigned int a3) {
+static int _ncclgo_tramp_cuTexRefSetAddress(uintptr_t fp, unsigned int *a0, uintptr_t a1, unsigned int a2, unsigned int a3) {
 	return (int)((CUresult (*)(unsigned int *, CUtexref, CUdeviceptr_v1, unsigned int))fp)((unsigned int *)a0, (CUtexref)a1, (CUdeviceptr_v1)a2, (unsigned int)a3);
 }
 #cgo noescape _ncclgo_tramp_cuTexRefSetAddressMode
@@ -3142,7 +3142,7 @@ static int _ncclgo_tramp_cuTexRefSetArray(uintptr_t fp, uintptr_t a0, uintptr_t 
 }
 #cgo noescape _ncclgo_tramp_cuTexRefSetBorderColor
 #cgo nocallback _ncclgo_tramp_cuTexRefSetBorderColor
-static int _ncclgo_tramp_cuTexRefSetBorderColor(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_cuTexRefSetBorderColor(uintptr_t fp, uintptr_t a0, float *a1) {
 	return (int)((CUresult (*)(CUtexref, float *))fp)((CUtexref)a0, (float *)a1);
 }
 #cgo noescape _ncclgo_tramp_cuTexRefSetFilterMode
@@ -3187,12 +3187,12 @@ static int _ncclgo_tramp_cuTexRefSetMipmappedArray(uintptr_t fp, uintptr_t a0, u
 }
 #cgo noescape _ncclgo_tramp_cuThreadExchangeStreamCaptureMode
 #cgo nocallback _ncclgo_tramp_cuThreadExchangeStreamCaptureMode
-static int _ncclgo_tramp_cuThreadExchangeStreamCaptureMode(uintptr_t fp, void *a0) {
+static int _ncclgo_tramp_cuThreadExchangeStreamCaptureMode(uintptr_t fp, CUstreamCaptureMode *a0) {
 	return (int)((CUresult (*)(CUstreamCaptureMode *))fp)((CUstreamCaptureMode *)a0);
 }
 #cgo noescape _ncclgo_tramp_cuUserObjectCreate
 #cgo nocallback _ncclgo_tramp_cuUserObjectCreate
-static int _ncclgo_tramp_cuUserObjectCreate(uintptr_t fp, void *a0, void *a1, uintptr_t a2, unsigned int a3, unsigned int a4) {
+static int _ncclgo_tramp_cuUserObjectCreate(uintptr_t fp, CUuserObject *a0, void *a1, uintptr_t a2, unsigned int a3, unsigned int a4) {
 	return (int)((CUresult (*)(CUuserObject *, void *, CUhostFn, unsigned int, unsigned int))fp)((CUuserObject *)a0, (void *)a1, (CUhostFn)a2, (unsigned int)a3, (unsigned int)a4);
 }
 #cgo noescape _ncclgo_tramp_cuUserObjectRelease
@@ -3207,12 +3207,12 @@ static int _ncclgo_tramp_cuUserObjectRetain(uintptr_t fp, uintptr_t a0, unsigned
 }
 #cgo noescape _ncclgo_tramp_cuWaitExternalSemaphoresAsync
 #cgo nocallback _ncclgo_tramp_cuWaitExternalSemaphoresAsync
-static int _ncclgo_tramp_cuWaitExternalSemaphoresAsync(uintptr_t fp, void *a0, void *a1, unsigned int a2, uintptr_t a3) {
+static int _ncclgo_tramp_cuWaitExternalSemaphoresAsync(uintptr_t fp, CUexternalSemaphore *a0, CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS *a1, unsigned int a2, uintptr_t a3) {
 	return (int)((CUresult (*)(const CUexternalSemaphore *, const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS *, unsigned int, CUstream))fp)((const CUexternalSemaphore *)a0, (const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS *)a1, (unsigned int)a2, (CUstream)a3);
 }
 #cgo noescape _ncclgo_tramp_cuWaitExternalSemaphoresAsync_ptsz
 #cgo nocallback _ncclgo_tramp_cuWaitExternalSemaphoresAsync_ptsz
-static int _ncclgo_tramp_cuWaitExternalSemaphoresAsync_ptsz(uintptr_t fp, void *a0, void *a1, unsigned int a2, uintptr_t a3) {
+static int _ncclgo_tramp_cuWaitExternalSemaphoresAsync_ptsz(uintptr_t fp, CUexternalSemaphore *a0, CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS *a1, unsigned int a2, uintptr_t a3) {
 	return (int)((CUresult (*)(const CUexternalSemaphore *, const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS *, unsigned int, CUstream))fp)((const CUexternalSemaphore *)a0, (const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS *)a1, (unsigned int)a2, (CUstream)a3);
 }
 */
@@ -3229,7 +3229,7 @@ func Array3DCreate(pHandle *Array, pAllocateArray *Array3dDescriptor) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuArray3DCreate_v2(C.uintptr_t(fp), unsafe.Pointer(pHandle), unsafe.Pointer(pAllocateArray))))
+	return resultError(Result(C._ncclgo_tramp_cuArray3DCreate_v2(C.uintptr_t(fp), (*C.CUarray)(unsafe.Pointer(pHandle)), (*C.CUDA_ARRAY3D_DESCRIPTOR)(unsafe.Pointer(pAllocateArray)))))
 }
 
 // Array3DCreateLegacy calls cuArray3DCreate:
@@ -3243,7 +3243,7 @@ func Array3DCreateLegacy(pHandle *Array, pAllocateArray *Array3dDescriptorV1) er
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuArray3DCreate(C.uintptr_t(fp), unsafe.Pointer(pHandle), unsafe.Pointer(pAllocateArray))))
+	return resultError(Result(C._ncclgo_tramp_cuArray3DCreate(C.uintptr_t(fp), (*C.CUarray)(unsafe.Pointer(pHandle)), (*C.CUDA_ARRAY3D_DESCRIPTOR_v1)(unsafe.Pointer(pAllocateArray)))))
 }
 
 // Array3DGetDescriptor calls cuArray3DGetDescriptor_v2 (spelled cuArray3DGetDescriptor in cuda.h):
@@ -3257,7 +3257,7 @@ func Array3DGetDescriptor(pArrayDescriptor *Array3dDescriptor, hArray Array) err
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuArray3DGetDescriptor_v2(C.uintptr_t(fp), unsafe.Pointer(pArrayDescriptor), C.uintptr_t(hArray))))
+	return resultError(Result(C._ncclgo_tramp_cuArray3DGetDescriptor_v2(C.uintptr_t(fp), (*C.CUDA_ARRAY3D_DESCRIPTOR)(unsafe.Pointer(pArrayDescriptor)), C.uintptr_t(hArray))))
 }
 
 // Array3DGetDescriptorLegacy calls cuArray3DGetDescriptor:
@@ -3271,7 +3271,7 @@ func Array3DGetDescriptorLegacy(pArrayDescriptor *Array3dDescriptorV1, hArray Ar
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuArray3DGetDescriptor(C.uintptr_t(fp), unsafe.Pointer(pArrayDescriptor), C.uintptr_t(hArray))))
+	return resultError(Result(C._ncclgo_tramp_cuArray3DGetDescriptor(C.uintptr_t(fp), (*C.CUDA_ARRAY3D_DESCRIPTOR_v1)(unsafe.Pointer(pArrayDescriptor)), C.uintptr_t(hArray))))
 }
 
 // ArrayCreate calls cuArrayCreate_v2 (spelled cuArrayCreate in cuda.h):
@@ -3285,7 +3285,7 @@ func ArrayCreate(pHandle *Array, pAllocateArray *ArrayDescriptor) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuArrayCreate_v2(C.uintptr_t(fp), unsafe.Pointer(pHandle), unsafe.Pointer(pAllocateArray))))
+	return resultError(Result(C._ncclgo_tramp_cuArrayCreate_v2(C.uintptr_t(fp), (*C.CUarray)(unsafe.Pointer(pHandle)), (*C.CUDA_ARRAY_DESCRIPTOR)(unsafe.Pointer(pAllocateArray)))))
 }
 
 // ArrayCreateLegacy calls cuArrayCreate:
@@ -3299,7 +3299,7 @@ func ArrayCreateLegacy(pHandle *Array, pAllocateArray *ArrayDescriptorV1) error 
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuArrayCreate(C.uintptr_t(fp), unsafe.Pointer(pHandle), unsafe.Pointer(pAllocateArray))))
+	return resultError(Result(C._ncclgo_tramp_cuArrayCreate(C.uintptr_t(fp), (*C.CUarray)(unsafe.Pointer(pHandle)), (*C.CUDA_ARRAY_DESCRIPTOR_v1)(unsafe.Pointer(pAllocateArray)))))
 }
 
 // ArrayDestroy calls cuArrayDestroy:
@@ -3327,7 +3327,7 @@ func ArrayGetDescriptor(pArrayDescriptor *ArrayDescriptor, hArray Array) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuArrayGetDescriptor_v2(C.uintptr_t(fp), unsafe.Pointer(pArrayDescriptor), C.uintptr_t(hArray))))
+	return resultError(Result(C._ncclgo_tramp_cuArrayGetDescriptor_v2(C.uintptr_t(fp), (*C.CUDA_ARRAY_DESCRIPTOR)(unsafe.Pointer(pArrayDescriptor)), C.uintptr_t(hArray))))
 }
 
 // ArrayGetDescriptorLegacy calls cuArrayGetDescriptor:
@@ -3341,7 +3341,7 @@ func ArrayGetDescriptorLegacy(pArrayDescriptor *ArrayDescriptorV1, hArray Array)
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuArrayGetDescriptor(C.uintptr_t(fp), unsafe.Pointer(pArrayDescriptor), C.uintptr_t(hArray))))
+	return resultError(Result(C._ncclgo_tramp_cuArrayGetDescriptor(C.uintptr_t(fp), (*C.CUDA_ARRAY_DESCRIPTOR_v1)(unsafe.Pointer(pArrayDescriptor)), C.uintptr_t(hArray))))
 }
 
 // ArrayGetMemoryRequirements calls cuArrayGetMemoryRequirements:
@@ -3355,7 +3355,7 @@ func ArrayGetMemoryRequirements(memoryRequirements *ArrayMemoryRequirements, arr
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuArrayGetMemoryRequirements(C.uintptr_t(fp), unsafe.Pointer(memoryRequirements), C.uintptr_t(array), C.int(device))))
+	return resultError(Result(C._ncclgo_tramp_cuArrayGetMemoryRequirements(C.uintptr_t(fp), (*C.CUDA_ARRAY_MEMORY_REQUIREMENTS)(unsafe.Pointer(memoryRequirements)), C.uintptr_t(array), C.int(device))))
 }
 
 // ArrayGetPlane calls cuArrayGetPlane:
@@ -3369,7 +3369,7 @@ func ArrayGetPlane(pPlaneArray *Array, hArray Array, planeIdx uint32) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuArrayGetPlane(C.uintptr_t(fp), unsafe.Pointer(pPlaneArray), C.uintptr_t(hArray), C.uint(planeIdx))))
+	return resultError(Result(C._ncclgo_tramp_cuArrayGetPlane(C.uintptr_t(fp), (*C.CUarray)(unsafe.Pointer(pPlaneArray)), C.uintptr_t(hArray), C.uint(planeIdx))))
 }
 
 // ArrayGetSparseProperties calls cuArrayGetSparseProperties:
@@ -3383,7 +3383,7 @@ func ArrayGetSparseProperties(sparseProperties *ArraySparseProperties, array Arr
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuArrayGetSparseProperties(C.uintptr_t(fp), unsafe.Pointer(sparseProperties), C.uintptr_t(array))))
+	return resultError(Result(C._ncclgo_tramp_cuArrayGetSparseProperties(C.uintptr_t(fp), (*C.CUDA_ARRAY_SPARSE_PROPERTIES)(unsafe.Pointer(sparseProperties)), C.uintptr_t(array))))
 }
 
 // CoredumpGetAttribute calls cuCoredumpGetAttribute:
@@ -3397,7 +3397,7 @@ func CoredumpGetAttribute(attrib CoredumpSettings, value unsafe.Pointer, size *u
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuCoredumpGetAttribute(C.uintptr_t(fp), C.int(attrib), unsafe.Pointer(value), unsafe.Pointer(size))))
+	return resultError(Result(C._ncclgo_tramp_cuCoredumpGetAttribute(C.uintptr_t(fp), C.int(attrib), unsafe.Pointer(value), (*C.size_t)(unsafe.Pointer(size)))))
 }
 
 // CoredumpGetAttributeGlobal calls cuCoredumpGetAttributeGlobal:
@@ -3411,7 +3411,7 @@ func CoredumpGetAttributeGlobal(attrib CoredumpSettings, value unsafe.Pointer, s
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuCoredumpGetAttributeGlobal(C.uintptr_t(fp), C.int(attrib), unsafe.Pointer(value), unsafe.Pointer(size))))
+	return resultError(Result(C._ncclgo_tramp_cuCoredumpGetAttributeGlobal(C.uintptr_t(fp), C.int(attrib), unsafe.Pointer(value), (*C.size_t)(unsafe.Pointer(size)))))
 }
 
 // CoredumpSetAttribute calls cuCoredumpSetAttribute:
@@ -3425,7 +3425,7 @@ func CoredumpSetAttribute(attrib CoredumpSettings, value unsafe.Pointer, size *u
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuCoredumpSetAttribute(C.uintptr_t(fp), C.int(attrib), unsafe.Pointer(value), unsafe.Pointer(size))))
+	return resultError(Result(C._ncclgo_tramp_cuCoredumpSetAttribute(C.uintptr_t(fp), C.int(attrib), unsafe.Pointer(value), (*C.size_t)(unsafe.Pointer(size)))))
 }
 
 // CoredumpSetAttributeGlobal calls cuCoredumpSetAttributeGlobal:
@@ -3439,7 +3439,7 @@ func CoredumpSetAttributeGlobal(attrib CoredumpSettings, value unsafe.Pointer, s
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuCoredumpSetAttributeGlobal(C.uintptr_t(fp), C.int(attrib), unsafe.Pointer(value), unsafe.Pointer(size))))
+	return resultError(Result(C._ncclgo_tramp_cuCoredumpSetAttributeGlobal(C.uintptr_t(fp), C.int(attrib), unsafe.Pointer(value), (*C.size_t)(unsafe.Pointer(size)))))
 }
 
 // CtxAttach calls cuCtxAttach:
@@ -3453,7 +3453,7 @@ func CtxAttach(pctx *Context, flags uint32) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuCtxAttach(C.uintptr_t(fp), unsafe.Pointer(pctx), C.uint(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuCtxAttach(C.uintptr_t(fp), (*C.CUcontext)(unsafe.Pointer(pctx)), C.uint(flags))))
 }
 
 // CtxCreate calls cuCtxCreate_v2 (spelled cuCtxCreate in cuda.h):
@@ -3467,7 +3467,7 @@ func CtxCreate(pctx *Context, flags uint32, dev Device) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuCtxCreate_v2(C.uintptr_t(fp), unsafe.Pointer(pctx), C.uint(flags), C.int(dev))))
+	return resultError(Result(C._ncclgo_tramp_cuCtxCreate_v2(C.uintptr_t(fp), (*C.CUcontext)(unsafe.Pointer(pctx)), C.uint(flags), C.int(dev))))
 }
 
 // CtxCreateLegacy calls cuCtxCreate:
@@ -3481,7 +3481,7 @@ func CtxCreateLegacy(pctx *Context, flags uint32, dev Device) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuCtxCreate(C.uintptr_t(fp), unsafe.Pointer(pctx), C.uint(flags), C.int(dev))))
+	return resultError(Result(C._ncclgo_tramp_cuCtxCreate(C.uintptr_t(fp), (*C.CUcontext)(unsafe.Pointer(pctx)), C.uint(flags), C.int(dev))))
 }
 
 // CtxCreateV3 calls cuCtxCreate_v3:
@@ -3495,7 +3495,7 @@ func CtxCreateV3(pctx *Context, paramsArray *ExecAffinityParam, numParams int32,
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuCtxCreate_v3(C.uintptr_t(fp), unsafe.Pointer(pctx), unsafe.Pointer(paramsArray), C.int(numParams), C.uint(flags), C.int(dev))))
+	return resultError(Result(C._ncclgo_tramp_cuCtxCreate_v3(C.uintptr_t(fp), (*C.CUcontext)(unsafe.Pointer(pctx)), (*C.CUexecAffinityParam)(unsafe.Pointer(paramsArray)), C.int(numParams), C.uint(flags), C.int(dev))))
 }
 
 // CtxDestroy calls cuCtxDestroy_v2 (spelled cuCtxDestroy in cuda.h):
@@ -3579,7 +3579,7 @@ func CtxFromGreenCtx(pContext *Context, hCtx GreenCtx) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuCtxFromGreenCtx(C.uintptr_t(fp), unsafe.Pointer(pContext), C.uintptr_t(hCtx))))
+	return resultError(Result(C._ncclgo_tramp_cuCtxFromGreenCtx(C.uintptr_t(fp), (*C.CUcontext)(unsafe.Pointer(pContext)), C.uintptr_t(hCtx))))
 }
 
 // CtxGetApiVersion calls cuCtxGetApiVersion:
@@ -3593,7 +3593,7 @@ func CtxGetApiVersion(ctx Context, version *uint32) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuCtxGetApiVersion(C.uintptr_t(fp), C.uintptr_t(ctx), unsafe.Pointer(version))))
+	return resultError(Result(C._ncclgo_tramp_cuCtxGetApiVersion(C.uintptr_t(fp), C.uintptr_t(ctx), (*C.uint)(unsafe.Pointer(version)))))
 }
 
 // CtxGetCacheConfig calls cuCtxGetCacheConfig:
@@ -3607,7 +3607,7 @@ func CtxGetCacheConfig(pconfig *FuncCache) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuCtxGetCacheConfig(C.uintptr_t(fp), unsafe.Pointer(pconfig))))
+	return resultError(Result(C._ncclgo_tramp_cuCtxGetCacheConfig(C.uintptr_t(fp), (*C.CUfunc_cache)(unsafe.Pointer(pconfig)))))
 }
 
 // CtxGetCurrent calls cuCtxGetCurrent:
@@ -3621,7 +3621,7 @@ func CtxGetCurrent(pctx *Context) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuCtxGetCurrent(C.uintptr_t(fp), unsafe.Pointer(pctx))))
+	return resultError(Result(C._ncclgo_tramp_cuCtxGetCurrent(C.uintptr_t(fp), (*C.CUcontext)(unsafe.Pointer(pctx)))))
 }
 
 // CtxGetDevResource calls cuCtxGetDevResource:
@@ -3635,7 +3635,7 @@ func CtxGetDevResource(hCtx Context, resource *DevResource, typeArg DevResourceT
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuCtxGetDevResource(C.uintptr_t(fp), C.uintptr_t(hCtx), unsafe.Pointer(resource), C.int(typeArg))))
+	return resultError(Result(C._ncclgo_tramp_cuCtxGetDevResource(C.uintptr_t(fp), C.uintptr_t(hCtx), (*C.CUdevResource)(unsafe.Pointer(resource)), C.int(typeArg))))
 }
 
 // CtxGetDevice calls cuCtxGetDevice:
@@ -3649,7 +3649,7 @@ func CtxGetDevice(device *Device) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuCtxGetDevice(C.uintptr_t(fp), unsafe.Pointer(device))))
+	return resultError(Result(C._ncclgo_tramp_cuCtxGetDevice(C.uintptr_t(fp), (*C.CUdevice)(unsafe.Pointer(device)))))
 }
 
 // CtxGetExecAffinity calls cuCtxGetExecAffinity:
@@ -3663,7 +3663,7 @@ func CtxGetExecAffinity(pExecAffinity *ExecAffinityParam, typeArg ExecAffinityTy
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuCtxGetExecAffinity(C.uintptr_t(fp), unsafe.Pointer(pExecAffinity), C.int(typeArg))))
+	return resultError(Result(C._ncclgo_tramp_cuCtxGetExecAffinity(C.uintptr_t(fp), (*C.CUexecAffinityParam)(unsafe.Pointer(pExecAffinity)), C.int(typeArg))))
 }
 
 // CtxGetFlags calls cuCtxGetFlags:
@@ -3677,7 +3677,7 @@ func CtxGetFlags(flags *uint32) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuCtxGetFlags(C.uintptr_t(fp), unsafe.Pointer(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuCtxGetFlags(C.uintptr_t(fp), (*C.uint)(unsafe.Pointer(flags)))))
 }
 
 // CtxGetId calls cuCtxGetId:
@@ -3691,7 +3691,7 @@ func CtxGetId(ctx Context, ctxId *uint64) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuCtxGetId(C.uintptr_t(fp), C.uintptr_t(ctx), unsafe.Pointer(ctxId))))
+	return resultError(Result(C._ncclgo_tramp_cuCtxGetId(C.uintptr_t(fp), C.uintptr_t(ctx), (*C.ulonglong)(unsafe.Pointer(ctxId)))))
 }
 
 // CtxGetLimit calls cuCtxGetLimit:
@@ -3705,7 +3705,7 @@ func CtxGetLimit(pvalue *uint64, limit Limit) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuCtxGetLimit(C.uintptr_t(fp), unsafe.Pointer(pvalue), C.int(limit))))
+	return resultError(Result(C._ncclgo_tramp_cuCtxGetLimit(C.uintptr_t(fp), (*C.size_t)(unsafe.Pointer(pvalue)), C.int(limit))))
 }
 
 // CtxGetSharedMemConfig calls cuCtxGetSharedMemConfig:
@@ -3719,7 +3719,7 @@ func CtxGetSharedMemConfig(pConfig *Sharedconfig) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuCtxGetSharedMemConfig(C.uintptr_t(fp), unsafe.Pointer(pConfig))))
+	return resultError(Result(C._ncclgo_tramp_cuCtxGetSharedMemConfig(C.uintptr_t(fp), (*C.CUsharedconfig)(unsafe.Pointer(pConfig)))))
 }
 
 // CtxGetStreamPriorityRange calls cuCtxGetStreamPriorityRange:
@@ -3733,7 +3733,7 @@ func CtxGetStreamPriorityRange(leastPriority *int32, greatestPriority *int32) er
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuCtxGetStreamPriorityRange(C.uintptr_t(fp), unsafe.Pointer(leastPriority), unsafe.Pointer(greatestPriority))))
+	return resultError(Result(C._ncclgo_tramp_cuCtxGetStreamPriorityRange(C.uintptr_t(fp), (*C.int)(unsafe.Pointer(leastPriority)), (*C.int)(unsafe.Pointer(greatestPriority)))))
 }
 
 // CtxPopCurrent calls cuCtxPopCurrent_v2 (spelled cuCtxPopCurrent in cuda.h):
@@ -3747,7 +3747,7 @@ func CtxPopCurrent(pctx *Context) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuCtxPopCurrent_v2(C.uintptr_t(fp), unsafe.Pointer(pctx))))
+	return resultError(Result(C._ncclgo_tramp_cuCtxPopCurrent_v2(C.uintptr_t(fp), (*C.CUcontext)(unsafe.Pointer(pctx)))))
 }
 
 // CtxPopCurrentLegacy calls cuCtxPopCurrent:
@@ -3761,7 +3761,7 @@ func CtxPopCurrentLegacy(pctx *Context) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuCtxPopCurrent(C.uintptr_t(fp), unsafe.Pointer(pctx))))
+	return resultError(Result(C._ncclgo_tramp_cuCtxPopCurrent(C.uintptr_t(fp), (*C.CUcontext)(unsafe.Pointer(pctx)))))
 }
 
 // CtxPushCurrent calls cuCtxPushCurrent_v2 (spelled cuCtxPushCurrent in cuda.h):
@@ -3929,7 +3929,7 @@ func DevResourceGenerateDesc(phDesc *DevResourceDesc, resources *DevResource, nb
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuDevResourceGenerateDesc(C.uintptr_t(fp), unsafe.Pointer(phDesc), unsafe.Pointer(resources), C.uint(nbResources))))
+	return resultError(Result(C._ncclgo_tramp_cuDevResourceGenerateDesc(C.uintptr_t(fp), (*C.CUdevResourceDesc)(unsafe.Pointer(phDesc)), (*C.CUdevResource)(unsafe.Pointer(resources)), C.uint(nbResources))))
 }
 
 // DevSmResourceSplitByCount calls cuDevSmResourceSplitByCount:
@@ -3943,7 +3943,7 @@ func DevSmResourceSplitByCount(result *DevResource, nbGroups *uint32, input *Dev
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuDevSmResourceSplitByCount(C.uintptr_t(fp), unsafe.Pointer(result), unsafe.Pointer(nbGroups), unsafe.Pointer(input), unsafe.Pointer(remaining), C.uint(useFlags), C.uint(minCount))))
+	return resultError(Result(C._ncclgo_tramp_cuDevSmResourceSplitByCount(C.uintptr_t(fp), (*C.CUdevResource)(unsafe.Pointer(result)), (*C.uint)(unsafe.Pointer(nbGroups)), (*C.CUdevResource)(unsafe.Pointer(input)), (*C.CUdevResource)(unsafe.Pointer(remaining)), C.uint(useFlags), C.uint(minCount))))
 }
 
 // DeviceCanAccessPeer calls cuDeviceCanAccessPeer:
@@ -3957,7 +3957,7 @@ func DeviceCanAccessPeer(canAccessPeer *int32, dev Device, peerDev Device) error
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuDeviceCanAccessPeer(C.uintptr_t(fp), unsafe.Pointer(canAccessPeer), C.int(dev), C.int(peerDev))))
+	return resultError(Result(C._ncclgo_tramp_cuDeviceCanAccessPeer(C.uintptr_t(fp), (*C.int)(unsafe.Pointer(canAccessPeer)), C.int(dev), C.int(peerDev))))
 }
 
 // DeviceComputeCapability calls cuDeviceComputeCapability:
@@ -3971,7 +3971,7 @@ func DeviceComputeCapability(major *int32, minor *int32, dev Device) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuDeviceComputeCapability(C.uintptr_t(fp), unsafe.Pointer(major), unsafe.Pointer(minor), C.int(dev))))
+	return resultError(Result(C._ncclgo_tramp_cuDeviceComputeCapability(C.uintptr_t(fp), (*C.int)(unsafe.Pointer(major)), (*C.int)(unsafe.Pointer(minor)), C.int(dev))))
 }
 
 // DeviceGet calls cuDeviceGet:
@@ -3985,7 +3985,7 @@ func DeviceGet(device *Device, ordinal int32) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuDeviceGet(C.uintptr_t(fp), unsafe.Pointer(device), C.int(ordinal))))
+	return resultError(Result(C._ncclgo_tramp_cuDeviceGet(C.uintptr_t(fp), (*C.CUdevice)(unsafe.Pointer(device)), C.int(ordinal))))
 }
 
 // DeviceGetAttribute calls cuDeviceGetAttribute:
@@ -3999,7 +3999,7 @@ func DeviceGetAttribute(pi *int32, attrib DeviceAttribute, dev Device) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuDeviceGetAttribute(C.uintptr_t(fp), unsafe.Pointer(pi), C.int(attrib), C.int(dev))))
+	return resultError(Result(C._ncclgo_tramp_cuDeviceGetAttribute(C.uintptr_t(fp), (*C.int)(unsafe.Pointer(pi)), C.int(attrib), C.int(dev))))
 }
 
 // DeviceGetByPCIBusId calls cuDeviceGetByPCIBusId:
@@ -4013,7 +4013,7 @@ func DeviceGetByPCIBusId(dev *Device, pciBusId *byte) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuDeviceGetByPCIBusId(C.uintptr_t(fp), unsafe.Pointer(dev), unsafe.Pointer(pciBusId))))
+	return resultError(Result(C._ncclgo_tramp_cuDeviceGetByPCIBusId(C.uintptr_t(fp), (*C.CUdevice)(unsafe.Pointer(dev)), (*C.char)(unsafe.Pointer(pciBusId)))))
 }
 
 // DeviceGetCount calls cuDeviceGetCount:
@@ -4027,7 +4027,7 @@ func DeviceGetCount(count *int32) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuDeviceGetCount(C.uintptr_t(fp), unsafe.Pointer(count))))
+	return resultError(Result(C._ncclgo_tramp_cuDeviceGetCount(C.uintptr_t(fp), (*C.int)(unsafe.Pointer(count)))))
 }
 
 // DeviceGetDefaultMemPool calls cuDeviceGetDefaultMemPool:
@@ -4041,7 +4041,7 @@ func DeviceGetDefaultMemPool(pool_out *MemoryPool, dev Device) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuDeviceGetDefaultMemPool(C.uintptr_t(fp), unsafe.Pointer(pool_out), C.int(dev))))
+	return resultError(Result(C._ncclgo_tramp_cuDeviceGetDefaultMemPool(C.uintptr_t(fp), (*C.CUmemoryPool)(unsafe.Pointer(pool_out)), C.int(dev))))
 }
 
 // DeviceGetDevResource calls cuDeviceGetDevResource:
@@ -4055,7 +4055,7 @@ func DeviceGetDevResource(device Device, resource *DevResource, typeArg DevResou
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuDeviceGetDevResource(C.uintptr_t(fp), C.int(device), unsafe.Pointer(resource), C.int(typeArg))))
+	return resultError(Result(C._ncclgo_tramp_cuDeviceGetDevResource(C.uintptr_t(fp), C.int(device), (*C.CUdevResource)(unsafe.Pointer(resource)), C.int(typeArg))))
 }
 
 // DeviceGetExecAffinitySupport calls cuDeviceGetExecAffinitySupport:
@@ -4069,7 +4069,7 @@ func DeviceGetExecAffinitySupport(pi *int32, typeArg ExecAffinityType, dev Devic
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuDeviceGetExecAffinitySupport(C.uintptr_t(fp), unsafe.Pointer(pi), C.int(typeArg), C.int(dev))))
+	return resultError(Result(C._ncclgo_tramp_cuDeviceGetExecAffinitySupport(C.uintptr_t(fp), (*C.int)(unsafe.Pointer(pi)), C.int(typeArg), C.int(dev))))
 }
 
 // DeviceGetGraphMemAttribute calls cuDeviceGetGraphMemAttribute:
@@ -4097,7 +4097,7 @@ func DeviceGetLuid(luid *byte, deviceNodeMask *uint32, dev Device) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuDeviceGetLuid(C.uintptr_t(fp), unsafe.Pointer(luid), unsafe.Pointer(deviceNodeMask), C.int(dev))))
+	return resultError(Result(C._ncclgo_tramp_cuDeviceGetLuid(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(luid)), (*C.uint)(unsafe.Pointer(deviceNodeMask)), C.int(dev))))
 }
 
 // DeviceGetMemPool calls cuDeviceGetMemPool:
@@ -4111,7 +4111,7 @@ func DeviceGetMemPool(pool *MemoryPool, dev Device) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuDeviceGetMemPool(C.uintptr_t(fp), unsafe.Pointer(pool), C.int(dev))))
+	return resultError(Result(C._ncclgo_tramp_cuDeviceGetMemPool(C.uintptr_t(fp), (*C.CUmemoryPool)(unsafe.Pointer(pool)), C.int(dev))))
 }
 
 // DeviceGetName calls cuDeviceGetName:
@@ -4125,7 +4125,7 @@ func DeviceGetName(name *byte, lenArg int32, dev Device) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuDeviceGetName(C.uintptr_t(fp), unsafe.Pointer(name), C.int(lenArg), C.int(dev))))
+	return resultError(Result(C._ncclgo_tramp_cuDeviceGetName(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(name)), C.int(lenArg), C.int(dev))))
 }
 
 // DeviceGetNvSciSyncAttributes calls cuDeviceGetNvSciSyncAttributes:
@@ -4153,7 +4153,7 @@ func DeviceGetP2PAttribute(value *int32, attrib DeviceP2PAttribute, srcDevice De
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuDeviceGetP2PAttribute(C.uintptr_t(fp), unsafe.Pointer(value), C.int(attrib), C.int(srcDevice), C.int(dstDevice))))
+	return resultError(Result(C._ncclgo_tramp_cuDeviceGetP2PAttribute(C.uintptr_t(fp), (*C.int)(unsafe.Pointer(value)), C.int(attrib), C.int(srcDevice), C.int(dstDevice))))
 }
 
 // DeviceGetPCIBusId calls cuDeviceGetPCIBusId:
@@ -4167,7 +4167,7 @@ func DeviceGetPCIBusId(pciBusId *byte, lenArg int32, dev Device) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuDeviceGetPCIBusId(C.uintptr_t(fp), unsafe.Pointer(pciBusId), C.int(lenArg), C.int(dev))))
+	return resultError(Result(C._ncclgo_tramp_cuDeviceGetPCIBusId(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(pciBusId)), C.int(lenArg), C.int(dev))))
 }
 
 // DeviceGetProperties calls cuDeviceGetProperties:
@@ -4181,7 +4181,7 @@ func DeviceGetProperties(prop *Devprop, dev Device) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuDeviceGetProperties(C.uintptr_t(fp), unsafe.Pointer(prop), C.int(dev))))
+	return resultError(Result(C._ncclgo_tramp_cuDeviceGetProperties(C.uintptr_t(fp), (*C.CUdevprop)(unsafe.Pointer(prop)), C.int(dev))))
 }
 
 // DeviceGetTexture1DLinearMaxWidth calls cuDeviceGetTexture1DLinearMaxWidth:
@@ -4195,7 +4195,7 @@ func DeviceGetTexture1DLinearMaxWidth(maxWidthInElements *uint64, format ArrayFo
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuDeviceGetTexture1DLinearMaxWidth(C.uintptr_t(fp), unsafe.Pointer(maxWidthInElements), C.int(format), C.uint(numChannels), C.int(dev))))
+	return resultError(Result(C._ncclgo_tramp_cuDeviceGetTexture1DLinearMaxWidth(C.uintptr_t(fp), (*C.size_t)(unsafe.Pointer(maxWidthInElements)), C.int(format), C.uint(numChannels), C.int(dev))))
 }
 
 // DeviceGetUuid calls cuDeviceGetUuid:
@@ -4209,7 +4209,7 @@ func DeviceGetUuid(uuid *Uuid, dev Device) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuDeviceGetUuid(C.uintptr_t(fp), unsafe.Pointer(uuid), C.int(dev))))
+	return resultError(Result(C._ncclgo_tramp_cuDeviceGetUuid(C.uintptr_t(fp), (*C.CUuuid)(unsafe.Pointer(uuid)), C.int(dev))))
 }
 
 // DeviceGetUuidV2 calls cuDeviceGetUuid_v2:
@@ -4223,7 +4223,7 @@ func DeviceGetUuidV2(uuid *Uuid, dev Device) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuDeviceGetUuid_v2(C.uintptr_t(fp), unsafe.Pointer(uuid), C.int(dev))))
+	return resultError(Result(C._ncclgo_tramp_cuDeviceGetUuid_v2(C.uintptr_t(fp), (*C.CUuuid)(unsafe.Pointer(uuid)), C.int(dev))))
 }
 
 // DeviceGraphMemTrim calls cuDeviceGraphMemTrim:
@@ -4251,7 +4251,7 @@ func DevicePrimaryCtxGetState(dev Device, flags *uint32, active *int32) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuDevicePrimaryCtxGetState(C.uintptr_t(fp), C.int(dev), unsafe.Pointer(flags), unsafe.Pointer(active))))
+	return resultError(Result(C._ncclgo_tramp_cuDevicePrimaryCtxGetState(C.uintptr_t(fp), C.int(dev), (*C.uint)(unsafe.Pointer(flags)), (*C.int)(unsafe.Pointer(active)))))
 }
 
 // DevicePrimaryCtxRelease calls cuDevicePrimaryCtxRelease_v2 (spelled cuDevicePrimaryCtxRelease in cuda.h):
@@ -4321,7 +4321,7 @@ func DevicePrimaryCtxRetain(pctx *Context, dev Device) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuDevicePrimaryCtxRetain(C.uintptr_t(fp), unsafe.Pointer(pctx), C.int(dev))))
+	return resultError(Result(C._ncclgo_tramp_cuDevicePrimaryCtxRetain(C.uintptr_t(fp), (*C.CUcontext)(unsafe.Pointer(pctx)), C.int(dev))))
 }
 
 // DevicePrimaryCtxSetFlags calls cuDevicePrimaryCtxSetFlags_v2 (spelled cuDevicePrimaryCtxSetFlags in cuda.h):
@@ -4363,7 +4363,7 @@ func DeviceRegisterAsyncNotification(device Device, callbackFunc AsyncCallback, 
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuDeviceRegisterAsyncNotification(C.uintptr_t(fp), C.int(device), C.uintptr_t(callbackFunc), unsafe.Pointer(userData), unsafe.Pointer(callback))))
+	return resultError(Result(C._ncclgo_tramp_cuDeviceRegisterAsyncNotification(C.uintptr_t(fp), C.int(device), C.uintptr_t(callbackFunc), unsafe.Pointer(userData), (*C.CUasyncCallbackHandle)(unsafe.Pointer(callback)))))
 }
 
 // DeviceSetGraphMemAttribute calls cuDeviceSetGraphMemAttribute:
@@ -4405,7 +4405,7 @@ func DeviceTotalMem(bytes *uint64, dev Device) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuDeviceTotalMem_v2(C.uintptr_t(fp), unsafe.Pointer(bytes), C.int(dev))))
+	return resultError(Result(C._ncclgo_tramp_cuDeviceTotalMem_v2(C.uintptr_t(fp), (*C.size_t)(unsafe.Pointer(bytes)), C.int(dev))))
 }
 
 // DeviceTotalMemLegacy calls cuDeviceTotalMem:
@@ -4419,7 +4419,7 @@ func DeviceTotalMemLegacy(bytes *uint32, dev Device) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuDeviceTotalMem(C.uintptr_t(fp), unsafe.Pointer(bytes), C.int(dev))))
+	return resultError(Result(C._ncclgo_tramp_cuDeviceTotalMem(C.uintptr_t(fp), (*C.uint)(unsafe.Pointer(bytes)), C.int(dev))))
 }
 
 // DeviceUnregisterAsyncNotification calls cuDeviceUnregisterAsyncNotification:
@@ -4447,7 +4447,7 @@ func DriverGetVersion(driverVersion *int32) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuDriverGetVersion(C.uintptr_t(fp), unsafe.Pointer(driverVersion))))
+	return resultError(Result(C._ncclgo_tramp_cuDriverGetVersion(C.uintptr_t(fp), (*C.int)(unsafe.Pointer(driverVersion)))))
 }
 
 // EventCreate calls cuEventCreate:
@@ -4461,7 +4461,7 @@ func EventCreate(phEvent *Event, flags uint32) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuEventCreate(C.uintptr_t(fp), unsafe.Pointer(phEvent), C.uint(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuEventCreate(C.uintptr_t(fp), (*C.CUevent)(unsafe.Pointer(phEvent)), C.uint(flags))))
 }
 
 // EventDestroy calls cuEventDestroy_v2 (spelled cuEventDestroy in cuda.h):
@@ -4503,7 +4503,7 @@ func EventElapsedTime(pMilliseconds *float32, hStart Event, hEnd Event) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuEventElapsedTime(C.uintptr_t(fp), unsafe.Pointer(pMilliseconds), C.uintptr_t(hStart), C.uintptr_t(hEnd))))
+	return resultError(Result(C._ncclgo_tramp_cuEventElapsedTime(C.uintptr_t(fp), (*C.float)(unsafe.Pointer(pMilliseconds)), C.uintptr_t(hStart), C.uintptr_t(hEnd))))
 }
 
 // EventQuery calls cuEventQuery:
@@ -4601,7 +4601,7 @@ func ExternalMemoryGetMappedBuffer(devPtr *Deviceptr, extMem ExternalMemory, buf
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuExternalMemoryGetMappedBuffer(C.uintptr_t(fp), unsafe.Pointer(devPtr), C.uintptr_t(extMem), unsafe.Pointer(bufferDesc))))
+	return resultError(Result(C._ncclgo_tramp_cuExternalMemoryGetMappedBuffer(C.uintptr_t(fp), (*C.CUdeviceptr)(unsafe.Pointer(devPtr)), C.uintptr_t(extMem), (*C.CUDA_EXTERNAL_MEMORY_BUFFER_DESC)(unsafe.Pointer(bufferDesc)))))
 }
 
 // ExternalMemoryGetMappedMipmappedArray calls cuExternalMemoryGetMappedMipmappedArray:
@@ -4615,7 +4615,7 @@ func ExternalMemoryGetMappedMipmappedArray(mipmap *MipmappedArray, extMem Extern
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuExternalMemoryGetMappedMipmappedArray(C.uintptr_t(fp), unsafe.Pointer(mipmap), C.uintptr_t(extMem), unsafe.Pointer(mipmapDesc))))
+	return resultError(Result(C._ncclgo_tramp_cuExternalMemoryGetMappedMipmappedArray(C.uintptr_t(fp), (*C.CUmipmappedArray)(unsafe.Pointer(mipmap)), C.uintptr_t(extMem), (*C.CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC)(unsafe.Pointer(mipmapDesc)))))
 }
 
 // FlushGPUDirectRDMAWrites calls cuFlushGPUDirectRDMAWrites:
@@ -4643,7 +4643,7 @@ func FuncGetAttribute(pi *int32, attrib FunctionAttribute, hfunc Function) error
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuFuncGetAttribute(C.uintptr_t(fp), unsafe.Pointer(pi), C.int(attrib), C.uintptr_t(hfunc))))
+	return resultError(Result(C._ncclgo_tramp_cuFuncGetAttribute(C.uintptr_t(fp), (*C.int)(unsafe.Pointer(pi)), C.int(attrib), C.uintptr_t(hfunc))))
 }
 
 // FuncGetModule calls cuFuncGetModule:
@@ -4657,7 +4657,7 @@ func FuncGetModule(hmod *Module, hfunc Function) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuFuncGetModule(C.uintptr_t(fp), unsafe.Pointer(hmod), C.uintptr_t(hfunc))))
+	return resultError(Result(C._ncclgo_tramp_cuFuncGetModule(C.uintptr_t(fp), (*C.CUmodule)(unsafe.Pointer(hmod)), C.uintptr_t(hfunc))))
 }
 
 // FuncGetName calls cuFuncGetName:
@@ -4685,7 +4685,7 @@ func FuncGetParamInfo(funcArg Function, paramIndex uint64, paramOffset *uint64, 
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuFuncGetParamInfo(C.uintptr_t(fp), C.uintptr_t(funcArg), C.size_t(paramIndex), unsafe.Pointer(paramOffset), unsafe.Pointer(paramSize))))
+	return resultError(Result(C._ncclgo_tramp_cuFuncGetParamInfo(C.uintptr_t(fp), C.uintptr_t(funcArg), C.size_t(paramIndex), (*C.size_t)(unsafe.Pointer(paramOffset)), (*C.size_t)(unsafe.Pointer(paramSize)))))
 }
 
 // FuncIsLoaded calls cuFuncIsLoaded:
@@ -4699,7 +4699,7 @@ func FuncIsLoaded(state *FunctionLoadingState, function Function) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuFuncIsLoaded(C.uintptr_t(fp), unsafe.Pointer(state), C.uintptr_t(function))))
+	return resultError(Result(C._ncclgo_tramp_cuFuncIsLoaded(C.uintptr_t(fp), (*C.CUfunctionLoadingState)(unsafe.Pointer(state)), C.uintptr_t(function))))
 }
 
 // FuncLoad calls cuFuncLoad:
@@ -4825,7 +4825,7 @@ func GetExportTable(ppExportTable *unsafe.Pointer, pExportTableId *Uuid) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGetExportTable(C.uintptr_t(fp), unsafe.Pointer(ppExportTable), unsafe.Pointer(pExportTableId))))
+	return resultError(Result(C._ncclgo_tramp_cuGetExportTable(C.uintptr_t(fp), unsafe.Pointer(ppExportTable), (*C.CUuuid)(unsafe.Pointer(pExportTableId)))))
 }
 
 // GetProcAddress calls cuGetProcAddress_v2 (spelled cuGetProcAddress in cuda.h):
@@ -4839,7 +4839,7 @@ func GetProcAddress(symbol *byte, pfn *unsafe.Pointer, cudaVersion int32, flags 
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGetProcAddress_v2(C.uintptr_t(fp), unsafe.Pointer(symbol), unsafe.Pointer(pfn), C.int(cudaVersion), C.uint64_t(flags), unsafe.Pointer(symbolStatus))))
+	return resultError(Result(C._ncclgo_tramp_cuGetProcAddress_v2(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(symbol)), unsafe.Pointer(pfn), C.int(cudaVersion), C.uint64_t(flags), (*C.CUdriverProcAddressQueryResult)(unsafe.Pointer(symbolStatus)))))
 }
 
 // GetProcAddressLegacy calls cuGetProcAddress:
@@ -4853,7 +4853,7 @@ func GetProcAddressLegacy(symbol *byte, pfn *unsafe.Pointer, cudaVersion int32, 
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGetProcAddress(C.uintptr_t(fp), unsafe.Pointer(symbol), unsafe.Pointer(pfn), C.int(cudaVersion), C.uint64_t(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuGetProcAddress(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(symbol)), unsafe.Pointer(pfn), C.int(cudaVersion), C.uint64_t(flags))))
 }
 
 // GraphAddBatchMemOpNode calls cuGraphAddBatchMemOpNode:
@@ -4867,7 +4867,7 @@ func GraphAddBatchMemOpNode(phGraphNode *GraphNode, hGraph Graph, dependencies *
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphAddBatchMemOpNode(C.uintptr_t(fp), unsafe.Pointer(phGraphNode), C.uintptr_t(hGraph), unsafe.Pointer(dependencies), C.size_t(numDependencies), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphAddBatchMemOpNode(C.uintptr_t(fp), (*C.CUgraphNode)(unsafe.Pointer(phGraphNode)), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(dependencies)), C.size_t(numDependencies), (*C.CUDA_BATCH_MEM_OP_NODE_PARAMS)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphAddChildGraphNode calls cuGraphAddChildGraphNode:
@@ -4881,7 +4881,7 @@ func GraphAddChildGraphNode(phGraphNode *GraphNode, hGraph Graph, dependencies *
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphAddChildGraphNode(C.uintptr_t(fp), unsafe.Pointer(phGraphNode), C.uintptr_t(hGraph), unsafe.Pointer(dependencies), C.size_t(numDependencies), C.uintptr_t(childGraph))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphAddChildGraphNode(C.uintptr_t(fp), (*C.CUgraphNode)(unsafe.Pointer(phGraphNode)), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(dependencies)), C.size_t(numDependencies), C.uintptr_t(childGraph))))
 }
 
 // GraphAddDependencies calls cuGraphAddDependencies:
@@ -4895,7 +4895,7 @@ func GraphAddDependencies(hGraph Graph, from *GraphNode, to *GraphNode, numDepen
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphAddDependencies(C.uintptr_t(fp), C.uintptr_t(hGraph), unsafe.Pointer(from), unsafe.Pointer(to), C.size_t(numDependencies))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphAddDependencies(C.uintptr_t(fp), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(from)), (*C.CUgraphNode)(unsafe.Pointer(to)), C.size_t(numDependencies))))
 }
 
 // GraphAddDependenciesV2 calls cuGraphAddDependencies_v2:
@@ -4909,7 +4909,7 @@ func GraphAddDependenciesV2(hGraph Graph, from *GraphNode, to *GraphNode, edgeDa
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphAddDependencies_v2(C.uintptr_t(fp), C.uintptr_t(hGraph), unsafe.Pointer(from), unsafe.Pointer(to), unsafe.Pointer(edgeData), C.size_t(numDependencies))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphAddDependencies_v2(C.uintptr_t(fp), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(from)), (*C.CUgraphNode)(unsafe.Pointer(to)), (*C.CUgraphEdgeData)(unsafe.Pointer(edgeData)), C.size_t(numDependencies))))
 }
 
 // GraphAddEmptyNode calls cuGraphAddEmptyNode:
@@ -4923,7 +4923,7 @@ func GraphAddEmptyNode(phGraphNode *GraphNode, hGraph Graph, dependencies *Graph
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphAddEmptyNode(C.uintptr_t(fp), unsafe.Pointer(phGraphNode), C.uintptr_t(hGraph), unsafe.Pointer(dependencies), C.size_t(numDependencies))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphAddEmptyNode(C.uintptr_t(fp), (*C.CUgraphNode)(unsafe.Pointer(phGraphNode)), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(dependencies)), C.size_t(numDependencies))))
 }
 
 // GraphAddEventRecordNode calls cuGraphAddEventRecordNode:
@@ -4937,7 +4937,7 @@ func GraphAddEventRecordNode(phGraphNode *GraphNode, hGraph Graph, dependencies 
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphAddEventRecordNode(C.uintptr_t(fp), unsafe.Pointer(phGraphNode), C.uintptr_t(hGraph), unsafe.Pointer(dependencies), C.size_t(numDependencies), C.uintptr_t(event))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphAddEventRecordNode(C.uintptr_t(fp), (*C.CUgraphNode)(unsafe.Pointer(phGraphNode)), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(dependencies)), C.size_t(numDependencies), C.uintptr_t(event))))
 }
 
 // GraphAddEventWaitNode calls cuGraphAddEventWaitNode:
@@ -4951,7 +4951,7 @@ func GraphAddEventWaitNode(phGraphNode *GraphNode, hGraph Graph, dependencies *G
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphAddEventWaitNode(C.uintptr_t(fp), unsafe.Pointer(phGraphNode), C.uintptr_t(hGraph), unsafe.Pointer(dependencies), C.size_t(numDependencies), C.uintptr_t(event))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphAddEventWaitNode(C.uintptr_t(fp), (*C.CUgraphNode)(unsafe.Pointer(phGraphNode)), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(dependencies)), C.size_t(numDependencies), C.uintptr_t(event))))
 }
 
 // GraphAddExternalSemaphoresSignalNode calls cuGraphAddExternalSemaphoresSignalNode:
@@ -4965,7 +4965,7 @@ func GraphAddExternalSemaphoresSignalNode(phGraphNode *GraphNode, hGraph Graph, 
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphAddExternalSemaphoresSignalNode(C.uintptr_t(fp), unsafe.Pointer(phGraphNode), C.uintptr_t(hGraph), unsafe.Pointer(dependencies), C.size_t(numDependencies), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphAddExternalSemaphoresSignalNode(C.uintptr_t(fp), (*C.CUgraphNode)(unsafe.Pointer(phGraphNode)), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(dependencies)), C.size_t(numDependencies), (*C.CUDA_EXT_SEM_SIGNAL_NODE_PARAMS)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphAddExternalSemaphoresWaitNode calls cuGraphAddExternalSemaphoresWaitNode:
@@ -4979,7 +4979,7 @@ func GraphAddExternalSemaphoresWaitNode(phGraphNode *GraphNode, hGraph Graph, de
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphAddExternalSemaphoresWaitNode(C.uintptr_t(fp), unsafe.Pointer(phGraphNode), C.uintptr_t(hGraph), unsafe.Pointer(dependencies), C.size_t(numDependencies), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphAddExternalSemaphoresWaitNode(C.uintptr_t(fp), (*C.CUgraphNode)(unsafe.Pointer(phGraphNode)), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(dependencies)), C.size_t(numDependencies), (*C.CUDA_EXT_SEM_WAIT_NODE_PARAMS)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphAddHostNode calls cuGraphAddHostNode:
@@ -4993,7 +4993,7 @@ func GraphAddHostNode(phGraphNode *GraphNode, hGraph Graph, dependencies *GraphN
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphAddHostNode(C.uintptr_t(fp), unsafe.Pointer(phGraphNode), C.uintptr_t(hGraph), unsafe.Pointer(dependencies), C.size_t(numDependencies), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphAddHostNode(C.uintptr_t(fp), (*C.CUgraphNode)(unsafe.Pointer(phGraphNode)), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(dependencies)), C.size_t(numDependencies), (*C.CUDA_HOST_NODE_PARAMS)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphAddKernelNode calls cuGraphAddKernelNode_v2 (spelled cuGraphAddKernelNode in cuda.h):
@@ -5007,7 +5007,7 @@ func GraphAddKernelNode(phGraphNode *GraphNode, hGraph Graph, dependencies *Grap
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphAddKernelNode_v2(C.uintptr_t(fp), unsafe.Pointer(phGraphNode), C.uintptr_t(hGraph), unsafe.Pointer(dependencies), C.size_t(numDependencies), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphAddKernelNode_v2(C.uintptr_t(fp), (*C.CUgraphNode)(unsafe.Pointer(phGraphNode)), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(dependencies)), C.size_t(numDependencies), (*C.CUDA_KERNEL_NODE_PARAMS)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphAddKernelNodeLegacy calls cuGraphAddKernelNode:
@@ -5021,7 +5021,7 @@ func GraphAddKernelNodeLegacy(phGraphNode *GraphNode, hGraph Graph, dependencies
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphAddKernelNode(C.uintptr_t(fp), unsafe.Pointer(phGraphNode), C.uintptr_t(hGraph), unsafe.Pointer(dependencies), C.size_t(numDependencies), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphAddKernelNode(C.uintptr_t(fp), (*C.CUgraphNode)(unsafe.Pointer(phGraphNode)), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(dependencies)), C.size_t(numDependencies), (*C.CUDA_KERNEL_NODE_PARAMS_v1)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphAddMemAllocNode calls cuGraphAddMemAllocNode:
@@ -5035,7 +5035,7 @@ func GraphAddMemAllocNode(phGraphNode *GraphNode, hGraph Graph, dependencies *Gr
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphAddMemAllocNode(C.uintptr_t(fp), unsafe.Pointer(phGraphNode), C.uintptr_t(hGraph), unsafe.Pointer(dependencies), C.size_t(numDependencies), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphAddMemAllocNode(C.uintptr_t(fp), (*C.CUgraphNode)(unsafe.Pointer(phGraphNode)), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(dependencies)), C.size_t(numDependencies), (*C.CUDA_MEM_ALLOC_NODE_PARAMS)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphAddMemFreeNode calls cuGraphAddMemFreeNode:
@@ -5049,7 +5049,7 @@ func GraphAddMemFreeNode(phGraphNode *GraphNode, hGraph Graph, dependencies *Gra
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphAddMemFreeNode(C.uintptr_t(fp), unsafe.Pointer(phGraphNode), C.uintptr_t(hGraph), unsafe.Pointer(dependencies), C.size_t(numDependencies), C.ulonglong(dptr))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphAddMemFreeNode(C.uintptr_t(fp), (*C.CUgraphNode)(unsafe.Pointer(phGraphNode)), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(dependencies)), C.size_t(numDependencies), C.ulonglong(dptr))))
 }
 
 // GraphAddMemcpyNode calls cuGraphAddMemcpyNode:
@@ -5063,7 +5063,7 @@ func GraphAddMemcpyNode(phGraphNode *GraphNode, hGraph Graph, dependencies *Grap
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphAddMemcpyNode(C.uintptr_t(fp), unsafe.Pointer(phGraphNode), C.uintptr_t(hGraph), unsafe.Pointer(dependencies), C.size_t(numDependencies), unsafe.Pointer(copyParams), C.uintptr_t(ctx))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphAddMemcpyNode(C.uintptr_t(fp), (*C.CUgraphNode)(unsafe.Pointer(phGraphNode)), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(dependencies)), C.size_t(numDependencies), (*C.CUDA_MEMCPY3D)(unsafe.Pointer(copyParams)), C.uintptr_t(ctx))))
 }
 
 // GraphAddMemsetNode calls cuGraphAddMemsetNode:
@@ -5077,7 +5077,7 @@ func GraphAddMemsetNode(phGraphNode *GraphNode, hGraph Graph, dependencies *Grap
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphAddMemsetNode(C.uintptr_t(fp), unsafe.Pointer(phGraphNode), C.uintptr_t(hGraph), unsafe.Pointer(dependencies), C.size_t(numDependencies), unsafe.Pointer(memsetParams), C.uintptr_t(ctx))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphAddMemsetNode(C.uintptr_t(fp), (*C.CUgraphNode)(unsafe.Pointer(phGraphNode)), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(dependencies)), C.size_t(numDependencies), (*C.CUDA_MEMSET_NODE_PARAMS)(unsafe.Pointer(memsetParams)), C.uintptr_t(ctx))))
 }
 
 // GraphAddNode calls cuGraphAddNode:
@@ -5091,7 +5091,7 @@ func GraphAddNode(phGraphNode *GraphNode, hGraph Graph, dependencies *GraphNode,
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphAddNode(C.uintptr_t(fp), unsafe.Pointer(phGraphNode), C.uintptr_t(hGraph), unsafe.Pointer(dependencies), C.size_t(numDependencies), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphAddNode(C.uintptr_t(fp), (*C.CUgraphNode)(unsafe.Pointer(phGraphNode)), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(dependencies)), C.size_t(numDependencies), (*C.CUgraphNodeParams)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphAddNodeV2 calls cuGraphAddNode_v2:
@@ -5105,7 +5105,7 @@ func GraphAddNodeV2(phGraphNode *GraphNode, hGraph Graph, dependencies *GraphNod
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphAddNode_v2(C.uintptr_t(fp), unsafe.Pointer(phGraphNode), C.uintptr_t(hGraph), unsafe.Pointer(dependencies), unsafe.Pointer(dependencyData), C.size_t(numDependencies), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphAddNode_v2(C.uintptr_t(fp), (*C.CUgraphNode)(unsafe.Pointer(phGraphNode)), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(dependencies)), (*C.CUgraphEdgeData)(unsafe.Pointer(dependencyData)), C.size_t(numDependencies), (*C.CUgraphNodeParams)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphBatchMemOpNodeGetParams calls cuGraphBatchMemOpNodeGetParams:
@@ -5119,7 +5119,7 @@ func GraphBatchMemOpNodeGetParams(hNode GraphNode, nodeParams_out *BatchMemOpNod
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphBatchMemOpNodeGetParams(C.uintptr_t(fp), C.uintptr_t(hNode), unsafe.Pointer(nodeParams_out))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphBatchMemOpNodeGetParams(C.uintptr_t(fp), C.uintptr_t(hNode), (*C.CUDA_BATCH_MEM_OP_NODE_PARAMS)(unsafe.Pointer(nodeParams_out)))))
 }
 
 // GraphBatchMemOpNodeSetParams calls cuGraphBatchMemOpNodeSetParams:
@@ -5133,7 +5133,7 @@ func GraphBatchMemOpNodeSetParams(hNode GraphNode, nodeParams *BatchMemOpNodePar
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphBatchMemOpNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hNode), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphBatchMemOpNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hNode), (*C.CUDA_BATCH_MEM_OP_NODE_PARAMS)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphChildGraphNodeGetGraph calls cuGraphChildGraphNodeGetGraph:
@@ -5147,7 +5147,7 @@ func GraphChildGraphNodeGetGraph(hNode GraphNode, phGraph *Graph) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphChildGraphNodeGetGraph(C.uintptr_t(fp), C.uintptr_t(hNode), unsafe.Pointer(phGraph))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphChildGraphNodeGetGraph(C.uintptr_t(fp), C.uintptr_t(hNode), (*C.CUgraph)(unsafe.Pointer(phGraph)))))
 }
 
 // GraphClone calls cuGraphClone:
@@ -5161,7 +5161,7 @@ func GraphClone(phGraphClone *Graph, originalGraph Graph) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphClone(C.uintptr_t(fp), unsafe.Pointer(phGraphClone), C.uintptr_t(originalGraph))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphClone(C.uintptr_t(fp), (*C.CUgraph)(unsafe.Pointer(phGraphClone)), C.uintptr_t(originalGraph))))
 }
 
 // GraphConditionalHandleCreate calls cuGraphConditionalHandleCreate:
@@ -5175,7 +5175,7 @@ func GraphConditionalHandleCreate(pHandle_out *GraphConditionalHandle, hGraph Gr
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphConditionalHandleCreate(C.uintptr_t(fp), unsafe.Pointer(pHandle_out), C.uintptr_t(hGraph), C.uintptr_t(ctx), C.uint(defaultLaunchValue), C.uint(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphConditionalHandleCreate(C.uintptr_t(fp), (*C.CUgraphConditionalHandle)(unsafe.Pointer(pHandle_out)), C.uintptr_t(hGraph), C.uintptr_t(ctx), C.uint(defaultLaunchValue), C.uint(flags))))
 }
 
 // GraphCreate calls cuGraphCreate:
@@ -5189,7 +5189,7 @@ func GraphCreate(phGraph *Graph, flags uint32) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphCreate(C.uintptr_t(fp), unsafe.Pointer(phGraph), C.uint(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphCreate(C.uintptr_t(fp), (*C.CUgraph)(unsafe.Pointer(phGraph)), C.uint(flags))))
 }
 
 // GraphDebugDotPrint calls cuGraphDebugDotPrint:
@@ -5203,7 +5203,7 @@ func GraphDebugDotPrint(hGraph Graph, path *byte, flags uint32) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphDebugDotPrint(C.uintptr_t(fp), C.uintptr_t(hGraph), unsafe.Pointer(path), C.uint(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphDebugDotPrint(C.uintptr_t(fp), C.uintptr_t(hGraph), (*C.char)(unsafe.Pointer(path)), C.uint(flags))))
 }
 
 // GraphDestroy calls cuGraphDestroy:
@@ -5245,7 +5245,7 @@ func GraphEventRecordNodeGetEvent(hNode GraphNode, event_out *Event) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphEventRecordNodeGetEvent(C.uintptr_t(fp), C.uintptr_t(hNode), unsafe.Pointer(event_out))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphEventRecordNodeGetEvent(C.uintptr_t(fp), C.uintptr_t(hNode), (*C.CUevent)(unsafe.Pointer(event_out)))))
 }
 
 // GraphEventRecordNodeSetEvent calls cuGraphEventRecordNodeSetEvent:
@@ -5273,7 +5273,7 @@ func GraphEventWaitNodeGetEvent(hNode GraphNode, event_out *Event) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphEventWaitNodeGetEvent(C.uintptr_t(fp), C.uintptr_t(hNode), unsafe.Pointer(event_out))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphEventWaitNodeGetEvent(C.uintptr_t(fp), C.uintptr_t(hNode), (*C.CUevent)(unsafe.Pointer(event_out)))))
 }
 
 // GraphEventWaitNodeSetEvent calls cuGraphEventWaitNodeSetEvent:
@@ -5301,7 +5301,7 @@ func GraphExecBatchMemOpNodeSetParams(hGraphExec GraphExec, hNode GraphNode, nod
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphExecBatchMemOpNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hGraphExec), C.uintptr_t(hNode), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphExecBatchMemOpNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hGraphExec), C.uintptr_t(hNode), (*C.CUDA_BATCH_MEM_OP_NODE_PARAMS)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphExecChildGraphNodeSetParams calls cuGraphExecChildGraphNodeSetParams:
@@ -5371,7 +5371,7 @@ func GraphExecExternalSemaphoresSignalNodeSetParams(hGraphExec GraphExec, hNode 
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphExecExternalSemaphoresSignalNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hGraphExec), C.uintptr_t(hNode), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphExecExternalSemaphoresSignalNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hGraphExec), C.uintptr_t(hNode), (*C.CUDA_EXT_SEM_SIGNAL_NODE_PARAMS)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphExecExternalSemaphoresWaitNodeSetParams calls cuGraphExecExternalSemaphoresWaitNodeSetParams:
@@ -5385,7 +5385,7 @@ func GraphExecExternalSemaphoresWaitNodeSetParams(hGraphExec GraphExec, hNode Gr
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphExecExternalSemaphoresWaitNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hGraphExec), C.uintptr_t(hNode), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphExecExternalSemaphoresWaitNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hGraphExec), C.uintptr_t(hNode), (*C.CUDA_EXT_SEM_WAIT_NODE_PARAMS)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphExecGetFlags calls cuGraphExecGetFlags:
@@ -5399,7 +5399,7 @@ func GraphExecGetFlags(hGraphExec GraphExec, flags *Uint64) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphExecGetFlags(C.uintptr_t(fp), C.uintptr_t(hGraphExec), unsafe.Pointer(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphExecGetFlags(C.uintptr_t(fp), C.uintptr_t(hGraphExec), (*C.cuuint64_t)(unsafe.Pointer(flags)))))
 }
 
 // GraphExecHostNodeSetParams calls cuGraphExecHostNodeSetParams:
@@ -5413,7 +5413,7 @@ func GraphExecHostNodeSetParams(hGraphExec GraphExec, hNode GraphNode, nodeParam
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphExecHostNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hGraphExec), C.uintptr_t(hNode), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphExecHostNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hGraphExec), C.uintptr_t(hNode), (*C.CUDA_HOST_NODE_PARAMS)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphExecKernelNodeSetParams calls cuGraphExecKernelNodeSetParams_v2 (spelled cuGraphExecKernelNodeSetParams in cuda.h):
@@ -5427,7 +5427,7 @@ func GraphExecKernelNodeSetParams(hGraphExec GraphExec, hNode GraphNode, nodePar
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphExecKernelNodeSetParams_v2(C.uintptr_t(fp), C.uintptr_t(hGraphExec), C.uintptr_t(hNode), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphExecKernelNodeSetParams_v2(C.uintptr_t(fp), C.uintptr_t(hGraphExec), C.uintptr_t(hNode), (*C.CUDA_KERNEL_NODE_PARAMS)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphExecKernelNodeSetParamsLegacy calls cuGraphExecKernelNodeSetParams:
@@ -5441,7 +5441,7 @@ func GraphExecKernelNodeSetParamsLegacy(hGraphExec GraphExec, hNode GraphNode, n
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphExecKernelNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hGraphExec), C.uintptr_t(hNode), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphExecKernelNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hGraphExec), C.uintptr_t(hNode), (*C.CUDA_KERNEL_NODE_PARAMS_v1)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphExecMemcpyNodeSetParams calls cuGraphExecMemcpyNodeSetParams:
@@ -5455,7 +5455,7 @@ func GraphExecMemcpyNodeSetParams(hGraphExec GraphExec, hNode GraphNode, copyPar
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphExecMemcpyNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hGraphExec), C.uintptr_t(hNode), unsafe.Pointer(copyParams), C.uintptr_t(ctx))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphExecMemcpyNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hGraphExec), C.uintptr_t(hNode), (*C.CUDA_MEMCPY3D)(unsafe.Pointer(copyParams)), C.uintptr_t(ctx))))
 }
 
 // GraphExecMemsetNodeSetParams calls cuGraphExecMemsetNodeSetParams:
@@ -5469,7 +5469,7 @@ func GraphExecMemsetNodeSetParams(hGraphExec GraphExec, hNode GraphNode, memsetP
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphExecMemsetNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hGraphExec), C.uintptr_t(hNode), unsafe.Pointer(memsetParams), C.uintptr_t(ctx))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphExecMemsetNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hGraphExec), C.uintptr_t(hNode), (*C.CUDA_MEMSET_NODE_PARAMS)(unsafe.Pointer(memsetParams)), C.uintptr_t(ctx))))
 }
 
 // GraphExecNodeSetParams calls cuGraphExecNodeSetParams:
@@ -5483,7 +5483,7 @@ func GraphExecNodeSetParams(hGraphExec GraphExec, hNode GraphNode, nodeParams *G
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphExecNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hGraphExec), C.uintptr_t(hNode), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphExecNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hGraphExec), C.uintptr_t(hNode), (*C.CUgraphNodeParams)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphExecUpdate calls cuGraphExecUpdate_v2 (spelled cuGraphExecUpdate in cuda.h):
@@ -5497,7 +5497,7 @@ func GraphExecUpdate(hGraphExec GraphExec, hGraph Graph, resultInfo *GraphExecUp
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphExecUpdate_v2(C.uintptr_t(fp), C.uintptr_t(hGraphExec), C.uintptr_t(hGraph), unsafe.Pointer(resultInfo))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphExecUpdate_v2(C.uintptr_t(fp), C.uintptr_t(hGraphExec), C.uintptr_t(hGraph), (*C.CUgraphExecUpdateResultInfo)(unsafe.Pointer(resultInfo)))))
 }
 
 // GraphExecUpdateLegacy calls cuGraphExecUpdate:
@@ -5511,7 +5511,7 @@ func GraphExecUpdateLegacy(hGraphExec GraphExec, hGraph Graph, hErrorNode_out *G
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphExecUpdate(C.uintptr_t(fp), C.uintptr_t(hGraphExec), C.uintptr_t(hGraph), unsafe.Pointer(hErrorNode_out), unsafe.Pointer(updateResult_out))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphExecUpdate(C.uintptr_t(fp), C.uintptr_t(hGraphExec), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(hErrorNode_out)), (*C.CUgraphExecUpdateResult)(unsafe.Pointer(updateResult_out)))))
 }
 
 // GraphExternalSemaphoresSignalNodeGetParams calls cuGraphExternalSemaphoresSignalNodeGetParams:
@@ -5525,7 +5525,7 @@ func GraphExternalSemaphoresSignalNodeGetParams(hNode GraphNode, params_out *Ext
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphExternalSemaphoresSignalNodeGetParams(C.uintptr_t(fp), C.uintptr_t(hNode), unsafe.Pointer(params_out))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphExternalSemaphoresSignalNodeGetParams(C.uintptr_t(fp), C.uintptr_t(hNode), (*C.CUDA_EXT_SEM_SIGNAL_NODE_PARAMS)(unsafe.Pointer(params_out)))))
 }
 
 // GraphExternalSemaphoresSignalNodeSetParams calls cuGraphExternalSemaphoresSignalNodeSetParams:
@@ -5539,7 +5539,7 @@ func GraphExternalSemaphoresSignalNodeSetParams(hNode GraphNode, nodeParams *Ext
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphExternalSemaphoresSignalNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hNode), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphExternalSemaphoresSignalNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hNode), (*C.CUDA_EXT_SEM_SIGNAL_NODE_PARAMS)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphExternalSemaphoresWaitNodeGetParams calls cuGraphExternalSemaphoresWaitNodeGetParams:
@@ -5553,7 +5553,7 @@ func GraphExternalSemaphoresWaitNodeGetParams(hNode GraphNode, params_out *ExtSe
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphExternalSemaphoresWaitNodeGetParams(C.uintptr_t(fp), C.uintptr_t(hNode), unsafe.Pointer(params_out))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphExternalSemaphoresWaitNodeGetParams(C.uintptr_t(fp), C.uintptr_t(hNode), (*C.CUDA_EXT_SEM_WAIT_NODE_PARAMS)(unsafe.Pointer(params_out)))))
 }
 
 // GraphExternalSemaphoresWaitNodeSetParams calls cuGraphExternalSemaphoresWaitNodeSetParams:
@@ -5567,7 +5567,7 @@ func GraphExternalSemaphoresWaitNodeSetParams(hNode GraphNode, nodeParams *ExtSe
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphExternalSemaphoresWaitNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hNode), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphExternalSemaphoresWaitNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hNode), (*C.CUDA_EXT_SEM_WAIT_NODE_PARAMS)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphGetEdges calls cuGraphGetEdges:
@@ -5581,7 +5581,7 @@ func GraphGetEdges(hGraph Graph, from *GraphNode, to *GraphNode, numEdges *uint6
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphGetEdges(C.uintptr_t(fp), C.uintptr_t(hGraph), unsafe.Pointer(from), unsafe.Pointer(to), unsafe.Pointer(numEdges))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphGetEdges(C.uintptr_t(fp), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(from)), (*C.CUgraphNode)(unsafe.Pointer(to)), (*C.size_t)(unsafe.Pointer(numEdges)))))
 }
 
 // GraphGetEdgesV2 calls cuGraphGetEdges_v2:
@@ -5595,7 +5595,7 @@ func GraphGetEdgesV2(hGraph Graph, from *GraphNode, to *GraphNode, edgeData *Gra
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphGetEdges_v2(C.uintptr_t(fp), C.uintptr_t(hGraph), unsafe.Pointer(from), unsafe.Pointer(to), unsafe.Pointer(edgeData), unsafe.Pointer(numEdges))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphGetEdges_v2(C.uintptr_t(fp), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(from)), (*C.CUgraphNode)(unsafe.Pointer(to)), (*C.CUgraphEdgeData)(unsafe.Pointer(edgeData)), (*C.size_t)(unsafe.Pointer(numEdges)))))
 }
 
 // GraphGetNodes calls cuGraphGetNodes:
@@ -5609,7 +5609,7 @@ func GraphGetNodes(hGraph Graph, nodes *GraphNode, numNodes *uint64) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphGetNodes(C.uintptr_t(fp), C.uintptr_t(hGraph), unsafe.Pointer(nodes), unsafe.Pointer(numNodes))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphGetNodes(C.uintptr_t(fp), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(nodes)), (*C.size_t)(unsafe.Pointer(numNodes)))))
 }
 
 // GraphGetRootNodes calls cuGraphGetRootNodes:
@@ -5623,7 +5623,7 @@ func GraphGetRootNodes(hGraph Graph, rootNodes *GraphNode, numRootNodes *uint64)
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphGetRootNodes(C.uintptr_t(fp), C.uintptr_t(hGraph), unsafe.Pointer(rootNodes), unsafe.Pointer(numRootNodes))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphGetRootNodes(C.uintptr_t(fp), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(rootNodes)), (*C.size_t)(unsafe.Pointer(numRootNodes)))))
 }
 
 // GraphHostNodeGetParams calls cuGraphHostNodeGetParams:
@@ -5637,7 +5637,7 @@ func GraphHostNodeGetParams(hNode GraphNode, nodeParams *HostNodeParams) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphHostNodeGetParams(C.uintptr_t(fp), C.uintptr_t(hNode), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphHostNodeGetParams(C.uintptr_t(fp), C.uintptr_t(hNode), (*C.CUDA_HOST_NODE_PARAMS)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphHostNodeSetParams calls cuGraphHostNodeSetParams:
@@ -5651,7 +5651,7 @@ func GraphHostNodeSetParams(hNode GraphNode, nodeParams *HostNodeParams) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphHostNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hNode), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphHostNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hNode), (*C.CUDA_HOST_NODE_PARAMS)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphInstantiate calls cuGraphInstantiateWithFlags (spelled cuGraphInstantiate in cuda.h):
@@ -5665,7 +5665,7 @@ func GraphInstantiate(phGraphExec *GraphExec, hGraph Graph, flags uint64) error 
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphInstantiateWithFlags(C.uintptr_t(fp), unsafe.Pointer(phGraphExec), C.uintptr_t(hGraph), C.ulonglong(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphInstantiateWithFlags(C.uintptr_t(fp), (*C.CUgraphExec)(unsafe.Pointer(phGraphExec)), C.uintptr_t(hGraph), C.ulonglong(flags))))
 }
 
 // GraphInstantiateLegacy calls cuGraphInstantiate:
@@ -5679,7 +5679,7 @@ func GraphInstantiateLegacy(phGraphExec *GraphExec, hGraph Graph, phErrorNode *G
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphInstantiate(C.uintptr_t(fp), unsafe.Pointer(phGraphExec), C.uintptr_t(hGraph), unsafe.Pointer(phErrorNode), unsafe.Pointer(logBuffer), C.size_t(bufferSize))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphInstantiate(C.uintptr_t(fp), (*C.CUgraphExec)(unsafe.Pointer(phGraphExec)), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(phErrorNode)), (*C.char)(unsafe.Pointer(logBuffer)), C.size_t(bufferSize))))
 }
 
 // GraphInstantiateV2 calls cuGraphInstantiate_v2:
@@ -5693,7 +5693,7 @@ func GraphInstantiateV2(phGraphExec *GraphExec, hGraph Graph, phErrorNode *Graph
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphInstantiate_v2(C.uintptr_t(fp), unsafe.Pointer(phGraphExec), C.uintptr_t(hGraph), unsafe.Pointer(phErrorNode), unsafe.Pointer(logBuffer), C.size_t(bufferSize))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphInstantiate_v2(C.uintptr_t(fp), (*C.CUgraphExec)(unsafe.Pointer(phGraphExec)), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(phErrorNode)), (*C.char)(unsafe.Pointer(logBuffer)), C.size_t(bufferSize))))
 }
 
 // GraphInstantiateWithParams calls cuGraphInstantiateWithParams:
@@ -5707,7 +5707,7 @@ func GraphInstantiateWithParams(phGraphExec *GraphExec, hGraph Graph, instantiat
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphInstantiateWithParams(C.uintptr_t(fp), unsafe.Pointer(phGraphExec), C.uintptr_t(hGraph), unsafe.Pointer(instantiateParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphInstantiateWithParams(C.uintptr_t(fp), (*C.CUgraphExec)(unsafe.Pointer(phGraphExec)), C.uintptr_t(hGraph), (*C.CUDA_GRAPH_INSTANTIATE_PARAMS)(unsafe.Pointer(instantiateParams)))))
 }
 
 // GraphInstantiateWithParamsPtsz calls cuGraphInstantiateWithParams_ptsz (spelled cuGraphInstantiateWithParams in cuda.h):
@@ -5721,7 +5721,7 @@ func GraphInstantiateWithParamsPtsz(phGraphExec *GraphExec, hGraph Graph, instan
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphInstantiateWithParams_ptsz(C.uintptr_t(fp), unsafe.Pointer(phGraphExec), C.uintptr_t(hGraph), unsafe.Pointer(instantiateParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphInstantiateWithParams_ptsz(C.uintptr_t(fp), (*C.CUgraphExec)(unsafe.Pointer(phGraphExec)), C.uintptr_t(hGraph), (*C.CUDA_GRAPH_INSTANTIATE_PARAMS)(unsafe.Pointer(instantiateParams)))))
 }
 
 // GraphKernelNodeCopyAttributes calls cuGraphKernelNodeCopyAttributes:
@@ -5749,7 +5749,7 @@ func GraphKernelNodeGetAttribute(hNode GraphNode, attr KernelNodeAttrID, value_o
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphKernelNodeGetAttribute(C.uintptr_t(fp), C.uintptr_t(hNode), C.int(attr), unsafe.Pointer(value_out))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphKernelNodeGetAttribute(C.uintptr_t(fp), C.uintptr_t(hNode), C.int(attr), (*C.CUkernelNodeAttrValue)(unsafe.Pointer(value_out)))))
 }
 
 // GraphKernelNodeGetParams calls cuGraphKernelNodeGetParams_v2 (spelled cuGraphKernelNodeGetParams in cuda.h):
@@ -5763,7 +5763,7 @@ func GraphKernelNodeGetParams(hNode GraphNode, nodeParams *KernelNodeParams) err
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphKernelNodeGetParams_v2(C.uintptr_t(fp), C.uintptr_t(hNode), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphKernelNodeGetParams_v2(C.uintptr_t(fp), C.uintptr_t(hNode), (*C.CUDA_KERNEL_NODE_PARAMS)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphKernelNodeGetParamsLegacy calls cuGraphKernelNodeGetParams:
@@ -5777,7 +5777,7 @@ func GraphKernelNodeGetParamsLegacy(hNode GraphNode, nodeParams *KernelNodeParam
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphKernelNodeGetParams(C.uintptr_t(fp), C.uintptr_t(hNode), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphKernelNodeGetParams(C.uintptr_t(fp), C.uintptr_t(hNode), (*C.CUDA_KERNEL_NODE_PARAMS_v1)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphKernelNodeSetAttribute calls cuGraphKernelNodeSetAttribute:
@@ -5791,7 +5791,7 @@ func GraphKernelNodeSetAttribute(hNode GraphNode, attr KernelNodeAttrID, value *
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphKernelNodeSetAttribute(C.uintptr_t(fp), C.uintptr_t(hNode), C.int(attr), unsafe.Pointer(value))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphKernelNodeSetAttribute(C.uintptr_t(fp), C.uintptr_t(hNode), C.int(attr), (*C.CUkernelNodeAttrValue)(unsafe.Pointer(value)))))
 }
 
 // GraphKernelNodeSetParams calls cuGraphKernelNodeSetParams_v2 (spelled cuGraphKernelNodeSetParams in cuda.h):
@@ -5805,7 +5805,7 @@ func GraphKernelNodeSetParams(hNode GraphNode, nodeParams *KernelNodeParams) err
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphKernelNodeSetParams_v2(C.uintptr_t(fp), C.uintptr_t(hNode), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphKernelNodeSetParams_v2(C.uintptr_t(fp), C.uintptr_t(hNode), (*C.CUDA_KERNEL_NODE_PARAMS)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphKernelNodeSetParamsLegacy calls cuGraphKernelNodeSetParams:
@@ -5819,7 +5819,7 @@ func GraphKernelNodeSetParamsLegacy(hNode GraphNode, nodeParams *KernelNodeParam
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphKernelNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hNode), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphKernelNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hNode), (*C.CUDA_KERNEL_NODE_PARAMS_v1)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphLaunch calls cuGraphLaunch:
@@ -5861,7 +5861,7 @@ func GraphMemAllocNodeGetParams(hNode GraphNode, params_out *MemAllocNodeParams)
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphMemAllocNodeGetParams(C.uintptr_t(fp), C.uintptr_t(hNode), unsafe.Pointer(params_out))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphMemAllocNodeGetParams(C.uintptr_t(fp), C.uintptr_t(hNode), (*C.CUDA_MEM_ALLOC_NODE_PARAMS)(unsafe.Pointer(params_out)))))
 }
 
 // GraphMemFreeNodeGetParams calls cuGraphMemFreeNodeGetParams:
@@ -5875,7 +5875,7 @@ func GraphMemFreeNodeGetParams(hNode GraphNode, dptr_out *Deviceptr) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphMemFreeNodeGetParams(C.uintptr_t(fp), C.uintptr_t(hNode), unsafe.Pointer(dptr_out))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphMemFreeNodeGetParams(C.uintptr_t(fp), C.uintptr_t(hNode), (*C.CUdeviceptr)(unsafe.Pointer(dptr_out)))))
 }
 
 // GraphMemcpyNodeGetParams calls cuGraphMemcpyNodeGetParams:
@@ -5889,7 +5889,7 @@ func GraphMemcpyNodeGetParams(hNode GraphNode, nodeParams *Memcpy3d) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphMemcpyNodeGetParams(C.uintptr_t(fp), C.uintptr_t(hNode), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphMemcpyNodeGetParams(C.uintptr_t(fp), C.uintptr_t(hNode), (*C.CUDA_MEMCPY3D)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphMemcpyNodeSetParams calls cuGraphMemcpyNodeSetParams:
@@ -5903,7 +5903,7 @@ func GraphMemcpyNodeSetParams(hNode GraphNode, nodeParams *Memcpy3d) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphMemcpyNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hNode), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphMemcpyNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hNode), (*C.CUDA_MEMCPY3D)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphMemsetNodeGetParams calls cuGraphMemsetNodeGetParams:
@@ -5917,7 +5917,7 @@ func GraphMemsetNodeGetParams(hNode GraphNode, nodeParams *MemsetNodeParams) err
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphMemsetNodeGetParams(C.uintptr_t(fp), C.uintptr_t(hNode), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphMemsetNodeGetParams(C.uintptr_t(fp), C.uintptr_t(hNode), (*C.CUDA_MEMSET_NODE_PARAMS)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphMemsetNodeSetParams calls cuGraphMemsetNodeSetParams:
@@ -5931,7 +5931,7 @@ func GraphMemsetNodeSetParams(hNode GraphNode, nodeParams *MemsetNodeParams) err
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphMemsetNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hNode), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphMemsetNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hNode), (*C.CUDA_MEMSET_NODE_PARAMS)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphNodeFindInClone calls cuGraphNodeFindInClone:
@@ -5945,7 +5945,7 @@ func GraphNodeFindInClone(phNode *GraphNode, hOriginalNode GraphNode, hClonedGra
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphNodeFindInClone(C.uintptr_t(fp), unsafe.Pointer(phNode), C.uintptr_t(hOriginalNode), C.uintptr_t(hClonedGraph))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphNodeFindInClone(C.uintptr_t(fp), (*C.CUgraphNode)(unsafe.Pointer(phNode)), C.uintptr_t(hOriginalNode), C.uintptr_t(hClonedGraph))))
 }
 
 // GraphNodeGetDependencies calls cuGraphNodeGetDependencies:
@@ -5959,7 +5959,7 @@ func GraphNodeGetDependencies(hNode GraphNode, dependencies *GraphNode, numDepen
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphNodeGetDependencies(C.uintptr_t(fp), C.uintptr_t(hNode), unsafe.Pointer(dependencies), unsafe.Pointer(numDependencies))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphNodeGetDependencies(C.uintptr_t(fp), C.uintptr_t(hNode), (*C.CUgraphNode)(unsafe.Pointer(dependencies)), (*C.size_t)(unsafe.Pointer(numDependencies)))))
 }
 
 // GraphNodeGetDependenciesV2 calls cuGraphNodeGetDependencies_v2:
@@ -5973,7 +5973,7 @@ func GraphNodeGetDependenciesV2(hNode GraphNode, dependencies *GraphNode, edgeDa
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphNodeGetDependencies_v2(C.uintptr_t(fp), C.uintptr_t(hNode), unsafe.Pointer(dependencies), unsafe.Pointer(edgeData), unsafe.Pointer(numDependencies))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphNodeGetDependencies_v2(C.uintptr_t(fp), C.uintptr_t(hNode), (*C.CUgraphNode)(unsafe.Pointer(dependencies)), (*C.CUgraphEdgeData)(unsafe.Pointer(edgeData)), (*C.size_t)(unsafe.Pointer(numDependencies)))))
 }
 
 // GraphNodeGetDependentNodes calls cuGraphNodeGetDependentNodes:
@@ -5987,7 +5987,7 @@ func GraphNodeGetDependentNodes(hNode GraphNode, dependentNodes *GraphNode, numD
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphNodeGetDependentNodes(C.uintptr_t(fp), C.uintptr_t(hNode), unsafe.Pointer(dependentNodes), unsafe.Pointer(numDependentNodes))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphNodeGetDependentNodes(C.uintptr_t(fp), C.uintptr_t(hNode), (*C.CUgraphNode)(unsafe.Pointer(dependentNodes)), (*C.size_t)(unsafe.Pointer(numDependentNodes)))))
 }
 
 // GraphNodeGetDependentNodesV2 calls cuGraphNodeGetDependentNodes_v2:
@@ -6001,7 +6001,7 @@ func GraphNodeGetDependentNodesV2(hNode GraphNode, dependentNodes *GraphNode, ed
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphNodeGetDependentNodes_v2(C.uintptr_t(fp), C.uintptr_t(hNode), unsafe.Pointer(dependentNodes), unsafe.Pointer(edgeData), unsafe.Pointer(numDependentNodes))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphNodeGetDependentNodes_v2(C.uintptr_t(fp), C.uintptr_t(hNode), (*C.CUgraphNode)(unsafe.Pointer(dependentNodes)), (*C.CUgraphEdgeData)(unsafe.Pointer(edgeData)), (*C.size_t)(unsafe.Pointer(numDependentNodes)))))
 }
 
 // GraphNodeGetEnabled calls cuGraphNodeGetEnabled:
@@ -6015,7 +6015,7 @@ func GraphNodeGetEnabled(hGraphExec GraphExec, hNode GraphNode, isEnabled *uint3
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphNodeGetEnabled(C.uintptr_t(fp), C.uintptr_t(hGraphExec), C.uintptr_t(hNode), unsafe.Pointer(isEnabled))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphNodeGetEnabled(C.uintptr_t(fp), C.uintptr_t(hGraphExec), C.uintptr_t(hNode), (*C.uint)(unsafe.Pointer(isEnabled)))))
 }
 
 // GraphNodeGetType calls cuGraphNodeGetType:
@@ -6029,7 +6029,7 @@ func GraphNodeGetType(hNode GraphNode, typeArg *GraphNodeType) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphNodeGetType(C.uintptr_t(fp), C.uintptr_t(hNode), unsafe.Pointer(typeArg))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphNodeGetType(C.uintptr_t(fp), C.uintptr_t(hNode), (*C.CUgraphNodeType)(unsafe.Pointer(typeArg)))))
 }
 
 // GraphNodeSetEnabled calls cuGraphNodeSetEnabled:
@@ -6057,7 +6057,7 @@ func GraphNodeSetParams(hNode GraphNode, nodeParams *GraphNodeParams) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hNode), unsafe.Pointer(nodeParams))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphNodeSetParams(C.uintptr_t(fp), C.uintptr_t(hNode), (*C.CUgraphNodeParams)(unsafe.Pointer(nodeParams)))))
 }
 
 // GraphReleaseUserObject calls cuGraphReleaseUserObject:
@@ -6085,7 +6085,7 @@ func GraphRemoveDependencies(hGraph Graph, from *GraphNode, to *GraphNode, numDe
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphRemoveDependencies(C.uintptr_t(fp), C.uintptr_t(hGraph), unsafe.Pointer(from), unsafe.Pointer(to), C.size_t(numDependencies))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphRemoveDependencies(C.uintptr_t(fp), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(from)), (*C.CUgraphNode)(unsafe.Pointer(to)), C.size_t(numDependencies))))
 }
 
 // GraphRemoveDependenciesV2 calls cuGraphRemoveDependencies_v2:
@@ -6099,7 +6099,7 @@ func GraphRemoveDependenciesV2(hGraph Graph, from *GraphNode, to *GraphNode, edg
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphRemoveDependencies_v2(C.uintptr_t(fp), C.uintptr_t(hGraph), unsafe.Pointer(from), unsafe.Pointer(to), unsafe.Pointer(edgeData), C.size_t(numDependencies))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphRemoveDependencies_v2(C.uintptr_t(fp), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(from)), (*C.CUgraphNode)(unsafe.Pointer(to)), (*C.CUgraphEdgeData)(unsafe.Pointer(edgeData)), C.size_t(numDependencies))))
 }
 
 // GraphRetainUserObject calls cuGraphRetainUserObject:
@@ -6155,7 +6155,7 @@ func GraphicsMapResources(count uint32, resources *GraphicsResource, hStream Str
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphicsMapResources(C.uintptr_t(fp), C.uint(count), unsafe.Pointer(resources), C.uintptr_t(hStream))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphicsMapResources(C.uintptr_t(fp), C.uint(count), (*C.CUgraphicsResource)(unsafe.Pointer(resources)), C.uintptr_t(hStream))))
 }
 
 // GraphicsMapResourcesPtsz calls cuGraphicsMapResources_ptsz (spelled cuGraphicsMapResources in cuda.h):
@@ -6169,7 +6169,7 @@ func GraphicsMapResourcesPtsz(count uint32, resources *GraphicsResource, hStream
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphicsMapResources_ptsz(C.uintptr_t(fp), C.uint(count), unsafe.Pointer(resources), C.uintptr_t(hStream))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphicsMapResources_ptsz(C.uintptr_t(fp), C.uint(count), (*C.CUgraphicsResource)(unsafe.Pointer(resources)), C.uintptr_t(hStream))))
 }
 
 // GraphicsResourceGetMappedMipmappedArray calls cuGraphicsResourceGetMappedMipmappedArray:
@@ -6183,7 +6183,7 @@ func GraphicsResourceGetMappedMipmappedArray(pMipmappedArray *MipmappedArray, re
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphicsResourceGetMappedMipmappedArray(C.uintptr_t(fp), unsafe.Pointer(pMipmappedArray), C.uintptr_t(resource))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphicsResourceGetMappedMipmappedArray(C.uintptr_t(fp), (*C.CUmipmappedArray)(unsafe.Pointer(pMipmappedArray)), C.uintptr_t(resource))))
 }
 
 // GraphicsResourceGetMappedPointer calls cuGraphicsResourceGetMappedPointer_v2 (spelled cuGraphicsResourceGetMappedPointer in cuda.h):
@@ -6197,7 +6197,7 @@ func GraphicsResourceGetMappedPointer(pDevPtr *Deviceptr, pSize *uint64, resourc
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphicsResourceGetMappedPointer_v2(C.uintptr_t(fp), unsafe.Pointer(pDevPtr), unsafe.Pointer(pSize), C.uintptr_t(resource))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphicsResourceGetMappedPointer_v2(C.uintptr_t(fp), (*C.CUdeviceptr)(unsafe.Pointer(pDevPtr)), (*C.size_t)(unsafe.Pointer(pSize)), C.uintptr_t(resource))))
 }
 
 // GraphicsResourceGetMappedPointerLegacy calls cuGraphicsResourceGetMappedPointer:
@@ -6211,7 +6211,7 @@ func GraphicsResourceGetMappedPointerLegacy(pDevPtr *DeviceptrV1, pSize *uint32,
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphicsResourceGetMappedPointer(C.uintptr_t(fp), unsafe.Pointer(pDevPtr), unsafe.Pointer(pSize), C.uintptr_t(resource))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphicsResourceGetMappedPointer(C.uintptr_t(fp), (*C.CUdeviceptr_v1)(unsafe.Pointer(pDevPtr)), (*C.uint)(unsafe.Pointer(pSize)), C.uintptr_t(resource))))
 }
 
 // GraphicsResourceSetMapFlags calls cuGraphicsResourceSetMapFlags_v2 (spelled cuGraphicsResourceSetMapFlags in cuda.h):
@@ -6253,7 +6253,7 @@ func GraphicsSubResourceGetMappedArray(pArray *Array, resource GraphicsResource,
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphicsSubResourceGetMappedArray(C.uintptr_t(fp), unsafe.Pointer(pArray), C.uintptr_t(resource), C.uint(arrayIndex), C.uint(mipLevel))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphicsSubResourceGetMappedArray(C.uintptr_t(fp), (*C.CUarray)(unsafe.Pointer(pArray)), C.uintptr_t(resource), C.uint(arrayIndex), C.uint(mipLevel))))
 }
 
 // GraphicsUnmapResources calls cuGraphicsUnmapResources:
@@ -6267,7 +6267,7 @@ func GraphicsUnmapResources(count uint32, resources *GraphicsResource, hStream S
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphicsUnmapResources(C.uintptr_t(fp), C.uint(count), unsafe.Pointer(resources), C.uintptr_t(hStream))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphicsUnmapResources(C.uintptr_t(fp), C.uint(count), (*C.CUgraphicsResource)(unsafe.Pointer(resources)), C.uintptr_t(hStream))))
 }
 
 // GraphicsUnmapResourcesPtsz calls cuGraphicsUnmapResources_ptsz (spelled cuGraphicsUnmapResources in cuda.h):
@@ -6281,7 +6281,7 @@ func GraphicsUnmapResourcesPtsz(count uint32, resources *GraphicsResource, hStre
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGraphicsUnmapResources_ptsz(C.uintptr_t(fp), C.uint(count), unsafe.Pointer(resources), C.uintptr_t(hStream))))
+	return resultError(Result(C._ncclgo_tramp_cuGraphicsUnmapResources_ptsz(C.uintptr_t(fp), C.uint(count), (*C.CUgraphicsResource)(unsafe.Pointer(resources)), C.uintptr_t(hStream))))
 }
 
 // GraphicsUnregisterResource calls cuGraphicsUnregisterResource:
@@ -6309,7 +6309,7 @@ func GreenCtxCreate(phCtx *GreenCtx, desc DevResourceDesc, dev Device, flags uin
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGreenCtxCreate(C.uintptr_t(fp), unsafe.Pointer(phCtx), C.uintptr_t(desc), C.int(dev), C.uint(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuGreenCtxCreate(C.uintptr_t(fp), (*C.CUgreenCtx)(unsafe.Pointer(phCtx)), C.uintptr_t(desc), C.int(dev), C.uint(flags))))
 }
 
 // GreenCtxDestroy calls cuGreenCtxDestroy:
@@ -6337,7 +6337,7 @@ func GreenCtxGetDevResource(hCtx GreenCtx, resource *DevResource, typeArg DevRes
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuGreenCtxGetDevResource(C.uintptr_t(fp), C.uintptr_t(hCtx), unsafe.Pointer(resource), C.int(typeArg))))
+	return resultError(Result(C._ncclgo_tramp_cuGreenCtxGetDevResource(C.uintptr_t(fp), C.uintptr_t(hCtx), (*C.CUdevResource)(unsafe.Pointer(resource)), C.int(typeArg))))
 }
 
 // GreenCtxRecordEvent calls cuGreenCtxRecordEvent:
@@ -6379,7 +6379,7 @@ func ImportExternalMemory(extMem_out *ExternalMemory, memHandleDesc *ExternalMem
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuImportExternalMemory(C.uintptr_t(fp), unsafe.Pointer(extMem_out), unsafe.Pointer(memHandleDesc))))
+	return resultError(Result(C._ncclgo_tramp_cuImportExternalMemory(C.uintptr_t(fp), (*C.CUexternalMemory)(unsafe.Pointer(extMem_out)), (*C.CUDA_EXTERNAL_MEMORY_HANDLE_DESC)(unsafe.Pointer(memHandleDesc)))))
 }
 
 // ImportExternalSemaphore calls cuImportExternalSemaphore:
@@ -6393,7 +6393,7 @@ func ImportExternalSemaphore(extSem_out *ExternalSemaphore, semHandleDesc *Exter
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuImportExternalSemaphore(C.uintptr_t(fp), unsafe.Pointer(extSem_out), unsafe.Pointer(semHandleDesc))))
+	return resultError(Result(C._ncclgo_tramp_cuImportExternalSemaphore(C.uintptr_t(fp), (*C.CUexternalSemaphore)(unsafe.Pointer(extSem_out)), (*C.CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC)(unsafe.Pointer(semHandleDesc)))))
 }
 
 // Init calls cuInit:
@@ -6435,7 +6435,7 @@ func IpcGetEventHandle(pHandle *IpcEventHandle, event Event) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuIpcGetEventHandle(C.uintptr_t(fp), unsafe.Pointer(pHandle), C.uintptr_t(event))))
+	return resultError(Result(C._ncclgo_tramp_cuIpcGetEventHandle(C.uintptr_t(fp), (*C.CUipcEventHandle)(unsafe.Pointer(pHandle)), C.uintptr_t(event))))
 }
 
 // IpcGetMemHandle calls cuIpcGetMemHandle:
@@ -6449,7 +6449,7 @@ func IpcGetMemHandle(pHandle *IpcMemHandle, dptr Deviceptr) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuIpcGetMemHandle(C.uintptr_t(fp), unsafe.Pointer(pHandle), C.ulonglong(dptr))))
+	return resultError(Result(C._ncclgo_tramp_cuIpcGetMemHandle(C.uintptr_t(fp), (*C.CUipcMemHandle)(unsafe.Pointer(pHandle)), C.ulonglong(dptr))))
 }
 
 // IpcOpenEventHandle calls cuIpcOpenEventHandle:
@@ -6463,7 +6463,7 @@ func IpcOpenEventHandle(phEvent *Event, handle IpcEventHandle) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuIpcOpenEventHandle(C.uintptr_t(fp), unsafe.Pointer(phEvent), *(*C.CUipcEventHandle)(unsafe.Pointer(&handle)))))
+	return resultError(Result(C._ncclgo_tramp_cuIpcOpenEventHandle(C.uintptr_t(fp), (*C.CUevent)(unsafe.Pointer(phEvent)), *(*C.CUipcEventHandle)(unsafe.Pointer(&handle)))))
 }
 
 // IpcOpenMemHandle calls cuIpcOpenMemHandle_v2 (spelled cuIpcOpenMemHandle in cuda.h):
@@ -6477,7 +6477,7 @@ func IpcOpenMemHandle(pdptr *Deviceptr, handle IpcMemHandle, flags uint32) error
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuIpcOpenMemHandle_v2(C.uintptr_t(fp), unsafe.Pointer(pdptr), *(*C.CUipcMemHandle)(unsafe.Pointer(&handle)), C.uint(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuIpcOpenMemHandle_v2(C.uintptr_t(fp), (*C.CUdeviceptr)(unsafe.Pointer(pdptr)), *(*C.CUipcMemHandle)(unsafe.Pointer(&handle)), C.uint(flags))))
 }
 
 // IpcOpenMemHandleLegacy calls cuIpcOpenMemHandle:
@@ -6491,7 +6491,7 @@ func IpcOpenMemHandleLegacy(pdptr *Deviceptr, handle IpcMemHandle, flags uint32)
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuIpcOpenMemHandle(C.uintptr_t(fp), unsafe.Pointer(pdptr), *(*C.CUipcMemHandle)(unsafe.Pointer(&handle)), C.uint(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuIpcOpenMemHandle(C.uintptr_t(fp), (*C.CUdeviceptr)(unsafe.Pointer(pdptr)), *(*C.CUipcMemHandle)(unsafe.Pointer(&handle)), C.uint(flags))))
 }
 
 // KernelGetAttribute calls cuKernelGetAttribute:
@@ -6505,7 +6505,7 @@ func KernelGetAttribute(pi *int32, attrib FunctionAttribute, kernel Kernel, dev 
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuKernelGetAttribute(C.uintptr_t(fp), unsafe.Pointer(pi), C.int(attrib), C.uintptr_t(kernel), C.int(dev))))
+	return resultError(Result(C._ncclgo_tramp_cuKernelGetAttribute(C.uintptr_t(fp), (*C.int)(unsafe.Pointer(pi)), C.int(attrib), C.uintptr_t(kernel), C.int(dev))))
 }
 
 // KernelGetFunction calls cuKernelGetFunction:
@@ -6519,7 +6519,7 @@ func KernelGetFunction(pFunc *Function, kernel Kernel) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuKernelGetFunction(C.uintptr_t(fp), unsafe.Pointer(pFunc), C.uintptr_t(kernel))))
+	return resultError(Result(C._ncclgo_tramp_cuKernelGetFunction(C.uintptr_t(fp), (*C.CUfunction)(unsafe.Pointer(pFunc)), C.uintptr_t(kernel))))
 }
 
 // KernelGetName calls cuKernelGetName:
@@ -6547,7 +6547,7 @@ func KernelGetParamInfo(kernel Kernel, paramIndex uint64, paramOffset *uint64, p
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuKernelGetParamInfo(C.uintptr_t(fp), C.uintptr_t(kernel), C.size_t(paramIndex), unsafe.Pointer(paramOffset), unsafe.Pointer(paramSize))))
+	return resultError(Result(C._ncclgo_tramp_cuKernelGetParamInfo(C.uintptr_t(fp), C.uintptr_t(kernel), C.size_t(paramIndex), (*C.size_t)(unsafe.Pointer(paramOffset)), (*C.size_t)(unsafe.Pointer(paramSize)))))
 }
 
 // KernelSetAttribute calls cuKernelSetAttribute:
@@ -6617,7 +6617,7 @@ func LaunchCooperativeKernelMultiDevice(launchParamsList *LaunchParams, numDevic
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuLaunchCooperativeKernelMultiDevice(C.uintptr_t(fp), unsafe.Pointer(launchParamsList), C.uint(numDevices), C.uint(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuLaunchCooperativeKernelMultiDevice(C.uintptr_t(fp), (*C.CUDA_LAUNCH_PARAMS)(unsafe.Pointer(launchParamsList)), C.uint(numDevices), C.uint(flags))))
 }
 
 // LaunchCooperativeKernelPtsz calls cuLaunchCooperativeKernel_ptsz (spelled cuLaunchCooperativeKernel in cuda.h):
@@ -6715,7 +6715,7 @@ func LaunchKernelEx(config *LaunchConfig, f Function, kernelParams *unsafe.Point
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuLaunchKernelEx(C.uintptr_t(fp), unsafe.Pointer(config), C.uintptr_t(f), unsafe.Pointer(kernelParams), unsafe.Pointer(extra))))
+	return resultError(Result(C._ncclgo_tramp_cuLaunchKernelEx(C.uintptr_t(fp), (*C.CUlaunchConfig)(unsafe.Pointer(config)), C.uintptr_t(f), unsafe.Pointer(kernelParams), unsafe.Pointer(extra))))
 }
 
 // LaunchKernelExPtsz calls cuLaunchKernelEx_ptsz (spelled cuLaunchKernelEx in cuda.h):
@@ -6729,7 +6729,7 @@ func LaunchKernelExPtsz(config *LaunchConfig, f Function, kernelParams *unsafe.P
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuLaunchKernelEx_ptsz(C.uintptr_t(fp), unsafe.Pointer(config), C.uintptr_t(f), unsafe.Pointer(kernelParams), unsafe.Pointer(extra))))
+	return resultError(Result(C._ncclgo_tramp_cuLaunchKernelEx_ptsz(C.uintptr_t(fp), (*C.CUlaunchConfig)(unsafe.Pointer(config)), C.uintptr_t(f), unsafe.Pointer(kernelParams), unsafe.Pointer(extra))))
 }
 
 // LaunchKernelPtsz calls cuLaunchKernel_ptsz (spelled cuLaunchKernel in cuda.h):
@@ -6757,7 +6757,7 @@ func LibraryEnumerateKernels(kernels *Kernel, numKernels uint32, libArg Library)
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuLibraryEnumerateKernels(C.uintptr_t(fp), unsafe.Pointer(kernels), C.uint(numKernels), C.uintptr_t(libArg))))
+	return resultError(Result(C._ncclgo_tramp_cuLibraryEnumerateKernels(C.uintptr_t(fp), (*C.CUkernel)(unsafe.Pointer(kernels)), C.uint(numKernels), C.uintptr_t(libArg))))
 }
 
 // LibraryGetGlobal calls cuLibraryGetGlobal:
@@ -6771,7 +6771,7 @@ func LibraryGetGlobal(dptr *Deviceptr, bytes *uint64, library Library, name *byt
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuLibraryGetGlobal(C.uintptr_t(fp), unsafe.Pointer(dptr), unsafe.Pointer(bytes), C.uintptr_t(library), unsafe.Pointer(name))))
+	return resultError(Result(C._ncclgo_tramp_cuLibraryGetGlobal(C.uintptr_t(fp), (*C.CUdeviceptr)(unsafe.Pointer(dptr)), (*C.size_t)(unsafe.Pointer(bytes)), C.uintptr_t(library), (*C.char)(unsafe.Pointer(name)))))
 }
 
 // LibraryGetKernel calls cuLibraryGetKernel:
@@ -6785,7 +6785,7 @@ func LibraryGetKernel(pKernel *Kernel, library Library, name *byte) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuLibraryGetKernel(C.uintptr_t(fp), unsafe.Pointer(pKernel), C.uintptr_t(library), unsafe.Pointer(name))))
+	return resultError(Result(C._ncclgo_tramp_cuLibraryGetKernel(C.uintptr_t(fp), (*C.CUkernel)(unsafe.Pointer(pKernel)), C.uintptr_t(library), (*C.char)(unsafe.Pointer(name)))))
 }
 
 // LibraryGetKernelCount calls cuLibraryGetKernelCount:
@@ -6799,7 +6799,7 @@ func LibraryGetKernelCount(count *uint32, libArg Library) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuLibraryGetKernelCount(C.uintptr_t(fp), unsafe.Pointer(count), C.uintptr_t(libArg))))
+	return resultError(Result(C._ncclgo_tramp_cuLibraryGetKernelCount(C.uintptr_t(fp), (*C.uint)(unsafe.Pointer(count)), C.uintptr_t(libArg))))
 }
 
 // LibraryGetManaged calls cuLibraryGetManaged:
@@ -6813,7 +6813,7 @@ func LibraryGetManaged(dptr *Deviceptr, bytes *uint64, library Library, name *by
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuLibraryGetManaged(C.uintptr_t(fp), unsafe.Pointer(dptr), unsafe.Pointer(bytes), C.uintptr_t(library), unsafe.Pointer(name))))
+	return resultError(Result(C._ncclgo_tramp_cuLibraryGetManaged(C.uintptr_t(fp), (*C.CUdeviceptr)(unsafe.Pointer(dptr)), (*C.size_t)(unsafe.Pointer(bytes)), C.uintptr_t(library), (*C.char)(unsafe.Pointer(name)))))
 }
 
 // LibraryGetModule calls cuLibraryGetModule:
@@ -6827,7 +6827,7 @@ func LibraryGetModule(pMod *Module, library Library) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuLibraryGetModule(C.uintptr_t(fp), unsafe.Pointer(pMod), C.uintptr_t(library))))
+	return resultError(Result(C._ncclgo_tramp_cuLibraryGetModule(C.uintptr_t(fp), (*C.CUmodule)(unsafe.Pointer(pMod)), C.uintptr_t(library))))
 }
 
 // LibraryGetUnifiedFunction calls cuLibraryGetUnifiedFunction:
@@ -6841,7 +6841,7 @@ func LibraryGetUnifiedFunction(fptr *unsafe.Pointer, library Library, symbol *by
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuLibraryGetUnifiedFunction(C.uintptr_t(fp), unsafe.Pointer(fptr), C.uintptr_t(library), unsafe.Pointer(symbol))))
+	return resultError(Result(C._ncclgo_tramp_cuLibraryGetUnifiedFunction(C.uintptr_t(fp), unsafe.Pointer(fptr), C.uintptr_t(library), (*C.char)(unsafe.Pointer(symbol)))))
 }
 
 // LibraryLoadData calls cuLibraryLoadData:
@@ -6855,7 +6855,7 @@ func LibraryLoadData(library *Library, code unsafe.Pointer, jitOptions *JitOptio
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuLibraryLoadData(C.uintptr_t(fp), unsafe.Pointer(library), unsafe.Pointer(code), unsafe.Pointer(jitOptions), unsafe.Pointer(jitOptionsValues), C.uint(numJitOptions), unsafe.Pointer(libraryOptions), unsafe.Pointer(libraryOptionValues), C.uint(numLibraryOptions))))
+	return resultError(Result(C._ncclgo_tramp_cuLibraryLoadData(C.uintptr_t(fp), (*C.CUlibrary)(unsafe.Pointer(library)), unsafe.Pointer(code), (*C.CUjit_option)(unsafe.Pointer(jitOptions)), unsafe.Pointer(jitOptionsValues), C.uint(numJitOptions), (*C.CUlibraryOption)(unsafe.Pointer(libraryOptions)), unsafe.Pointer(libraryOptionValues), C.uint(numLibraryOptions))))
 }
 
 // LibraryLoadFromFile calls cuLibraryLoadFromFile:
@@ -6869,7 +6869,7 @@ func LibraryLoadFromFile(library *Library, fileName *byte, jitOptions *JitOption
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuLibraryLoadFromFile(C.uintptr_t(fp), unsafe.Pointer(library), unsafe.Pointer(fileName), unsafe.Pointer(jitOptions), unsafe.Pointer(jitOptionsValues), C.uint(numJitOptions), unsafe.Pointer(libraryOptions), unsafe.Pointer(libraryOptionValues), C.uint(numLibraryOptions))))
+	return resultError(Result(C._ncclgo_tramp_cuLibraryLoadFromFile(C.uintptr_t(fp), (*C.CUlibrary)(unsafe.Pointer(library)), (*C.char)(unsafe.Pointer(fileName)), (*C.CUjit_option)(unsafe.Pointer(jitOptions)), unsafe.Pointer(jitOptionsValues), C.uint(numJitOptions), (*C.CUlibraryOption)(unsafe.Pointer(libraryOptions)), unsafe.Pointer(libraryOptionValues), C.uint(numLibraryOptions))))
 }
 
 // LibraryUnload calls cuLibraryUnload:
@@ -6897,7 +6897,7 @@ func LinkAddData(state LinkState, typeArg JitInputType, data unsafe.Pointer, siz
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuLinkAddData_v2(C.uintptr_t(fp), C.uintptr_t(state), C.int(typeArg), unsafe.Pointer(data), C.size_t(size), unsafe.Pointer(name), C.uint(numOptions), unsafe.Pointer(options), unsafe.Pointer(optionValues))))
+	return resultError(Result(C._ncclgo_tramp_cuLinkAddData_v2(C.uintptr_t(fp), C.uintptr_t(state), C.int(typeArg), unsafe.Pointer(data), C.size_t(size), (*C.char)(unsafe.Pointer(name)), C.uint(numOptions), (*C.CUjit_option)(unsafe.Pointer(options)), unsafe.Pointer(optionValues))))
 }
 
 // LinkAddDataLegacy calls cuLinkAddData:
@@ -6911,7 +6911,7 @@ func LinkAddDataLegacy(state LinkState, typeArg JitInputType, data unsafe.Pointe
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuLinkAddData(C.uintptr_t(fp), C.uintptr_t(state), C.int(typeArg), unsafe.Pointer(data), C.size_t(size), unsafe.Pointer(name), C.uint(numOptions), unsafe.Pointer(options), unsafe.Pointer(optionValues))))
+	return resultError(Result(C._ncclgo_tramp_cuLinkAddData(C.uintptr_t(fp), C.uintptr_t(state), C.int(typeArg), unsafe.Pointer(data), C.size_t(size), (*C.char)(unsafe.Pointer(name)), C.uint(numOptions), (*C.CUjit_option)(unsafe.Pointer(options)), unsafe.Pointer(optionValues))))
 }
 
 // LinkAddFile calls cuLinkAddFile_v2 (spelled cuLinkAddFile in cuda.h):
@@ -6925,7 +6925,7 @@ func LinkAddFile(state LinkState, typeArg JitInputType, path *byte, numOptions u
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuLinkAddFile_v2(C.uintptr_t(fp), C.uintptr_t(state), C.int(typeArg), unsafe.Pointer(path), C.uint(numOptions), unsafe.Pointer(options), unsafe.Pointer(optionValues))))
+	return resultError(Result(C._ncclgo_tramp_cuLinkAddFile_v2(C.uintptr_t(fp), C.uintptr_t(state), C.int(typeArg), (*C.char)(unsafe.Pointer(path)), C.uint(numOptions), (*C.CUjit_option)(unsafe.Pointer(options)), unsafe.Pointer(optionValues))))
 }
 
 // LinkAddFileLegacy calls cuLinkAddFile:
@@ -6939,7 +6939,7 @@ func LinkAddFileLegacy(state LinkState, typeArg JitInputType, path *byte, numOpt
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuLinkAddFile(C.uintptr_t(fp), C.uintptr_t(state), C.int(typeArg), unsafe.Pointer(path), C.uint(numOptions), unsafe.Pointer(options), unsafe.Pointer(optionValues))))
+	return resultError(Result(C._ncclgo_tramp_cuLinkAddFile(C.uintptr_t(fp), C.uintptr_t(state), C.int(typeArg), (*C.char)(unsafe.Pointer(path)), C.uint(numOptions), (*C.CUjit_option)(unsafe.Pointer(options)), unsafe.Pointer(optionValues))))
 }
 
 // LinkComplete calls cuLinkComplete:
@@ -6953,7 +6953,7 @@ func LinkComplete(state LinkState, cubinOut *unsafe.Pointer, sizeOut *uint64) er
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuLinkComplete(C.uintptr_t(fp), C.uintptr_t(state), unsafe.Pointer(cubinOut), unsafe.Pointer(sizeOut))))
+	return resultError(Result(C._ncclgo_tramp_cuLinkComplete(C.uintptr_t(fp), C.uintptr_t(state), unsafe.Pointer(cubinOut), (*C.size_t)(unsafe.Pointer(sizeOut)))))
 }
 
 // LinkCreate calls cuLinkCreate_v2 (spelled cuLinkCreate in cuda.h):
@@ -6967,7 +6967,7 @@ func LinkCreate(numOptions uint32, options *JitOption, optionValues *unsafe.Poin
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuLinkCreate_v2(C.uintptr_t(fp), C.uint(numOptions), unsafe.Pointer(options), unsafe.Pointer(optionValues), unsafe.Pointer(stateOut))))
+	return resultError(Result(C._ncclgo_tramp_cuLinkCreate_v2(C.uintptr_t(fp), C.uint(numOptions), (*C.CUjit_option)(unsafe.Pointer(options)), unsafe.Pointer(optionValues), (*C.CUlinkState)(unsafe.Pointer(stateOut)))))
 }
 
 // LinkCreateLegacy calls cuLinkCreate:
@@ -6981,7 +6981,7 @@ func LinkCreateLegacy(numOptions uint32, options *JitOption, optionValues *unsaf
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuLinkCreate(C.uintptr_t(fp), C.uint(numOptions), unsafe.Pointer(options), unsafe.Pointer(optionValues), unsafe.Pointer(stateOut))))
+	return resultError(Result(C._ncclgo_tramp_cuLinkCreate(C.uintptr_t(fp), C.uint(numOptions), (*C.CUjit_option)(unsafe.Pointer(options)), unsafe.Pointer(optionValues), (*C.CUlinkState)(unsafe.Pointer(stateOut)))))
 }
 
 // LinkDestroy calls cuLinkDestroy:
@@ -7023,7 +7023,7 @@ func MemAddressReserve(ptr *Deviceptr, size uint64, alignment uint64, addr Devic
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemAddressReserve(C.uintptr_t(fp), unsafe.Pointer(ptr), C.size_t(size), C.size_t(alignment), C.ulonglong(addr), C.ulonglong(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuMemAddressReserve(C.uintptr_t(fp), (*C.CUdeviceptr)(unsafe.Pointer(ptr)), C.size_t(size), C.size_t(alignment), C.ulonglong(addr), C.ulonglong(flags))))
 }
 
 // MemAdvise calls cuMemAdvise:
@@ -7065,7 +7065,7 @@ func MemAlloc(dptr *Deviceptr, bytesize uint64) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemAlloc_v2(C.uintptr_t(fp), unsafe.Pointer(dptr), C.size_t(bytesize))))
+	return resultError(Result(C._ncclgo_tramp_cuMemAlloc_v2(C.uintptr_t(fp), (*C.CUdeviceptr)(unsafe.Pointer(dptr)), C.size_t(bytesize))))
 }
 
 // MemAllocAsync calls cuMemAllocAsync:
@@ -7079,7 +7079,7 @@ func MemAllocAsync(dptr *Deviceptr, bytesize uint64, hStream Stream) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemAllocAsync(C.uintptr_t(fp), unsafe.Pointer(dptr), C.size_t(bytesize), C.uintptr_t(hStream))))
+	return resultError(Result(C._ncclgo_tramp_cuMemAllocAsync(C.uintptr_t(fp), (*C.CUdeviceptr)(unsafe.Pointer(dptr)), C.size_t(bytesize), C.uintptr_t(hStream))))
 }
 
 // MemAllocAsyncPtsz calls cuMemAllocAsync_ptsz (spelled cuMemAllocAsync in cuda.h):
@@ -7093,7 +7093,7 @@ func MemAllocAsyncPtsz(dptr *Deviceptr, bytesize uint64, hStream Stream) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemAllocAsync_ptsz(C.uintptr_t(fp), unsafe.Pointer(dptr), C.size_t(bytesize), C.uintptr_t(hStream))))
+	return resultError(Result(C._ncclgo_tramp_cuMemAllocAsync_ptsz(C.uintptr_t(fp), (*C.CUdeviceptr)(unsafe.Pointer(dptr)), C.size_t(bytesize), C.uintptr_t(hStream))))
 }
 
 // MemAllocFromPoolAsync calls cuMemAllocFromPoolAsync:
@@ -7107,7 +7107,7 @@ func MemAllocFromPoolAsync(dptr *Deviceptr, bytesize uint64, pool MemoryPool, hS
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemAllocFromPoolAsync(C.uintptr_t(fp), unsafe.Pointer(dptr), C.size_t(bytesize), C.uintptr_t(pool), C.uintptr_t(hStream))))
+	return resultError(Result(C._ncclgo_tramp_cuMemAllocFromPoolAsync(C.uintptr_t(fp), (*C.CUdeviceptr)(unsafe.Pointer(dptr)), C.size_t(bytesize), C.uintptr_t(pool), C.uintptr_t(hStream))))
 }
 
 // MemAllocFromPoolAsyncPtsz calls cuMemAllocFromPoolAsync_ptsz (spelled cuMemAllocFromPoolAsync in cuda.h):
@@ -7121,7 +7121,7 @@ func MemAllocFromPoolAsyncPtsz(dptr *Deviceptr, bytesize uint64, pool MemoryPool
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemAllocFromPoolAsync_ptsz(C.uintptr_t(fp), unsafe.Pointer(dptr), C.size_t(bytesize), C.uintptr_t(pool), C.uintptr_t(hStream))))
+	return resultError(Result(C._ncclgo_tramp_cuMemAllocFromPoolAsync_ptsz(C.uintptr_t(fp), (*C.CUdeviceptr)(unsafe.Pointer(dptr)), C.size_t(bytesize), C.uintptr_t(pool), C.uintptr_t(hStream))))
 }
 
 // MemAllocHost calls cuMemAllocHost_v2 (spelled cuMemAllocHost in cuda.h):
@@ -7163,7 +7163,7 @@ func MemAllocLegacy(dptr *DeviceptrV1, bytesize uint32) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemAlloc(C.uintptr_t(fp), unsafe.Pointer(dptr), C.uint(bytesize))))
+	return resultError(Result(C._ncclgo_tramp_cuMemAlloc(C.uintptr_t(fp), (*C.CUdeviceptr_v1)(unsafe.Pointer(dptr)), C.uint(bytesize))))
 }
 
 // MemAllocManaged calls cuMemAllocManaged:
@@ -7177,7 +7177,7 @@ func MemAllocManaged(dptr *Deviceptr, bytesize uint64, flags uint32) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemAllocManaged(C.uintptr_t(fp), unsafe.Pointer(dptr), C.size_t(bytesize), C.uint(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuMemAllocManaged(C.uintptr_t(fp), (*C.CUdeviceptr)(unsafe.Pointer(dptr)), C.size_t(bytesize), C.uint(flags))))
 }
 
 // MemAllocPitch calls cuMemAllocPitch_v2 (spelled cuMemAllocPitch in cuda.h):
@@ -7191,7 +7191,7 @@ func MemAllocPitch(dptr *Deviceptr, pPitch *uint64, widthInBytes uint64, height 
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemAllocPitch_v2(C.uintptr_t(fp), unsafe.Pointer(dptr), unsafe.Pointer(pPitch), C.size_t(widthInBytes), C.size_t(height), C.uint(elementSizeBytes))))
+	return resultError(Result(C._ncclgo_tramp_cuMemAllocPitch_v2(C.uintptr_t(fp), (*C.CUdeviceptr)(unsafe.Pointer(dptr)), (*C.size_t)(unsafe.Pointer(pPitch)), C.size_t(widthInBytes), C.size_t(height), C.uint(elementSizeBytes))))
 }
 
 // MemAllocPitchLegacy calls cuMemAllocPitch:
@@ -7205,7 +7205,7 @@ func MemAllocPitchLegacy(dptr *DeviceptrV1, pPitch *uint32, widthInBytes uint32,
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemAllocPitch(C.uintptr_t(fp), unsafe.Pointer(dptr), unsafe.Pointer(pPitch), C.uint(widthInBytes), C.uint(height), C.uint(elementSizeBytes))))
+	return resultError(Result(C._ncclgo_tramp_cuMemAllocPitch(C.uintptr_t(fp), (*C.CUdeviceptr_v1)(unsafe.Pointer(dptr)), (*C.uint)(unsafe.Pointer(pPitch)), C.uint(widthInBytes), C.uint(height), C.uint(elementSizeBytes))))
 }
 
 // MemCreate calls cuMemCreate:
@@ -7219,7 +7219,7 @@ func MemCreate(handle *MemGenericAllocationHandle, size uint64, prop *MemAllocat
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemCreate(C.uintptr_t(fp), unsafe.Pointer(handle), C.size_t(size), unsafe.Pointer(prop), C.ulonglong(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuMemCreate(C.uintptr_t(fp), (*C.CUmemGenericAllocationHandle)(unsafe.Pointer(handle)), C.size_t(size), (*C.CUmemAllocationProp)(unsafe.Pointer(prop)), C.ulonglong(flags))))
 }
 
 // MemExportToShareableHandle calls cuMemExportToShareableHandle:
@@ -7317,7 +7317,7 @@ func MemGetAccess(flags *uint64, location *MemLocation, ptr Deviceptr) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemGetAccess(C.uintptr_t(fp), unsafe.Pointer(flags), unsafe.Pointer(location), C.ulonglong(ptr))))
+	return resultError(Result(C._ncclgo_tramp_cuMemGetAccess(C.uintptr_t(fp), (*C.ulonglong)(unsafe.Pointer(flags)), (*C.CUmemLocation)(unsafe.Pointer(location)), C.ulonglong(ptr))))
 }
 
 // MemGetAddressRange calls cuMemGetAddressRange_v2 (spelled cuMemGetAddressRange in cuda.h):
@@ -7331,7 +7331,7 @@ func MemGetAddressRange(pbase *Deviceptr, psize *uint64, dptr Deviceptr) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemGetAddressRange_v2(C.uintptr_t(fp), unsafe.Pointer(pbase), unsafe.Pointer(psize), C.ulonglong(dptr))))
+	return resultError(Result(C._ncclgo_tramp_cuMemGetAddressRange_v2(C.uintptr_t(fp), (*C.CUdeviceptr)(unsafe.Pointer(pbase)), (*C.size_t)(unsafe.Pointer(psize)), C.ulonglong(dptr))))
 }
 
 // MemGetAddressRangeLegacy calls cuMemGetAddressRange:
@@ -7345,7 +7345,7 @@ func MemGetAddressRangeLegacy(pbase *DeviceptrV1, psize *uint32, dptr DeviceptrV
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemGetAddressRange(C.uintptr_t(fp), unsafe.Pointer(pbase), unsafe.Pointer(psize), C.uint(dptr))))
+	return resultError(Result(C._ncclgo_tramp_cuMemGetAddressRange(C.uintptr_t(fp), (*C.CUdeviceptr_v1)(unsafe.Pointer(pbase)), (*C.uint)(unsafe.Pointer(psize)), C.uint(dptr))))
 }
 
 // MemGetAllocationGranularity calls cuMemGetAllocationGranularity:
@@ -7359,7 +7359,7 @@ func MemGetAllocationGranularity(granularity *uint64, prop *MemAllocationProp, o
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemGetAllocationGranularity(C.uintptr_t(fp), unsafe.Pointer(granularity), unsafe.Pointer(prop), C.int(option))))
+	return resultError(Result(C._ncclgo_tramp_cuMemGetAllocationGranularity(C.uintptr_t(fp), (*C.size_t)(unsafe.Pointer(granularity)), (*C.CUmemAllocationProp)(unsafe.Pointer(prop)), C.int(option))))
 }
 
 // MemGetAllocationPropertiesFromHandle calls cuMemGetAllocationPropertiesFromHandle:
@@ -7373,7 +7373,7 @@ func MemGetAllocationPropertiesFromHandle(prop *MemAllocationProp, handle MemGen
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemGetAllocationPropertiesFromHandle(C.uintptr_t(fp), unsafe.Pointer(prop), C.ulonglong(handle))))
+	return resultError(Result(C._ncclgo_tramp_cuMemGetAllocationPropertiesFromHandle(C.uintptr_t(fp), (*C.CUmemAllocationProp)(unsafe.Pointer(prop)), C.ulonglong(handle))))
 }
 
 // MemGetHandleForAddressRange calls cuMemGetHandleForAddressRange:
@@ -7401,7 +7401,7 @@ func MemGetInfo(free *uint64, total *uint64) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemGetInfo_v2(C.uintptr_t(fp), unsafe.Pointer(free), unsafe.Pointer(total))))
+	return resultError(Result(C._ncclgo_tramp_cuMemGetInfo_v2(C.uintptr_t(fp), (*C.size_t)(unsafe.Pointer(free)), (*C.size_t)(unsafe.Pointer(total)))))
 }
 
 // MemGetInfoLegacy calls cuMemGetInfo:
@@ -7415,7 +7415,7 @@ func MemGetInfoLegacy(free *uint32, total *uint32) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemGetInfo(C.uintptr_t(fp), unsafe.Pointer(free), unsafe.Pointer(total))))
+	return resultError(Result(C._ncclgo_tramp_cuMemGetInfo(C.uintptr_t(fp), (*C.uint)(unsafe.Pointer(free)), (*C.uint)(unsafe.Pointer(total)))))
 }
 
 // MemHostAlloc calls cuMemHostAlloc:
@@ -7443,7 +7443,7 @@ func MemHostGetDevicePointer(pdptr *Deviceptr, p unsafe.Pointer, flags uint32) e
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemHostGetDevicePointer_v2(C.uintptr_t(fp), unsafe.Pointer(pdptr), unsafe.Pointer(p), C.uint(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuMemHostGetDevicePointer_v2(C.uintptr_t(fp), (*C.CUdeviceptr)(unsafe.Pointer(pdptr)), unsafe.Pointer(p), C.uint(flags))))
 }
 
 // MemHostGetDevicePointerLegacy calls cuMemHostGetDevicePointer:
@@ -7457,7 +7457,7 @@ func MemHostGetDevicePointerLegacy(pdptr *DeviceptrV1, p unsafe.Pointer, flags u
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemHostGetDevicePointer(C.uintptr_t(fp), unsafe.Pointer(pdptr), unsafe.Pointer(p), C.uint(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuMemHostGetDevicePointer(C.uintptr_t(fp), (*C.CUdeviceptr_v1)(unsafe.Pointer(pdptr)), unsafe.Pointer(p), C.uint(flags))))
 }
 
 // MemHostGetFlags calls cuMemHostGetFlags:
@@ -7471,7 +7471,7 @@ func MemHostGetFlags(pFlags *uint32, p unsafe.Pointer) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemHostGetFlags(C.uintptr_t(fp), unsafe.Pointer(pFlags), unsafe.Pointer(p))))
+	return resultError(Result(C._ncclgo_tramp_cuMemHostGetFlags(C.uintptr_t(fp), (*C.uint)(unsafe.Pointer(pFlags)), unsafe.Pointer(p))))
 }
 
 // MemHostRegister calls cuMemHostRegister_v2 (spelled cuMemHostRegister in cuda.h):
@@ -7527,7 +7527,7 @@ func MemImportFromShareableHandle(handle *MemGenericAllocationHandle, osHandle u
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemImportFromShareableHandle(C.uintptr_t(fp), unsafe.Pointer(handle), unsafe.Pointer(osHandle), C.int(shHandleType))))
+	return resultError(Result(C._ncclgo_tramp_cuMemImportFromShareableHandle(C.uintptr_t(fp), (*C.CUmemGenericAllocationHandle)(unsafe.Pointer(handle)), unsafe.Pointer(osHandle), C.int(shHandleType))))
 }
 
 // MemMap calls cuMemMap:
@@ -7555,7 +7555,7 @@ func MemMapArrayAsync(mapInfoList *ArrayMapInfo, count uint32, hStream Stream) e
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemMapArrayAsync(C.uintptr_t(fp), unsafe.Pointer(mapInfoList), C.uint(count), C.uintptr_t(hStream))))
+	return resultError(Result(C._ncclgo_tramp_cuMemMapArrayAsync(C.uintptr_t(fp), (*C.CUarrayMapInfo)(unsafe.Pointer(mapInfoList)), C.uint(count), C.uintptr_t(hStream))))
 }
 
 // MemMapArrayAsyncPtsz calls cuMemMapArrayAsync_ptsz (spelled cuMemMapArrayAsync in cuda.h):
@@ -7569,7 +7569,7 @@ func MemMapArrayAsyncPtsz(mapInfoList *ArrayMapInfo, count uint32, hStream Strea
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemMapArrayAsync_ptsz(C.uintptr_t(fp), unsafe.Pointer(mapInfoList), C.uint(count), C.uintptr_t(hStream))))
+	return resultError(Result(C._ncclgo_tramp_cuMemMapArrayAsync_ptsz(C.uintptr_t(fp), (*C.CUarrayMapInfo)(unsafe.Pointer(mapInfoList)), C.uint(count), C.uintptr_t(hStream))))
 }
 
 // MemPoolCreate calls cuMemPoolCreate:
@@ -7583,7 +7583,7 @@ func MemPoolCreate(pool *MemoryPool, poolProps *MemPoolProps) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemPoolCreate(C.uintptr_t(fp), unsafe.Pointer(pool), unsafe.Pointer(poolProps))))
+	return resultError(Result(C._ncclgo_tramp_cuMemPoolCreate(C.uintptr_t(fp), (*C.CUmemoryPool)(unsafe.Pointer(pool)), (*C.CUmemPoolProps)(unsafe.Pointer(poolProps)))))
 }
 
 // MemPoolDestroy calls cuMemPoolDestroy:
@@ -7611,7 +7611,7 @@ func MemPoolExportPointer(shareData_out *MemPoolPtrExportData, ptr Deviceptr) er
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemPoolExportPointer(C.uintptr_t(fp), unsafe.Pointer(shareData_out), C.ulonglong(ptr))))
+	return resultError(Result(C._ncclgo_tramp_cuMemPoolExportPointer(C.uintptr_t(fp), (*C.CUmemPoolPtrExportData)(unsafe.Pointer(shareData_out)), C.ulonglong(ptr))))
 }
 
 // MemPoolExportToShareableHandle calls cuMemPoolExportToShareableHandle:
@@ -7639,7 +7639,7 @@ func MemPoolGetAccess(flags *MemAccessFlags, memPool MemoryPool, location *MemLo
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemPoolGetAccess(C.uintptr_t(fp), unsafe.Pointer(flags), C.uintptr_t(memPool), unsafe.Pointer(location))))
+	return resultError(Result(C._ncclgo_tramp_cuMemPoolGetAccess(C.uintptr_t(fp), (*C.CUmemAccess_flags)(unsafe.Pointer(flags)), C.uintptr_t(memPool), (*C.CUmemLocation)(unsafe.Pointer(location)))))
 }
 
 // MemPoolGetAttribute calls cuMemPoolGetAttribute:
@@ -7667,7 +7667,7 @@ func MemPoolImportFromShareableHandle(pool_out *MemoryPool, handle unsafe.Pointe
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemPoolImportFromShareableHandle(C.uintptr_t(fp), unsafe.Pointer(pool_out), unsafe.Pointer(handle), C.int(handleType), C.ulonglong(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuMemPoolImportFromShareableHandle(C.uintptr_t(fp), (*C.CUmemoryPool)(unsafe.Pointer(pool_out)), unsafe.Pointer(handle), C.int(handleType), C.ulonglong(flags))))
 }
 
 // MemPoolImportPointer calls cuMemPoolImportPointer:
@@ -7681,7 +7681,7 @@ func MemPoolImportPointer(ptr_out *Deviceptr, pool MemoryPool, shareData *MemPoo
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemPoolImportPointer(C.uintptr_t(fp), unsafe.Pointer(ptr_out), C.uintptr_t(pool), unsafe.Pointer(shareData))))
+	return resultError(Result(C._ncclgo_tramp_cuMemPoolImportPointer(C.uintptr_t(fp), (*C.CUdeviceptr)(unsafe.Pointer(ptr_out)), C.uintptr_t(pool), (*C.CUmemPoolPtrExportData)(unsafe.Pointer(shareData)))))
 }
 
 // MemPoolSetAccess calls cuMemPoolSetAccess:
@@ -7695,7 +7695,7 @@ func MemPoolSetAccess(pool MemoryPool, mapArg *MemAccessDesc, count uint64) erro
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemPoolSetAccess(C.uintptr_t(fp), C.uintptr_t(pool), unsafe.Pointer(mapArg), C.size_t(count))))
+	return resultError(Result(C._ncclgo_tramp_cuMemPoolSetAccess(C.uintptr_t(fp), C.uintptr_t(pool), (*C.CUmemAccessDesc)(unsafe.Pointer(mapArg)), C.size_t(count))))
 }
 
 // MemPoolSetAttribute calls cuMemPoolSetAttribute:
@@ -7807,7 +7807,7 @@ func MemRangeGetAttributes(data *unsafe.Pointer, dataSizes *uint64, attributes *
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemRangeGetAttributes(C.uintptr_t(fp), unsafe.Pointer(data), unsafe.Pointer(dataSizes), unsafe.Pointer(attributes), C.size_t(numAttributes), C.ulonglong(devPtr), C.size_t(count))))
+	return resultError(Result(C._ncclgo_tramp_cuMemRangeGetAttributes(C.uintptr_t(fp), unsafe.Pointer(data), (*C.size_t)(unsafe.Pointer(dataSizes)), (*C.CUmem_range_attribute)(unsafe.Pointer(attributes)), C.size_t(numAttributes), C.ulonglong(devPtr), C.size_t(count))))
 }
 
 // MemRelease calls cuMemRelease:
@@ -7835,7 +7835,7 @@ func MemRetainAllocationHandle(handle *MemGenericAllocationHandle, addr unsafe.P
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemRetainAllocationHandle(C.uintptr_t(fp), unsafe.Pointer(handle), unsafe.Pointer(addr))))
+	return resultError(Result(C._ncclgo_tramp_cuMemRetainAllocationHandle(C.uintptr_t(fp), (*C.CUmemGenericAllocationHandle)(unsafe.Pointer(handle)), unsafe.Pointer(addr))))
 }
 
 // MemSetAccess calls cuMemSetAccess:
@@ -7849,7 +7849,7 @@ func MemSetAccess(ptr Deviceptr, size uint64, desc *MemAccessDesc, count uint64)
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemSetAccess(C.uintptr_t(fp), C.ulonglong(ptr), C.size_t(size), unsafe.Pointer(desc), C.size_t(count))))
+	return resultError(Result(C._ncclgo_tramp_cuMemSetAccess(C.uintptr_t(fp), C.ulonglong(ptr), C.size_t(size), (*C.CUmemAccessDesc)(unsafe.Pointer(desc)), C.size_t(count))))
 }
 
 // MemUnmap calls cuMemUnmap:
@@ -7891,7 +7891,7 @@ func Memcpy2D(pCopy *Memcpy2d) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemcpy2D_v2(C.uintptr_t(fp), unsafe.Pointer(pCopy))))
+	return resultError(Result(C._ncclgo_tramp_cuMemcpy2D_v2(C.uintptr_t(fp), (*C.CUDA_MEMCPY2D)(unsafe.Pointer(pCopy)))))
 }
 
 // Memcpy2DAsync calls cuMemcpy2DAsync_v2 (spelled cuMemcpy2DAsync in cuda.h):
@@ -7905,7 +7905,7 @@ func Memcpy2DAsync(pCopy *Memcpy2d, hStream Stream) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemcpy2DAsync_v2(C.uintptr_t(fp), unsafe.Pointer(pCopy), C.uintptr_t(hStream))))
+	return resultError(Result(C._ncclgo_tramp_cuMemcpy2DAsync_v2(C.uintptr_t(fp), (*C.CUDA_MEMCPY2D)(unsafe.Pointer(pCopy)), C.uintptr_t(hStream))))
 }
 
 // Memcpy2DAsyncLegacy calls cuMemcpy2DAsync:
@@ -7919,7 +7919,7 @@ func Memcpy2DAsyncLegacy(pCopy *Memcpy2dV1, hStream Stream) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemcpy2DAsync(C.uintptr_t(fp), unsafe.Pointer(pCopy), C.uintptr_t(hStream))))
+	return resultError(Result(C._ncclgo_tramp_cuMemcpy2DAsync(C.uintptr_t(fp), (*C.CUDA_MEMCPY2D_v1)(unsafe.Pointer(pCopy)), C.uintptr_t(hStream))))
 }
 
 // Memcpy2DAsyncPtsz calls cuMemcpy2DAsync_v2_ptsz (spelled cuMemcpy2DAsync in cuda.h):
@@ -7933,7 +7933,7 @@ func Memcpy2DAsyncPtsz(pCopy *Memcpy2d, hStream Stream) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemcpy2DAsync_v2_ptsz(C.uintptr_t(fp), unsafe.Pointer(pCopy), C.uintptr_t(hStream))))
+	return resultError(Result(C._ncclgo_tramp_cuMemcpy2DAsync_v2_ptsz(C.uintptr_t(fp), (*C.CUDA_MEMCPY2D)(unsafe.Pointer(pCopy)), C.uintptr_t(hStream))))
 }
 
 // Memcpy2DAsyncV2 calls cuMemcpy2DAsync_v2:
@@ -7947,7 +7947,7 @@ func Memcpy2DAsyncV2(pCopy *Memcpy2d, hStream Stream) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemcpy2DAsync_v2(C.uintptr_t(fp), unsafe.Pointer(pCopy), C.uintptr_t(hStream))))
+	return resultError(Result(C._ncclgo_tramp_cuMemcpy2DAsync_v2(C.uintptr_t(fp), (*C.CUDA_MEMCPY2D)(unsafe.Pointer(pCopy)), C.uintptr_t(hStream))))
 }
 
 // Memcpy2DLegacy calls cuMemcpy2D:
@@ -7961,7 +7961,7 @@ func Memcpy2DLegacy(pCopy *Memcpy2dV1) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemcpy2D(C.uintptr_t(fp), unsafe.Pointer(pCopy))))
+	return resultError(Result(C._ncclgo_tramp_cuMemcpy2D(C.uintptr_t(fp), (*C.CUDA_MEMCPY2D_v1)(unsafe.Pointer(pCopy)))))
 }
 
 // Memcpy2DPtds calls cuMemcpy2D_v2_ptds (spelled cuMemcpy2D in cuda.h):
@@ -7975,7 +7975,7 @@ func Memcpy2DPtds(pCopy *Memcpy2d) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemcpy2D_v2_ptds(C.uintptr_t(fp), unsafe.Pointer(pCopy))))
+	return resultError(Result(C._ncclgo_tramp_cuMemcpy2D_v2_ptds(C.uintptr_t(fp), (*C.CUDA_MEMCPY2D)(unsafe.Pointer(pCopy)))))
 }
 
 // Memcpy2DUnaligned calls cuMemcpy2DUnaligned_v2 (spelled cuMemcpy2DUnaligned in cuda.h):
@@ -7989,7 +7989,7 @@ func Memcpy2DUnaligned(pCopy *Memcpy2d) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemcpy2DUnaligned_v2(C.uintptr_t(fp), unsafe.Pointer(pCopy))))
+	return resultError(Result(C._ncclgo_tramp_cuMemcpy2DUnaligned_v2(C.uintptr_t(fp), (*C.CUDA_MEMCPY2D)(unsafe.Pointer(pCopy)))))
 }
 
 // Memcpy2DUnalignedLegacy calls cuMemcpy2DUnaligned:
@@ -8003,7 +8003,7 @@ func Memcpy2DUnalignedLegacy(pCopy *Memcpy2dV1) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemcpy2DUnaligned(C.uintptr_t(fp), unsafe.Pointer(pCopy))))
+	return resultError(Result(C._ncclgo_tramp_cuMemcpy2DUnaligned(C.uintptr_t(fp), (*C.CUDA_MEMCPY2D_v1)(unsafe.Pointer(pCopy)))))
 }
 
 // Memcpy2DUnalignedPtds calls cuMemcpy2DUnaligned_v2_ptds (spelled cuMemcpy2DUnaligned in cuda.h):
@@ -8017,7 +8017,7 @@ func Memcpy2DUnalignedPtds(pCopy *Memcpy2d) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemcpy2DUnaligned_v2_ptds(C.uintptr_t(fp), unsafe.Pointer(pCopy))))
+	return resultError(Result(C._ncclgo_tramp_cuMemcpy2DUnaligned_v2_ptds(C.uintptr_t(fp), (*C.CUDA_MEMCPY2D)(unsafe.Pointer(pCopy)))))
 }
 
 // Memcpy2DUnalignedV2 calls cuMemcpy2DUnaligned_v2:
@@ -8031,7 +8031,7 @@ func Memcpy2DUnalignedV2(pCopy *Memcpy2d) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemcpy2DUnaligned_v2(C.uintptr_t(fp), unsafe.Pointer(pCopy))))
+	return resultError(Result(C._ncclgo_tramp_cuMemcpy2DUnaligned_v2(C.uintptr_t(fp), (*C.CUDA_MEMCPY2D)(unsafe.Pointer(pCopy)))))
 }
 
 // Memcpy2DV2 calls cuMemcpy2D_v2:
@@ -8045,7 +8045,7 @@ func Memcpy2DV2(pCopy *Memcpy2d) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemcpy2D_v2(C.uintptr_t(fp), unsafe.Pointer(pCopy))))
+	return resultError(Result(C._ncclgo_tramp_cuMemcpy2D_v2(C.uintptr_t(fp), (*C.CUDA_MEMCPY2D)(unsafe.Pointer(pCopy)))))
 }
 
 // Memcpy3D calls cuMemcpy3D_v2 (spelled cuMemcpy3D in cuda.h):
@@ -8059,7 +8059,7 @@ func Memcpy3D(pCopy *Memcpy3d) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemcpy3D_v2(C.uintptr_t(fp), unsafe.Pointer(pCopy))))
+	return resultError(Result(C._ncclgo_tramp_cuMemcpy3D_v2(C.uintptr_t(fp), (*C.CUDA_MEMCPY3D)(unsafe.Pointer(pCopy)))))
 }
 
 // Memcpy3DAsync calls cuMemcpy3DAsync_v2 (spelled cuMemcpy3DAsync in cuda.h):
@@ -8073,7 +8073,7 @@ func Memcpy3DAsync(pCopy *Memcpy3d, hStream Stream) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemcpy3DAsync_v2(C.uintptr_t(fp), unsafe.Pointer(pCopy), C.uintptr_t(hStream))))
+	return resultError(Result(C._ncclgo_tramp_cuMemcpy3DAsync_v2(C.uintptr_t(fp), (*C.CUDA_MEMCPY3D)(unsafe.Pointer(pCopy)), C.uintptr_t(hStream))))
 }
 
 // Memcpy3DAsyncLegacy calls cuMemcpy3DAsync:
@@ -8087,7 +8087,7 @@ func Memcpy3DAsyncLegacy(pCopy *Memcpy3dV1, hStream Stream) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemcpy3DAsync(C.uintptr_t(fp), unsafe.Pointer(pCopy), C.uintptr_t(hStream))))
+	return resultError(Result(C._ncclgo_tramp_cuMemcpy3DAsync(C.uintptr_t(fp), (*C.CUDA_MEMCPY3D_v1)(unsafe.Pointer(pCopy)), C.uintptr_t(hStream))))
 }
 
 // Memcpy3DAsyncPtsz calls cuMemcpy3DAsync_v2_ptsz (spelled cuMemcpy3DAsync in cuda.h):
@@ -8101,7 +8101,7 @@ func Memcpy3DAsyncPtsz(pCopy *Memcpy3d, hStream Stream) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemcpy3DAsync_v2_ptsz(C.uintptr_t(fp), unsafe.Pointer(pCopy), C.uintptr_t(hStream))))
+	return resultError(Result(C._ncclgo_tramp_cuMemcpy3DAsync_v2_ptsz(C.uintptr_t(fp), (*C.CUDA_MEMCPY3D)(unsafe.Pointer(pCopy)), C.uintptr_t(hStream))))
 }
 
 // Memcpy3DAsyncV2 calls cuMemcpy3DAsync_v2:
@@ -8115,7 +8115,7 @@ func Memcpy3DAsyncV2(pCopy *Memcpy3d, hStream Stream) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemcpy3DAsync_v2(C.uintptr_t(fp), unsafe.Pointer(pCopy), C.uintptr_t(hStream))))
+	return resultError(Result(C._ncclgo_tramp_cuMemcpy3DAsync_v2(C.uintptr_t(fp), (*C.CUDA_MEMCPY3D)(unsafe.Pointer(pCopy)), C.uintptr_t(hStream))))
 }
 
 // Memcpy3DLegacy calls cuMemcpy3D:
@@ -8129,7 +8129,7 @@ func Memcpy3DLegacy(pCopy *Memcpy3dV1) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemcpy3D(C.uintptr_t(fp), unsafe.Pointer(pCopy))))
+	return resultError(Result(C._ncclgo_tramp_cuMemcpy3D(C.uintptr_t(fp), (*C.CUDA_MEMCPY3D_v1)(unsafe.Pointer(pCopy)))))
 }
 
 // Memcpy3DPeer calls cuMemcpy3DPeer:
@@ -8143,7 +8143,7 @@ func Memcpy3DPeer(pCopy *Memcpy3dPeer) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemcpy3DPeer(C.uintptr_t(fp), unsafe.Pointer(pCopy))))
+	return resultError(Result(C._ncclgo_tramp_cuMemcpy3DPeer(C.uintptr_t(fp), (*C.CUDA_MEMCPY3D_PEER)(unsafe.Pointer(pCopy)))))
 }
 
 // Memcpy3DPeerAsync calls cuMemcpy3DPeerAsync:
@@ -8157,7 +8157,7 @@ func Memcpy3DPeerAsync(pCopy *Memcpy3dPeer, hStream Stream) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemcpy3DPeerAsync(C.uintptr_t(fp), unsafe.Pointer(pCopy), C.uintptr_t(hStream))))
+	return resultError(Result(C._ncclgo_tramp_cuMemcpy3DPeerAsync(C.uintptr_t(fp), (*C.CUDA_MEMCPY3D_PEER)(unsafe.Pointer(pCopy)), C.uintptr_t(hStream))))
 }
 
 // Memcpy3DPeerAsyncPtsz calls cuMemcpy3DPeerAsync_ptsz (spelled cuMemcpy3DPeerAsync in cuda.h):
@@ -8171,7 +8171,7 @@ func Memcpy3DPeerAsyncPtsz(pCopy *Memcpy3dPeer, hStream Stream) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemcpy3DPeerAsync_ptsz(C.uintptr_t(fp), unsafe.Pointer(pCopy), C.uintptr_t(hStream))))
+	return resultError(Result(C._ncclgo_tramp_cuMemcpy3DPeerAsync_ptsz(C.uintptr_t(fp), (*C.CUDA_MEMCPY3D_PEER)(unsafe.Pointer(pCopy)), C.uintptr_t(hStream))))
 }
 
 // Memcpy3DPeerPtds calls cuMemcpy3DPeer_ptds (spelled cuMemcpy3DPeer in cuda.h):
@@ -8185,7 +8185,7 @@ func Memcpy3DPeerPtds(pCopy *Memcpy3dPeer) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemcpy3DPeer_ptds(C.uintptr_t(fp), unsafe.Pointer(pCopy))))
+	return resultError(Result(C._ncclgo_tramp_cuMemcpy3DPeer_ptds(C.uintptr_t(fp), (*C.CUDA_MEMCPY3D_PEER)(unsafe.Pointer(pCopy)))))
 }
 
 // Memcpy3DPtds calls cuMemcpy3D_v2_ptds (spelled cuMemcpy3D in cuda.h):
@@ -8199,7 +8199,7 @@ func Memcpy3DPtds(pCopy *Memcpy3d) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemcpy3D_v2_ptds(C.uintptr_t(fp), unsafe.Pointer(pCopy))))
+	return resultError(Result(C._ncclgo_tramp_cuMemcpy3D_v2_ptds(C.uintptr_t(fp), (*C.CUDA_MEMCPY3D)(unsafe.Pointer(pCopy)))))
 }
 
 // Memcpy3DV2 calls cuMemcpy3D_v2:
@@ -8213,7 +8213,7 @@ func Memcpy3DV2(pCopy *Memcpy3d) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMemcpy3D_v2(C.uintptr_t(fp), unsafe.Pointer(pCopy))))
+	return resultError(Result(C._ncclgo_tramp_cuMemcpy3D_v2(C.uintptr_t(fp), (*C.CUDA_MEMCPY3D)(unsafe.Pointer(pCopy)))))
 }
 
 // MemcpyAsync calls cuMemcpyAsync:
@@ -9557,7 +9557,7 @@ func MipmappedArrayCreate(pHandle *MipmappedArray, pMipmappedArrayDesc *Array3dD
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMipmappedArrayCreate(C.uintptr_t(fp), unsafe.Pointer(pHandle), unsafe.Pointer(pMipmappedArrayDesc), C.uint(numMipmapLevels))))
+	return resultError(Result(C._ncclgo_tramp_cuMipmappedArrayCreate(C.uintptr_t(fp), (*C.CUmipmappedArray)(unsafe.Pointer(pHandle)), (*C.CUDA_ARRAY3D_DESCRIPTOR)(unsafe.Pointer(pMipmappedArrayDesc)), C.uint(numMipmapLevels))))
 }
 
 // MipmappedArrayDestroy calls cuMipmappedArrayDestroy:
@@ -9585,7 +9585,7 @@ func MipmappedArrayGetLevel(pLevelArray *Array, hMipmappedArray MipmappedArray, 
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMipmappedArrayGetLevel(C.uintptr_t(fp), unsafe.Pointer(pLevelArray), C.uintptr_t(hMipmappedArray), C.uint(level))))
+	return resultError(Result(C._ncclgo_tramp_cuMipmappedArrayGetLevel(C.uintptr_t(fp), (*C.CUarray)(unsafe.Pointer(pLevelArray)), C.uintptr_t(hMipmappedArray), C.uint(level))))
 }
 
 // MipmappedArrayGetMemoryRequirements calls cuMipmappedArrayGetMemoryRequirements:
@@ -9599,7 +9599,7 @@ func MipmappedArrayGetMemoryRequirements(memoryRequirements *ArrayMemoryRequirem
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMipmappedArrayGetMemoryRequirements(C.uintptr_t(fp), unsafe.Pointer(memoryRequirements), C.uintptr_t(mipmap), C.int(device))))
+	return resultError(Result(C._ncclgo_tramp_cuMipmappedArrayGetMemoryRequirements(C.uintptr_t(fp), (*C.CUDA_ARRAY_MEMORY_REQUIREMENTS)(unsafe.Pointer(memoryRequirements)), C.uintptr_t(mipmap), C.int(device))))
 }
 
 // MipmappedArrayGetSparseProperties calls cuMipmappedArrayGetSparseProperties:
@@ -9613,7 +9613,7 @@ func MipmappedArrayGetSparseProperties(sparseProperties *ArraySparseProperties, 
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMipmappedArrayGetSparseProperties(C.uintptr_t(fp), unsafe.Pointer(sparseProperties), C.uintptr_t(mipmap))))
+	return resultError(Result(C._ncclgo_tramp_cuMipmappedArrayGetSparseProperties(C.uintptr_t(fp), (*C.CUDA_ARRAY_SPARSE_PROPERTIES)(unsafe.Pointer(sparseProperties)), C.uintptr_t(mipmap))))
 }
 
 // ModuleEnumerateFunctions calls cuModuleEnumerateFunctions:
@@ -9627,7 +9627,7 @@ func ModuleEnumerateFunctions(functions *Function, numFunctions uint32, mod Modu
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuModuleEnumerateFunctions(C.uintptr_t(fp), unsafe.Pointer(functions), C.uint(numFunctions), C.uintptr_t(mod))))
+	return resultError(Result(C._ncclgo_tramp_cuModuleEnumerateFunctions(C.uintptr_t(fp), (*C.CUfunction)(unsafe.Pointer(functions)), C.uint(numFunctions), C.uintptr_t(mod))))
 }
 
 // ModuleGetFunction calls cuModuleGetFunction:
@@ -9641,7 +9641,7 @@ func ModuleGetFunction(hfunc *Function, hmod Module, name *byte) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuModuleGetFunction(C.uintptr_t(fp), unsafe.Pointer(hfunc), C.uintptr_t(hmod), unsafe.Pointer(name))))
+	return resultError(Result(C._ncclgo_tramp_cuModuleGetFunction(C.uintptr_t(fp), (*C.CUfunction)(unsafe.Pointer(hfunc)), C.uintptr_t(hmod), (*C.char)(unsafe.Pointer(name)))))
 }
 
 // ModuleGetFunctionCount calls cuModuleGetFunctionCount:
@@ -9655,7 +9655,7 @@ func ModuleGetFunctionCount(count *uint32, mod Module) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuModuleGetFunctionCount(C.uintptr_t(fp), unsafe.Pointer(count), C.uintptr_t(mod))))
+	return resultError(Result(C._ncclgo_tramp_cuModuleGetFunctionCount(C.uintptr_t(fp), (*C.uint)(unsafe.Pointer(count)), C.uintptr_t(mod))))
 }
 
 // ModuleGetGlobal calls cuModuleGetGlobal_v2 (spelled cuModuleGetGlobal in cuda.h):
@@ -9669,7 +9669,7 @@ func ModuleGetGlobal(dptr *Deviceptr, bytes *uint64, hmod Module, name *byte) er
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuModuleGetGlobal_v2(C.uintptr_t(fp), unsafe.Pointer(dptr), unsafe.Pointer(bytes), C.uintptr_t(hmod), unsafe.Pointer(name))))
+	return resultError(Result(C._ncclgo_tramp_cuModuleGetGlobal_v2(C.uintptr_t(fp), (*C.CUdeviceptr)(unsafe.Pointer(dptr)), (*C.size_t)(unsafe.Pointer(bytes)), C.uintptr_t(hmod), (*C.char)(unsafe.Pointer(name)))))
 }
 
 // ModuleGetGlobalLegacy calls cuModuleGetGlobal:
@@ -9683,7 +9683,7 @@ func ModuleGetGlobalLegacy(dptr *DeviceptrV1, bytes *uint32, hmod Module, name *
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuModuleGetGlobal(C.uintptr_t(fp), unsafe.Pointer(dptr), unsafe.Pointer(bytes), C.uintptr_t(hmod), unsafe.Pointer(name))))
+	return resultError(Result(C._ncclgo_tramp_cuModuleGetGlobal(C.uintptr_t(fp), (*C.CUdeviceptr_v1)(unsafe.Pointer(dptr)), (*C.uint)(unsafe.Pointer(bytes)), C.uintptr_t(hmod), (*C.char)(unsafe.Pointer(name)))))
 }
 
 // ModuleGetLoadingMode calls cuModuleGetLoadingMode:
@@ -9697,7 +9697,7 @@ func ModuleGetLoadingMode(mode *ModuleLoadingMode) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuModuleGetLoadingMode(C.uintptr_t(fp), unsafe.Pointer(mode))))
+	return resultError(Result(C._ncclgo_tramp_cuModuleGetLoadingMode(C.uintptr_t(fp), (*C.CUmoduleLoadingMode)(unsafe.Pointer(mode)))))
 }
 
 // ModuleGetSurfRef calls cuModuleGetSurfRef:
@@ -9711,7 +9711,7 @@ func ModuleGetSurfRef(pSurfRef *Surfref, hmod Module, name *byte) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuModuleGetSurfRef(C.uintptr_t(fp), unsafe.Pointer(pSurfRef), C.uintptr_t(hmod), unsafe.Pointer(name))))
+	return resultError(Result(C._ncclgo_tramp_cuModuleGetSurfRef(C.uintptr_t(fp), (*C.CUsurfref)(unsafe.Pointer(pSurfRef)), C.uintptr_t(hmod), (*C.char)(unsafe.Pointer(name)))))
 }
 
 // ModuleGetTexRef calls cuModuleGetTexRef:
@@ -9725,7 +9725,7 @@ func ModuleGetTexRef(pTexRef *Texref, hmod Module, name *byte) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuModuleGetTexRef(C.uintptr_t(fp), unsafe.Pointer(pTexRef), C.uintptr_t(hmod), unsafe.Pointer(name))))
+	return resultError(Result(C._ncclgo_tramp_cuModuleGetTexRef(C.uintptr_t(fp), (*C.CUtexref)(unsafe.Pointer(pTexRef)), C.uintptr_t(hmod), (*C.char)(unsafe.Pointer(name)))))
 }
 
 // ModuleLoad calls cuModuleLoad:
@@ -9739,7 +9739,7 @@ func ModuleLoad(module *Module, fname *byte) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuModuleLoad(C.uintptr_t(fp), unsafe.Pointer(module), unsafe.Pointer(fname))))
+	return resultError(Result(C._ncclgo_tramp_cuModuleLoad(C.uintptr_t(fp), (*C.CUmodule)(unsafe.Pointer(module)), (*C.char)(unsafe.Pointer(fname)))))
 }
 
 // ModuleLoadData calls cuModuleLoadData:
@@ -9753,7 +9753,7 @@ func ModuleLoadData(module *Module, image unsafe.Pointer) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuModuleLoadData(C.uintptr_t(fp), unsafe.Pointer(module), unsafe.Pointer(image))))
+	return resultError(Result(C._ncclgo_tramp_cuModuleLoadData(C.uintptr_t(fp), (*C.CUmodule)(unsafe.Pointer(module)), unsafe.Pointer(image))))
 }
 
 // ModuleLoadDataEx calls cuModuleLoadDataEx:
@@ -9767,7 +9767,7 @@ func ModuleLoadDataEx(module *Module, image unsafe.Pointer, numOptions uint32, o
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuModuleLoadDataEx(C.uintptr_t(fp), unsafe.Pointer(module), unsafe.Pointer(image), C.uint(numOptions), unsafe.Pointer(options), unsafe.Pointer(optionValues))))
+	return resultError(Result(C._ncclgo_tramp_cuModuleLoadDataEx(C.uintptr_t(fp), (*C.CUmodule)(unsafe.Pointer(module)), unsafe.Pointer(image), C.uint(numOptions), (*C.CUjit_option)(unsafe.Pointer(options)), unsafe.Pointer(optionValues))))
 }
 
 // ModuleLoadFatBinary calls cuModuleLoadFatBinary:
@@ -9781,7 +9781,7 @@ func ModuleLoadFatBinary(module *Module, fatCubin unsafe.Pointer) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuModuleLoadFatBinary(C.uintptr_t(fp), unsafe.Pointer(module), unsafe.Pointer(fatCubin))))
+	return resultError(Result(C._ncclgo_tramp_cuModuleLoadFatBinary(C.uintptr_t(fp), (*C.CUmodule)(unsafe.Pointer(module)), unsafe.Pointer(fatCubin))))
 }
 
 // ModuleUnload calls cuModuleUnload:
@@ -9851,7 +9851,7 @@ func MulticastCreate(mcHandle *MemGenericAllocationHandle, prop *MulticastObject
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMulticastCreate(C.uintptr_t(fp), unsafe.Pointer(mcHandle), unsafe.Pointer(prop))))
+	return resultError(Result(C._ncclgo_tramp_cuMulticastCreate(C.uintptr_t(fp), (*C.CUmemGenericAllocationHandle)(unsafe.Pointer(mcHandle)), (*C.CUmulticastObjectProp)(unsafe.Pointer(prop)))))
 }
 
 // MulticastGetGranularity calls cuMulticastGetGranularity:
@@ -9865,7 +9865,7 @@ func MulticastGetGranularity(granularity *uint64, prop *MulticastObjectProp, opt
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuMulticastGetGranularity(C.uintptr_t(fp), unsafe.Pointer(granularity), unsafe.Pointer(prop), C.int(option))))
+	return resultError(Result(C._ncclgo_tramp_cuMulticastGetGranularity(C.uintptr_t(fp), (*C.size_t)(unsafe.Pointer(granularity)), (*C.CUmulticastObjectProp)(unsafe.Pointer(prop)), C.int(option))))
 }
 
 // MulticastUnbind calls cuMulticastUnbind:
@@ -9893,7 +9893,7 @@ func OccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize *uint64, funcArg Func
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuOccupancyAvailableDynamicSMemPerBlock(C.uintptr_t(fp), unsafe.Pointer(dynamicSmemSize), C.uintptr_t(funcArg), C.int(numBlocks), C.int(blockSize))))
+	return resultError(Result(C._ncclgo_tramp_cuOccupancyAvailableDynamicSMemPerBlock(C.uintptr_t(fp), (*C.size_t)(unsafe.Pointer(dynamicSmemSize)), C.uintptr_t(funcArg), C.int(numBlocks), C.int(blockSize))))
 }
 
 // OccupancyMaxActiveBlocksPerMultiprocessor calls cuOccupancyMaxActiveBlocksPerMultiprocessor:
@@ -9907,7 +9907,7 @@ func OccupancyMaxActiveBlocksPerMultiprocessor(numBlocks *int32, funcArg Functio
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuOccupancyMaxActiveBlocksPerMultiprocessor(C.uintptr_t(fp), unsafe.Pointer(numBlocks), C.uintptr_t(funcArg), C.int(blockSize), C.size_t(dynamicSMemSize))))
+	return resultError(Result(C._ncclgo_tramp_cuOccupancyMaxActiveBlocksPerMultiprocessor(C.uintptr_t(fp), (*C.int)(unsafe.Pointer(numBlocks)), C.uintptr_t(funcArg), C.int(blockSize), C.size_t(dynamicSMemSize))))
 }
 
 // OccupancyMaxActiveBlocksPerMultiprocessorWithFlags calls cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags:
@@ -9921,7 +9921,7 @@ func OccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks *int32, funcAr
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(C.uintptr_t(fp), unsafe.Pointer(numBlocks), C.uintptr_t(funcArg), C.int(blockSize), C.size_t(dynamicSMemSize), C.uint(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(C.uintptr_t(fp), (*C.int)(unsafe.Pointer(numBlocks)), C.uintptr_t(funcArg), C.int(blockSize), C.size_t(dynamicSMemSize), C.uint(flags))))
 }
 
 // OccupancyMaxActiveClusters calls cuOccupancyMaxActiveClusters:
@@ -9935,7 +9935,7 @@ func OccupancyMaxActiveClusters(numClusters *int32, funcArg Function, config *La
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuOccupancyMaxActiveClusters(C.uintptr_t(fp), unsafe.Pointer(numClusters), C.uintptr_t(funcArg), unsafe.Pointer(config))))
+	return resultError(Result(C._ncclgo_tramp_cuOccupancyMaxActiveClusters(C.uintptr_t(fp), (*C.int)(unsafe.Pointer(numClusters)), C.uintptr_t(funcArg), (*C.CUlaunchConfig)(unsafe.Pointer(config)))))
 }
 
 // OccupancyMaxPotentialBlockSize calls cuOccupancyMaxPotentialBlockSize:
@@ -9949,7 +9949,7 @@ func OccupancyMaxPotentialBlockSize(minGridSize *int32, blockSize *int32, funcAr
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuOccupancyMaxPotentialBlockSize(C.uintptr_t(fp), unsafe.Pointer(minGridSize), unsafe.Pointer(blockSize), C.uintptr_t(funcArg), C.uintptr_t(blockSizeToDynamicSMemSize), C.size_t(dynamicSMemSize), C.int(blockSizeLimit))))
+	return resultError(Result(C._ncclgo_tramp_cuOccupancyMaxPotentialBlockSize(C.uintptr_t(fp), (*C.int)(unsafe.Pointer(minGridSize)), (*C.int)(unsafe.Pointer(blockSize)), C.uintptr_t(funcArg), C.uintptr_t(blockSizeToDynamicSMemSize), C.size_t(dynamicSMemSize), C.int(blockSizeLimit))))
 }
 
 // OccupancyMaxPotentialBlockSizeWithFlags calls cuOccupancyMaxPotentialBlockSizeWithFlags:
@@ -9963,7 +9963,7 @@ func OccupancyMaxPotentialBlockSizeWithFlags(minGridSize *int32, blockSize *int3
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuOccupancyMaxPotentialBlockSizeWithFlags(C.uintptr_t(fp), unsafe.Pointer(minGridSize), unsafe.Pointer(blockSize), C.uintptr_t(funcArg), C.uintptr_t(blockSizeToDynamicSMemSize), C.size_t(dynamicSMemSize), C.int(blockSizeLimit), C.uint(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuOccupancyMaxPotentialBlockSizeWithFlags(C.uintptr_t(fp), (*C.int)(unsafe.Pointer(minGridSize)), (*C.int)(unsafe.Pointer(blockSize)), C.uintptr_t(funcArg), C.uintptr_t(blockSizeToDynamicSMemSize), C.size_t(dynamicSMemSize), C.int(blockSizeLimit), C.uint(flags))))
 }
 
 // OccupancyMaxPotentialClusterSize calls cuOccupancyMaxPotentialClusterSize:
@@ -9977,7 +9977,7 @@ func OccupancyMaxPotentialClusterSize(clusterSize *int32, funcArg Function, conf
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuOccupancyMaxPotentialClusterSize(C.uintptr_t(fp), unsafe.Pointer(clusterSize), C.uintptr_t(funcArg), unsafe.Pointer(config))))
+	return resultError(Result(C._ncclgo_tramp_cuOccupancyMaxPotentialClusterSize(C.uintptr_t(fp), (*C.int)(unsafe.Pointer(clusterSize)), C.uintptr_t(funcArg), (*C.CUlaunchConfig)(unsafe.Pointer(config)))))
 }
 
 // ParamSetSize calls cuParamSetSize:
@@ -10075,7 +10075,7 @@ func PointerGetAttributes(numAttributes uint32, attributes *PointerAttribute, da
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuPointerGetAttributes(C.uintptr_t(fp), C.uint(numAttributes), unsafe.Pointer(attributes), unsafe.Pointer(data), C.ulonglong(ptr))))
+	return resultError(Result(C._ncclgo_tramp_cuPointerGetAttributes(C.uintptr_t(fp), C.uint(numAttributes), (*C.CUpointer_attribute)(unsafe.Pointer(attributes)), unsafe.Pointer(data), C.ulonglong(ptr))))
 }
 
 // PointerSetAttribute calls cuPointerSetAttribute:
@@ -10103,7 +10103,7 @@ func SignalExternalSemaphoresAsync(extSemArray *ExternalSemaphore, paramsArray *
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuSignalExternalSemaphoresAsync(C.uintptr_t(fp), unsafe.Pointer(extSemArray), unsafe.Pointer(paramsArray), C.uint(numExtSems), C.uintptr_t(stream))))
+	return resultError(Result(C._ncclgo_tramp_cuSignalExternalSemaphoresAsync(C.uintptr_t(fp), (*C.CUexternalSemaphore)(unsafe.Pointer(extSemArray)), (*C.CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS)(unsafe.Pointer(paramsArray)), C.uint(numExtSems), C.uintptr_t(stream))))
 }
 
 // SignalExternalSemaphoresAsyncPtsz calls cuSignalExternalSemaphoresAsync_ptsz (spelled cuSignalExternalSemaphoresAsync in cuda.h):
@@ -10117,7 +10117,7 @@ func SignalExternalSemaphoresAsyncPtsz(extSemArray *ExternalSemaphore, paramsArr
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuSignalExternalSemaphoresAsync_ptsz(C.uintptr_t(fp), unsafe.Pointer(extSemArray), unsafe.Pointer(paramsArray), C.uint(numExtSems), C.uintptr_t(stream))))
+	return resultError(Result(C._ncclgo_tramp_cuSignalExternalSemaphoresAsync_ptsz(C.uintptr_t(fp), (*C.CUexternalSemaphore)(unsafe.Pointer(extSemArray)), (*C.CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS)(unsafe.Pointer(paramsArray)), C.uint(numExtSems), C.uintptr_t(stream))))
 }
 
 // StreamAddCallback calls cuStreamAddCallback:
@@ -10187,7 +10187,7 @@ func StreamBatchMemOp(stream Stream, count uint32, paramArray *StreamBatchMemOpP
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamBatchMemOp_v2(C.uintptr_t(fp), C.uintptr_t(stream), C.uint(count), unsafe.Pointer(paramArray), C.uint(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamBatchMemOp_v2(C.uintptr_t(fp), C.uintptr_t(stream), C.uint(count), (*C.CUstreamBatchMemOpParams)(unsafe.Pointer(paramArray)), C.uint(flags))))
 }
 
 // StreamBatchMemOpLegacy calls cuStreamBatchMemOp:
@@ -10201,7 +10201,7 @@ func StreamBatchMemOpLegacy(stream Stream, count uint32, paramArray *StreamBatch
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamBatchMemOp(C.uintptr_t(fp), C.uintptr_t(stream), C.uint(count), unsafe.Pointer(paramArray), C.uint(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamBatchMemOp(C.uintptr_t(fp), C.uintptr_t(stream), C.uint(count), (*C.CUstreamBatchMemOpParams)(unsafe.Pointer(paramArray)), C.uint(flags))))
 }
 
 // StreamBatchMemOpPtsz calls cuStreamBatchMemOp_v2_ptsz (spelled cuStreamBatchMemOp in cuda.h):
@@ -10215,7 +10215,7 @@ func StreamBatchMemOpPtsz(stream Stream, count uint32, paramArray *StreamBatchMe
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamBatchMemOp_v2_ptsz(C.uintptr_t(fp), C.uintptr_t(stream), C.uint(count), unsafe.Pointer(paramArray), C.uint(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamBatchMemOp_v2_ptsz(C.uintptr_t(fp), C.uintptr_t(stream), C.uint(count), (*C.CUstreamBatchMemOpParams)(unsafe.Pointer(paramArray)), C.uint(flags))))
 }
 
 // StreamBatchMemOpPtszLegacy calls cuStreamBatchMemOp_ptsz:
@@ -10229,7 +10229,7 @@ func StreamBatchMemOpPtszLegacy(stream Stream, count uint32, paramArray *StreamB
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamBatchMemOp_ptsz(C.uintptr_t(fp), C.uintptr_t(stream), C.uint(count), unsafe.Pointer(paramArray), C.uint(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamBatchMemOp_ptsz(C.uintptr_t(fp), C.uintptr_t(stream), C.uint(count), (*C.CUstreamBatchMemOpParams)(unsafe.Pointer(paramArray)), C.uint(flags))))
 }
 
 // StreamBatchMemOpV2 calls cuStreamBatchMemOp_v2:
@@ -10243,7 +10243,7 @@ func StreamBatchMemOpV2(stream Stream, count uint32, paramArray *StreamBatchMemO
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamBatchMemOp_v2(C.uintptr_t(fp), C.uintptr_t(stream), C.uint(count), unsafe.Pointer(paramArray), C.uint(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamBatchMemOp_v2(C.uintptr_t(fp), C.uintptr_t(stream), C.uint(count), (*C.CUstreamBatchMemOpParams)(unsafe.Pointer(paramArray)), C.uint(flags))))
 }
 
 // StreamBeginCapture calls cuStreamBeginCapture_v2 (spelled cuStreamBeginCapture in cuda.h):
@@ -10313,7 +10313,7 @@ func StreamBeginCaptureToGraph(hStream Stream, hGraph Graph, dependencies *Graph
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamBeginCaptureToGraph(C.uintptr_t(fp), C.uintptr_t(hStream), C.uintptr_t(hGraph), unsafe.Pointer(dependencies), unsafe.Pointer(dependencyData), C.size_t(numDependencies), C.int(mode))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamBeginCaptureToGraph(C.uintptr_t(fp), C.uintptr_t(hStream), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(dependencies)), (*C.CUgraphEdgeData)(unsafe.Pointer(dependencyData)), C.size_t(numDependencies), C.int(mode))))
 }
 
 // StreamBeginCaptureToGraphPtsz calls cuStreamBeginCaptureToGraph_ptsz (spelled cuStreamBeginCaptureToGraph in cuda.h):
@@ -10327,7 +10327,7 @@ func StreamBeginCaptureToGraphPtsz(hStream Stream, hGraph Graph, dependencies *G
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamBeginCaptureToGraph_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), C.uintptr_t(hGraph), unsafe.Pointer(dependencies), unsafe.Pointer(dependencyData), C.size_t(numDependencies), C.int(mode))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamBeginCaptureToGraph_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), C.uintptr_t(hGraph), (*C.CUgraphNode)(unsafe.Pointer(dependencies)), (*C.CUgraphEdgeData)(unsafe.Pointer(dependencyData)), C.size_t(numDependencies), C.int(mode))))
 }
 
 // StreamBeginCaptureV2 calls cuStreamBeginCapture_v2:
@@ -10383,7 +10383,7 @@ func StreamCreate(phStream *Stream, flags uint32) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamCreate(C.uintptr_t(fp), unsafe.Pointer(phStream), C.uint(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamCreate(C.uintptr_t(fp), (*C.CUstream)(unsafe.Pointer(phStream)), C.uint(flags))))
 }
 
 // StreamCreateWithPriority calls cuStreamCreateWithPriority:
@@ -10397,7 +10397,7 @@ func StreamCreateWithPriority(phStream *Stream, flags uint32, priority int32) er
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamCreateWithPriority(C.uintptr_t(fp), unsafe.Pointer(phStream), C.uint(flags), C.int(priority))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamCreateWithPriority(C.uintptr_t(fp), (*C.CUstream)(unsafe.Pointer(phStream)), C.uint(flags), C.int(priority))))
 }
 
 // StreamDestroy calls cuStreamDestroy_v2 (spelled cuStreamDestroy in cuda.h):
@@ -10439,7 +10439,7 @@ func StreamEndCapture(hStream Stream, phGraph *Graph) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamEndCapture(C.uintptr_t(fp), C.uintptr_t(hStream), unsafe.Pointer(phGraph))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamEndCapture(C.uintptr_t(fp), C.uintptr_t(hStream), (*C.CUgraph)(unsafe.Pointer(phGraph)))))
 }
 
 // StreamEndCapturePtsz calls cuStreamEndCapture_ptsz (spelled cuStreamEndCapture in cuda.h):
@@ -10453,7 +10453,7 @@ func StreamEndCapturePtsz(hStream Stream, phGraph *Graph) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamEndCapture_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), unsafe.Pointer(phGraph))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamEndCapture_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), (*C.CUgraph)(unsafe.Pointer(phGraph)))))
 }
 
 // StreamGetAttribute calls cuStreamGetAttribute:
@@ -10467,7 +10467,7 @@ func StreamGetAttribute(hStream Stream, attr StreamAttrID, value_out *StreamAttr
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamGetAttribute(C.uintptr_t(fp), C.uintptr_t(hStream), C.int(attr), unsafe.Pointer(value_out))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamGetAttribute(C.uintptr_t(fp), C.uintptr_t(hStream), C.int(attr), (*C.CUstreamAttrValue)(unsafe.Pointer(value_out)))))
 }
 
 // StreamGetAttributePtsz calls cuStreamGetAttribute_ptsz (spelled cuStreamGetAttribute in cuda.h):
@@ -10481,7 +10481,7 @@ func StreamGetAttributePtsz(hStream Stream, attr StreamAttrID, value_out *Stream
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamGetAttribute_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), C.int(attr), unsafe.Pointer(value_out))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamGetAttribute_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), C.int(attr), (*C.CUstreamAttrValue)(unsafe.Pointer(value_out)))))
 }
 
 // StreamGetCaptureInfo calls cuStreamGetCaptureInfo_v2 (spelled cuStreamGetCaptureInfo in cuda.h):
@@ -10495,7 +10495,7 @@ func StreamGetCaptureInfo(hStream Stream, captureStatus_out *StreamCaptureStatus
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamGetCaptureInfo_v2(C.uintptr_t(fp), C.uintptr_t(hStream), unsafe.Pointer(captureStatus_out), unsafe.Pointer(id_out), unsafe.Pointer(graph_out), unsafe.Pointer(dependencies_out), unsafe.Pointer(numDependencies_out))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamGetCaptureInfo_v2(C.uintptr_t(fp), C.uintptr_t(hStream), (*C.CUstreamCaptureStatus)(unsafe.Pointer(captureStatus_out)), (*C.cuuint64_t)(unsafe.Pointer(id_out)), (*C.CUgraph)(unsafe.Pointer(graph_out)), unsafe.Pointer(dependencies_out), (*C.size_t)(unsafe.Pointer(numDependencies_out)))))
 }
 
 // StreamGetCaptureInfoLegacy calls cuStreamGetCaptureInfo:
@@ -10509,7 +10509,7 @@ func StreamGetCaptureInfoLegacy(hStream Stream, captureStatus_out *StreamCapture
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamGetCaptureInfo(C.uintptr_t(fp), C.uintptr_t(hStream), unsafe.Pointer(captureStatus_out), unsafe.Pointer(id_out))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamGetCaptureInfo(C.uintptr_t(fp), C.uintptr_t(hStream), (*C.CUstreamCaptureStatus)(unsafe.Pointer(captureStatus_out)), (*C.cuuint64_t)(unsafe.Pointer(id_out)))))
 }
 
 // StreamGetCaptureInfoPtsz calls cuStreamGetCaptureInfo_v2_ptsz (spelled cuStreamGetCaptureInfo in cuda.h):
@@ -10523,7 +10523,7 @@ func StreamGetCaptureInfoPtsz(hStream Stream, captureStatus_out *StreamCaptureSt
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamGetCaptureInfo_v2_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), unsafe.Pointer(captureStatus_out), unsafe.Pointer(id_out), unsafe.Pointer(graph_out), unsafe.Pointer(dependencies_out), unsafe.Pointer(numDependencies_out))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamGetCaptureInfo_v2_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), (*C.CUstreamCaptureStatus)(unsafe.Pointer(captureStatus_out)), (*C.cuuint64_t)(unsafe.Pointer(id_out)), (*C.CUgraph)(unsafe.Pointer(graph_out)), unsafe.Pointer(dependencies_out), (*C.size_t)(unsafe.Pointer(numDependencies_out)))))
 }
 
 // StreamGetCaptureInfoPtszLegacy calls cuStreamGetCaptureInfo_ptsz:
@@ -10537,7 +10537,7 @@ func StreamGetCaptureInfoPtszLegacy(hStream Stream, captureStatus_out *StreamCap
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamGetCaptureInfo_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), unsafe.Pointer(captureStatus_out), unsafe.Pointer(id_out))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamGetCaptureInfo_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), (*C.CUstreamCaptureStatus)(unsafe.Pointer(captureStatus_out)), (*C.cuuint64_t)(unsafe.Pointer(id_out)))))
 }
 
 // StreamGetCaptureInfoV2 calls cuStreamGetCaptureInfo_v2:
@@ -10551,7 +10551,7 @@ func StreamGetCaptureInfoV2(hStream Stream, captureStatus_out *StreamCaptureStat
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamGetCaptureInfo_v2(C.uintptr_t(fp), C.uintptr_t(hStream), unsafe.Pointer(captureStatus_out), unsafe.Pointer(id_out), unsafe.Pointer(graph_out), unsafe.Pointer(dependencies_out), unsafe.Pointer(numDependencies_out))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamGetCaptureInfo_v2(C.uintptr_t(fp), C.uintptr_t(hStream), (*C.CUstreamCaptureStatus)(unsafe.Pointer(captureStatus_out)), (*C.cuuint64_t)(unsafe.Pointer(id_out)), (*C.CUgraph)(unsafe.Pointer(graph_out)), unsafe.Pointer(dependencies_out), (*C.size_t)(unsafe.Pointer(numDependencies_out)))))
 }
 
 // StreamGetCaptureInfoV3 calls cuStreamGetCaptureInfo_v3:
@@ -10565,7 +10565,7 @@ func StreamGetCaptureInfoV3(hStream Stream, captureStatus_out *StreamCaptureStat
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamGetCaptureInfo_v3(C.uintptr_t(fp), C.uintptr_t(hStream), unsafe.Pointer(captureStatus_out), unsafe.Pointer(id_out), unsafe.Pointer(graph_out), unsafe.Pointer(dependencies_out), unsafe.Pointer(edgeData_out), unsafe.Pointer(numDependencies_out))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamGetCaptureInfo_v3(C.uintptr_t(fp), C.uintptr_t(hStream), (*C.CUstreamCaptureStatus)(unsafe.Pointer(captureStatus_out)), (*C.cuuint64_t)(unsafe.Pointer(id_out)), (*C.CUgraph)(unsafe.Pointer(graph_out)), unsafe.Pointer(dependencies_out), unsafe.Pointer(edgeData_out), (*C.size_t)(unsafe.Pointer(numDependencies_out)))))
 }
 
 // StreamGetCaptureInfoV3Ptsz calls cuStreamGetCaptureInfo_v3_ptsz (spelled cuStreamGetCaptureInfo_v3 in cuda.h):
@@ -10579,7 +10579,7 @@ func StreamGetCaptureInfoV3Ptsz(hStream Stream, captureStatus_out *StreamCapture
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamGetCaptureInfo_v3_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), unsafe.Pointer(captureStatus_out), unsafe.Pointer(id_out), unsafe.Pointer(graph_out), unsafe.Pointer(dependencies_out), unsafe.Pointer(edgeData_out), unsafe.Pointer(numDependencies_out))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamGetCaptureInfo_v3_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), (*C.CUstreamCaptureStatus)(unsafe.Pointer(captureStatus_out)), (*C.cuuint64_t)(unsafe.Pointer(id_out)), (*C.CUgraph)(unsafe.Pointer(graph_out)), unsafe.Pointer(dependencies_out), unsafe.Pointer(edgeData_out), (*C.size_t)(unsafe.Pointer(numDependencies_out)))))
 }
 
 // StreamGetCtx calls cuStreamGetCtx:
@@ -10593,7 +10593,7 @@ func StreamGetCtx(hStream Stream, pctx *Context) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamGetCtx(C.uintptr_t(fp), C.uintptr_t(hStream), unsafe.Pointer(pctx))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamGetCtx(C.uintptr_t(fp), C.uintptr_t(hStream), (*C.CUcontext)(unsafe.Pointer(pctx)))))
 }
 
 // StreamGetCtxPtsz calls cuStreamGetCtx_ptsz (spelled cuStreamGetCtx in cuda.h):
@@ -10607,7 +10607,7 @@ func StreamGetCtxPtsz(hStream Stream, pctx *Context) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamGetCtx_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), unsafe.Pointer(pctx))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamGetCtx_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), (*C.CUcontext)(unsafe.Pointer(pctx)))))
 }
 
 // StreamGetFlags calls cuStreamGetFlags:
@@ -10621,7 +10621,7 @@ func StreamGetFlags(hStream Stream, flags *uint32) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamGetFlags(C.uintptr_t(fp), C.uintptr_t(hStream), unsafe.Pointer(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamGetFlags(C.uintptr_t(fp), C.uintptr_t(hStream), (*C.uint)(unsafe.Pointer(flags)))))
 }
 
 // StreamGetFlagsPtsz calls cuStreamGetFlags_ptsz (spelled cuStreamGetFlags in cuda.h):
@@ -10635,7 +10635,7 @@ func StreamGetFlagsPtsz(hStream Stream, flags *uint32) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamGetFlags_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), unsafe.Pointer(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamGetFlags_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), (*C.uint)(unsafe.Pointer(flags)))))
 }
 
 // StreamGetGreenCtx calls cuStreamGetGreenCtx:
@@ -10649,7 +10649,7 @@ func StreamGetGreenCtx(hStream Stream, phCtx *GreenCtx) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamGetGreenCtx(C.uintptr_t(fp), C.uintptr_t(hStream), unsafe.Pointer(phCtx))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamGetGreenCtx(C.uintptr_t(fp), C.uintptr_t(hStream), (*C.CUgreenCtx)(unsafe.Pointer(phCtx)))))
 }
 
 // StreamGetId calls cuStreamGetId:
@@ -10663,7 +10663,7 @@ func StreamGetId(hStream Stream, streamId *uint64) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamGetId(C.uintptr_t(fp), C.uintptr_t(hStream), unsafe.Pointer(streamId))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamGetId(C.uintptr_t(fp), C.uintptr_t(hStream), (*C.ulonglong)(unsafe.Pointer(streamId)))))
 }
 
 // StreamGetIdPtsz calls cuStreamGetId_ptsz (spelled cuStreamGetId in cuda.h):
@@ -10677,7 +10677,7 @@ func StreamGetIdPtsz(hStream Stream, streamId *uint64) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamGetId_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), unsafe.Pointer(streamId))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamGetId_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), (*C.ulonglong)(unsafe.Pointer(streamId)))))
 }
 
 // StreamGetPriority calls cuStreamGetPriority:
@@ -10691,7 +10691,7 @@ func StreamGetPriority(hStream Stream, priority *int32) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamGetPriority(C.uintptr_t(fp), C.uintptr_t(hStream), unsafe.Pointer(priority))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamGetPriority(C.uintptr_t(fp), C.uintptr_t(hStream), (*C.int)(unsafe.Pointer(priority)))))
 }
 
 // StreamGetPriorityPtsz calls cuStreamGetPriority_ptsz (spelled cuStreamGetPriority in cuda.h):
@@ -10705,7 +10705,7 @@ func StreamGetPriorityPtsz(hStream Stream, priority *int32) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamGetPriority_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), unsafe.Pointer(priority))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamGetPriority_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), (*C.int)(unsafe.Pointer(priority)))))
 }
 
 // StreamIsCapturing calls cuStreamIsCapturing:
@@ -10719,7 +10719,7 @@ func StreamIsCapturing(hStream Stream, captureStatus *StreamCaptureStatus) error
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamIsCapturing(C.uintptr_t(fp), C.uintptr_t(hStream), unsafe.Pointer(captureStatus))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamIsCapturing(C.uintptr_t(fp), C.uintptr_t(hStream), (*C.CUstreamCaptureStatus)(unsafe.Pointer(captureStatus)))))
 }
 
 // StreamIsCapturingPtsz calls cuStreamIsCapturing_ptsz (spelled cuStreamIsCapturing in cuda.h):
@@ -10733,7 +10733,7 @@ func StreamIsCapturingPtsz(hStream Stream, captureStatus *StreamCaptureStatus) e
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamIsCapturing_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), unsafe.Pointer(captureStatus))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamIsCapturing_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), (*C.CUstreamCaptureStatus)(unsafe.Pointer(captureStatus)))))
 }
 
 // StreamQuery calls cuStreamQuery:
@@ -10775,7 +10775,7 @@ func StreamSetAttribute(hStream Stream, attr StreamAttrID, value *StreamAttrValu
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamSetAttribute(C.uintptr_t(fp), C.uintptr_t(hStream), C.int(attr), unsafe.Pointer(value))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamSetAttribute(C.uintptr_t(fp), C.uintptr_t(hStream), C.int(attr), (*C.CUstreamAttrValue)(unsafe.Pointer(value)))))
 }
 
 // StreamSetAttributePtsz calls cuStreamSetAttribute_ptsz (spelled cuStreamSetAttribute in cuda.h):
@@ -10789,7 +10789,7 @@ func StreamSetAttributePtsz(hStream Stream, attr StreamAttrID, value *StreamAttr
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamSetAttribute_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), C.int(attr), unsafe.Pointer(value))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamSetAttribute_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), C.int(attr), (*C.CUstreamAttrValue)(unsafe.Pointer(value)))))
 }
 
 // StreamSynchronize calls cuStreamSynchronize:
@@ -10831,7 +10831,7 @@ func StreamUpdateCaptureDependencies(hStream Stream, dependencies *GraphNode, nu
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamUpdateCaptureDependencies(C.uintptr_t(fp), C.uintptr_t(hStream), unsafe.Pointer(dependencies), C.size_t(numDependencies), C.uint(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamUpdateCaptureDependencies(C.uintptr_t(fp), C.uintptr_t(hStream), (*C.CUgraphNode)(unsafe.Pointer(dependencies)), C.size_t(numDependencies), C.uint(flags))))
 }
 
 // StreamUpdateCaptureDependenciesPtsz calls cuStreamUpdateCaptureDependencies_ptsz (spelled cuStreamUpdateCaptureDependencies in cuda.h):
@@ -10845,7 +10845,7 @@ func StreamUpdateCaptureDependenciesPtsz(hStream Stream, dependencies *GraphNode
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamUpdateCaptureDependencies_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), unsafe.Pointer(dependencies), C.size_t(numDependencies), C.uint(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamUpdateCaptureDependencies_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), (*C.CUgraphNode)(unsafe.Pointer(dependencies)), C.size_t(numDependencies), C.uint(flags))))
 }
 
 // StreamUpdateCaptureDependenciesV2 calls cuStreamUpdateCaptureDependencies_v2:
@@ -10859,7 +10859,7 @@ func StreamUpdateCaptureDependenciesV2(hStream Stream, dependencies *GraphNode, 
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamUpdateCaptureDependencies_v2(C.uintptr_t(fp), C.uintptr_t(hStream), unsafe.Pointer(dependencies), unsafe.Pointer(dependencyData), C.size_t(numDependencies), C.uint(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamUpdateCaptureDependencies_v2(C.uintptr_t(fp), C.uintptr_t(hStream), (*C.CUgraphNode)(unsafe.Pointer(dependencies)), (*C.CUgraphEdgeData)(unsafe.Pointer(dependencyData)), C.size_t(numDependencies), C.uint(flags))))
 }
 
 // StreamUpdateCaptureDependenciesV2Ptsz calls cuStreamUpdateCaptureDependencies_v2_ptsz (spelled cuStreamUpdateCaptureDependencies_v2 in cuda.h):
@@ -10873,7 +10873,7 @@ func StreamUpdateCaptureDependenciesV2Ptsz(hStream Stream, dependencies *GraphNo
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuStreamUpdateCaptureDependencies_v2_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), unsafe.Pointer(dependencies), unsafe.Pointer(dependencyData), C.size_t(numDependencies), C.uint(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuStreamUpdateCaptureDependencies_v2_ptsz(C.uintptr_t(fp), C.uintptr_t(hStream), (*C.CUgraphNode)(unsafe.Pointer(dependencies)), (*C.CUgraphEdgeData)(unsafe.Pointer(dependencyData)), C.size_t(numDependencies), C.uint(flags))))
 }
 
 // StreamWaitEvent calls cuStreamWaitEvent:
@@ -11195,7 +11195,7 @@ func SurfObjectCreate(pSurfObject *SurfObject, pResDesc *ResourceDesc) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuSurfObjectCreate(C.uintptr_t(fp), unsafe.Pointer(pSurfObject), unsafe.Pointer(pResDesc))))
+	return resultError(Result(C._ncclgo_tramp_cuSurfObjectCreate(C.uintptr_t(fp), (*C.CUsurfObject)(unsafe.Pointer(pSurfObject)), (*C.CUDA_RESOURCE_DESC)(unsafe.Pointer(pResDesc)))))
 }
 
 // SurfObjectDestroy calls cuSurfObjectDestroy:
@@ -11223,7 +11223,7 @@ func SurfObjectGetResourceDesc(pResDesc *ResourceDesc, surfObject SurfObject) er
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuSurfObjectGetResourceDesc(C.uintptr_t(fp), unsafe.Pointer(pResDesc), C.ulonglong(surfObject))))
+	return resultError(Result(C._ncclgo_tramp_cuSurfObjectGetResourceDesc(C.uintptr_t(fp), (*C.CUDA_RESOURCE_DESC)(unsafe.Pointer(pResDesc)), C.ulonglong(surfObject))))
 }
 
 // SurfRefGetArray calls cuSurfRefGetArray:
@@ -11237,7 +11237,7 @@ func SurfRefGetArray(phArray *Array, hSurfRef Surfref) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuSurfRefGetArray(C.uintptr_t(fp), unsafe.Pointer(phArray), C.uintptr_t(hSurfRef))))
+	return resultError(Result(C._ncclgo_tramp_cuSurfRefGetArray(C.uintptr_t(fp), (*C.CUarray)(unsafe.Pointer(phArray)), C.uintptr_t(hSurfRef))))
 }
 
 // SurfRefSetArray calls cuSurfRefSetArray:
@@ -11265,7 +11265,7 @@ func TensorMapEncodeIm2col(tensorMap *TensorMap, tensorDataType TensorMapDataTyp
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuTensorMapEncodeIm2col(C.uintptr_t(fp), unsafe.Pointer(tensorMap), C.int(tensorDataType), C.uint32_t(tensorRank), unsafe.Pointer(globalAddress), unsafe.Pointer(globalDim), unsafe.Pointer(globalStrides), unsafe.Pointer(pixelBoxLowerCorner), unsafe.Pointer(pixelBoxUpperCorner), C.uint32_t(channelsPerPixel), C.uint32_t(pixelsPerColumn), unsafe.Pointer(elementStrides), C.int(interleave), C.int(swizzle), C.int(l2Promotion), C.int(oobFill))))
+	return resultError(Result(C._ncclgo_tramp_cuTensorMapEncodeIm2col(C.uintptr_t(fp), (*C.CUtensorMap)(unsafe.Pointer(tensorMap)), C.int(tensorDataType), C.uint32_t(tensorRank), unsafe.Pointer(globalAddress), (*C.cuuint64_t)(unsafe.Pointer(globalDim)), (*C.cuuint64_t)(unsafe.Pointer(globalStrides)), (*C.int)(unsafe.Pointer(pixelBoxLowerCorner)), (*C.int)(unsafe.Pointer(pixelBoxUpperCorner)), C.uint32_t(channelsPerPixel), C.uint32_t(pixelsPerColumn), (*C.cuuint32_t)(unsafe.Pointer(elementStrides)), C.int(interleave), C.int(swizzle), C.int(l2Promotion), C.int(oobFill))))
 }
 
 // TensorMapEncodeTiled calls cuTensorMapEncodeTiled:
@@ -11279,7 +11279,7 @@ func TensorMapEncodeTiled(tensorMap *TensorMap, tensorDataType TensorMapDataType
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuTensorMapEncodeTiled(C.uintptr_t(fp), unsafe.Pointer(tensorMap), C.int(tensorDataType), C.uint32_t(tensorRank), unsafe.Pointer(globalAddress), unsafe.Pointer(globalDim), unsafe.Pointer(globalStrides), unsafe.Pointer(boxDim), unsafe.Pointer(elementStrides), C.int(interleave), C.int(swizzle), C.int(l2Promotion), C.int(oobFill))))
+	return resultError(Result(C._ncclgo_tramp_cuTensorMapEncodeTiled(C.uintptr_t(fp), (*C.CUtensorMap)(unsafe.Pointer(tensorMap)), C.int(tensorDataType), C.uint32_t(tensorRank), unsafe.Pointer(globalAddress), (*C.cuuint64_t)(unsafe.Pointer(globalDim)), (*C.cuuint64_t)(unsafe.Pointer(globalStrides)), (*C.cuuint32_t)(unsafe.Pointer(boxDim)), (*C.cuuint32_t)(unsafe.Pointer(elementStrides)), C.int(interleave), C.int(swizzle), C.int(l2Promotion), C.int(oobFill))))
 }
 
 // TensorMapReplaceAddress calls cuTensorMapReplaceAddress:
@@ -11293,7 +11293,7 @@ func TensorMapReplaceAddress(tensorMap *TensorMap, globalAddress unsafe.Pointer)
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuTensorMapReplaceAddress(C.uintptr_t(fp), unsafe.Pointer(tensorMap), unsafe.Pointer(globalAddress))))
+	return resultError(Result(C._ncclgo_tramp_cuTensorMapReplaceAddress(C.uintptr_t(fp), (*C.CUtensorMap)(unsafe.Pointer(tensorMap)), unsafe.Pointer(globalAddress))))
 }
 
 // TexObjectCreate calls cuTexObjectCreate:
@@ -11307,7 +11307,7 @@ func TexObjectCreate(pTexObject *TexObject, pResDesc *ResourceDesc, pTexDesc *Te
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuTexObjectCreate(C.uintptr_t(fp), unsafe.Pointer(pTexObject), unsafe.Pointer(pResDesc), unsafe.Pointer(pTexDesc), unsafe.Pointer(pResViewDesc))))
+	return resultError(Result(C._ncclgo_tramp_cuTexObjectCreate(C.uintptr_t(fp), (*C.CUtexObject)(unsafe.Pointer(pTexObject)), (*C.CUDA_RESOURCE_DESC)(unsafe.Pointer(pResDesc)), (*C.CUDA_TEXTURE_DESC)(unsafe.Pointer(pTexDesc)), (*C.CUDA_RESOURCE_VIEW_DESC)(unsafe.Pointer(pResViewDesc)))))
 }
 
 // TexObjectDestroy calls cuTexObjectDestroy:
@@ -11335,7 +11335,7 @@ func TexObjectGetResourceDesc(pResDesc *ResourceDesc, texObject TexObject) error
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuTexObjectGetResourceDesc(C.uintptr_t(fp), unsafe.Pointer(pResDesc), C.ulonglong(texObject))))
+	return resultError(Result(C._ncclgo_tramp_cuTexObjectGetResourceDesc(C.uintptr_t(fp), (*C.CUDA_RESOURCE_DESC)(unsafe.Pointer(pResDesc)), C.ulonglong(texObject))))
 }
 
 // TexObjectGetResourceViewDesc calls cuTexObjectGetResourceViewDesc:
@@ -11349,7 +11349,7 @@ func TexObjectGetResourceViewDesc(pResViewDesc *ResourceViewDesc, texObject TexO
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuTexObjectGetResourceViewDesc(C.uintptr_t(fp), unsafe.Pointer(pResViewDesc), C.ulonglong(texObject))))
+	return resultError(Result(C._ncclgo_tramp_cuTexObjectGetResourceViewDesc(C.uintptr_t(fp), (*C.CUDA_RESOURCE_VIEW_DESC)(unsafe.Pointer(pResViewDesc)), C.ulonglong(texObject))))
 }
 
 // TexObjectGetTextureDesc calls cuTexObjectGetTextureDesc:
@@ -11363,7 +11363,7 @@ func TexObjectGetTextureDesc(pTexDesc *TextureDesc, texObject TexObject) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuTexObjectGetTextureDesc(C.uintptr_t(fp), unsafe.Pointer(pTexDesc), C.ulonglong(texObject))))
+	return resultError(Result(C._ncclgo_tramp_cuTexObjectGetTextureDesc(C.uintptr_t(fp), (*C.CUDA_TEXTURE_DESC)(unsafe.Pointer(pTexDesc)), C.ulonglong(texObject))))
 }
 
 // TexRefCreate calls cuTexRefCreate:
@@ -11377,7 +11377,7 @@ func TexRefCreate(pTexRef *Texref) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuTexRefCreate(C.uintptr_t(fp), unsafe.Pointer(pTexRef))))
+	return resultError(Result(C._ncclgo_tramp_cuTexRefCreate(C.uintptr_t(fp), (*C.CUtexref)(unsafe.Pointer(pTexRef)))))
 }
 
 // TexRefDestroy calls cuTexRefDestroy:
@@ -11405,7 +11405,7 @@ func TexRefGetAddress(pdptr *Deviceptr, hTexRef Texref) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuTexRefGetAddress_v2(C.uintptr_t(fp), unsafe.Pointer(pdptr), C.uintptr_t(hTexRef))))
+	return resultError(Result(C._ncclgo_tramp_cuTexRefGetAddress_v2(C.uintptr_t(fp), (*C.CUdeviceptr)(unsafe.Pointer(pdptr)), C.uintptr_t(hTexRef))))
 }
 
 // TexRefGetAddressLegacy calls cuTexRefGetAddress:
@@ -11419,7 +11419,7 @@ func TexRefGetAddressLegacy(pdptr *DeviceptrV1, hTexRef Texref) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuTexRefGetAddress(C.uintptr_t(fp), unsafe.Pointer(pdptr), C.uintptr_t(hTexRef))))
+	return resultError(Result(C._ncclgo_tramp_cuTexRefGetAddress(C.uintptr_t(fp), (*C.CUdeviceptr_v1)(unsafe.Pointer(pdptr)), C.uintptr_t(hTexRef))))
 }
 
 // TexRefGetAddressMode calls cuTexRefGetAddressMode:
@@ -11433,7 +11433,7 @@ func TexRefGetAddressMode(pam *AddressMode, hTexRef Texref, dim int32) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuTexRefGetAddressMode(C.uintptr_t(fp), unsafe.Pointer(pam), C.uintptr_t(hTexRef), C.int(dim))))
+	return resultError(Result(C._ncclgo_tramp_cuTexRefGetAddressMode(C.uintptr_t(fp), (*C.CUaddress_mode)(unsafe.Pointer(pam)), C.uintptr_t(hTexRef), C.int(dim))))
 }
 
 // TexRefGetArray calls cuTexRefGetArray:
@@ -11447,7 +11447,7 @@ func TexRefGetArray(phArray *Array, hTexRef Texref) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuTexRefGetArray(C.uintptr_t(fp), unsafe.Pointer(phArray), C.uintptr_t(hTexRef))))
+	return resultError(Result(C._ncclgo_tramp_cuTexRefGetArray(C.uintptr_t(fp), (*C.CUarray)(unsafe.Pointer(phArray)), C.uintptr_t(hTexRef))))
 }
 
 // TexRefGetBorderColor calls cuTexRefGetBorderColor:
@@ -11461,7 +11461,7 @@ func TexRefGetBorderColor(pBorderColor *float32, hTexRef Texref) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuTexRefGetBorderColor(C.uintptr_t(fp), unsafe.Pointer(pBorderColor), C.uintptr_t(hTexRef))))
+	return resultError(Result(C._ncclgo_tramp_cuTexRefGetBorderColor(C.uintptr_t(fp), (*C.float)(unsafe.Pointer(pBorderColor)), C.uintptr_t(hTexRef))))
 }
 
 // TexRefGetFilterMode calls cuTexRefGetFilterMode:
@@ -11475,7 +11475,7 @@ func TexRefGetFilterMode(pfm *FilterMode, hTexRef Texref) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuTexRefGetFilterMode(C.uintptr_t(fp), unsafe.Pointer(pfm), C.uintptr_t(hTexRef))))
+	return resultError(Result(C._ncclgo_tramp_cuTexRefGetFilterMode(C.uintptr_t(fp), (*C.CUfilter_mode)(unsafe.Pointer(pfm)), C.uintptr_t(hTexRef))))
 }
 
 // TexRefGetFlags calls cuTexRefGetFlags:
@@ -11489,7 +11489,7 @@ func TexRefGetFlags(pFlags *uint32, hTexRef Texref) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuTexRefGetFlags(C.uintptr_t(fp), unsafe.Pointer(pFlags), C.uintptr_t(hTexRef))))
+	return resultError(Result(C._ncclgo_tramp_cuTexRefGetFlags(C.uintptr_t(fp), (*C.uint)(unsafe.Pointer(pFlags)), C.uintptr_t(hTexRef))))
 }
 
 // TexRefGetFormat calls cuTexRefGetFormat:
@@ -11503,7 +11503,7 @@ func TexRefGetFormat(pFormat *ArrayFormat, pNumChannels *int32, hTexRef Texref) 
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuTexRefGetFormat(C.uintptr_t(fp), unsafe.Pointer(pFormat), unsafe.Pointer(pNumChannels), C.uintptr_t(hTexRef))))
+	return resultError(Result(C._ncclgo_tramp_cuTexRefGetFormat(C.uintptr_t(fp), (*C.CUarray_format)(unsafe.Pointer(pFormat)), (*C.int)(unsafe.Pointer(pNumChannels)), C.uintptr_t(hTexRef))))
 }
 
 // TexRefGetMaxAnisotropy calls cuTexRefGetMaxAnisotropy:
@@ -11517,7 +11517,7 @@ func TexRefGetMaxAnisotropy(pmaxAniso *int32, hTexRef Texref) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuTexRefGetMaxAnisotropy(C.uintptr_t(fp), unsafe.Pointer(pmaxAniso), C.uintptr_t(hTexRef))))
+	return resultError(Result(C._ncclgo_tramp_cuTexRefGetMaxAnisotropy(C.uintptr_t(fp), (*C.int)(unsafe.Pointer(pmaxAniso)), C.uintptr_t(hTexRef))))
 }
 
 // TexRefGetMipmapFilterMode calls cuTexRefGetMipmapFilterMode:
@@ -11531,7 +11531,7 @@ func TexRefGetMipmapFilterMode(pfm *FilterMode, hTexRef Texref) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuTexRefGetMipmapFilterMode(C.uintptr_t(fp), unsafe.Pointer(pfm), C.uintptr_t(hTexRef))))
+	return resultError(Result(C._ncclgo_tramp_cuTexRefGetMipmapFilterMode(C.uintptr_t(fp), (*C.CUfilter_mode)(unsafe.Pointer(pfm)), C.uintptr_t(hTexRef))))
 }
 
 // TexRefGetMipmapLevelBias calls cuTexRefGetMipmapLevelBias:
@@ -11545,7 +11545,7 @@ func TexRefGetMipmapLevelBias(pbias *float32, hTexRef Texref) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuTexRefGetMipmapLevelBias(C.uintptr_t(fp), unsafe.Pointer(pbias), C.uintptr_t(hTexRef))))
+	return resultError(Result(C._ncclgo_tramp_cuTexRefGetMipmapLevelBias(C.uintptr_t(fp), (*C.float)(unsafe.Pointer(pbias)), C.uintptr_t(hTexRef))))
 }
 
 // TexRefGetMipmapLevelClamp calls cuTexRefGetMipmapLevelClamp:
@@ -11559,7 +11559,7 @@ func TexRefGetMipmapLevelClamp(pminMipmapLevelClamp *float32, pmaxMipmapLevelCla
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuTexRefGetMipmapLevelClamp(C.uintptr_t(fp), unsafe.Pointer(pminMipmapLevelClamp), unsafe.Pointer(pmaxMipmapLevelClamp), C.uintptr_t(hTexRef))))
+	return resultError(Result(C._ncclgo_tramp_cuTexRefGetMipmapLevelClamp(C.uintptr_t(fp), (*C.float)(unsafe.Pointer(pminMipmapLevelClamp)), (*C.float)(unsafe.Pointer(pmaxMipmapLevelClamp)), C.uintptr_t(hTexRef))))
 }
 
 // TexRefGetMipmappedArray calls cuTexRefGetMipmappedArray:
@@ -11573,7 +11573,7 @@ func TexRefGetMipmappedArray(phMipmappedArray *MipmappedArray, hTexRef Texref) e
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuTexRefGetMipmappedArray(C.uintptr_t(fp), unsafe.Pointer(phMipmappedArray), C.uintptr_t(hTexRef))))
+	return resultError(Result(C._ncclgo_tramp_cuTexRefGetMipmappedArray(C.uintptr_t(fp), (*C.CUmipmappedArray)(unsafe.Pointer(phMipmappedArray)), C.uintptr_t(hTexRef))))
 }
 
 // TexRefSetAddress calls cuTexRefSetAddress_v2 (spelled cuTexRefSetAddress in cuda.h):
@@ -11587,7 +11587,7 @@ func TexRefSetAddress(byteOffset *uint64, hTexRef Texref, dptr Deviceptr, bytes 
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuTexRefSetAddress_v2(C.uintptr_t(fp), unsafe.Pointer(byteOffset), C.uintptr_t(hTexRef), C.ulonglong(dptr), C.size_t(bytes))))
+	return resultError(Result(C._ncclgo_tramp_cuTexRefSetAddress_v2(C.uintptr_t(fp), (*C.size_t)(unsafe.Pointer(byteOffset)), C.uintptr_t(hTexRef), C.ulonglong(dptr), C.size_t(bytes))))
 }
 
 // TexRefSetAddress2D calls cuTexRefSetAddress2D_v3 (spelled cuTexRefSetAddress2D in cuda.h):
@@ -11601,7 +11601,7 @@ func TexRefSetAddress2D(hTexRef Texref, desc *ArrayDescriptor, dptr Deviceptr, p
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuTexRefSetAddress2D_v3(C.uintptr_t(fp), C.uintptr_t(hTexRef), unsafe.Pointer(desc), C.ulonglong(dptr), C.size_t(pitch))))
+	return resultError(Result(C._ncclgo_tramp_cuTexRefSetAddress2D_v3(C.uintptr_t(fp), C.uintptr_t(hTexRef), (*C.CUDA_ARRAY_DESCRIPTOR)(unsafe.Pointer(desc)), C.ulonglong(dptr), C.size_t(pitch))))
 }
 
 // TexRefSetAddress2DLegacy calls cuTexRefSetAddress2D:
@@ -11615,7 +11615,7 @@ func TexRefSetAddress2DLegacy(hTexRef Texref, desc *ArrayDescriptorV1, dptr Devi
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuTexRefSetAddress2D(C.uintptr_t(fp), C.uintptr_t(hTexRef), unsafe.Pointer(desc), C.uint(dptr), C.uint(pitch))))
+	return resultError(Result(C._ncclgo_tramp_cuTexRefSetAddress2D(C.uintptr_t(fp), C.uintptr_t(hTexRef), (*C.CUDA_ARRAY_DESCRIPTOR_v1)(unsafe.Pointer(desc)), C.uint(dptr), C.uint(pitch))))
 }
 
 // TexRefSetAddress2DV2 calls cuTexRefSetAddress2D_v2:
@@ -11629,7 +11629,7 @@ func TexRefSetAddress2DV2(hTexRef Texref, desc *ArrayDescriptor, dptr Deviceptr,
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuTexRefSetAddress2D_v2(C.uintptr_t(fp), C.uintptr_t(hTexRef), unsafe.Pointer(desc), C.ulonglong(dptr), C.size_t(pitch))))
+	return resultError(Result(C._ncclgo_tramp_cuTexRefSetAddress2D_v2(C.uintptr_t(fp), C.uintptr_t(hTexRef), (*C.CUDA_ARRAY_DESCRIPTOR)(unsafe.Pointer(desc)), C.ulonglong(dptr), C.size_t(pitch))))
 }
 
 // TexRefSetAddressLegacy calls cuTexRefSetAddress:
@@ -11643,7 +11643,7 @@ func TexRefSetAddressLegacy(byteOffset *uint32, hTexRef Texref, dptr DeviceptrV1
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuTexRefSetAddress(C.uintptr_t(fp), unsafe.Pointer(byteOffset), C.uintptr_t(hTexRef), C.uint(dptr), C.uint(bytes))))
+	return resultError(Result(C._ncclgo_tramp_cuTexRefSetAddress(C.uintptr_t(fp), (*C.uint)(unsafe.Pointer(byteOffset)), C.uintptr_t(hTexRef), C.uint(dptr), C.uint(bytes))))
 }
 
 // TexRefSetAddressMode calls cuTexRefSetAddressMode:
@@ -11685,7 +11685,7 @@ func TexRefSetBorderColor(hTexRef Texref, pBorderColor *float32) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuTexRefSetBorderColor(C.uintptr_t(fp), C.uintptr_t(hTexRef), unsafe.Pointer(pBorderColor))))
+	return resultError(Result(C._ncclgo_tramp_cuTexRefSetBorderColor(C.uintptr_t(fp), C.uintptr_t(hTexRef), (*C.float)(unsafe.Pointer(pBorderColor)))))
 }
 
 // TexRefSetFilterMode calls cuTexRefSetFilterMode:
@@ -11811,7 +11811,7 @@ func ThreadExchangeStreamCaptureMode(mode *StreamCaptureMode) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuThreadExchangeStreamCaptureMode(C.uintptr_t(fp), unsafe.Pointer(mode))))
+	return resultError(Result(C._ncclgo_tramp_cuThreadExchangeStreamCaptureMode(C.uintptr_t(fp), (*C.CUstreamCaptureMode)(unsafe.Pointer(mode)))))
 }
 
 // UserObjectCreate calls cuUserObjectCreate:
@@ -11825,7 +11825,7 @@ func UserObjectCreate(object_out *UserObject, ptr unsafe.Pointer, destroy HostFn
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuUserObjectCreate(C.uintptr_t(fp), unsafe.Pointer(object_out), unsafe.Pointer(ptr), C.uintptr_t(destroy), C.uint(initialRefcount), C.uint(flags))))
+	return resultError(Result(C._ncclgo_tramp_cuUserObjectCreate(C.uintptr_t(fp), (*C.CUuserObject)(unsafe.Pointer(object_out)), unsafe.Pointer(ptr), C.uintptr_t(destroy), C.uint(initialRefcount), C.uint(flags))))
 }
 
 // UserObjectRelease calls cuUserObjectRelease:
@@ -11867,7 +11867,7 @@ func WaitExternalSemaphoresAsync(extSemArray *ExternalSemaphore, paramsArray *Ex
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuWaitExternalSemaphoresAsync(C.uintptr_t(fp), unsafe.Pointer(extSemArray), unsafe.Pointer(paramsArray), C.uint(numExtSems), C.uintptr_t(stream))))
+	return resultError(Result(C._ncclgo_tramp_cuWaitExternalSemaphoresAsync(C.uintptr_t(fp), (*C.CUexternalSemaphore)(unsafe.Pointer(extSemArray)), (*C.CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS)(unsafe.Pointer(paramsArray)), C.uint(numExtSems), C.uintptr_t(stream))))
 }
 
 // WaitExternalSemaphoresAsyncPtsz calls cuWaitExternalSemaphoresAsync_ptsz (spelled cuWaitExternalSemaphoresAsync in cuda.h):
@@ -11881,5 +11881,5 @@ func WaitExternalSemaphoresAsyncPtsz(extSemArray *ExternalSemaphore, paramsArray
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_cuWaitExternalSemaphoresAsync_ptsz(C.uintptr_t(fp), unsafe.Pointer(extSemArray), unsafe.Pointer(paramsArray), C.uint(numExtSems), C.uintptr_t(stream))))
+	return resultError(Result(C._ncclgo_tramp_cuWaitExternalSemaphoresAsync_ptsz(C.uintptr_t(fp), (*C.CUexternalSemaphore)(unsafe.Pointer(extSemArray)), (*C.CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS)(unsafe.Pointer(paramsArray)), C.uint(numExtSems), C.uintptr_t(stream))))
 }

@@ -67,12 +67,12 @@ static int _ncclgo_tramp_ncclCommAbort(uintptr_t fp, uintptr_t a0) {
 }
 #cgo noescape _ncclgo_tramp_ncclCommCount
 #cgo nocallback _ncclgo_tramp_ncclCommCount
-static int _ncclgo_tramp_ncclCommCount(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_ncclCommCount(uintptr_t fp, uintptr_t a0, int *a1) {
 	return (int)((ncclResult_t (*)(const ncclComm_t, int *))fp)((ncclComm_t)a0, (int *)a1);
 }
 #cgo noescape _ncclgo_tramp_ncclCommCuDevice
 #cgo nocallback _ncclgo_tramp_ncclCommCuDevice
-static int _ncclgo_tramp_ncclCommCuDevice(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_ncclCommCuDevice(uintptr_t fp, uintptr_t a0, int *a1) {
 	return (int)((ncclResult_t (*)(const ncclComm_t, int *))fp)((ncclComm_t)a0, (int *)a1);
 }
 #cgo noescape _ncclgo_tramp_ncclCommDeregister
@@ -92,42 +92,42 @@ static int _ncclgo_tramp_ncclCommFinalize(uintptr_t fp, uintptr_t a0) {
 }
 #cgo noescape _ncclgo_tramp_ncclCommGetAsyncError
 #cgo nocallback _ncclgo_tramp_ncclCommGetAsyncError
-static int _ncclgo_tramp_ncclCommGetAsyncError(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_ncclCommGetAsyncError(uintptr_t fp, uintptr_t a0, ncclResult_t *a1) {
 	return (int)((ncclResult_t (*)(ncclComm_t, ncclResult_t *))fp)((ncclComm_t)a0, (ncclResult_t *)a1);
 }
 #cgo noescape _ncclgo_tramp_ncclCommGetUniqueId
 #cgo nocallback _ncclgo_tramp_ncclCommGetUniqueId
-static int _ncclgo_tramp_ncclCommGetUniqueId(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_ncclCommGetUniqueId(uintptr_t fp, uintptr_t a0, ncclUniqueId *a1) {
 	return (int)((ncclResult_t (*)(ncclComm_t, ncclUniqueId *))fp)((ncclComm_t)a0, (ncclUniqueId *)a1);
 }
 #cgo noescape _ncclgo_tramp_ncclCommGrow
 #cgo nocallback _ncclgo_tramp_ncclCommGrow
-static int _ncclgo_tramp_ncclCommGrow(uintptr_t fp, uintptr_t a0, int a1, void *a2, int a3, void *a4, void *a5) {
+static int _ncclgo_tramp_ncclCommGrow(uintptr_t fp, uintptr_t a0, int a1, ncclUniqueId *a2, int a3, ncclComm_t *a4, ncclConfig_t *a5) {
 	return (int)((ncclResult_t (*)(ncclComm_t, int, const ncclUniqueId *, int, ncclComm_t *, ncclConfig_t *))fp)((ncclComm_t)a0, (int)a1, (const ncclUniqueId *)a2, (int)a3, (ncclComm_t *)a4, (ncclConfig_t *)a5);
 }
 #cgo noescape _ncclgo_tramp_ncclCommInitAll
 #cgo nocallback _ncclgo_tramp_ncclCommInitAll
-static int _ncclgo_tramp_ncclCommInitAll(uintptr_t fp, void *a0, int a1, void *a2) {
+static int _ncclgo_tramp_ncclCommInitAll(uintptr_t fp, ncclComm_t *a0, int a1, int *a2) {
 	return (int)((ncclResult_t (*)(ncclComm_t *, int, const int *))fp)((ncclComm_t *)a0, (int)a1, (const int *)a2);
 }
 #cgo noescape _ncclgo_tramp_ncclCommInitRank
 #cgo nocallback _ncclgo_tramp_ncclCommInitRank
-static int _ncclgo_tramp_ncclCommInitRank(uintptr_t fp, void *a0, int a1, ncclUniqueId a2, int a3) {
+static int _ncclgo_tramp_ncclCommInitRank(uintptr_t fp, ncclComm_t *a0, int a1, ncclUniqueId a2, int a3) {
 	return (int)((ncclResult_t (*)(ncclComm_t *, int, ncclUniqueId, int))fp)((ncclComm_t *)a0, (int)a1, a2, (int)a3);
 }
 #cgo noescape _ncclgo_tramp_ncclCommInitRankConfig
 #cgo nocallback _ncclgo_tramp_ncclCommInitRankConfig
-static int _ncclgo_tramp_ncclCommInitRankConfig(uintptr_t fp, void *a0, int a1, ncclUniqueId a2, int a3, void *a4) {
+static int _ncclgo_tramp_ncclCommInitRankConfig(uintptr_t fp, ncclComm_t *a0, int a1, ncclUniqueId a2, int a3, ncclConfig_t *a4) {
 	return (int)((ncclResult_t (*)(ncclComm_t *, int, ncclUniqueId, int, ncclConfig_t *))fp)((ncclComm_t *)a0, (int)a1, a2, (int)a3, (ncclConfig_t *)a4);
 }
 #cgo noescape _ncclgo_tramp_ncclCommInitRankScalable
 #cgo nocallback _ncclgo_tramp_ncclCommInitRankScalable
-static int _ncclgo_tramp_ncclCommInitRankScalable(uintptr_t fp, void *a0, int a1, int a2, int a3, void *a4, void *a5) {
+static int _ncclgo_tramp_ncclCommInitRankScalable(uintptr_t fp, ncclComm_t *a0, int a1, int a2, int a3, ncclUniqueId *a4, ncclConfig_t *a5) {
 	return (int)((ncclResult_t (*)(ncclComm_t *, int, int, int, ncclUniqueId *, ncclConfig_t *))fp)((ncclComm_t *)a0, (int)a1, (int)a2, (int)a3, (ncclUniqueId *)a4, (ncclConfig_t *)a5);
 }
 #cgo noescape _ncclgo_tramp_ncclCommMemStats
 #cgo nocallback _ncclgo_tramp_ncclCommMemStats
-static int _ncclgo_tramp_ncclCommMemStats(uintptr_t fp, uintptr_t a0, int a1, void *a2) {
+static int _ncclgo_tramp_ncclCommMemStats(uintptr_t fp, uintptr_t a0, int a1, uint64_t *a2) {
 	return (int)((ncclResult_t (*)(ncclComm_t, ncclCommMemStat_t, uint64_t *))fp)((ncclComm_t)a0, (ncclCommMemStat_t)a1, (uint64_t *)a2);
 }
 #cgo noescape _ncclgo_tramp_ncclCommRegister
@@ -147,12 +147,12 @@ static int _ncclgo_tramp_ncclCommRevoke(uintptr_t fp, uintptr_t a0, int a1) {
 }
 #cgo noescape _ncclgo_tramp_ncclCommShrink
 #cgo nocallback _ncclgo_tramp_ncclCommShrink
-static int _ncclgo_tramp_ncclCommShrink(uintptr_t fp, uintptr_t a0, void *a1, int a2, void *a3, void *a4, int a5) {
+static int _ncclgo_tramp_ncclCommShrink(uintptr_t fp, uintptr_t a0, int *a1, int a2, ncclComm_t *a3, ncclConfig_t *a4, int a5) {
 	return (int)((ncclResult_t (*)(ncclComm_t, int *, int, ncclComm_t *, ncclConfig_t *, int))fp)((ncclComm_t)a0, (int *)a1, (int)a2, (ncclComm_t *)a3, (ncclConfig_t *)a4, (int)a5);
 }
 #cgo noescape _ncclgo_tramp_ncclCommSplit
 #cgo nocallback _ncclgo_tramp_ncclCommSplit
-static int _ncclgo_tramp_ncclCommSplit(uintptr_t fp, uintptr_t a0, int a1, int a2, void *a3, void *a4) {
+static int _ncclgo_tramp_ncclCommSplit(uintptr_t fp, uintptr_t a0, int a1, int a2, ncclComm_t *a3, ncclConfig_t *a4) {
 	return (int)((ncclResult_t (*)(ncclComm_t, int, int, ncclComm_t *, ncclConfig_t *))fp)((ncclComm_t)a0, (int)a1, (int)a2, (ncclComm_t *)a3, (ncclConfig_t *)a4);
 }
 #cgo noescape _ncclgo_tramp_ncclCommSuspend
@@ -162,7 +162,7 @@ static int _ncclgo_tramp_ncclCommSuspend(uintptr_t fp, uintptr_t a0, int a1) {
 }
 #cgo noescape _ncclgo_tramp_ncclCommUserRank
 #cgo nocallback _ncclgo_tramp_ncclCommUserRank
-static int _ncclgo_tramp_ncclCommUserRank(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_ncclCommUserRank(uintptr_t fp, uintptr_t a0, int *a1) {
 	return (int)((ncclResult_t (*)(const ncclComm_t, int *))fp)((ncclComm_t)a0, (int *)a1);
 }
 #cgo noescape _ncclgo_tramp_ncclCommWindowDeregister
@@ -172,7 +172,7 @@ static int _ncclgo_tramp_ncclCommWindowDeregister(uintptr_t fp, uintptr_t a0, ui
 }
 #cgo noescape _ncclgo_tramp_ncclCommWindowRegister
 #cgo nocallback _ncclgo_tramp_ncclCommWindowRegister
-static int _ncclgo_tramp_ncclCommWindowRegister(uintptr_t fp, uintptr_t a0, void *a1, size_t a2, void *a3, int a4) {
+static int _ncclgo_tramp_ncclCommWindowRegister(uintptr_t fp, uintptr_t a0, void *a1, size_t a2, ncclWindow_t *a3, int a4) {
 	return (int)((ncclResult_t (*)(ncclComm_t, void *, size_t, ncclWindow_t *, int))fp)((ncclComm_t)a0, (void *)a1, (size_t)a2, (ncclWindow_t *)a3, (int)a4);
 }
 #cgo noescape _ncclgo_tramp_ncclGather
@@ -192,12 +192,12 @@ static const char * _ncclgo_tramp_ncclGetLastError(uintptr_t fp, uintptr_t a0) {
 }
 #cgo noescape _ncclgo_tramp_ncclGetUniqueId
 #cgo nocallback _ncclgo_tramp_ncclGetUniqueId
-static int _ncclgo_tramp_ncclGetUniqueId(uintptr_t fp, void *a0) {
+static int _ncclgo_tramp_ncclGetUniqueId(uintptr_t fp, ncclUniqueId *a0) {
 	return (int)((ncclResult_t (*)(ncclUniqueId *))fp)((ncclUniqueId *)a0);
 }
 #cgo noescape _ncclgo_tramp_ncclGetVersion
 #cgo nocallback _ncclgo_tramp_ncclGetVersion
-static int _ncclgo_tramp_ncclGetVersion(uintptr_t fp, void *a0) {
+static int _ncclgo_tramp_ncclGetVersion(uintptr_t fp, int *a0) {
 	return (int)((ncclResult_t (*)(int *))fp)((int *)a0);
 }
 #cgo noescape _ncclgo_tramp_ncclGroupEnd
@@ -207,7 +207,7 @@ static int _ncclgo_tramp_ncclGroupEnd(uintptr_t fp) {
 }
 #cgo noescape _ncclgo_tramp_ncclGroupSimulateEnd
 #cgo nocallback _ncclgo_tramp_ncclGroupSimulateEnd
-static int _ncclgo_tramp_ncclGroupSimulateEnd(uintptr_t fp, void *a0) {
+static int _ncclgo_tramp_ncclGroupSimulateEnd(uintptr_t fp, ncclSimInfo_t *a0) {
 	return (int)((ncclResult_t (*)(ncclSimInfo_t *))fp)((ncclSimInfo_t *)a0);
 }
 #cgo noescape _ncclgo_tramp_ncclGroupStart
@@ -237,7 +237,7 @@ static int _ncclgo_tramp_ncclRecv(uintptr_t fp, void *a0, size_t a1, int a2, int
 }
 #cgo noescape _ncclgo_tramp_ncclRedOpCreatePreMulSum
 #cgo nocallback _ncclgo_tramp_ncclRedOpCreatePreMulSum
-static int _ncclgo_tramp_ncclRedOpCreatePreMulSum(uintptr_t fp, void *a0, void *a1, int a2, int a3, uintptr_t a4) {
+static int _ncclgo_tramp_ncclRedOpCreatePreMulSum(uintptr_t fp, ncclRedOp_t *a0, void *a1, int a2, int a3, uintptr_t a4) {
 	return (int)((ncclResult_t (*)(ncclRedOp_t *, void *, ncclDataType_t, ncclScalarResidence_t, ncclComm_t))fp)((ncclRedOp_t *)a0, (void *)a1, (ncclDataType_t)a2, (ncclScalarResidence_t)a3, (ncclComm_t)a4);
 }
 #cgo noescape _ncclgo_tramp_ncclRedOpDestroy
@@ -277,7 +277,7 @@ static int _ncclgo_tramp_ncclSignal(uintptr_t fp, int a0, int a1, int a2, unsign
 }
 #cgo noescape _ncclgo_tramp_ncclWaitSignal
 #cgo nocallback _ncclgo_tramp_ncclWaitSignal
-static int _ncclgo_tramp_ncclWaitSignal(uintptr_t fp, int a0, void *a1, uintptr_t a2, uintptr_t a3) {
+static int _ncclgo_tramp_ncclWaitSignal(uintptr_t fp, int a0, ncclWaitSignalDesc_t *a1, uintptr_t a2, uintptr_t a3) {
 	return (int)((ncclResult_t (*)(int, ncclWaitSignalDesc_t *, ncclComm_t, cudaStream_t))fp)((int)a0, (ncclWaitSignalDesc_t *)a1, (ncclComm_t)a2, (cudaStream_t)a3);
 }
 #cgo noescape _ncclgo_tramp_ncclWinGetUserPtr
@@ -376,7 +376,7 @@ func CommCount(comm Comm, count *int32) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_ncclCommCount(C.uintptr_t(fp), C.uintptr_t(comm), unsafe.Pointer(count))))
+	return resultError(Result(C._ncclgo_tramp_ncclCommCount(C.uintptr_t(fp), C.uintptr_t(comm), (*C.int)(unsafe.Pointer(count)))))
 }
 
 // CommCuDevice calls ncclCommCuDevice:
@@ -389,7 +389,7 @@ func CommCuDevice(comm Comm, device *int32) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_ncclCommCuDevice(C.uintptr_t(fp), C.uintptr_t(comm), unsafe.Pointer(device))))
+	return resultError(Result(C._ncclgo_tramp_ncclCommCuDevice(C.uintptr_t(fp), C.uintptr_t(comm), (*C.int)(unsafe.Pointer(device)))))
 }
 
 // CommDeregister calls ncclCommDeregister:
@@ -441,7 +441,7 @@ func CommGetAsyncError(comm Comm, asyncError *Result) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_ncclCommGetAsyncError(C.uintptr_t(fp), C.uintptr_t(comm), unsafe.Pointer(asyncError))))
+	return resultError(Result(C._ncclgo_tramp_ncclCommGetAsyncError(C.uintptr_t(fp), C.uintptr_t(comm), (*C.ncclResult_t)(unsafe.Pointer(asyncError)))))
 }
 
 // CommGetUniqueId calls ncclCommGetUniqueId:
@@ -454,7 +454,7 @@ func CommGetUniqueId(comm Comm, uniqueId *UniqueId) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_ncclCommGetUniqueId(C.uintptr_t(fp), C.uintptr_t(comm), unsafe.Pointer(uniqueId))))
+	return resultError(Result(C._ncclgo_tramp_ncclCommGetUniqueId(C.uintptr_t(fp), C.uintptr_t(comm), (*C.ncclUniqueId)(unsafe.Pointer(uniqueId)))))
 }
 
 // CommGrow calls ncclCommGrow:
@@ -467,7 +467,7 @@ func CommGrow(comm Comm, nRanks int32, uniqueId *UniqueId, rank int32, newcomm *
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_ncclCommGrow(C.uintptr_t(fp), C.uintptr_t(comm), C.int(nRanks), unsafe.Pointer(uniqueId), C.int(rank), unsafe.Pointer(newcomm), unsafe.Pointer(config))))
+	return resultError(Result(C._ncclgo_tramp_ncclCommGrow(C.uintptr_t(fp), C.uintptr_t(comm), C.int(nRanks), (*C.ncclUniqueId)(unsafe.Pointer(uniqueId)), C.int(rank), (*C.ncclComm_t)(unsafe.Pointer(newcomm)), (*C.ncclConfig_t)(unsafe.Pointer(config)))))
 }
 
 // CommInitAll calls ncclCommInitAll:
@@ -480,7 +480,7 @@ func CommInitAll(comm *Comm, ndev int32, devlist *int32) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_ncclCommInitAll(C.uintptr_t(fp), unsafe.Pointer(comm), C.int(ndev), unsafe.Pointer(devlist))))
+	return resultError(Result(C._ncclgo_tramp_ncclCommInitAll(C.uintptr_t(fp), (*C.ncclComm_t)(unsafe.Pointer(comm)), C.int(ndev), (*C.int)(unsafe.Pointer(devlist)))))
 }
 
 // CommInitRank calls ncclCommInitRank:
@@ -493,7 +493,7 @@ func CommInitRank(comm *Comm, nranks int32, commId UniqueId, rank int32) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_ncclCommInitRank(C.uintptr_t(fp), unsafe.Pointer(comm), C.int(nranks), *(*C.ncclUniqueId)(unsafe.Pointer(&commId)), C.int(rank))))
+	return resultError(Result(C._ncclgo_tramp_ncclCommInitRank(C.uintptr_t(fp), (*C.ncclComm_t)(unsafe.Pointer(comm)), C.int(nranks), *(*C.ncclUniqueId)(unsafe.Pointer(&commId)), C.int(rank))))
 }
 
 // CommInitRankConfig calls ncclCommInitRankConfig:
@@ -506,7 +506,7 @@ func CommInitRankConfig(comm *Comm, nranks int32, commId UniqueId, rank int32, c
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_ncclCommInitRankConfig(C.uintptr_t(fp), unsafe.Pointer(comm), C.int(nranks), *(*C.ncclUniqueId)(unsafe.Pointer(&commId)), C.int(rank), unsafe.Pointer(config))))
+	return resultError(Result(C._ncclgo_tramp_ncclCommInitRankConfig(C.uintptr_t(fp), (*C.ncclComm_t)(unsafe.Pointer(comm)), C.int(nranks), *(*C.ncclUniqueId)(unsafe.Pointer(&commId)), C.int(rank), (*C.ncclConfig_t)(unsafe.Pointer(config)))))
 }
 
 // CommInitRankScalable calls ncclCommInitRankScalable:
@@ -519,7 +519,7 @@ func CommInitRankScalable(newcomm *Comm, nranks int32, myrank int32, nId int32, 
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_ncclCommInitRankScalable(C.uintptr_t(fp), unsafe.Pointer(newcomm), C.int(nranks), C.int(myrank), C.int(nId), unsafe.Pointer(commIds), unsafe.Pointer(config))))
+	return resultError(Result(C._ncclgo_tramp_ncclCommInitRankScalable(C.uintptr_t(fp), (*C.ncclComm_t)(unsafe.Pointer(newcomm)), C.int(nranks), C.int(myrank), C.int(nId), (*C.ncclUniqueId)(unsafe.Pointer(commIds)), (*C.ncclConfig_t)(unsafe.Pointer(config)))))
 }
 
 // CommMemStats calls ncclCommMemStats:
@@ -532,7 +532,7 @@ func CommMemStats(comm Comm, stat CommMemStat, value *uint64) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_ncclCommMemStats(C.uintptr_t(fp), C.uintptr_t(comm), C.int(stat), unsafe.Pointer(value))))
+	return resultError(Result(C._ncclgo_tramp_ncclCommMemStats(C.uintptr_t(fp), C.uintptr_t(comm), C.int(stat), (*C.uint64_t)(unsafe.Pointer(value)))))
 }
 
 // CommRegister calls ncclCommRegister:
@@ -584,7 +584,7 @@ func CommShrink(comm Comm, excludeRanksList *int32, excludeRanksCount int32, new
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_ncclCommShrink(C.uintptr_t(fp), C.uintptr_t(comm), unsafe.Pointer(excludeRanksList), C.int(excludeRanksCount), unsafe.Pointer(newcomm), unsafe.Pointer(config), C.int(shrinkFlags))))
+	return resultError(Result(C._ncclgo_tramp_ncclCommShrink(C.uintptr_t(fp), C.uintptr_t(comm), (*C.int)(unsafe.Pointer(excludeRanksList)), C.int(excludeRanksCount), (*C.ncclComm_t)(unsafe.Pointer(newcomm)), (*C.ncclConfig_t)(unsafe.Pointer(config)), C.int(shrinkFlags))))
 }
 
 // CommSplit calls ncclCommSplit:
@@ -597,7 +597,7 @@ func CommSplit(comm Comm, color int32, key int32, newcomm *Comm, config *Config)
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_ncclCommSplit(C.uintptr_t(fp), C.uintptr_t(comm), C.int(color), C.int(key), unsafe.Pointer(newcomm), unsafe.Pointer(config))))
+	return resultError(Result(C._ncclgo_tramp_ncclCommSplit(C.uintptr_t(fp), C.uintptr_t(comm), C.int(color), C.int(key), (*C.ncclComm_t)(unsafe.Pointer(newcomm)), (*C.ncclConfig_t)(unsafe.Pointer(config)))))
 }
 
 // CommSuspend calls ncclCommSuspend:
@@ -623,7 +623,7 @@ func CommUserRank(comm Comm, rank *int32) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_ncclCommUserRank(C.uintptr_t(fp), C.uintptr_t(comm), unsafe.Pointer(rank))))
+	return resultError(Result(C._ncclgo_tramp_ncclCommUserRank(C.uintptr_t(fp), C.uintptr_t(comm), (*C.int)(unsafe.Pointer(rank)))))
 }
 
 // CommWindowDeregister calls ncclCommWindowDeregister:
@@ -649,7 +649,7 @@ func CommWindowRegister(comm Comm, buff unsafe.Pointer, size uint64, win *Window
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_ncclCommWindowRegister(C.uintptr_t(fp), C.uintptr_t(comm), unsafe.Pointer(buff), C.size_t(size), unsafe.Pointer(win), C.int(winFlags))))
+	return resultError(Result(C._ncclgo_tramp_ncclCommWindowRegister(C.uintptr_t(fp), C.uintptr_t(comm), unsafe.Pointer(buff), C.size_t(size), (*C.ncclWindow_t)(unsafe.Pointer(win)), C.int(winFlags))))
 }
 
 // Gather calls ncclGather:
@@ -701,7 +701,7 @@ func GetUniqueId(uniqueId *UniqueId) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_ncclGetUniqueId(C.uintptr_t(fp), unsafe.Pointer(uniqueId))))
+	return resultError(Result(C._ncclgo_tramp_ncclGetUniqueId(C.uintptr_t(fp), (*C.ncclUniqueId)(unsafe.Pointer(uniqueId)))))
 }
 
 // GetVersion calls ncclGetVersion:
@@ -714,7 +714,7 @@ func GetVersion(version *int32) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_ncclGetVersion(C.uintptr_t(fp), unsafe.Pointer(version))))
+	return resultError(Result(C._ncclgo_tramp_ncclGetVersion(C.uintptr_t(fp), (*C.int)(unsafe.Pointer(version)))))
 }
 
 // GroupEnd calls ncclGroupEnd:
@@ -740,7 +740,7 @@ func GroupSimulateEnd(simInfo *SimInfo) error {
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_ncclGroupSimulateEnd(C.uintptr_t(fp), unsafe.Pointer(simInfo))))
+	return resultError(Result(C._ncclgo_tramp_ncclGroupSimulateEnd(C.uintptr_t(fp), (*C.ncclSimInfo_t)(unsafe.Pointer(simInfo)))))
 }
 
 // GroupStart calls ncclGroupStart:
@@ -818,7 +818,7 @@ func RedOpCreatePreMulSum(op *RedOp, scalar unsafe.Pointer, datatype DataType, r
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_ncclRedOpCreatePreMulSum(C.uintptr_t(fp), unsafe.Pointer(op), unsafe.Pointer(scalar), C.int(datatype), C.int(residence), C.uintptr_t(comm))))
+	return resultError(Result(C._ncclgo_tramp_ncclRedOpCreatePreMulSum(C.uintptr_t(fp), (*C.ncclRedOp_t)(unsafe.Pointer(op)), unsafe.Pointer(scalar), C.int(datatype), C.int(residence), C.uintptr_t(comm))))
 }
 
 // RedOpDestroy calls ncclRedOpDestroy:
@@ -923,7 +923,7 @@ func WaitSignal(nDesc int32, signalDescs *WaitSignalDesc, comm Comm, stream Cuda
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_ncclWaitSignal(C.uintptr_t(fp), C.int(nDesc), unsafe.Pointer(signalDescs), C.uintptr_t(comm), C.uintptr_t(stream))))
+	return resultError(Result(C._ncclgo_tramp_ncclWaitSignal(C.uintptr_t(fp), C.int(nDesc), (*C.ncclWaitSignalDesc_t)(unsafe.Pointer(signalDescs)), C.uintptr_t(comm), C.uintptr_t(stream))))
 }
 
 // WinGetUserPtr calls ncclWinGetUserPtr:

@@ -64,6 +64,19 @@ func (g *goPkg) argOf(t *CType) (argKind, string, error) {
 	return 0, "", fmt.Errorf("cannot pass %s", cType(t))
 }
 
+// typedPointee returns the pointee of a pointer parameter that the trampoline takes as
+// a typed pointer (a scalar or a typedef name), or nil for one it takes as void *.
+func typedPointee(t *CType) *CType {
+	if t.Kind != Pointer {
+		return nil
+	}
+	switch el := t.Elem; el.Kind {
+	case Scalar, Named:
+		return el
+	}
+	return nil
+}
+
 // cgoName spells a C scalar or system typedef for cgo (C.uint, C.size_t).
 func cgoName(c string) string {
 	if s, ok := cgoScalar[c]; ok {
@@ -106,8 +119,16 @@ func (g *goPkg) plan(f *Func) (*crossing, error) {
 			tparams = append(tparams, "uintptr_t "+a)
 			targs = append(targs, "("+castTo+")"+a)
 		case argPointer:
-			cr.args = append(cr.args, jen.Qual("unsafe", "Pointer").Call(jen.Id(name)))
-			tparams = append(tparams, "void *"+a)
+			if el := typedPointee(p.Type); el != nil {
+				// A typed pointer: cgo checks a void * argument for Go pointers on every
+				// call, but not a pointer to a type that cannot hold any.
+				cr.args = append(cr.args, jen.Parens(jen.Op("*").Qual("C", cgoTypeName(cgoName(cBase(el))))).Call(
+					jen.Qual("unsafe", "Pointer").Call(jen.Id(name))))
+				tparams = append(tparams, g.mirrorDecl(&CType{Kind: Pointer, Elem: unconst(el)}, a))
+			} else {
+				cr.args = append(cr.args, jen.Qual("unsafe", "Pointer").Call(jen.Id(name)))
+				tparams = append(tparams, "void *"+a)
+			}
 			targs = append(targs, "("+castTo+")"+a)
 		case argValue:
 			ctype := castTo
