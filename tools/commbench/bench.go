@@ -1,0 +1,442 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ncclgo/ncclgo/comm"
+)
+
+// rank is one rank this process drives: its communicator and its device memory.
+type rank interface {
+	// Comm is the rank's typed communicator.
+	Comm() comm.Communicator
+	// Alloc allocates bytes of device memory.
+	Alloc(bytes int64) (comm.DevicePtr, error)
+	// Free frees memory from Alloc.
+	Free(p comm.DevicePtr) error
+	// Write copies data from the host to p.
+	Write(p comm.DevicePtr, data []byte) error
+	// Read copies n bytes at p to the host.
+	Read(p comm.DevicePtr, n int64) ([]byte, error)
+}
+
+// grouper is the group capability of a communicator (comm.NCCLCommunicator has it):
+// send/recv pairs that must progress together go in one group.
+type grouper interface {
+	GroupStart() error
+	GroupEnd() error
+}
+
+// world is the set of ranks a run drives.
+type world struct {
+	ranks     []rank
+	simulated bool
+	// devices describes each rank's device, one line each, for the header.
+	devices []string
+	close   func() error
+}
+
+// measure is one timed and checked column group: time, algbw, busbw, #wrong.
+type measure struct {
+	TimeUS float64 `json:"time_us"`
+	AlgBW  float64 `json:"algbw_gbps"`
+	BusBW  float64 `json:"busbw_gbps"`
+	// Wrong is the number of elements that differ from the host reference, summed over
+	// ranks; nil when results were not checked (-c 0).
+	Wrong *int64 `json:"wrong"`
+}
+
+// row is one line of the table: one message size.
+type row struct {
+	Size  int64  `json:"size"`
+	Count int64  `json:"count"`
+	Type  string `json:"type"`
+	RedOp string `json:"redop"`
+	Root  int    `json:"root"`
+	// OutOfPlace is nil for collectives that comm offers in place only.
+	OutOfPlace *measure `json:"out_of_place"`
+	InPlace    *measure `json:"in_place"`
+}
+
+// table is the result of one collective: nccl-tests' output of one *_perf binary.
+type table struct {
+	Collective string `json:"collective"`
+	Rows       []row  `json:"results"`
+	// OutOfBounds counts the measurements with wrong elements.
+	OutOfBounds int `json:"out_of_bounds"`
+	// AvgBusBW is the mean busbw over every measurement of the table, in GB/s.
+	AvgBusBW float64 `json:"avg_bus_bandwidth"`
+
+	busSum   float64
+	busCount int
+}
+
+// add appends r and updates the footer figures.
+func (t *table) add(r row) {
+	t.Rows = append(t.Rows, r)
+	for _, m := range []*measure{r.OutOfPlace, r.InPlace} {
+		if m == nil {
+			continue
+		}
+		t.busSum += m.BusBW
+		t.busCount++
+		if m.Wrong != nil && *m.Wrong > 0 {
+			t.OutOfBounds++
+		}
+	}
+	if t.busCount > 0 {
+		t.AvgBusBW = t.busSum / float64(t.busCount)
+	}
+}
+
+// test is one collective on one type, operator and root: a sequence of rows.
+type test struct {
+	coll collective
+	t    comm.DType
+	op   comm.ReduceOp
+	root int // -1 when not rooted
+}
+
+func (s test) opName() string {
+	if !s.coll.reduces {
+		return "none"
+	}
+	return s.op.String()
+}
+
+// tests expands the configuration into the tests of one collective.
+func (c config) tests(coll collective, n int) []test {
+	ops := c.ops
+	if !coll.reduces {
+		ops = []comm.ReduceOp{comm.Sum} // data pattern only; printed as "none"
+	}
+	roots := []int{-1}
+	if coll.rooted {
+		roots = []int{c.root}
+		if c.root == -1 {
+			roots = roots[:0]
+			for r := range n {
+				roots = append(roots, r)
+			}
+		}
+	}
+	var out []test
+	for _, t := range c.types {
+		for _, op := range ops {
+			for _, root := range roots {
+				out = append(out, test{coll: coll, t: t, op: op, root: root})
+			}
+		}
+	}
+	return out
+}
+
+// buffers are one rank's send and receive buffers, each large enough for the largest
+// message of a test in either form.
+type buffers struct {
+	send, recv comm.DevicePtr
+	bytes      int64
+}
+
+// runner drives the ranks of a world through the tests.
+type runner struct {
+	cfg      config
+	w        *world
+	progress *progress
+}
+
+// n is the world size.
+func (r *runner) n() int { return len(r.w.ranks) }
+
+// runTest measures every size of one test and hands each row to emit.
+func (r *runner) runTest(ctx context.Context, s test, emit func(row)) error {
+	if s.coll.rooted && s.root >= r.n() {
+		return fmt.Errorf("%s: root %d is not a rank of a world of %d", s.coll.name, s.root, r.n())
+	}
+	elem := int64(s.t.Size())
+	sizes := r.cfg.sizes()
+	maxLay := s.coll.layout(r.cfg.maxBytes/elem, int64(r.n()))
+	bufs, err := r.alloc(maxLay.bytes(elem))
+	if err != nil {
+		return err
+	}
+	defer r.free(bufs)
+
+	// Warm up at the largest and the smallest size, like nccl-tests.
+	for _, size := range []int64{r.cfg.maxBytes, r.cfg.minBytes} {
+		lay := s.coll.layout(size/elem, int64(r.n()))
+		if err := r.timed(ctx, s, lay, bufs, !s.coll.outOfPlace, r.cfg.warmup, nil); err != nil {
+			return fmt.Errorf("%s warm-up at %d bytes: %w", s.coll.name, size, err)
+		}
+	}
+	for i, size := range sizes {
+		r.progress.update(s, size, i, len(sizes))
+		lay := s.coll.layout(size/elem, int64(r.n()))
+		out := row{Size: lay.bytes(elem), Count: lay.param, Type: typeName(s.t), RedOp: s.opName(), Root: s.root}
+		if s.coll.outOfPlace {
+			if out.OutOfPlace, err = r.measure(ctx, s, lay, bufs, false); err != nil {
+				return err
+			}
+		}
+		if out.InPlace, err = r.measure(ctx, s, lay, bufs, true); err != nil {
+			return err
+		}
+		emit(out)
+	}
+	return nil
+}
+
+func (r *runner) alloc(bytes int64) ([]buffers, error) {
+	bufs := make([]buffers, 0, r.n())
+	for i, rk := range r.w.ranks {
+		b := buffers{bytes: bytes}
+		var err error
+		if b.send, err = rk.Alloc(max(bytes, 1)); err == nil {
+			if b.recv, err = rk.Alloc(max(bytes, 1)); err != nil {
+				_ = rk.Free(b.send)
+			}
+		}
+		if err != nil {
+			r.free(bufs)
+			return nil, fmt.Errorf("rank %d: allocating 2 x %d bytes: %w", i, bytes, err)
+		}
+		bufs = append(bufs, b)
+	}
+	return bufs, nil
+}
+
+func (r *runner) free(bufs []buffers) {
+	for i, b := range bufs {
+		_ = r.w.ranks[i].Free(b.send)
+		_ = r.w.ranks[i].Free(b.recv)
+	}
+}
+
+// measure times one form (in place or not) of one size and checks its result.
+func (r *runner) measure(ctx context.Context, s test, lay layout, bufs []buffers, inPlace bool) (*measure, error) {
+	form := "out-of-place"
+	if inPlace {
+		form = "in-place"
+	}
+	times := make([]time.Duration, r.n())
+	if err := r.timed(ctx, s, lay, bufs, inPlace, r.cfg.iters, times); err != nil {
+		return nil, fmt.Errorf("%s %s of %d elements: %w", s.coll.name, form, lay.param, err)
+	}
+	var sum time.Duration
+	for _, d := range times {
+		sum += d
+	}
+	sec := sum.Seconds() / float64(r.n()) / float64(r.cfg.iters) // nccl-tests: average over ranks
+	m := &measure{TimeUS: sec * 1e6}
+	m.AlgBW, m.BusBW = s.coll.bandwidth(lay.param, int64(s.t.Size()), r.n(), sec)
+	if r.cfg.check > 0 {
+		var bad int64
+		for range r.cfg.check {
+			w, err := r.check(ctx, s, lay, bufs, inPlace)
+			if err != nil {
+				return nil, fmt.Errorf("%s %s check of %d elements: %w", s.coll.name, form, lay.param, err)
+			}
+			if bad = w; bad > 0 {
+				break
+			}
+		}
+		m.Wrong = &bad
+	}
+	return m, nil
+}
+
+// parallel runs f for every rank at once, from one goroutine each, released together,
+// and returns the first error; the others see ctx cancelled.
+func (r *runner) parallel(ctx context.Context, f func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := make(chan struct{})
+	errs := make([]error, r.n())
+	var wg sync.WaitGroup
+	for i := range r.w.ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if errs[i] = f(ctx, i); errs[i] != nil {
+				cancel()
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("rank %d: %w", i, err)
+		}
+	}
+	for i, err := range errs {
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// timed issues iters operations on every rank and waits for them; times, when not nil,
+// receives each rank's wall time from the first issue to the completed Sync.
+func (r *runner) timed(ctx context.Context, s test, lay layout, bufs []buffers, inPlace bool, iters int, times []time.Duration) error {
+	if iters == 0 {
+		return nil
+	}
+	return r.parallel(ctx, func(ctx context.Context, i int) error {
+		c := r.w.ranks[i].Comm()
+		t0 := time.Now()
+		for range iters {
+			if err := r.issue(c, i, s, lay, bufs[i], inPlace); err != nil {
+				return err
+			}
+		}
+		if err := c.Sync(ctx); err != nil {
+			return err
+		}
+		if times != nil {
+			times[i] = time.Since(t0)
+		}
+		return nil
+	})
+}
+
+// pointers returns the send and receive pointers of rank i for one form of s.
+func pointers(s test, lay layout, b buffers, i int, inPlace bool) (send, recv comm.DevicePtr) {
+	if !inPlace {
+		return b.send, b.recv
+	}
+	elem := int64(s.t.Size())
+	base := b.recv
+	return base + comm.DevicePtr(int64(i)*lay.sendInPlace*elem), base + comm.DevicePtr(int64(i)*lay.recvInPlace*elem)
+}
+
+// issue enqueues one operation of s on rank i's communicator c.
+func (r *runner) issue(c comm.Communicator, i int, s test, lay layout, b buffers, inPlace bool) error {
+	send, recv := pointers(s, lay, b, i, inPlace)
+	count := int(lay.param)
+	switch s.coll.name {
+	case "all_reduce":
+		return c.AllReduce(recv, count, s.t, s.op)
+	case "all_gather":
+		return c.AllGather(send, recv, count, s.t)
+	case "reduce_scatter":
+		return c.ReduceScatter(send, recv, count, s.t, s.op)
+	case "broadcast":
+		return c.Broadcast(recv, count, s.t, s.root)
+	case "sendrecv":
+		g, ok := c.(grouper)
+		if !ok {
+			return fmt.Errorf("sendrecv needs GroupStart/GroupEnd, which %T does not offer", c)
+		}
+		n := r.n()
+		if err := g.GroupStart(); err != nil {
+			return err
+		}
+		errSend := c.Send(send, count, s.t, (i+1)%n, 0)
+		errRecv := c.Recv(recv, count, s.t, (i-1+n)%n, 0)
+		return errors.Join(errSend, errRecv, g.GroupEnd())
+	}
+	return fmt.Errorf("unknown collective %q", s.coll.name)
+}
+
+// check fills every rank's buffers from the reference inputs, runs s once, and counts
+// the elements that differ from the host reference, summed over ranks.
+func (r *runner) check(ctx context.Context, s test, lay layout, bufs []buffers, inPlace bool) (int64, error) {
+	n := r.n()
+	elem := int64(s.t.Size())
+	if err := r.parallel(ctx, func(_ context.Context, i int) error {
+		return r.fill(s, lay, bufs[i], i, inPlace)
+	}); err != nil {
+		return 0, err
+	}
+	if err := r.timed(ctx, s, lay, bufs, inPlace, 1, nil); err != nil {
+		return 0, err
+	}
+	wrongs := make([]int64, n)
+	err := r.parallel(ctx, func(_ context.Context, i int) error {
+		_, recv := pointers(s, lay, bufs[i], i, inPlace)
+		got, err := r.w.ranks[i].Read(recv, lay.recv*elem)
+		if err != nil {
+			return err
+		}
+		wrongs[i] = wrong(s.t, s.op, n, got, expected(s, lay, n, i))
+		return nil
+	})
+	var total int64
+	for _, w := range wrongs {
+		total += w
+	}
+	return total, err
+}
+
+// fill writes rank i's inputs, and poison where its outputs go, for one form of s.
+func (r *runner) fill(s test, lay layout, b buffers, i int, inPlace bool) error {
+	n := r.n()
+	elem := int64(s.t.Size())
+	rk := r.w.ranks[i]
+	in := func(count, offset int64) []byte {
+		buf := make([]byte, count*elem)
+		for j := range count {
+			encode(s.t, buf, j, input(s.t, s.op, n, i, offset+j))
+		}
+		return buf
+	}
+	poisoned := func(count int64) []byte {
+		buf := make([]byte, count*elem)
+		poison(buf)
+		return buf
+	}
+	send, recv := pointers(s, lay, b, i, inPlace)
+	switch s.coll.name {
+	case "all_reduce":
+		return rk.Write(recv, in(lay.param, 0))
+	case "broadcast":
+		if i == s.root {
+			return rk.Write(recv, in(lay.param, 0))
+		}
+		return rk.Write(recv, poisoned(lay.param))
+	case "all_gather":
+		if err := rk.Write(recv, poisoned(lay.recv)); err != nil {
+			return err
+		}
+		return rk.Write(send, in(lay.send, 0))
+	case "reduce_scatter":
+		if !inPlace {
+			if err := rk.Write(recv, poisoned(lay.recv)); err != nil {
+				return err
+			}
+		}
+		return rk.Write(send, in(lay.send, 0))
+	case "sendrecv":
+		if !inPlace {
+			if err := rk.Write(recv, poisoned(lay.recv)); err != nil {
+				return err
+			}
+		}
+		return rk.Write(send, in(lay.send, 0))
+	}
+	return fmt.Errorf("unknown collective %q", s.coll.name)
+}
+
+// expected is the reference of rank i's output, element by element.
+func expected(s test, lay layout, n, i int) func(j int64) float64 {
+	switch s.coll.name {
+	case "all_reduce":
+		return func(j int64) float64 { return reduce(s.t, s.op, n, j) }
+	case "broadcast":
+		return func(j int64) float64 { return input(s.t, s.op, n, s.root, j) }
+	case "all_gather":
+		return func(j int64) float64 { return input(s.t, s.op, n, int(j/max(lay.send, 1)), j%max(lay.send, 1)) }
+	case "reduce_scatter":
+		return func(j int64) float64 { return reduce(s.t, s.op, n, int64(i)*lay.recv+j) }
+	case "sendrecv":
+		return func(j int64) float64 { return input(s.t, s.op, n, (i-1+n)%n, j) }
+	}
+	return func(int64) float64 { return 0 }
+}

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/raw/cuda"
+)
+
+// gpuRank is one GPU of this process: comm's NCCL backend on it and its memory through
+// the CUDA driver's primary context.
+type gpuRank struct {
+	b   *comm.NCCL
+	dev cuda.Device
+	ctx cuda.Context
+}
+
+func (g *gpuRank) Comm() comm.Communicator { return g.b.Communicator() }
+
+// onDevice runs f on a locked OS thread with the rank's context current.
+func (g *gpuRank) onDevice(f func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := cuda.CtxSetCurrent(g.ctx); err != nil {
+		return fmt.Errorf("cuCtxSetCurrent: %w", err)
+	}
+	return f()
+}
+
+func (g *gpuRank) Alloc(bytes int64) (comm.DevicePtr, error) {
+	var p cuda.Deviceptr
+	err := g.onDevice(func() error { return cuda.MemAlloc(&p, uint64(bytes)) })
+	return comm.DevicePtr(p), err
+}
+
+func (g *gpuRank) Free(p comm.DevicePtr) error {
+	return g.onDevice(func() error { return cuda.MemFree(cuda.Deviceptr(p)) })
+}
+
+// Write copies data to p and waits until the copy has landed (a copy from pageable
+// memory may return before it completes, and NCCL's stream does not wait for it).
+func (g *gpuRank) Write(p comm.DevicePtr, data []byte) error {
+	if len(data) == 0 {
+		return nil
+	}
+	return g.onDevice(func() error {
+		if err := cuda.MemcpyHtoD(cuda.Deviceptr(p), unsafe.Pointer(&data[0]), uint64(len(data))); err != nil {
+			return err
+		}
+		return cuda.CtxSynchronize()
+	})
+}
+
+func (g *gpuRank) Read(p comm.DevicePtr, n int64) ([]byte, error) {
+	buf := make([]byte, n)
+	if n == 0 {
+		return buf, nil
+	}
+	err := g.onDevice(func() error { return cuda.MemcpyDtoH(unsafe.Pointer(&buf[0]), cuda.Deviceptr(p), uint64(n)) })
+	return buf, err
+}
+
+// openGPUs starts one rank of comm's NCCL backend per GPU (the first n, or every
+// visible one for n = 0), all in this process.
+func openGPUs(ctx context.Context, n int) (*world, error) {
+	if err := cuda.Init(0); err != nil {
+		return nil, fmt.Errorf("no GPU to measure (cuInit: %w); run with -sim N to measure the software layers on the simulator", err)
+	}
+	var count int32
+	if err := cuda.DeviceGetCount(&count); err != nil {
+		return nil, fmt.Errorf("cuDeviceGetCount: %w", err)
+	}
+	switch {
+	case count == 0:
+		return nil, errors.New("no GPU to measure; run with -sim N to measure the software layers on the simulator")
+	case n == 0:
+		n = int(count)
+	case n > int(count):
+		return nil, fmt.Errorf("-g %d: only %d GPUs are visible", n, count)
+	}
+	id, err := comm.NewUniqueID()
+	if err != nil {
+		return nil, fmt.Errorf("creating the NCCL unique id: %w", err)
+	}
+	ranks := make([]*gpuRank, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ranks[i], errs[i] = openGPU(ctx, id, i, n)
+		}()
+	}
+	wg.Wait()
+	w := &world{}
+	for _, r := range ranks {
+		if r != nil {
+			w.ranks = append(w.ranks, r)
+		}
+	}
+	w.close = func() error {
+		var errs []error
+		for _, r := range ranks {
+			if r != nil {
+				errs = append(errs, r.b.Close(), cuda.DevicePrimaryCtxRelease(r.dev))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, errors.Join(err, w.close())
+	}
+	host, _ := os.Hostname()
+	for i, r := range ranks {
+		name := make([]byte, 128)
+		_ = cuda.DeviceGetName(&name[0], int32(len(name)), r.dev)
+		bus := make([]byte, 32)
+		_ = cuda.DeviceGetPCIBusId(&bus[0], int32(len(bus)), r.dev)
+		w.devices = append(w.devices, fmt.Sprintf("Rank %2d Group  0 Pid %6d on %10s device %2d [%s] %s",
+			i, os.Getpid(), host, i, cstr(bus), cstr(name)))
+	}
+	return w, nil
+}
+
+// openGPU starts rank i of n on device i.
+func openGPU(ctx context.Context, id comm.UniqueID, i, n int) (*gpuRank, error) {
+	g := &gpuRank{}
+	if err := cuda.DeviceGet(&g.dev, int32(i)); err != nil {
+		return nil, fmt.Errorf("rank %d: cuDeviceGet: %w", i, err)
+	}
+	if err := cuda.DevicePrimaryCtxRetain(&g.ctx, g.dev); err != nil {
+		return nil, fmt.Errorf("rank %d: cuDevicePrimaryCtxRetain: %w", i, err)
+	}
+	b, err := comm.NewNCCL(ctx, id, i, n, comm.WithDevice(i), comm.WithName(fmt.Sprintf("commbench-%d", i)))
+	if err != nil {
+		return nil, errors.Join(err, cuda.DevicePrimaryCtxRelease(g.dev))
+	}
+	g.b = b
+	return g, nil
+}
+
+// cstr is the text of a NUL-terminated buffer.
+func cstr(b []byte) string {
+	for i, c := range b {
+		if c == 0 {
+			return string(b[:i])
+		}
+	}
+	return string(b)
+}

@@ -1,0 +1,167 @@
+// Command commbench is nccl-tests for ncclgo: it measures all-reduce, all-gather,
+// reduce-scatter, broadcast and send/recv through package comm and prints nccl-tests'
+// table (the same columns, bandwidth formulas and footer), or JSON with -json.
+//
+// Usage:
+//
+//	go run ./tools/commbench [-op allreduce] [-b 8] [-e 128M] [-f 2] [-n 20] [-w 1] [-c 1] [-dtype float] [-redop sum]
+//	go run ./tools/commbench -sim 4 -op all -b 1K -e 1M -f 4
+//
+// Without -sim it drives every visible GPU from this process, one rank per GPU, with
+// comm's NCCL backend. With -sim N it runs N ranks of the same backend on commtest's
+// host-memory simulator: every line is marked SIMULATED, and the times measure ncclgo's
+// software layers only. -c checks every result against a host reference and counts the
+// wrong elements in the #wrong columns; the exit status is 1 when any is wrong.
+//
+// comm's AllReduce and Broadcast are in place only, so their out-of-place columns say
+// N/A. Sizes take K, M and G suffixes (1024-based, as in nccl-tests).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, openWorld))
+}
+
+// opener builds the world a configuration asks for.
+type opener func(ctx context.Context, c config) (*world, error)
+
+// openWorld opens the simulator for -sim N, else the GPUs.
+func openWorld(ctx context.Context, c config) (*world, error) {
+	if c.sim > 0 {
+		return openSim(ctx, c.sim)
+	}
+	return openGPUs(ctx, c.gpus)
+}
+
+// report is the -json output.
+type report struct {
+	Tool      string `json:"tool"`
+	Version   string `json:"version"`
+	Simulated bool   `json:"simulated"`
+	// Note says what the figures mean when they are not a GPU's.
+	Note        string     `json:"note,omitempty"`
+	Ranks       int        `json:"ranks"`
+	Devices     []string   `json:"devices"`
+	Config      jsonConfig `json:"config"`
+	Collectives []*table   `json:"collectives"`
+	// OutOfBounds counts the measurements, over all collectives, with wrong elements.
+	OutOfBounds int `json:"out_of_bounds"`
+}
+
+type jsonConfig struct {
+	MinBytes   int64    `json:"minimum_bytes"`
+	MaxBytes   int64    `json:"maximum_bytes"`
+	StepFactor int64    `json:"step_factor,omitempty"`
+	StepBytes  int64    `json:"step_bytes,omitempty"`
+	Warmup     int      `json:"warmup_iters"`
+	Iters      int      `json:"iterations"`
+	Check      int      `json:"validation"`
+	Args       []string `json:"args"`
+}
+
+// run is the whole command: 0 when every result is right, 1 on a failure or a wrong
+// result, 2 for a bad command line.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, open opener) int {
+	cfg, err := parseArgs(args, stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case err != nil:
+		fmt.Fprintf(stderr, "commbench: %v\n", err)
+		return 2
+	}
+	if cfg.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.timeout)
+		defer cancel()
+	}
+	w, err := open(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "commbench: %v\n", err)
+		return 1
+	}
+	rep, err := bench(ctx, cfg, w, stdout, newProgress(stderr))
+	if cerr := w.close(); cerr != nil && err == nil {
+		err = fmt.Errorf("closing: %w", cerr)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "commbench: %v\n", err)
+		return 1
+	}
+	if rep.OutOfBounds > 0 {
+		return 1
+	}
+	return 0
+}
+
+// bench runs every test of cfg on w and writes the table (or, with -json, the report)
+// to out.
+func bench(ctx context.Context, cfg config, w *world, out io.Writer, p *progress) (report, error) {
+	defer p.done()
+	rep := report{
+		Tool: "commbench", Version: version(), Simulated: w.simulated, Ranks: len(w.ranks),
+		Devices: w.devices, Collectives: []*table{},
+		Config: jsonConfig{MinBytes: cfg.minBytes, MaxBytes: cfg.maxBytes, Warmup: cfg.warmup,
+			Iters: cfg.iters, Check: cfg.check, Args: cfg.args},
+	}
+	if cfg.stepFactor > 1 {
+		rep.Config.StepFactor = cfg.stepFactor
+	} else {
+		rep.Config.StepBytes = cfg.stepBytes
+	}
+	if w.simulated {
+		rep.Note = simNote
+	}
+	var text *textOut
+	if !cfg.json {
+		text = &textOut{w: out, sim: w.simulated}
+		text.preamble(cfg, rep.Version, w)
+	}
+	r := &runner{cfg: cfg, w: w, progress: p}
+	for _, coll := range cfg.colls {
+		t := &table{Collective: coll.name, Rows: []row{}}
+		if text != nil {
+			text.header(coll)
+		}
+		for _, s := range cfg.tests(coll, len(w.ranks)) {
+			err := r.runTest(ctx, s, func(rw row) {
+				t.add(rw)
+				if text != nil {
+					text.row(rw)
+				}
+			})
+			if err != nil {
+				return rep, err
+			}
+		}
+		if text != nil {
+			text.footer(t)
+		}
+		rep.Collectives = append(rep.Collectives, t)
+		rep.OutOfBounds += t.OutOfBounds
+	}
+	if text != nil {
+		return rep, text.err
+	}
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return rep, enc.Encode(rep)
+}
+
+// version is the module version of this binary: "(devel)" inside the repository.
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(unknown version)"
+}
