@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // childEnv marks a process started by RunChild.
@@ -90,4 +91,37 @@ func RunChild(t *testing.T, test string, env ...string) {
 		t.Fatalf("child %s %v ran no test:\n%s", test, env, out)
 	}
 	t.Logf("child %s %v:\n%s", test, env, out)
+}
+
+// Alternate runs a and b for n iterations each, in blocks of the same size, swapping which
+// goes first every other block, and returns the time each took. Benchmarks use it to
+// measure a call and its baseline in the same run under the same conditions.
+func Alternate(n int, a, b func(n int)) (ta, tb time.Duration) {
+	const block = 1024
+	for done, i := 0, 0; done < n; done, i = done+block, i+1 {
+		m := min(block, n-done)
+		t0 := time.Now()
+		if i%2 == 0 {
+			a(m)
+			t1 := time.Now()
+			b(m)
+			ta += t1.Sub(t0)
+			tb += time.Since(t1)
+		} else {
+			b(m)
+			t1 := time.Now()
+			a(m)
+			tb += t1.Sub(t0)
+			ta += time.Since(t1)
+		}
+	}
+	return ta, tb
+}
+
+// ReportRatio reports the per-op times of a call and its baseline, measured over n
+// iterations each, and their ratio, as the benchmark's metrics.
+func ReportRatio(b *testing.B, call, base time.Duration, callName, baseName string) {
+	b.ReportMetric(float64(call.Nanoseconds())/float64(b.N), callName+"-ns/op")
+	b.ReportMetric(float64(base.Nanoseconds())/float64(b.N), baseName+"-ns/op")
+	b.ReportMetric(float64(call)/float64(base), callName+"/"+baseName)
 }
