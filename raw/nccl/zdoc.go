@@ -45,4 +45,11 @@
 // result value, which is an error). A function with another result returns (value, error),
 // where the error is only a load error. A missing library or symbol is an error naming the
 // symbol and the first pinned header version that declares it.
+//
+// # Calls
+//
+// Each function calls a static C trampoline declared #cgo noescape and nocallback: a call
+// allocates nothing. The library must therefore not keep a Go pointer after the call
+// returns (host memory it registers, user data of callbacks): pass C or pinned memory there.
+// Pointer fields of structs passed by pointer must not point to unpinned Go memory either.
 package nccl

@@ -58,7 +58,12 @@ func (g *goPkg) emitDoc() *jen.File {
 	fmt.Fprintf(&b, "\nA function whose C result is %s returns error (nil on success; otherwise the\n", g.cfg.Result)
 	b.WriteString("result value, which is an error). A function with another result returns (value, error),\n")
 	b.WriteString("where the error is only a load error. A missing library or symbol is an error naming the\n")
-	b.WriteString("symbol and the first pinned header version that declares it.")
+	b.WriteString("symbol and the first pinned header version that declares it.\n\n")
+	b.WriteString("# Calls\n\n")
+	b.WriteString("Each function calls a static C trampoline declared #cgo noescape and nocallback: a call\n")
+	b.WriteString("allocates nothing. The library must therefore not keep a Go pointer after the call\n")
+	b.WriteString("returns (host memory it registers, user data of callbacks): pass C or pinned memory there.\n")
+	b.WriteString("Pointer fields of structs passed by pointer must not point to unpinned Go memory either.")
 	for _, l := range strings.Split(b.String(), "\n") {
 		f.PackageComment(l)
 	}
