@@ -48,8 +48,8 @@
 //	typedef of a typedef                 Go alias
 //	valued #define                       untyped constant (pointer-valued: typed by its handle type or uintptr)
 //
-// A function whose C result is CUresult returns error (nil on success; otherwise the
-// result value, which is an error). A function with another result returns (value, error),
+// A function whose C result is CUresult returns error: nil on success, otherwise an error
+// matching the Result with errors.Is and errors.As. A function with another result returns (value, error),
 // where the error is only a load error. A missing library or symbol is an error naming the
 // symbol and the first pinned header version that declares it.
 //

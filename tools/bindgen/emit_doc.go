@@ -55,8 +55,8 @@ func (g *goPkg) emitDoc() *jen.File {
 	} {
 		fmt.Fprintf(&b, "\t%-36s %s\n", row[0], row[1])
 	}
-	fmt.Fprintf(&b, "\nA function whose C result is %s returns error (nil on success; otherwise the\n", g.cfg.Result)
-	b.WriteString("result value, which is an error). A function with another result returns (value, error),\n")
+	fmt.Fprintf(&b, "\nA function whose C result is %s returns error: nil on success, otherwise an error\n", g.cfg.Result)
+	b.WriteString("matching the Result with errors.Is and errors.As. A function with another result returns (value, error),\n")
 	b.WriteString("where the error is only a load error. A missing library or symbol is an error naming the\n")
 	b.WriteString("symbol and the first pinned header version that declares it.\n\n")
 	b.WriteString("# Calls\n\n")
