@@ -198,3 +198,44 @@ func TestNameCollisionIsAnErrorUntilRenamed(t *testing.T) {
 }
 
 func writeFile(path, s string) error { return os.WriteFile(path, []byte(s), 0o644) }
+
+func TestSettingsMustAgreeOnWhatTheyShare(t *testing.T) {
+	tests := []struct{ name, extra, want string }{
+		{"typedef", "#ifdef FAKE_WIDE\ntypedef long fakeInt_t;\n#else\ntypedef int fakeInt_t;\n#endif",
+			"type fakeInt_t: declared differently in setting wide: long fakeInt_t vs int fakeInt_t"},
+		{"macro", "#ifdef FAKE_WIDE\n#define FAKE_WIDTH 64\n#else\n#define FAKE_WIDTH 32\n#endif",
+			"macro FAKE_WIDTH: has another value in setting wide"},
+		{"function", "#ifdef FAKE_WIDE\nvoid fakeSet(long v);\n#else\nvoid fakeSet(int v);\n#endif",
+			"function fakeSet: declared differently in setting wide"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, root, cache := fakeSetup(t, tt.extra)
+			cfg.Settings = append(cfg.Settings, Setting{Name: "wide", Defines: []string{"FAKE_WIDE"}})
+			err := generate(cfg, root, cache, io.Discard)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+}
+
+func TestPerSettingSymbolsGetTheirOwnNames(t *testing.T) {
+	extra := "#ifdef FAKE_PTDS\n#define fakeCopy fakeCopy_ptds\n#endif\nfakeResult_t fakeCopy(void *dst);\n" +
+		"#ifdef FAKE_LEGACY\n#undef fakeOpen\nfakeResult_t fakeOpen(fakeHandle_t *h);\n#endif"
+	cfg, root, cache := fakeSetup(t, extra)
+	cfg.Settings = append(cfg.Settings,
+		Setting{Name: "ptds", Defines: []string{"FAKE_PTDS"}},
+		Setting{Name: "legacy", Defines: []string{"FAKE_LEGACY"}})
+	require.NoError(t, generate(cfg, root, cache, io.Discard))
+	files := readTree(t, root)
+	funcs := files[filepath.Join("raw", "fake", "zfuncs_cgo.go")]
+	assert.Contains(t, funcs, "func Copy(dst unsafe.Pointer) error {")
+	assert.Contains(t, funcs, "func CopyPtds(dst unsafe.Pointer) error {")
+	assert.Contains(t, funcs, "func Open(h *Handle, desc *Desc, id Id) error {")
+	assert.Contains(t, funcs, "func OpenLegacy(h *Handle) error {")
+	assert.Contains(t, funcs, "C._ncclgo_tramp_fakeCopy_ptds(")
+	snap := files[filepath.Join("gen", "snapshot", "fake-1.0.txt")]
+	assert.Contains(t, snap, "func fakeCopy -> fakeCopy_ptds: fakeResult_t fakeCopy_ptds(void *dst) [ptds]\n")
+	assert.Contains(t, snap, "func fakeOpen -> fakeOpen: fakeResult_t fakeOpen(fakeHandle_t *h) [legacy]\n")
+	assert.Contains(t, snap, "func fakeName -> fakeName: const char *fakeName(fakeResult_t r) [default ptds legacy]\n")
+}

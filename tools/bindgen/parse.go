@@ -470,16 +470,19 @@ func (p *parser) typedef(dr *cc.Declarator, spec, where string) {
 		p.skip("type", name, r)
 		return
 	}
-	if old := p.types[name]; old != nil {
-		return // the same typedef in another setting
-	}
+	old := p.types[name]
 	d, err := p.typedefDecl(dr, spec, where)
 	if err != nil {
 		p.fail(where, "type", name, err.Error())
 		return
 	}
-	if d != nil {
+	switch {
+	case d == nil:
+	case old == nil:
 		p.types[name] = d
+	case old.Kind == DeclTypedef && cDecl(old.Underlying, name) != cDecl(d.Underlying, name):
+		p.fail(where, "type", name, fmt.Sprintf("declared differently in setting %s: %s vs %s",
+			p.setting, cDecl(d.Underlying, name), cDecl(old.Underlying, name)))
 	}
 }
 
@@ -680,7 +683,13 @@ func (p *parser) macros(ast *cc.AST) {
 		m := ast.Macros[name]
 		mp := m.Position()
 		where := p.pos(mp.Filename, mp.Line, mp.Column)
-		if p.skipped["macro "+name] || p.consts[name] != nil || p.skipped["macro-noval "+name] {
+		if p.skipped["macro "+name] || p.skipped["macro-noval "+name] {
+			continue
+		}
+		if old := p.consts[name]; old != nil {
+			if c, err := p.macroConst(name, m, where); err != nil || constText(c) != constText(old) {
+				p.fail(where, "macro", name, fmt.Sprintf("has another value in setting %s", p.setting))
+			}
 			continue
 		}
 		if r := p.cfg.skipped("macro", name); r != "" {
