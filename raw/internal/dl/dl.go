@@ -14,6 +14,7 @@ package dl
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -338,9 +339,12 @@ func (l *Library) search(explicit string) *loaded {
 		st.info.Path = path
 		st.info.Source = c.Source
 		l.readVersion(st)
+		slog.Debug("ncclgo: library loaded", "library", l.Name, "path", path, "source", c.Source,
+			"version", st.info.Version, "attempts", len(st.info.Attempts))
 		return st
 	}
 	st.info.Err = &LoadError{Library: l.Name, Attempts: st.info.Attempts}
+	slog.Debug("ncclgo: library not loaded", "library", l.Name, "error", st.info.Err)
 	return st
 }
 
