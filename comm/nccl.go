@@ -81,11 +81,7 @@ func NewNCCL(ctx context.Context, id UniqueID, rank, world int, opts ...Option) 
 // NewUniqueID creates a new NCCL unique id (ncclGetUniqueId) for NewNCCL. One rank
 // creates it and shares it with the others.
 func NewUniqueID() (UniqueID, error) {
-	d, err := productionDriver(-1, 0)
-	if err != nil {
-		return UniqueID{}, err
-	}
-	id, err := d.GetUniqueID()
+	id, err := productionUniqueID()
 	if err != nil {
 		return UniqueID{}, fmt.Errorf("get-unique-id: %w", err)
 	}

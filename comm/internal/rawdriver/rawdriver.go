@@ -1,0 +1,413 @@
+// Package rawdriver is the production seam.Driver: comm's NCCL backend calling the real
+// libcuda and libnccl through raw/cuda and raw/nccl (loaded at run time, no -lnccl). It
+// builds with CGO_ENABLED=0, where every call fails with the raw packages' ErrNeedsCgo.
+//
+// NCCL failures are returned as *seam.Error carrying raw's *nccl.Error (so errors.As
+// reaches both); CUDA failures as raw's cuda.Result. The success paths allocate nothing.
+package rawdriver
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/raw/cuda"
+	"github.com/ncclgo/ncclgo/raw/nccl"
+)
+
+// Driver drives one CUDA device (its primary context) and the NCCL communicators of the
+// rank that uses it.
+type Driver struct {
+	ordinal int
+	dev     cuda.Device
+	ctx     cuda.Context
+}
+
+var _ seam.Driver = (*Driver)(nil)
+var _ seam.CommInfo = (*Driver)(nil)
+
+var initOnce = sync.OnceValue(func() error { return cuda.Init(0) })
+
+// New initialises CUDA and retains the primary context of device ordinal; a negative
+// ordinal picks rank modulo the number of visible devices.
+func New(ordinal, rank int) (*Driver, error) {
+	if err := initOnce(); err != nil {
+		return nil, fmt.Errorf("cuInit: %w", err)
+	}
+	if ordinal < 0 {
+		var n int32
+		if err := cuda.DeviceGetCount(&n); err != nil {
+			return nil, fmt.Errorf("cuDeviceGetCount: %w", err)
+		}
+		if n < 1 {
+			return nil, fmt.Errorf("cuDeviceGetCount: no CUDA device visible")
+		}
+		ordinal = rank % int(n)
+	}
+	d := &Driver{ordinal: ordinal}
+	if err := cuda.DeviceGet(&d.dev, int32(ordinal)); err != nil {
+		return nil, fmt.Errorf("cuDeviceGet(%d): %w", ordinal, err)
+	}
+	if err := cuda.DevicePrimaryCtxRetain(&d.ctx, d.dev); err != nil {
+		return nil, fmt.Errorf("cuDevicePrimaryCtxRetain(device %d): %w", ordinal, err)
+	}
+	return d, nil
+}
+
+// UniqueID calls ncclGetUniqueId; it needs no device.
+func UniqueID() (seam.UniqueID, error) {
+	var id nccl.UniqueId
+	if err := nccl.GetUniqueId(&id); err != nil {
+		return seam.UniqueID{}, ncclErr(err)
+	}
+	return seam.UniqueID(id.Internal), nil
+}
+
+// Ordinal is the device the driver uses.
+func (d *Driver) Ordinal() int { return d.ordinal }
+
+// ncclErr turns raw's NCCL error into a *seam.Error; load and symbol errors stay as
+// they are.
+func ncclErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	var r nccl.Result
+	if errors.As(err, &r) {
+		return &seam.Error{Code: seam.Result(r), Err: err}
+	}
+	return err
+}
+
+// ptr gives C a device address. Device addresses lie in the unified address space that
+// CUDA reserves in the process, never in Go's heap.
+func ptr(p seam.Ptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&p)) }
+
+// handle gives C back an opaque NCCL handle.
+func handle(h seam.Handle) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&h)) }
+
+// SetDevice makes the device's primary context current on the calling thread.
+func (d *Driver) SetDevice() error { return cuda.CtxSetCurrent(d.ctx) }
+
+// MemAlloc is cuMemAlloc_v2.
+func (d *Driver) MemAlloc(bytes uint64) (seam.Ptr, error) {
+	var p cuda.Deviceptr
+	if err := cuda.MemAlloc(&p, bytes); err != nil {
+		return 0, err
+	}
+	return seam.Ptr(p), nil
+}
+
+// MemFree is cuMemFree_v2.
+func (d *Driver) MemFree(p seam.Ptr) error { return cuda.MemFree(cuda.Deviceptr(p)) }
+
+// MemcpyDtoDAsync is cuMemcpyDtoDAsync_v2.
+func (d *Driver) MemcpyDtoDAsync(dst, src seam.Ptr, bytes uint64, s seam.Stream) error {
+	return cuda.MemcpyDtoDAsync(cuda.Deviceptr(dst), cuda.Deviceptr(src), bytes, cuda.Stream(s))
+}
+
+// StreamCreate is cuStreamCreate with CU_STREAM_NON_BLOCKING.
+func (d *Driver) StreamCreate() (seam.Stream, error) {
+	var s cuda.Stream
+	if err := cuda.StreamCreate(&s, uint32(cuda.StreamNonBlocking)); err != nil {
+		return 0, err
+	}
+	return seam.Stream(s), nil
+}
+
+// StreamDestroy is cuStreamDestroy_v2.
+func (d *Driver) StreamDestroy(s seam.Stream) error { return cuda.StreamDestroy(cuda.Stream(s)) }
+
+// StreamSynchronize is cuStreamSynchronize.
+func (d *Driver) StreamSynchronize(s seam.Stream) error {
+	return cuda.StreamSynchronize(cuda.Stream(s))
+}
+
+// StreamQuery is cuStreamQuery; CUDA_ERROR_NOT_READY is (false, nil).
+func (d *Driver) StreamQuery(s seam.Stream) (bool, error) {
+	switch err := cuda.StreamQuery(cuda.Stream(s)); {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, cuda.ErrorNotReady):
+		return false, nil
+	default:
+		return false, err
+	}
+}
+
+// EventCreate is cuEventCreate with CU_EVENT_DISABLE_TIMING.
+func (d *Driver) EventCreate() (seam.Event, error) {
+	var e cuda.Event
+	if err := cuda.EventCreate(&e, uint32(cuda.EventDisableTiming)); err != nil {
+		return 0, err
+	}
+	return seam.Event(e), nil
+}
+
+// EventDestroy is cuEventDestroy_v2.
+func (d *Driver) EventDestroy(e seam.Event) error { return cuda.EventDestroy(cuda.Event(e)) }
+
+// EventRecord is cuEventRecord.
+func (d *Driver) EventRecord(e seam.Event, s seam.Stream) error {
+	return cuda.EventRecord(cuda.Event(e), cuda.Stream(s))
+}
+
+// EventQuery is cuEventQuery; CUDA_ERROR_NOT_READY is (false, nil).
+func (d *Driver) EventQuery(e seam.Event) (bool, error) {
+	switch err := cuda.EventQuery(cuda.Event(e)); {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, cuda.ErrorNotReady):
+		return false, nil
+	default:
+		return false, err
+	}
+}
+
+// StreamWaitEvent is cuStreamWaitEvent.
+func (d *Driver) StreamWaitEvent(s seam.Stream, e seam.Event) error {
+	return cuda.StreamWaitEvent(cuda.Stream(s), cuda.Event(e), 0)
+}
+
+// LaunchKernel is cuLaunchKernel with a one-dimensional grid and block, no shared
+// memory, and args.N 8-byte parameters.
+func (d *Driver) LaunchKernel(f seam.Function, grid, block uint32, s seam.Stream, args seam.KernelArgs) error {
+	if args.N < 0 || args.N > len(args.V) {
+		return fmt.Errorf("launch kernel: %d arguments, at most %d", args.N, len(args.V))
+	}
+	// The parameter array holds pointers to the values; both live in pinned Go memory
+	// for the call.
+	type launch struct {
+		v      [4]uint64
+		params [4]unsafe.Pointer
+	}
+	l := &launch{v: args.V}
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	pin.Pin(l)
+	for i := range args.N {
+		l.params[i] = unsafe.Pointer(&l.v[i])
+	}
+	var params *unsafe.Pointer
+	if args.N > 0 {
+		params = &l.params[0]
+	}
+	return cuda.LaunchKernel(cuda.Function(f), grid, 1, 1, block, 1, 1, 0, cuda.Stream(s), params, nil)
+}
+
+// Version is ncclGetVersion.
+func (d *Driver) Version() (int, error) {
+	v, err := nccl.LoadedVersion()
+	return v, ncclErr(err)
+}
+
+// GetUniqueID is ncclGetUniqueId.
+func (d *Driver) GetUniqueID() (seam.UniqueID, error) { return UniqueID() }
+
+// config builds an ncclConfig_t from NCCL_CONFIG_INITIALIZER; the name, if any, is
+// pinned until the call returns (NCCL copies it).
+func config(cfg seam.Config, pin *runtime.Pinner) *nccl.Config {
+	c := nccl.NewConfig()
+	c.Blocking = 0
+	if cfg.Blocking {
+		c.Blocking = 1
+	}
+	if cfg.Name != "" {
+		name := append([]byte(cfg.Name), 0)
+		pin.Pin(&name[0])
+		c.CommName = &name[0]
+	}
+	return &c
+}
+
+// CommInitRank is ncclCommInitRankConfig.
+func (d *Driver) CommInitRank(nranks int, id seam.UniqueID, rank int, cfg seam.Config) (seam.Comm, error) {
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	var c nccl.Comm
+	err := nccl.CommInitRankConfig(&c, int32(nranks), nccl.UniqueId{Internal: id}, int32(rank), config(cfg, &pin))
+	return seam.Comm(c), ncclErr(err)
+}
+
+// CommGetAsyncError is ncclCommGetAsyncError.
+func (d *Driver) CommGetAsyncError(c seam.Comm) (seam.Result, error) {
+	var r nccl.Result
+	if err := nccl.CommGetAsyncError(nccl.Comm(c), &r); err != nil {
+		return 0, ncclErr(err)
+	}
+	return seam.Result(r), nil
+}
+
+// CommFinalize is ncclCommFinalize.
+func (d *Driver) CommFinalize(c seam.Comm) error { return ncclErr(nccl.CommFinalize(nccl.Comm(c))) }
+
+// CommDestroy is ncclCommDestroy.
+func (d *Driver) CommDestroy(c seam.Comm) error { return ncclErr(nccl.CommDestroy(nccl.Comm(c))) }
+
+// CommAbort is ncclCommAbort.
+func (d *Driver) CommAbort(c seam.Comm) error { return ncclErr(nccl.CommAbort(nccl.Comm(c))) }
+
+// newComm is an ncclComm_t that NCCL may fill after the call returns (non-blocking
+// split and shrink); it stays pinned until then.
+type newComm struct {
+	pin runtime.Pinner
+	c   *nccl.Comm
+}
+
+func newNewComm() *newComm {
+	n := &newComm{c: new(nccl.Comm)}
+	n.pin.Pin(n.c)
+	return n
+}
+
+// await returns the child once the parent has left ncclInProgress (NCCL fills the child
+// then), polling the parent's asynchronous state.
+func (d *Driver) await(parent seam.Comm, n *newComm, err error) (seam.Comm, error) {
+	defer n.pin.Unpin()
+	if err != nil && !errors.Is(err, nccl.InProgress) {
+		return 0, ncclErr(err)
+	}
+	for i := 0; ; i++ {
+		res, qerr := d.CommGetAsyncError(parent)
+		if qerr != nil {
+			return 0, qerr
+		}
+		if res != seam.InProgress {
+			if res != seam.Success {
+				return 0, &seam.Error{Code: res}
+			}
+			return seam.Comm(*n.c), nil
+		}
+		if i < 64 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// CommSplit is ncclCommSplit. On a non-blocking parent it waits until the parent is
+// back to success, which is when NCCL writes the child.
+func (d *Driver) CommSplit(c seam.Comm, color, key int, cfg seam.Config) (seam.Comm, error) {
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	n := newNewComm()
+	err := nccl.CommSplit(nccl.Comm(c), int32(color), int32(key), n.c, config(cfg, &pin))
+	return d.await(c, n, err)
+}
+
+// CommShrink is ncclCommShrink; like CommSplit it waits for the child.
+func (d *Driver) CommShrink(c seam.Comm, exclude []int, cfg seam.Config, flags int) (seam.Comm, error) {
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	ranks := make([]int32, len(exclude))
+	for i, r := range exclude {
+		ranks[i] = int32(r)
+	}
+	var first *int32
+	if len(ranks) > 0 {
+		first = &ranks[0]
+	}
+	n := newNewComm()
+	err := nccl.CommShrink(nccl.Comm(c), first, int32(len(ranks)), n.c, config(cfg, &pin), int32(flags))
+	return d.await(c, n, err)
+}
+
+// CommRevoke is ncclCommRevoke.
+func (d *Driver) CommRevoke(c seam.Comm, flags int) error {
+	return ncclErr(nccl.CommRevoke(nccl.Comm(c), int32(flags)))
+}
+
+// CommCount is ncclCommCount.
+func (d *Driver) CommCount(c seam.Comm) (int, error) {
+	var n int32
+	err := nccl.CommCount(nccl.Comm(c), &n)
+	return int(n), ncclErr(err)
+}
+
+// CommUserRank is ncclCommUserRank.
+func (d *Driver) CommUserRank(c seam.Comm) (int, error) {
+	var r int32
+	err := nccl.CommUserRank(nccl.Comm(c), &r)
+	return int(r), ncclErr(err)
+}
+
+// AllReduce is ncclAllReduce.
+func (d *Driver) AllReduce(send, recv seam.Ptr, count uint64, dt seam.DataType, op seam.RedOp, c seam.Comm, s seam.Stream) error {
+	return ncclErr(nccl.AllReduce(ptr(send), ptr(recv), count, nccl.DataType(dt), nccl.RedOp(op), nccl.Comm(c), nccl.CudaStream(s)))
+}
+
+// Broadcast is ncclBroadcast.
+func (d *Driver) Broadcast(send, recv seam.Ptr, count uint64, dt seam.DataType, root int, c seam.Comm, s seam.Stream) error {
+	return ncclErr(nccl.Broadcast(ptr(send), ptr(recv), count, nccl.DataType(dt), int32(root), nccl.Comm(c), nccl.CudaStream(s)))
+}
+
+// AllGather is ncclAllGather.
+func (d *Driver) AllGather(send, recv seam.Ptr, sendCount uint64, dt seam.DataType, c seam.Comm, s seam.Stream) error {
+	return ncclErr(nccl.AllGather(ptr(send), ptr(recv), sendCount, nccl.DataType(dt), nccl.Comm(c), nccl.CudaStream(s)))
+}
+
+// ReduceScatter is ncclReduceScatter.
+func (d *Driver) ReduceScatter(send, recv seam.Ptr, recvCount uint64, dt seam.DataType, op seam.RedOp, c seam.Comm, s seam.Stream) error {
+	return ncclErr(nccl.ReduceScatter(ptr(send), ptr(recv), recvCount, nccl.DataType(dt), nccl.RedOp(op), nccl.Comm(c), nccl.CudaStream(s)))
+}
+
+// Send is ncclSend.
+func (d *Driver) Send(buf seam.Ptr, count uint64, dt seam.DataType, peer int, c seam.Comm, s seam.Stream) error {
+	return ncclErr(nccl.Send(ptr(buf), count, nccl.DataType(dt), int32(peer), nccl.Comm(c), nccl.CudaStream(s)))
+}
+
+// Recv is ncclRecv.
+func (d *Driver) Recv(buf seam.Ptr, count uint64, dt seam.DataType, peer int, c seam.Comm, s seam.Stream) error {
+	return ncclErr(nccl.Recv(ptr(buf), count, nccl.DataType(dt), int32(peer), nccl.Comm(c), nccl.CudaStream(s)))
+}
+
+// GroupStart is ncclGroupStart.
+func (d *Driver) GroupStart() error { return ncclErr(nccl.GroupStart()) }
+
+// GroupEnd is ncclGroupEnd.
+func (d *Driver) GroupEnd() error { return ncclErr(nccl.GroupEnd()) }
+
+// CommRegister is ncclCommRegister.
+func (d *Driver) CommRegister(c seam.Comm, buf seam.Ptr, bytes uint64) (seam.Handle, error) {
+	var h unsafe.Pointer
+	if err := nccl.CommRegister(nccl.Comm(c), ptr(buf), bytes, &h); err != nil {
+		return 0, ncclErr(err)
+	}
+	return seam.Handle(uintptr(h)), nil
+}
+
+// CommDeregister is ncclCommDeregister.
+func (d *Driver) CommDeregister(c seam.Comm, h seam.Handle) error {
+	return ncclErr(nccl.CommDeregister(nccl.Comm(c), handle(h)))
+}
+
+// MemAllocNCCL is ncclMemAlloc.
+func (d *Driver) MemAllocNCCL(bytes uint64) (seam.Ptr, error) {
+	var p unsafe.Pointer
+	if err := nccl.MemAlloc(&p, bytes); err != nil {
+		return 0, ncclErr(err)
+	}
+	return seam.Ptr(uintptr(p)), nil
+}
+
+// MemFreeNCCL is ncclMemFree.
+func (d *Driver) MemFreeNCCL(p seam.Ptr) error { return ncclErr(nccl.MemFree(ptr(p))) }
+
+// CommWindowRegister is ncclCommWindowRegister.
+func (d *Driver) CommWindowRegister(c seam.Comm, buf seam.Ptr, bytes uint64, flags int) (seam.Handle, error) {
+	var w nccl.Window
+	if err := nccl.CommWindowRegister(nccl.Comm(c), ptr(buf), bytes, &w, int32(flags)); err != nil {
+		return 0, ncclErr(err)
+	}
+	return seam.Handle(w), nil
+}
+
+// CommWindowDeregister is ncclCommWindowDeregister.
+func (d *Driver) CommWindowDeregister(c seam.Comm, w seam.Handle) error {
+	return ncclErr(nccl.CommWindowDeregister(nccl.Comm(c), nccl.Window(w)))
+}

@@ -1,0 +1,87 @@
+//go:build cgo
+
+package rawdriver
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm/internal/libcache"
+	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/raw/cuda"
+	"github.com/ncclgo/ncclgo/raw/nccl"
+)
+
+// TestVersionAndUniqueIDFromTheRealLibrary checks the calls that work without a GPU.
+func TestVersionAndUniqueIDFromTheRealLibrary(t *testing.T) {
+	libcache.Load(t)
+	d := &Driver{}
+	v, err := d.Version()
+	require.NoError(t, err)
+	assert.Equal(t, 22907, v)
+
+	a, err := UniqueID()
+	require.NoError(t, err)
+	b, err := d.GetUniqueID()
+	require.NoError(t, err)
+	assert.NotEqual(t, seam.UniqueID{}, a)
+	assert.NotEqual(t, a, b, "every id is new")
+}
+
+// TestNCCLFailuresBecomeSeamErrors checks that an NCCL failure reaches comm as a
+// *seam.Error with NCCL's result, keeping raw's *nccl.Error reachable.
+func TestNCCLFailuresBecomeSeamErrors(t *testing.T) {
+	libcache.Load(t)
+	d := &Driver{}
+	calls := map[string]func() error{
+		"AllReduce": func() error { return d.AllReduce(0x1000, 0x1000, 8, seam.Bfloat16, seam.Sum, 0, 0) },
+		"Broadcast": func() error { return d.Broadcast(0x1000, 0x1000, 8, seam.Uint8, 0, 0, 0) },
+		"Send":      func() error { return d.Send(0x1000, 8, seam.Uint8, 1, 0, 0) },
+		"CommGetAsyncError": func() error {
+			_, err := d.CommGetAsyncError(0)
+			return err
+		},
+		"CommRegister": func() error {
+			_, err := d.CommRegister(0, 0x1000, 64)
+			return err
+		},
+	}
+	for name, call := range calls {
+		t.Run(name, func(t *testing.T) {
+			err := call()
+			var se *seam.Error
+			require.ErrorAs(t, err, &se)
+			assert.Equal(t, seam.InvalidArgument, se.Code, "a null communicator is an invalid argument")
+			var ne *nccl.Error
+			assert.ErrorAs(t, err, &ne)
+			assert.ErrorIs(t, err, nccl.InvalidArgument)
+		})
+	}
+}
+
+// TestNewWithoutGPUFailsWithTheDriverError checks that New reports cuInit's failure on
+// a machine without a GPU (and succeeds where there is one).
+func TestNewWithoutGPUFailsWithTheDriverError(t *testing.T) {
+	libcache.Load(t)
+	d, err := New(-1, 0)
+	if err == nil {
+		require.NoError(t, d.SetDevice())
+		s, err := d.StreamCreate()
+		require.NoError(t, err)
+		done, err := d.StreamQuery(s)
+		require.NoError(t, err)
+		assert.True(t, done, "an empty stream is complete")
+		require.NoError(t, d.StreamDestroy(s))
+		return
+	}
+	var r cuda.Result
+	require.ErrorAs(t, err, &r)
+	assert.Contains(t, err.Error(), "cuInit")
+
+	// Without a context the CUDA calls fail with the driver's result, never a crash.
+	_, err = (&Driver{}).StreamQuery(1)
+	assert.True(t, errors.As(err, &r), "%v", err)
+}
