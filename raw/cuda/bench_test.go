@@ -41,7 +41,7 @@ func TestRawCallDoesNotAllocate(t *testing.T) {
 
 // BenchmarkDriverGetVersion compares a raw call (cuda.DriverGetVersion: resolve,
 // trampoline, result check) with a bare cgo call to the same function pointer (cbench) in
-// the same run (see dltest.Alternate), and reports each one's ns/op and their ratio.
+// the same run (see dltest.Compare), and reports each one's ns/op and their ratio.
 func BenchmarkDriverGetVersion(b *testing.B) {
 	fp := loadForBench(b)
 	var v int32
@@ -56,8 +56,7 @@ func BenchmarkDriverGetVersion(b *testing.B) {
 		}
 	}
 	b.ReportAllocs()
-	raw, bare := dltest.Alternate(b.N, rawLoop, bareLoop)
-	dltest.ReportRatio(b, raw, bare, "raw", "cgo")
+	dltest.Compare(b, "raw", "cgo", rawLoop, bareLoop)
 	if v != 12020 {
 		b.Fatalf("cuDriverGetVersion gave %d, want 12020", v)
 	}

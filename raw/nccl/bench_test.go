@@ -40,9 +40,8 @@ func TestRawCallDoesNotAllocate(t *testing.T) {
 }
 
 // BenchmarkGetVersion compares a raw call (nccl.GetVersion: resolve, trampoline, result
-// check) with a bare cgo call to the same function pointer (cbench), in the same run:
-// the two loops alternate in blocks of the same size, each going first every other
-// block. It reports each one's ns/op and their ratio.
+// check) with a bare cgo call to the same function pointer (cbench), in the same run
+// (see dltest.Compare), and reports each one's ns/op and their ratio.
 func BenchmarkGetVersion(b *testing.B) {
 	fp := loadForBench(b)
 	var v int32
@@ -57,8 +56,7 @@ func BenchmarkGetVersion(b *testing.B) {
 		}
 	}
 	b.ReportAllocs()
-	raw, bare := dltest.Alternate(b.N, rawLoop, bareLoop)
-	dltest.ReportRatio(b, raw, bare, "raw", "cgo")
+	dltest.Compare(b, "raw", "cgo", rawLoop, bareLoop)
 	if v != 22907 {
 		b.Fatalf("ncclGetVersion gave %d, want 22907", v)
 	}

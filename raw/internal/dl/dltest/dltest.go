@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -93,35 +94,54 @@ func RunChild(t *testing.T, test string, env ...string) {
 	t.Logf("child %s %v:\n%s", test, env, out)
 }
 
-// Alternate runs a and b for n iterations each, in blocks of the same size, swapping which
-// goes first every other block, and returns the time each took. Benchmarks use it to
-// measure a call and its baseline in the same run under the same conditions.
-func Alternate(n int, a, b func(n int)) (ta, tb time.Duration) {
-	const block = 1024
-	for done, i := 0, 0; done < n; done, i = done+block, i+1 {
-		m := min(block, n-done)
+// Compare measures a call against its baseline in the same run: call and base each run
+// b.N iterations, in blocks of the same size, taking turns at going first. It reports the
+// median over the blocks of each one's ns/op ("<callName>-ns/op", "<baseName>-ns/op") and
+// of their ratio ("<callName>/<baseName>"): medians, so that a block the machine
+// interrupted does not decide the figure. The benchmark's own allocs/op then count the
+// allocations of both loops.
+func Compare(b *testing.B, callName, baseName string, call, base func(n int)) {
+	const block = 256
+	blocks := (b.N + block - 1) / block
+	tc := make([]float64, 0, blocks)
+	tb := make([]float64, 0, blocks)
+	ratio := make([]float64, 0, blocks)
+	b.ResetTimer()
+	for done, i := 0, 0; done < b.N; done, i = done+block, i+1 {
+		m := min(block, b.N-done)
+		var dc, db time.Duration
 		t0 := time.Now()
 		if i%2 == 0 {
-			a(m)
+			call(m)
 			t1 := time.Now()
-			b(m)
-			ta += t1.Sub(t0)
-			tb += time.Since(t1)
+			base(m)
+			dc, db = t1.Sub(t0), time.Since(t1)
 		} else {
-			b(m)
+			base(m)
 			t1 := time.Now()
-			a(m)
-			tb += t1.Sub(t0)
-			ta += time.Since(t1)
+			call(m)
+			db, dc = t1.Sub(t0), time.Since(t1)
+		}
+		tc = append(tc, float64(dc.Nanoseconds())/float64(m))
+		tb = append(tb, float64(db.Nanoseconds())/float64(m))
+		if db > 0 {
+			ratio = append(ratio, float64(dc)/float64(db))
 		}
 	}
-	return ta, tb
+	b.StopTimer()
+	b.ReportMetric(median(tc), callName+"-ns/op")
+	b.ReportMetric(median(tb), baseName+"-ns/op")
+	b.ReportMetric(median(ratio), callName+"/"+baseName)
 }
 
-// ReportRatio reports the per-op times of a call and its baseline, measured over n
-// iterations each, and their ratio, as the benchmark's metrics.
-func ReportRatio(b *testing.B, call, base time.Duration, callName, baseName string) {
-	b.ReportMetric(float64(call.Nanoseconds())/float64(b.N), callName+"-ns/op")
-	b.ReportMetric(float64(base.Nanoseconds())/float64(b.N), baseName+"-ns/op")
-	b.ReportMetric(float64(call)/float64(base), callName+"/"+baseName)
+// median returns the median of v (sorting it), 0 for none.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }
