@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -50,6 +51,24 @@ func newCCConfig(includes []string) (*cc.Config, error) {
 	c.IncludePaths = append(append([]string{}, includes...), c.IncludePaths...)
 	c.SysIncludePaths = append(append([]string{}, includes...), c.SysIncludePaths...)
 	return &c, nil
+}
+
+// translate preprocesses, parses and type-checks the header in one setting.
+func translate(header string, includes []string, st Setting) (*cc.AST, error) {
+	ccfg, err := newCCConfig(includes)
+	if err != nil {
+		return nil, err
+	}
+	var pre strings.Builder
+	for _, d := range st.Defines {
+		fmt.Fprintf(&pre, "#define %s 1\n", d)
+	}
+	fmt.Fprintf(&pre, "#include <%s>\n", header)
+	return cc.Translate(ccfg, []cc.Source{
+		{Name: "<predefined>", Value: ccfg.Predefined},
+		{Name: "<builtin>", Value: cc.Builtin},
+		{Name: "ncclgo-" + st.Name + ".c", Value: pre.String()},
+	})
 }
 
 // declError is an untranslatable declaration that the skip list does not name.
@@ -109,26 +128,28 @@ func parseSet(cfg *Config, root, cache, set string) (*API, error) {
 		includes = append(includes, abs)
 		p.stubs = append(p.stubs, abs)
 	}
-	for _, st := range cfg.Settings {
-		ccfg, err := newCCConfig(includes)
-		if err != nil {
-			return nil, err
-		}
-		var pre strings.Builder
-		for _, d := range st.Defines {
-			fmt.Fprintf(&pre, "#define %s 1\n", d)
-		}
-		fmt.Fprintf(&pre, "#include <%s>\n", cfg.Header)
-		ast, err := cc.Translate(ccfg, []cc.Source{
-			{Name: "<predefined>", Value: ccfg.Predefined},
-			{Name: "<builtin>", Value: cc.Builtin},
-			{Name: "ncclgo-" + st.Name + ".c", Value: pre.String()},
-		})
-		if err != nil {
-			return nil, fmt.Errorf("parse %s (set %s, setting %s): %w", cfg.Header, set, st.Name, err)
-		}
+	// Translate the settings concurrently, then walk them in order: names are claimed
+	// setting by setting.
+	asts := make([]*cc.AST, len(cfg.Settings))
+	errs := make([]error, len(cfg.Settings))
+	var wg sync.WaitGroup
+	for i, st := range cfg.Settings {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			asts[i], errs[i] = translate(cfg.Header, includes, st)
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("parse %s (set %s, setting %s): %w", cfg.Header, set, st.Name, errs[i])
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	for i, st := range cfg.Settings {
 		p.setting = st.Name
-		p.translationUnit(ast)
+		p.translationUnit(asts[i])
 	}
 	if len(p.errs) > 0 {
 		return nil, joinErrors(p.errs)
