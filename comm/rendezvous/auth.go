@@ -1,0 +1,38 @@
+package rendezvous
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+)
+
+// nonceLen is the size of each side's challenge.
+const nonceLen = 32
+
+// Labels keep the client's and the server's proofs distinct, so that neither can be
+// replayed as the other.
+const (
+	clientLabel = "ncclgo-rendezvous client proof v1"
+	serverLabel = "ncclgo-rendezvous server proof v1"
+)
+
+// proof is HMAC-SHA256(token, label || client nonce || server nonce). The token itself
+// never crosses the wire.
+func proof(token, label string, clientNonce, serverNonce []byte) []byte {
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte(label))
+	m.Write(clientNonce)
+	m.Write(serverNonce)
+	return m.Sum(nil)
+}
+
+// validProof compares in constant time.
+func validProof(got []byte, token, label string, clientNonce, serverNonce []byte) bool {
+	return hmac.Equal(got, proof(token, label, clientNonce, serverNonce))
+}
+
+func newNonce() []byte {
+	b := make([]byte, nonceLen)
+	_, _ = rand.Read(b) // crypto/rand.Read never returns an error (Go 1.24+)
+	return b
+}

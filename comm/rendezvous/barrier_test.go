@@ -1,0 +1,128 @@
+package rendezvous
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestBarrierReleasesAllRanksTogether(t *testing.T) {
+	noLeaks(t)
+	_, addr := startServer(t)
+	const world = 16
+	ctx := ctxTimeout(t, 10*time.Second)
+	key := GenerationKey("test", 3, "barrier")
+	assert.Equal(t, "ncclgo/test/gen/3/barrier", key)
+
+	var arrived sync.WaitGroup
+	arrived.Add(world - 1)
+	var wg sync.WaitGroup
+	errs := make([]error, world)
+	for r := range world - 1 {
+		c := dial(t, addr)
+		wg.Go(func() {
+			arrived.Done()
+			errs[r] = c.Barrier(ctx, key, r, world)
+		})
+	}
+	arrived.Wait()
+	last := dial(t, addr)
+	eventually(t, "the first ranks block", func() bool {
+		present, err := last.Check(ctx, key+"/count")
+		return err == nil && present[0]
+	})
+	time.Sleep(20 * time.Millisecond)
+	n, err := last.Get(ctx, key+"/count")
+	require.NoError(t, err)
+	require.NotEqual(t, "16", string(n), "nobody passes before the last rank arrives")
+	require.NoError(t, last.Barrier(ctx, key, world-1, world))
+	wg.Wait()
+	for r, err := range errs {
+		assert.NoError(t, err, "rank %d", r)
+	}
+}
+
+func TestBarrierNamesTheMissingRanks(t *testing.T) {
+	noLeaks(t)
+	_, addr := startServer(t)
+	const world = 6
+	missing := map[int]bool{1: true, 4: true}
+	key := GenerationKey("test", 0, "barrier")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+
+	var wg sync.WaitGroup
+	errs := make([]error, world)
+	start := time.Now()
+	for r := range world {
+		if missing[r] {
+			continue
+		}
+		c := dial(t, addr)
+		wg.Go(func() { errs[r] = c.Barrier(ctx, key, r, world) })
+	}
+	wg.Wait()
+	assert.Less(t, time.Since(start), 3*time.Second, "ranks fail near their deadline")
+	for r, err := range errs {
+		if missing[r] {
+			continue
+		}
+		var be *BarrierError
+		require.True(t, errors.As(err, &be), "rank %d: %v", r, err)
+		assert.Equal(t, []int{1, 4}, be.Missing)
+		assert.Equal(t, world, be.World)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, `barrier "ncclgo/test/gen/0/barrier": 2 of 6 ranks missing: [1 4]: context deadline exceeded`, err.Error())
+	}
+}
+
+func TestBarrierArguments(t *testing.T) {
+	noLeaks(t)
+	_, addr := startServer(t)
+	c := dial(t, addr)
+	ctx := ctxTimeout(t, 5*time.Second)
+	tests := []struct {
+		name        string
+		key         string
+		rank, world int
+		want        string
+	}{
+		{"world zero", "b", 0, 0, "world size 0, want at least 1"},
+		{"negative rank", "b", -1, 4, "rank -1 outside [0, 4)"},
+		{"rank equal to world", "b", 4, 4, "rank 4 outside [0, 4)"},
+		{"empty key", "", 0, 1, "empty key"},
+		{"long key", string(make([]byte, MaxKeyLen)), 0, 1, "exceeds the limit of 992"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := c.Barrier(ctx, tt.key, tt.rank, tt.world)
+			require.ErrorIs(t, err, ErrInvalidArgument)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+	t.Run("key reused", func(t *testing.T) {
+		require.NoError(t, c.Barrier(ctx, "once", 0, 1))
+		err := c.Barrier(ctx, "once", 0, 1)
+		require.ErrorIs(t, err, ErrInvalidArgument)
+		assert.Contains(t, err.Error(), "2 arrivals for world size 1 (key reused?)")
+	})
+}
+
+func TestBarrierReportsALostConnection(t *testing.T) {
+	noLeaks(t)
+	s, addr := startServer(t)
+	c := dial(t, addr)
+	errs := make(chan error, 1)
+	go func() { errs <- c.Barrier(context.Background(), "b", 0, 2) }()
+	eventually(t, "the barrier waits", func() bool { return pendingOn(t, addr) })
+	require.NoError(t, s.Close())
+	err := <-errs
+	require.ErrorIs(t, err, ErrClosed)
+	var be *BarrierError
+	assert.False(t, errors.As(err, &be), "no missing-rank list without a deadline")
+}

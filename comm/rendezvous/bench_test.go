@@ -1,0 +1,189 @@
+package rendezvous
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// BenchmarkRendezvous times what a job start does, for N ranks as goroutines on
+// loopback: every rank connects (with a token), rank 0 publishes a 128-byte id, all
+// meet in a Barrier (Set + Add + Wait), the others Get the id, and all close. One op is
+// one whole rendezvous; ns/rank shows whether the cost grows linearly.
+func BenchmarkRendezvous(b *testing.B) {
+	for _, n := range []int{64, 128, 256} {
+		b.Run(fmt.Sprintf("ranks=%d", n), func(b *testing.B) {
+			const token = "bench-token"
+			_, addr := startServer(b, WithToken(token), WithMaxConns(2*n))
+			uid := make([]byte, 128)
+			ctx := context.Background()
+			gen := uint64(0)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				gen++
+				var wg sync.WaitGroup
+				errs := make(chan error, n)
+				for r := range n {
+					wg.Go(func() {
+						if err := rendezvousOnce(ctx, addr, token, gen, r, n, uid); err != nil {
+							errs <- err
+						}
+					})
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/rank")
+		})
+	}
+}
+
+func rendezvousOnce(ctx context.Context, addr, token string, gen uint64, rank, world int, uid []byte) error {
+	c, err := Dial(ctx, addr, WithToken(token))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	key := GenerationKey("bench", gen, "uid")
+	if rank == 0 {
+		if err := c.Set(ctx, key, uid); err != nil {
+			return err
+		}
+	}
+	if err := c.Barrier(ctx, GenerationKey("bench", gen, "barrier"), rank, world); err != nil {
+		return err
+	}
+	if rank != 0 {
+		got, err := c.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		if len(got) != len(uid) {
+			return fmt.Errorf("rank %d got %d bytes", rank, len(got))
+		}
+	}
+	return nil
+}
+
+// BenchmarkRoundTrip compares, in the same run and interleaved, a bare TCP echo of a
+// frame the size of a Set of a 128-byte value with a Set and a Get of that value. It
+// reports the medians (echo-ns, set-ns, get-ns) and their ratios to the echo
+// (set/echo, get/echo; the target is at most 2).
+func BenchmarkRoundTrip(b *testing.B) {
+	_, addr := startServer(b)
+	c := dial(b, addr)
+	ctx := context.Background()
+	key, value := "ncclgo/bench/gen/0/uid", make([]byte, 128)
+	require.NoError(b, c.Set(ctx, key, value))
+
+	echoAddr, stopEcho := startEcho(b)
+	defer stopEcho()
+	ec, err := net.Dial("tcp", echoAddr)
+	require.NoError(b, err)
+	defer ec.Close()
+	var e encoder
+	e.begin(opSet, statusOK, 1)
+	e.string(key)
+	e.bytes(value)
+	msg, err := e.finish()
+	require.NoError(b, err)
+	echoBuf := make([]byte, len(msg))
+	echo := func() {
+		if _, err := ec.Write(msg); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(ec, echoBuf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range 100 { // warm up both paths
+		echo()
+		_, _ = c.Get(ctx, key)
+	}
+
+	var echoes, sets, gets []time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		t0 := time.Now()
+		echo()
+		t1 := time.Now()
+		if err := c.Set(ctx, key, value); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		if _, err := c.Get(ctx, key); err != nil {
+			b.Fatal(err)
+		}
+		t3 := time.Now()
+		echoes = append(echoes, t1.Sub(t0))
+		sets = append(sets, t2.Sub(t1))
+		gets = append(gets, t3.Sub(t2))
+	}
+	b.StopTimer()
+	me, ms, mg := median(echoes), median(sets), median(gets)
+	b.ReportMetric(float64(me.Nanoseconds()), "echo-ns")
+	b.ReportMetric(float64(ms.Nanoseconds()), "set-ns")
+	b.ReportMetric(float64(mg.Nanoseconds()), "get-ns")
+	b.ReportMetric(float64(ms)/float64(me), "set/echo")
+	b.ReportMetric(float64(mg)/float64(me), "get/echo")
+}
+
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// startEcho runs a TCP server that sends every length-prefixed frame back, reading
+// and writing the way the store's server does (buffered reader, one write per frame).
+func startEcho(b *testing.B) (string, func()) {
+	l, err := netListen()
+	require.NoError(b, err)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			nc, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer nc.Close()
+				br := bufio.NewReader(nc)
+				buf := make([]byte, 4096)
+				for {
+					if _, err := io.ReadFull(br, buf[:4]); err != nil {
+						return
+					}
+					n := int(binary.BigEndian.Uint32(buf[:4]))
+					if n > len(buf)-4 {
+						return
+					}
+					if _, err := io.ReadFull(br, buf[4:4+n]); err != nil {
+						return
+					}
+					if _, err := nc.Write(buf[:4+n]); err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	return l.Addr().String(), func() { _ = l.Close(); wg.Wait() }
+}

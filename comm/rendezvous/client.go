@@ -1,0 +1,533 @@
+package rendezvous
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Client is one connection to a Server. Its methods are safe for concurrent use: calls
+// are pipelined on the one connection, each tagged with an id, and the server answers
+// them in any order, so a Get blocked on a missing key never holds up a Set or another
+// Get from the same client (a mutex around the connection would). Every method that
+// waits honours its context; a blocked Get or Wait whose context ends is cancelled on
+// the server too.
+//
+// When the connection is lost every pending and later call fails with ErrClosed; the
+// client does not reconnect. Close the client when done with it.
+type Client struct {
+	addr string
+	nc   net.Conn
+	log  *slog.Logger
+	idle time.Duration // announced by the server; keepalives go out every idle/3
+	wg   sync.WaitGroup
+	done chan struct{}
+
+	nextID atomic.Uint32
+
+	wmu sync.Mutex
+	enc encoder
+
+	mu      sync.Mutex
+	err     error // why the client stopped; nil while it works
+	pending map[uint32]chan reply
+}
+
+type reply struct {
+	status status
+	fields [][]byte
+	err    error
+}
+
+// Dial connects to the server at addr ("host:port") and performs the handshake. It
+// retries refused connections and a busy server until ctx ends, so ranks may start
+// before rank 0's server listens; it fails at once on a version mismatch or a token
+// that does not match.
+func Dial(ctx context.Context, addr string, opts ...ClientOption) (*Client, error) {
+	cfg := clientConfig{}
+	for _, o := range opts {
+		if o != nil {
+			o.applyClient(&cfg)
+		}
+	}
+	if cfg.log == nil {
+		cfg.log = slog.Default()
+	}
+	if addr == "" {
+		return nil, fmt.Errorf("dial: %w: empty address", ErrInvalidArgument)
+	}
+	delay := 5 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		c, err := dialOnce(ctx, addr, cfg)
+		if err == nil {
+			return c, nil
+		}
+		if errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrVersionMismatch) || errors.Is(err, ErrProtocol) {
+			return nil, err
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("dial %s: %w (%d attempts, last: %w)", addr, ctx.Err(), attempt, err)
+		}
+		cfg.log.Debug("rendezvous: dial failed, retrying", "addr", addr, "attempt", attempt, "err", err, "retry_in", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("dial %s: %w (%d attempts, last: %w)", addr, ctx.Err(), attempt, err)
+		case <-t.C:
+		}
+		delay = min(2*delay, 500*time.Millisecond)
+	}
+}
+
+func dialOnce(ctx context.Context, addr string, cfg clientConfig) (*Client, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(DefaultHandshakeTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	_ = nc.SetDeadline(deadline)
+	br := bufio.NewReader(nc)
+	idle, err := clientHandshake(nc, br, cfg.token)
+	if err != nil {
+		_ = nc.Close()
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	_ = nc.SetDeadline(time.Time{})
+	c := &Client{
+		addr:    addr,
+		nc:      nc,
+		log:     cfg.log,
+		idle:    idle,
+		done:    make(chan struct{}),
+		pending: make(map[uint32]chan reply),
+	}
+	c.wg.Add(1)
+	go c.readLoop(br)
+	if idle > 0 {
+		c.wg.Add(1)
+		go c.keepalive()
+	}
+	return c, nil
+}
+
+// clientHandshake says hello, checks the server's proof and proves the token; it
+// returns the server's idle timeout.
+func clientHandshake(nc net.Conn, br *bufio.Reader, token string) (time.Duration, error) {
+	var e encoder
+	clientNonce := newNonce()
+	e.begin(opHello, statusOK, 0)
+	e.string(magic)
+	e.bytes(binary.BigEndian.AppendUint16(nil, ProtocolVersion))
+	e.bytes(clientNonce)
+	if err := writeFrame(nc, &e); err != nil {
+		return 0, err
+	}
+	var buf []byte
+	f, err := readReply(br, &buf, opHello)
+	if err != nil {
+		return 0, err
+	}
+	if len(f.fields) != 5 || string(f.fields[0]) != magic || len(f.fields[1]) != 2 || len(f.fields[4]) != 4 {
+		return 0, fmt.Errorf("%w: malformed hello reply with %d fields", ErrProtocol, len(f.fields))
+	}
+	idle := time.Duration(binary.BigEndian.Uint32(f.fields[4])) * time.Millisecond
+	serverNonce, serverProof := f.fields[2], f.fields[3]
+	switch {
+	case len(serverNonce) == 0 && token == "":
+		return idle, nil
+	case len(serverNonce) == 0:
+		return 0, fmt.Errorf("%w: a token is configured but the server does not authenticate", ErrUnauthorized)
+	case token == "":
+		return 0, fmt.Errorf("%w: the server requires a token and none is configured (set %s or use WithToken)", ErrUnauthorized, EnvToken)
+	case len(serverNonce) != nonceLen:
+		return 0, fmt.Errorf("%w: server nonce of %d bytes, want %d", ErrProtocol, len(serverNonce), nonceLen)
+	case !validProof(serverProof, token, serverLabel, clientNonce, serverNonce):
+		return 0, fmt.Errorf("%w: the server could not prove it knows the token", ErrUnauthorized)
+	}
+	e.begin(opAuth, statusOK, 0)
+	e.bytes(proof(token, clientLabel, clientNonce, serverNonce))
+	if err := writeFrame(nc, &e); err != nil {
+		return 0, err
+	}
+	if _, err := readReply(br, &buf, opAuth); err != nil {
+		return 0, err
+	}
+	return idle, nil
+}
+
+func writeFrame(nc net.Conn, e *encoder) error {
+	b, err := e.finish()
+	if err != nil {
+		return err
+	}
+	_, err = nc.Write(b)
+	return err
+}
+
+// readReply reads one handshake reply and turns a non-OK status into its error.
+func readReply(br *bufio.Reader, buf *[]byte, want op) (frame, error) {
+	body, b, err := readFrame(br, *buf, maxHandshakeFrame)
+	*buf = b
+	if err != nil {
+		return frame{}, fmt.Errorf("reading %s reply: %w", want, err)
+	}
+	f, err := decodeFrame(body, nil)
+	if err != nil {
+		return frame{}, err
+	}
+	if f.status != statusOK {
+		return frame{}, statusError(f.status, f.fields)
+	}
+	if f.op != want {
+		return frame{}, fmt.Errorf("%w: expected a %s reply, got %s", ErrProtocol, want, f.op)
+	}
+	return f, nil
+}
+
+func statusError(st status, fields [][]byte) error {
+	msg := "no reason given"
+	if len(fields) > 0 {
+		msg = string(fields[0][:min(len(fields[0]), 256)])
+	}
+	return fmt.Errorf("%w: %s", st.sentinel(), msg)
+}
+
+// readLoop hands each reply to the call waiting for its id.
+func (c *Client) readLoop(br *bufio.Reader) {
+	defer c.wg.Done()
+	var buf []byte
+	var fields [][]byte
+	for {
+		body, b, err := readFrame(br, buf, MaxFrameLen)
+		buf = b
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		f, err := decodeFrame(body, fields)
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		fields = f.fields[:0]
+		c.mu.Lock()
+		ch := c.pending[f.id]
+		delete(c.pending, f.id)
+		c.mu.Unlock()
+		if ch == nil {
+			continue // a keepalive, or a call that gave up
+		}
+		r := reply{status: f.status}
+		if len(f.fields) > 0 {
+			// One copy for all fields: the read buffer is reused.
+			n := 0
+			for _, fd := range f.fields {
+				n += len(fd)
+			}
+			backing := make([]byte, 0, n)
+			r.fields = make([][]byte, len(f.fields))
+			for i, fd := range f.fields {
+				backing = append(backing, fd...)
+				r.fields[i] = backing[len(backing)-len(fd) : len(backing) : len(backing)]
+			}
+		}
+		ch <- r
+		if cap(buf) > readChunk {
+			buf = nil
+		}
+	}
+}
+
+func (c *Client) keepalive() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.idle / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+			// Id 0 is never pending: the reply is dropped.
+			if err := c.write(context.Background(), func(e *encoder) { e.begin(opPing, statusOK, 0) }); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// fail stops the client: the connection is closed and every pending call gets err.
+func (c *Client) fail(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	if !errors.Is(err, ErrClosed) {
+		err = fmt.Errorf("%w: connection to %s lost: %w", ErrClosed, c.addr, err)
+	}
+	c.err = err
+	pending := c.pending
+	c.pending = nil
+	close(c.done)
+	c.mu.Unlock()
+	_ = c.nc.Close()
+	for _, ch := range pending {
+		ch <- reply{err: err}
+	}
+}
+
+// Close closes the connection; pending calls fail with ErrClosed. It returns once the
+// client's goroutines have ended and is safe to call more than once.
+func (c *Client) Close() error {
+	c.fail(fmt.Errorf("%w: client closed", ErrClosed))
+	c.wg.Wait()
+	return nil
+}
+
+// write encodes and sends one frame. A write that fails or times out may have sent
+// part of a frame, so it ends the client.
+func (c *Client) write(ctx context.Context, build func(*encoder)) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	build(&c.enc)
+	b, err := c.enc.finish()
+	if err != nil {
+		return err
+	}
+	dl, _ := ctx.Deadline()
+	_ = c.nc.SetWriteDeadline(dl)
+	if _, err := c.nc.Write(b); err != nil {
+		c.fail(err)
+		c.mu.Lock()
+		err = c.err
+		c.mu.Unlock()
+		return err
+	}
+	if cap(c.enc.b) > readChunk {
+		c.enc.b = nil
+	}
+	return nil
+}
+
+// call sends one request and waits for its reply. blocking marks a Get or Wait, which
+// is cancelled on the server when ctx ends first.
+func (c *Client) call(ctx context.Context, o op, blocking bool, build func(*encoder)) (reply, error) {
+	if err := ctx.Err(); err != nil {
+		return reply{}, err
+	}
+	id := c.nextID.Add(1)
+	if id == 0 {
+		id = c.nextID.Add(1)
+	}
+	ch := make(chan reply, 1)
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return reply{}, err
+	}
+	c.pending[id] = ch
+	c.mu.Unlock()
+	err := c.write(ctx, func(e *encoder) {
+		e.begin(o, statusOK, id)
+		build(e)
+	})
+	if err != nil {
+		c.forget(id)
+		return reply{}, err
+	}
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return reply{}, r.err
+		}
+		if r.status != statusOK {
+			return reply{}, statusError(r.status, r.fields)
+		}
+		return r, nil
+	case <-ctx.Done():
+		if c.forget(id) && blocking {
+			_ = c.write(context.Background(), func(e *encoder) { e.begin(opCancel, statusOK, id) })
+		}
+		return reply{}, ctx.Err()
+	}
+}
+
+// forget drops a pending call and reports whether it was still pending.
+func (c *Client) forget(id uint32) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.pending[id]
+	delete(c.pending, id)
+	return ok
+}
+
+func checkKeys(keys []string) error {
+	if len(keys) > MaxKeysPerRequest {
+		return fmt.Errorf("%w: %d keys exceed the limit of %d", ErrInvalidArgument, len(keys), MaxKeysPerRequest)
+	}
+	for _, k := range keys {
+		if err := checkKey(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Set stores value under key, replacing any value, and wakes every Get and Wait for
+// key.
+func (c *Client) Set(ctx context.Context, key string, value []byte) error {
+	if err := checkKey(key); err != nil {
+		return fmt.Errorf("set %q: %w", key, err)
+	}
+	if err := checkValue(value); err != nil {
+		return fmt.Errorf("set %q: %w", key, err)
+	}
+	if _, err := c.call(ctx, opSet, false, func(e *encoder) { e.string(key); e.bytes(value) }); err != nil {
+		return fmt.Errorf("set %q: %w", key, err)
+	}
+	return nil
+}
+
+// Get returns the value of key, waiting until some client sets it or ctx ends.
+func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
+	if err := checkKey(key); err != nil {
+		return nil, fmt.Errorf("get %q: %w", key, err)
+	}
+	r, err := c.call(ctx, opGet, true, func(e *encoder) { e.string(key) })
+	if err != nil {
+		return nil, fmt.Errorf("get %q from %s: %w", key, c.addr, err)
+	}
+	if len(r.fields) != 1 {
+		return nil, fmt.Errorf("get %q: %w: reply with %d fields", key, ErrProtocol, len(r.fields))
+	}
+	return r.fields[0], nil
+}
+
+// Add adds delta to the counter under key (a missing key counts as 0) and returns the
+// new value, atomically with respect to every other client. The value is stored as
+// decimal text, so Get returns e.g. "3"; Add on a key holding anything else fails with
+// ErrNotCounter, and so does an Add that would overflow int64.
+func (c *Client) Add(ctx context.Context, key string, delta int64) (int64, error) {
+	if err := checkKey(key); err != nil {
+		return 0, fmt.Errorf("add %d to %q: %w", delta, key, err)
+	}
+	r, err := c.call(ctx, opAdd, false, func(e *encoder) { e.string(key); e.uint64(uint64(delta)) })
+	if err != nil {
+		return 0, fmt.Errorf("add %d to %q: %w", delta, key, err)
+	}
+	if len(r.fields) != 1 || len(r.fields[0]) != 8 {
+		return 0, fmt.Errorf("add %d to %q: %w: malformed reply", delta, key, ErrProtocol)
+	}
+	return int64(binary.BigEndian.Uint64(r.fields[0])), nil
+}
+
+// Wait returns once every key exists, or when ctx ends. With no keys it returns at
+// once.
+func (c *Client) Wait(ctx context.Context, keys ...string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	if err := checkKeys(keys); err != nil {
+		return fmt.Errorf("wait for %d keys: %w", len(keys), err)
+	}
+	_, err := c.call(ctx, opWait, true, func(e *encoder) {
+		for _, k := range keys {
+			e.string(k)
+		}
+	})
+	if err != nil {
+		if len(keys) == 1 {
+			return fmt.Errorf("wait for %q on %s: %w", keys[0], c.addr, err)
+		}
+		return fmt.Errorf("wait for %d keys (%q, ...) on %s: %w", len(keys), keys[0], c.addr, err)
+	}
+	return nil
+}
+
+// Check reports, without waiting, which of keys exist.
+func (c *Client) Check(ctx context.Context, keys ...string) ([]bool, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	if err := checkKeys(keys); err != nil {
+		return nil, fmt.Errorf("check %d keys: %w", len(keys), err)
+	}
+	r, err := c.call(ctx, opCheck, false, func(e *encoder) {
+		for _, k := range keys {
+			e.string(k)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("check %d keys: %w", len(keys), err)
+	}
+	if len(r.fields) != 1 || len(r.fields[0]) != len(keys) {
+		return nil, fmt.Errorf("check %d keys: %w: malformed reply", len(keys), ErrProtocol)
+	}
+	out := make([]bool, len(keys))
+	for i, b := range r.fields[0] {
+		out[i] = b == 1
+	}
+	return out, nil
+}
+
+// CompareAndSet stores new under key if the key's value equals old, atomically. A nil
+// old means "only if the key does not exist" (a non-nil empty old matches an existing
+// empty value). It returns the key's value after the operation (nil if the key does not
+// exist) and whether it stored new.
+func (c *Client) CompareAndSet(ctx context.Context, key string, old, new []byte) (current []byte, swapped bool, err error) {
+	if err := checkKey(key); err != nil {
+		return nil, false, fmt.Errorf("compare-and-set %q: %w", key, err)
+	}
+	if err := checkValue(new); err != nil {
+		return nil, false, fmt.Errorf("compare-and-set %q: %w", key, err)
+	}
+	if err := checkValue(old); err != nil {
+		return nil, false, fmt.Errorf("compare-and-set %q: expected %w", key, err)
+	}
+	r, err := c.call(ctx, opCAS, false, func(e *encoder) {
+		e.string(key)
+		if old != nil {
+			e.bytes(old)
+		}
+		e.bytes(new)
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("compare-and-set %q: %w", key, err)
+	}
+	if len(r.fields) != 2 || len(r.fields[0]) != 1 {
+		return nil, false, fmt.Errorf("compare-and-set %q: %w: malformed reply", key, ErrProtocol)
+	}
+	flags := r.fields[0][0]
+	if flags&2 != 0 {
+		current = r.fields[1]
+	}
+	return current, flags&1 != 0, nil
+}
+
+// Delete removes key and reports whether it existed.
+func (c *Client) Delete(ctx context.Context, key string) (bool, error) {
+	if err := checkKey(key); err != nil {
+		return false, fmt.Errorf("delete %q: %w", key, err)
+	}
+	r, err := c.call(ctx, opDelete, false, func(e *encoder) { e.string(key) })
+	if err != nil {
+		return false, fmt.Errorf("delete %q: %w", key, err)
+	}
+	if len(r.fields) != 1 || len(r.fields[0]) != 1 {
+		return false, fmt.Errorf("delete %q: %w: malformed reply", key, ErrProtocol)
+	}
+	return r.fields[0][0] == 1, nil
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm/rendezvous"
+)
+
+const toolChildEnv = "NCCLGO_RDZV_TOOL_CHILD"
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestRunServesUntilItsContextEnds(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &syncBuffer{}
+	ready := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"-addr", "127.0.0.1:0"}, "tok", logs, ready) }()
+	addr := (<-ready).String()
+
+	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer ccancel()
+	_, err := rendezvous.Dial(cctx, addr)
+	require.ErrorIs(t, err, rendezvous.ErrUnauthorized, "the token is enforced")
+	c, err := rendezvous.Dial(cctx, addr, rendezvous.WithToken("tok"))
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.Set(cctx, "k", []byte("v")))
+	v, err := c.Get(cctx, "k")
+	require.NoError(t, err)
+	assert.Equal(t, []byte("v"), v)
+
+	cancel()
+	require.NoError(t, <-done)
+	_, err = c.Get(cctx, "k")
+	require.ErrorIs(t, err, rendezvous.ErrClosed, "stopping closes the connections")
+	assert.Contains(t, logs.String(), "rendezvous server listening")
+	assert.Contains(t, logs.String(), "rendezvous: stopped")
+}
+
+func TestRunRejectsBadFlags(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-log-level", "loud"}, `-log-level "loud"`},
+		{[]string{"-addr", "127.0.0.1:0", "extra"}, `unexpected arguments ["extra"]`},
+		{[]string{"-addr", "256.0.0.1:1"}, `listen on "256.0.0.1:1"`},
+		{[]string{"-no-such-flag"}, "flag provided but not defined"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var stderr bytes.Buffer
+			err := run(context.Background(), tt.args, "", &stderr, nil)
+			require.Error(t, err)
+			assert.Contains(t, err.Error()+stderr.String(), tt.want)
+		})
+	}
+	var stderr bytes.Buffer
+	require.ErrorIs(t, run(context.Background(), []string{"-h"}, "", &stderr, nil), flag.ErrHelp)
+	assert.Contains(t, stderr.String(), "-addr")
+}
+
+// The built command stops cleanly on SIGTERM.
+func TestCommandStopsOnSIGTERM(t *testing.T) {
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	cmd := exec.Command(exe, "--", "-addr", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), toolChildEnv+"=1", rendezvous.EnvToken+"=tok")
+	logs := &syncBuffer{}
+	cmd.Stderr = logs
+	require.NoError(t, cmd.Start())
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), "rendezvous server listening") {
+		require.True(t, time.Now().Before(deadline), "server did not start: %s", logs.String())
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, cmd.Wait(), logs.String())
+	assert.Contains(t, logs.String(), "rendezvous: stopped")
+}
+
+// TestMain runs the command itself when TestCommandStopsOnSIGTERM starts the test
+// binary as a child.
+func TestMain(m *testing.M) {
+	if os.Getenv(toolChildEnv) == "1" {
+		for i, a := range os.Args {
+			if a == "--" {
+				os.Args = append([]string{"rendezvous"}, os.Args[i+1:]...)
+				break
+			}
+		}
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
