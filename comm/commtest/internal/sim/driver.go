@@ -169,6 +169,10 @@ func (d *Driver) MemcpyDtoDAsync(dst, src seam.Ptr, bytes uint64, s seam.Stream)
 	if err := d.enter(call); err != nil {
 		return err
 	}
+	return d.memcpy(call, dst, src, bytes, s)
+}
+
+func (d *Driver) memcpy(call string, dst, src seam.Ptr, bytes uint64, s seam.Stream) error {
 	w := d.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -197,12 +201,16 @@ func (d *Driver) StreamCreate() (seam.Stream, error) {
 	if err := d.enter("cuStreamCreate"); err != nil {
 		return 0, err
 	}
+	return d.streamCreate(), nil
+}
+
+func (d *Driver) streamCreate() seam.Stream {
 	w := d.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	s := &stream{h: seam.Stream(w.handle()), dev: d.dev}
 	w.streams[s.h] = s
-	return s.h, nil
+	return s.h
 }
 
 // StreamDestroy is cuStreamDestroy_v2: work already queued still runs.
@@ -211,6 +219,10 @@ func (d *Driver) StreamDestroy(s seam.Stream) error {
 	if err := d.enter(call); err != nil {
 		return err
 	}
+	return d.streamDestroy(call, s)
+}
+
+func (d *Driver) streamDestroy(call string, s seam.Stream) error {
 	w := d.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -233,6 +245,10 @@ func (d *Driver) StreamSynchronize(s seam.Stream) error {
 	if err := d.enter(call); err != nil {
 		return err
 	}
+	return d.streamSync(call, s)
+}
+
+func (d *Driver) streamSync(call string, s seam.Stream) error {
 	w := d.w
 	w.mu.Lock()
 	st, err := w.streamLocked(d.dev, s)

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/ncclgo/ncclgo/comm/internal/seam"
@@ -189,6 +190,64 @@ func (w *World) Usage(dev int) (Usage, error) {
 		}
 	}
 	return u, nil
+}
+
+// NewStream creates a stream on device dev (not counted as a driver call).
+func (w *World) NewStream(dev int) (seam.Stream, error) {
+	if _, err := w.device(dev, "new stream"); err != nil {
+		return 0, err
+	}
+	return w.drivers[dev].streamCreate(), nil
+}
+
+// DestroyStream destroys a stream of device dev.
+func (w *World) DestroyStream(dev int, s seam.Stream) error {
+	if _, err := w.device(dev, "destroy stream"); err != nil {
+		return err
+	}
+	return w.drivers[dev].streamDestroy("destroy stream", s)
+}
+
+// CopyAsync queues a device-to-device copy on stream s of device dev.
+func (w *World) CopyAsync(dev int, dst, src seam.Ptr, bytes uint64, s seam.Stream) error {
+	if _, err := w.device(dev, "copy"); err != nil {
+		return err
+	}
+	return w.drivers[dev].memcpy("copy", dst, src, bytes, s)
+}
+
+// SyncStream waits for the work queued on stream s of device dev.
+func (w *World) SyncStream(dev int, s seam.Stream) error {
+	if _, err := w.device(dev, "sync stream"); err != nil {
+		return err
+	}
+	return w.drivers[dev].streamSync("sync stream", s)
+}
+
+// Hold queues on stream s of device dev an operation that blocks the stream until
+// release is called (or the world closes). release is idempotent.
+func (w *World) Hold(dev int, s seam.Stream) (release func(), err error) {
+	d, err := w.device(dev, "hold")
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan struct{})
+	var once sync.Once
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st, err := w.streamLocked(d, s)
+	if err != nil {
+		return nil, fmt.Errorf("hold: %w", err)
+	}
+	stop := d.stop
+	w.enqueueLocked(st, "hold", func() error {
+		select {
+		case <-ch:
+		case <-stop:
+		}
+		return nil
+	})
+	return func() { once.Do(func() { close(ch) }) }, nil
 }
 
 // TotalCalls returns the number of driver calls made on every device.

@@ -1,0 +1,143 @@
+package commtest
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm"
+)
+
+type badCall struct {
+	name string
+	call func(b comm.Backend) error
+	want error
+}
+
+// badInput checks every method with every invalid input on rank 0: the right sentinel,
+// no panic, and (when the instance counts them) no library call.
+func (e *env) badInput(t *testing.T) {
+	n, es := e.n, e.es
+	p := e.buffers(t, 4096, nil)[0]
+	ctx := context.Background()
+	var s comm.Stream
+	cases := []badCall{
+		{"all-reduce negative bytes", func(b comm.Backend) error { return b.AllReduce(p, -es) }, comm.ErrInvalidSize},
+		{"all-reduce bytes not a multiple of the element", func(b comm.Backend) error { return b.AllReduce(p, es+1) }, comm.ErrInvalidSize},
+		{"all-reduce null pointer", func(b comm.Backend) error { return b.AllReduce(0, es) }, comm.ErrNullPointer},
+		{"all-reduce-async negative bytes", func(b comm.Backend) error { return b.AllReduceAsync(p, -1, s) }, comm.ErrInvalidSize},
+		{"all-reduce-async bytes not a multiple", func(b comm.Backend) error { return b.AllReduceAsync(p, 3*es+1, s) }, comm.ErrInvalidSize},
+		{"all-reduce-async null pointer", func(b comm.Backend) error { return b.AllReduceAsync(0, es, s) }, comm.ErrNullPointer},
+		{"all-gather negative bytes", func(b comm.Backend) error { return b.AllGather(p, p, -1) }, comm.ErrInvalidSize},
+		{"all-gather null send", func(b comm.Backend) error { return b.AllGather(0, p, 8) }, comm.ErrNullPointer},
+		{"all-gather null recv", func(b comm.Backend) error { return b.AllGather(p, 0, 8) }, comm.ErrNullPointer},
+		{"reduce-scatter negative bytes", func(b comm.Backend) error { return b.ReduceScatter(p, p, -es) }, comm.ErrInvalidSize},
+		{"reduce-scatter bytes not a multiple", func(b comm.Backend) error { return b.ReduceScatter(p, p, es+1) }, comm.ErrInvalidSize},
+		{"reduce-scatter null send", func(b comm.Backend) error { return b.ReduceScatter(0, p, es) }, comm.ErrNullPointer},
+		{"reduce-scatter null recv", func(b comm.Backend) error { return b.ReduceScatter(p, 0, es) }, comm.ErrNullPointer},
+		{"broadcast root negative", func(b comm.Backend) error { return b.Broadcast(p, 8, -1) }, comm.ErrInvalidRank},
+		{"broadcast root = world size", func(b comm.Backend) error { return b.Broadcast(p, 8, n) }, comm.ErrInvalidRank},
+		{"broadcast negative bytes", func(b comm.Backend) error { return b.Broadcast(p, -8, 0) }, comm.ErrInvalidSize},
+		{"broadcast null pointer", func(b comm.Backend) error { return b.Broadcast(0, 8, 0) }, comm.ErrNullPointer},
+		{"send dest negative", func(b comm.Backend) error { return b.SendTo(p, 8, -1, s) }, comm.ErrInvalidRank},
+		{"send dest = world size", func(b comm.Backend) error { return b.SendTo(p, 8, n, s) }, comm.ErrInvalidRank},
+		{"send negative bytes", func(b comm.Backend) error { return b.SendTo(p, -8, 0, s) }, comm.ErrInvalidSize},
+		{"send null pointer", func(b comm.Backend) error { return b.SendTo(0, 8, 0, s) }, comm.ErrNullPointer},
+		{"recv src negative", func(b comm.Backend) error { return b.RecvFrom(p, 8, -1, s) }, comm.ErrInvalidRank},
+		{"recv src = world size", func(b comm.Backend) error { return b.RecvFrom(p, 8, n, s) }, comm.ErrInvalidRank},
+		{"recv negative bytes", func(b comm.Backend) error { return b.RecvFrom(p, -8, 0, s) }, comm.ErrInvalidSize},
+		{"recv null pointer", func(b comm.Backend) error { return b.RecvFrom(0, 8, 0, s) }, comm.ErrNullPointer},
+		{"recv-command on the root itself", func(b comm.Backend) error { return b.RecvCommandU32(ctx, p, 0) }, comm.ErrInvalidRank},
+		{"recv-command root = world size", func(b comm.Backend) error { return b.RecvCommandU32(ctx, p, n) }, comm.ErrInvalidRank},
+		{"recv-command root negative", func(b comm.Backend) error { return b.RecvCommandU32(ctx, p, -1) }, comm.ErrInvalidRank},
+		{"register zero bytes", func(b comm.Backend) error { _, err := b.RegisterBuffer(p, 0); return err }, comm.ErrInvalidSize},
+		{"register negative bytes", func(b comm.Backend) error { _, err := b.RegisterBuffer(p, -1); return err }, comm.ErrInvalidSize},
+		{"register null pointer", func(b comm.Backend) error { _, err := b.RegisterBuffer(0, 64); return err }, comm.ErrNullPointer},
+		{"deregister unknown handle", func(b comm.Backend) error { return b.DeregisterBuffer(987654) }, comm.ErrUnknownHandle},
+		{"symmetric-alloc zero bytes", func(b comm.Backend) error { _, err := b.SymmetricAlloc(0); return err }, comm.ErrInvalidSize},
+		{"symmetric-alloc negative bytes", func(b comm.Backend) error { _, err := b.SymmetricAlloc(-4096); return err }, comm.ErrInvalidSize},
+		{"symmetric-free unknown pointer", func(b comm.Backend) error { return b.SymmetricFree(p) }, comm.ErrUnknownPointer},
+		{"set-add-kernel null kernel", func(b comm.Backend) error { return b.SetAddKernel(0) }, comm.ErrNullPointer},
+		{"group-end without group-start", func(b comm.Backend) error { return b.GroupEnd() }, comm.ErrGroupNotOpen},
+	}
+	if n > 1 {
+		cases = append(cases,
+			badCall{"recv-command null pointer", func(b comm.Backend) error { return b.RecvCommandU32(ctx, 0, 1) }, comm.ErrNullPointer},
+			badCall{"all-gather total size overflows", func(b comm.Backend) error { return b.AllGather(p, p, math.MaxInt/n+2) }, comm.ErrInvalidSize},
+			badCall{"reduce-scatter total size overflows", func(b comm.Backend) error {
+				return b.ReduceScatter(p, p, (math.MaxInt/n+2)/es*es)
+			}, comm.ErrInvalidSize},
+		)
+	}
+	b := e.b[0]
+	t.Run("arguments", func(t *testing.T) {
+		for _, c := range cases {
+			e.expectFailure(t, c.name, func() error { return c.call(b) }, c.want)
+		}
+	})
+	t.Run("groups", func(t *testing.T) {
+		require.NoError(t, b.GroupStart())
+		require.NoError(t, b.GroupStart())
+		inGroup := []badCall{
+			{"all-reduce-async inside a group", func(b comm.Backend) error { return b.AllReduceAsync(p, es, s) }, comm.ErrGroupOpen},
+			{"recv-command inside a group", func(b comm.Backend) error { return b.RecvCommandU32(ctx, p, 0) }, comm.ErrGroupOpen},
+			{"symmetric-alloc inside a group", func(b comm.Backend) error { _, err := b.SymmetricAlloc(4096); return err }, comm.ErrGroupOpen},
+			{"symmetric-free inside a group", func(b comm.Backend) error { return b.SymmetricFree(p) }, comm.ErrGroupOpen},
+			{"attempt-reconnect inside a group", func(b comm.Backend) error { return b.AttemptReconnect(ctx) }, comm.ErrGroupOpen},
+		}
+		for _, c := range inGroup {
+			e.expectFailure(t, c.name, func() error { return c.call(b) }, c.want)
+		}
+		require.NoError(t, b.GroupEnd())
+		require.NoError(t, b.GroupEnd())
+		e.expectFailure(t, "one group-end too many", b.GroupEnd, comm.ErrGroupNotOpen)
+	})
+	t.Run("after-close", func(t *testing.T) {
+		e.all(t, func(r int) error { return e.b[r].Close() })
+		after := []badCall{
+			{"all-reduce", func(b comm.Backend) error { return b.AllReduce(p, es) }, comm.ErrClosed},
+			{"all-reduce-async", func(b comm.Backend) error { return b.AllReduceAsync(p, es, s) }, comm.ErrClosed},
+			{"all-gather", func(b comm.Backend) error { return b.AllGather(p, p, es) }, comm.ErrClosed},
+			{"reduce-scatter", func(b comm.Backend) error { return b.ReduceScatter(p, p, es) }, comm.ErrClosed},
+			{"broadcast", func(b comm.Backend) error { return b.Broadcast(p, es, 0) }, comm.ErrClosed},
+			{"barrier", func(b comm.Backend) error { return b.Barrier() }, comm.ErrClosed},
+			{"send", func(b comm.Backend) error { return b.SendTo(p, es, 0, s) }, comm.ErrClosed},
+			{"recv", func(b comm.Backend) error { return b.RecvFrom(p, es, 0, s) }, comm.ErrClosed},
+			{"register", func(b comm.Backend) error { _, err := b.RegisterBuffer(p, 64); return err }, comm.ErrClosed},
+			{"deregister", func(b comm.Backend) error { return b.DeregisterBuffer(1) }, comm.ErrClosed},
+			{"symmetric-alloc", func(b comm.Backend) error { _, err := b.SymmetricAlloc(4096); return err }, comm.ErrClosed},
+			{"symmetric-free", func(b comm.Backend) error { return b.SymmetricFree(p) }, comm.ErrClosed},
+			{"set-add-kernel", func(b comm.Backend) error { return b.SetAddKernel(1) }, comm.ErrClosed},
+			{"group-start", func(b comm.Backend) error { return b.GroupStart() }, comm.ErrClosed},
+			{"group-end", func(b comm.Backend) error { return b.GroupEnd() }, comm.ErrClosed},
+			{"attempt-reconnect", func(b comm.Backend) error { return b.AttemptReconnect(ctx) }, comm.ErrClosed},
+			{"close twice", func(b comm.Backend) error { return b.Close() }, comm.ErrClosed},
+		}
+		if n > 1 {
+			after = append(after, badCall{"recv-command", func(b comm.Backend) error { return b.RecvCommandU32(ctx, p, 1) }, comm.ErrClosed})
+		}
+		for _, c := range after {
+			e.expectFailure(t, c.name, func() error { return c.call(b) }, c.want)
+		}
+		require.False(t, b.IsHealthy(), "a closed backend is not healthy")
+	})
+}
+
+// expectFailure runs call and requires the sentinel want, no panic and, where the
+// instance counts them, no library call.
+func (e *env) expectFailure(t *testing.T, name string, call func() error, want error) {
+	t.Helper()
+	counter, counts := e.inst.(CallCounter)
+	var before int64
+	if counts {
+		before = counter.DriverCalls()
+	}
+	var err error
+	require.NotPanics(t, func() { err = call() }, name)
+	require.ErrorIs(t, err, want, "%s: got %v", name, err)
+	if counts {
+		require.Equal(t, before, counter.DriverCalls(), "%s reached the library", name)
+	}
+}

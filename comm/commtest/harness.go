@@ -1,0 +1,72 @@
+package commtest
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/comm/commtest/internal/sim"
+)
+
+// SimHarness returns the Harness of comm's NCCL backend on a simulated world of world
+// ranks (see NewCluster); opts apply to every Cluster it starts, after the element type.
+// Each Start returns a *Cluster.
+func SimHarness(world int, opts ...Option) Harness {
+	return Harness{
+		Name:  fmt.Sprintf("simulated NCCL, %d ranks", world),
+		World: world,
+		Start: func(elem comm.DType) (Instance, error) {
+			o := append([]Option{WithCommOptions(comm.WithElementType(elem), comm.WithTimeout(time.Minute),
+				comm.WithCloseTimeout(10*time.Second))}, opts...)
+			return NewCluster(world, o...)
+		},
+	}
+}
+
+// SingleHarness returns the Harness of comm.Single (and comm.NoOp for the typed cases),
+// with one simulated device for memory. Single moves no data, so the suite checks what a
+// no-op one-rank backend must get right: every in-place result (a one-rank collective
+// leaves its buffer as it is), AllReduceAsync's stream ordering (the copies around it
+// run in order), RecvCommandU32's refusal on the root, registration handles, symmetric
+// memory reported as ErrUnsupported, and the whole bad-input table. Out-of-place results
+// are not checked: on one rank they would need the copy Single does not make.
+func SingleHarness() Harness {
+	return Harness{
+		Name:  "comm.Single",
+		World: 1,
+		NoOp:  true,
+		Start: func(elem comm.DType) (Instance, error) {
+			s, err := comm.NewSingle(comm.WithElementType(elem))
+			if err != nil {
+				return nil, err
+			}
+			w, err := sim.New(1)
+			if err != nil {
+				return nil, err
+			}
+			return &singleInstance{Cluster: &Cluster{w: w, n: 1}, single: s, noop: comm.NewNoOp()}, nil
+		},
+	}
+}
+
+// singleInstance is a memory-only Cluster with comm.Single and comm.NoOp as rank 0.
+type singleInstance struct {
+	*Cluster
+	single *comm.Single
+	noop   *comm.NoOp
+}
+
+func (s *singleInstance) Backends() []comm.Backend { return []comm.Backend{s.single} }
+
+func (s *singleInstance) Communicators() []comm.Communicator { return []comm.Communicator{s.noop} }
+
+func (s *singleInstance) Close() error {
+	var errs []error
+	for _, err := range []error{s.single.Close(), s.noop.Close()} {
+		if err != nil && !errors.Is(err, comm.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(append(errs, s.Cluster.Close())...)
+}
