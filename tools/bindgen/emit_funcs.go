@@ -86,8 +86,6 @@ func cgoName(c string) string {
 }
 
 func (g *goPkg) plan(f *Func) (*crossing, error) {
-	m := newMirror(g)
-	_ = m
 	cr := &crossing{f: f, name: "_ncclgo_tramp_" + f.Symbol}
 	var tparams, targs []string
 	tparams = append(tparams, "uintptr_t fp")

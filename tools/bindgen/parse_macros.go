@@ -1,0 +1,117 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"modernc.org/cc/v4"
+)
+
+// macros classifies the object-like macros the header defines.
+func (p *parser) macros(ast *cc.AST) {
+	names := make([]string, 0, len(ast.Macros))
+	for n, m := range ast.Macros {
+		if p.inHeader(m.Position().Filename) {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		m := ast.Macros[name]
+		mp := m.Position()
+		where := p.pos(mp.Filename, mp.Line, mp.Column)
+		if p.skipped["macro "+name] || p.skipped["macro-noval "+name] {
+			continue
+		}
+		if old := p.consts[name]; old != nil {
+			if c, err := p.macroConst(name, m, where); err != nil || constText(c) != constText(old) {
+				p.fail(where, "macro", name, fmt.Sprintf("has another value in setting %s", p.setting))
+			}
+			continue
+		}
+		if r := p.cfg.skipped("macro", name); r != "" {
+			p.skip("macro", name, r)
+			continue
+		}
+		if m.IsFnLike {
+			p.fail(where, "macro", name, "function-like macro")
+			continue
+		}
+		toks := m.ReplacementList()
+		if len(toks) == 0 {
+			p.skipped["macro-noval "+name] = true
+			p.api.Counts.skip("macro", "empty definition (include guard, feature or attribute switch)")
+			continue
+		}
+		if target := functionAlias(toks); target != "" && p.fnSyms[target] || p.fnSyms[expandPT(toks)] {
+			p.skipped["macro-noval "+name] = true
+			p.api.Counts.skip("macro", "names a function (gives the function its public name)")
+			continue
+		}
+		c, err := p.macroConst(name, m, where)
+		if err != nil {
+			p.fail(where, "macro", name, err.Error())
+			continue
+		}
+		p.consts[name] = c
+	}
+}
+
+// functionAlias returns the identifier a macro body consists of, or the argument of an
+// __CUDA_API_PTDS/PTSZ(x) body.
+func functionAlias(toks []cc.Token) string {
+	switch {
+	case len(toks) == 1 && toks[0].Ch == rune(cc.IDENTIFIER):
+		return toks[0].SrcStr()
+	case len(toks) == 4 && toks[1].SrcStr() == "(" && toks[3].SrcStr() == ")" && strings.HasPrefix(toks[0].SrcStr(), "__CUDA_API_PT"):
+		return toks[2].SrcStr()
+	}
+	return ""
+}
+
+// expandPT spells what an __CUDA_API_PTDS/PTSZ(x) body names in a setting with the
+// per-thread default stream (x_ptds / x_ptsz).
+func expandPT(toks []cc.Token) string {
+	if len(toks) == 4 && strings.HasPrefix(toks[0].SrcStr(), "__CUDA_API_PT") {
+		return toks[2].SrcStr() + "_" + strings.ToLower(strings.TrimPrefix(toks[0].SrcStr(), "__CUDA_API_"))
+	}
+	return ""
+}
+
+func (p *parser) macroConst(name string, m *cc.Macro, where string) (*Const, error) {
+	v := m.Value()
+	c := &Const{Name: name, Pos: where}
+	if sv, ok := v.(cc.StringValue); ok {
+		c.Kind, c.Str = ConstString, strings.TrimSuffix(string(sv), "\x00")
+		return c, nil
+	}
+	if m.Type() != nil && m.Type().Kind() == cc.Ptr {
+		c.Kind = ConstPointer
+		switch v := v.(type) {
+		case cc.Int64Value:
+			c.Uint = uint64(v)
+		case cc.UInt64Value:
+			c.Uint = uint64(v)
+		default:
+			return nil, fmt.Errorf("pointer macro without an address value")
+		}
+		if td := m.Type().Typedef(); td != nil && p.inHeader(td.Position().Filename) {
+			c.Type = td.Name()
+		}
+		return c, nil
+	}
+	switch v := v.(type) {
+	case cc.Int64Value:
+		c.Kind, c.Int = ConstInt, int64(v)
+	case cc.UInt64Value:
+		c.Kind, c.Uint = ConstUint, uint64(v)
+	case cc.Float64Value:
+		c.Kind, c.Float = ConstFloat, float64(v)
+	case cc.StringValue:
+		c.Kind, c.Str = ConstString, strings.TrimSuffix(string(v), "\x00")
+	default:
+		return nil, fmt.Errorf("no constant value (brace initializer, expression or attribute)")
+	}
+	return c, nil
+}
