@@ -25,11 +25,16 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"runtime/debug"
 )
 
 func main() {
-	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, openWorld))
+	// Ctrl-C cancels the run: waits return, the ranks are closed, the exit status is 1.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, openWorld)
+	stop()
+	os.Exit(code)
 }
 
 // opener builds the world a configuration asks for.

@@ -1,0 +1,28 @@
+//go:build gpu
+
+package main
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// On a GPU machine (make gpu-bundle): every collective through comm's NCCL backend on
+// the visible GPUs, every result checked against the host reference.
+func TestGPUEveryCollectiveIsRight(t *testing.T) {
+	out, errOut, code := runCommbench(t, openWorld, "-b", "8", "-e", "4M", "-f", "8", "-n", "5", "-op", "all", "-dtype", "all", "-json")
+	require.Equal(t, 0, code, errOut)
+	var rep report
+	require.NoError(t, json.Unmarshal([]byte(out), &rep))
+	assert.False(t, rep.Simulated)
+	assert.Zero(t, rep.OutOfBounds)
+	require.Len(t, rep.Collectives, len(collectives))
+	for _, tbl := range rep.Collectives {
+		require.NotEmpty(t, tbl.Rows, tbl.Collective)
+		last := tbl.Rows[len(tbl.Rows)-1]
+		t.Logf("%s %s %d B: in-place %.2f us, busbw %.2f GB/s", tbl.Collective, last.Type, last.Size, last.InPlace.TimeUS, last.InPlace.BusBW)
+	}
+}
