@@ -18,3 +18,18 @@ func TestConformanceSimulatedNCCL(t *testing.T) {
 		})
 	}
 }
+
+// The backend's polling paths: every communication call returns ncclInProgress first.
+func TestConformanceSimulatedNCCLInProgress(t *testing.T) {
+	commtest.RunConformance(t, commtest.SimHarness(2, commtest.WithInProgress(3)))
+}
+
+// Older libraries: 2.22 has ncclMemAlloc but no windows (symmetric memory without a
+// window); 2.19 is the oldest with ncclMemAlloc and ncclCommRegister.
+func TestConformanceSimulatedOlderNCCL(t *testing.T) {
+	for _, v := range []int{22203, 21903} {
+		t.Run(fmt.Sprint(v), func(t *testing.T) {
+			commtest.RunConformance(t, commtest.SimHarness(3, commtest.WithNCCLVersion(v)))
+		})
+	}
+}
