@@ -21,7 +21,9 @@ import (
 // the server too.
 //
 // When the connection is lost every pending and later call fails with ErrClosed; the
-// client does not reconnect. Close the client when done with it.
+// client does not reconnect. A request that cannot be written completely before its
+// context's deadline would leave a cut frame on the connection, so it closes the client
+// too. Close the client when done with it.
 type Client struct {
 	addr string
 	nc   net.Conn
@@ -39,6 +41,10 @@ type Client struct {
 	err     error // why the client stopped; nil while it works
 	pending map[uint32]chan reply
 }
+
+// minKeepalive bounds how often a client pings, whatever idle timeout a server
+// announces.
+const minKeepalive = 10 * time.Millisecond
 
 type reply struct {
 	status status
@@ -252,7 +258,7 @@ func (c *Client) readLoop(br *bufio.Reader) {
 
 func (c *Client) keepalive() {
 	defer c.wg.Done()
-	t := time.NewTicker(c.idle / 3)
+	t := time.NewTicker(max(c.idle/3, minKeepalive))
 	defer t.Stop()
 	for {
 		select {
@@ -350,19 +356,44 @@ func (c *Client) call(ctx context.Context, o op, blocking bool, build func(*enco
 	}
 	select {
 	case r := <-ch:
-		if r.err != nil {
-			return reply{}, r.err
-		}
-		if r.status != statusOK {
-			return reply{}, statusError(r.status, r.fields)
-		}
-		return r, nil
+		return r.result()
 	case <-ctx.Done():
-		if c.forget(id) && blocking {
-			_ = c.write(context.Background(), func(e *encoder) { e.begin(opCancel, statusOK, id) })
+		if !c.forget(id) {
+			// The reply won the race with ctx: report what the server did.
+			return (<-ch).result()
+		}
+		if blocking {
+			c.cancelOnServer(id)
 		}
 		return reply{}, ctx.Err()
 	}
+}
+
+func (r reply) result() (reply, error) {
+	switch {
+	case r.err != nil:
+		return reply{}, r.err
+	case r.status != statusOK:
+		return reply{}, statusError(r.status, r.fields)
+	}
+	return r, nil
+}
+
+// cancelOnServer tells the server to forget a blocked request, from a goroutine so that
+// a caller whose context has ended never waits on the connection.
+func (c *Client) cancelOnServer(id uint32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return // the connection is gone, and the server forgets with it
+	}
+	// The reader goroutine is still counted in c.wg (it counts itself out only after
+	// fail set c.err), so this Add cannot race with Close's Wait.
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		_ = c.write(context.Background(), func(e *encoder) { e.begin(opCancel, statusOK, id) })
+	}()
 }
 
 // forget drops a pending call and reports whether it was still pending.

@@ -376,9 +376,17 @@ func badFields(f frame) error {
 	return fmt.Errorf("%w: %s with %d fields", ErrProtocol, f.op, len(f.fields))
 }
 
-func keyField(b []byte) (string, error) {
+// keyOK checks a key field without copying it.
+func keyOK(b []byte) error {
 	if len(b) == 0 || len(b) > MaxKeyLen {
-		return "", fmt.Errorf("%w: key of %d bytes (want 1..%d)", ErrProtocol, len(b), MaxKeyLen)
+		return fmt.Errorf("%w: key of %d bytes (want 1..%d)", ErrProtocol, len(b), MaxKeyLen)
+	}
+	return nil
+}
+
+func keyField(b []byte) (string, error) {
+	if err := keyOK(b); err != nil {
+		return "", err
 	}
 	return string(b), nil
 }
@@ -425,8 +433,7 @@ func (c *serverConn) handle(f frame) error {
 		if len(f.fields) != 1 {
 			return badFields(f)
 		}
-		if len(f.fields[0]) == 0 || len(f.fields[0]) > MaxKeyLen {
-			_, err := keyField(f.fields[0])
+		if err := keyOK(f.fields[0]); err != nil {
 			return err
 		}
 		s.mu.Lock()
@@ -543,7 +550,7 @@ func (c *serverConn) handle(f frame) error {
 		}
 		present := make([]byte, len(f.fields))
 		for _, b := range f.fields {
-			if _, err := keyField(b); err != nil {
+			if err := keyOK(b); err != nil {
 				return err
 			}
 		}

@@ -405,3 +405,19 @@ func TestDialRetriesUntilTheServerListens(t *testing.T) {
 		require.NoError(t, <-served)
 	})
 }
+
+func TestIdleTimeoutSparesClientsThatWait(t *testing.T) {
+	noLeaks(t)
+	s, addr := startServer(t, WithIdleTimeout(150*time.Millisecond))
+	c, setter := dial(t, addr), dial(t, addr)
+	ctx := ctxTimeout(t, 10*time.Second)
+	assert.Equal(t, 150*time.Millisecond, c.idle, "the server announces its idle timeout")
+
+	got := make(chan error, 1)
+	go func() { _, err := c.Get(ctx, "slow"); got <- err }()
+	// Several idle periods pass with the get blocked; keepalives hold the connection.
+	time.Sleep(600 * time.Millisecond)
+	assert.Equal(t, 2, s.numConns())
+	require.NoError(t, setter.Set(ctx, "slow", []byte("x")))
+	require.NoError(t, <-got)
+}
