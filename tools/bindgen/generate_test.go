@@ -239,3 +239,15 @@ func TestPerSettingSymbolsGetTheirOwnNames(t *testing.T) {
 	assert.Contains(t, snap, "func fakeOpen -> fakeOpen: fakeResult_t fakeOpen(fakeHandle_t *h) [legacy]\n")
 	assert.Contains(t, snap, "func fakeName -> fakeName: const char *fakeName(fakeResult_t r) [default ptds legacy]\n")
 }
+
+func TestSetsMustBePinnedInTheManifest(t *testing.T) {
+	cfg, root, cache := fakeSetup(t, "")
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "headers"), 0o755))
+	manifest := "# kind\tset\n header\tfake-0.9\tpkg\n"
+	require.NoError(t, writeFile(filepath.Join(root, "headers", "manifest.tsv"), manifest+"header\tfake-0.9\tpkg\n"))
+	err := generate(cfg, root, cache, io.Discard)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "header set fake-1.0 is not pinned in headers/manifest.tsv")
+	require.NoError(t, writeFile(filepath.Join(root, "headers", "manifest.tsv"), manifest+"header\tfake-0.9\tpkg\nheader\tfake-1.0\tpkg\n"))
+	require.NoError(t, generate(cfg, root, cache, io.Discard))
+}

@@ -132,6 +132,9 @@ func setVersion(set string) string { return set[strings.LastIndex(set, "-")+1:] 
 
 // generate parses every header set of a config, writes the snapshots and the package.
 func generate(cfg *Config, root, cache string, stdout io.Writer) error {
+	if err := checkManifest(cfg, root); err != nil {
+		return err
+	}
 	apis := make([]*API, len(cfg.Sets))
 	errs := make([]error, len(cfg.Sets))
 	var wg sync.WaitGroup
@@ -274,4 +277,28 @@ func settingNames(cfg *Config) string {
 		s = append(s, st.Name)
 	}
 	return strings.Join(s, ", ")
+}
+
+// checkManifest checks that every header set of cfg is pinned in headers/manifest.tsv
+// (when the repository has one).
+func checkManifest(cfg *Config, root string) error {
+	b, err := os.ReadFile(filepath.Join(root, "headers", "manifest.tsv"))
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	pinned := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Split(line, "\t"); len(f) > 1 && f[0] == "header" {
+			pinned[f[1]] = true
+		}
+	}
+	for _, set := range cfg.Sets {
+		if !pinned[set] {
+			return fmt.Errorf("header set %s is not pinned in headers/manifest.tsv: run make headers NCCL=<version> first", set)
+		}
+	}
+	return nil
 }
