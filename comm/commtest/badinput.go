@@ -94,6 +94,10 @@ func (e *env) badInput(t *testing.T) {
 		require.NoError(t, b.GroupEnd())
 		e.expectFailure(t, "one group-end too many", b.GroupEnd, comm.ErrGroupNotOpen)
 	})
+	src, typed := e.inst.(CommunicatorSource)
+	if typed {
+		t.Run("typed-arguments", func(t *testing.T) { e.badTyped(t, src.Communicators()[0], p) })
+	}
 	t.Run("after-close", func(t *testing.T) {
 		e.all(t, func(r int) error { return e.b[r].Close() })
 		after := []badCall{
@@ -122,7 +126,68 @@ func (e *env) badInput(t *testing.T) {
 			e.expectFailure(t, c.name, func() error { return c.call(b) }, c.want)
 		}
 		require.False(t, b.IsHealthy(), "a closed backend is not healthy")
+		if typed {
+			e.closedTyped(t, src.Communicators(), p)
+		}
 	})
+}
+
+// badTyped checks the typed Communicator's argument validation.
+func (e *env) badTyped(t *testing.T, c comm.Communicator, p comm.DevicePtr) {
+	n := e.n
+	cases := []struct {
+		name string
+		call func() error
+		want error
+	}{
+		{"all-reduce negative count", func() error { return c.AllReduce(p, -1, comm.Float32, comm.Sum) }, comm.ErrInvalidSize},
+		{"all-reduce invalid type", func() error { return c.AllReduce(p, 1, 99, comm.Sum) }, comm.ErrInvalidType},
+		{"all-reduce negative type", func() error { return c.AllReduce(p, 1, -1, comm.Sum) }, comm.ErrInvalidType},
+		{"all-reduce invalid op", func() error { return c.AllReduce(p, 1, comm.Float32, 5) }, comm.ErrInvalidOp},
+		{"all-reduce null pointer", func() error { return c.AllReduce(0, 1, comm.Float32, comm.Sum) }, comm.ErrNullPointer},
+		{"broadcast root = world size", func() error { return c.Broadcast(p, 1, comm.Int8, n) }, comm.ErrInvalidRank},
+		{"broadcast negative root", func() error { return c.Broadcast(p, 1, comm.Int8, -1) }, comm.ErrInvalidRank},
+		{"broadcast invalid type", func() error { return c.Broadcast(p, 1, 12, 0) }, comm.ErrInvalidType},
+		{"all-gather negative count", func() error { return c.AllGather(p, p, -1, comm.Int32) }, comm.ErrInvalidSize},
+		{"all-gather null recv", func() error { return c.AllGather(p, 0, 1, comm.Int32) }, comm.ErrNullPointer},
+		{"reduce-scatter invalid op", func() error { return c.ReduceScatter(p, p, 1, comm.Int32, -1) }, comm.ErrInvalidOp},
+		{"reduce-scatter null send", func() error { return c.ReduceScatter(0, p, 1, comm.Int32, comm.Max) }, comm.ErrNullPointer},
+		{"send dest = world size", func() error { return c.Send(p, 1, comm.Int8, n, 0) }, comm.ErrInvalidRank},
+		{"send invalid type", func() error { return c.Send(p, 1, 42, 0, 0) }, comm.ErrInvalidType},
+		{"recv negative src", func() error { return c.Recv(p, 1, comm.Int8, -1, 0) }, comm.ErrInvalidRank},
+		{"recv negative count", func() error { return c.Recv(p, -4, comm.Int8, 0, 0) }, comm.ErrInvalidSize},
+	}
+	for _, tc := range cases {
+		e.expectFailure(t, tc.name, tc.call, tc.want)
+	}
+}
+
+// closedTyped closes every typed communicator and checks that every call then fails
+// with ErrClosed.
+func (e *env) closedTyped(t *testing.T, cs []comm.Communicator, p comm.DevicePtr) {
+	for _, c := range cs {
+		_ = c.Close() // the backend's Close may have closed it already
+	}
+	c := cs[0]
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		call func() error
+	}{
+		{"typed all-reduce", func() error { return c.AllReduce(p, 1, comm.Float32, comm.Sum) }},
+		{"typed broadcast", func() error { return c.Broadcast(p, 1, comm.Float32, 0) }},
+		{"typed all-gather", func() error { return c.AllGather(p, p, 1, comm.Float32) }},
+		{"typed reduce-scatter", func() error { return c.ReduceScatter(p, p, 1, comm.Float32, comm.Sum) }},
+		{"typed send", func() error { return c.Send(p, 1, comm.Float32, 0, 0) }},
+		{"typed recv", func() error { return c.Recv(p, 1, comm.Float32, 0, 0) }},
+		{"typed sync", func() error { return c.Sync(ctx) }},
+		{"typed barrier", func() error { return c.Barrier(ctx) }},
+		{"typed split", func() error { _, err := c.Split(ctx, 0, 0); return err }},
+		{"typed close twice", c.Close},
+	}
+	for _, tc := range cases {
+		e.expectFailure(t, tc.name, tc.call, comm.ErrClosed)
+	}
 }
 
 // expectFailure runs call and requires the sentinel want, no panic and, where the
