@@ -65,3 +65,11 @@ func LoadedVersion() (int, error) { return lib.Version() }
 func FormatVersion(code int) string {
 	return fmt.Sprintf("%d.%d", code/1000, code%1000/10)
 }
+
+// SymbolStatus says whether the loaded libcuda exports one function of this package.
+type SymbolStatus = dl.SymbolStatus
+
+// Coverage loads libcuda if needed and reports, for every function of this package, whether
+// the loaded library exports it, with the first pinned header version that declares it.
+// The error is the load error when no library could be loaded.
+func Coverage() ([]SymbolStatus, error) { return lib.Coverage(symbols) }

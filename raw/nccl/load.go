@@ -76,3 +76,11 @@ func FormatVersion(code int) string {
 	}
 	return fmt.Sprintf("%d.%d.%d", code/10000, code/100%100, code%100)
 }
+
+// SymbolStatus says whether the loaded libnccl exports one function of this package.
+type SymbolStatus = dl.SymbolStatus
+
+// Coverage loads libnccl if needed and reports, for every function of this package, whether
+// the loaded library exports it, with the first pinned header version that declares it.
+// The error is the load error when no library could be loaded.
+func Coverage() ([]SymbolStatus, error) { return lib.Coverage(symbols) }

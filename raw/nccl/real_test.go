@@ -88,6 +88,19 @@ func TestSymbolsResolveExactlyWhenTheLibraryHasThem(t *testing.T) {
 		assert.Equal(t, "symbol "+sym.Name+" not found in "+path+" (NCCL "+version+"): needs NCCL ≥ "+sym.Since, err.Error())
 	}
 	t.Logf("NCCL %s: %d functions resolve, %d are missing", version, resolved, missing)
+
+	// Coverage (what tools/ncclinfo shows) agrees with the symbol-by-symbol view.
+	cov, err := nccl.Coverage()
+	require.NoError(t, err)
+	require.Len(t, cov, len(nccl.ExportSymbols))
+	var present int
+	for _, c := range cov {
+		assert.Equal(t, exported[c.Symbol], c.Present, c.Symbol)
+		if c.Present {
+			present++
+		}
+	}
+	assert.Equal(t, resolved, present)
 	if version == "2.29.7" {
 		assert.Zero(t, missing, "every function of nccl.h 2.29.7 resolves in libnccl 2.29.7")
 	} else {
