@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 )
 
 // guard is comm's one validation layer: argument checks plus the state that makes
@@ -15,9 +16,11 @@ type guard struct {
 	rank, world int
 	elem        DType
 
+	// closed and depth change under mu; the hot paths read them without it.
+	closed atomic.Bool
+	depth  atomic.Int32
+
 	mu      sync.Mutex
-	closed  bool
-	depth   int
 	handles map[BufferHandle]int
 	sym     map[DevicePtr]int
 }
@@ -26,11 +29,7 @@ func newGuard(rank, world int, elem DType) *guard {
 	return &guard{rank: rank, world: world, elem: elem}
 }
 
-func (g *guard) isClosed() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.closed
-}
+func (g *guard) isClosed() bool { return g.closed.Load() }
 
 func (g *guard) open(op string) error {
 	if g.isClosed() {
@@ -41,13 +40,11 @@ func (g *guard) open(op string) error {
 
 // outsideGroup fails for operations that cannot run inside a group.
 func (g *guard) outsideGroup(op string) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed {
+	if g.closed.Load() {
 		return &ArgError{Op: op, Arg: "rank", Value: g.rank, Err: ErrClosed}
 	}
-	if g.depth > 0 {
-		return &ArgError{Op: op, Arg: "group depth", Value: g.depth, Err: ErrGroupOpen,
+	if d := g.depth.Load(); d > 0 {
+		return &ArgError{Op: op, Arg: "group depth", Value: int(d), Err: ErrGroupOpen,
 			Reason: "not allowed between group-start and group-end"}
 	}
 	return nil
@@ -205,7 +202,7 @@ func (g *guard) registered(h BufferHandle) {
 func (g *guard) deregister(h BufferHandle) (undo func(), err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.closed {
+	if g.closed.Load() {
 		return nil, &ArgError{Op: opDeregister, Arg: "handle", Value: h, Err: ErrClosed}
 	}
 	n := g.handles[h]
@@ -280,10 +277,10 @@ func (g *guard) kernel(k Kernel) error {
 func (g *guard) groupStart() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.closed {
+	if g.closed.Load() {
 		return &ArgError{Op: opGroupStart, Arg: "rank", Value: g.rank, Err: ErrClosed}
 	}
-	g.depth++
+	g.depth.Add(1)
 	return nil
 }
 
@@ -291,35 +288,28 @@ func (g *guard) groupStart() error {
 func (g *guard) groupEnd() (outermost bool, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.closed {
+	if g.closed.Load() {
 		return false, &ArgError{Op: opGroupEnd, Arg: "rank", Value: g.rank, Err: ErrClosed}
 	}
-	if g.depth == 0 {
+	if g.depth.Load() == 0 {
 		return false, &ArgError{Op: opGroupEnd, Arg: "group depth", Value: 0, Err: ErrGroupNotOpen,
 			Reason: "group-end without group-start"}
 	}
-	g.depth--
-	return g.depth == 0, nil
+	return g.depth.Add(-1) == 0, nil
 }
 
-func (g *guard) groupDepth() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.depth
-}
+func (g *guard) groupDepth() int { return int(g.depth.Load()) }
 
 // close marks the guard closed. It fails with ErrClosed on a second call; openGroups
 // reports groups left open, which Close reports with ErrGroupOpen after tearing down.
 func (g *guard) close() (openGroups int, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.closed {
+	if g.closed.Load() {
 		return 0, &ArgError{Op: opClose, Arg: "rank", Value: g.rank, Err: ErrClosed, Reason: "already closed"}
 	}
-	g.closed = true
-	d := g.depth
-	g.depth = 0
-	return d, nil
+	g.closed.Store(true)
+	return int(g.depth.Swap(0)), nil
 }
 
 func groupLeftOpen(depth int) error {

@@ -292,7 +292,9 @@ func (b *NCCL) RecvCommandU32(ctx context.Context, ptr DevicePtr, root int) erro
 
 // AllReduceAsync enqueues the in-place all-reduce on the communication stream between
 // two events: the communication stream waits for the work queued on compute so far, and
-// compute waits for the reduction. The host does not wait.
+// compute waits for the reduction. The host does not wait. With compute 0 (the legacy
+// default stream, which belongs to the current context) it first makes the rank's
+// device current on the calling thread; other streams carry their own context.
 func (b *NCCL) AllReduceAsync(ptr DevicePtr, bytes int, compute Stream) error {
 	c := b.c
 	if err := c.g.reduceAsync(ptr, bytes); err != nil {
@@ -302,10 +304,12 @@ func (b *NCCL) AllReduceAsync(ptr DevicePtr, bytes int, compute Stream) error {
 		return err
 	}
 	defer c.life.RUnlock()
-	if err := bind(c.d); err != nil {
-		return &OpError{Op: opAllReduceAsync, Bytes: bytes, Rank: c.rank, Err: err}
+	if compute == 0 { // the legacy default stream is the current context's
+		if err := bind(c.d); err != nil {
+			return &OpError{Op: opAllReduceAsync, Bytes: bytes, Rank: c.rank, Err: err}
+		}
+		defer runtime.UnlockOSThread()
 	}
-	defer runtime.UnlockOSThread()
 	s := seam.Stream(compute)
 	p := c.buf(ptr)
 	c.mu.Lock()
@@ -533,6 +537,7 @@ func (b *NCCL) AttemptReconnect(ctx context.Context) error {
 	c.faultMu.Lock()
 	if c.fault == nil {
 		c.fault = fmt.Errorf("%w: reconnect in progress", ErrUnhealthy)
+		c.faulted.Store(true)
 	}
 	c.faultMu.Unlock()
 	b.regMu.Lock()
@@ -555,6 +560,7 @@ func (b *NCCL) AttemptReconnect(ctx context.Context) error {
 	c.comm = comm
 	c.faultMu.Lock()
 	c.fault = nil
+	c.faulted.Store(false)
 	c.faultMu.Unlock()
 	if err := b.rewindow(ctx); err != nil {
 		return err

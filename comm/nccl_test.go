@@ -114,6 +114,12 @@ func TestNCCLAllReduceAsyncOrdersWithEvents(t *testing.T) {
 	}
 	assert.Equal(t, want, f.named("EventRecord", "StreamWaitEvent", "AllReduce"))
 	assert.Empty(t, f.named("StreamQuery", "StreamSynchronize", "EventQuery"))
+	assert.Empty(t, f.named("SetDevice"), "a stream carries its own context")
+
+	f.log()
+	require.NoError(t, b.AllReduceAsync(p, 64, 0))
+	assert.Equal(t, []string{"SetDevice", "EventRecord(" + fmt.Sprint(c.evIn) + ",0)"}, f.named("SetDevice", "EventRecord")[:2],
+		"the legacy default stream is the current context's: bind the device first")
 }
 
 // TestNCCLFailureMakesUnhealthy checks that a fatal NCCL error is wrapped with what was

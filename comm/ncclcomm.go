@@ -45,6 +45,7 @@ type NCCLCommunicator struct {
 
 	faultMu sync.Mutex
 	fault   error
+	faulted atomic.Bool // fault != nil, readable without faultMu
 
 	// Group state: the thread that opened the outermost group, and whether a blocking
 	// Backend collective was enqueued inside it (GroupEnd then waits).
@@ -179,6 +180,7 @@ func (c *NCCLCommunicator) fail(err error) error {
 	first := c.fault == nil
 	if first {
 		c.fault = err
+		c.faulted.Store(true)
 	}
 	c.faultMu.Unlock()
 	if first {
@@ -188,6 +190,9 @@ func (c *NCCLCommunicator) fail(err error) error {
 }
 
 func (c *NCCLCommunicator) faultErr() error {
+	if !c.faulted.Load() {
+		return nil
+	}
 	c.faultMu.Lock()
 	defer c.faultMu.Unlock()
 	return c.fault
@@ -510,10 +515,12 @@ func (c *NCCLCommunicator) order(op string, from, to seam.Stream, ev seam.Event)
 	if err := c.usable(op, -1); err != nil {
 		return err
 	}
-	if err := bind(c.d); err != nil {
-		return &OpError{Op: op, Bytes: -1, Rank: c.rank, Err: err}
+	if from == 0 || to == 0 { // the legacy default stream is the current context's
+		if err := bind(c.d); err != nil {
+			return &OpError{Op: op, Bytes: -1, Rank: c.rank, Err: err}
+		}
+		defer runtime.UnlockOSThread()
 	}
-	defer runtime.UnlockOSThread()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.d.EventRecord(ev, from); err != nil {

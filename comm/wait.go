@@ -112,7 +112,7 @@ func (c *NCCLCommunicator) settle(ctx context.Context, comm seam.Comm, m waitMod
 
 // drain waits until the work queued on the communication stream has completed.
 func (c *NCCLCommunicator) drain(ctx context.Context, m waitMode) error {
-	deadline := c.deadline(m)
+	var deadline time.Time
 	for i := 0; ; i++ {
 		done, err := c.d.StreamQuery(c.stream)
 		if err != nil {
@@ -120,6 +120,9 @@ func (c *NCCLCommunicator) drain(ctx context.Context, m waitMode) error {
 		}
 		if done {
 			return c.asyncError(c.comm)
+		}
+		if i == 0 { // the clock is read only when the work is not done at once
+			deadline = c.deadline(m)
 		}
 		if _, err := c.poll(ctx, c.comm, deadline); err != nil {
 			return err
