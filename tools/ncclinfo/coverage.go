@@ -1,5 +1,10 @@
 package main
 
+import (
+	"github.com/ncclgo/ncclgo/raw/cuda"
+	"github.com/ncclgo/ncclgo/raw/nccl"
+)
+
 // symbolState is one C function a raw package binds, as the package reports it.
 type symbolState struct {
 	symbol, since string
@@ -12,22 +17,29 @@ var symbolTables = []struct {
 	pkg   string
 	table func() (library string, syms []symbolState, err error)
 }{
-	{"raw/nccl", noTable("raw/nccl")},
-	{"raw/cuda", noTable("raw/cuda")},
+	{"raw/nccl", func() (string, []symbolState, error) {
+		return table(nccl.LibraryInfo().Version, nccl.Coverage)
+	}},
+	{"raw/cuda", func() (string, []symbolState, error) {
+		return table(cuda.LibraryInfo().Version, cuda.Coverage)
+	}},
 }
 
-// noTable stands for a package that does not export its symbol table yet.
-func noTable(pkg string) func() (string, []symbolState, error) {
-	return func() (string, []symbolState, error) {
-		return "", nil, errNoTable{pkg}
+// table converts a raw package's Coverage into symbol states.
+func table(version string, cov func() ([]dlStatus, error)) (string, []symbolState, error) {
+	list, err := cov()
+	if err != nil {
+		return "", nil, err
 	}
+	out := make([]symbolState, len(list))
+	for i, s := range list {
+		out[i] = symbolState{symbol: s.Symbol, since: s.Since, present: s.Present}
+	}
+	return version, out, nil
 }
 
-type errNoTable struct{ pkg string }
-
-func (e errNoTable) Error() string {
-	return e.pkg + " does not export its symbol table in this version"
-}
+// dlStatus is the element type both raw packages' Coverage return.
+type dlStatus = nccl.SymbolStatus
 
 // coverage reports each raw package's functions against the loaded library.
 func coverage() []Coverage {
