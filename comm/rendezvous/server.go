@@ -16,6 +16,9 @@ import (
 	"time"
 )
 
+// closeFlushTimeout bounds how long Close spends writing each reply already due.
+const closeFlushTimeout = time.Second
+
 // maxPendingBytes bounds what one connection's blocked Gets and Waits may hold on the
 // server (their keys plus a fixed overhead each).
 const maxPendingBytes = 4 << 20
@@ -32,7 +35,8 @@ type Server struct {
 	log  *slog.Logger
 	done chan struct{} // closed by Close
 
-	wg sync.WaitGroup // Serve loops, connections and deliveries still running
+	wg         sync.WaitGroup // Serve loops and connections still running
+	deliveries sync.WaitGroup // replies to blocked requests not yet written
 
 	mu        sync.Mutex
 	closed    bool
@@ -150,25 +154,35 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	}
 }
 
-// Close stops every listener, closes every connection (blocked Gets and Waits on the
-// clients fail), and returns once all the server's goroutines have ended. It is safe to
-// call more than once and from any goroutine.
+// Close stops every listener, writes the replies already due to Gets and Waits whose
+// keys were set (allowing each at most closeFlushTimeout), closes every connection
+// (blocked Gets and Waits on the clients then fail), and returns once all the server's
+// goroutines have ended. It is safe to call more than once and from any goroutine.
 func (s *Server) Close() error {
 	s.mu.Lock()
-	var toClose []io.Closer
+	var listeners []net.Listener
+	var conns []net.Conn
 	if !s.closed {
 		s.closed = true
 		close(s.done)
 		for l := range s.listeners {
-			toClose = append(toClose, l)
+			listeners = append(listeners, l)
 		}
 		for c := range s.conns {
-			toClose = append(toClose, c.nc)
+			conns = append(conns, c.nc)
 		}
 	}
 	s.mu.Unlock()
-	for _, c := range toClose {
-		_ = c.Close()
+	for _, l := range listeners {
+		_ = l.Close()
+	}
+	flush := time.Now().Add(closeFlushTimeout)
+	for _, nc := range conns {
+		_ = nc.SetWriteDeadline(flush)
+	}
+	s.deliveries.Wait()
+	for _, nc := range conns {
+		_ = nc.Close()
 	}
 	s.wg.Wait()
 	return nil
@@ -360,7 +374,13 @@ func (c *serverConn) reply(id uint32, o op, st status, fields ...[]byte) error {
 	if err != nil {
 		return err
 	}
-	_ = c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	timeout := writeTimeout
+	select {
+	case <-c.s.done:
+		timeout = closeFlushTimeout
+	default:
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(timeout))
 	_, err = c.nc.Write(b)
 	if cap(c.enc.b) > readChunk {
 		c.enc.b = nil
@@ -688,7 +708,7 @@ func (s *Server) notifyLocked(key string) []delivery {
 			d.value = s.data[w.keys[0]]
 		}
 		out = append(out, d)
-		s.wg.Add(1)
+		s.deliveries.Add(1)
 	}
 	return out
 }
@@ -698,7 +718,7 @@ func (s *Server) notifyLocked(key string) []delivery {
 func (s *Server) deliver(out []delivery) {
 	for _, d := range out {
 		go func() {
-			defer s.wg.Done()
+			defer s.deliveries.Done()
 			var err error
 			if d.w.op == opGet {
 				err = d.w.conn.reply(d.w.id, d.w.op, statusOK, d.value)

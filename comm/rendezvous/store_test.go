@@ -421,3 +421,28 @@ func TestIdleTimeoutSparesClientsThatWait(t *testing.T) {
 	require.NoError(t, setter.Set(ctx, "slow", []byte("x")))
 	require.NoError(t, <-got)
 }
+
+func TestCloseWritesRepliesAlreadyDue(t *testing.T) {
+	noLeaks(t)
+	// Rank 0 embeds the server: it passes the last barrier and closes the server at
+	// once. The other ranks' wake-ups were due before Close, so they must arrive.
+	s, addr := startServer(t)
+	ctx := ctxTimeout(t, 10*time.Second)
+	const waiters = 50
+	errs := make(chan error, waiters)
+	for range waiters {
+		c := dial(t, addr)
+		go func() { errs <- c.Wait(ctx, "done") }()
+	}
+	eventually(t, "all waits are blocked", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.watchers["done"]) == waiters
+	})
+	last := dial(t, addr)
+	require.NoError(t, last.Set(ctx, "done", nil))
+	require.NoError(t, s.Close())
+	for range waiters {
+		assert.NoError(t, <-errs)
+	}
+}
