@@ -165,7 +165,13 @@ func (f *fakeDriver) CommSplit(c seam.Comm, color, key int, cfg seam.Config) (se
 	return f.nextComm, nil
 }
 func (f *fakeDriver) CommShrink(c seam.Comm, exclude []int, cfg seam.Config, flags int) (seam.Comm, error) {
-	return 0, f.rec("CommShrink")
+	if err := f.rec("CommShrink", exclude, flags); err != nil {
+		return 0, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nextComm++
+	return f.nextComm, nil
 }
 func (f *fakeDriver) CommRevoke(c seam.Comm, flags int) error { return f.rec("CommRevoke") }
 func (f *fakeDriver) AllReduce(send, recv seam.Ptr, count uint64, dt seam.DataType, op seam.RedOp, c seam.Comm, s seam.Stream) error {

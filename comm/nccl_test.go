@@ -435,3 +435,33 @@ func TestNCCLHookBuildsTheBackend(t *testing.T) {
 	assert.Nil(t, v)
 	assert.True(t, strings.Contains(err.Error(), "want []comm.Option"), err.Error())
 }
+
+// TestNCCLShrinkAndRevoke checks the fault-tolerance extension points: Revoke needs NCCL
+// 2.28.7 and leaves the communicator unhealthy; Shrink validates its list and builds the
+// child from the driver's rank and size.
+func TestNCCLShrinkAndRevoke(t *testing.T) {
+	f := newFake()
+	f.splitRank, f.splitWorld = 1, 3
+	c := newFakeNCCL(t, f, 2, 4, quiet).Communicator()
+
+	for _, bad := range [][]int{{4}, {-1}, {1, 1}, {2}} {
+		_, err := c.Shrink(context.Background(), bad, false)
+		assert.ErrorIs(t, err, ErrInvalidRank, "%v", bad)
+	}
+	assert.Empty(t, f.named("CommShrink"))
+
+	require.NoError(t, c.Revoke())
+	assert.False(t, c.IsHealthy())
+	child, err := c.Shrink(context.Background(), []int{0}, true)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"CommRevoke", "CommShrink([0],1)"}, f.named("CommRevoke", "CommShrink"))
+	assert.Equal(t, 1, child.Rank())
+	assert.Equal(t, 3, child.WorldSize())
+	assert.True(t, child.IsHealthy())
+	require.NoError(t, child.Close())
+
+	old := newFake()
+	old.version = 22703
+	c2 := newFakeNCCL(t, old, 0, 2, quiet).Communicator()
+	assert.ErrorIs(t, c2.Revoke(), ErrUnsupported)
+}

@@ -694,3 +694,102 @@ func (c *NCCLCommunicator) endComm(ctx context.Context, graceful bool, note func
 	}
 	note("abort", c.d.CommAbort(c.comm))
 }
+
+// Revoke stops every operation in flight on the communicator (ncclCommRevoke, NCCL >=
+// 2.28) so that a failed job can Shrink or Close without waiting for them. The
+// communicator is unhealthy afterwards.
+func (c *NCCLCommunicator) Revoke() error {
+	const op = "revoke"
+	if err := c.g.outsideGroup(op); err != nil {
+		return err
+	}
+	if c.version < 22807 {
+		return &ArgError{Op: op, Arg: "nccl version", Value: c.version, Err: ErrUnsupported,
+			Reason: "ncclCommRevoke needs NCCL 2.28.7"}
+	}
+	c.life.RLock()
+	defer c.life.RUnlock()
+	if c.g.isClosed() {
+		return &ArgError{Op: op, Arg: "rank", Value: c.rank, Err: ErrClosed}
+	}
+	c.mu.Lock()
+	err := c.d.CommRevoke(c.comm, 0)
+	c.mu.Unlock()
+	if err == nil || code(err) == seam.InProgress {
+		err = c.settle(context.Background(), c.comm, bounded)
+	}
+	c.fail(fmt.Errorf("%w: revoked", ErrUnhealthy))
+	if err != nil {
+		return &OpError{Op: op, Bytes: -1, Rank: c.rank, Err: err}
+	}
+	return nil
+}
+
+// Shrink creates a communicator of the ranks not listed in exclude (ncclCommShrink,
+// NCCL >= 2.27); every remaining rank calls it with the same list. With abort, NCCL
+// first ends the operations in flight on this communicator (NCCL_SHRINK_ABORT), the
+// way to continue after a rank died. The child has its own stream and this
+// communicator's options; this communicator stays open until Close.
+func (c *NCCLCommunicator) Shrink(ctx context.Context, exclude []int, abort bool) (*NCCLCommunicator, error) {
+	const op = "shrink"
+	if err := c.g.outsideGroup(op); err != nil {
+		return nil, err
+	}
+	info, ok := c.d.(seam.CommInfo)
+	if !ok || c.version < 22703 {
+		return nil, &ArgError{Op: op, Arg: "nccl version", Value: c.version, Err: ErrUnsupported,
+			Reason: "needs ncclCommShrink (2.27) and a driver reporting rank and size"}
+	}
+	seen := make(map[int]bool, len(exclude))
+	for _, r := range exclude {
+		if err := checkRank(op, "exclude", r, c.world); err != nil {
+			return nil, err
+		}
+		if seen[r] {
+			return nil, &ArgError{Op: op, Arg: "exclude", Value: r, Err: ErrInvalidRank, Reason: "listed twice"}
+		}
+		seen[r] = true
+	}
+	if seen[c.rank] {
+		return nil, &ArgError{Op: op, Arg: "exclude", Value: c.rank, Err: ErrInvalidRank, Reason: "excludes this rank"}
+	}
+	c.life.RLock()
+	defer c.life.RUnlock()
+	if c.g.isClosed() {
+		return nil, &ArgError{Op: op, Arg: "rank", Value: c.rank, Err: ErrClosed}
+	}
+	flags := seam.ShrinkDefault
+	if abort {
+		flags = seam.ShrinkAbort
+	}
+	if err := bind(c.d); err != nil {
+		return nil, &OpError{Op: op, Bytes: -1, Rank: c.rank, Err: err}
+	}
+	defer runtime.UnlockOSThread()
+	c.mu.Lock()
+	comm, err := c.d.CommShrink(c.comm, exclude, seam.Config{Blocking: false, Name: c.cfg.name}, flags)
+	c.mu.Unlock()
+	if (err == nil || code(err) == seam.InProgress) && comm != 0 {
+		err = c.settle(ctx, comm, bounded)
+	}
+	if err == nil && comm == 0 {
+		err = errors.New("driver returned a null communicator")
+	}
+	var rank, world int
+	if err == nil {
+		if rank, err = info.CommUserRank(comm); err == nil {
+			world, err = info.CommCount(comm)
+		}
+	}
+	if err != nil {
+		if comm != 0 {
+			_ = c.d.CommAbort(comm)
+		}
+		return nil, &OpError{Op: op, Bytes: -1, Rank: c.rank, Err: err}
+	}
+	child := &NCCLCommunicator{d: c.d, cfg: c.cfg, version: c.version}
+	if err := child.adopt(comm, rank, world); err != nil {
+		return nil, err
+	}
+	return child, nil
+}
