@@ -15,7 +15,8 @@ import (
 type Backend interface {
 	// AllReduce sums bytes at ptr across all ranks, in place; every rank gets the
 	// result. bytes must be a multiple of the element size. The host waits for the
-	// result (use AllReduceAsync to stay on the device).
+	// result. The work that produced ptr must be complete (the seed's callers
+	// synchronize their stream first); AllReduceAsync orders on the device instead.
 	AllReduce(ptr DevicePtr, bytes int) error
 	// AllGather gathers bytes from send on every rank into recv, in rank order: recv
 	// holds WorldSize()*bytes bytes. It is in place when send == recv+Rank()*bytes.

@@ -15,6 +15,19 @@
 // Close return an [*ArgError] wrapping one of the Err sentinels, never a panic and never
 // a call into NCCL.
 //
+// Concurrency: every type here is safe for concurrent use, but NCCL requires all ranks
+// to issue operations in the same order, so an engine issues them from one goroutine
+// per rank (or serialises them). A group (GroupStart ... GroupEnd) belongs to the
+// goroutine that opened it: NCCL keeps group state per OS thread, so comm locks that
+// goroutine to its thread until the outermost GroupEnd and rejects grouped calls from
+// other goroutines with ErrGroupOpen.
+//
+// Waiting: operations that wait (Backend.AllReduce and the other collectives without a
+// stream argument, Communicator.Sync and Barrier, initialisation) poll the device and
+// ncclCommGetAsyncError, so a transport error ends the wait with that error; the
+// operation timeout (WithTimeout) bounds them and leaves the communicator unhealthy
+// when it expires. RecvCommandU32 waits as long as its context allows.
+//
 // Zero-byte operations are valid everywhere data moves (NCCL accepts count 0): they may
 // pass a null pointer and, on NCCL, still reach the library as a zero-count operation so
 // that every rank issues the same sequence. Allocation and registration reject zero

@@ -59,6 +59,7 @@ type ArgError struct {
 	Reason string
 }
 
+// Error returns "op: arg value: sentinel", followed by ": reason" when there is one.
 func (e *ArgError) Error() string {
 	msg := fmt.Sprintf("%s: %s %v: %v", e.Op, e.Arg, e.Value, e.Err)
 	if e.Reason != "" {
@@ -88,6 +89,7 @@ type OpError struct {
 	Err error
 }
 
+// Error returns "op of N bytes on rank R: cause" (without the size where none applies).
 func (e *OpError) Error() string {
 	if e.Bytes >= 0 {
 		return fmt.Sprintf("%s of %d bytes on rank %d: %v", e.Op, e.Bytes, e.Rank, e.Err)
