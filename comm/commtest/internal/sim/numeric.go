@@ -66,27 +66,42 @@ func opName(op seam.RedOp) string {
 func validOp(op seam.RedOp) bool { return op >= seam.Sum && op <= seam.Avg }
 
 // narrow is a floating-point format narrower than float32, converted with the kernels
-// package's reference conversions (those of the GPU).
-type narrow struct {
-	decode func(uint16) float32
-	encode func(float32) uint16 // round to nearest even; fp8 saturates (__NV_SATFINITE)
-	fp8    bool
+// package's reference conversions (those of the GPU): encode rounds to nearest even, and
+// the fp8 formats saturate (__NV_SATFINITE).
+type narrow int
+
+const (
+	fmtF16 narrow = iota
+	fmtBF16
+	fmtE4M3
+	fmtE5M2
+)
+
+func (f narrow) fp8() bool { return f == fmtE4M3 || f == fmtE5M2 }
+
+func (f narrow) decode(c uint16) float32 {
+	switch f {
+	case fmtF16:
+		return kernels.F16ToFloat32(c)
+	case fmtBF16:
+		return kernels.BF16ToFloat32(c)
+	case fmtE4M3:
+		return kernels.E4M3ToFloat32(uint8(c))
+	}
+	return kernels.E5M2ToFloat32(uint8(c))
 }
 
-var (
-	fmtF16  = narrow{decode: kernels.F16ToFloat32, encode: kernels.Float32ToF16}
-	fmtBF16 = narrow{decode: kernels.BF16ToFloat32, encode: kernels.Float32ToBF16}
-	fmtE4M3 = narrow{
-		decode: func(c uint16) float32 { return kernels.E4M3ToFloat32(uint8(c)) },
-		encode: func(f float32) uint16 { return uint16(kernels.Float32ToE4M3(f)) },
-		fp8:    true,
+func (f narrow) encode(v float32) uint16 {
+	switch f {
+	case fmtF16:
+		return kernels.Float32ToF16(v)
+	case fmtBF16:
+		return kernels.Float32ToBF16(v)
+	case fmtE4M3:
+		return uint16(kernels.Float32ToE4M3(v))
 	}
-	fmtE5M2 = narrow{
-		decode: func(c uint16) float32 { return kernels.E5M2ToFloat32(uint8(c)) },
-		encode: func(f float32) uint16 { return uint16(kernels.Float32ToE5M2(f)) },
-		fp8:    true,
-	}
-)
+	return uint16(kernels.Float32ToE5M2(v))
+}
 
 const (
 	canonicalNaN32 = 0x7fffffff
@@ -172,10 +187,10 @@ func reduce(dt seam.DataType, op seam.RedOp, dst []byte, srcs [][]byte) {
 		copy(dst, srcs[0]) // one rank: a copy, bits kept
 		return
 	}
-	for i := 0; i < len(dst); i += es {
-		switch dt {
-		case seam.Float32:
-			scale := float32(1 / float64(n))
+	switch dt {
+	case seam.Float32:
+		scale := float32(1 / float64(n))
+		for i := 0; i < len(dst); i += 4 {
 			acc := loadF32(srcs[0][i:], op, scale)
 			for _, s := range srcs[1:] {
 				acc = apply32(op, acc, loadF32(s[i:], op, scale))
@@ -185,8 +200,10 @@ func reduce(dt seam.DataType, op seam.RedOp, dst []byte, srcs [][]byte) {
 			} else {
 				binary.LittleEndian.PutUint32(dst[i:], math.Float32bits(acc))
 			}
-		case seam.Float64:
-			scale := 1 / float64(n)
+		}
+	case seam.Float64:
+		scale := 1 / float64(n)
+		for i := 0; i < len(dst); i += 8 {
 			acc := loadF64(srcs[0][i:], op, scale)
 			for _, s := range srcs[1:] {
 				acc = apply64(op, acc, loadF64(s[i:], op, scale))
@@ -196,16 +213,20 @@ func reduce(dt seam.DataType, op seam.RedOp, dst []byte, srcs [][]byte) {
 			} else {
 				binary.LittleEndian.PutUint64(dst[i:], math.Float64bits(acc))
 			}
-		case seam.Float16, seam.Bfloat16, seam.Float8e4m3, seam.Float8e5m2:
-			f := narrowOf(dt)
-			scale := f.avgScale(n)
+		}
+	case seam.Float16, seam.Bfloat16, seam.Float8e4m3, seam.Float8e5m2:
+		f := narrowOf(dt)
+		scale := f.avgScale(n)
+		for i := 0; i < len(dst); i += es {
 			acc := f.load(srcs[0][i:], es, op, scale)
 			for _, s := range srcs[1:] {
 				acc = f.encode(apply32(op, f.decode(acc), f.decode(f.load(s[i:], es, op, scale))))
 			}
 			store(dst[i:], es, uint64(acc))
-		default:
-			signed := dt == seam.Int8 || dt == seam.Int32 || dt == seam.Int64
+		}
+	default:
+		signed := dt == seam.Int8 || dt == seam.Int32 || dt == seam.Int64
+		for i := 0; i < len(dst); i += es {
 			acc := loadInt(srcs[0][i:], es, signed)
 			for _, s := range srcs[1:] {
 				acc = applyInt(op, signed, acc, loadInt(s[i:], es, signed))
@@ -233,7 +254,7 @@ func narrowOf(dt seam.DataType) narrow {
 // avgScale is 1/n rounded to the format (to float16 for the fp8 formats).
 func (f narrow) avgScale(n int) float32 {
 	s := f
-	if f.fp8 {
+	if f.fp8() {
 		s = fmtF16
 	}
 	return s.decode(s.encode(float32(1 / float64(n))))

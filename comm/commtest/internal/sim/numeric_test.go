@@ -180,3 +180,25 @@ func TestElementSizes(t *testing.T) {
 	binary.LittleEndian.PutUint64(b, 0x0102030405060708)
 	assert.Equal(t, uint64(0x0708), load(b, 2))
 }
+
+// BenchmarkReduce measures the simulator's reduction of two ranks' buffers against a
+// copy of the same bytes (the baseline, in the same run).
+func BenchmarkReduce(b *testing.B) {
+	const bytes = 1 << 20
+	srcs := [][]byte{make([]byte, bytes), make([]byte, bytes)}
+	dst := make([]byte, bytes)
+	for _, dt := range []seam.DataType{seam.Bfloat16, seam.Float32, seam.Int32, seam.Float8e4m3} {
+		b.Run(dtypeName(dt), func(b *testing.B) {
+			b.SetBytes(bytes)
+			for b.Loop() {
+				reduce(dt, seam.Sum, dst, srcs)
+			}
+		})
+	}
+	b.Run("baseline-copy", func(b *testing.B) {
+		b.SetBytes(bytes)
+		for b.Loop() {
+			copy(dst, srcs[0])
+		}
+	})
+}
