@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -16,10 +17,14 @@ import (
 // simulated device per rank, connected by a simulated NCCL. It is safe for concurrent
 // use. Close it to release every goroutine it started.
 type Cluster struct {
-	w        *sim.World
-	n        int
+	w   *sim.World
+	n   int
+	cfg clusterConfig
+
+	mu       sync.Mutex
 	backends []*comm.NCCL // nil for a memory-only cluster (SingleHarness)
-	cfg      clusterConfig
+	ids      map[int]seam.UniqueID
+	base     []int // per rank: the cluster generation its backend counts from
 
 	closeOnce sync.Once
 	closeErr  error
@@ -30,6 +35,7 @@ type clusterConfig struct {
 	sim         []sim.Option
 	initTimeout time.Duration
 	closeWait   time.Duration
+	reconnect   bool
 }
 
 // Option configures a Cluster.
@@ -59,6 +65,13 @@ func WithInProgress(polls int) Option {
 	return func(c *clusterConfig) { c.sim = append(c.sim, sim.WithInProgress(polls)) }
 }
 
+// WithReconnect gives every backend a comm.WithReconnect function that hands all ranks
+// the same new unique id for each generation, so that AttemptReconnect works when every
+// rank calls it; Replace brings a killed rank back into such a generation.
+func WithReconnect() Option {
+	return func(c *clusterConfig) { c.reconnect = true }
+}
+
 // WithInitTimeout bounds NewCluster's wait for every rank's communicator (default 30s).
 func WithInitTimeout(d time.Duration) Option {
 	return func(c *clusterConfig) { c.initTimeout = d }
@@ -83,31 +96,22 @@ func NewCluster(n int, opts ...Option) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new cluster: %w", err)
 	}
-	c := &Cluster{w: w, n: n, backends: make([]*comm.NCCL, n), cfg: cfg}
-	d0, _ := w.Driver(0)
-	id, err := d0.GetUniqueID()
-	if err != nil {
-		_ = w.Close()
-		return nil, fmt.Errorf("new cluster: %w", err)
-	}
+	c := &Cluster{w: w, n: n, backends: make([]*comm.NCCL, n), cfg: cfg,
+		ids: map[int]seam.UniqueID{0: w.NewUniqueID()}, base: make([]int, n)}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.initTimeout)
 	defer cancel()
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
 		wg.Go(func() {
-			d, _ := w.Driver(r)
-			b, err := seam.NewNCCL(ctx, d, id, r, n, cfg.comm)
+			b, err := c.start(ctx, r, 0)
 			if err != nil {
-				errs[r] = fmt.Errorf("rank %d: %w", r, err)
+				errs[r] = err
 				return
 			}
-			nb, ok := b.(*comm.NCCL)
-			if !ok {
-				errs[r] = fmt.Errorf("rank %d: backend of type %T, want *comm.NCCL", r, b)
-				return
-			}
-			c.backends[r] = nb
+			c.mu.Lock()
+			c.backends[r] = b
+			c.mu.Unlock()
 		})
 	}
 	wg.Wait()
@@ -118,11 +122,97 @@ func NewCluster(n int, opts ...Option) (*Cluster, error) {
 	return c, nil
 }
 
+// start creates rank's backend in the communicator of cluster generation gen.
+func (c *Cluster) start(ctx context.Context, rank, gen int) (*comm.NCCL, error) {
+	d, err := c.w.Driver(rank)
+	if err != nil {
+		return nil, err
+	}
+	opts := c.cfg.comm
+	if c.cfg.reconnect {
+		opts = append(slices.Clone(opts), comm.WithReconnect(c.reconnectFunc(rank)))
+	}
+	b, err := seam.NewNCCL(ctx, d, c.generationID(gen), rank, c.n, opts)
+	if err != nil {
+		return nil, fmt.Errorf("rank %d: %w", rank, err)
+	}
+	nb, ok := b.(*comm.NCCL)
+	if !ok {
+		return nil, fmt.Errorf("rank %d: backend of type %T, want *comm.NCCL", rank, b)
+	}
+	return nb, nil
+}
+
+// generationID returns the unique id of cluster generation gen, made on first use.
+func (c *Cluster) generationID(gen int) seam.UniqueID {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id, ok := c.ids[gen]
+	if !ok {
+		id = c.w.NewUniqueID()
+		c.ids[gen] = id
+	}
+	return id
+}
+
+// reconnectFunc maps rank's backend generations (counted from its own start) to
+// cluster generations.
+func (c *Cluster) reconnectFunc(rank int) comm.ReconnectFunc {
+	return func(ctx context.Context, generation int) (comm.UniqueID, error) {
+		if err := ctx.Err(); err != nil {
+			return comm.UniqueID{}, err
+		}
+		c.mu.Lock()
+		gen := c.base[rank] + generation
+		c.mu.Unlock()
+		return comm.UniqueID(c.generationID(gen)), nil
+	}
+}
+
+// Replace brings back a killed rank the way a restarted process would: its old backend
+// is closed, its device comes back empty, and a new backend joins the communicator of
+// generation gen, the generation the survivors' AttemptReconnect is creating (1 after
+// the first failure; needs WithReconnect). Call it while the survivors reconnect: it
+// waits for them. The new backend replaces the old one in Backends.
+func (c *Cluster) Replace(ctx context.Context, rank, gen int) (*comm.NCCL, error) {
+	if err := c.checkRank("replace", rank); err != nil {
+		return nil, err
+	}
+	if !c.cfg.reconnect {
+		return nil, fmt.Errorf("replace rank %d: %w: the cluster was made without WithReconnect", rank, comm.ErrUnsupported)
+	}
+	if gen < 1 {
+		return nil, &comm.ArgError{Op: "replace", Arg: "generation", Value: gen, Err: comm.ErrInvalidSize, Reason: "generations count from 1"}
+	}
+	c.mu.Lock()
+	old := c.backends[rank]
+	c.mu.Unlock()
+	if old != nil {
+		_ = old.Close() // a dead rank's teardown fails fast; its errors are expected
+	}
+	if err := c.w.Revive(rank); err != nil {
+		return nil, fmt.Errorf("replace rank %d: %w (kill it first)", rank, err)
+	}
+	c.mu.Lock()
+	c.base[rank] = gen
+	c.mu.Unlock()
+	b, err := c.start(ctx, rank, gen)
+	if err != nil {
+		return nil, fmt.Errorf("replace: %w", err)
+	}
+	c.mu.Lock()
+	c.backends[rank] = b
+	c.mu.Unlock()
+	return b, nil
+}
+
 // Size returns the number of ranks.
 func (c *Cluster) Size() int { return c.n }
 
 // Backends returns every rank's backend, index = rank.
 func (c *Cluster) Backends() []comm.Backend {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	out := make([]comm.Backend, len(c.backends))
 	for i, b := range c.backends {
 		out[i] = b
@@ -135,6 +225,8 @@ func (c *Cluster) Backend(rank int) (*comm.NCCL, error) {
 	if err := c.checkRank("backend", rank); err != nil {
 		return nil, err
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.backends[rank] == nil {
 		return nil, fmt.Errorf("backend of rank %d: %w: the cluster has no NCCL backends", rank, comm.ErrUnsupported)
 	}
@@ -144,6 +236,8 @@ func (c *Cluster) Backend(rank int) (*comm.NCCL, error) {
 // Communicators returns every rank's typed communicator (the backends' own
 // communicators: closing either closes both).
 func (c *Cluster) Communicators() []comm.Communicator {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	out := make([]comm.Communicator, len(c.backends))
 	for i, b := range c.backends {
 		out[i] = b.Communicator()
@@ -166,12 +260,15 @@ func (c *Cluster) checkRank(op string, rank int) error {
 // is idempotent.
 func (c *Cluster) Close() error {
 	c.closeOnce.Do(func() {
-		errs := make([]error, len(c.backends))
+		c.mu.Lock()
+		backends := slices.Clone(c.backends)
+		c.mu.Unlock()
+		errs := make([]error, len(backends))
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
 			var wg sync.WaitGroup
-			for r, b := range c.backends {
+			for r, b := range backends {
 				if b != nil {
 					wg.Go(func() {
 						if err := b.Close(); err != nil && !errors.Is(err, comm.ErrClosed) {

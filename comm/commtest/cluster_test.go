@@ -216,3 +216,56 @@ func TestDriverCallsCountOnlyTheBackends(t *testing.T) {
 	require.NoError(t, b.AllReduce(p, 8))
 	assert.Greater(t, c.DriverCalls(), before)
 }
+
+func TestSurvivorsAndAReplacementReconnectAfterARankDies(t *testing.T) {
+	c := newCluster(t, 3, fast, commtest.WithReconnect())
+	p := make([]comm.DevicePtr, 3)
+	for r := range 3 {
+		p[r], _ = c.Alloc(r, 2)
+	}
+	require.NoError(t, c.Kill(2))
+	survivors := c.Backends()[:2]
+	for r, err := range onAllOf(survivors, func(r int, b comm.Backend) error { return b.AllReduce(p[r], 2) }) {
+		require.ErrorIs(t, err, comm.ErrTimeout, "rank %d", r)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var replaced error
+	var wg sync.WaitGroup
+	wg.Go(func() { _, replaced = c.Replace(ctx, 2, 1) })
+	for r, err := range onAllOf(survivors, func(_ int, b comm.Backend) error { return b.AttemptReconnect(ctx) }) {
+		require.NoError(t, err, "rank %d", r)
+	}
+	wg.Wait()
+	require.NoError(t, replaced)
+
+	// The replacement's memory is new: allocate again on rank 2.
+	var err error
+	p[2], err = c.Alloc(2, 2)
+	require.NoError(t, err)
+	for r := range 3 {
+		require.NoError(t, c.WriteValues(r, p[r], comm.BFloat16, []float64{float64(r + 1)}))
+	}
+	for r, err := range onAll(c, func(r int, b comm.Backend) error { return b.AllReduce(p[r], 2) }) {
+		require.NoError(t, err, "rank %d", r)
+	}
+	for r, b := range c.Backends() {
+		got, err := c.ReadValues(r, p[r], comm.BFloat16, 1)
+		require.NoError(t, err)
+		assert.Equal(t, []float64{6}, got, "rank %d", r)
+		assert.True(t, b.IsHealthy(), "rank %d", r)
+	}
+	_, err = c.Replace(ctx, 1, 2)
+	assert.Error(t, err, "an alive rank cannot be replaced")
+}
+
+func onAllOf(bs []comm.Backend, f func(rank int, b comm.Backend) error) []error {
+	errs := make([]error, len(bs))
+	var wg sync.WaitGroup
+	for r, b := range bs {
+		wg.Go(func() { errs[r] = f(r, b) })
+	}
+	wg.Wait()
+	return errs
+}

@@ -32,6 +32,55 @@ func (w *World) Kill(dev int) error {
 	return nil
 }
 
+// Revive brings a dead device back as a restarted process finds it: empty. Its memory,
+// streams, events, loaded kernels and communicators are gone (their handles and
+// addresses stay invalid), injected faults are cleared, and its driver works again.
+func (w *World) Revive(dev int) error {
+	d, err := w.device(dev, "revive")
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case w.closed:
+		return fmt.Errorf("revive device %d: world closed", dev)
+	case !d.dead:
+		return fmt.Errorf("revive device %d: the device is alive", dev)
+	}
+	for h, s := range w.streams {
+		if s.dev == d {
+			delete(w.streams, h)
+		}
+	}
+	for h, e := range w.events {
+		if e.dev == d {
+			delete(w.events, h)
+		}
+	}
+	for h, f := range w.funcs {
+		if f.dev == d {
+			delete(w.funcs, h)
+		}
+	}
+	for h, rc := range w.comms {
+		if rc.dev == d {
+			rc.stopLocked()
+			delete(w.comms, h)
+		}
+	}
+	d.wipe()
+	d.def = &stream{h: 0, dev: d}
+	d.stop = make(chan struct{})
+	d.halted, d.dead, d.sticky, d.hang, d.delay = false, false, nil, 0, 0
+	drv := w.drivers[dev]
+	drv.mu.Lock()
+	drv.group = groupState{}
+	drv.fails = map[string][]error{}
+	drv.mu.Unlock()
+	return nil
+}
+
 // InjectError makes every communicator of device dev report code from
 // ncclCommGetAsyncError (and fail new calls with it), as NCCL does after a transport
 // failure (seam.RemoteError, seam.SystemError). Operations already queued stay queued.
@@ -249,6 +298,10 @@ func (w *World) Hold(dev int, s seam.Stream) (release func(), err error) {
 	})
 	return func() { once.Do(func() { close(ch) }) }, nil
 }
+
+// NewUniqueID returns a new unique id for ncclCommInitRank, as ncclGetUniqueId would,
+// without counting a driver call.
+func (w *World) NewUniqueID() seam.UniqueID { return w.getUniqueID() }
 
 // TotalCalls returns the number of driver calls made on every device.
 func (w *World) TotalCalls() int64 {

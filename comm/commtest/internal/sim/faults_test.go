@@ -96,3 +96,32 @@ func TestFailCallInjectsAnErrorForTheNextCalls(t *testing.T) {
 	assert.Error(t, w.FailCall(0, "cuMemAlloc_v2", nil, 0))
 	assert.Error(t, w.FailCall(1, "cuMemAlloc_v2", nil, 1))
 }
+
+func TestReviveBringsBackAnEmptyDeviceThatCanJoinANewCommunicator(t *testing.T) {
+	r := newRig(t, 2)
+	p, _ := r.w.Alloc(1, 8)
+	require.Error(t, r.w.Revive(1), "an alive device cannot be revived")
+	require.NoError(t, r.w.Kill(1))
+	require.NoError(t, r.w.Revive(1))
+	_, err := r.w.Read(1, p, 8)
+	assert.ErrorContains(t, err, "freed memory", "the old memory is gone")
+	u, err := r.w.Usage(1)
+	require.NoError(t, err)
+	assert.Equal(t, Usage{}, u)
+	_, err = r.d[1].StreamQuery(r.s[1])
+	assert.Equal(t, ErrorInvalidHandle, cudaCode(err), "the old stream is gone")
+
+	// Both ranks build a new communicator; rank 0 aborts its old one first.
+	require.NoError(t, r.d[0].CommAbort(r.c[0]))
+	id, _ := r.d[0].GetUniqueID()
+	c := make([]seam.Comm, 2)
+	r.each(t, func(i int) error {
+		var err error
+		c[i], err = r.d[i].CommInitRank(2, id, i, seam.Config{Blocking: true})
+		return err
+	})
+	bufs := r.alloc(t, 4, func(i int) []byte { return int32s([]int32{int32(i + 5)}) })
+	r.each(t, func(i int) error { return r.d[i].AllReduce(bufs[i], bufs[i], 1, seam.Int32, seam.Sum, c[i], 0) })
+	r.each(t, func(i int) error { return r.d[i].StreamSynchronize(0) })
+	assert.Equal(t, int32s([]int32{11}), r.read(t, 1, bufs[1], 4))
+}

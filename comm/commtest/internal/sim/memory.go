@@ -237,6 +237,16 @@ func (d *device) update(p seam.Ptr, n uint64, f func(b []byte)) error {
 	return nil
 }
 
+// wipe frees every allocation (a restarted process); the addresses stay invalid.
+func (d *device) wipe() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, a := range d.live {
+		d.freed = append(d.freed, span{a.base, a.end()})
+	}
+	d.live, d.used = nil, 0
+}
+
 // usage returns the bytes in use and the number of live allocations (plain, nccl).
 func (d *device) usage() (bytes uint64, plain, nccl int) {
 	d.mu.Lock()
