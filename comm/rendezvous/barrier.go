@@ -2,6 +2,7 @@ package rendezvous
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -41,24 +42,48 @@ func (c *Client) Barrier(ctx context.Context, key string, rank, world int) error
 	if err := checkKey(key); err != nil {
 		return fmt.Errorf("barrier %q: %w", key, err)
 	}
-	if err := c.Set(ctx, rankKey(key, rank), []byte{1}); err != nil {
-		return c.barrierFailed(ctx, key, world, err)
-	}
-	n, err := c.Add(ctx, key+"/count", 1)
+	// One write carries the arrival marker, the count and the wait for the last rank;
+	// the server handles them in that order.
+	marker, err := c.start(ctx, opSet, false, func(e *encoder) { e.string(rankKey(key, rank)); e.bytes([]byte{1}) })
 	if err != nil {
 		return c.barrierFailed(ctx, key, world, err)
 	}
-	switch {
+	count, err := c.start(ctx, opAdd, false, func(e *encoder) { e.string(key + "/count"); e.uint64(1) })
+	if err != nil {
+		marker.abandon()
+		return c.barrierFailed(ctx, key, world, err)
+	}
+	done, err := c.start(ctx, opWait, true, func(e *encoder) { e.string(key + "/done") })
+	if err != nil {
+		marker.abandon()
+		count.abandon()
+		return c.barrierFailed(ctx, key, world, err)
+	}
+	if _, err := marker.await(ctx); err != nil {
+		count.abandon()
+		done.abandon()
+		return c.barrierFailed(ctx, key, world, fmt.Errorf("set %q: %w", rankKey(key, rank), err))
+	}
+	r, err := count.await(ctx)
+	if err == nil && (len(r.fields) != 1 || len(r.fields[0]) != 8) {
+		err = fmt.Errorf("%w: malformed reply", ErrProtocol)
+	}
+	if err != nil {
+		done.abandon()
+		return c.barrierFailed(ctx, key, world, fmt.Errorf("add 1 to %q: %w", key+"/count", err))
+	}
+	switch n := int64(binary.BigEndian.Uint64(r.fields[0])); {
 	case n > int64(world):
+		done.abandon()
 		return fmt.Errorf("barrier %q: %w: %d arrivals for world size %d (key reused?)", key, ErrInvalidArgument, n, world)
 	case n == int64(world):
 		if err := c.Set(ctx, key+"/done", []byte{1}); err != nil {
+			done.abandon()
 			return c.barrierFailed(ctx, key, world, err)
 		}
-		return nil
 	}
-	if err := c.Wait(ctx, key+"/done"); err != nil {
-		return c.barrierFailed(ctx, key, world, err)
+	if _, err := done.await(ctx); err != nil {
+		return c.barrierFailed(ctx, key, world, fmt.Errorf("wait for %q on %s: %w", key+"/done", c.addr, err))
 	}
 	return nil
 }

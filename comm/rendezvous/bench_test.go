@@ -17,38 +17,73 @@ import (
 
 // BenchmarkRendezvous times what a job start does, for N ranks as goroutines on
 // loopback: every rank connects (with a token), rank 0 publishes a 128-byte id, all
-// meet in a Barrier (Set + Add + Wait), the others Get the id, and all close. One op is
-// one whole rendezvous; ns/rank shows whether the cost grows linearly.
+// meet in a Barrier, the others Get the id, and all close. Each op also runs, first,
+// the floor under it: N goroutines that each open a plain TCP connection to an echo
+// server, do one round trip and close. It reports the medians of both (rendezvous-ms,
+// bare-ms), their ratio, and us/rank (the rendezvous median over N) to show growth.
 func BenchmarkRendezvous(b *testing.B) {
 	for _, n := range []int{64, 128, 256} {
 		b.Run(fmt.Sprintf("ranks=%d", n), func(b *testing.B) {
 			const token = "bench-token"
 			_, addr := startServer(b, WithToken(token), WithMaxConns(2*n))
+			echoAddr, stopEcho := startEcho(b)
+			defer stopEcho()
 			uid := make([]byte, 128)
 			ctx := context.Background()
 			gen := uint64(0)
+			var rdzv, bare []time.Duration
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
+				t0 := time.Now()
+				parallel(b, n, func(int) error { return bareConnect(echoAddr) })
+				t1 := time.Now()
 				gen++
-				var wg sync.WaitGroup
-				errs := make(chan error, n)
-				for r := range n {
-					wg.Go(func() {
-						if err := rendezvousOnce(ctx, addr, token, gen, r, n, uid); err != nil {
-							errs <- err
-						}
-					})
-				}
-				wg.Wait()
-				close(errs)
-				for err := range errs {
-					b.Fatal(err)
-				}
+				parallel(b, n, func(r int) error { return rendezvousOnce(ctx, addr, token, gen, r, n, uid) })
+				bare = append(bare, t1.Sub(t0))
+				rdzv = append(rdzv, time.Since(t1))
 			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/rank")
+			b.StopTimer()
+			mr, mb := median(rdzv), median(bare)
+			b.ReportMetric(float64(mr.Microseconds())/1000, "rendezvous-ms")
+			b.ReportMetric(float64(mb.Microseconds())/1000, "bare-ms")
+			b.ReportMetric(float64(mr)/float64(mb), "rendezvous/bare")
+			b.ReportMetric(float64(mr.Microseconds())/float64(n), "us/rank")
 		})
 	}
+}
+
+// parallel runs f for ranks 0..n-1 in goroutines and fails b on the first error.
+func parallel(b *testing.B, n int, f func(rank int) error) {
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for r := range n {
+		wg.Go(func() {
+			if err := f(r); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+}
+
+// bareConnect is one plain TCP connection with one round trip of an empty frame.
+func bareConnect(addr string) error {
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	msg := []byte{0, 0, 0, 0}
+	if _, err := nc.Write(msg); err != nil {
+		return err
+	}
+	_, err = io.ReadFull(nc, msg)
+	return err
 }
 
 func rendezvousOnce(ctx context.Context, addr, token string, gen uint64, rank, world int, uid []byte) error {

@@ -40,6 +40,7 @@ type Client struct {
 	mu      sync.Mutex
 	err     error // why the client stopped; nil while it works
 	pending map[uint32]chan reply
+	pinger  *time.Timer // sends keepalives; nil when the server has no idle timeout
 }
 
 // minKeepalive bounds how often a client pings, whatever idle timeout a server
@@ -122,8 +123,9 @@ func dialOnce(ctx context.Context, addr string, cfg clientConfig) (*Client, erro
 	c.wg.Add(1)
 	go c.readLoop(br)
 	if idle > 0 {
-		c.wg.Add(1)
-		go c.keepalive()
+		c.mu.Lock()
+		c.pinger = time.AfterFunc(c.keepaliveEvery(), c.keepalive)
+		c.mu.Unlock()
 	}
 	return c, nil
 }
@@ -256,22 +258,28 @@ func (c *Client) readLoop(br *bufio.Reader) {
 	}
 }
 
+// keepalive sends a ping (id 0, whose reply is dropped) and re-arms its timer; it runs
+// from a timer, so an idle client has no goroutine of its own for it.
 func (c *Client) keepalive() {
-	defer c.wg.Done()
-	t := time.NewTicker(max(c.idle/3, minKeepalive))
-	defer t.Stop()
-	for {
-		select {
-		case <-c.done:
-			return
-		case <-t.C:
-			// Id 0 is never pending: the reply is dropped.
-			if err := c.write(context.Background(), func(e *encoder) { e.begin(opPing, statusOK, 0) }); err != nil {
-				return
-			}
-		}
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
 	}
+	c.wg.Add(1) // the reader is still counted, see cancelOnServer
+	c.mu.Unlock()
+	defer c.wg.Done()
+	if err := c.write(context.Background(), func(e *encoder) { e.begin(opPing, statusOK, 0) }); err != nil {
+		return
+	}
+	c.mu.Lock()
+	if c.err == nil {
+		c.pinger.Reset(c.keepaliveEvery())
+	}
+	c.mu.Unlock()
 }
+
+func (c *Client) keepaliveEvery() time.Duration { return max(c.idle/3, minKeepalive) }
 
 // fail stops the client: the connection is closed and every pending call gets err.
 func (c *Client) fail(err error) {
@@ -287,6 +295,9 @@ func (c *Client) fail(err error) {
 	pending := c.pending
 	c.pending = nil
 	close(c.done)
+	if c.pinger != nil {
+		c.pinger.Stop()
+	}
 	c.mu.Unlock()
 	_ = c.nc.Close()
 	for _, ch := range pending {
@@ -330,21 +341,39 @@ func (c *Client) write(ctx context.Context, build func(*encoder)) error {
 // call sends one request and waits for its reply. blocking marks a Get or Wait, which
 // is cancelled on the server when ctx ends first.
 func (c *Client) call(ctx context.Context, o op, blocking bool, build func(*encoder)) (reply, error) {
-	if err := ctx.Err(); err != nil {
+	p, err := c.start(ctx, o, blocking, build)
+	if err != nil {
 		return reply{}, err
+	}
+	return p.await(ctx)
+}
+
+// inflight is a request sent and not yet answered; requests started one after the other
+// are pipelined and the server handles them in that order.
+type inflight struct {
+	c        *Client
+	id       uint32
+	ch       chan reply
+	blocking bool
+}
+
+// start sends one request without waiting for its reply.
+func (c *Client) start(ctx context.Context, o op, blocking bool, build func(*encoder)) (inflight, error) {
+	if err := ctx.Err(); err != nil {
+		return inflight{}, err
 	}
 	id := c.nextID.Add(1)
 	if id == 0 {
 		id = c.nextID.Add(1)
 	}
-	ch := make(chan reply, 1)
+	p := inflight{c: c, id: id, ch: make(chan reply, 1), blocking: blocking}
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
-		return reply{}, err
+		return inflight{}, err
 	}
-	c.pending[id] = ch
+	c.pending[id] = p.ch
 	c.mu.Unlock()
 	err := c.write(ctx, func(e *encoder) {
 		e.begin(o, statusOK, id)
@@ -352,20 +381,32 @@ func (c *Client) call(ctx context.Context, o op, blocking bool, build func(*enco
 	})
 	if err != nil {
 		c.forget(id)
-		return reply{}, err
+		return inflight{}, err
 	}
+	return p, nil
+}
+
+// await waits for the reply or for ctx to end.
+func (p inflight) await(ctx context.Context) (reply, error) {
 	select {
-	case r := <-ch:
+	case r := <-p.ch:
 		return r.result()
 	case <-ctx.Done():
-		if !c.forget(id) {
+		if !p.c.forget(p.id) {
 			// The reply won the race with ctx: report what the server did.
-			return (<-ch).result()
+			return (<-p.ch).result()
 		}
-		if blocking {
-			c.cancelOnServer(id)
+		if p.blocking {
+			p.c.cancelOnServer(p.id)
 		}
 		return reply{}, ctx.Err()
+	}
+}
+
+// abandon gives up on a request whose reply no longer matters.
+func (p inflight) abandon() {
+	if p.c != nil && p.c.forget(p.id) && p.blocking {
+		p.c.cancelOnServer(p.id)
 	}
 }
 
