@@ -16,9 +16,9 @@ import (
 	"github.com/ncclgo/ncclgo/raw/nccl"
 )
 
-// fast keeps fault tests short: operations and teardown give up after a fraction of a
-// second.
-var fast = commtest.WithCommOptions(comm.WithTimeout(300*time.Millisecond), comm.WithCloseTimeout(300*time.Millisecond))
+// fast keeps fault tests short: operations and teardown give up after one second, long
+// enough for a loaded CI machine to initialise a cluster.
+var fast = commtest.WithCommOptions(comm.WithTimeout(time.Second), comm.WithCloseTimeout(time.Second))
 
 func newCluster(t *testing.T, n int, opts ...commtest.Option) *commtest.Cluster {
 	t.Helper()
