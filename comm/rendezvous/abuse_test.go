@@ -114,6 +114,11 @@ func TestServerSurvivesAbuse(t *testing.T) {
 			r.send(op(200), 1)
 			return r
 		}, "unexpected op(200)"},
+		{"a request with the wrong number of fields", func(t *testing.T) *rawConn {
+			r := authed(t)
+			r.send(opSet, 1, []byte("k"))
+			return r
+		}, "set with 1 fields"},
 		{"a key over the limit", func(t *testing.T) *rawConn {
 			r := authed(t)
 			r.send(opSet, 1, make([]byte, MaxKeyLen+1), nil)

@@ -28,9 +28,8 @@ type Client struct {
 	addr string
 	nc   net.Conn
 	log  *slog.Logger
-	idle time.Duration // announced by the server; keepalives go out every idle/3
-	wg   sync.WaitGroup
-	done chan struct{}
+	idle time.Duration  // announced by the server; keepalives go out every idle/3
+	wg   sync.WaitGroup // the reader, keepalives and cancels in flight
 
 	nextID atomic.Uint32
 
@@ -117,7 +116,6 @@ func dialOnce(ctx context.Context, addr string, cfg clientConfig) (*Client, erro
 		nc:      nc,
 		log:     cfg.log,
 		idle:    idle,
-		done:    make(chan struct{}),
 		pending: make(map[uint32]chan reply),
 	}
 	c.wg.Add(1)
@@ -294,7 +292,6 @@ func (c *Client) fail(err error) {
 	c.err = err
 	pending := c.pending
 	c.pending = nil
-	close(c.done)
 	if c.pinger != nil {
 		c.pinger.Stop()
 	}
@@ -308,6 +305,9 @@ func (c *Client) fail(err error) {
 // Close closes the connection; pending calls fail with ErrClosed. It returns once the
 // client's goroutines have ended and is safe to call more than once.
 func (c *Client) Close() error {
+	if c.nc == nil {
+		return nil
+	}
 	c.fail(fmt.Errorf("%w: client closed", ErrClosed))
 	c.wg.Wait()
 	return nil
@@ -361,6 +361,9 @@ type inflight struct {
 func (c *Client) start(ctx context.Context, o op, blocking bool, build func(*encoder)) (inflight, error) {
 	if err := ctx.Err(); err != nil {
 		return inflight{}, err
+	}
+	if c.nc == nil {
+		return inflight{}, fmt.Errorf("%w: client not created by Dial", ErrClosed)
 	}
 	id := c.nextID.Add(1)
 	if id == 0 {

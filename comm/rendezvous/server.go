@@ -28,9 +28,10 @@ const watcherOverhead = 64
 
 // Server is the key-value store. Rank 0 usually embeds one (NewServer, then Serve or
 // ListenAndServe); tools/rendezvous runs one on its own. It serves any number of
-// listeners and clients until Close or until a Serve context ends. Its zero value is
-// not usable.
+// listeners and clients until Close or until a Serve context ends. The zero value is a
+// server with the default settings.
 type Server struct {
+	once sync.Once // fills in a zero Server
 	cfg  serverConfig
 	log  *slog.Logger
 	done chan struct{} // closed by Close
@@ -66,34 +67,40 @@ type delivery struct {
 // NewServer returns a server configured by opts; it listens nowhere until Serve or
 // ListenAndServe.
 func NewServer(opts ...ServerOption) *Server {
-	cfg := serverConfig{
-		handshakeTimeout: DefaultHandshakeTimeout,
-		idleTimeout:      DefaultIdleTimeout,
-		maxConns:         DefaultMaxConns,
-		maxStoreBytes:    DefaultMaxStoreBytes,
-	}
-	for _, o := range opts {
-		if o != nil {
-			o.applyServer(&cfg)
+	s := &Server{}
+	s.init(opts)
+	return s
+}
+
+func (s *Server) init(opts []ServerOption) {
+	s.once.Do(func() {
+		s.cfg = serverConfig{
+			handshakeTimeout: DefaultHandshakeTimeout,
+			idleTimeout:      DefaultIdleTimeout,
+			maxConns:         DefaultMaxConns,
+			maxStoreBytes:    DefaultMaxStoreBytes,
 		}
-	}
-	if cfg.log == nil {
-		cfg.log = slog.Default()
-	}
-	return &Server{
-		cfg:       cfg,
-		log:       cfg.log,
-		done:      make(chan struct{}),
-		listeners: make(map[net.Listener]struct{}),
-		conns:     make(map[*serverConn]struct{}),
-		data:      make(map[string][]byte),
-		watchers:  make(map[string]map[*watcher]struct{}),
-	}
+		for _, o := range opts {
+			if o != nil {
+				o.applyServer(&s.cfg)
+			}
+		}
+		if s.cfg.log == nil {
+			s.cfg.log = slog.Default()
+		}
+		s.log = s.cfg.log
+		s.done = make(chan struct{})
+		s.listeners = make(map[net.Listener]struct{})
+		s.conns = make(map[*serverConn]struct{})
+		s.data = make(map[string][]byte)
+		s.watchers = make(map[string]map[*watcher]struct{})
+	})
 }
 
 // ListenAndServe listens on the TCP address addr (":29500", "127.0.0.1:0") and serves
 // it like Serve.
 func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
+	s.init(nil)
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
@@ -110,6 +117,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	if l == nil {
 		return fmt.Errorf("rendezvous server: %w: nil listener", ErrInvalidArgument)
 	}
+	s.init(nil)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -155,10 +163,11 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 }
 
 // Close stops every listener, writes the replies already due to Gets and Waits whose
-// keys were set (allowing each at most closeFlushTimeout), closes every connection
+// keys were set (allowing each at most a second), closes every connection
 // (blocked Gets and Waits on the clients then fail), and returns once all the server's
 // goroutines have ended. It is safe to call more than once and from any goroutine.
 func (s *Server) Close() error {
+	s.init(nil)
 	s.mu.Lock()
 	var listeners []net.Listener
 	var conns []net.Conn

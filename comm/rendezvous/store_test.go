@@ -446,3 +446,27 @@ func TestCloseWritesRepliesAlreadyDue(t *testing.T) {
 		assert.NoError(t, <-errs)
 	}
 }
+
+func TestZeroValuesDoNotPanic(t *testing.T) {
+	noLeaks(t)
+	var s Server // the zero value serves with the defaults
+	l, err := netListen()
+	require.NoError(t, err)
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(context.Background(), l) }()
+	c := dial(t, l.Addr().String())
+	ctx := ctxTimeout(t, 5*time.Second)
+	require.NoError(t, c.Set(ctx, "k", []byte("v")))
+	require.NoError(t, c.Close())
+	require.NoError(t, s.Close())
+	require.NoError(t, <-served)
+
+	require.ErrorIs(t, new(Server).Serve(ctx, nil), ErrInvalidArgument)
+	require.NoError(t, new(Server).Close())
+
+	var zero Client
+	require.ErrorIs(t, zero.Set(ctx, "k", nil), ErrClosed)
+	_, err = zero.Get(ctx, "k")
+	require.ErrorIs(t, err, ErrClosed)
+	require.NoError(t, zero.Close())
+}
