@@ -334,11 +334,17 @@ func (b *NCCL) AllReduceAsync(ptr DevicePtr, bytes int, compute Stream) error {
 }
 
 // RegisterBuffer registers bytes at ptr with ncclCommRegister and returns a handle for
-// DeregisterBuffer. If one rank registers the buffers of an operation, all must.
+// DeregisterBuffer. If one rank registers the buffers of an operation, all must. With an
+// NCCL older than 2.19 (no ncclCommRegister) it returns an error matching ErrUnsupported:
+// registration is an optimisation, so callers may carry on unregistered.
 func (b *NCCL) RegisterBuffer(ptr DevicePtr, bytes int) (BufferHandle, error) {
 	c := b.c
 	if err := c.g.register(ptr, bytes); err != nil {
 		return 0, err
+	}
+	if c.version < 21900 {
+		return 0, &ArgError{Op: opRegister, Arg: "nccl version", Value: c.version, Err: ErrUnsupported,
+			Reason: "ncclCommRegister needs NCCL 2.19"}
 	}
 	if _, err := b.enter(opRegister, bytes); err != nil {
 		return 0, err

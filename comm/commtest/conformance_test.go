@@ -25,9 +25,10 @@ func TestConformanceSimulatedNCCLInProgress(t *testing.T) {
 }
 
 // Older libraries: 2.22 has ncclMemAlloc but no windows (symmetric memory without a
-// window); 2.19 is the oldest with ncclMemAlloc and ncclCommRegister.
+// window); 2.19 is the oldest with ncclMemAlloc and ncclCommRegister; 2.18 has neither
+// (registration and symmetric memory say ErrUnsupported).
 func TestConformanceSimulatedOlderNCCL(t *testing.T) {
-	for _, v := range []int{22203, 21903} {
+	for _, v := range []int{22203, 21903, 21803} {
 		t.Run(fmt.Sprint(v), func(t *testing.T) {
 			commtest.RunConformance(t, commtest.SimHarness(3, commtest.WithNCCLVersion(v)))
 		})
