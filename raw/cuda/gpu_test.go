@@ -96,9 +96,13 @@ func (d *device) hostAlloc(tb testing.TB, bytes int) []byte {
 	return unsafe.Slice((*byte)(p), bytes)
 }
 
+// upload copies src to dst and waits until the data is there: from pageable memory
+// cuMemcpyHtoD may return before, and non-blocking streams do not wait for it.
 func (d *device) upload(tb testing.TB, dst cuda.Deviceptr, src []byte) {
 	tb.Helper()
-	d.do(tb, "cuMemcpyHtoD", func() error { return cuda.MemcpyHtoD(dst, unsafe.Pointer(&src[0]), uint64(len(src))) })
+	d.do(tb, "cuMemcpyHtoD", func() error {
+		return errors.Join(cuda.MemcpyHtoD(dst, unsafe.Pointer(&src[0]), uint64(len(src))), cuda.CtxSynchronize())
+	})
 }
 
 func (d *device) download(tb testing.TB, src cuda.Deviceptr, n int) []byte {
@@ -318,7 +322,10 @@ func TestGPUEvents(t *testing.T) {
 	d := gpu(t)
 	const n = 256 << 20
 	x, y := d.alloc(t, n), d.alloc(t, n)
-	d.do(t, "cuMemsetD8", func() error { return errors.Join(cuda.MemsetD8(x, 0xa5, n), cuda.MemsetD8(y, 0, n)) })
+	// cuMemsetD8 runs on the legacy stream, which the non-blocking streams below do not wait for.
+	d.do(t, "cuMemsetD8", func() error {
+		return errors.Join(cuda.MemsetD8(x, 0xa5, n), cuda.MemsetD8(y, 0, n), cuda.CtxSynchronize())
+	})
 
 	t.Run("record, query, synchronize, elapsed time", func(t *testing.T) {
 		s := d.stream(t)
@@ -360,7 +367,7 @@ func TestGPUEvents(t *testing.T) {
 		done := d.event(t, cuda.EventDisableTiming)
 		z := d.alloc(t, tail)
 		d.do(t, "ordered copies", func() error {
-			return errors.Join(cuda.MemsetD8(y, 0, n), cuda.MemsetD8(z, 0, tail),
+			return errors.Join(cuda.MemsetD8(y, 0, n), cuda.MemsetD8(z, 0, tail), cuda.CtxSynchronize(),
 				cuda.MemcpyDtoDAsync(y, x, n, s1), cuda.EventRecord(done, s1),
 				cuda.StreamWaitEvent(s2, done, 0), cuda.MemcpyDtoDAsync(z, y+n-tail, tail, s2),
 				cuda.StreamSynchronize(s2))

@@ -91,11 +91,13 @@ func (g *gpuEnv) do(tb testing.TB, what string, f func() error) {
 func ptr(p cuda.Deviceptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&p)) }
 
 // buffer returns n float32 of device memory holding the bytes 0xff (NaN), freed when tb ends.
+// Like write, it waits for the device: the legacy stream that cuMemsetD8 and cuMemcpyHtoD
+// use does not order the non-blocking streams NCCL runs on.
 func (g *gpuEnv) buffer(tb testing.TB, n int) cuda.Deviceptr {
 	tb.Helper()
 	var p cuda.Deviceptr
 	g.do(tb, "allocate "+strconv.Itoa(n)+" float32", func() error {
-		return errors.Join(cuda.MemAlloc(&p, uint64(4*n)), cuda.MemsetD8(p, 0xff, uint64(4*n)))
+		return errors.Join(cuda.MemAlloc(&p, uint64(4*n)), cuda.MemsetD8(p, 0xff, uint64(4*n)), cuda.CtxSynchronize())
 	})
 	tb.Cleanup(func() { g.do(tb, "cuMemFree", func() error { return cuda.MemFree(p) }) })
 	return p
@@ -103,7 +105,9 @@ func (g *gpuEnv) buffer(tb testing.TB, n int) cuda.Deviceptr {
 
 func (g *gpuEnv) write(tb testing.TB, p cuda.Deviceptr, v []float32) {
 	tb.Helper()
-	g.do(tb, "cuMemcpyHtoD", func() error { return cuda.MemcpyHtoD(p, unsafe.Pointer(&v[0]), uint64(4*len(v))) })
+	g.do(tb, "cuMemcpyHtoD", func() error {
+		return errors.Join(cuda.MemcpyHtoD(p, unsafe.Pointer(&v[0]), uint64(4*len(v))), cuda.CtxSynchronize())
+	})
 }
 
 func (g *gpuEnv) read(tb testing.TB, p cuda.Deviceptr, n int) []float32 {
