@@ -20,6 +20,9 @@ import (
 // TestGPUSingleRankBackend runs the NCCL backend of a one-rank world on the real GPU and
 // libraries: every Backend operation, with the data checked on the host.
 func TestGPUSingleRankBackend(t *testing.T) {
+	if err := cuda.Init(0); err != nil {
+		t.Skipf("no usable GPU: %v (run make libs; NCCLGO_LIBCUDA selects libcuda)", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	id, err := NewUniqueID()
@@ -41,6 +44,7 @@ func TestGPUSingleRankBackend(t *testing.T) {
 		binary.LittleEndian.PutUint32(in[4*i:], math.Float32bits(float32(i)+0.5))
 	}
 	require.NoError(t, cuda.MemcpyHtoD(cuda.Deviceptr(buf), unsafe.Pointer(&in[0]), 64))
+	require.NoError(t, cuda.CtxSynchronize()) // the pageable copy has landed before NCCL's streams read it
 	ptr := DevicePtr(buf)
 
 	require.NoError(t, b.AllReduce(ptr, 64))

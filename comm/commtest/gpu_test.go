@@ -19,12 +19,12 @@ import (
 	"github.com/ncclgo/ncclgo/raw/cuda"
 )
 
-// TestConformanceRealNCCL runs the conformance suite on the real NCCL backend and real
+// TestGPUConformanceRealNCCL runs the conformance suite on the real NCCL backend and real
 // GPUs (build tag gpu). NCCLGO_GPU_WORLD sets the number of ranks (default 1); rank r
 // uses device r modulo the visible devices, so more ranks than GPUs need NCCL >= 2.30
 // with NCCL_MULTI_RANK_GPU_ENABLE=1. Without a usable driver, GPU or NCCL it skips and
 // says why.
-func TestConformanceRealNCCL(t *testing.T) {
+func TestGPUConformanceRealNCCL(t *testing.T) {
 	world := 1
 	if v := os.Getenv("NCCLGO_GPU_WORLD"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -155,7 +155,12 @@ func (g *gpuInstance) Write(rank int, p comm.DevicePtr, data []byte) error {
 		return nil
 	}
 	return g.on(rank, func() error {
-		return cuda.MemcpyHtoD(cuda.Deviceptr(p), unsafe.Pointer(&data[0]), uint64(len(data)))
+		if err := cuda.MemcpyHtoD(cuda.Deviceptr(p), unsafe.Pointer(&data[0]), uint64(len(data))); err != nil {
+			return err
+		}
+		// A copy from pageable memory may return before its DMA lands, and the
+		// backend's non-blocking streams do not wait for the legacy stream.
+		return cuda.CtxSynchronize()
 	})
 }
 

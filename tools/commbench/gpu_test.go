@@ -8,11 +8,20 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/raw/cuda"
+	"github.com/ncclgo/ncclgo/raw/nccl"
 )
 
 // On a GPU machine (make gpu-bundle): every collective through comm's NCCL backend on
 // the visible GPUs, every result checked against the host reference.
 func TestGPUEveryCollectiveIsRight(t *testing.T) {
+	if err := cuda.Init(0); err != nil {
+		t.Skipf("no usable GPU: %v", err)
+	}
+	if _, err := nccl.LoadedVersion(); err != nil {
+		t.Skipf("no libnccl: %v", err)
+	}
 	out, errOut, code := runCommbench(t, openWorld, "-b", "8", "-e", "4M", "-f", "8", "-n", "5", "-op", "all", "-dtype", "all", "-json")
 	require.Equal(t, 0, code, errOut)
 	var rep report

@@ -7,10 +7,15 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/raw/cuda"
 )
 
 // On a GPU machine (make gpu-bundle): the driver's device list.
 func TestGPUDevicesAreListed(t *testing.T) {
+	if err := cuda.Init(0); err != nil {
+		t.Skipf("no usable GPU: %v", err)
+	}
 	out, code := ncclinfo(t, nil, "--json")
 	require.Equal(t, 0, code, out)
 	r := decodeReport(t, out)

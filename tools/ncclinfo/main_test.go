@@ -252,7 +252,7 @@ func fakeSources() sources {
 	}
 }
 
-func TestTextReportOfAMachineWithTwoGPUs(t *testing.T) {
+func TestTextReportOfAMachineWithTwoDevices(t *testing.T) {
 	var out bytes.Buffer
 	require.Equal(t, 0, run(nil, &out, &bytes.Buffer{}, fakeSources()))
 	want := `module      github.com/ncclgo/ncclgo v0.3.0
