@@ -28,8 +28,11 @@ type Backend interface {
 	// Broadcast copies bytes at ptr on rank root to ptr on every rank, in place.
 	Broadcast(ptr DevicePtr, bytes, root int) error
 	// Barrier is the seed's barrier. On NCCL it enqueues a zero-count all-reduce on the
-	// communication stream and returns without waiting: it orders, it does not block
-	// the host. Communicator.Barrier is the blocking one.
+	// communication stream and returns without waiting. NCCL completes a zero-count
+	// collective at once without contacting the peers, so this neither blocks the host
+	// nor synchronises the ranks: it keeps the seed's contract (every rank calls it, it
+	// checks the communicator's state) and nothing more. Communicator.Barrier is the real,
+	// blocking barrier.
 	Barrier() error
 	// SendTo sends bytes at ptr to rank dest, enqueued on stream s. It pairs with a
 	// RecvFrom of the same size on dest; exchanges that must progress together belong

@@ -32,14 +32,23 @@ import (
 //   - IsHealthy is false after a fatal NCCL error or a completion timeout.
 //   - AttemptReconnect needs WithReconnect: it aborts the communicator and initialises
 //     the next generation from the id the ReconnectFunc returns.
-//   - SetAddKernel stores the kernel; the 2-rank send/recv + add all-reduce path that
-//     will use it is not there yet, so AllReduce always calls ncclAllReduce.
+//   - SetAddKernel takes the in-place add kernel for the backend's element type
+//     (package kernels: BF16 for BFloat16, F16 for Float16, F32 for Float32). With two
+//     ranks, AllReduce and AllReduceAsync of 1 to WithTwoRankThreshold bytes outside a
+//     group then exchange the buffers with ncclSend/ncclRecv in one group and add the
+//     peer's data with the kernel, on the communication stream; the result is the
+//     ncclAllReduce result bit for bit. comm cannot inspect a CUfunction: a kernel for
+//     another element type computes garbage. Element types without an add kernel
+//     ignore it. Every rank must set the kernel at the same point of its call
+//     sequence; the scratch buffer the peer's data lands in grows on demand, is
+//     registered with ncclCommRegister and freed on Close. See DefaultTwoRankThreshold.
 type NCCL struct {
 	c    *NCCLCommunicator
 	elem DType
 	size int
 
 	addKernel atomic.Uintptr
+	two       twoRank
 
 	regMu      sync.Mutex
 	regs       map[BufferHandle]seam.Handle
@@ -65,10 +74,14 @@ func (*NCCL) checked() {}
 // one rank with NewUniqueID and shared with the others), loading NCCL and CUDA at run
 // time. Initialisation is non-blocking and waits for the other ranks as long as ctx and
 // the operation timeout allow. Options: WithElementType, WithDevice, WithTimeout,
-// WithCloseTimeout, WithLogger, WithName, WithReconnect, WithPollInterval.
+// WithCloseTimeout, WithLogger, WithName, WithReconnect, WithPollInterval,
+// WithTwoRankThreshold.
 func NewNCCL(ctx context.Context, id UniqueID, rank, world int, opts ...Option) (*NCCL, error) {
 	cfg := newConfig(opts)
 	if err := checkWorld(opInit, rank, world, cfg.elem); err != nil {
+		return nil, err
+	}
+	if err := checkTwoRankThreshold(rank, cfg.twoRankMax); err != nil {
 		return nil, err
 	}
 	d, err := productionDriver(cfg.device, rank)
@@ -109,6 +122,9 @@ func init() {
 }
 
 func newNCCL(ctx context.Context, d seam.Driver, id UniqueID, rank, world int, cfg config) (*NCCL, error) {
+	if err := checkTwoRankThreshold(rank, cfg.twoRankMax); err != nil {
+		return nil, err
+	}
 	c, err := newNCCLCommunicator(ctx, d, id, rank, world, cfg)
 	if err != nil {
 		return nil, err
@@ -154,8 +170,8 @@ func (b *NCCL) enter(op string, bytes int) (grouped bool, err error) {
 	return grouped, nil
 }
 
-// AllReduce sums bytes at ptr in place across ranks (ncclAllReduce of the element type)
-// and waits for the result.
+// AllReduce sums bytes at ptr in place across ranks (ncclAllReduce of the element type,
+// or the two-rank path: see the type's documentation) and waits for the result.
 func (b *NCCL) AllReduce(ptr DevicePtr, bytes int) error {
 	c := b.c
 	if err := c.g.reduce(opAllReduce, ptr, bytes); err != nil {
@@ -167,6 +183,13 @@ func (b *NCCL) AllReduce(ptr DevicePtr, bytes int) error {
 	}
 	defer c.life.RUnlock()
 	p := c.buf(ptr)
+	f, err := b.twoRankKernel(opAllReduce, ptr, bytes, grouped)
+	if err != nil {
+		return err
+	}
+	if f != 0 {
+		return b.twoRankAllReduce(f, p, bytes)
+	}
 	c.mu.Lock()
 	err = c.d.AllReduce(p, p, uint64(bytes/b.size), seam.DataType(b.elem), seam.Sum, c.comm, c.stream)
 	c.groupWait = c.groupWait || grouped
@@ -231,7 +254,8 @@ func (b *NCCL) Broadcast(ptr DevicePtr, bytes, root int) error {
 }
 
 // Barrier enqueues a zero-count all-reduce on the communication stream and returns
-// without waiting (the seed's barrier).
+// without waiting (the seed's barrier). NCCL treats a zero-count collective as complete
+// at once, so it synchronises nothing; use Communicator().Barrier for a real barrier.
 func (b *NCCL) Barrier() error {
 	c := b.c
 	if err := c.g.open(opBarrier); err != nil {
@@ -312,6 +336,10 @@ func (b *NCCL) AllReduceAsync(ptr DevicePtr, bytes int, compute Stream) error {
 	}
 	s := seam.Stream(compute)
 	p := c.buf(ptr)
+	f, err := b.twoRankKernel(opAllReduceAsync, ptr, bytes, false)
+	if err != nil {
+		return err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.d.EventRecord(c.evIn, s); err != nil {
@@ -320,7 +348,11 @@ func (b *NCCL) AllReduceAsync(ptr DevicePtr, bytes int, compute Stream) error {
 	if err := c.d.StreamWaitEvent(c.stream, c.evIn); err != nil {
 		return &OpError{Op: opAllReduceAsync, Bytes: bytes, Rank: c.rank, Err: err}
 	}
-	err := c.d.AllReduce(p, p, uint64(bytes/b.size), seam.DataType(b.elem), seam.Sum, c.comm, c.stream)
+	if f != 0 {
+		err = b.exchangeAdd(f, p, bytes)
+	} else {
+		err = c.d.AllReduce(p, p, uint64(bytes/b.size), seam.DataType(b.elem), seam.Sum, c.comm, c.stream)
+	}
 	if err := c.result(opAllReduceAsync, bytes, err); err != nil {
 		return err
 	}
@@ -494,13 +526,15 @@ func (b *NCCL) SymmetricFree(p DevicePtr) error {
 	return nil
 }
 
-// SetAddKernel stores the bf16 in-place add kernel for the 2-rank send/recv path.
+// SetAddKernel hands the backend the in-place add kernel of its element type for the
+// two-rank send/recv + add all-reduce path (see the type's documentation). The first
+// call reads the device's SM count for the launch configuration. Element types without
+// an add kernel (all but BFloat16, Float16 and Float32) ignore k.
 func (b *NCCL) SetAddKernel(k Kernel) error {
 	if err := b.c.g.kernel(k); err != nil {
 		return err
 	}
-	b.addKernel.Store(uintptr(k))
-	return nil
+	return b.useAddKernel(k)
 }
 
 // GroupStart opens an NCCL group; see NCCLCommunicator.GroupStart.
@@ -627,6 +661,7 @@ func (b *NCCL) release(_ context.Context, note func(string, error)) {
 		note("free symmetric memory", c.d.MemFreeNCCL(seam.Ptr(p)))
 	}
 	b.windows = nil
+	b.releaseScratch(note)
 }
 
 // Close tears the backend down: a bounded wait for pending work, deregistration of
