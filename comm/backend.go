@@ -66,8 +66,9 @@ type Backend interface {
 	SymmetricAlloc(bytes int) (DevicePtr, error)
 	// SymmetricFree frees a pointer from SymmetricAlloc.
 	SymmetricFree(p DevicePtr) error
-	// SetAddKernel hands the backend the bf16 in-place add kernel; the NCCL backend of
-	// a 2-rank world may then use a send/recv + add all-reduce path.
+	// SetAddKernel hands the backend the in-place add kernel of its element type (the
+	// bf16 one by default); the NCCL backend of a 2-rank world then takes a send/recv
+	// + add all-reduce path for small messages.
 	SetAddKernel(k Kernel) error
 	// GroupStart opens a group: the operations up to the matching GroupEnd are
 	// submitted together (ncclGroupStart/End on NCCL). Groups nest. GroupStart and

@@ -123,7 +123,10 @@ func (f *fakeDriver) StreamWaitEvent(s seam.Stream, e seam.Event) error {
 	return f.rec("StreamWaitEvent", s, e)
 }
 func (f *fakeDriver) LaunchKernel(fn seam.Function, grid, block uint32, s seam.Stream, args seam.KernelArgs) error {
-	return f.rec("LaunchKernel")
+	return f.rec("LaunchKernel", fn, grid, block, s, args.V[:args.N])
+}
+func (f *fakeDriver) MultiprocessorCount() (int, error) {
+	return 132, f.rec("MultiprocessorCount")
 }
 func (f *fakeDriver) Version() (int, error) { return f.version, f.rec("Version") }
 func (f *fakeDriver) GetUniqueID() (seam.UniqueID, error) {

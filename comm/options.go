@@ -24,6 +24,8 @@ type config struct {
 	name      string
 	device    int
 	reconnect ReconnectFunc
+	// twoRankMax is the two-rank path's threshold in bytes (WithTwoRankThreshold).
+	twoRankMax int
 }
 
 func newConfig(opts []Option) config {
@@ -34,6 +36,8 @@ func newConfig(opts []Option) config {
 		closeWait: 10 * time.Second,
 		poll:      time.Millisecond,
 		device:    -1,
+
+		twoRankMax: DefaultTwoRankThreshold,
 	}
 	for _, o := range opts {
 		if o != nil {

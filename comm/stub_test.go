@@ -30,6 +30,7 @@ func (stubDriver) StreamWaitEvent(seam.Stream, seam.Event) error                
 func (stubDriver) LaunchKernel(seam.Function, uint32, uint32, seam.Stream, seam.KernelArgs) error {
 	return nil
 }
+func (stubDriver) MultiprocessorCount() (int, error)   { return 132, nil }
 func (stubDriver) Version() (int, error)               { return 22907, nil }
 func (stubDriver) GetUniqueID() (seam.UniqueID, error) { return seam.UniqueID{}, nil }
 func (stubDriver) CommInitRank(int, seam.UniqueID, int, seam.Config) (seam.Comm, error) {

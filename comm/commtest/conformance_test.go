@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
 )
 
@@ -33,4 +34,57 @@ func TestConformanceSimulatedOlderNCCL(t *testing.T) {
 			commtest.RunConformance(t, commtest.SimHarness(3, commtest.WithNCCLVersion(v)))
 		})
 	}
+}
+
+// The NCCL backend's two-rank send/recv + add all-reduce path: 2-rank clusters whose
+// backends have the add kernel of their element type (bf16, fp16 and fp32 take the
+// path; the other types keep ncclAllReduce), also with ncclInProgress answers and with
+// NCCL 2.18, which has no ncclCommRegister for the scratch buffer.
+func TestConformanceSimulatedNCCLTwoRankPath(t *testing.T) {
+	for name, opts := range map[string][]commtest.Option{
+		"default":     nil,
+		"in-progress": {commtest.WithInProgress(3)},
+		"nccl-2.18":   {commtest.WithNCCLVersion(21803)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			commtest.RunConformance(t, twoRankHarness(opts...))
+		})
+	}
+}
+
+// twoRankHarness is SimHarness(2, opts...) with the add kernel set on every backend
+// whose element type has one.
+func twoRankHarness(opts ...commtest.Option) commtest.Harness {
+	h := commtest.SimHarness(2, opts...)
+	h.Name += ", two-rank add path"
+	start := h.Start
+	h.Start = func(elem comm.DType) (commtest.Instance, error) {
+		inst, err := start(elem)
+		if err != nil {
+			return nil, err
+		}
+		c, ok := inst.(*commtest.Cluster)
+		if !ok {
+			_ = inst.Close()
+			return nil, fmt.Errorf("simulated harness started a %T, want *commtest.Cluster", inst)
+		}
+		if elem != comm.BFloat16 && elem != comm.Float16 && elem != comm.Float32 {
+			return c, nil
+		}
+		for r := range c.Size() {
+			k, err := c.AddKernel(r, elem)
+			if err == nil {
+				var b *comm.NCCL
+				if b, err = c.Backend(r); err == nil {
+					err = b.SetAddKernel(k)
+				}
+			}
+			if err != nil {
+				_ = c.Close()
+				return nil, fmt.Errorf("rank %d: set add kernel: %w", r, err)
+			}
+		}
+		return c, nil
+	}
+	return h
 }

@@ -199,6 +199,16 @@ func (d *Driver) LaunchKernel(f seam.Function, grid, block uint32, s seam.Stream
 	return cuda.LaunchKernel(cuda.Function(f), grid, 1, 1, block, 1, 1, 0, cuda.Stream(s), params, nil)
 }
 
+// MultiprocessorCount is cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+// of the driver's device.
+func (d *Driver) MultiprocessorCount() (int, error) {
+	var n int32
+	if err := cuda.DeviceGetAttribute(&n, cuda.DeviceAttributeMultiprocessorCount, d.dev); err != nil {
+		return 0, fmt.Errorf("cuDeviceGetAttribute(multiprocessor count, device %d): %w", d.ordinal, err)
+	}
+	return int(n), nil
+}
+
 // Version is ncclGetVersion.
 func (d *Driver) Version() (int, error) {
 	v, err := nccl.LoadedVersion()

@@ -163,6 +163,9 @@ type Driver interface {
 	EventQuery(e Event) (bool, error)
 	StreamWaitEvent(s Stream, e Event) error
 	LaunchKernel(f Function, grid, block uint32, s Stream, args KernelArgs) error
+	// MultiprocessorCount is cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+	// of the driver's device: the number of SMs, for kernel launch configurations.
+	MultiprocessorCount() (int, error)
 
 	// Version is ncclGetVersion (e.g. 22907).
 	Version() (int, error)

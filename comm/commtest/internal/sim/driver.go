@@ -33,7 +33,7 @@ var CallNames = []string{
 	"cuCtxSetCurrent", "cuMemAlloc_v2", "cuMemFree_v2", "cuMemcpyDtoDAsync_v2",
 	"cuStreamCreate", "cuStreamDestroy_v2", "cuStreamSynchronize", "cuStreamQuery",
 	"cuEventCreate", "cuEventDestroy_v2", "cuEventRecord", "cuEventQuery",
-	"cuStreamWaitEvent", "cuLaunchKernel",
+	"cuStreamWaitEvent", "cuLaunchKernel", "cuDeviceGetAttribute",
 	"ncclGetVersion", "ncclGetUniqueId", "ncclCommInitRankConfig", "ncclCommGetAsyncError",
 	"ncclCommFinalize", "ncclCommDestroy", "ncclCommAbort", "ncclCommSplit", "ncclCommShrink",
 	"ncclCommRevoke", "ncclAllReduce", "ncclBroadcast", "ncclAllGather", "ncclReduceScatter",
@@ -440,6 +440,18 @@ func (d *Driver) LaunchKernel(f seam.Function, grid, block uint32, s seam.Stream
 		return nil
 	})
 	return nil
+}
+
+// Multiprocessors is the SM count every simulated device reports (an A100's).
+const Multiprocessors = 108
+
+// MultiprocessorCount is cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT):
+// Multiprocessors.
+func (d *Driver) MultiprocessorCount() (int, error) {
+	if err := d.enter("cuDeviceGetAttribute"); err != nil {
+		return 0, err
+	}
+	return Multiprocessors, nil
 }
 
 // Version is ncclGetVersion.

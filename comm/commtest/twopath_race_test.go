@@ -1,0 +1,5 @@
+//go:build race
+
+package commtest_test
+
+const twoRankRace = true
