@@ -25,6 +25,15 @@ type Driver struct {
 	ordinal int
 	dev     cuda.Device
 	ctx     cuda.Context
+
+	launchMu sync.Mutex
+	launch   *launchArgs // made by the first LaunchKernel, reused (pinned) by every call
+}
+
+// launchArgs is cuLaunchKernel's parameter array: pointers to the values.
+type launchArgs struct {
+	v      [4]uint64
+	params [4]unsafe.Pointer
 }
 
 var _ seam.Driver = (*Driver)(nil)
@@ -179,16 +188,19 @@ func (d *Driver) LaunchKernel(f seam.Function, grid, block uint32, s seam.Stream
 	if args.N < 0 || args.N > len(args.V) {
 		return fmt.Errorf("launch kernel: %d arguments, at most %d", args.N, len(args.V))
 	}
-	// The parameter array holds pointers to the values; both live in pinned Go memory
-	// for the call.
-	type launch struct {
-		v      [4]uint64
-		params [4]unsafe.Pointer
+	// The parameter array holds pointers to the values; both live in Go memory pinned
+	// for the call (cuLaunchKernel copies the values before it returns). One array per
+	// driver, so that a launch allocates nothing.
+	d.launchMu.Lock()
+	defer d.launchMu.Unlock()
+	if d.launch == nil {
+		d.launch = new(launchArgs)
 	}
-	l := &launch{v: args.V}
+	l := d.launch
 	var pin runtime.Pinner
 	defer pin.Unpin()
 	pin.Pin(l)
+	l.v = args.V
 	for i := range args.N {
 		l.params[i] = unsafe.Pointer(&l.v[i])
 	}

@@ -85,3 +85,34 @@ func TestNewWithoutGPUFailsWithTheDriverError(t *testing.T) {
 	_, err = (&Driver{}).StreamQuery(1)
 	assert.True(t, errors.As(err, &r), "%v", err)
 }
+
+// TestLaunchKernelAllocatesNothing checks that a launch (the two-rank all-reduce path's
+// add kernel) reuses the driver's pinned parameter array: it allocates no more than the
+// bare cuLaunchKernel call. The null function makes CUDA reject the launch at once
+// (there is no GPU here; the rejection's error value may itself allocate, in both), which
+// also checks that a rejected launch is CUDA's error.
+func TestLaunchKernelAllocatesNothing(t *testing.T) {
+	libcache.Load(t)
+	d := &Driver{}
+	args := seam.KernelArgs{N: 3, V: [4]uint64{0x1000, 0x2000, 8}}
+	launch := func() { _ = d.LaunchKernel(0, 1, 256, 0, args) }
+	bare := func() { _ = cuda.LaunchKernel(0, 1, 1, 1, 256, 1, 1, 0, 0, nil, nil) }
+	launch()
+	bare()
+	assert.Equal(t, testing.AllocsPerRun(100, bare), testing.AllocsPerRun(100, launch))
+	var r cuda.Result
+	assert.ErrorAs(t, d.LaunchKernel(0, 1, 256, 0, args), &r)
+	assert.Error(t, d.LaunchKernel(0, 1, 256, 0, seam.KernelArgs{N: 5}), "more than 4 parameters")
+}
+
+// TestMultiprocessorCountReportsTheDriverError checks the SM count query on a device
+// that does not exist (no GPU here, or an ordinal beyond the visible ones).
+func TestMultiprocessorCountReportsTheDriverError(t *testing.T) {
+	libcache.Load(t)
+	d := &Driver{ordinal: 1 << 20, dev: cuda.Device(1 << 20)}
+	n, err := d.MultiprocessorCount()
+	var r cuda.Result
+	require.ErrorAs(t, err, &r)
+	assert.Zero(t, n)
+	assert.Contains(t, err.Error(), "cuDeviceGetAttribute(multiprocessor count, device 1048576)")
+}

@@ -1,0 +1,154 @@
+//go:build gpu && cgo
+
+package comm
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/kernels"
+	"github.com/ncclgo/ncclgo/raw/cuda"
+	"github.com/ncclgo/ncclgo/raw/nccl"
+)
+
+// TestGPUTwoRankPathMatchesNCCLAllReduce runs two ranks of the NCCL backend with the
+// real bf16 add kernel on real GPUs: two devices, or one device with NCCL >= 2.30 and
+// NCCL_MULTI_RANK_GPU_ENABLE=1. For each size and offset it sums random bf16 data through
+// the two-rank path and through ncclAllReduce (the typed Communicator), and requires the
+// same bits on both ranks and the Go reference's bits (kernels.AddBF16).
+func TestGPUTwoRankPathMatchesNCCLAllReduce(t *testing.T) {
+	if err := cuda.Init(0); err != nil {
+		t.Skipf("no usable GPU: %v (run make libs; NCCLGO_LIBCUDA selects libcuda)", err)
+	}
+	var devices int32
+	require.NoError(t, cuda.DeviceGetCount(&devices))
+	version, err := nccl.LoadedVersion()
+	require.NoError(t, err)
+	dev := [2]int{0, 1}
+	if devices < 2 {
+		if version < 23000 || os.Getenv("NCCL_MULTI_RANK_GPU_ENABLE") != "1" {
+			t.Skipf("two ranks need two GPUs, or NCCL >= 2.30 (have %d) with NCCL_MULTI_RANK_GPU_ENABLE=1", version)
+		}
+		dev = [2]int{0, 0}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	id, err := NewUniqueID()
+	require.NoError(t, err)
+
+	// Sizes in elements, offsets in elements from a 256-byte aligned allocation.
+	cases := []struct{ n, off int }{{1, 0}, {7, 1}, {4096, 0}, {4097, 3}, {65537, 1}, {1 << 19, 0}}
+	maxElems := 1<<19 + 8
+	rng := rand.New(rand.NewPCG(5, 6))
+	var in [2][]uint16
+	for r := range 2 {
+		in[r] = make([]uint16, maxElems)
+		for i := range in[r] {
+			in[r][i] = uint16(rng.Uint32())
+		}
+	}
+	var results [2][][]byte // per case: the path's result
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Go(func() { results[r], errs[r] = gpuTwoRank(ctx, id, r, dev[r], in[r], cases) })
+	}
+	wg.Wait()
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+	for i, c := range cases {
+		want := append([]uint16(nil), in[0][c.off:c.off+c.n]...)
+		require.NoError(t, kernels.AddBF16(want, in[1][c.off:c.off+c.n]))
+		wantBytes := make([]byte, 2*c.n)
+		for j, v := range want {
+			binary.LittleEndian.PutUint16(wantBytes[2*j:], v)
+		}
+		for r := range 2 {
+			require.Equal(t, wantBytes, results[r][i], "rank %d, %d elements at offset %d", r, c.n, c.off)
+		}
+	}
+}
+
+// gpuTwoRank is one rank of TestGPUTwoRankPathMatchesNCCLAllReduce: it returns the
+// two-rank path's result per case, after checking it against ncclAllReduce's.
+func gpuTwoRank(ctx context.Context, id UniqueID, rank, device int, in []uint16, cases []struct{ n, off int }) ([][]byte, error) {
+	b, err := NewNCCL(ctx, id, rank, 2, WithDevice(device), WithTimeout(time.Minute))
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := b.c.d.SetDevice(); err != nil {
+		return nil, err
+	}
+	mod, err := kernels.Load()
+	if err != nil {
+		return nil, err
+	}
+	defer mod.Close()
+	f, err := mod.Func(kernels.BF16)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.SetAddKernel(Kernel(f)); err != nil {
+		return nil, err
+	}
+	bytes := 2 * len(in)
+	path, err := b.c.d.MemAlloc(uint64(bytes))
+	if err != nil {
+		return nil, err
+	}
+	defer b.c.d.MemFree(path)
+	ref, err := b.c.d.MemAlloc(uint64(bytes))
+	if err != nil {
+		return nil, err
+	}
+	defer b.c.d.MemFree(ref)
+	var out [][]byte
+	for _, c := range cases {
+		src := unsafe.Pointer(&in[c.off])
+		n := 2 * c.n
+		p, q := DevicePtr(path)+DevicePtr(2*c.off), DevicePtr(ref)+DevicePtr(2*c.off)
+		for _, dst := range []DevicePtr{p, q} {
+			if err := cuda.MemcpyHtoD(cuda.Deviceptr(dst), src, uint64(n)); err != nil {
+				return nil, err
+			}
+		}
+		if err := cuda.CtxSynchronize(); err != nil {
+			return nil, err
+		}
+		if err := b.AllReduce(p, n); err != nil {
+			return nil, fmt.Errorf("two-rank path, %d elements: %w", c.n, err)
+		}
+		if err := b.Communicator().AllReduce(q, c.n, BFloat16, Sum); err != nil {
+			return nil, err
+		}
+		if err := b.Communicator().Sync(ctx); err != nil {
+			return nil, err
+		}
+		got, want := make([]byte, n), make([]byte, n)
+		if err := cuda.MemcpyDtoH(unsafe.Pointer(&got[0]), cuda.Deviceptr(p), uint64(n)); err != nil {
+			return nil, err
+		}
+		if err := cuda.MemcpyDtoH(unsafe.Pointer(&want[0]), cuda.Deviceptr(q), uint64(n)); err != nil {
+			return nil, err
+		}
+		if string(got) != string(want) {
+			return nil, fmt.Errorf("%d elements at offset %d: the two-rank path differs from ncclAllReduce", c.n, c.off)
+		}
+		out = append(out, got)
+	}
+	return out, nil
+}
