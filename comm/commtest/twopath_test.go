@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -331,38 +332,67 @@ func TestTwoRankPathScratchGrowsAndIsFreedOnClose(t *testing.T) {
 	assert.Zero(t, u.Registrations)
 }
 
-// BenchmarkTwoRankPathVsNCCLAllReduce compares, on the simulator, a blocking bf16
-// AllReduce of two ranks through the two-rank path with one through ncclAllReduce, in
-// the same run. SIMULATED: the figures measure comm's and the simulator's software
-// layers (host goroutines and copies), not a GPU or a network; they say nothing about
-// the latency crossover on real hardware.
+// BenchmarkTwoRankPathVsNCCLAllReduce compares, on the simulator, a blocking 2-rank
+// AllReduce through the two-rank path with one through ncclAllReduce (the baseline: a
+// cluster whose threshold is 0), alternating the two in the same run; the metrics are
+// per all-reduce and their ratio. SIMULATED: the figures measure comm's and the
+// simulator's software layers (goroutines, host copies, the Go reference add), not a
+// GPU or a network, and say nothing about the crossover on real hardware.
 func BenchmarkTwoRankPathVsNCCLAllReduce(b *testing.B) {
-	for _, bytes := range []int{4 << 10, 256 << 10} {
-		for _, path := range []string{"two-rank", "nccl-all-reduce"} {
-			b.Run(fmt.Sprintf("simulated/%s/bytes=%d", path, bytes), func(b *testing.B) {
-				threshold := comm.DefaultTwoRankThreshold
-				if path != "two-rank" {
-					threshold = 0 // the same cluster, kernel set, path disabled
-				}
-				c, bs := twoRankCluster(b, comm.BFloat16, comm.WithTwoRankThreshold(threshold))
-				var p [2]comm.DevicePtr
-				for r := range 2 {
-					var err error
-					p[r], err = c.Alloc(r, bytes)
-					require.NoError(b, err)
-				}
-				requireBoth(b, func(r int) error { return bs[r].AllReduce(p[r], bytes) }, "warm-up")
-				b.SetBytes(int64(bytes))
-				b.ReportAllocs()
-				b.ResetTimer()
-				for b.Loop() {
-					if errs := onBoth(func(r int) error { return bs[r].AllReduce(p[r], bytes) }); errs[0] != nil || errs[1] != nil {
-						b.Fatal(errs)
+	for _, elem := range []comm.DType{comm.BFloat16, comm.Float32} {
+		for _, bytes := range []int{4 << 10, 256 << 10} {
+			b.Run(fmt.Sprintf("simulated/%v/bytes=%d", elem, bytes), func(b *testing.B) {
+				allReduce := func(threshold int) func() {
+					c, bs := twoRankCluster(b, elem, comm.WithTwoRankThreshold(threshold))
+					var p [2]comm.DevicePtr
+					for r := range 2 {
+						var err error
+						p[r], err = c.Alloc(r, bytes)
+						require.NoError(b, err)
+					}
+					return func() {
+						if errs := onBoth(func(r int) error { return bs[r].AllReduce(p[r], bytes) }); errs[0] != nil || errs[1] != nil {
+							b.Fatal(errs)
+						}
 					}
 				}
+				path, nccl := allReduce(comm.DefaultTwoRankThreshold), allReduce(0)
+				path()
+				nccl()
+				b.ReportAllocs() // both paths and the simulator, together
+				b.ResetTimer()
+				tp, tn := pairRuns(b.N, path, nccl)
+				n := float64(b.N) * 1e3
+				b.ReportMetric(float64(tp)/n, "two-rank-us/op")
+				b.ReportMetric(float64(tn)/n, "nccl-all-reduce-us/op")
+				b.ReportMetric(float64(tp)/float64(tn), "two-rank/nccl-all-reduce")
 			})
 		}
 	}
+}
+
+// pairRuns runs a and b n times each, in blocks whose order alternates, and returns
+// the time each took.
+func pairRuns(n int, a, b func()) (ta, tb time.Duration) {
+	const block = 16
+	run := func(f func(), m int) time.Duration {
+		t0 := time.Now()
+		for range m {
+			f()
+		}
+		return time.Since(t0)
+	}
+	for done, i := 0, 0; done < n; done, i = done+block, i+1 {
+		m := min(block, n-done)
+		if i%2 == 0 {
+			ta += run(a, m)
+			tb += run(b, m)
+		} else {
+			tb += run(b, m)
+			ta += run(a, m)
+		}
+	}
+	return ta, tb
 }
 
 // Two ranks whose backends have the add kernel sum a bfloat16 buffer through the
