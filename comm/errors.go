@@ -16,6 +16,10 @@ var (
 	ErrInvalidSize = errors.New("invalid size")
 	// ErrNullPointer: a null device pointer (or kernel) where a non-empty buffer is needed.
 	ErrNullPointer = errors.New("null pointer")
+	// ErrMisaligned: a device pointer of an element-typed reduction that is not a
+	// multiple of the element size (a bfloat16 buffer at an odd address). Every backend
+	// rejects it, so a rank never reaches the library with it.
+	ErrMisaligned = errors.New("misaligned pointer")
 	// ErrInvalidType: a DType that is not one of comm's element types.
 	ErrInvalidType = errors.New("invalid element type")
 	// ErrInvalidOp: a ReduceOp that is not one of comm's operators.

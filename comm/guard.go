@@ -69,6 +69,15 @@ func checkPtr(op, arg string, p DevicePtr, bytes int) error {
 	return nil
 }
 
+// checkAlign fails when p is not aligned to the size of element type t.
+func checkAlign(op, arg string, p DevicePtr, t DType) error {
+	if s := t.Size(); s > 1 && p%DevicePtr(s) != 0 {
+		return &ArgError{Op: op, Arg: arg, Value: p, Err: ErrMisaligned,
+			Reason: fmt.Sprintf("not a multiple of %d (%s)", s, t)}
+	}
+	return nil
+}
+
 func checkRank(op, arg string, r, world int) error {
 	if r < 0 || r >= world {
 		return &ArgError{Op: op, Arg: arg, Value: r, Err: ErrInvalidRank,
@@ -97,7 +106,10 @@ func (g *guard) reduce(op string, ptr DevicePtr, bytes int) error {
 	if err := checkSize(op, bytes, g.elem.Size(), g.elem); err != nil {
 		return err
 	}
-	return checkPtr(op, "ptr", ptr, bytes)
+	if err := checkPtr(op, "ptr", ptr, bytes); err != nil {
+		return err
+	}
+	return checkAlign(op, "ptr", ptr, g.elem)
 }
 
 // reduceAsync is reduce for AllReduceAsync, which cannot sit inside a group (its events
@@ -131,7 +143,16 @@ func (g *guard) gather(op string, send, recv DevicePtr, bytes int, reduce bool) 
 	if err := checkPtr(op, "send", send, bytes); err != nil {
 		return err
 	}
-	return checkPtr(op, "recv", recv, bytes)
+	if err := checkPtr(op, "recv", recv, bytes); err != nil {
+		return err
+	}
+	if reduce {
+		if err := checkAlign(op, "send", send, g.elem); err != nil {
+			return err
+		}
+		return checkAlign(op, "recv", recv, g.elem)
+	}
+	return nil
 }
 
 func (g *guard) broadcast(ptr DevicePtr, bytes, root int) error {
@@ -351,7 +372,10 @@ func (g *guard) typedReduce(ptr DevicePtr, count int, t DType, r ReduceOp) (int,
 	if err := checkOp(opAllReduce, r); err != nil {
 		return 0, err
 	}
-	return bytes, checkPtr(opAllReduce, "ptr", ptr, bytes)
+	if err := checkPtr(opAllReduce, "ptr", ptr, bytes); err != nil {
+		return 0, err
+	}
+	return bytes, checkAlign(opAllReduce, "ptr", ptr, t)
 }
 
 func (g *guard) typedBroadcast(ptr DevicePtr, count int, t DType, root int) (int, error) {
@@ -381,7 +405,18 @@ func (g *guard) typedGather(op string, send, recv DevicePtr, count int, t DType,
 	if err := checkPtr(op, "send", send, bytes); err != nil {
 		return 0, err
 	}
-	return bytes, checkPtr(op, "recv", recv, bytes)
+	if err := checkPtr(op, "recv", recv, bytes); err != nil {
+		return 0, err
+	}
+	if reduce {
+		if err := checkAlign(op, "send", send, t); err != nil {
+			return 0, err
+		}
+		if err := checkAlign(op, "recv", recv, t); err != nil {
+			return 0, err
+		}
+	}
+	return bytes, nil
 }
 
 func (g *guard) typedP2P(op, peerArg string, ptr DevicePtr, count int, t DType, peer int) (int, error) {

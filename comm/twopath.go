@@ -115,20 +115,15 @@ func (b *NCCL) useAddKernel(k Kernel) error {
 
 // twoRankKernel returns the add kernel when an all-reduce of bytes at ptr takes the
 // two-rank path, and 0 when it calls ncclAllReduce: inside a group the path is never
-// taken (the kernel would be queued before the group launches the exchange). A pointer
-// not aligned to the element size cannot take it (the add kernel's loads would fault),
-// which is an argument error.
+// taken (the kernel would be queued before the group launches the exchange). The guard
+// has already rejected pointers not aligned to the element size (ErrMisaligned), so the
+// add kernel's element loads are aligned on every rank that gets here.
 func (b *NCCL) twoRankKernel(op string, ptr DevicePtr, bytes int, grouped bool) (seam.Function, error) {
 	c := b.c
 	if grouped || bytes <= 0 || bytes > c.cfg.twoRankMax || c.world != 2 {
 		return 0, nil
 	}
-	f := seam.Function(b.addKernel.Load())
-	if f != 0 && uint64(ptr)%uint64(b.size) != 0 {
-		return 0, &ArgError{Op: op, Arg: "ptr", Value: fmt.Sprintf("%#x", uint64(ptr)), Err: ErrUnsupported,
-			Reason: fmt.Sprintf("the two-rank add path needs a pointer aligned to %d bytes (%s)", b.size, b.elem)}
-	}
-	return f, nil
+	return seam.Function(b.addKernel.Load()), nil
 }
 
 // exchangeAdd enqueues the path on the communication stream: in one NCCL group, send

@@ -260,7 +260,8 @@ func TestTwoRankPathFailures(t *testing.T) {
 }
 
 // TestTwoRankPathRejectsMisalignedPointers checks that a pointer not aligned to the
-// element size, which the add kernel cannot load, fails before any library call.
+// element size, which the add kernel cannot load, fails in the shared guard before any
+// library call (so no rank is left alone in the exchange).
 func TestTwoRankPathRejectsMisalignedPointers(t *testing.T) {
 	for _, tc := range []struct {
 		elem DType
@@ -274,11 +275,11 @@ func TestTwoRankPathRejectsMisalignedPointers(t *testing.T) {
 				"all-reduce-async": func() error { return b.AllReduceAsync(p+tc.off, 64, 3) },
 			} {
 				err := call()
-				require.ErrorIs(t, err, ErrUnsupported, name)
+				require.ErrorIs(t, err, ErrMisaligned, name)
 				var ae *ArgError
 				require.ErrorAs(t, err, &ae)
 				assert.Equal(t, "ptr", ae.Arg)
-				assert.Contains(t, err.Error(), fmt.Sprintf("aligned to %d bytes (%v)", tc.elem.Size(), tc.elem))
+				assert.Contains(t, err.Error(), fmt.Sprintf("misaligned pointer: not a multiple of %d (%v)", tc.elem.Size(), tc.elem))
 			}
 			assert.Empty(t, f.named(ncclCalls...))
 			assert.True(t, b.IsHealthy())

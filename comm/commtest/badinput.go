@@ -62,6 +62,14 @@ func (e *env) badInput(t *testing.T) {
 		{"set-add-kernel null kernel", func(b comm.Backend) error { return b.SetAddKernel(0) }, comm.ErrNullPointer},
 		{"group-end without group-start", func(b comm.Backend) error { return b.GroupEnd() }, comm.ErrGroupNotOpen},
 	}
+	if es > 1 { // element-typed reductions need element-aligned pointers
+		cases = append(cases,
+			badCall{"all-reduce misaligned pointer", func(b comm.Backend) error { return b.AllReduce(p+1, es) }, comm.ErrMisaligned},
+			badCall{"all-reduce-async misaligned pointer", func(b comm.Backend) error { return b.AllReduceAsync(p+1, es, s) }, comm.ErrMisaligned},
+			badCall{"reduce-scatter misaligned send", func(b comm.Backend) error { return b.ReduceScatter(p+1, p, es) }, comm.ErrMisaligned},
+			badCall{"reduce-scatter misaligned recv", func(b comm.Backend) error { return b.ReduceScatter(p, p+1, es) }, comm.ErrMisaligned},
+		)
+	}
 	if n > 1 {
 		cases = append(cases,
 			badCall{"recv-command null pointer", func(b comm.Backend) error { return b.RecvCommandU32(ctx, 0, 1) }, comm.ErrNullPointer},
