@@ -28,6 +28,17 @@
 // operation timeout (WithTimeout) bounds them and leaves the communicator unhealthy
 // when it expires. RecvCommandU32 waits as long as its context allows.
 //
+// Bring-up, health and recovery: [Connect] starts a rank of a multi-process job from
+// torchrun's environment (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK):
+// rank 0 serves a rendezvous store (comm/rendezvous) and publishes the NCCL unique id
+// under a key of the communicator's generation, every rank passes a barrier that names
+// the ranks that did not come, and the communicator is initialised non-blocking within
+// the context's deadline ([JoinJob] and [Job.NewNCCL] do it in two steps).
+// [WithWatchdog] checks each communicator in the background (asynchronous NCCL errors,
+// operations past the timeout) and [WithAbortOnFailure] aborts a failed one.
+// AttemptReconnect meets the other ranks, or a restarted process, in the next
+// generation; [NCCL.Shrink] lets the survivors continue without the dead ranks.
+//
 // Zero-byte operations are valid everywhere data moves (NCCL accepts count 0): they may
 // pass a null pointer and, on NCCL, still reach the library as a zero-count operation so
 // that every rank issues the same sequence. Allocation and registration reject zero

@@ -30,8 +30,9 @@ import (
 //     (ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC): then it is a collective
 //     call, and every rank must allocate the same sizes in the same order.
 //   - IsHealthy is false after a fatal NCCL error or a completion timeout.
-//   - AttemptReconnect needs WithReconnect: it aborts the communicator and initialises
-//     the next generation from the id the ReconnectFunc returns.
+//   - AttemptReconnect needs WithReconnect (Connect and Job.NewNCCL set it: a
+//     rendezvous in the job's next generation): it aborts the communicator and
+//     initialises the next generation from the id the ReconnectFunc returns.
 //   - SetAddKernel takes the in-place add kernel for the backend's element type
 //     (package kernels: BF16 for BFloat16, F16 for Float16, F32 for Float32). With two
 //     ranks, AllReduce and AllReduceAsync of 1 to WithTwoRankThreshold bytes outside a

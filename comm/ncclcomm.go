@@ -54,6 +54,9 @@ type NCCLCommunicator struct {
 
 	// onClose runs in Close before the communicator ends (the Backend's cleanup).
 	onClose func(ctx context.Context, note func(string, error))
+
+	// wd is the health watchdog (WithWatchdog), nil without one. Set once in adopt.
+	wd *watchdog
 }
 
 var (
@@ -141,6 +144,7 @@ func (c *NCCLCommunicator) adopt(comm seam.Comm, rank, world int) (err error) {
 	if c.scratch, err = c.d.MemAlloc(8); err != nil {
 		return err
 	}
+	c.wd = startWatchdog(c)
 	return nil
 }
 
@@ -213,6 +217,9 @@ func (c *NCCLCommunicator) usable(op string, bytes int) error {
 // result turns a driver error of an enqueue into comm's error: ncclInProgress is waited
 // out, fatal NCCL results make the communicator unhealthy.
 func (c *NCCLCommunicator) result(op string, bytes int, err error) error {
+	if c.wd != nil {
+		c.wd.enqueued()
+	}
 	if err == nil {
 		return nil
 	}
@@ -618,6 +625,8 @@ func (c *NCCLCommunicator) Close() error {
 	if err != nil {
 		return err
 	}
+	c.interrupt.Store(interruptClose) // a reconnect holding the communicator gives up
+	c.wd.shutdown()
 	return c.shutdown(open, c.onClose)
 }
 
@@ -712,6 +721,9 @@ func (c *NCCLCommunicator) Revoke() error {
 	if c.g.isClosed() {
 		return &ArgError{Op: op, Arg: "rank", Value: c.rank, Err: ErrClosed}
 	}
+	if err := c.aborted(op); err != nil {
+		return err
+	}
 	c.mu.Lock()
 	err := c.d.CommRevoke(c.comm, 0)
 	c.mu.Unlock()
@@ -740,23 +752,16 @@ func (c *NCCLCommunicator) Shrink(ctx context.Context, exclude []int, abort bool
 		return nil, &ArgError{Op: op, Arg: "nccl version", Value: c.version, Err: ErrUnsupported,
 			Reason: "needs ncclCommShrink (2.27) and a driver reporting rank and size"}
 	}
-	seen := make(map[int]bool, len(exclude))
-	for _, r := range exclude {
-		if err := checkRank(op, "exclude", r, c.world); err != nil {
-			return nil, err
-		}
-		if seen[r] {
-			return nil, &ArgError{Op: op, Arg: "exclude", Value: r, Err: ErrInvalidRank, Reason: "listed twice"}
-		}
-		seen[r] = true
-	}
-	if seen[c.rank] {
-		return nil, &ArgError{Op: op, Arg: "exclude", Value: c.rank, Err: ErrInvalidRank, Reason: "excludes this rank"}
+	if err := c.checkExclude(op, exclude); err != nil {
+		return nil, err
 	}
 	c.life.RLock()
 	defer c.life.RUnlock()
 	if c.g.isClosed() {
 		return nil, &ArgError{Op: op, Arg: "rank", Value: c.rank, Err: ErrClosed}
+	}
+	if err := c.aborted(op); err != nil {
+		return nil, err
 	}
 	flags := seam.ShrinkDefault
 	if abort {

@@ -26,6 +26,8 @@ type config struct {
 	reconnect ReconnectFunc
 	// twoRankMax is the two-rank path's threshold in bytes (WithTwoRankThreshold).
 	twoRankMax int
+	job        jobConfig   // Connect and JoinJob (job.go)
+	watch      watchConfig // the health watchdog (watchdog.go)
 }
 
 func newConfig(opts []Option) config {

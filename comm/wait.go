@@ -51,6 +51,7 @@ const (
 	interruptNone int32 = iota
 	interruptClose
 	interruptReconnect
+	interruptAbort // the watchdog aborts the failed communicator
 )
 
 // waitMode says what bounds a wait besides the caller's context.
@@ -84,6 +85,8 @@ func (c *NCCLCommunicator) poll(ctx context.Context, comm seam.Comm, deadline ti
 		return res, ErrClosed
 	case interruptReconnect:
 		return res, fmt.Errorf("%w: interrupted by attempt-reconnect", ErrUnhealthy)
+	case interruptAbort:
+		return res, fmt.Errorf("%w: the watchdog is aborting the communicator", ErrUnhealthy)
 	}
 	if err := ctx.Err(); err != nil {
 		return res, err

@@ -227,7 +227,7 @@ func (c *Cluster) Backend(rank int) (*comm.NCCL, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.backends[rank] == nil {
+	if rank >= len(c.backends) || c.backends[rank] == nil {
 		return nil, fmt.Errorf("backend of rank %d: %w: the cluster has no NCCL backends", rank, comm.ErrUnsupported)
 	}
 	return c.backends[rank], nil

@@ -1,0 +1,48 @@
+package comm_test
+
+import (
+	"context"
+	"errors"
+	"log"
+	"time"
+
+	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/comm/rendezvous"
+)
+
+// A job of two processes started by hand, one per GPU of the machine, the way torchrun
+// would start them:
+//
+//	MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 ./engine &
+//	MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 WORLD_SIZE=2 RANK=1 LOCAL_RANK=1 ./engine
+//
+// Rank 0 serves the rendezvous store on MASTER_PORT and creates the NCCL unique id;
+// rank 1 reads it there. Each process uses the GPU of its LOCAL_RANK. Set NCCLGO_TOKEN
+// to the same secret in both to keep other clients out of the store. The engine's loop
+// notices a failed peer (the watchdog) and re-creates the communicator with the other
+// ranks, or with a restarted process, in the job's next generation.
+func ExampleConnect() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	b, err := comm.Connect(ctx, comm.WithWatchdog(0)) // 0: every 100 ms
+	if err != nil {
+		var be *rendezvous.BarrierError
+		if errors.As(err, &be) {
+			log.Fatalf("ranks %v did not come: %v", be.Missing, err)
+		}
+		log.Fatal(err)
+	}
+	defer b.Close()
+
+	var grads comm.DevicePtr // the engine's device buffer
+	for step := 0; step < 1000; step++ {
+		if err := b.AllReduce(grads, 0); err != nil || !b.IsHealthy() {
+			rctx, rcancel := context.WithTimeout(context.Background(), time.Minute)
+			err := b.AttemptReconnect(rctx) // every rank does the same
+			rcancel()
+			if err != nil {
+				log.Fatal(err)
+			}
+		}
+	}
+}

@@ -1,0 +1,464 @@
+package comm
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/rendezvous"
+)
+
+var quietLog = slog.New(slog.DiscardHandler)
+
+// idFake is the fake driver with ncclGetUniqueId returning random ids, as NCCL does.
+type idFake struct{ *fakeDriver }
+
+func newIDFake() idFake { return idFake{newFake()} }
+
+func (idFake) GetUniqueID() (seam.UniqueID, error) {
+	var id seam.UniqueID
+	_, _ = rand.Read(id[:])
+	return id, nil
+}
+
+// initIDs returns the ids the rank's communicators were initialised with, in order.
+func (f idFake) initIDs() []seam.UniqueID {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]seam.UniqueID(nil), f.ids...)
+}
+
+// withDevice makes bring-up use d, through the hook comm/commtest uses.
+func withDevice(d seam.Driver) Option { return seam.DeviceOption(d).(Option) }
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+	return port
+}
+
+func jobOf(port, rank, world int) rendezvous.Config {
+	return rendezvous.Config{MasterAddr: "127.0.0.1", MasterPort: port, Rank: rank, WorldSize: world, LocalRank: rank}
+}
+
+// noLeaks fails the test if goroutines started during it still run after its cleanups.
+func noLeaks(t *testing.T) {
+	t.Helper()
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(3 * time.Second)
+		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if n := runtime.NumGoroutine(); n > before {
+			buf := make([]byte, 1<<20)
+			t.Errorf("%d goroutines left (started with %d):\n%s", n, before, buf[:runtime.Stack(buf, true)])
+		}
+	})
+}
+
+// joinAll joins ranks of a world-rank job on port, each with its own fake device.
+func joinAll(t *testing.T, port, world int, ranks ...int) (map[int]*Job, map[int]idFake) {
+	t.Helper()
+	jobs, fakes := map[int]*Job{}, map[int]idFake{}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, r := range ranks {
+		f := newIDFake()
+		j, err := JoinJob(ctx, WithJob(jobOf(port, r, world)), withDevice(f), quiet)
+		require.NoError(t, err, "rank %d", r)
+		t.Cleanup(func() { _ = j.Close() })
+		jobs[r], fakes[r] = j, f
+	}
+	return jobs, fakes
+}
+
+// onRanks runs f for every rank concurrently.
+func onRanks[T any](ranks []int, f func(rank int) (T, error)) (map[int]T, map[int]error) {
+	var mu sync.Mutex
+	vals, errs := map[int]T{}, map[int]error{}
+	var wg sync.WaitGroup
+	for _, r := range ranks {
+		wg.Go(func() {
+			v, err := f(r)
+			mu.Lock()
+			vals[r], errs[r] = v, err
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return vals, errs
+}
+
+func closeAll[T interface{ Close() error }](t *testing.T, m map[int]T) {
+	t.Helper()
+	for r, b := range m {
+		assert.NoError(t, b.Close(), "close rank %d", r)
+	}
+}
+
+func TestConnectGivesEveryRankRankZerosUniqueID(t *testing.T) {
+	noLeaks(t)
+	const world = 3
+	port := freePort(t)
+	fakes := map[int]idFake{0: newIDFake(), 1: newIDFake(), 2: newIDFake()}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ranks := []int{2, 1, 0} // the store's server starts last: the others retry
+	bs, errs := onRanks(ranks, func(r int) (*NCCL, error) {
+		return Connect(ctx, WithJob(jobOf(port, r, world)), withDevice(fakes[r]), quiet, WithElementType(Float32))
+	})
+	for _, r := range ranks {
+		require.NoError(t, errs[r], "rank %d", r)
+	}
+	defer closeAll(t, bs)
+	want := fakes[0].initIDs()
+	require.Len(t, want, 1)
+	assert.NotEqual(t, seam.UniqueID{}, want[0])
+	for _, r := range ranks {
+		assert.Equal(t, want, fakes[r].initIDs(), "rank %d initialised with rank 0's id", r)
+		assert.Equal(t, r, bs[r].Rank())
+		assert.Equal(t, world, bs[r].WorldSize())
+		assert.Equal(t, Float32, bs[r].ElementType())
+		assert.Equal(t, uint64(0), bs[r].c.cfg.job.member.generation())
+		assert.Equal(t, []string{"CommInitRank(3," + strconv.Itoa(r) + ",false)"}, fakes[r].named("CommInitRank"),
+			"a non-blocking communicator")
+	}
+}
+
+func TestBringUpNamesTheMissingRankAndTheNextGenerationSucceeds(t *testing.T) {
+	noLeaks(t)
+	const world = 3
+	port := freePort(t)
+	jobs, fakes := joinAll(t, port, world, 0, 1, 2) // rank 2 joins the job but never comes
+
+	const deadline = 300 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	start := time.Now()
+	_, errs := onRanks([]int{0, 1}, func(r int) (*NCCL, error) { return jobs[r].NewNCCL(ctx) })
+	for _, r := range []int{0, 1} {
+		err := errs[r]
+		var be *rendezvous.BarrierError
+		require.ErrorAs(t, err, &be, "rank %d", r)
+		assert.Equal(t, []int{2}, be.Missing, "rank %d", r)
+		assert.ErrorIs(t, err, context.DeadlineExceeded, "rank %d", r)
+		assert.Contains(t, err.Error(), "1 of 3 ranks missing: [2]", "rank %d", r)
+		assert.Contains(t, err.Error(), "generation 0", "rank %d", r)
+		assert.Empty(t, fakes[r].named("CommInitRank"), "rank %d: no communicator without the id", r)
+	}
+	t.Logf("both ranks failed %v after the start (deadline %v)", time.Since(start).Round(time.Millisecond), deadline)
+
+	// Everyone tries again: rank 2 skips the abandoned generation 0.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	bs, errs := onRanks([]int{0, 1, 2}, func(r int) (*NCCL, error) { return jobs[r].NewNCCL(ctx2) })
+	for r := range world {
+		require.NoError(t, errs[r], "rank %d", r)
+	}
+	defer closeAll(t, bs)
+	want := fakes[0].initIDs()
+	for r := range world {
+		assert.Equal(t, uint64(1), bs[r].c.cfg.job.member.generation(), "rank %d", r)
+		assert.Equal(t, want, fakes[r].initIDs(), "rank %d", r)
+	}
+}
+
+// A process that restarts after it arrived in a generation closes that generation; the
+// ranks waiting there move on to the next one with it.
+func TestARestartedRankMovesTheWaitingRanksToTheNextGeneration(t *testing.T) {
+	noLeaks(t)
+	const world = 3
+	port := freePort(t)
+	jobs, fakes := joinAll(t, port, world, 0, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	store := jobs[0].Store()
+	key := func(name string) string { return rendezvous.GenerationKey(defaultGroup, 0, name) }
+	// The first incarnation of rank 1 arrived in generation 0 and died.
+	_, _, err := store.CompareAndSet(ctx, key("rank/1"), nil, []byte{1})
+	require.NoError(t, err)
+	_, err = store.Add(ctx, key("count"), 1)
+	require.NoError(t, err)
+
+	var wg sync.WaitGroup
+	bs := map[int]*NCCL{}
+	errs := map[int]error{}
+	var mu sync.Mutex
+	connect := func(r int, j *Job) {
+		wg.Go(func() {
+			b, err := j.NewNCCL(ctx)
+			mu.Lock()
+			bs[r], errs[r] = b, err
+			mu.Unlock()
+		})
+	}
+	connect(0, jobs[0])
+	require.Eventually(t, func() bool {
+		v, err := store.Get(ctx, key("count"))
+		return err == nil && string(v) == "2"
+	}, 5*time.Second, time.Millisecond, "rank 0 arrives")
+
+	restarted, fakes1 := joinAll(t, port, world, 1)
+	fakes[1] = fakes1[1]
+	connect(1, restarted[1])
+	state, err := store.Get(ctx, key("state"))
+	require.NoError(t, err)
+	assert.Contains(t, string(state), "rank 1 had arrived before")
+	connect(2, jobs[2])
+	wg.Wait()
+	for r := range world {
+		require.NoError(t, errs[r], "rank %d", r)
+		assert.Equal(t, uint64(1), bs[r].c.cfg.job.member.generation(), "rank %d", r)
+		assert.Equal(t, fakes[0].initIDs(), fakes[r].initIDs(), "rank %d", r)
+	}
+	closeAll(t, bs)
+}
+
+func TestAttemptReconnectMeetsAReplacementInTheNextGeneration(t *testing.T) {
+	noLeaks(t)
+	const world = 3
+	port := freePort(t)
+	fakes := map[int]idFake{0: newIDFake(), 1: newIDFake(), 2: newIDFake()}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	connect := func(r int) (*NCCL, error) {
+		return Connect(ctx, WithJob(jobOf(port, r, world)), withDevice(fakes[r]), quiet)
+	}
+	bs, errs := onRanks([]int{0, 1, 2}, connect)
+	for r := range world {
+		require.NoError(t, errs[r], "rank %d", r)
+	}
+	first := fakes[0].initIDs()[0]
+
+	// Rank 2 dies; the survivors see a remote error.
+	require.NoError(t, bs[2].Close())
+	for _, r := range []int{0, 1} {
+		fakes[r].asyncErr.Store(int32(seam.RemoteError))
+		require.False(t, bs[r].IsHealthy(), "rank %d", r)
+		fakes[r].asyncErr.Store(int32(seam.Success))
+		assert.False(t, bs[r].IsHealthy(), "rank %d stays unhealthy until it reconnects", r)
+	}
+	fakes[2] = newIDFake()
+	_, errs = onRanks([]int{0, 1, 2}, func(r int) (struct{}, error) {
+		if r == 2 {
+			b, err := connect(2)
+			bs[2] = b
+			return struct{}{}, err
+		}
+		return struct{}{}, bs[r].AttemptReconnect(ctx)
+	})
+	for r := range world {
+		require.NoError(t, errs[r], "rank %d", r)
+		assert.True(t, bs[r].IsHealthy(), "rank %d", r)
+		assert.Equal(t, uint64(1), bs[r].c.cfg.job.member.generation(), "rank %d", r)
+	}
+	second := fakes[0].initIDs()[1]
+	assert.NotEqual(t, first, second, "a new id for the new generation")
+	assert.Equal(t, []seam.UniqueID{first, second}, fakes[1].initIDs())
+	assert.Equal(t, []seam.UniqueID{second}, fakes[2].initIDs())
+	closeAll(t, bs)
+}
+
+func TestAttemptReconnectNamesTheRanksThatDoNotCome(t *testing.T) {
+	noLeaks(t)
+	const world = 2
+	port := freePort(t)
+	jobs, fakes := joinAll(t, port, world, 0, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	bs, errs := onRanks([]int{0, 1}, func(r int) (*NCCL, error) { return jobs[r].NewNCCL(ctx) })
+	require.NoError(t, errors.Join(errs[0], errs[1]))
+	defer closeAll(t, bs)
+
+	fakes[0].asyncErr.Store(int32(seam.SystemError))
+	require.False(t, bs[0].IsHealthy())
+	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancelShort()
+	err := bs[0].AttemptReconnect(short)
+	var be *rendezvous.BarrierError
+	require.ErrorAs(t, err, &be)
+	assert.Equal(t, []int{1}, be.Missing)
+	assert.Contains(t, err.Error(), "attempt-reconnect on rank 0: rendezvous: generation 1")
+	assert.False(t, bs[0].IsHealthy())
+	assert.ErrorIs(t, bs[0].AllReduce(p, 8), ErrUnhealthy)
+	assert.Equal(t, []string{"CommAbort(101)"}, fakes[0].named("CommAbort"), "the failed communicator is aborted once")
+}
+
+func TestConnectClosesItsJobAndItsStore(t *testing.T) {
+	noLeaks(t)
+	port := freePort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := Connect(ctx, WithJob(jobOf(port, 0, 1)), withDevice(newIDFake()), quiet)
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	require.NoError(t, err, "rank 0's store no longer listens")
+	require.NoError(t, l.Close())
+	assert.ErrorIs(t, b.Close(), ErrClosed)
+}
+
+func TestJobRejectsBadSettings(t *testing.T) {
+	port := freePort(t)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer busy.Close()
+	busyPort := busy.Addr().(*net.TCPAddr).Port
+	short := func() context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	tests := []struct {
+		name string
+		env  map[string]string
+		opts []Option
+		is   error
+		msg  string
+	}{
+		{name: "no environment", env: map[string]string{"MASTER_ADDR": "", "MASTER_PORT": "", "RANK": "", "WORLD_SIZE": ""},
+			is: rendezvous.ErrInvalidConfig, msg: "MASTER_ADDR is not set"},
+		{name: "rank outside the world", env: map[string]string{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400", "RANK": "4", "WORLD_SIZE": "2", "LOCAL_RANK": "0"},
+			is: rendezvous.ErrInvalidConfig, msg: `RANK="4": must be less than WORLD_SIZE (2)`},
+		{name: "store port not a number", env: map[string]string{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400", "RANK": "0", "WORLD_SIZE": "1", EnvStorePort: "x1"},
+			is: rendezvous.ErrInvalidConfig, msg: `NCCLGO_STORE_PORT="x1": not an integer`},
+		{name: "store port out of range", env: map[string]string{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400", "RANK": "0", "WORLD_SIZE": "1", EnvStorePort: "0"},
+			is: rendezvous.ErrInvalidConfig, msg: `MASTER_PORT="0": must be in 1..65535`},
+		{name: "bad WithJob", opts: []Option{WithJob(rendezvous.Config{MasterAddr: "127.0.0.1", MasterPort: 70000, WorldSize: 1})},
+			is: rendezvous.ErrInvalidConfig, msg: `MASTER_PORT="70000"`},
+		{name: "port in use", opts: []Option{WithJob(jobOf(busyPort, 0, 2))}, msg: "address already in use"},
+		{name: "external store absent", opts: []Option{WithJob(jobOf(port, 0, 2)), WithExternalStore()}, is: context.DeadlineExceeded},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			j, err := JoinJob(short(), append(tt.opts, quiet)...)
+			require.Error(t, err)
+			assert.Nil(t, j)
+			if tt.is != nil {
+				assert.ErrorIs(t, err, tt.is)
+			}
+			assert.Contains(t, err.Error(), tt.msg)
+		})
+	}
+}
+
+func TestJobServesTheStoreOnNCCLGOStorePort(t *testing.T) {
+	port := freePort(t)
+	t.Setenv(rendezvous.EnvMasterAddr, "127.0.0.1")
+	t.Setenv(rendezvous.EnvMasterPort, "1") // torchrun's agent store would be there
+	t.Setenv(rendezvous.EnvRank, "0")
+	t.Setenv(rendezvous.EnvWorldSize, "1")
+	t.Setenv(EnvStorePort, strconv.Itoa(port))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	b, err := Connect(ctx, withDevice(newIDFake()), quiet)
+	require.NoError(t, err)
+	defer b.Close()
+	c, err := rendezvous.Dial(ctx, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	require.NoError(t, err)
+	defer c.Close()
+	state, err := c.Get(ctx, rendezvous.GenerationKey(defaultGroup, 0, "state"))
+	require.NoError(t, err)
+	assert.Equal(t, "ok", string(state))
+}
+
+func TestJobRefusesAWrongToken(t *testing.T) {
+	port := freePort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cfg := jobOf(port, 0, 2)
+	cfg.Token = "secret"
+	j0, err := JoinJob(ctx, WithJob(cfg), quiet)
+	require.NoError(t, err)
+	defer j0.Close()
+	cfg = jobOf(port, 1, 2)
+	cfg.Token = "guess"
+	_, err = JoinJob(ctx, WithJob(cfg), quiet)
+	assert.ErrorIs(t, err, rendezvous.ErrUnauthorized)
+}
+
+func TestJobWithAnExternalStore(t *testing.T) {
+	noLeaks(t)
+	port := freePort(t)
+	srv := rendezvous.NewServer(rendezvous.WithLogger(quietLog))
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	require.NoError(t, err)
+	served := make(chan struct{})
+	go func() { defer close(served); _ = srv.Serve(context.Background(), l) }()
+	defer func() { _ = srv.Close(); <-served }()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	fakes := map[int]idFake{0: newIDFake(), 1: newIDFake()}
+	bs, errs := onRanks([]int{0, 1}, func(r int) (*NCCL, error) {
+		return Connect(ctx, WithJob(jobOf(port, r, 2)), WithExternalStore(), withDevice(fakes[r]), quiet)
+	})
+	require.NoError(t, errors.Join(errs[0], errs[1]))
+	assert.Equal(t, fakes[0].initIDs(), fakes[1].initIDs())
+	closeAll(t, bs)
+
+	// A second job on the same store, under another name, starts at generation 0; the
+	// same name continues after the first job's generations.
+	for _, tt := range []struct {
+		name string
+		gen  uint64
+	}{{"other", 0}, {"", 1}} {
+		bs, errs = onRanks([]int{0, 1}, func(r int) (*NCCL, error) {
+			return Connect(ctx, WithJob(jobOf(port, r, 2)), WithExternalStore(), withDevice(newIDFake()), WithName(tt.name), quiet)
+		})
+		require.NoError(t, errors.Join(errs[0], errs[1]), tt.name)
+		for r, b := range bs {
+			assert.Equal(t, tt.gen, b.c.cfg.job.member.generation(), "%q rank %d", tt.name, r)
+		}
+		closeAll(t, bs)
+	}
+}
+
+func TestJobAfterClose(t *testing.T) {
+	port := freePort(t)
+	jobs, _ := joinAll(t, port, 1, 0)
+	require.NoError(t, jobs[0].Close())
+	_, err := jobs[0].NewNCCL(context.Background())
+	assert.ErrorIs(t, err, ErrClosed)
+	assert.ErrorIs(t, jobs[0].Close(), ErrClosed)
+}
+
+func TestJobDevicePicksTheLocalRank(t *testing.T) {
+	for _, tt := range []struct {
+		opts  []Option
+		local int
+		want  int
+	}{{nil, 3, 3}, {[]Option{WithDevice(1)}, 3, 1}, {[]Option{WithDevice(0)}, 5, 0}} {
+		assert.Equal(t, tt.want, jobDevice(newConfig(tt.opts), tt.local), fmt.Sprint(tt))
+	}
+}
+
+func TestShrunkRank(t *testing.T) {
+	for _, tt := range []struct {
+		rank    int
+		exclude []int
+		want    int
+	}{{0, nil, 0}, {3, []int{1}, 2}, {3, []int{4, 0, 1}, 1}, {1, []int{1}, -1}, {5, []int{2, 2}, 4}} {
+		assert.Equal(t, tt.want, ShrunkRank(tt.rank, tt.exclude), fmt.Sprint(tt.rank, tt.exclude))
+	}
+}
