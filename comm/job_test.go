@@ -301,6 +301,33 @@ func TestAttemptReconnectNamesTheRanksThatDoNotCome(t *testing.T) {
 	assert.Equal(t, []string{"CommAbort(101)"}, fakes[0].named("CommAbort"), "the failed communicator is aborted once")
 }
 
+// Close does not wait for a reconnect whose peers never come: it ends the rendezvous.
+func TestCloseEndsAReconnectWaitingForDeadPeers(t *testing.T) {
+	noLeaks(t)
+	port := freePort(t)
+	jobs, fakes := joinAll(t, port, 2, 0, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	bs, errs := onRanks([]int{0, 1}, func(r int) (*NCCL, error) { return jobs[r].NewNCCL(ctx) })
+	require.NoError(t, errors.Join(errs[0], errs[1]))
+	require.NoError(t, bs[1].Close()) // rank 1 is gone for good
+	fakes[0].asyncErr.Store(int32(seam.RemoteError))
+	require.False(t, bs[0].IsHealthy())
+
+	long, cancelLong := context.WithTimeout(context.Background(), time.Hour)
+	defer cancelLong()
+	done := make(chan error, 1)
+	go func() { done <- bs[0].AttemptReconnect(long) }()
+	require.Eventually(t, func() bool {
+		ok, err := jobs[0].Store().Check(ctx, rendezvous.GenerationKey(defaultGroup, 1, "rank/0"))
+		return err == nil && ok[0]
+	}, 5*time.Second, time.Millisecond, "rank 0 waits in generation 1")
+	require.NoError(t, bs[0].Close())
+	err := <-done
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.NoError(t, long.Err(), "ended by Close, not by its own context")
+}
+
 func TestConnectClosesItsJobAndItsStore(t *testing.T) {
 	noLeaks(t)
 	port := freePort(t)

@@ -562,6 +562,8 @@ func (b *NCCL) AttemptReconnect(ctx context.Context) error {
 		return &OpError{Op: opAttemptReconnect, Bytes: -1, Rank: c.rank,
 			Err: fmt.Errorf("%w: no WithReconnect option", ErrUnsupported)}
 	}
+	ctx, stop := c.untilClose(ctx) // Close does not wait for a rendezvous with dead peers
+	defer stop()
 	c.interrupt.Store(interruptReconnect)
 	c.life.Lock()
 	defer c.life.Unlock()

@@ -57,6 +57,11 @@ type NCCLCommunicator struct {
 
 	// wd is the health watchdog (WithWatchdog), nil without one. Set once in adopt.
 	wd *watchdog
+
+	// closeCtx is canceled when Close starts (see closing).
+	closeOnce   sync.Once
+	closeCtx    context.Context
+	closeCancel context.CancelFunc
 }
 
 var (
@@ -626,6 +631,7 @@ func (c *NCCLCommunicator) Close() error {
 		return err
 	}
 	c.interrupt.Store(interruptClose) // a reconnect holding the communicator gives up
+	c.cancelOnClose()
 	c.wd.shutdown()
 	return c.shutdown(open, c.onClose)
 }
