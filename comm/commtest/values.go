@@ -40,6 +40,35 @@ func DecodeValues(t comm.DType, b []byte) ([]float64, error) {
 	return out, nil
 }
 
+// EncodeValue writes v as one element of type t at the start of dst, rounded as
+// EncodeValues rounds. It is EncodeValues for one element, without allocating.
+func EncodeValue(t comm.DType, dst []byte, v float64) error {
+	if err := checkElement("encode value", t, len(dst)); err != nil {
+		return err
+	}
+	putValue(dst, t, v)
+	return nil
+}
+
+// DecodeValue reads the element of type t at the start of src.
+func DecodeValue(t comm.DType, src []byte) (float64, error) {
+	if err := checkElement("decode value", t, len(src)); err != nil {
+		return math.NaN(), err
+	}
+	return value(src, t), nil
+}
+
+// checkElement fails unless t is valid and n bytes hold one element of it.
+func checkElement(op string, t comm.DType, n int) error {
+	if !t.Valid() {
+		return fmt.Errorf("%s: element type %v: %w", op, t, comm.ErrInvalidType)
+	}
+	if n < t.Size() {
+		return fmt.Errorf("%s: %d bytes hold no %v element: %w", op, n, t, comm.ErrInvalidSize)
+	}
+	return nil
+}
+
 func putValue(b []byte, t comm.DType, v float64) {
 	switch t {
 	case comm.Int8, comm.Uint8:

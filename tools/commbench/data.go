@@ -1,11 +1,10 @@
 package main
 
 import (
-	"encoding/binary"
 	"math"
 
 	"github.com/ncclgo/ncclgo/comm"
-	"github.com/ncclgo/ncclgo/kernels"
+	"github.com/ncclgo/ncclgo/comm/commtest"
 )
 
 // The host reference. Inputs are small integers chosen so that every result is exact
@@ -111,63 +110,18 @@ func tolerance(t comm.DType, op comm.ReduceOp, n int, want float64) float64 {
 	return float64(n) * epsilon(t) * max(1, math.Abs(want))
 }
 
-// encode writes v as element i of buf, which holds elements of type t.
+// encode writes v as element i of buf, which holds elements of type t. The callers
+// size buf for the element type, so the only possible error is a bug: it is dropped.
 func encode(t comm.DType, buf []byte, i int64, v float64) {
 	size := int64(t.Size())
-	b := buf[i*size : (i+1)*size]
-	switch t {
-	case comm.Int8, comm.Uint8:
-		b[0] = byte(int64(v))
-	case comm.Int32, comm.Uint32:
-		binary.LittleEndian.PutUint32(b, uint32(int64(v)))
-	case comm.Int64, comm.Uint64:
-		binary.LittleEndian.PutUint64(b, uint64(int64(v)))
-	case comm.Float16:
-		binary.LittleEndian.PutUint16(b, kernels.Float32ToF16(float32(v)))
-	case comm.BFloat16:
-		binary.LittleEndian.PutUint16(b, kernels.Float32ToBF16(float32(v)))
-	case comm.Float32:
-		binary.LittleEndian.PutUint32(b, math.Float32bits(float32(v)))
-	case comm.Float64:
-		binary.LittleEndian.PutUint64(b, math.Float64bits(v))
-	case comm.Float8E4M3:
-		b[0] = kernels.Float32ToE4M3(float32(v))
-	case comm.Float8E5M2:
-		b[0] = kernels.Float32ToE5M2(float32(v))
-	}
+	_ = commtest.EncodeValue(t, buf[i*size:], v)
 }
 
-// decode reads element i of buf, which holds elements of type t.
+// decode reads element i of buf, which holds elements of type t (NaN on a bug).
 func decode(t comm.DType, buf []byte, i int64) float64 {
 	size := int64(t.Size())
-	b := buf[i*size : (i+1)*size]
-	switch t {
-	case comm.Int8:
-		return float64(int8(b[0]))
-	case comm.Uint8:
-		return float64(b[0])
-	case comm.Int32:
-		return float64(int32(binary.LittleEndian.Uint32(b)))
-	case comm.Uint32:
-		return float64(binary.LittleEndian.Uint32(b))
-	case comm.Int64:
-		return float64(int64(binary.LittleEndian.Uint64(b)))
-	case comm.Uint64:
-		return float64(binary.LittleEndian.Uint64(b))
-	case comm.Float16:
-		return float64(kernels.F16ToFloat32(binary.LittleEndian.Uint16(b)))
-	case comm.BFloat16:
-		return float64(kernels.BF16ToFloat32(binary.LittleEndian.Uint16(b)))
-	case comm.Float32:
-		return float64(math.Float32frombits(binary.LittleEndian.Uint32(b)))
-	case comm.Float64:
-		return math.Float64frombits(binary.LittleEndian.Uint64(b))
-	case comm.Float8E4M3:
-		return float64(kernels.E4M3ToFloat32(b[0]))
-	case comm.Float8E5M2:
-		return float64(kernels.E5M2ToFloat32(b[0]))
-	}
-	return math.NaN()
+	v, _ := commtest.DecodeValue(t, buf[i*size:])
+	return v
 }
 
 // poison fills buf with 0xff bytes: NaN in every floating type, -1 or the maximum in
