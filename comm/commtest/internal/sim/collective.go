@@ -203,7 +203,7 @@ func wait(ch <-chan struct{}, cl *clique, rc *rankComm) bool {
 		return false
 	case <-rc.stop:
 		return false
-	case <-rc.dev.stop:
+	case <-rc.devStop:
 		return false
 	}
 	select {
@@ -237,7 +237,7 @@ func (w *World) beforeOp(rc *rankComm) bool {
 	if hang {
 		select {
 		case <-rc.stop:
-		case <-d.stop:
+		case <-rc.devStop:
 		}
 		return false
 	}
@@ -248,7 +248,7 @@ func (w *World) beforeOp(rc *rankComm) bool {
 		case <-t.C:
 		case <-rc.stop:
 			return false
-		case <-d.stop:
+		case <-rc.devStop:
 			return false
 		}
 	}

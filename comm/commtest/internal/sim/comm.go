@@ -90,6 +90,7 @@ type rankComm struct {
 	idle    chan struct{} // closed while pending == 0
 	stop    chan struct{} // closed by abort, revoke or destroy: pending operations end
 	stopped bool
+	devStop <-chan struct{} // dev.stop of the device's life the communicator belongs to
 
 	regs map[seam.Handle]registration
 	wins map[seam.Handle]window
@@ -107,6 +108,7 @@ func (w *World) newRankCommLocked(d *device, cfg seam.Config) *rankComm {
 		recvSeq:  map[int]uint64{},
 		idle:     idle,
 		stop:     make(chan struct{}),
+		devStop:  d.stop,
 		regs:     map[seam.Handle]registration{},
 		wins:     map[seam.Handle]window{},
 	}
@@ -209,7 +211,7 @@ func (w *World) waitDone(rc *rankComm, cl *clique, done <-chan struct{}, call st
 		return ncclErr(cl.err, call, "%s", cl.errDetail)
 	case <-rc.stop:
 		return ncclErr(seam.InvalidUsage, call, "communicator %#x was aborted or destroyed while the call waited", uintptr(rc.h))
-	case <-rc.dev.stop:
+	case <-rc.devStop:
 		return ncclErr(seam.SystemError, call, "device %d stopped while the call waited", rc.dev.idx)
 	}
 }
@@ -483,7 +485,7 @@ func (w *World) commShrink(d *device, c seam.Comm, exclude []int, cfg seam.Confi
 	}
 	select {
 	case <-g.done:
-	case <-rc.dev.stop:
+	case <-rc.devStop:
 		err = ncclErr(seam.SystemError, call, "device %d stopped while the call waited", rc.dev.idx)
 	}
 	w.mu.Lock()
@@ -547,7 +549,7 @@ func (w *World) waitIdle(rc *rankComm, idle <-chan struct{}, call string) error 
 	select {
 	case <-idle:
 		return nil
-	case <-rc.dev.stop:
+	case <-rc.devStop:
 		return ncclErr(seam.SystemError, call, "device %d stopped while the call waited", rc.dev.idx)
 	}
 }

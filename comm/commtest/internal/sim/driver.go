@@ -256,11 +256,12 @@ func (d *Driver) streamSync(call string, s seam.Stream) error {
 	if err == nil {
 		tail = st.tail
 	}
+	stop := d.dev.stop
 	w.mu.Unlock()
 	if err != nil {
 		return cudaErr(ErrorInvalidHandle, call, "%v", err)
 	}
-	waitOp(tail, d.dev.stop)
+	waitOp(tail, stop)
 	return d.stickyErr(call)
 }
 

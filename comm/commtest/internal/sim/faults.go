@@ -19,34 +19,44 @@ func (w *World) device(dev int, what string) (*device, error) {
 }
 
 // Kill makes device dev die: work queued on it never runs (its peers' collectives never
-// complete), every call through its driver fails, and calls blocked on it return.
+// complete), every call through its driver fails, and calls blocked on it return. When
+// Kill returns, the operation each of its streams was running has returned and nothing
+// of the device runs any more.
 func (w *World) Kill(dev int) error {
 	d, err := w.device(dev, "kill")
 	if err != nil {
 		return err
 	}
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	d.dead = true
 	d.halt()
+	w.mu.Unlock()
+	d.streams.Wait()
 	return nil
 }
 
 // Revive brings a dead device back as a restarted process finds it: empty. Its memory,
 // streams, events, loaded kernels and communicators are gone (their handles and
 // addresses stay invalid), injected faults are cleared, and its driver works again.
+// Revive first waits, as Kill does, for the old streams' goroutines: work queued before
+// Kill is dropped and never runs on the revived device, and faults it raised while
+// dying are cleared with the rest.
 func (w *World) Revive(dev int) error {
 	d, err := w.device(dev, "revive")
 	if err != nil {
 		return err
 	}
 	w.mu.Lock()
+	err = w.reviveCheckLocked(d)
+	w.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	d.streams.Wait() // the device is halted: no stream goroutine of it starts any more
+	w.mu.Lock()
 	defer w.mu.Unlock()
-	switch {
-	case w.closed:
-		return fmt.Errorf("revive device %d: world closed", dev)
-	case !d.dead:
-		return fmt.Errorf("revive device %d: the device is alive", dev)
+	if err := w.reviveCheckLocked(d); err != nil { // a concurrent Revive or Close won
+		return err
 	}
 	for h, s := range w.streams {
 		if s.dev == d {
@@ -78,6 +88,16 @@ func (w *World) Revive(dev int) error {
 	drv.group = groupState{}
 	drv.fails = map[string][]error{}
 	drv.mu.Unlock()
+	return nil
+}
+
+func (w *World) reviveCheckLocked(d *device) error {
+	switch {
+	case w.closed:
+		return fmt.Errorf("revive device %d: world closed", d.idx)
+	case !d.dead:
+		return fmt.Errorf("revive device %d: the device is alive", d.idx)
+	}
 	return nil
 }
 

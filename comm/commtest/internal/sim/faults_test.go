@@ -2,6 +2,7 @@ package sim
 
 import (
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,4 +125,49 @@ func TestReviveBringsBackAnEmptyDeviceThatCanJoinANewCommunicator(t *testing.T) 
 	r.each(t, func(i int) error { return r.d[i].AllReduce(bufs[i], bufs[i], 1, seam.Int32, seam.Sum, c[i], 0) })
 	r.each(t, func(i int) error { return r.d[i].StreamSynchronize(0) })
 	assert.Equal(t, int32s([]int32{11}), r.read(t, 1, bufs[1], 4))
+}
+
+// Work queued on a device before Kill belongs to the dead process: it must never run on
+// the revived device, neither touching its memory nor leaving a sticky fault there.
+func TestReviveRetiresWorkQueuedBeforeKill(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		block func(r *rig) // makes rank 1's next all-reduce wait forever
+	}{
+		{"waiting for a peer", func(*rig) {}},
+		{"hung", func(r *rig) { require.NoError(t, r.w.Hang(1, 1)) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for range 20 { // the stale work raced Revive: repeat to catch it
+				r := newRig(t, 2)
+				var ran atomic.Bool
+				name := "mark-" + t.Name()
+				require.NoError(t, r.w.RegisterKernel(name, Kernel{Run: func(Memory, []uint64) error {
+					ran.Store(true)
+					return nil
+				}}))
+				mark, err := r.w.LoadKernel(1, name)
+				require.NoError(t, err)
+				old := r.alloc(t, 8, nil)[1]
+
+				tc.block(r)
+				require.NoError(t, r.d[1].AllReduce(old, old, 1, seam.Int32, seam.Sum, r.c[1], r.s[1]))
+				require.NoError(t, r.w.CopyAsync(1, old+4, old, 4, r.s[1]))
+				require.NoError(t, r.d[1].LaunchKernel(mark, 1, 1, r.s[1], seam.KernelArgs{}))
+				require.NoError(t, r.w.Kill(1))
+				require.NoError(t, r.w.Revive(1))
+
+				p, err := r.d[1].MemAlloc(8)
+				require.NoError(t, err, "the revived device works")
+				s, err := r.d[1].StreamCreate()
+				require.NoError(t, err)
+				require.NoError(t, r.d[1].MemcpyDtoDAsync(p+4, p, 4, s))
+				require.NoError(t, r.d[1].StreamSynchronize(s), "no sticky fault from stale work")
+				require.NoError(t, r.w.Synchronize(1))
+				require.NoError(t, r.w.Close())
+				require.NoError(t, r.w.Synchronize(1), "stale work ran after Revive and faulted")
+				assert.False(t, ran.Load(), "work queued before Kill ran on the revived device")
+			}
+		})
+	}
 }

@@ -43,9 +43,13 @@ type device struct {
 	next  uint64
 	used  uint64
 
+	// streams counts the stream goroutines of the device's current life; Add only under
+	// World.mu while !halted, so that Wait after halt joins them all.
+	streams sync.WaitGroup
+
 	// The fields below are guarded by World.mu.
 	def    *stream       // the legacy default stream (handle 0)
-	stop   chan struct{} // closed when the device dies or the world closes
+	stop   chan struct{} // closed when the device dies or the world closes; replaced by Revive
 	halted bool
 	dead   bool          // killed by fault injection
 	sticky error         // a fault in device code: every later CUDA call fails with it

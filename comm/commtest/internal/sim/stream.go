@@ -44,14 +44,19 @@ func isDone(o *op) bool {
 	}
 }
 
-// enqueueLocked appends an op to s and starts its goroutine if needed. Caller holds w.mu.
+// enqueueLocked appends an op to s and starts its goroutine if needed. On a halted
+// device the op stays queued and never runs. Caller holds w.mu.
 func (w *World) enqueueLocked(s *stream, name string, run func() error) *op {
 	o := &op{name: name, run: run, done: make(chan struct{})}
 	s.queue = append(s.queue, o)
 	s.tail = o
-	if !s.running {
+	if !s.running && !s.dev.halted {
 		s.running = true
-		w.goLocked(func() { w.drain(s) })
+		s.dev.streams.Add(1)
+		w.goLocked(func() {
+			defer s.dev.streams.Done()
+			w.drain(s)
+		})
 	}
 	return o
 }
@@ -147,9 +152,10 @@ func (w *World) Synchronize(dev int) error {
 			tails = append(tails, s.tail)
 		}
 	}
+	stop := d.stop
 	w.mu.Unlock()
 	for _, t := range tails {
-		if !waitOp(t, d.stop) {
+		if !waitOp(t, stop) {
 			return fmt.Errorf("synchronize device %d: device stopped with work pending", dev)
 		}
 	}
