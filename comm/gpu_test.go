@@ -5,6 +5,7 @@ package comm
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"runtime"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo/raw/cuda"
+	"github.com/ncclgo/ncclgo/raw/nccl"
 )
 
 // TestGPUSingleRankBackend runs the NCCL backend of a one-rank world on the real GPU and
@@ -71,4 +73,65 @@ func TestGPUSingleRankBackend(t *testing.T) {
 	require.NoError(t, b.AllReduce(sym, 1<<20))
 	require.NoError(t, b.SymmetricFree(sym))
 	assert.True(t, b.IsHealthy())
+}
+
+// BenchmarkGPUAllReduceCommVsRaw compares the per-call latency of Backend.AllReduce on a
+// one-rank world with the same work done through raw calls in the same run:
+// ncclAllReduce on the backend's own communicator and stream, then cuStreamSynchronize
+// (Backend.AllReduce waits for its reduction too). Small messages, where the layers
+// above NCCL matter most; the ratio comm/raw is the figure to watch (target <= 1.5).
+func BenchmarkGPUAllReduceCommVsRaw(b *testing.B) {
+	if err := cuda.Init(0); err != nil {
+		b.Skipf("no usable GPU: %v (run make libs; NCCLGO_LIBCUDA selects libcuda)", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	id, err := NewUniqueID()
+	require.NoError(b, err)
+	be, err := NewNCCL(ctx, id, 0, 1, WithElementType(Float32), WithDevice(0), WithTimeout(30*time.Second))
+	require.NoError(b, err)
+	defer func() { assert.NoError(b, be.Close()) }()
+
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	require.NoError(b, be.c.d.SetDevice())
+	const maxBytes = 64 << 10
+	buf, err := be.c.d.MemAlloc(maxBytes)
+	require.NoError(b, err)
+	defer func() { _ = be.c.d.MemFree(buf) }()
+	require.NoError(b, cuda.MemsetD8(cuda.Deviceptr(buf), 0, maxBytes))
+	require.NoError(b, cuda.CtxSynchronize())
+
+	rawComm, rawStream := nccl.Comm(be.c.comm), nccl.CudaStream(be.c.stream)
+	p := ptrOf(buf)
+	for _, size := range []int{8, 512, 4 << 10, 64 << 10} {
+		b.Run(fmt.Sprintf("%dB", size), func(b *testing.B) {
+			var failed error
+			viaComm := func(n int) {
+				for range n {
+					if err := be.AllReduce(DevicePtr(buf), size); err != nil && failed == nil {
+						failed = err
+					}
+				}
+			}
+			viaRaw := func(n int) {
+				for range n {
+					err := nccl.AllReduce(p, p, uint64(size/4), nccl.Float32, nccl.Sum, rawComm, rawStream)
+					if err == nil {
+						err = cuda.StreamSynchronize(cuda.Stream(rawStream))
+					}
+					if err != nil && failed == nil {
+						failed = err
+					}
+				}
+			}
+			viaComm(16) // warm both paths up
+			viaRaw(16)
+			b.ResetTimer()
+			tComm, tRaw := alternate(b.N, viaComm, viaRaw)
+			b.StopTimer()
+			require.NoError(b, failed)
+			report(b, tComm, tRaw, "raw", testing.AllocsPerRun(8, func() { viaComm(1) }), testing.AllocsPerRun(8, func() { viaRaw(1) }))
+		})
+	}
 }
