@@ -1,24 +1,21 @@
 package comm
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/comm/internal/proctest"
 	"github.com/ncclgo/ncclgo/comm/rendezvous"
 )
 
@@ -96,20 +93,6 @@ func childMain() int {
 	return 1
 }
 
-// rankProc is a running rank process.
-type rankProc struct {
-	rank   int
-	cmd    *exec.Cmd
-	stderr bytes.Buffer
-	exited chan struct{} // closed once the process is reaped
-	err    error         // its exit status, valid after exited
-}
-
-type procLine struct {
-	rank int
-	text string
-}
-
 // The test binary starts itself as the ranks of a job on loopback. Rank 2 joins the job
 // and is killed before its bring-up: the others fail within their deadline naming rank
 // 2. A restarted rank 2 joins them in the next generation, where every rank gets rank
@@ -117,31 +100,14 @@ type procLine struct {
 func TestProcessesRendezvousSurviveAKilledRank(t *testing.T) {
 	const world, victim = 4, 2
 	const firstDeadline = 2 * time.Second
-	exe, err := os.Executable()
-	require.NoError(t, err)
 	port := freePort(t)
 	token := hex.EncodeToString([]byte(t.Name()))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	lines := make(chan procLine, 64)
-	var mu sync.Mutex
-	var procs []*rankProc
-	t.Cleanup(func() {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, p := range procs {
-			_ = p.cmd.Process.Kill()
-			<-p.exited
-			if t.Failed() {
-				t.Logf("rank %d stderr:\n%s", p.rank, p.stderr.String())
-			}
-		}
-	})
-	start := func(rank int, hang bool) *rankProc {
-		p := &rankProc{rank: rank, exited: make(chan struct{})}
-		p.cmd = exec.CommandContext(ctx, exe, "-test.run=^$")
-		p.cmd.Env = append(os.Environ(),
+	job := proctest.New(t, ctx)
+	start := func(rank int, hang bool) *proctest.Proc {
+		return job.Start(rank,
 			procChildEnv+"=1",
 			rendezvous.EnvMasterAddr+"=127.0.0.1",
 			rendezvous.EnvMasterPort+"="+strconv.Itoa(port),
@@ -152,75 +118,44 @@ func TestProcessesRendezvousSurviveAKilledRank(t *testing.T) {
 			procDeadlineEnv+"="+firstDeadline.String(),
 			procHangEnv+"="+map[bool]string{true: "1", false: "0"}[hang],
 		)
-		p.cmd.Stderr = &p.stderr
-		out, err := p.cmd.StdoutPipe()
-		require.NoError(t, err)
-		require.NoError(t, p.cmd.Start())
-		go func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				lines <- procLine{rank, sc.Text()}
-			}
-			p.err = p.cmd.Wait()
-			close(p.exited)
-		}()
-		mu.Lock()
-		procs = append(procs, p)
-		mu.Unlock()
-		return p
-	}
-	next := func(what string, match func(procLine) bool) procLine {
-		t.Helper()
-		for {
-			select {
-			case ln := <-lines:
-				require.False(t, strings.HasPrefix(ln.text, "error"), "rank %d: %s", ln.rank, ln.text)
-				if match(ln) {
-					return ln
-				}
-				t.Logf("rank %d: %s", ln.rank, ln.text)
-			case <-ctx.Done():
-				t.Fatalf("timed out waiting for %s", what)
-			}
-		}
 	}
 
-	ranks := map[int]*rankProc{}
+	ranks := map[int]*proctest.Proc{}
 	for r := range world {
 		ranks[r] = start(r, r == victim)
 	}
 	joined := map[int]bool{}
 	for len(joined) < world {
-		joined[next("every rank to join", func(ln procLine) bool { return ln.text == "joined" }).rank] = true
+		joined[job.Next("every rank to join", func(ln proctest.Line) bool { return ln.Text == "joined" }).Rank] = true
 	}
-	require.NoError(t, ranks[victim].cmd.Process.Kill())
-	<-ranks[victim].exited
+	require.NoError(t, ranks[victim].Cmd.Process.Kill())
+	<-ranks[victim].Exited()
 
 	for range world - 1 {
-		ln := next("the others to fail", func(ln procLine) bool { return strings.HasPrefix(ln.text, "fail ") })
-		t.Logf("rank %d: %s", ln.rank, ln.text)
-		assert.Contains(t, ln.text, "missing=[2]")
-		assert.Contains(t, ln.text, "generation 0")
-		assert.Contains(t, ln.text, "1 of 4 ranks missing: [2]")
+		ln := job.Next("the others to fail", func(ln proctest.Line) bool { return strings.HasPrefix(ln.Text, "fail ") })
+		t.Logf("rank %d: %s", ln.Rank, ln.Text)
+		assert.Contains(t, ln.Text, "missing=[2]")
+		assert.Contains(t, ln.Text, "generation 0")
+		assert.Contains(t, ln.Text, "1 of 4 ranks missing: [2]")
 		var elapsed int
-		_, err := fmt.Sscanf(ln.text, "fail elapsed_ms=%d", &elapsed)
+		_, err := fmt.Sscanf(ln.Text, "fail elapsed_ms=%d", &elapsed)
 		require.NoError(t, err)
-		assert.Less(t, time.Duration(elapsed)*time.Millisecond, firstDeadline+time.Second, "rank %d failed within its deadline", ln.rank)
+		assert.Less(t, time.Duration(elapsed)*time.Millisecond, firstDeadline+time.Second, "rank %d failed within its deadline", ln.Rank)
 	}
 
 	ranks[victim] = start(victim, false)
 	uids := map[int]string{}
 	for len(uids) < world {
-		ln := next("generation 1", func(ln procLine) bool { return strings.HasPrefix(ln.text, "ok ") })
-		assert.True(t, strings.HasPrefix(ln.text, "ok gen=1 uid="), "rank %d: %s", ln.rank, ln.text)
-		uids[ln.rank] = ln.text[strings.LastIndex(ln.text, "=")+1:]
+		ln := job.Next("generation 1", func(ln proctest.Line) bool { return strings.HasPrefix(ln.Text, "ok ") })
+		assert.True(t, strings.HasPrefix(ln.Text, "ok gen=1 uid="), "rank %d: %s", ln.Rank, ln.Text)
+		uids[ln.Rank] = ln.Text[strings.LastIndex(ln.Text, "=")+1:]
 	}
 	for r := range world {
 		assert.Len(t, uids[r], 256, "rank %d got 128 bytes", r)
 		assert.Equal(t, uids[0], uids[r], "rank %d got rank 0's id", r)
 		select {
-		case <-ranks[r].exited:
-			assert.NoError(t, ranks[r].err, "rank %d exit", r)
+		case <-ranks[r].Exited():
+			assert.NoError(t, ranks[r].Err(), "rank %d exit", r)
 		case <-ctx.Done():
 			t.Fatalf("rank %d did not exit", r)
 		}

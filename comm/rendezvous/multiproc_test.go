@@ -1,8 +1,6 @@
 package rendezvous
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -11,15 +9,15 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm/internal/proctest"
 )
 
 // Environment of a child process started by TestMultiProcessRendezvous.
@@ -124,25 +122,9 @@ func exchangeID(ctx context.Context, c *Client, cfg Config, gen uint64) ([]byte,
 	return c.Get(ctx, key)
 }
 
-// child is a running rank process.
-type child struct {
-	rank   int
-	cmd    *exec.Cmd
-	stderr bytes.Buffer
-	exited chan struct{} // closed once the process is reaped
-	err    error         // its exit status, valid after exited
-}
-
-type childLine struct {
-	rank int
-	text string
-}
-
 func TestMultiProcessRendezvousSurvivesAKilledRank(t *testing.T) {
 	const world, victim = 4, 2
 	const firstDeadline = 2 * time.Second
-	exe, err := os.Executable()
-	require.NoError(t, err)
 	l, err := netListen()
 	require.NoError(t, err)
 	port := l.Addr().(*net.TCPAddr).Port
@@ -151,24 +133,9 @@ func TestMultiProcessRendezvousSurvivesAKilledRank(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	lines := make(chan childLine, 64)
-	var children []*child
-	var mu sync.Mutex
-	t.Cleanup(func() {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range children {
-			_ = c.cmd.Process.Kill()
-			<-c.exited
-			if t.Failed() {
-				t.Logf("rank %d stderr:\n%s", c.rank, c.stderr.String())
-			}
-		}
-	})
-	start := func(rank int, gen uint64, hang bool) *child {
-		c := &child{rank: rank, exited: make(chan struct{})}
-		c.cmd = exec.CommandContext(ctx, exe, "-test.run=^$")
-		c.cmd.Env = append(os.Environ(),
+	job := proctest.New(t, ctx)
+	start := func(rank int, gen uint64, hang bool) *proctest.Proc {
+		return job.Start(rank,
 			childEnv+"=1",
 			EnvMasterAddr+"=127.0.0.1",
 			EnvMasterPort+"="+strconv.Itoa(port),
@@ -180,61 +147,29 @@ func TestMultiProcessRendezvousSurvivesAKilledRank(t *testing.T) {
 			childDeadlineEnv+"="+firstDeadline.String(),
 			childHangEnv+"="+map[bool]string{true: "1", false: "0"}[hang],
 		)
-		c.cmd.Stderr = &c.stderr
-		out, err := c.cmd.StdoutPipe()
-		require.NoError(t, err)
-		require.NoError(t, c.cmd.Start())
-		go func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				lines <- childLine{rank, sc.Text()}
-			}
-			c.err = c.cmd.Wait()
-			close(c.exited)
-		}()
-		mu.Lock()
-		children = append(children, c)
-		mu.Unlock()
-		return c
-	}
-	// next returns the next line matching prefix, failing on "error" lines.
-	next := func(what string, match func(childLine) bool) childLine {
-		t.Helper()
-		for {
-			select {
-			case ln := <-lines:
-				require.False(t, strings.HasPrefix(ln.text, "error"), "rank %d: %s", ln.rank, ln.text)
-				if match(ln) {
-					return ln
-				}
-				t.Logf("rank %d: %s", ln.rank, ln.text)
-			case <-ctx.Done():
-				t.Fatalf("timed out waiting for %s", what)
-			}
-		}
 	}
 
 	// Generation 0: every rank connects, then the victim is killed before it arrives.
-	procs := make(map[int]*child)
+	procs := make(map[int]*proctest.Proc)
 	for r := range world {
 		procs[r] = start(r, 0, r == victim)
 	}
 	connected := map[int]bool{}
 	for len(connected) < world {
-		ln := next("all ranks to connect", func(ln childLine) bool { return ln.text == "connected" })
-		connected[ln.rank] = true
+		ln := job.Next("all ranks to connect", func(ln proctest.Line) bool { return ln.Text == "connected" })
+		connected[ln.Rank] = true
 	}
-	require.NoError(t, procs[victim].cmd.Process.Kill())
-	<-procs[victim].exited
-	assert.Error(t, procs[victim].err, "the victim was killed")
+	require.NoError(t, procs[victim].Cmd.Process.Kill())
+	<-procs[victim].Exited()
+	assert.Error(t, procs[victim].Err(), "the victim was killed")
 
 	for range world - 1 {
-		ln := next("survivors to fail generation 0", func(ln childLine) bool { return strings.HasPrefix(ln.text, "fail gen=0") })
-		t.Logf("rank %d: %s", ln.rank, ln.text)
-		assert.Contains(t, ln.text, "missing=[2]")
-		assert.Contains(t, ln.text, `1 of 4 ranks missing: [2]: context deadline exceeded`)
+		ln := job.Next("survivors to fail generation 0", func(ln proctest.Line) bool { return strings.HasPrefix(ln.Text, "fail gen=0") })
+		t.Logf("rank %d: %s", ln.Rank, ln.Text)
+		assert.Contains(t, ln.Text, "missing=[2]")
+		assert.Contains(t, ln.Text, `1 of 4 ranks missing: [2]: context deadline exceeded`)
 		var elapsed int
-		_, err := fmt.Sscanf(ln.text, "fail gen=0 elapsed_ms=%d", &elapsed)
+		_, err := fmt.Sscanf(ln.Text, "fail gen=0 elapsed_ms=%d", &elapsed)
 		require.NoError(t, err)
 		assert.Less(t, time.Duration(elapsed)*time.Millisecond, firstDeadline+time.Second, "failed within the deadline")
 	}
@@ -243,15 +178,15 @@ func TestMultiProcessRendezvousSurvivesAKilledRank(t *testing.T) {
 	procs[victim] = start(victim, 1, false)
 	uids := map[int]string{}
 	for len(uids) < world {
-		ln := next("generation 1 to succeed", func(ln childLine) bool { return strings.HasPrefix(ln.text, "ok gen=1 uid=") })
-		uids[ln.rank] = strings.TrimPrefix(ln.text, "ok gen=1 uid=")
+		ln := job.Next("generation 1 to succeed", func(ln proctest.Line) bool { return strings.HasPrefix(ln.Text, "ok gen=1 uid=") })
+		uids[ln.Rank] = strings.TrimPrefix(ln.Text, "ok gen=1 uid=")
 	}
 	for r := range world {
 		assert.Len(t, uids[r], 256, "rank %d got 128 bytes", r)
 		assert.Equal(t, uids[0], uids[r], "rank %d got rank 0's id", r)
 		select {
-		case <-procs[r].exited:
-			assert.NoError(t, procs[r].err, "rank %d exit", r)
+		case <-procs[r].Exited():
+			assert.NoError(t, procs[r].Err(), "rank %d exit", r)
 		case <-ctx.Done():
 			t.Fatalf("rank %d did not exit", r)
 		}
