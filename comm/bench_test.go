@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo/comm/internal/libcache"
+	"github.com/ncclgo/ncclgo/comm/internal/pairbench"
 	"github.com/ncclgo/ncclgo/comm/internal/seam"
 	"github.com/ncclgo/ncclgo/raw/cuda"
 	"github.com/ncclgo/ncclgo/raw/nccl"
@@ -42,30 +43,6 @@ func (realCalls) AllReduce(send, recv seam.Ptr, count uint64, dt seam.DataType, 
 
 func ptrOf(p seam.Ptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&p)) }
 
-// alternate runs a and b n times each, in blocks, swapping which goes first every block,
-// and returns the time each took: a call and its baseline measured in the same run.
-func alternate(n int, a, b func(n int)) (ta, tb time.Duration) {
-	const block = 512
-	for done, i := 0, 0; done < n; done, i = done+block, i+1 {
-		m := min(block, n-done)
-		first, second := a, b
-		if i%2 == 1 {
-			first, second = b, a
-		}
-		t0 := time.Now()
-		first(m)
-		t1 := time.Now()
-		second(m)
-		t2 := time.Now()
-		if i%2 == 0 {
-			ta, tb = ta+t1.Sub(t0), tb+t2.Sub(t1)
-		} else {
-			tb, ta = tb+t1.Sub(t0), ta+t2.Sub(t1)
-		}
-	}
-	return ta, tb
-}
-
 func report(b *testing.B, call, base time.Duration, baseName string, callAllocs, baseAllocs float64) {
 	n := float64(b.N)
 	b.ReportMetric(float64(call.Nanoseconds())/n, "comm-ns/op")
@@ -92,23 +69,16 @@ func BenchmarkAllReduceVsRaw(b *testing.B) {
 	bareNCCL := func() {
 		_ = nccl.AllReduce(ptrOf(seam.Ptr(p)), ptrOf(seam.Ptr(p)), bytes/2, nccl.DataType(seam.Bfloat16), nccl.RedOp(seam.Sum), 0, 0)
 	}
-	loop := func(f func()) func(int) {
-		return func(n int) {
-			for range n {
-				f()
-			}
-		}
-	}
 	b.Run("same-calls", func(b *testing.B) {
 		ca, ba := testing.AllocsPerRun(100, comm), testing.AllocsPerRun(100, bare)
 		b.ResetTimer()
-		tc, tb := alternate(b.N, loop(comm), loop(bare))
+		tc, tb := pairbench.Alternate(b.N, 512, pairbench.Repeat(comm), pairbench.Repeat(bare))
 		report(b, tc, tb, "bare", ca, ba)
 	})
 	b.Run("nccl-only", func(b *testing.B) {
 		ca, ba := testing.AllocsPerRun(100, comm), testing.AllocsPerRun(100, bareNCCL)
 		b.ResetTimer()
-		tc, tb := alternate(b.N, loop(comm), loop(bareNCCL))
+		tc, tb := pairbench.Alternate(b.N, 512, pairbench.Repeat(comm), pairbench.Repeat(bareNCCL))
 		report(b, tc, tb, "bare-nccl", ca, ba)
 	})
 }
@@ -129,15 +99,8 @@ func BenchmarkAllReduceAsyncVsRaw(b *testing.B) {
 		_ = cuda.EventRecord(0, 0)
 		_ = cuda.StreamWaitEvent(0, 0, 0)
 	}
-	loop := func(f func()) func(int) {
-		return func(n int) {
-			for range n {
-				f()
-			}
-		}
-	}
 	ca, ba := testing.AllocsPerRun(100, comm), testing.AllocsPerRun(100, bare)
 	b.ResetTimer()
-	tc, tb := alternate(b.N, loop(comm), loop(bare))
+	tc, tb := pairbench.Alternate(b.N, 512, pairbench.Repeat(comm), pairbench.Repeat(bare))
 	report(b, tc, tb, "bare", ca, ba)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/comm/internal/pairbench"
 	"github.com/ncclgo/ncclgo/raw/cuda"
 	"github.com/ncclgo/ncclgo/raw/nccl"
 )
@@ -128,7 +129,7 @@ func BenchmarkGPUAllReduceCommVsRaw(b *testing.B) {
 			viaComm(16) // warm both paths up
 			viaRaw(16)
 			b.ResetTimer()
-			tComm, tRaw := alternate(b.N, viaComm, viaRaw)
+			tComm, tRaw := pairbench.Alternate(b.N, 512, viaComm, viaRaw)
 			b.StopTimer()
 			require.NoError(b, failed)
 			report(b, tComm, tRaw, "raw", testing.AllocsPerRun(8, func() { viaComm(1) }), testing.AllocsPerRun(8, func() { viaRaw(1) }))

@@ -1,5 +1,3 @@
-//go:build cgo
-
 package comm
 
 import (
@@ -10,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm/internal/pairbench"
 )
 
 // BenchmarkWatchdogOverhead compares an enqueue (the typed AllReduce, which does not
@@ -32,7 +32,7 @@ func BenchmarkWatchdogOverhead(b *testing.B) {
 	wa := testing.AllocsPerRun(100, func() { _ = watched.AllReduce(p, 1024, Float32, Sum) })
 	pa := testing.AllocsPerRun(100, func() { _ = plain.AllReduce(p, 1024, Float32, Sum) })
 	b.ResetTimer()
-	tw, tp := alternate(b.N, call(watched), call(plain))
+	tw, tp := pairbench.Alternate(b.N, 512, call(watched), call(plain))
 	n := float64(b.N)
 	b.ReportMetric(float64(tw.Nanoseconds())/n, "watched-ns/op")
 	b.ReportMetric(float64(tp.Nanoseconds())/n, "plain-ns/op")

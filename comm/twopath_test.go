@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"math"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/comm/internal/pairbench"
 	"github.com/ncclgo/ncclgo/comm/internal/seam"
 	"github.com/ncclgo/ncclgo/kernels"
 )
@@ -383,35 +383,11 @@ func BenchmarkTwoRankOverhead(b *testing.B) {
 	path()
 	pa, na := testing.AllocsPerRun(100, path), testing.AllocsPerRun(100, nccl)
 	b.ResetTimer()
-	tp, tn := pairRuns(b.N, path, nccl)
+	tp, tn := pairbench.Alternate(b.N, 256, pairbench.Repeat(path), pairbench.Repeat(nccl))
 	n := float64(b.N)
 	b.ReportMetric(float64(tp.Nanoseconds())/n, "two-rank-ns/op")
 	b.ReportMetric(float64(tn.Nanoseconds())/n, "nccl-all-reduce-ns/op")
 	b.ReportMetric(float64(tp)/float64(tn), "two-rank/nccl-all-reduce")
 	b.ReportMetric(pa, "two-rank-allocs/op")
 	b.ReportMetric(na, "nccl-all-reduce-allocs/op")
-}
-
-// pairRuns runs a and b n times each, in blocks whose order alternates, and returns
-// the time each took.
-func pairRuns(n int, a, b func()) (ta, tb time.Duration) {
-	const block = 256
-	run := func(f func(), m int) time.Duration {
-		t0 := time.Now()
-		for range m {
-			f()
-		}
-		return time.Since(t0)
-	}
-	for done, i := 0, 0; done < n; done, i = done+block, i+1 {
-		m := min(block, n-done)
-		if i%2 == 0 {
-			ta += run(a, m)
-			tb += run(b, m)
-		} else {
-			tb += run(b, m)
-			ta += run(a, m)
-		}
-	}
-	return ta, tb
 }

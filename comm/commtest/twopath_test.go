@@ -8,13 +8,13 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
+	"github.com/ncclgo/ncclgo/comm/internal/pairbench"
 )
 
 // Tests of the NCCL backend's two-rank send/recv + add all-reduce path on the
@@ -361,7 +361,7 @@ func BenchmarkTwoRankPathVsNCCLAllReduce(b *testing.B) {
 				nccl()
 				b.ReportAllocs() // both paths and the simulator, together
 				b.ResetTimer()
-				tp, tn := pairRuns(b.N, path, nccl)
+				tp, tn := pairbench.Alternate(b.N, 16, pairbench.Repeat(path), pairbench.Repeat(nccl))
 				n := float64(b.N) * 1e3
 				b.ReportMetric(float64(tp)/n, "two-rank-us/op")
 				b.ReportMetric(float64(tn)/n, "nccl-all-reduce-us/op")
@@ -369,30 +369,6 @@ func BenchmarkTwoRankPathVsNCCLAllReduce(b *testing.B) {
 			})
 		}
 	}
-}
-
-// pairRuns runs a and b n times each, in blocks whose order alternates, and returns
-// the time each took.
-func pairRuns(n int, a, b func()) (ta, tb time.Duration) {
-	const block = 16
-	run := func(f func(), m int) time.Duration {
-		t0 := time.Now()
-		for range m {
-			f()
-		}
-		return time.Since(t0)
-	}
-	for done, i := 0, 0; done < n; done, i = done+block, i+1 {
-		m := min(block, n-done)
-		if i%2 == 0 {
-			ta += run(a, m)
-			tb += run(b, m)
-		} else {
-			tb += run(b, m)
-			ta += run(a, m)
-		}
-	}
-	return ta, tb
 }
 
 // Two ranks whose backends have the add kernel sum a bfloat16 buffer through the
