@@ -57,21 +57,12 @@ func (c *collDesc) sizes(rank, n int) (in, out uint64, ok bool) {
 // zero-count collective (NCCL discards those). Caller holds World.mu.
 func (w *World) prepareCollLocked(d *device, c seam.Comm, s seam.Stream, desc *collDesc) (*task, error) {
 	call := desc.call
-	rc, err := w.commLocked(d, c, call)
+	rc, st, err := w.operandsLocked(d, c, s, call, desc.dt)
 	if err != nil {
 		return nil, err
-	}
-	if err := rc.readyLocked(call); err != nil {
-		return nil, err
-	}
-	st, err := w.streamLocked(d, s)
-	if err != nil {
-		return nil, ncclErr(seam.InvalidArgument, call, "%v", err)
 	}
 	n := rc.cl.n
 	switch {
-	case elemSize(desc.dt) == 0:
-		return nil, ncclErr(seam.InvalidArgument, call, "invalid data type %d", int32(desc.dt))
 	case desc.reduces() && !validOp(desc.op):
 		return nil, ncclErr(seam.InvalidArgument, call, "invalid reduction operation %d", int32(desc.op))
 	case call == "ncclBroadcast" && (desc.root < 0 || desc.root >= n):
@@ -91,6 +82,27 @@ func (w *World) prepareCollLocked(d *device, c seam.Comm, s seam.Stream, desc *c
 		return nil, ncclErr(seam.InvalidArgument, call, "recvbuff [%#x, +%d): %v", uint64(desc.recv), out, err)
 	}
 	return &task{rc: rc, s: st, coll: desc}, nil
+}
+
+// operandsLocked checks what every NCCL communication call names (a ready communicator
+// of d, one of d's streams, a known data type) and returns the first two. Caller holds
+// World.mu.
+func (w *World) operandsLocked(d *device, c seam.Comm, s seam.Stream, call string, dt seam.DataType) (*rankComm, *stream, error) {
+	rc, err := w.commLocked(d, c, call)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := rc.readyLocked(call); err != nil {
+		return nil, nil, err
+	}
+	st, err := w.streamLocked(d, s)
+	if err != nil {
+		return nil, nil, ncclErr(seam.InvalidArgument, call, "%v", err)
+	}
+	if elemSize(dt) == 0 {
+		return nil, nil, ncclErr(seam.InvalidArgument, call, "invalid data type %d", int32(dt))
+	}
+	return rc, st, nil
 }
 
 // collSlot is the k-th collective of a communicator, shared by its ranks. Guarded by

@@ -42,22 +42,11 @@ type p2pMsg struct {
 
 func (w *World) prepareP2PLocked(d *device, c seam.Comm, s seam.Stream, p *p2pDesc) (*task, error) {
 	call := p.call()
-	rc, err := w.commLocked(d, c, call)
+	rc, st, err := w.operandsLocked(d, c, s, call, p.dt)
 	if err != nil {
 		return nil, err
 	}
-	if err := rc.readyLocked(call); err != nil {
-		return nil, err
-	}
-	st, err := w.streamLocked(d, s)
-	if err != nil {
-		return nil, ncclErr(seam.InvalidArgument, call, "%v", err)
-	}
-	n := rc.cl.n
-	switch {
-	case elemSize(p.dt) == 0:
-		return nil, ncclErr(seam.InvalidArgument, call, "invalid data type %d", int32(p.dt))
-	case p.peer < 0 || p.peer >= n:
+	if n := rc.cl.n; p.peer < 0 || p.peer >= n {
 		return nil, ncclErr(seam.InvalidArgument, call, "peer %d out of range [0, %d)", p.peer, n)
 	}
 	hi, bytes := bits.Mul64(p.count, uint64(elemSize(p.dt)))
