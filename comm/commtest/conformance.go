@@ -564,18 +564,7 @@ func (e *env) register(t *testing.T) {
 		handles[r] = h
 		return err
 	})
-	unsupported := 0
-	for _, err := range errs {
-		if errors.Is(err, comm.ErrUnsupported) {
-			unsupported++
-		}
-	}
-	if unsupported == e.n {
-		t.Skip("registration is unsupported by this backend (ErrUnsupported on every rank)")
-	}
-	for r, err := range errs {
-		require.NoError(t, err, "register on rank %d", r)
-	}
+	requireAllOrUnsupported(t, errs, "registration", "register")
 	e.all(t, func(r int) error { return e.b[r].AllReduce(ps[r], bytes) })
 	for r := range e.n {
 		checkBytes(t, e.elem, expected(comm.Sum, e.elem, e.n, 0, count), e.read(t, r, ps[r], bytes), "all-reduce in a registered buffer, rank %d", r)
@@ -597,18 +586,7 @@ func (e *env) symmetric(t *testing.T) {
 		ps[r] = p
 		return err
 	})
-	unsupported := 0
-	for _, err := range errs {
-		if errors.Is(err, comm.ErrUnsupported) {
-			unsupported++
-		}
-	}
-	if unsupported == e.n {
-		t.Skip("symmetric memory is unsupported by this backend (ErrUnsupported on every rank)")
-	}
-	for r, err := range errs {
-		require.NoError(t, err, "symmetric-alloc on rank %d", r)
-	}
+	requireAllOrUnsupported(t, errs, "symmetric memory", "symmetric-alloc")
 	for r := range e.n {
 		require.NoError(t, e.inst.Write(r, ps[r], inputs(comm.Sum, e.elem, e.n, r, 0, count)))
 	}
@@ -619,6 +597,24 @@ func (e *env) symmetric(t *testing.T) {
 	e.all(t, func(r int) error { return e.b[r].SymmetricFree(ps[r]) })
 	for r := range e.n {
 		require.ErrorIs(t, e.b[r].SymmetricFree(ps[r]), comm.ErrUnknownPointer, "free twice, rank %d", r)
+	}
+}
+
+// requireAllOrUnsupported skips the test when every rank's call said ErrUnsupported (the
+// backend lacks the feature) and otherwise requires every call to have succeeded.
+func requireAllOrUnsupported(t *testing.T, errs []error, feature, op string) {
+	t.Helper()
+	unsupported := 0
+	for _, err := range errs {
+		if errors.Is(err, comm.ErrUnsupported) {
+			unsupported++
+		}
+	}
+	if unsupported == len(errs) {
+		t.Skipf("%s is unsupported by this backend (ErrUnsupported on every rank)", feature)
+	}
+	for r, err := range errs {
+		require.NoError(t, err, "%s on rank %d", op, r)
 	}
 }
 
