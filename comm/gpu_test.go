@@ -10,13 +10,13 @@ import (
 	"runtime"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo/comm/internal/pairbench"
 	"github.com/ncclgo/ncclgo/raw/cuda"
+	"github.com/ncclgo/ncclgo/raw/cuda/cudatest"
 	"github.com/ncclgo/ncclgo/raw/nccl"
 )
 
@@ -46,8 +46,7 @@ func TestGPUSingleRankBackend(t *testing.T) {
 	for i := range 16 {
 		binary.LittleEndian.PutUint32(in[4*i:], math.Float32bits(float32(i)+0.5))
 	}
-	require.NoError(t, cuda.MemcpyHtoD(cuda.Deviceptr(buf), unsafe.Pointer(&in[0]), 64))
-	require.NoError(t, cuda.CtxSynchronize()) // the pageable copy has landed before NCCL's streams read it
+	require.NoError(t, cudatest.Upload(cuda.Deviceptr(buf), in)) // landed before NCCL's streams read it
 	ptr := DevicePtr(buf)
 
 	require.NoError(t, b.AllReduce(ptr, 64))
@@ -62,7 +61,7 @@ func TestGPUSingleRankBackend(t *testing.T) {
 	require.NoError(t, b.Communicator().Sync(ctx))
 
 	out := make([]byte, 64)
-	require.NoError(t, cuda.MemcpyDtoH(unsafe.Pointer(&out[0]), cuda.Deviceptr(buf), 64))
+	require.NoError(t, cudatest.Download(out, cuda.Deviceptr(buf)))
 	assert.Equal(t, in[:32], out[:32], "a one-rank sum and broadcast leave the data")
 	assert.Equal(t, in[:32], out[32:], "the self send/recv copied the first half")
 
@@ -100,8 +99,7 @@ func BenchmarkGPUAllReduceCommVsRaw(b *testing.B) {
 	buf, err := be.c.d.MemAlloc(maxBytes)
 	require.NoError(b, err)
 	defer func() { _ = be.c.d.MemFree(buf) }()
-	require.NoError(b, cuda.MemsetD8(cuda.Deviceptr(buf), 0, maxBytes))
-	require.NoError(b, cuda.CtxSynchronize())
+	require.NoError(b, cudatest.Fill(cuda.Deviceptr(buf), 0, maxBytes))
 
 	rawComm, rawStream := nccl.Comm(be.c.comm), nccl.CudaStream(be.c.stream)
 	p := ptrOf(buf)

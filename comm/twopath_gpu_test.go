@@ -12,12 +12,12 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo/kernels"
 	"github.com/ncclgo/ncclgo/raw/cuda"
+	"github.com/ncclgo/ncclgo/raw/cuda/cudatest"
 	"github.com/ncclgo/ncclgo/raw/nccl"
 )
 
@@ -118,16 +118,13 @@ func gpuTwoRank(ctx context.Context, id UniqueID, rank, device int, in []uint16,
 	defer b.c.d.MemFree(ref)
 	var out [][]byte
 	for _, c := range cases {
-		src := unsafe.Pointer(&in[c.off])
+		src := in[c.off : c.off+c.n]
 		n := 2 * c.n
 		p, q := DevicePtr(path)+DevicePtr(2*c.off), DevicePtr(ref)+DevicePtr(2*c.off)
 		for _, dst := range []DevicePtr{p, q} {
-			if err := cuda.MemcpyHtoD(cuda.Deviceptr(dst), src, uint64(n)); err != nil {
+			if err := cudatest.Upload(cuda.Deviceptr(dst), src); err != nil {
 				return nil, err
 			}
-		}
-		if err := cuda.CtxSynchronize(); err != nil {
-			return nil, err
 		}
 		if err := b.AllReduce(p, n); err != nil {
 			return nil, fmt.Errorf("two-rank path, %d elements: %w", c.n, err)
@@ -139,10 +136,10 @@ func gpuTwoRank(ctx context.Context, id UniqueID, rank, device int, in []uint16,
 			return nil, err
 		}
 		got, want := make([]byte, n), make([]byte, n)
-		if err := cuda.MemcpyDtoH(unsafe.Pointer(&got[0]), cuda.Deviceptr(p), uint64(n)); err != nil {
+		if err := cudatest.Download(got, cuda.Deviceptr(p)); err != nil {
 			return nil, err
 		}
-		if err := cuda.MemcpyDtoH(unsafe.Pointer(&want[0]), cuda.Deviceptr(q), uint64(n)); err != nil {
+		if err := cudatest.Download(want, cuda.Deviceptr(q)); err != nil {
 			return nil, err
 		}
 		if string(got) != string(want) {

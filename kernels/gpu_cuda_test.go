@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo/raw/cuda"
+	"github.com/ncclgo/ncclgo/raw/cuda/cudatest"
 )
 
 // gpu is device 0 with its primary context, the loaded add kernels and a
@@ -116,8 +117,10 @@ func (g *gpu) alloc(tb testing.TB, bytes int) cuda.Deviceptr {
 	return p
 }
 
+// memset fills bytes at p and waits until they are set: cuMemsetD8 runs on the legacy
+// stream, which g.stream (non-blocking) does not wait for.
 func (g *gpu) memset(tb testing.TB, p cuda.Deviceptr, bytes int) {
-	g.do(tb, "cuMemsetD8", func() error { return cuda.MemsetD8(p, 0x3c, uint64(bytes)) })
+	g.do(tb, "fill", func() error { return cudatest.Fill(p, 0x3c, bytes) })
 }
 
 // launch enqueues k's add kernel on g.stream for n elements.
@@ -169,19 +172,20 @@ func (g *gpu) timed(tb testing.TB, reps int, fn func()) float64 {
 
 // addHost copies the host buffers to the device, adds n elements of kind k
 // at element offsets dOff and sOff, and copies the whole dst buffer back
-// over the host one.
+// over the host one. The uploads have landed before the launch: from pageable
+// memory cuMemcpyHtoD may return first, and g.stream does not wait for it.
 func (g *gpu) addHost(tb testing.TB, k Kind, dst unsafe.Pointer, dstBytes int, src unsafe.Pointer, srcBytes, dOff, sOff, n int) {
 	tb.Helper()
 	size, err := k.ElemSize()
 	require.NoError(tb, err)
 	d := g.alloc(tb, max(dstBytes, 1))
 	s := g.alloc(tb, max(srcBytes, 1))
-	g.do(tb, "cuMemcpyHtoD", func() error {
-		return errors.Join(cuda.MemcpyHtoD(d, dst, uint64(dstBytes)), cuda.MemcpyHtoD(s, src, uint64(srcBytes)))
+	g.do(tb, "upload", func() error {
+		return errors.Join(cudatest.Upload(d, unsafe.Slice((*byte)(dst), dstBytes)), cudatest.Upload(s, unsafe.Slice((*byte)(src), srcBytes)))
 	})
 	g.launch(tb, k, d+cuda.Deviceptr(dOff*size), s+cuda.Deviceptr(sOff*size), n)
 	g.sync(tb)
-	g.do(tb, "cuMemcpyDtoH", func() error { return cuda.MemcpyDtoH(dst, d, uint64(dstBytes)) })
+	g.do(tb, "download", func() error { return cudatest.Download(unsafe.Slice((*byte)(dst), dstBytes), d) })
 }
 
 func (g *gpu) add16(tb testing.TB, k Kind, dst, src []uint16) []uint16 {

@@ -12,11 +12,11 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
 	"github.com/ncclgo/ncclgo/raw/cuda"
+	"github.com/ncclgo/ncclgo/raw/cuda/cudatest"
 )
 
 // TestGPUConformanceRealNCCL runs the conformance suite on the real NCCL backend and real
@@ -154,14 +154,7 @@ func (g *gpuInstance) Write(rank int, p comm.DevicePtr, data []byte) error {
 	if len(data) == 0 {
 		return nil
 	}
-	return g.on(rank, func() error {
-		if err := cuda.MemcpyHtoD(cuda.Deviceptr(p), unsafe.Pointer(&data[0]), uint64(len(data))); err != nil {
-			return err
-		}
-		// A copy from pageable memory may return before its DMA lands, and the
-		// backend's non-blocking streams do not wait for the legacy stream.
-		return cuda.CtxSynchronize()
-	})
+	return g.on(rank, func() error { return cudatest.Upload(cuda.Deviceptr(p), data) })
 }
 
 func (g *gpuInstance) Read(rank int, p comm.DevicePtr, n int) ([]byte, error) {
@@ -169,9 +162,7 @@ func (g *gpuInstance) Read(rank int, p comm.DevicePtr, n int) ([]byte, error) {
 	if n == 0 {
 		return out, nil
 	}
-	err := g.on(rank, func() error {
-		return cuda.MemcpyDtoH(unsafe.Pointer(&out[0]), cuda.Deviceptr(p), uint64(n))
-	})
+	err := g.on(rank, func() error { return cudatest.Download(out, cuda.Deviceptr(p)) })
 	return out, err
 }
 

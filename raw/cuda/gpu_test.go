@@ -26,6 +26,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/kernels"
 	"github.com/ncclgo/ncclgo/raw/cuda"
+	"github.com/ncclgo/ncclgo/raw/cuda/cudatest"
 )
 
 // device is device 0 with its retained primary context, shared by the tests of the process.
@@ -96,19 +97,17 @@ func (d *device) hostAlloc(tb testing.TB, bytes int) []byte {
 	return unsafe.Slice((*byte)(p), bytes)
 }
 
-// upload copies src to dst and waits until the data is there: from pageable memory
-// cuMemcpyHtoD may return before, and non-blocking streams do not wait for it.
+// upload copies src to dst and waits until the data is there (cudatest.Upload).
 func (d *device) upload(tb testing.TB, dst cuda.Deviceptr, src []byte) {
 	tb.Helper()
-	d.do(tb, "cuMemcpyHtoD", func() error {
-		return errors.Join(cuda.MemcpyHtoD(dst, unsafe.Pointer(&src[0]), uint64(len(src))), cuda.CtxSynchronize())
-	})
+	d.do(tb, "upload", func() error { return cudatest.Upload(dst, src) })
 }
 
+// download waits for the context's work, then copies n bytes from src (cudatest.Download).
 func (d *device) download(tb testing.TB, src cuda.Deviceptr, n int) []byte {
 	tb.Helper()
 	out := make([]byte, n)
-	d.do(tb, "cuMemcpyDtoH", func() error { return cuda.MemcpyDtoH(unsafe.Pointer(&out[0]), src, uint64(n)) })
+	d.do(tb, "download", func() error { return cudatest.Download(out, src) })
 	return out
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo/raw/cuda"
+	"github.com/ncclgo/ncclgo/raw/cuda/cudatest"
 	"github.com/ncclgo/ncclgo/raw/internal/dl/dltest"
 	"github.com/ncclgo/ncclgo/raw/nccl"
 )
@@ -91,13 +92,16 @@ func (g *gpuEnv) do(tb testing.TB, what string, f func() error) {
 func ptr(p cuda.Deviceptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&p)) }
 
 // buffer returns n float32 of device memory holding the bytes 0xff (NaN), freed when tb ends.
-// Like write, it waits for the device: the legacy stream that cuMemsetD8 and cuMemcpyHtoD
-// use does not order the non-blocking streams NCCL runs on.
+// Like write, it waits for the device (cudatest): the legacy stream that cuMemsetD8 and
+// cuMemcpyHtoD use does not order the non-blocking streams NCCL runs on.
 func (g *gpuEnv) buffer(tb testing.TB, n int) cuda.Deviceptr {
 	tb.Helper()
 	var p cuda.Deviceptr
 	g.do(tb, "allocate "+strconv.Itoa(n)+" float32", func() error {
-		return errors.Join(cuda.MemAlloc(&p, uint64(4*n)), cuda.MemsetD8(p, 0xff, uint64(4*n)), cuda.CtxSynchronize())
+		if err := cuda.MemAlloc(&p, uint64(4*n)); err != nil {
+			return err
+		}
+		return cudatest.Fill(p, 0xff, 4*n)
 	})
 	tb.Cleanup(func() { g.do(tb, "cuMemFree", func() error { return cuda.MemFree(p) }) })
 	return p
@@ -105,15 +109,13 @@ func (g *gpuEnv) buffer(tb testing.TB, n int) cuda.Deviceptr {
 
 func (g *gpuEnv) write(tb testing.TB, p cuda.Deviceptr, v []float32) {
 	tb.Helper()
-	g.do(tb, "cuMemcpyHtoD", func() error {
-		return errors.Join(cuda.MemcpyHtoD(p, unsafe.Pointer(&v[0]), uint64(4*len(v))), cuda.CtxSynchronize())
-	})
+	g.do(tb, "upload", func() error { return cudatest.Upload(p, v) })
 }
 
 func (g *gpuEnv) read(tb testing.TB, p cuda.Deviceptr, n int) []float32 {
 	tb.Helper()
 	v := make([]float32, n)
-	g.do(tb, "cuMemcpyDtoH", func() error { return cuda.MemcpyDtoH(unsafe.Pointer(&v[0]), p, uint64(4*n)) })
+	g.do(tb, "download", func() error { return cudatest.Download(v, p) })
 	return v
 }
 
