@@ -79,7 +79,8 @@ func TestGPUSingleRankBackend(t *testing.T) {
 // one-rank world with the same work done through raw calls in the same run:
 // ncclAllReduce on the backend's own communicator and stream, then cuStreamSynchronize
 // (Backend.AllReduce waits for its reduction too). Small messages, where the layers
-// above NCCL matter most; the ratio comm/raw is the figure to watch (target <= 1.5).
+// above NCCL matter most; the ratio comm/raw is the figure to watch (target <= 1.05,
+// judged in the GPU bundle's record).
 func BenchmarkGPUAllReduceCommVsRaw(b *testing.B) {
 	if err := cuda.Init(0); err != nil {
 		b.Skipf("no usable GPU: %v (run make libs; NCCLGO_LIBCUDA selects libcuda)", err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/comm/internal/pairbench"
 	"github.com/ncclgo/ncclgo/kernels"
 	"github.com/ncclgo/ncclgo/raw/cuda"
 	"github.com/ncclgo/ncclgo/raw/cuda/cudatest"
@@ -27,20 +28,7 @@ import (
 // the two-rank path and through ncclAllReduce (the typed Communicator), and requires the
 // same bits on both ranks and the Go reference's bits (kernels.AddBF16).
 func TestGPUTwoRankPathMatchesNCCLAllReduce(t *testing.T) {
-	if err := cuda.Init(0); err != nil {
-		t.Skipf("no usable GPU: %v (run make libs; NCCLGO_LIBCUDA selects libcuda)", err)
-	}
-	var devices int32
-	require.NoError(t, cuda.DeviceGetCount(&devices))
-	version, err := nccl.LoadedVersion()
-	require.NoError(t, err)
-	dev := [2]int{0, 1}
-	if devices < 2 {
-		if version < 23000 || os.Getenv("NCCL_MULTI_RANK_GPU_ENABLE") != "1" {
-			t.Skipf("two ranks need two GPUs, or NCCL >= 2.30 (have %d) with NCCL_MULTI_RANK_GPU_ENABLE=1", version)
-		}
-		dev = [2]int{0, 0}
-	}
+	dev := twoRankDevices(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	id, err := NewUniqueID()
@@ -78,6 +66,166 @@ func TestGPUTwoRankPathMatchesNCCLAllReduce(t *testing.T) {
 			require.Equal(t, wantBytes, results[r][i], "rank %d, %d elements at offset %d", r, c.n, c.off)
 		}
 	}
+}
+
+// twoRankDevices returns the devices of ranks 0 and 1, skipping tb when two ranks cannot
+// run here: two GPUs, or one with NCCL >= 2.30 and NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL's
+// src/init.cc refuses two ranks on one GPU otherwise).
+func twoRankDevices(tb testing.TB) [2]int {
+	tb.Helper()
+	if err := cuda.Init(0); err != nil {
+		tb.Skipf("no usable GPU: %v (run make libs; NCCLGO_LIBCUDA selects libcuda)", err)
+	}
+	var devices int32
+	require.NoError(tb, cuda.DeviceGetCount(&devices))
+	version, err := nccl.LoadedVersion()
+	require.NoError(tb, err)
+	if devices >= 2 {
+		return [2]int{0, 1}
+	}
+	if version < 23000 || os.Getenv("NCCL_MULTI_RANK_GPU_ENABLE") != "1" {
+		tb.Skipf("two ranks need two GPUs, or NCCL >= 2.30 (have %d) with NCCL_MULTI_RANK_GPU_ENABLE=1", version)
+	}
+	return [2]int{0, 0}
+}
+
+// BenchmarkGPUTwoRankPathVsNCCL finds the two-rank path's crossover: for each size from
+// 4 KiB to 64 MiB it times Backend.AllReduce through the path (threshold raised to 64 MiB)
+// against ncclAllReduce through the typed Communicator plus Sync, alternately in one run,
+// on two ranks driven by one goroutine each. "path/nccl" below 1 means the path is
+// faster; comm.DefaultTwoRankThreshold (1 MiB) should be about the largest size where it
+// is (the GPU bundle's record judges it).
+func BenchmarkGPUTwoRankPathVsNCCL(b *testing.B) {
+	dev := twoRankDevices(b)
+	const maxBytes = 64 << 20
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	id, err := NewUniqueID()
+	require.NoError(b, err)
+	type job struct {
+		path         bool
+		bytes, count int
+		done         chan error
+	}
+	var jobs [2]chan job
+	ready := make(chan error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		jobs[r] = make(chan job)
+		wg.Go(func() {
+			err := benchRank(ctx, id, r, dev[r], maxBytes, func(path func(bytes int) error, ref func(bytes int) error) {
+				ready <- nil
+				for j := range jobs[r] {
+					var err error
+					for range j.count {
+						if j.path {
+							err = path(j.bytes)
+						} else {
+							err = ref(j.bytes)
+						}
+						if err != nil {
+							break
+						}
+					}
+					j.done <- err
+				}
+			})
+			if err != nil {
+				cancel() // the peer waits in NewNCCL until ctx ends
+				ready <- fmt.Errorf("rank %d: %w", r, err)
+				for j := range jobs[r] {
+					j.done <- err
+				}
+			}
+		})
+	}
+	defer func() {
+		for r := range 2 {
+			close(jobs[r])
+		}
+		wg.Wait()
+	}()
+	for range 2 {
+		require.NoError(b, <-ready, "setting up two ranks")
+	}
+	var failed error
+	both := func(path bool, bytes int) func(n int) {
+		return func(n int) {
+			done := make(chan error, 2)
+			for r := range 2 {
+				jobs[r] <- job{path: path, bytes: bytes, count: n, done: done}
+			}
+			for range 2 {
+				if err := <-done; err != nil && failed == nil {
+					failed = err
+				}
+			}
+		}
+	}
+	for bytes := 4 << 10; bytes <= maxBytes; bytes *= 2 {
+		b.Run(fmt.Sprintf("%dB", bytes), func(b *testing.B) {
+			b.SetBytes(int64(bytes))
+			both(true, bytes)(2) // warm up: scratch growth, first launches
+			both(false, bytes)(2)
+			require.NoError(b, failed)
+			b.ResetTimer()
+			tPath, tNCCL := pairbench.Alternate(b.N, 8, both(true, bytes), both(false, bytes))
+			b.StopTimer()
+			require.NoError(b, failed)
+			n := float64(b.N)
+			b.ReportMetric(float64(tPath.Nanoseconds())/n, "path-ns/op")
+			b.ReportMetric(float64(tNCCL.Nanoseconds())/n, "nccl-ns/op")
+			b.ReportMetric(float64(tPath)/float64(tNCCL), "path/nccl")
+		})
+	}
+}
+
+// benchRank is one rank of BenchmarkGPUTwoRankPathVsNCCL: it sets up the backend, the
+// add kernel and two buffers of maxBytes on its locked OS thread, then calls serve with
+// the two operations until serve returns; it returns the setup's error, if any.
+func benchRank(ctx context.Context, id UniqueID, rank, device, maxBytes int, serve func(path, ref func(bytes int) error)) error {
+	b, err := NewNCCL(ctx, id, rank, 2, WithDevice(device), WithTimeout(time.Minute), WithTwoRankThreshold(maxBytes))
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := b.c.d.SetDevice(); err != nil {
+		return err
+	}
+	mod, err := kernels.Load()
+	if err != nil {
+		return err
+	}
+	defer mod.Close()
+	f, err := mod.Func(kernels.BF16)
+	if err != nil {
+		return err
+	}
+	if err := b.SetAddKernel(Kernel(f)); err != nil {
+		return err
+	}
+	var bufs [2]DevicePtr
+	for i := range bufs {
+		p, err := b.c.d.MemAlloc(uint64(maxBytes))
+		if err != nil {
+			return err
+		}
+		defer b.c.d.MemFree(p)
+		if err := cudatest.Fill(cuda.Deviceptr(p), 0, maxBytes); err != nil {
+			return err
+		}
+		bufs[i] = DevicePtr(p)
+	}
+	serve(func(bytes int) error { return b.AllReduce(bufs[0], bytes) },
+		func(bytes int) error {
+			if err := b.Communicator().AllReduce(bufs[1], bytes/2, BFloat16, Sum); err != nil {
+				return err
+			}
+			return b.Communicator().Sync(ctx)
+		})
+	return nil
 }
 
 // gpuTwoRank is one rank of TestGPUTwoRankPathMatchesNCCLAllReduce: it returns the

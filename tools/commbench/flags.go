@@ -52,7 +52,7 @@ func parseArgs(args []string, out io.Writer) (config, error) {
 		redop   = fs.String("redop", "sum", "reduction `operator`: sum, prod, max, min, avg or all")
 		root    = fs.Int("r", 0, "broadcast `root` (-1: every rank in turn)")
 		sim     = fs.Int("sim", 0, "run `N` ranks on commtest's host-memory simulator instead of GPUs (SIMULATED: times are the software layers only)")
-		gpus    = fs.Int("g", 0, "`GPUs` to drive from this process (0: every visible GPU)")
+		gpus    = fs.Int("g", 0, "`ranks` to drive from this process, one per GPU (0: every visible GPU; more than the GPUs share them when NCCL_MULTI_RANK_GPU_ENABLE=1)")
 		jsonOut = fs.Bool("json", false, "write the results as JSON instead of the nccl-tests table")
 		timeout = fs.Duration("T", 0, "give up after `duration` (0: no limit)")
 	)

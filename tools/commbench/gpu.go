@@ -81,8 +81,8 @@ func openGPUs(ctx context.Context, n int) (*world, error) {
 		return nil, errors.New("no GPU to measure; run with -sim N to measure the software layers on the simulator")
 	case n == 0:
 		n = int(count)
-	case n > int(count):
-		return nil, fmt.Errorf("-g %d: only %d GPUs are visible", n, count)
+	case n > int(count) && os.Getenv("NCCL_MULTI_RANK_GPU_ENABLE") != "1":
+		return nil, fmt.Errorf("-g %d: only %d GPUs are visible (with NCCL >= 2.30, NCCL_MULTI_RANK_GPU_ENABLE=1 lets ranks share a GPU)", n, count)
 	}
 	id, err := comm.NewUniqueID()
 	if err != nil {
@@ -95,7 +95,7 @@ func openGPUs(ctx context.Context, n int) (*world, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ranks[i], errs[i] = openGPU(ctx, id, i, n)
+			ranks[i], errs[i] = openGPU(ctx, id, i, n, i%int(count))
 		}()
 	}
 	wg.Wait()
@@ -124,21 +124,21 @@ func openGPUs(ctx context.Context, n int) (*world, error) {
 		bus := make([]byte, 32)
 		_ = cuda.DeviceGetPCIBusId(&bus[0], int32(len(bus)), r.dev)
 		w.devices = append(w.devices, fmt.Sprintf("Rank %2d Group  0 Pid %6d on %10s device %2d [%s] %s",
-			i, os.Getpid(), host, i, cstr(bus), cstr(name)))
+			i, os.Getpid(), host, i%int(count), cstr(bus), cstr(name)))
 	}
 	return w, nil
 }
 
-// openGPU starts rank i of n on device i.
-func openGPU(ctx context.Context, id comm.UniqueID, i, n int) (*gpuRank, error) {
+// openGPU starts rank i of n on device dev.
+func openGPU(ctx context.Context, id comm.UniqueID, i, n, dev int) (*gpuRank, error) {
 	g := &gpuRank{}
-	if err := cuda.DeviceGet(&g.dev, int32(i)); err != nil {
+	if err := cuda.DeviceGet(&g.dev, int32(dev)); err != nil {
 		return nil, fmt.Errorf("rank %d: cuDeviceGet: %w", i, err)
 	}
 	if err := cuda.DevicePrimaryCtxRetain(&g.ctx, g.dev); err != nil {
 		return nil, fmt.Errorf("rank %d: cuDevicePrimaryCtxRetain: %w", i, err)
 	}
-	b, err := comm.NewNCCL(ctx, id, i, n, comm.WithDevice(i), comm.WithName(fmt.Sprintf("commbench-%d", i)))
+	b, err := comm.NewNCCL(ctx, id, i, n, comm.WithDevice(dev), comm.WithName(fmt.Sprintf("commbench-%d", i)))
 	if err != nil {
 		return nil, errors.Join(err, cuda.DevicePrimaryCtxRelease(g.dev))
 	}
