@@ -1,115 +1,269 @@
 #!/usr/bin/env bash
 # run.sh OUT: run the ncclgo GPU checks on a machine with a GPU (no Go toolchain needed)
-# and write the results under OUT (6 files; docs/gpu.md describes them):
-#   env.txt        date, bundle manifest, nvidia-smi, the libnccl used, NCCL/CUDA variables
-#   ncclinfo.txt   tools/ncclinfo's report: libraries found, GPUs, binding coverage
-#   tests.txt      every GPU test and benchmark of every package, verbose
-#   commbench.txt  all-reduce 8 B to 1 GiB through comm
-#   summary.txt    one line per package (ok, FAIL, timeout, skipped, not run: with counts
-#                  and the first skip reason), then every benchmark line
-#   record.md      the entry for docs/gpu-results.md, filled in from the above
-# Library: $NCCLGO_LIBNCCL if set, else the pip NCCL of $VIRTUAL_ENV's or the PATH's
-# python3, else the first nvidia/nccl/lib/libnccl.so.2 found on disk, else the loader's
-# own search. Time: at most $NCCLGO_GPU_TEST_TIMEOUT s per package (default 150) and
-# $NCCLGO_GPU_BUDGET s in all (default 540, under the device tool's 600 s per command);
-# packages that no longer fit are reported "not run".
+# and write the results under OUT (docs/gpu.md describes the files):
+#   env.txt        date, host, bundle manifest, nvidia-smi, the libcuda and libnccl used
+#                  (and how each was found), whether several ranks may share the GPU
+#   ncclinfo.txt   tools/ncclinfo's report
+#   tests.txt      every step's verbose output, written as it runs
+#   commbench.txt  all-reduce 8 B to 256 MiB through comm (1, 2 and 4 ranks), as it runs
+#   summary.txt    the verdict, one line per step, the targets, the benchmark lines
+#   record.md      the entry for docs/gpu-results.md (bin/testreport -gpu OUT)
+# record.md and summary.txt are rewritten after every step and from an exit trap, so a
+# run that is stopped (SIGTERM, SIGINT, the budget) still leaves its record.
+#
+# Time: $NCCLGO_GPU_BUDGET s in all (default 300), at most $NCCLGO_GPU_TEST_TIMEOUT s per
+# test binary (default 90) and $NCCLGO_GPU_BENCH_TIMEOUT s per commbench run (default
+# 45, of which the first is kept in reserve); a step that no longer fits is "not run".
+# A step over its limit gets SIGTERM, then SIGKILL $NCCLGO_GPU_KILL_AFTER s later
+# (default 10), with its whole process group.
+#
+# Exit status: 0 only when every step is ok (it passed tests, none failed) and no target
+# failed; 1 otherwise; 128+signal when interrupted.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${1:?usage: run.sh OUTDIR}"
-mkdir -p "$out"
-per_pkg="${NCCLGO_GPU_TEST_TIMEOUT:-150}"
-budget="${NCCLGO_GPU_BUDGET:-540}"
-bench_s=90 # kept for commbench
+mkdir -p "$out" || exit 1
+out="$(cd "$out" && pwd)"
+budget="${NCCLGO_GPU_BUDGET:-300}"
+per_pkg="${NCCLGO_GPU_TEST_TIMEOUT:-90}"
+bench_s="${NCCLGO_GPU_BENCH_TIMEOUT:-45}"
+kill_after="${NCCLGO_GPU_KILL_AFTER:-10}"
+benchtime="${NCCLGO_GPU_BENCHTIME:-0.3s}"
 export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
+start=$SECONDS
+failed=0      # set when a step is not ok
+child=""      # pid of the running step's timeout(1)
+current=""    # name of the running step
+interrupted=""
 
-find_nccl() {
-	local py d
-	for py in "${VIRTUAL_ENV:+$VIRTUAL_ENV/bin/python3}" python3; do
-		[ -n "$py" ] && command -v "$py" >/dev/null || continue
-		d="$("$py" -c 'import glob, nvidia.nccl as m; print(*[f for p in m.__path__ for f in glob.glob(p + "/**/libnccl.so.2", recursive=True)][:1])' 2>/dev/null)"
-		if [ -n "$d" ] && [ -f "$d" ]; then echo "$d"; return; fi
-	done
-	timeout 30 find / \( -path /proc -o -path /sys -o -path /dev \) -prune -o \
-		-name libnccl.so.2 -path '*nvidia*' -print -quit 2>/dev/null
+: >"$out/tests.txt"
+: >"$out/commbench.txt"
+
+envline() { echo "$1: $2" >>"$out/env.txt"; }
+
+# record rewrites summary.txt and record.md from what is under OUT so far. Without a
+# working bin/testreport it writes a plain record from the step exit statuses.
+record() {
+	local rc=0
+	if [ -x "$here/bin/testreport" ]; then
+		"$here/bin/testreport" -gpu "$out" >/dev/null 2>"$out/.testreport.err"
+		rc=$?
+		if [ "$rc" -le 1 ] && [ -s "$out/record.md" ]; then
+			rm -f "$out/.testreport.err"
+			return "$rc"
+		fi
+	fi
+	{
+		echo "### $(date -u +%Y-%m-%d) (bin/testreport could not judge the run: exit $rc $(cat "$out/.testreport.err" 2>/dev/null))"
+		echo
+		echo "**FAIL: the run could not be judged; the steps' exit statuses:**"
+		echo
+		echo '```text'
+		grep -hE '^### (end|notrun) ' "$out/tests.txt" "$out/commbench.txt" 2>/dev/null
+		echo '```'
+	} >"$out/record.md"
+	cp "$out/record.md" "$out/summary.txt"
+	rm -f "$out/.testreport.err"
+	return 1
 }
-if [ -z "${NCCLGO_LIBNCCL:-}" ]; then
-	lib="$(find_nccl)"
-	if [ -n "$lib" ]; then export NCCLGO_LIBNCCL="$lib"; fi
-fi
 
+finish() {
+	local rc=$?
+	trap - EXIT TERM INT HUP
+	if [ -n "$interrupted" ]; then envline interrupted "$interrupted"; fi
+	record
+	local judged=$?
+	cat "$out/summary.txt" 2>/dev/null
+	echo "results in $out: $(cd "$out" && echo *)"
+	if [ -n "$interrupted" ]; then exit "$rc"; fi
+	if [ "$failed" != 0 ] || [ "$judged" != 0 ] || [ "$rc" != 0 ]; then exit 1; fi
+	exit 0
+}
+
+on_signal() {
+	interrupted="$1 during ${current:-setup} after $((SECONDS - start))s"
+	if [ -n "$child" ]; then
+		kill -TERM "$child" 2>/dev/null # timeout(1) passes it to the step's process group
+		wait "$child" 2>/dev/null
+	fi
+	exit "$2"
+}
+trap finish EXIT
+trap 'on_signal SIGTERM 143' TERM
+trap 'on_signal SIGINT 130' INT
+trap 'on_signal SIGHUP 129' HUP
+
+# run_step KIND NAME FILE LIMIT CMD...: run CMD under timeout(1) in the background (so
+# that a signal to this script is handled at once), its output appended to FILE as it
+# comes, framed for bin/testreport.
+run_step() {
+	local kind="$1" name="$2" file="$3" limit="$4" t0=$SECONDS rc
+	shift 4
+	current="$name"
+	echo "### step $kind $name" >>"$file"
+	echo "--- $name (limit ${limit}s)"
+	# timeout(1) signals its whole process group: child processes of a test die with it.
+	timeout -k "$kill_after" "$limit" "$@" >>"$file" 2>&1 </dev/null &
+	child=$!
+	wait "$child"
+	rc=$?
+	child=""
+	current=""
+	echo "### end $name exit=$rc seconds=$((SECONDS - t0)) limit=$limit" >>"$file"
+	if [ "$rc" != 0 ]; then failed=1; fi
+	record
+}
+
+# go_timeout LIMIT: Go's -test.timeout for a step of LIMIT s: 5 s earlier, so that the
+# binary prints every goroutine's stack before timeout(1) stops it; none for short limits.
+go_timeout() { if [ "$1" -gt 10 ]; then echo "$(($1 - 5))s"; else echo 0; fi; }
+
+# left prints the seconds of the budget left after keeping reserve seconds.
+left() { echo $((budget - (SECONDS - start) - $1)); }
+
+# fits NAME FILE WANT RESERVE: sets limit for a step that wants WANT seconds, keeping
+# RESERVE seconds of the budget; when fewer than 20 are left it frames the step as not
+# run, counts that as a failure and returns 1.
+fits() {
+	local l
+	l="$(left "$4")"
+	if [ "$l" -lt 20 ]; then
+		echo "### notrun $1 -- time budget spent (${l}s of ${budget}s left)" >>"$2"
+		failed=1
+		record
+		return 1
+	fi
+	limit=$((l < $3 ? l : $3))
+}
+
+# --- Libraries --------------------------------------------------------------------
 {
 	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	echo "host: $(uname -srm)"
-	cat "$here/MANIFEST"
-	echo "NCCLGO_LIBNCCL=${NCCLGO_LIBNCCL:-<loader search>}"
-	if command -v nvidia-smi >/dev/null; then
-		nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap,pci.bus_id --format=csv 2>&1
-		nvidia-smi 2>&1 | grep -m1 'CUDA Version'
-	else
-		echo "nvidia-smi: not found"
-	fi
-	env | grep -E '^(NCCL|NCCLGO|CUDA)_' | sort
-} >"$out/env.txt" 2>&1
+	sed -e 's/^commit: /commit: /' "$here/MANIFEST" 2>/dev/null || echo "manifest: missing"
+	echo "budget: ${budget}s in all, ${per_pkg}s per test binary, ${bench_s}s per commbench run"
+} >"$out/env.txt"
 
-if [ -x "$here/bin/ncclinfo" ]; then timeout 60 "$here/bin/ncclinfo" >"$out/ncclinfo.txt" 2>&1; fi
+# libcuda: the soname (the loader's own search: LD_LIBRARY_PATH, ld.so.cache), else the
+# folders NVIDIA's container images put the driver in.
+find_cuda() {
+	local d f
+	if [ -n "${NCCLGO_LIBCUDA:-}" ]; then echo "$NCCLGO_LIBCUDA (from NCCLGO_LIBCUDA)"; return; fi
+	local IFS=:
+	for d in ${LD_LIBRARY_PATH:-}; do
+		if [ -n "$d" ] && [ -e "$d/libcuda.so.1" ]; then echo "$d/libcuda.so.1 (soname, through LD_LIBRARY_PATH)"; return; fi
+	done
+	unset IFS
+	f="$({ ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null; } | awk '$1 == "libcuda.so.1" { print $NF; exit }')"
+	if [ -n "$f" ]; then echo "$f (soname, through the ld.so cache)"; return; fi
+	for d in ${NCCLGO_GPU_LIBCUDA_DIRS:-/usr/local/nvidia/lib64 /usr/lib64}; do
+		if [ -e "$d/libcuda.so.1" ]; then
+			echo "$d/libcuda.so.1 (the soname did not resolve; set as NCCLGO_LIBCUDA)"
+			return
+		fi
+	done
+	echo "not found (soname, ${NCCLGO_GPU_LIBCUDA_DIRS:-/usr/local/nvidia/lib64 /usr/lib64})"
+}
+cuda_lib="$(find_cuda)"
+case "$cuda_lib" in *"set as NCCLGO_LIBCUDA)") export NCCLGO_LIBCUDA="${cuda_lib%% (*}" ;; esac
+envline libcuda "$cuda_lib"
 
-gpu="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
-: >"$out/tests.txt"
-echo "GPU: ${gpu:-none found by nvidia-smi}" | tee "$out/summary.txt"
-one="$(mktemp)"
-while read -r name pkg; do
-	left=$((budget - SECONDS - bench_s))
-	if [ "$left" -lt 30 ]; then
-		printf '%-10s %-22s time budget spent\n' "not run" "$pkg" | tee -a "$out/summary.txt"
-		continue
-	fi
-	limit=$((left < per_pkg ? left : per_pkg))
-	# timeout signals the whole process group: child processes of a test die with it.
-	timeout -k 10 "$limit" "$here/tests/$name.test" -test.v -test.count=1 -test.timeout "$((limit - 5))s" \
-		-test.run 'GPU' -test.bench 'GPU' -test.benchmem >"$one" 2>&1
-	rc=$?
-	{ echo "=== $pkg (exit $rc, limit ${limit}s)"; cat "$one"; } >>"$out/tests.txt"
-	pass=$(grep -c '^--- PASS' "$one")
-	fail=$(grep -c '^--- FAIL' "$one")
-	skip=$(grep -c '^--- SKIP' "$one")
-	why=""
-	case $rc in
-	0) s=ok ;;
-	124 | 137) s=timeout ;;
-	*) s="FAIL($rc)" ;;
-	esac
-	if [ "$rc" = 0 ] && [ "$pass" = 0 ] && [ "$skip" -gt 0 ]; then
-		s=skipped
-		why="$(grep -m1 -B1 '^--- SKIP' "$one" | head -1 | sed -E 's/^ +[^ ]+:[0-9]+: //')"
-	elif [ "$rc" = 0 ] && [ "$pass" = 0 ]; then
-		s=none why="no test or benchmark name matches GPU"
-	fi
-	printf '%-10s %-22s %3d passed %3d failed %3d skipped  %s\n' "$s" "$pkg" "$pass" "$fail" "$skip" "$why" | tee -a "$out/summary.txt"
-done <"$here/tests/packages.txt"
-rm -f "$one"
+# libnccl: $NCCLGO_LIBNCCL, else the pip NCCL (nvidia-nccl-cu12/-cu13) of the image's
+# python3, else the same wheel folder under the usual site-packages folders, else the
+# loader's own search (soname, $NCCL_HOME, $CUDA_HOME).
+find_nccl() {
+	local py f d
+	if [ -n "${NCCLGO_LIBNCCL:-}" ]; then echo "$NCCLGO_LIBNCCL (from NCCLGO_LIBNCCL)"; return; fi
+	for py in "${VIRTUAL_ENV:+$VIRTUAL_ENV/bin/python3}" python3; do
+		[ -n "$py" ] && command -v "$py" >/dev/null || continue
+		f="$(timeout 30 "$py" -c 'import glob, nvidia.nccl as m; print(*[f for p in m.__path__ for f in sorted(glob.glob(p + "/**/libnccl.so.2", recursive=True))][:1])' 2>/dev/null)"
+		if [ -n "$f" ] && [ -f "$f" ]; then echo "$f (pip NCCL of $(command -v "$py"))"; return; fi
+	done
+	for d in ${VIRTUAL_ENV:+$VIRTUAL_ENV/lib/python3*/site-packages} ${CONDA_PREFIX:+$CONDA_PREFIX/lib/python3*/site-packages} \
+		${HOME:+$HOME/.local/lib/python3*/site-packages} /usr/local/lib/python3*/site-packages /usr/local/lib/python3*/dist-packages \
+		/usr/lib/python3*/site-packages /usr/lib/python3*/dist-packages /usr/lib/python3/dist-packages /opt/*/lib/python3*/site-packages; do
+		for f in "$d"/nvidia/nccl/lib/libnccl.so.2 "$d"/nvidia/*/lib/libnccl.so.2; do
+			if [ -f "$f" ]; then echo "$f (site-packages folder)"; return; fi
+		done
+	done
+	echo "<loader search: soname, \$NCCL_HOME, \$CUDA_HOME>"
+}
+nccl_lib="$(find_nccl)"
+case "$nccl_lib" in "<"*) ;; *) export NCCLGO_LIBNCCL="${nccl_lib%% (*}" ;; esac
+envline libnccl "$nccl_lib"
 
-if [ -x "$here/bin/commbench" ]; then
-	timeout -k 10 "$bench_s" "$here/bin/commbench" -op allreduce -b 8 -e 1G -f 2 >"$out/commbench.txt" 2>&1
-	rc=$?
-	printf '%-10s %-22s exit %d\n' "$([ $rc = 0 ] && echo ok || echo "FAIL($rc)")" "commbench" "$rc" | tee -a "$out/summary.txt"
+gpu=""
+if command -v nvidia-smi >/dev/null; then
+	gpu="$(timeout 30 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+	gpus="$(timeout 30 nvidia-smi -L 2>/dev/null | grep -c '^GPU ')"
+	{
+		echo "nvidia-smi:"
+		timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap,pci.bus_id --format=csv 2>&1 | sed 's/^/  /'
+		timeout 30 nvidia-smi 2>&1 | grep -m1 'CUDA Version' | sed 's/^/  /'
+	} >>"$out/env.txt"
+else
+	gpus=0
+	envline nvidia-smi "not found"
 fi
-{
-	echo
-	echo "benchmarks:"
-	grep -E '^Benchmark.*/op' "$out/tests.txt" || echo "(none ran)"
-} >>"$out/summary.txt"
+if [ -n "$gpu" ]; then envline gpu "${gpu%%,*}"; envline driver "${gpu#*, }"; fi
 
-# The entry for docs/gpu-results.md.
-field() { awk -v k="$1" '$1 == k { $1 = ""; sub(/^ +/, ""); print; exit }' "$out/ncclinfo.txt" 2>/dev/null; }
-passed="$(awk '$1 != "GPU:" && NF >= 8 { printf "%s%s %s %d/%d", sep, $2, $1, $3, $3 + $5 + $7; sep = ", " }' "$out/summary.txt")"
-{
-	echo "| $(date -u +%Y-%m-%d) | ${gpu%%,*} | ${gpu#*, } | $(field CUDA) | $(field NCCL) | $(awk '/^commit:/ { print $2 }' "$here/MANIFEST") | $passed |"
-	echo
-	echo '```'
-	cat "$out/summary.txt"
-	echo
-	cat "$out/commbench.txt" 2>/dev/null
-	echo '```'
-} >"$out/record.md"
-sed -n '/^benchmarks:/,$p' "$out/summary.txt"
-echo "results in $out: $(cd "$out" && echo *)"
+if [ -x "$here/bin/ncclinfo" ]; then
+	timeout 60 "$here/bin/ncclinfo" >"$out/ncclinfo.txt" 2>&1
+	envline ncclinfo "exit $?"
+else
+	echo "bin/ncclinfo is missing from the bundle" >"$out/ncclinfo.txt"
+fi
+nccl_version="$(grep -m1 -oE '^NCCL +NCCL [0-9]+\.[0-9]+\.[0-9]+' "$out/ncclinfo.txt" | awk '{ print $3 }')"
+cuda_version="$(grep -m1 -oE '^CUDA +CUDA [0-9]+\.[0-9]+' "$out/ncclinfo.txt" | awk '{ print $3 }')"
+if [ -n "$nccl_version" ]; then envline nccl "NCCL $nccl_version"; fi
+if [ -n "$cuda_version" ]; then envline cuda "CUDA $cuda_version"; fi
+
+# Several ranks on one GPU: NCCL < 2.30 refuses them ("Duplicate GPU detected", init.cc);
+# from 2.30.3 NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL_PARAM MultiRankGpuEnable) allows them.
+multi=0
+IFS=. read -r ma mi _ <<<"${nccl_version:-0.0.0}"
+code=$((10#${ma:-0} * 10000 + 10#${mi:-0} * 100))
+if [ -z "$nccl_version" ]; then
+	envline multi-rank "no: no libnccl was loaded (ncclinfo.txt), so the 2- and 4-rank conformance, the two-rank path and commbench -g 2/-g 4 did not run"
+elif [ "$code" -lt 23000 ]; then
+	envline multi-rank "no: NCCL $nccl_version refuses two ranks on one GPU (\"Duplicate GPU detected\"); NCCL_MULTI_RANK_GPU_ENABLE exists from NCCL 2.30, so the 2- and 4-rank conformance, the two-rank path and commbench -g 2/-g 4 did not run"
+else
+	multi=1
+	export NCCL_MULTI_RANK_GPU_ENABLE=1
+	envline multi-rank "yes: NCCL $nccl_version >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1 on ${gpus:-?} GPU(s): conformance and commbench with 2 and 4 ranks, the two-rank path's test and crossover"
+fi
+env | grep -E '^(NCCL|NCCLGO|CUDA)_' | sort | sed 's/^/  /' | { echo "variables:"; cat; } >>"$out/env.txt"
+record
+
+# --- Test binaries, lowest layer first, then the multi-rank passes ------------------
+gpu_args=(-test.v -test.count=1 -test.run GPU -test.bench GPU -test.benchmem -test.benchtime "$benchtime")
+while read -r name pkg; do
+	[ -n "$name" ] || continue
+	fits "$pkg" "$out/tests.txt" "$per_pkg" "$bench_s" || continue
+	run_step test "$pkg" "$out/tests.txt" "$limit" "$here/tests/$name.test" "${gpu_args[@]}" -test.timeout "$(go_timeout "$limit")"
+done <"$here/tests/packages.txt"
+
+commtest="$(awk '$2 == "./comm/commtest" { print $1 }' "$here/tests/packages.txt")"
+if [ "$multi" = 1 ] && [ -n "$commtest" ]; then
+	for world in 2 4; do
+		name="./comm/commtest ($world ranks)"
+		fits "$name" "$out/tests.txt" "$per_pkg" "$bench_s" || continue
+		NCCLGO_GPU_WORLD=$world run_step test "$name" "$out/tests.txt" "$limit" "$here/tests/$commtest.test" \
+			-test.v -test.count=1 -test.run 'GPUConformance' -test.timeout "$(go_timeout "$limit")"
+	done
+fi
+
+# --- commbench ---------------------------------------------------------------------
+if [ -x "$here/bin/commbench" ]; then
+	ranks=(1)
+	if [ "$multi" = 1 ]; then ranks=(1 2 4); fi
+	for g in "${ranks[@]}"; do
+		name="commbench -g $g"
+		fits "$name" "$out/commbench.txt" "$bench_s" 0 || continue
+		run_step tool "$name" "$out/commbench.txt" "$limit" "$here/bin/commbench" -g "$g" -op allreduce -b 8 -e 256M -f 2 -T "$((limit > 10 ? limit - 5 : limit))s"
+	done
+else
+	echo "### notrun commbench -- bin/commbench is missing from the bundle" >>"$out/commbench.txt"
+	failed=1
+fi
+exit 0

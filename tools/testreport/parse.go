@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// A result is one test, subtest or benchmark that ended with a --- PASS, FAIL or SKIP line.
+type result struct {
+	name   string   // TestX/sub
+	action string   // PASS, FAIL, SKIP
+	output []string // what it printed (t.Log, t.Skip's reason, failures), indentation removed
+}
+
+// topLevel reports whether r is a top-level test or benchmark (no subtest path).
+func (r result) topLevel() bool { return !strings.Contains(r.name, "/") }
+
+// reason is the skip reason: the output the test printed, its file:line prefix removed,
+// on one line, at most 300 characters.
+func (r result) reason() string {
+	var parts []string
+	for _, l := range r.output {
+		l = strings.TrimSpace(fileLine.ReplaceAllString(l, ""))
+		if l != "" {
+			parts = append(parts, l)
+		}
+	}
+	s := strings.Join(parts, " / ")
+	if s == "" {
+		s = "(no reason given)"
+	}
+	if len(s) > 300 {
+		s = s[:297] + "..."
+	}
+	return s
+}
+
+// A block is the verbose output of one test binary run: one package of `go test -v`, or
+// one step of the GPU bundle's run.
+type block struct {
+	name       string
+	results    []result
+	benchmarks []string // benchmark result lines (BenchmarkX-16  100  12 ns/op ...)
+	lines      []string // every line, as read
+	closing    string   // go test's own closing line (ok, FAIL, ?), if any
+	timedOut   bool     // the binary's -test.timeout fired
+	failLine   bool     // a bare FAIL line: the binary reported failure
+}
+
+// count returns how many results have action, and how many of them are top-level.
+func (b *block) count(action string) (all, top int) {
+	for _, r := range b.results {
+		if r.action == action {
+			all++
+			if r.topLevel() {
+				top++
+			}
+		}
+	}
+	return all, top
+}
+
+var (
+	runLine     = regexp.MustCompile(`^=== (?:RUN|CONT|NAME)\s+(\S+)`)
+	resultLine  = regexp.MustCompile(`^\s*--- (PASS|FAIL|SKIP): (\S+)`)
+	benchName   = regexp.MustCompile(`^(Benchmark\S*)$`)
+	benchResult = regexp.MustCompile(`^Benchmark\S*\s+\d+\s+\S+ \S+`)
+	fileLine    = regexp.MustCompile(`^\s*[\w.-]+\.go:\d+: `)
+	closingLine = regexp.MustCompile(`^(ok  |FAIL|\?   )\t(\S+)`)
+)
+
+// parser turns verbose test output into results, attributing each output line to the
+// test that was running when it was printed (what === RUN, CONT and NAME lines and a
+// benchmark's name line say), as cmd/test2json does.
+type parser struct {
+	cur    string
+	output map[string][]string
+	b      *block
+}
+
+func newParser(name string) *parser {
+	return &parser{output: map[string][]string{}, b: &block{name: name}}
+}
+
+func (p *parser) line(l string) {
+	p.b.lines = append(p.b.lines, l)
+	switch {
+	case runLine.MatchString(l):
+		p.cur = runLine.FindStringSubmatch(l)[1]
+	case strings.HasPrefix(l, "=== PAUSE"):
+	case resultLine.MatchString(l):
+		m := resultLine.FindStringSubmatch(l)
+		p.b.results = append(p.b.results, result{name: m[2], action: m[1], output: p.output[m[2]]})
+		delete(p.output, m[2])
+	case benchName.MatchString(l):
+		p.cur = l
+	case benchResult.MatchString(l):
+		p.b.benchmarks = append(p.b.benchmarks, l)
+	case strings.HasPrefix(l, "panic: test timed out after"):
+		p.b.timedOut = true
+	case l == "FAIL":
+		p.b.failLine = true
+	case closingLine.MatchString(l):
+		p.b.closing = l
+	case p.cur != "" && (strings.HasPrefix(l, "    ") || strings.HasPrefix(l, "\t")):
+		p.output[p.cur] = append(p.output[p.cur], l)
+	}
+}
+
+// parseGoTest reads the output of `go test -v` on several packages: each package's lines
+// end with go test's closing line (ok, FAIL, ?), which names the block.
+func parseGoTest(r io.Reader) ([]*block, error) {
+	var out []*block
+	p := newParser("")
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		p.line(l)
+		if m := closingLine.FindStringSubmatch(l); m != nil {
+			p.b.name = m[2]
+			out = append(out, p.b)
+			p = newParser("")
+		}
+	}
+	if len(p.b.lines) > 0 {
+		p.b.name = "(output after the last package)"
+		out = append(out, p.b)
+	}
+	return out, sc.Err()
+}
+
+// metric returns the value reported for unit on a benchmark result line, if any.
+func metric(line, unit string) (float64, bool) {
+	f := strings.Fields(line)
+	for i := 1; i+1 < len(f); i++ {
+		if f[i+1] == unit {
+			v, err := strconv.ParseFloat(f[i], 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
+}
+
+// benchBase is the benchmark's name without the -GOMAXPROCS suffix.
+func benchBase(line string) string {
+	name, _, _ := strings.Cut(line, "\t")
+	name = strings.Fields(name)[0]
+	if i := strings.LastIndex(name, "-"); i > 0 {
+		if _, err := strconv.Atoi(name[i+1:]); err == nil {
+			return name[:i]
+		}
+	}
+	return name
+}
