@@ -26,6 +26,9 @@ func cachedLibCUDA(t *testing.T) string {
 	}
 	p := filepath.Join(root, "lib", "cuda-535.261.03", "libcuda.so.1")
 	if _, err := os.Stat(p); err != nil {
+		if os.Getenv("NCCLGO_STRICT") != "" {
+			t.Fatalf("%s is not cached: run make libs (NCCLGO_STRICT is set: a missing library fails)", p)
+		}
 		t.Skipf("%s is not cached: run make libs", p)
 	}
 	return p

@@ -3322,6 +3322,9 @@ func TestLayoutMatchesGCC(t *testing.T) {
 	}
 	dir := filepath.Join(cache, "header", "cuda-12.4.1")
 	if _, err := os.Stat(filepath.Join(dir, "cuda.h")); err != nil {
+		if os.Getenv("NCCLGO_STRICT") != "" {
+			t.Fatalf("header cache %s is absent: run make headers (NCCLGO_STRICT is set)", dir)
+		}
 		t.Skipf("header cache %s is absent: run make headers", dir)
 	}
 	tmp := t.TempDir()

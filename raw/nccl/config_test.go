@@ -47,7 +47,7 @@ func gccInitializer(t *testing.T, set string) []byte {
 	include := dltest.Header(t, set, "nccl.h")
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {
-		t.Skip("gcc not found: this test compiles NCCL_CONFIG_INITIALIZER")
+		dltest.Missing(t, "gcc not found: this test compiles NCCL_CONFIG_INITIALIZER (apt-get install gcc)")
 	}
 	dir := t.TempDir()
 	for name, text := range stubHeaders {

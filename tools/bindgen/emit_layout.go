@@ -172,6 +172,9 @@ func (g *goPkg) emitLayoutTest() (*jen.File, error) {
 		jen.Id("dir").Op(":=").Qual("path/filepath", "Join").Call(jen.Id("cache"), jen.Lit("header"), jen.Lit(g.api.Set)),
 		jen.If(jen.List(jen.Id("_"), jen.Id("err")).Op(":=").Qual("os", "Stat").Call(
 			jen.Qual("path/filepath", "Join").Call(jen.Id("dir"), jen.Lit(g.api.Header))), jen.Id("err").Op("!=").Nil()).Block(
+			jen.If(jen.Qual("os", "Getenv").Call(jen.Lit("NCCLGO_STRICT")).Op("!=").Lit("")).Block(
+				jen.Id("t").Dot("Fatalf").Call(jen.Lit("header cache %s is absent: run make headers (NCCLGO_STRICT is set)"), jen.Id("dir")),
+			),
 			jen.Id("t").Dot("Skipf").Call(jen.Lit("header cache %s is absent: run make headers"), jen.Id("dir")),
 		),
 		jen.Id("tmp").Op(":=").Id("t").Dot("TempDir").Call(),

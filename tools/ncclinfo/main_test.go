@@ -60,6 +60,9 @@ func cachedLib(t *testing.T, set, file string) string {
 	}
 	p := filepath.Join(root, "lib", set, file)
 	if _, err := os.Stat(p); err != nil {
+		if os.Getenv("NCCLGO_STRICT") != "" {
+			t.Fatalf("%s is not cached (%v): run make libs (NCCLGO_STRICT is set: a missing library fails)", p, err)
+		}
 		t.Skipf("%s is not cached (%v): run make libs", p, err)
 	}
 	return p

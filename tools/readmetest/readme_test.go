@@ -119,6 +119,9 @@ func goTool(t *testing.T) string {
 	}
 	p := filepath.Join(runtime.GOROOT(), "bin", "go")
 	if _, err := os.Stat(p); err != nil {
+		if os.Getenv("NCCLGO_STRICT") != "" {
+			t.Fatalf("no go command to compile the README's code (NCCLGO_STRICT is set: a missing tool fails)")
+		}
 		t.Skip("no go command to compile the README's code")
 	}
 	return p
@@ -219,6 +222,9 @@ func TestReadmeCodeCompilesRunsAndPrintsItsOutput(t *testing.T) {
 				var env []string
 				if strings.Contains(b.code, `"github.com/ncclgo/ncclgo/raw/`) {
 					if env = cachedLibs(); env == nil {
+						if os.Getenv("NCCLGO_STRICT") != "" {
+							t.Fatalf("the cached NVIDIA libraries are absent: run make libs (NCCLGO_STRICT is set: a missing library fails)")
+						}
 						t.Skip("the cached NVIDIA libraries are absent: run make libs")
 					}
 				}

@@ -1,6 +1,6 @@
 // Package libcache points comm's tests and benchmarks at the real NVIDIA libraries that
 // `make libs` (headers/fetch.sh) caches outside the repository, and skips a test when
-// they are absent.
+// they are absent (fails it when $NCCLGO_STRICT is set).
 package libcache
 
 import (
@@ -35,7 +35,7 @@ func Dir() string {
 }
 
 // Load makes raw/nccl and raw/cuda load the cached libnccl 2.29.7 and libcuda, skipping
-// tb when they are not cached. Later calls in the same process are no-ops.
+// tb when they are not cached (failing it when $NCCLGO_STRICT is set, as make test does). Later calls in the same process are no-ops.
 func Load(tb testing.TB) {
 	tb.Helper()
 	libs := []struct {
@@ -48,6 +48,9 @@ func Load(tb testing.TB) {
 	}
 	for _, l := range libs {
 		if _, err := os.Stat(l.path); err != nil {
+			if os.Getenv("NCCLGO_STRICT") != "" {
+				tb.Fatalf("%s is not cached (%v): run make libs (NCCLGO_STRICT is set: a missing library fails)", l.path, err)
+			}
 			tb.Skipf("%s is not cached (%v): run make libs", l.path, err)
 		}
 		if err := l.set(l.path); err != nil && !errors.Is(err, l.done) {

@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/raw/internal/dl/dltest"
 )
 
 // fakeSoname is a soname that no system folder holds, so the loader's own search fails
@@ -56,7 +58,7 @@ func buildFake(t *testing.T, dir, name string, version int) string {
 func buildFakeSoname(t *testing.T, dir, name, soname string, version int) string {
 	t.Helper()
 	if gccErr != nil {
-		t.Skip("gcc not found: the loader tests compile a small shared library")
+		dltest.Missing(t, "gcc not found: the loader tests compile a small shared library (apt-get install gcc)")
 	}
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	src := filepath.Join(t.TempDir(), "fake.c")
@@ -420,7 +422,7 @@ func TestVersionUnknownWithoutVersionSymbol(t *testing.T) {
 
 func BenchmarkResolve(b *testing.B) {
 	if gccErr != nil {
-		b.Skip("gcc not found")
+		dltest.Missing(b, "gcc not found: the benchmark compiles a small shared library (apt-get install gcc)")
 	}
 	dir := b.TempDir()
 	src := filepath.Join(dir, "fake.c")

@@ -40,18 +40,37 @@ func CacheDir() string {
 	return filepath.Join(home, ".cache", "ncclgo")
 }
 
-// cached returns <cache>/<kind>/<set>/<file>, skipping t when it is absent.
+// StrictEnv, when set (make test and CI set it), turns Missing's skips into failures.
+const StrictEnv = "NCCLGO_STRICT"
+
+// Missing skips t, saying what is missing and which command fetches it; when $NCCLGO_STRICT
+// is set it fails t with the same message instead, so that CI cannot pass a test that did
+// not run.
+func Missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv(StrictEnv) != "" {
+		t.Fatalf(format+" (%s is set: a missing prerequisite fails)", append(args, StrictEnv)...)
+	}
+	t.Skipf(format, args...)
+}
+
+// cached returns <cache>/<kind>/<set>/<file>; when it is absent it skips t (fails it
+// under NCCLGO_STRICT).
 func cached(t testing.TB, kind, set, file string) string {
 	t.Helper()
 	p := filepath.Join(CacheDir(), kind, set, file)
 	if _, err := os.Stat(p); err != nil {
-		t.Skipf("%s is not cached (%v): run make libs", p, err)
+		cmd := "make libs"
+		if kind == "header" {
+			cmd = "make headers"
+		}
+		Missing(t, "%s is not cached (%v): run %s", p, err, cmd)
 	}
 	return p
 }
 
 // Lib returns the cached library file of set (libnccl.so.2 for nccl-*, libcuda.so.1 for
-// cuda-*), skipping t when it is absent.
+// cuda-*), skipping t when it is absent (failing it under NCCLGO_STRICT).
 func Lib(t testing.TB, set string) string {
 	t.Helper()
 	file := "libnccl.so.2"
@@ -62,7 +81,7 @@ func Lib(t testing.TB, set string) string {
 }
 
 // Header returns the cached header folder of set ("nccl-2.29.7", "cuda-12.4.1") holding
-// file, skipping t when it is absent.
+// file, skipping t when it is absent (failing it under NCCLGO_STRICT).
 func Header(t testing.TB, set, file string) string {
 	t.Helper()
 	return filepath.Dir(cached(t, "header", set, file))
