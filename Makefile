@@ -4,7 +4,7 @@ GO ?= go
 export NCCLGO_CACHE ?= $(HOME)/.cache/ncclgo
 NCCL ?=
 
-.PHONY: all headers libs generate check-generated test test-short bench lint kernels kernels-check gpu-bundle clean
+.PHONY: all headers libs generate check-generated test test-load test-short bench lint kernels kernels-check gpu-bundle gpu-rehearsal clean
 
 all: lint test
 
@@ -29,12 +29,22 @@ check-generated: generate
 	@git diff --exit-code --stat -- raw gen kernels || { echo "generated files are stale: run make generate and commit" >&2; exit 1; }
 	@test -z "$$(git status --porcelain -- raw gen)" || { git status --porcelain -- raw gen; echo "generate left untracked files" >&2; exit 1; }
 
-## test: everything CI checks: lint, fresh generated code, tests with -race, no-cgo build, gpu-tagged code compiles
+## test: everything CI checks: lint, fresh generated code, tests with -race, no-cgo build, gpu-tagged code compiles.
+## NCCLGO_STRICT=1 makes a test fail where it would skip for a missing library, header, cache entry or tool;
+## tools/testreport keeps go test's closing lines and ends the log with the skipped tests per package.
+test: export NCCLGO_STRICT := 1
 test: lint headers libs check-generated
-	$(GO) test -race -count=1 ./...
+	set -o pipefail; $(GO) test -race -count=1 -v ./... 2>&1 | $(GO) run ./tools/testreport
 	CGO_ENABLED=0 $(GO) build ./...
-	CGO_ENABLED=0 $(GO) test -count=1 ./raw/...
+	set -o pipefail; CGO_ENABLED=0 $(GO) test -count=1 -v ./raw/... 2>&1 | $(GO) run ./tools/testreport
 	$(GO) vet -tags gpu ./...
+
+## test-load: the timing-sensitive packages three times with -race while tools/cpuload keeps every CPU busy
+LOAD_PKGS ?= ./comm/... ./tools/commbench ./tools/rendezvous ./tools/gpubundle ./tools/cpuload
+test-load: export NCCLGO_STRICT := 1
+test-load: libs
+	$(GO) build -o bin/cpuload ./tools/cpuload
+	set -o pipefail; bin/cpuload -- $(GO) test -race -count=3 -v $(LOAD_PKGS) 2>&1 | $(GO) run ./tools/testreport
 
 ## test-short: the Go tests only (assumes make headers libs ran)
 test-short:
@@ -60,6 +70,10 @@ kernels-check:
 ## gpu-bundle: build everything a GPU run needs into gpu-bundle/ (see docs/gpu.md)
 gpu-bundle:
 	tools/gpubundle/build.sh gpu-bundle
+
+## gpu-rehearsal: build the bundle and run it here, without a GPU: it must fail with every package skipped and said why
+gpu-rehearsal: gpu-bundle
+	tools/gpubundle/rehearse.sh gpu-bundle
 
 clean:
 	rm -rf bin dist gpu-bundle

@@ -298,9 +298,17 @@ func verdict(passed bool, env map[string]string) string {
 }
 
 func stepLineText(s *step) string {
-	pass, ptop := s.count("PASS")
-	fail, ftop := s.count("FAIL")
-	skip, stop := s.count("SKIP")
+	pass, _ := s.count("PASS")
+	fail, _ := s.count("FAIL")
+	skip, _ := s.count("SKIP")
+	return fmt.Sprintf("%-11s %-30s %4d passed %3d failed %3d skipped  %s", s.status(), s.name, pass, fail, skip, stepDetail(s))
+}
+
+// stepDetail says how a step ended.
+func stepDetail(s *step) string {
+	_, ptop := s.count("PASS")
+	_, ftop := s.count("FAIL")
+	_, stop := s.count("SKIP")
 	extra := ""
 	switch {
 	case s.notRun != "":
@@ -312,7 +320,7 @@ func stepLineText(s *step) string {
 	default:
 		extra = fmt.Sprintf("exit %d after %ds of %ds", s.exit, s.seconds, s.limit)
 	}
-	return fmt.Sprintf("%-11s %-30s %4d passed %3d failed %3d skipped  %s", s.status(), s.name, pass, fail, skip, extra)
+	return extra
 }
 
 func writeSummary(w io.Writer, env map[string]string, steps []*step, tg []target, passed bool) {
@@ -384,9 +392,7 @@ func writeRecord(w io.Writer, env map[string]string, steps []*step, tg []target,
 		pass, _ := s.count("PASS")
 		fail, _ := s.count("FAIL")
 		skip, _ := s.count("SKIP")
-		detail := stepLineText(s)
-		detail = detail[strings.Index(detail, "skipped")+len("skipped"):]
-		fmt.Fprintf(w, "| `%s` | %s | %d | %d | %d | %s |\n", s.name, s.status(), pass, fail, skip, strings.TrimSpace(detail))
+		fmt.Fprintf(w, "| `%s` | %s | %d | %d | %d | %s |\n", s.name, s.status(), pass, fail, skip, stepDetail(s))
 	}
 	fmt.Fprintln(w)
 
