@@ -27,11 +27,13 @@ func ExampleAddBF16() {
 }
 
 // Load the add kernels into the current CUDA context and hand the bf16 one
-// to a backend (needs a GPU, so this example is compiled but not run).
+// to a backend. Load needs a context current on the calling OS thread (after
+// cuInit, cuDevicePrimaryCtxRetain and cuCtxSetCurrent); without one, as
+// here, it returns the driver's error, on any machine.
 func ExampleLoad() {
 	mod, err := kernels.Load()
 	if err != nil {
-		fmt.Println("load:", err)
+		fmt.Println("no CUDA context here, Load failed:", err != nil)
 		return
 	}
 	defer mod.Close()
@@ -41,6 +43,7 @@ func ExampleLoad() {
 		return
 	}
 	_ = f // backend.SetAddKernel(comm.Kernel(f))
+	// Output: no CUDA context here, Load failed: true
 }
 
 // The launch configuration for 1 MiB and 1 GiB of bf16 on a GPU with 132

@@ -10,32 +10,30 @@ import (
 )
 
 // Results are errors: compare them with errors.Is; a function newer than the installed
-// driver returns a *SymbolError instead of crashing.
+// driver returns a *SymbolError instead of crashing. explain is what a program does with
+// the error of cuda.Init(0), shown here on results any machine can produce.
 func ExampleResult() {
-	err := cuda.Init(0)
-	var se *cuda.SymbolError
-	switch {
-	case err == nil:
-		fmt.Println("driver ready")
-	case errors.Is(err, cuda.ErrorNoDevice):
-		fmt.Println("no GPU:", err) // cuda: CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected
-	case errors.Is(err, cuda.ErrLibraryNotFound):
-		fmt.Println("no driver:", err)
-	case errors.As(err, &se):
-		fmt.Println(se.Symbol, "needs a newer driver")
-	default:
-		fmt.Println(err)
+	explain := func(err error) string {
+		var se *cuda.SymbolError
+		switch {
+		case err == nil:
+			return "driver ready"
+		case errors.Is(err, cuda.ErrorNoDevice):
+			return "no GPU" // err.Error() names the result, with the driver's text once it is loaded
+		case errors.Is(err, cuda.ErrLibraryNotFound):
+			return "no driver: " + err.Error()
+		case errors.As(err, &se):
+			return se.Symbol + " needs a newer driver"
+		}
+		return err.Error()
 	}
-}
-
-// Ask which libcuda was loaded, why, and which CUDA version it supports.
-func ExampleLibraryInfo() {
-	info := cuda.LibraryInfo()
-	if info.Err != nil {
-		fmt.Println("no CUDA driver:", info.Err)
-		return
-	}
-	fmt.Printf("%s from %s (found by %s)\n", info.Version, info.Path, info.Source)
+	fmt.Println(explain(nil))
+	fmt.Println(explain(cuda.ErrorNoDevice))
+	fmt.Println(explain(fmt.Errorf("cuInit: %w", cuda.ErrorNoDevice)))
+	// Output:
+	// driver ready
+	// no GPU
+	// no GPU
 }
 
 // A missing library is an ordinary error from the first call, never a crash.
@@ -46,7 +44,12 @@ func ExampleSetLibraryPath() {
 	}
 	err := cuda.Init(0)
 	fmt.Println(errors.Is(err, cuda.ErrLibraryNotFound))
-	// Output: true
+	// LibraryInfo says which file was loaded and why, or, as here, why none was.
+	info := cuda.LibraryInfo()
+	fmt.Println(info.Path == "", errors.Is(info.Err, cuda.ErrLibraryNotFound))
+	// Output:
+	// true
+	// true true
 }
 
 // Without a driver, a Result is still an error with a usable message.

@@ -20,20 +20,6 @@ func ExampleNewConfig() {
 	// 0 true true
 }
 
-// Load a particular libnccl, then ask which file was loaded and why.
-func ExampleLibraryInfo() {
-	if err := nccl.SetLibraryPath("/opt/nccl/lib/libnccl.so.2"); err != nil {
-		fmt.Println(err)
-		return
-	}
-	info := nccl.LibraryInfo()
-	if info.Err != nil {
-		fmt.Println("no NCCL:", info.Err) // lists every file tried, with the loader's message
-		return
-	}
-	fmt.Printf("%s from %s (found by %s)\n", info.Version, info.Path, info.Source)
-}
-
 // A missing library is an ordinary error from the first call, never a crash.
 func ExampleSetLibraryPath() {
 	if err := nccl.SetLibraryPath("/nonexistent/libnccl.so.2"); err != nil {
@@ -47,30 +33,38 @@ func ExampleSetLibraryPath() {
 	if errors.As(err, &le) {
 		fmt.Println(le.Attempts[0].Source, le.Attempts[0].Path)
 	}
+	// LibraryInfo says which file was loaded and why, or, as here, why none was.
+	info := nccl.LibraryInfo()
+	fmt.Println(info.Path == "", errors.Is(info.Err, nccl.ErrLibraryNotFound))
 	// Output:
 	// true
 	// SetLibraryPath /nonexistent/libnccl.so.2
+	// true true
 }
 
 // NCCL's results are errors: compare them with errors.Is, read NCCL's last-error text
 // from *nccl.Error, and tell a library older than the function by ErrSymbolNotFound.
+// explain is what a program does with the error of, say, ncclCommInitRank, shown here on
+// errors any machine can produce.
 func ExampleError() {
-	var id nccl.UniqueId
-	var comm nccl.Comm
-	err := nccl.GetUniqueId(&id)
-	if err == nil {
-		err = nccl.CommInitRank(&comm, 1, id, 0)
+	explain := func(err error) string {
+		var ne *nccl.Error
+		var se *nccl.SymbolError
+		switch {
+		case err == nil:
+			return "communicator ready"
+		case errors.Is(err, nccl.UnhandledCudaError) && errors.As(err, &ne):
+			return "CUDA failed inside NCCL: " + ne.Detail
+		case errors.As(err, &se):
+			return "this libnccl is too old: " + se.Error()
+		}
+		return err.Error()
 	}
-	var ne *nccl.Error
-	var se *nccl.SymbolError
-	switch {
-	case err == nil:
-		fmt.Println("communicator ready")
-	case errors.Is(err, nccl.UnhandledCudaError) && errors.As(err, &ne):
-		fmt.Println("CUDA failed inside NCCL:", ne.Detail)
-	case errors.As(err, &se):
-		fmt.Println("this libnccl is too old:", se.Since, "needed")
-	default:
-		fmt.Println(err)
-	}
+	fmt.Println(explain(nil))
+	fmt.Println(explain(&nccl.Error{Result: nccl.UnhandledCudaError, Detail: "Cuda failure 'out of memory'"}))
+	fmt.Println(errors.Is(nccl.InvalidArgument, nccl.InvalidArgument), errors.Is(nccl.InvalidArgument, nccl.InvalidUsage))
+	// Output:
+	// communicator ready
+	// CUDA failed inside NCCL: Cuda failure 'out of memory'
+	// true false
 }
