@@ -428,25 +428,25 @@ func TestGPURegistrationAndNCCLMemory(t *testing.T) {
 	})
 }
 
-// TestGPUTwoRanksOnOneGPUAllReduce runs two ranks on device 0, each in a goroutine locked
-// to its OS thread with its own communicator from one unique id, and all-reduces across
-// them. NCCL allows it from 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1, which the test sets
-// for a child process when the environment does not have it.
-func TestGPUTwoRanksOnOneGPUAllReduce(t *testing.T) {
-	g := gpu(t)
+// twoRanks returns the two communicators of one world on device 0, each created from one
+// unique id on a goroutine locked to its OS thread, finalized and destroyed when t ends
+// unless the test aborts them first (aborted[rank] = true). NCCL allows two ranks on one
+// GPU from 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1: when the environment lacks it, twoRanks
+// runs the test again in a child process that has it and returns nil (the caller returns).
+func (g *gpuEnv) twoRanks(t *testing.T, aborted *[2]bool) []nccl.Comm {
+	t.Helper()
 	if g.version < nccl.Version(2, 30, 0) {
 		t.Skipf("NCCL %s: two ranks on one GPU need NCCL ≥ 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1", nccl.FormatVersion(g.version))
 	}
 	if os.Getenv("NCCL_MULTI_RANK_GPU_ENABLE") != "1" {
-		dltest.RunChild(t, "TestGPUTwoRanksOnOneGPUAllReduce", "NCCL_MULTI_RANK_GPU_ENABLE=1")
-		return
+		dltest.RunChild(t, t.Name(), "NCCL_MULTI_RANK_GPU_ENABLE=1")
+		return nil
 	}
-	const world, n = 2, 1 << 20
+	const world = 2
 	var id nccl.UniqueId
 	require.NoError(t, nccl.GetUniqueId(&id))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-
 	comms := make([]nccl.Comm, world)
 	errs := make([]error, world)
 	var wg sync.WaitGroup
@@ -461,8 +461,9 @@ func TestGPUTwoRanksOnOneGPUAllReduce(t *testing.T) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		for _, c := range comms {
-			if c != 0 {
+		var wg sync.WaitGroup
+		for rk, c := range comms {
+			if c != 0 && (aborted == nil || !aborted[rk]) {
 				wg.Go(func() {
 					assert.NoError(t, g.on(func() error { return errors.Join(settle(ctx, c, nccl.CommFinalize(c)), nccl.CommDestroy(c)) }))
 				})
@@ -474,31 +475,134 @@ func TestGPUTwoRanksOnOneGPUAllReduce(t *testing.T) {
 		t.Skipf("NCCL %s refuses two ranks on one GPU: %v", nccl.FormatVersion(g.version), err)
 	}
 	require.NoError(t, errors.Join(errs...), "grouped init of two ranks on one GPU")
+	return comms
+}
 
-	bufs := make([]cuda.Deviceptr, world)
-	for rk := range world {
-		bufs[rk] = g.buffer(t, n)
-		g.write(t, bufs[rk], values(n, float32(rk+1)))
-	}
-	for rk := range world {
-		wg.Go(func() {
-			errs[rk] = g.on(func() error {
-				var s cuda.Stream
-				if err := cuda.StreamCreate(&s, uint32(cuda.StreamNonBlocking)); err != nil {
-					return err
-				}
-				defer cuda.StreamDestroy(s)
-				p := ptr(bufs[rk])
-				err := settle(ctx, comms[rk], nccl.AllReduce(p, p, n, nccl.Float32, nccl.Sum, comms[rk], nccl.CudaStream(s)))
-				return errors.Join(err, waitStream(ctx, s))
-			})
-		})
+// onRanks runs f(rank) for both ranks at once, each on its own goroutine with the
+// device's context current, and returns their errors joined.
+func (g *gpuEnv) onRanks(f func(rank int) error) error {
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for rk := range 2 {
+		wg.Go(func() { errs[rk] = g.on(func() error { return f(rk) }) })
 	}
 	wg.Wait()
-	require.NoError(t, errors.Join(errs...))
-	for rk := range world {
-		requireSame(t, values(n, 3), g.read(t, bufs[rk], n), "rank %d", rk)
+	return errors.Join(errs...)
+}
+
+// allReduceOn runs an in-place float32 sum of n elements at p on a fresh stream of rank's
+// communicator c and waits for it (or ctx).
+func allReduceOn(ctx context.Context, c nccl.Comm, p cuda.Deviceptr, n int) error {
+	var s cuda.Stream
+	if err := cuda.StreamCreate(&s, uint32(cuda.StreamNonBlocking)); err != nil {
+		return err
 	}
+	defer cuda.StreamDestroy(s)
+	err := settle(ctx, c, nccl.AllReduce(ptr(p), ptr(p), uint64(n), nccl.Float32, nccl.Sum, c, nccl.CudaStream(s)))
+	return errors.Join(err, waitStream(ctx, s))
+}
+
+// TestGPUTwoRanksOnOneGPUAllReduce runs two ranks on device 0 and checks the sum of their
+// data through cuMemAlloc memory, through a buffer both register (ncclCommRegister), and
+// through ncclMemAlloc memory registered as a symmetric window (ncclCommWindowRegister,
+// where the library has it): on two ranks a sum is no copy, so the data shows whether
+// NCCL read each rank's buffer.
+func TestGPUTwoRanksOnOneGPUAllReduce(t *testing.T) {
+	g := gpu(t)
+	comms := g.twoRanks(t, nil)
+	if comms == nil {
+		return
+	}
+	const n = 1 << 20
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	check := func(t *testing.T, bufs [2]cuda.Deviceptr, scale float32) {
+		t.Helper()
+		for rk := range 2 {
+			g.write(t, bufs[rk], values(n, scale*float32(rk+1)))
+		}
+		require.NoError(t, g.onRanks(func(rk int) error { return allReduceOn(ctx, comms[rk], bufs[rk], n) }))
+		for rk := range 2 {
+			requireSame(t, values(n, 3*scale), g.read(t, bufs[rk], n), "rank %d", rk)
+		}
+	}
+
+	t.Run("cuMemAlloc memory", func(t *testing.T) {
+		check(t, [2]cuda.Deviceptr{g.buffer(t, n), g.buffer(t, n)}, 1)
+	})
+
+	t.Run("registered buffers", func(t *testing.T) {
+		bufs := [2]cuda.Deviceptr{g.buffer(t, n), g.buffer(t, n)}
+		var handles [2]unsafe.Pointer
+		require.NoError(t, g.onRanks(func(rk int) error { return nccl.CommRegister(comms[rk], ptr(bufs[rk]), 4*n, &handles[rk]) }), "ncclCommRegister on both ranks")
+		check(t, bufs, 2)
+		check(t, bufs, 4) // the registration serves again
+		require.NoError(t, g.onRanks(func(rk int) error { return nccl.CommDeregister(comms[rk], handles[rk]) }))
+	})
+
+	t.Run("symmetric window", func(t *testing.T) {
+		var mems [2]unsafe.Pointer
+		require.NoError(t, g.onRanks(func(rk int) error { return nccl.MemAlloc(&mems[rk], 4*n) }), "ncclMemAlloc")
+		t.Cleanup(func() {
+			assert.NoError(t, g.onRanks(func(rk int) error { return nccl.MemFree(mems[rk]) }))
+		})
+		var wins [2]nccl.Window
+		err := g.onRanks(func(rk int) error {
+			return nccl.CommWindowRegister(comms[rk], mems[rk], 4*n, &wins[rk], nccl.WinCollSymmetric)
+		})
+		if errors.Is(err, nccl.ErrSymbolNotFound) {
+			t.Skipf("NCCL %s has no windows: %v", nccl.FormatVersion(g.version), err)
+		}
+		require.NoError(t, err, "ncclCommWindowRegister on both ranks (collective)")
+		bufs := [2]cuda.Deviceptr{cuda.Deviceptr(uintptr(mems[0])), cuda.Deviceptr(uintptr(mems[1]))}
+		check(t, bufs, 8)
+		if wins[0] == 0 || wins[1] == 0 {
+			t.Skipf("NCCL %s registered no window (no symmetric memory on this system); the data went through ncclMemAlloc memory", nccl.FormatVersion(g.version))
+		}
+		require.NoError(t, g.onRanks(func(rk int) error { return nccl.CommWindowDeregister(comms[rk], wins[rk]) }))
+	})
+}
+
+// TestGPUAbortReturnsAPendingAllReduce: rank 0 starts an all-reduce that rank 1 never
+// joins, so it cannot complete; ncclCommAbort on both ranks must end it, so that rank
+// 0's stream drains (cuStreamQuery stops saying not ready) instead of hanging.
+// It runs in a child process, so that whatever the abort leaves in the context cannot
+// reach the other tests.
+func TestGPUAbortReturnsAPendingAllReduce(t *testing.T) {
+	g := gpu(t)
+	if g.version >= nccl.Version(2, 30, 0) && !dltest.InChild() {
+		dltest.RunChild(t, t.Name(), "NCCL_MULTI_RANK_GPU_ENABLE=1")
+		return
+	}
+	var aborted [2]bool
+	comms := g.twoRanks(t, &aborted)
+	if comms == nil {
+		return
+	}
+	const n = 1 << 16
+	p := g.buffer(t, n)
+	var s cuda.Stream
+	g.do(t, "cuStreamCreate", func() error { return cuda.StreamCreate(&s, uint32(cuda.StreamNonBlocking)) })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	g.do(t, "all-reduce on rank 0 alone", func() error {
+		return settle(ctx, comms[0], nccl.AllReduce(ptr(p), ptr(p), n, nccl.Float32, nccl.Sum, comms[0], nccl.CudaStream(s)))
+	})
+	// The operation waits for rank 1: the stream is still busy a while later.
+	time.Sleep(200 * time.Millisecond)
+	g.do(t, "cuStreamQuery before the abort", func() error {
+		if err := cuda.StreamQuery(s); !errors.Is(err, cuda.ErrorNotReady) {
+			return fmt.Errorf("rank 0's lone all-reduce finished without its peer: cuStreamQuery = %v", err)
+		}
+		return nil
+	})
+	aborted = [2]bool{true, true}
+	require.NoError(t, g.onRanks(func(rk int) error { return nccl.CommAbort(comms[rk]) }), "ncclCommAbort on both ranks")
+	// The stream drains; what it reports (success or the kernel's error) is NCCL's business.
+	err := g.on(func() error { return waitStream(ctx, s) })
+	require.NotErrorIs(t, err, context.DeadlineExceeded, "the pending all-reduce did not return after ncclCommAbort")
+	t.Logf("rank 0's stream after the abort: %v", err)
+	g.do(t, "cuStreamDestroy", func() error { return cuda.StreamDestroy(s) })
 }
 
 // waitStream polls s until its work is done, or ctx ends.
