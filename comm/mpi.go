@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -31,11 +30,12 @@ import (
 // Threads: MPI is initialised with MPI_THREAD_SERIALIZED. Every MPI call of the process
 // made through comm is serialised by one process-wide lock, so goroutines may call from
 // any OS thread; MPI_Init_thread and MPI_Finalize (which MPI wants on one thread) run
-// on a goroutine locked to its OS thread. Before MPI_Init, OMPI_MCA_opal_signal is set
-// to the empty list (unless the environment sets it): otherwise Open MPI installs its own
-// SIGSEGV, SIGBUS, SIGFPE and SIGABRT handlers over Go's, and a nil dereference would
-// kill the process instead of panicking. Go's own signals (SIGURG preemption) are
-// delivered to Go threads with SA_RESTART and do not disturb MPI's progress.
+// on a goroutine locked to its OS thread. Signals: Open MPI installs its backtrace
+// handlers (OMPI_MCA_opal_signal: SIGABRT, SIGBUS, SIGFPE, SIGSEGV) only where no handler
+// is installed, so Go's stay and a nil dereference is still a recoverable panic after
+// MPI_Init; Go's own signals (SIGURG preemption, SA_RESTART) go to Go threads only and do
+// not disturb MPI's progress (the tests run collectives from several goroutines under
+// garbage collection, with -race).
 //
 // Element types: the eight MPI has (int8 ... uint64 as MPI_INT8_T ..., float32 and
 // float64) reduce with MPI's predefined operations; float16, bfloat16 and the two fp8
@@ -160,12 +160,6 @@ func acquireMPI(ctx context.Context) (*mpiProcess, error) {
 		return nil, err
 	}
 	if flag == 0 {
-		if _, set := os.LookupEnv("OMPI_MCA_opal_signal"); !set {
-			// Keep Go's handlers of SIGSEGV, SIGBUS, SIGFPE and SIGABRT (see MPICommunicator).
-			if err := os.Setenv("OMPI_MCA_opal_signal", ""); err != nil {
-				return nil, err
-			}
-		}
 		go p.mainThread()
 		done := make(chan error, 1)
 		var provided int32
@@ -636,7 +630,8 @@ func (c *MPICommunicator) Close() error {
 		c.cancelPending()
 	}
 	if err := c.lock(opClose); err == nil {
-		if err := mpi.CommFree(&c.comm); err != nil {
+		h := c.comm // a pointer into c would point at Go pointers
+		if err := mpi.CommFree(&h); err != nil {
 			errs = append(errs, c.opErr(opClose, -1, err))
 		}
 		c.p.mu.Unlock()
