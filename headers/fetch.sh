@@ -36,6 +36,10 @@ apt_update() {
 		for s in sid trixie bookworm; do
 			echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror $s contrib non-free"
 		done
+		# Components other than contrib and non-free that the manifest pins (main for
+		# Open MPI), only for the suites that pin them.
+		awk -F'\t' '$1 !~ /^#/ && NF >= 8 && $5 != "contrib" && $5 != "non-free" {print $4, $5}' "$manifest" | sort -u |
+			while read -r s c; do echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror $s $c"; done
 	} >"$apt_dir/sources.list"
 	# shellcheck disable=SC2046
 	apt-get $(apt_opts) update >"$apt_dir/update.log" 2>&1 || {
@@ -87,7 +91,9 @@ fetch_kind() {
 		[ "$kind" = "$want" ] || continue
 		dir="$cache/$kind/$set"
 		dest="$dir/$(basename "$file")"
-		if [ -f "$dir/.verified" ]; then continue; fi
+		# A set may pin several files (a header and the headers it includes): a header
+		# counts as fetched only once its own file is there too.
+		if [ -f "$dir/.verified" ] && { [ "$kind" = lib ] || [ -f "$dest" ]; }; then continue; fi
 		echo "fetch.sh: $set: $pkg $ver ($suite/$comp) -> $dest" >&2
 		extract "$(deb "$pkg" "$ver")" "$file" "$dest"
 		local got

@@ -202,7 +202,7 @@ func (e *env) closedTyped(t *testing.T, cs []comm.Communicator, p comm.DevicePtr
 // instance counts them, no library call.
 func (e *env) expectFailure(t *testing.T, name string, call func() error, want error) {
 	t.Helper()
-	counter, counts := e.inst.(CallCounter)
+	counter, counts := e.count.(CallCounter)
 	var before int64
 	if counts {
 		before = counter.DriverCalls()

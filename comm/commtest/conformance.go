@@ -130,6 +130,23 @@ type env struct {
 	n    int
 	elem comm.DType
 	es   int
+
+	mem   Memory // inst, or a CommInstance's memory (distributed.go)
+	local []int  // the ranks this process runs; nil: all of them
+	count any    // what may be a CallCounter
+}
+
+// ranks lists the ranks this process runs and checks: all of them, unless the world
+// spans several processes (RunCommunicatorConformance with Local).
+func (e *env) ranks() []int {
+	if e.local != nil {
+		return e.local
+	}
+	all := make([]int, e.n)
+	for r := range all {
+		all[r] = r
+	}
+	return all
 }
 
 func start(t *testing.T, h Harness, elem comm.DType) *env {
@@ -150,14 +167,15 @@ func start(t *testing.T, h Harness, elem comm.DType) *env {
 		require.Equal(t, r, be.Rank(), "backend %d's rank", r)
 		require.Equal(t, h.World, be.WorldSize())
 	}
-	return &env{h: h, inst: inst, b: b, n: h.World, elem: elem, es: elem.Size()}
+	return &env{h: h, inst: inst, b: b, n: h.World, elem: elem, es: elem.Size(), mem: inst, count: inst}
 }
 
 // all runs f on every rank concurrently and requires success within the timeout.
 func (e *env) all(t *testing.T, f func(rank int) error) {
 	t.Helper()
-	for r, err := range e.try(t, f) {
-		require.NoError(t, err, "rank %d", r)
+	errs := e.try(t, f)
+	for _, r := range e.ranks() {
+		require.NoError(t, errs[r], "rank %d", r)
 	}
 }
 
@@ -168,7 +186,7 @@ func (e *env) try(t *testing.T, f func(rank int) error) []error {
 	go func() {
 		defer close(done)
 		var wg sync.WaitGroup
-		for r := range e.n {
+		for _, r := range e.ranks() {
 			wg.Go(func() { errs[r] = f(r) })
 		}
 		wg.Wait()
@@ -185,12 +203,12 @@ func (e *env) try(t *testing.T, f func(rank int) error) []error {
 func (e *env) buffers(t *testing.T, bytes int, fill func(rank int) []byte) []comm.DevicePtr {
 	t.Helper()
 	ps := make([]comm.DevicePtr, e.n)
-	for r := range e.n {
-		p, err := e.inst.Alloc(r, max(bytes, 1))
+	for _, r := range e.ranks() {
+		p, err := e.mem.Alloc(r, max(bytes, 1))
 		require.NoError(t, err)
-		t.Cleanup(func() { _ = e.inst.Free(r, p) })
+		t.Cleanup(func() { _ = e.mem.Free(r, p) })
 		if fill != nil {
-			require.NoError(t, e.inst.Write(r, p, fill(r)))
+			require.NoError(t, e.mem.Write(r, p, fill(r)))
 		}
 		ps[r] = p
 	}
@@ -202,7 +220,7 @@ func (e *env) read(t *testing.T, rank int, p comm.DevicePtr, n int) []byte {
 	if n == 0 {
 		return []byte{}
 	}
-	b, err := e.inst.Read(rank, p, n)
+	b, err := e.mem.Read(rank, p, n)
 	require.NoError(t, err)
 	return b
 }

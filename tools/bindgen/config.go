@@ -11,16 +11,20 @@ import (
 // Config is one generated package: which header, which header sets, which settings, the
 // naming prefixes and the skip list. It is read from a JSON file in gen/.
 type Config struct {
-	Package  string    `json:"package"`  // Go package name
-	Out      string    `json:"out"`      // output folder, relative to the repository root
-	Header   string    `json:"header"`   // header file name inside each header set
-	Result   string    `json:"result"`   // the C result type that Go returns as an error
-	Sets     []string  `json:"sets"`     // header sets, oldest first; the last is the generation target
-	Include  []string  `json:"include"`  // extra include folders (our stubs), relative to the root
-	Settings []Setting `json:"settings"` // preprocessor settings; the API is the union of all
-	Prefixes []string  `json:"prefixes"` // prefixes dropped from C names, longest match first
-	Skip     []Skip    `json:"skip"`     // declarations left out on purpose, each with a reason
-	Rename   []Rename  `json:"rename"`   // Go names chosen by hand to resolve collisions, each with a reason
+	Package string `json:"package"` // Go package name
+	Out     string `json:"out"`     // output folder, relative to the repository root
+	Header  string `json:"header"`  // header file name inside each header set
+	Result  string `json:"result"`  // the C result type that Go returns as an error
+	// ResultType is the Go type (declared by hand in the package) that a result of a C
+	// scalar type ("result": "int", MPI's error codes) is converted to before resultError;
+	// a typedef result is its own generated type.
+	ResultType string    `json:"resultType"`
+	Sets       []string  `json:"sets"`     // header sets, oldest first; the last is the generation target
+	Include    []string  `json:"include"`  // extra include folders (our stubs), relative to the root
+	Settings   []Setting `json:"settings"` // preprocessor settings; the API is the union of all
+	Prefixes   []string  `json:"prefixes"` // prefixes dropped from C names, longest match first
+	Skip       []Skip    `json:"skip"`     // declarations left out on purpose, each with a reason
+	Rename     []Rename  `json:"rename"`   // Go names chosen by hand to resolve collisions, each with a reason
 
 	file string
 	skip []*regexp.Regexp
@@ -78,6 +82,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("sets is empty")
 	case len(c.Settings) == 0:
 		return fmt.Errorf("settings is empty")
+	case scalarGo[c.Result] != "" && c.ResultType == "":
+		return fmt.Errorf("result %s is a C scalar type: set resultType to the Go type of its values", c.Result)
 	}
 	for i, s := range c.Skip {
 		if !skipKinds[s.Kind] {

@@ -63,6 +63,7 @@ func (g *goPkg) emitDoc() *jen.File {
 	b.WriteString("allocates nothing. The library must therefore not keep a Go pointer after the call\n")
 	b.WriteString("returns (host memory it registers, user data of callbacks): pass C or pinned memory there.\n")
 	b.WriteString("Pointer fields of structs passed by pointer must not point to unpinned Go memory either.")
+	b.WriteString(g.globalsDoc())
 	for _, l := range strings.Split(wrap(b.String(), 90), "\n") {
 		f.PackageComment(l)
 	}
@@ -76,6 +77,8 @@ func (g *goPkg) examples() [][2]string {
 		"NCCL_CONFIG_UNDEF_INT": true, "ncclDataType_t": true, "cudaStream_t": true,
 		"cuMemAlloc": true, "CUresult": true, "CUDA_ERROR_NO_DEVICE": true, "CUdevice_attribute": true,
 		"CU_STREAM_NON_BLOCKING": true, "CUDA_MEMCPY2D": true, "cuuint64_t": true, "CUdeviceptr": true,
+		"MPI_Allreduce": true, "MPI_Comm": true, "MPI_Status": true, "MPI_SUCCESS": true, "MPI_ANY_TAG": true,
+		"MPI_User_function": true,
 	}
 	var out [][2]string
 	add := func(c, goname string) {

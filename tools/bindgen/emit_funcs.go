@@ -142,7 +142,7 @@ func (g *goPkg) plan(f *Func) (*crossing, error) {
 	switch {
 	case rt.Kind == Void:
 		cr.res, tret = resNone, "void"
-	case rt.Kind == Named && rt.Name == g.cfg.Result:
+	case (rt.Kind == Named || rt.Kind == Scalar) && rt.Name == g.cfg.Result:
 		cr.res = resError
 		kind, ctyp, err := g.argOf(rt)
 		if err != nil || kind != argNumber {
@@ -290,6 +290,9 @@ func (g *goPkg) emitFuncs() (cgoFile, nocgoFile *jen.File, err error) {
 		switch cr.res {
 		case resError:
 			resName := g.goTypeName(f.Sig.Result)
+			if f.Sig.Result.Kind == Scalar {
+				resName = g.cfg.ResultType
+			}
 			body = append(resolve,
 				jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err())),
 				jen.Return(jen.Id("resultError").Call(jen.Id(resName).Call(call))))

@@ -24,7 +24,7 @@ type layoutCheck struct {
 func (g *goPkg) layoutChecks() []layoutCheck {
 	var out []layoutCheck
 	for _, d := range g.sortedDecls() {
-		if d.ParentDecl != nil || (d.Kind == DeclTypedef && (d.Alias || isAggregate(d.Underlying))) {
+		if d.ParentDecl != nil || (d.Kind == DeclTypedef && (d.Alias || isAggregate(d.Underlying) || d.Underlying.Kind == FuncPtr)) {
 			continue // checked through its parent / the same as another type
 		}
 		cname := d.CName

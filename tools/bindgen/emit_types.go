@@ -123,6 +123,10 @@ func (g *goPkg) emitTypedef(f *jen.File, d *TypeDecl, name string) error {
 		f.Comment(doc + " (a C function pointer).")
 		f.Type().Id(name).Id("uintptr")
 		return nil
+	case u.Kind == FuncPtr:
+		f.Comment(doc + " (a C function type; the Go type holds the address of such a function).")
+		f.Type().Id(name).Id("uintptr")
+		return nil
 	case d.Alias || u.Kind == Struct || u.Kind == Union || u.Kind == Enum:
 		t, err := g.goType(u)
 		if err != nil {

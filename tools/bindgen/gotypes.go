@@ -142,6 +142,7 @@ func newGoPkg(cfg *Config, api *API) (*goPkg, error) {
 		c.GoName = cfg.goName(c.Name)
 		g.claim(c.GoName, "macro "+c.Name+" ("+c.Pos+")")
 	}
+	g.claimGlobals()
 	for _, f := range api.Funcs {
 		g.claim(f.GoName, "function "+f.Symbol+" ("+f.Pos+")")
 	}
@@ -233,7 +234,7 @@ func (g *goPkg) isHandle(t *CType) bool {
 		}
 		return false
 	}
-	return t.Kind == Pointer && t.Elem.Kind == FuncPtr
+	return t.Kind == Pointer && (t.Elem.Kind == FuncPtr || g.isFuncTypedef(t.Elem))
 }
 
 // goType is the Go type of a C type.
@@ -272,6 +273,8 @@ func (g *goPkg) goType(t *CType) (*jen.Statement, error) {
 			return jen.Qual("unsafe", "Pointer"), nil
 		case el.Kind == FuncPtr:
 			return jen.Id("uintptr"), nil
+		case g.isFuncTypedef(el): // F * where typedef R F(...): the function address, as F
+			return jen.Id(g.goTypeName(el)), nil
 		case el.Kind == Scalar && (el.Name == "char" || el.Name == "signed char" || el.Name == "unsigned char"):
 			return jen.Op("*").Id("byte"), nil
 		case el.Kind == Struct && g.lookup(el) == nil:

@@ -204,6 +204,10 @@ func (g *goPkg) write(dir string) error {
 	if err != nil {
 		return err
 	}
+	globals, err := g.emitGlobals()
+	if err != nil {
+		return err
+	}
 	files := map[string]*jen.File{
 		"zdoc.go":         g.emitDoc(),
 		"ztypes.go":       types,
@@ -211,6 +215,9 @@ func (g *goPkg) write(dir string) error {
 		"zfuncs_cgo.go":   cgoFile,
 		"zfuncs_nocgo.go": nocgoFile,
 		"zlayout_test.go": layout,
+	}
+	if globals != nil {
+		files["zglobals.go"] = globals
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err

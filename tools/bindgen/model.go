@@ -127,7 +127,10 @@ type Const struct {
 	Float  float64
 	Str    string
 	Type   string // ConstPointer: C typedef name of the pointer type ("CUstream"), or ""
-	Pos    string
+	// Enumerator marks an enumerator of an enum without tag or typedef, kept as an
+	// untyped constant (parse_anonenum.go).
+	Enumerator bool
+	Pos        string
 }
 
 // API is everything one header set declares, after the skip list.
@@ -138,7 +141,8 @@ type API struct {
 	Types    []*TypeDecl
 	Enums    []*Enumerator
 	Consts   []*Const
-	External []*TypeDecl // typedefs from our stub headers that the header uses (cudaStream_t)
+	Globals  []*GlobalAddr // macros standing for the address of a library global
+	External []*TypeDecl   // typedefs from our stub headers that the header uses (cudaStream_t)
 	Counts   Counts
 }
 

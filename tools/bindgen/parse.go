@@ -103,6 +103,9 @@ type parser struct {
 	constMember map[*cc.Declarator]bool // struct members declared with a const specifier
 	nestParent  *TypeDecl               // the aggregate whose field types are being converted
 	nestField   string
+
+	globals map[string]*Global     // extern objects (parse_globals.go)
+	addrs   map[string]*GlobalAddr // macros standing for their addresses
 }
 
 // parseSet parses the header of one set in every setting of cfg.
@@ -151,6 +154,7 @@ func parseSet(cfg *Config, root, cache, set string) (*API, error) {
 		p.setting = st.Name
 		p.translationUnit(asts[i])
 	}
+	p.unaddressedGlobals()
 	if len(p.errs) > 0 {
 		return nil, joinErrors(p.errs)
 	}
@@ -231,6 +235,10 @@ func (p *parser) declaration(d *cc.Declaration) {
 			p.aggregate(su.Type(), "", "", p.pos(su.Position().Filename, su.Position().Line, su.Position().Column))
 		}
 		if es := ts.EnumSpecifier; es != nil && es.EnumeratorList != nil && p.inHeader(es.Position().Filename) {
+			if tagOf(es.Type()) == "" && d.InitDeclaratorList == nil {
+				p.anonEnum(es)
+				continue
+			}
 			p.aggregate(es.Type(), "", "", p.pos(es.Position().Filename, es.Position().Line, es.Position().Column))
 		}
 	}
@@ -247,7 +255,7 @@ func (p *parser) declaration(d *cc.Declaration) {
 		case dr.Type().Kind() == cc.Function:
 			p.function(dr, where, pos.Line, pos.Column)
 		default:
-			p.fail(where, "variable", dr.Name(), "object declarations cannot be bound")
+			p.variable(dr, where)
 		}
 	}
 }
@@ -366,9 +374,14 @@ func (p *parser) finish() {
 	}
 	for _, c := range p.consts {
 		api.Consts = append(api.Consts, c)
-		api.Counts.emit("macro")
+		if c.Enumerator {
+			api.Counts.emit("enumerator")
+		} else {
+			api.Counts.emit("macro")
+		}
 	}
 	sort.Slice(api.Consts, func(i, j int) bool { return api.Consts[i].Name < api.Consts[j].Name })
+	p.finishGlobals()
 }
 
 func declKindName(d *TypeDecl) string {

@@ -49,6 +49,9 @@ func (p *parser) macros(ast *cc.AST) {
 			p.api.Counts.skip("macro", "names a function (gives the function its public name)")
 			continue
 		}
+		if p.globalMacro(ast.Macros, name, m, where) {
+			continue
+		}
 		c, err := p.macroConst(name, m, where)
 		if err != nil {
 			p.fail(where, "macro", name, err.Error())

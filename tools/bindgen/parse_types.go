@@ -200,6 +200,12 @@ func (p *parser) underlying(t cc.Type, spec string) (*CType, error) {
 			return nil, err
 		}
 		return &CType{Kind: Array, Elem: el, Len: x.Len(), Size: x.Size(), Align: int64(x.Align())}, nil
+	case *cc.FunctionType: // typedef int (F)(void *): a function type, used through F *
+		sig, err := p.signature(x)
+		if err != nil {
+			return nil, err
+		}
+		return &CType{Kind: FuncPtr, Sig: sig}, nil
 	case *cc.StructType, *cc.UnionType, *cc.EnumType:
 		d, err := p.aggregate(t, "", "", "")
 		if err != nil {

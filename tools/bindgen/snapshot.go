@@ -94,6 +94,7 @@ func snapshotEntities(api *API, multiSetting bool) []*entity {
 	for _, c := range api.Consts {
 		es = append(es, &entity{Key: "const " + c.Name, Head: constText(c)})
 	}
+	es = append(es, globalEntities(api)...)
 	sort.SliceStable(es, func(i, j int) bool {
 		ki, kj := kindOrder(es[i].kind()), kindOrder(es[j].kind())
 		if ki != kj {
@@ -105,7 +106,7 @@ func snapshotEntities(api *API, multiSetting bool) []*entity {
 }
 
 func kindOrder(k string) int {
-	return map[string]int{"func": 0, "type": 1, "enumerator": 2, "const": 3}[k]
+	return map[string]int{"func": 0, "type": 1, "enumerator": 2, "const": 3, "global": 4}[k]
 }
 
 func constText(c *Const) string {
@@ -186,6 +187,7 @@ var diffKinds = []struct{ kind, noun, change string }{
 	{"type", "types", "changed layouts"},
 	{"enumerator", "enumerators", "changed values"},
 	{"const", "constants", "changed values"},
+	{"global", "global addresses", "changed targets"},
 }
 
 // diffSnapshots writes, for humans, what changed between two snapshots. It reports

@@ -1,0 +1,768 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/ncclgo/ncclgo/raw/mpi"
+)
+
+// MPICommunicator is a Communicator over an MPI communicator (Open MPI's libmpi.so.40,
+// loaded at run time through raw/mpi), for processes started by mpirun (or srun with
+// PMIx). Its pointers are HOST addresses: the DevicePtr arguments carry the address of
+// host memory the caller keeps alive and unmoved (C memory, or Go memory pinned with
+// runtime.Pinner) until Sync returns. Device pointers work only with a CUDA-aware MPI,
+// which Debian's Open MPI is not.
+//
+// Completion: the collectives (AllReduce, Broadcast, AllGather, ReduceScatter) are
+// blocking MPI calls and have completed when they return. Send and Recv are non-blocking
+// (MPI_Isend, MPI_Irecv with the tag) and complete in Sync, Barrier or Close; so a ring of
+// sends and receives never deadlocks whatever the order in which the ranks post them,
+// and GroupStart/GroupEnd (NCCL's grouping) only check nesting: there is nothing to
+// defer. Sync, Barrier and Close poll (MPI_Testall, MPI_Ibarrier) so that ctx is honoured.
+//
+// Threads: MPI is initialised with MPI_THREAD_SERIALIZED. Every MPI call of the process
+// made through comm is serialised by one process-wide lock, so goroutines may call from
+// any OS thread; MPI_Init_thread and MPI_Finalize (which MPI wants on one thread) run
+// on a goroutine locked to its OS thread. Signals: Open MPI installs its backtrace
+// handlers (OMPI_MCA_opal_signal: SIGABRT, SIGBUS, SIGFPE, SIGSEGV) only where no handler
+// is installed, so Go's stay and a nil dereference is still a recoverable panic after
+// MPI_Init; Go's own signals (SIGURG preemption, SA_RESTART) go to Go threads only and do
+// not disturb MPI's progress (the tests run collectives from several goroutines under
+// garbage collection, with -race).
+//
+// Element types: the eight MPI has (int8 ... uint64 as MPI_INT8_T ..., float32 and
+// float64) reduce with MPI's predefined operations; float16, bfloat16 and the two fp8
+// formats reduce with user-defined operations written in C, which widen to float32,
+// combine and round once, bit for bit as the Go reference in package kernels. Avg is
+// NCCL's: floating contributions are pre-multiplied by 1/n (rounded to the format) and
+// summed, integers are summed and divided. Counts must fit MPI's int (2^31-1 elements;
+// bytes for the byte movers).
+//
+// Bad input fails with comm's validation errors (*ArgError) before any MPI call; MPI's
+// own errors come back as *OpError wrapping mpi.ErrorCode (the communicator is created
+// with MPI_ERRORS_RETURN).
+type MPICommunicator struct {
+	g     *guard
+	p     *mpiProcess
+	cfg   config
+	comm  mpi.Comm
+	rank  int
+	world int
+	reqs  []mpi.Request // pending Isend/Irecv/Ibarrier, guarded by p.mu
+	tmp   []byte        // scratch of the pre-multiplied Avg contributions, guarded by p.mu
+	calls atomic.Int64  // MPI calls made, see MPICalls
+}
+
+var _ Communicator = (*MPICommunicator)(nil)
+
+// mpiProcess is the process's MPI: initialised once, finalised once.
+type mpiProcess struct {
+	mu        sync.Mutex // serialises every MPI call (MPI_THREAD_SERIALIZED)
+	owner     bool       // comm called MPI_Init_thread, so it calls MPI_Finalize
+	finalized atomic.Bool
+	refs      int // open communicators
+	main      chan func()
+	types     [len(dtypeInfo)]mpi.Datatype
+	ops       [len(dtypeInfo)][4]mpi.Op // Sum, Prod, Max, Min (Avg is composed)
+	userOps   []mpi.Op                  // created here, freed with the last communicator
+	inPlace   unsafe.Pointer
+	tagUB     int
+}
+
+var (
+	mpiMu   sync.Mutex // guards mpiProc
+	mpiProc *mpiProcess
+)
+
+// Narrow element formats and operators of the C user functions (mpi_ops_cgo.go).
+const (
+	mpiF16 = iota
+	mpiBF16
+	mpiE4M3
+	mpiE5M2
+)
+
+const (
+	mpiOpSum = iota
+	mpiOpProd
+	mpiOpMax
+	mpiOpMin
+)
+
+func narrowFormat(t DType) (int, bool) {
+	switch t {
+	case Float16:
+		return mpiF16, true
+	case BFloat16:
+		return mpiBF16, true
+	case Float8E4M3:
+		return mpiE4M3, true
+	case Float8E5M2:
+		return mpiE5M2, true
+	}
+	return 0, false
+}
+
+// NewMPI returns this process's rank of MPI_COMM_WORLD as a Communicator (a duplicate
+// of it, so that its messages never match the application's own). It initialises MPI
+// (MPI_Init_thread, MPI_THREAD_SERIALIZED) unless the process already did, in which case
+// the thread level provided must be at least serialised. MPI_Init waits for every rank
+// that mpirun started; if ctx ends first NewMPI returns ctx's error while the
+// initialisation goes on, and the process should exit. Options: WithLogger,
+// WithCloseTimeout.
+func NewMPI(ctx context.Context, opts ...Option) (*MPICommunicator, error) {
+	cfg := newConfig(opts)
+	p, err := acquireMPI(ctx)
+	if err != nil {
+		return nil, &OpError{Op: opInit, Bytes: -1, Rank: -1, Err: err}
+	}
+	world, err := mpi.CommWorld()
+	if err == nil {
+		c, err := p.newCommunicator(cfg, func(out *mpi.Comm) error { return mpi.CommDup(world, out) })
+		if err == nil {
+			return c, nil
+		}
+	}
+	p.release(cfg)
+	return nil, &OpError{Op: opInit, Bytes: -1, Rank: -1, Err: err}
+}
+
+// acquireMPI initialises MPI once per process and counts one more user of it.
+func acquireMPI(ctx context.Context) (*mpiProcess, error) {
+	mpiMu.Lock()
+	defer mpiMu.Unlock()
+	if mpiProc != nil {
+		if mpiProc.finalized.Load() {
+			return nil, errors.New("mpi was finalized in this process (an MPI process initialises MPI once)")
+		}
+		mpiProc.refs++
+		return mpiProc, nil
+	}
+	if err := mpi.Load(); err != nil {
+		return nil, fmt.Errorf("load open mpi (apt-get install openmpi-bin libopenmpi-dev): %w", err)
+	}
+	p := &mpiProcess{main: make(chan func())}
+	var flag int32
+	if err := mpi.Finalized(&flag); err != nil {
+		return nil, err
+	}
+	if flag != 0 {
+		return nil, errors.New("mpi was finalized in this process by its owner")
+	}
+	if err := mpi.Initialized(&flag); err != nil {
+		return nil, err
+	}
+	if flag == 0 {
+		go p.mainThread()
+		done := make(chan error, 1)
+		var provided int32
+		p.main <- func() { done <- mpi.InitThread(nil, nil, mpi.ThreadSerialized, &provided) }
+		select {
+		case err := <-done:
+			if err != nil {
+				close(p.main)
+				return nil, fmt.Errorf("mpi_init_thread: %w", err)
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("mpi_init_thread did not return: %w", context.Cause(ctx))
+		}
+		p.owner = true
+		if provided < mpi.ThreadSerialized {
+			return nil, fmt.Errorf("mpi provides thread level %d, comm needs MPI_THREAD_SERIALIZED (%d)", provided, mpi.ThreadSerialized)
+		}
+	} else {
+		var provided int32
+		if err := mpi.QueryThread(&provided); err != nil {
+			return nil, err
+		}
+		if provided < mpi.ThreadSerialized {
+			return nil, fmt.Errorf("mpi was initialised with thread level %d; comm needs MPI_THREAD_SERIALIZED (%d) or more", provided, mpi.ThreadSerialized)
+		}
+	}
+	if err := p.handles(); err != nil {
+		return nil, err
+	}
+	p.refs = 1
+	mpiProc = p
+	return p, nil
+}
+
+// mainThread runs MPI_Init_thread and MPI_Finalize on one locked OS thread.
+func (p *mpiProcess) mainThread() {
+	runtime.LockOSThread()
+	for f := range p.main {
+		f()
+	}
+}
+
+// handles resolves the datatype and operator handles and creates the user operators.
+func (p *mpiProcess) handles() error {
+	in := mpi.InPlace
+	p.inPlace = *(*unsafe.Pointer)(unsafe.Pointer(&in))
+	var errs []error
+	dt := func(f func() (mpi.Datatype, error)) mpi.Datatype {
+		h, err := f()
+		errs = append(errs, err)
+		return h
+	}
+	p.types = [len(dtypeInfo)]mpi.Datatype{
+		Int8: dt(mpi.Int8T), Uint8: dt(mpi.Uint8T), Int32: dt(mpi.Int32T), Uint32: dt(mpi.Uint32T),
+		Int64: dt(mpi.Int64T), Uint64: dt(mpi.Uint64T), Float32: dt(mpi.Float), Float64: dt(mpi.Double),
+		Float16: dt(mpi.Uint16T), BFloat16: dt(mpi.Uint16T), Float8E4M3: dt(mpi.Uint8T), Float8E5M2: dt(mpi.Uint8T),
+	}
+	op := func(f func() (mpi.Op, error)) mpi.Op {
+		h, err := f()
+		errs = append(errs, err)
+		return h
+	}
+	native := [4]mpi.Op{op(mpi.Sum), op(mpi.Prod), op(mpi.Max), op(mpi.Min)}
+	for t := range dtypeInfo {
+		if f, narrow := narrowFormat(DType(t)); narrow {
+			for o := range 4 {
+				var h mpi.Op
+				errs = append(errs, mpi.OpCreate(mpi.UserFunction(mpiNarrowOp(f, o)), 1, &h))
+				p.ops[t][o] = h
+				p.userOps = append(p.userOps, h)
+			}
+			continue
+		}
+		p.ops[t] = native
+	}
+	var flag int32
+	var ub *int32 // MPI_TAG_UB's value is a pointer to the bound
+	world, err := mpi.CommWorld()
+	errs = append(errs, err)
+	if err == nil {
+		errs = append(errs, mpi.CommGetAttr(world, mpi.TagUb, unsafe.Pointer(&ub), &flag))
+	}
+	p.tagUB = 32767 // the standard's minimum
+	if flag != 0 && ub != nil {
+		p.tagUB = int(*ub)
+	}
+	return errors.Join(errs...)
+}
+
+// newCommunicator makes a communicator from the handle create gives (MPI_Comm_dup or
+// MPI_Comm_split), with MPI_ERRORS_RETURN. It returns (nil, nil) for MPI_COMM_NULL.
+func (p *mpiProcess) newCommunicator(cfg config, create func(*mpi.Comm) error) (*MPICommunicator, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var h mpi.Comm
+	if err := create(&h); err != nil {
+		return nil, err
+	}
+	null, err := mpi.CommNull()
+	if err != nil {
+		return nil, err
+	}
+	if h == null {
+		return nil, nil
+	}
+	eh, err := mpi.ErrorsReturn()
+	if err == nil {
+		err = mpi.CommSetErrhandler(h, eh)
+	}
+	var rank, size int32
+	if err == nil {
+		err = errors.Join(mpi.CommRank(h, &rank), mpi.CommSize(h, &size))
+	}
+	if err != nil {
+		_ = mpi.CommFree(&h)
+		return nil, err
+	}
+	return &MPICommunicator{g: newGuard(int(rank), int(size), cfg.elem), p: p, cfg: cfg, comm: h,
+		rank: int(rank), world: int(size), reqs: make([]mpi.Request, 0, 16)}, nil
+}
+
+// release drops one user of MPI; the last one frees the user operators and, if comm
+// initialised MPI, finalises it.
+func (p *mpiProcess) release(cfg config) {
+	mpiMu.Lock()
+	defer mpiMu.Unlock()
+	p.refs--
+	if p.refs > 0 || !p.owner {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := range p.userOps {
+		if err := mpi.OpFree(&p.userOps[i]); err != nil {
+			cfg.log.Warn("comm: mpi_op_free failed", "err", err)
+		}
+	}
+	done := make(chan error, 1)
+	p.main <- func() { done <- mpi.Finalize() }
+	if err := <-done; err != nil {
+		cfg.log.Error("comm: mpi_finalize failed", "err", err)
+	}
+	close(p.main)
+	p.finalized.Store(true)
+}
+
+// hostPtr is the host address a DevicePtr carries, as C wants it.
+func hostPtr(p DevicePtr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&p)) }
+
+// Rank is this rank's index in the communicator.
+func (c *MPICommunicator) Rank() int { return c.rank }
+
+// WorldSize is the number of ranks of the communicator.
+func (c *MPICommunicator) WorldSize() int { return c.world }
+
+// MPICalls is the number of MPI calls the communicator has made (for diagnostics and
+// for tests proving that bad input never reaches MPI).
+func (c *MPICommunicator) MPICalls() int64 { return c.calls.Load() }
+
+// lock takes the process lock for an MPI call, failing when MPI was finalised.
+func (c *MPICommunicator) lock(op string) error {
+	c.p.mu.Lock()
+	if c.p.finalized.Load() {
+		c.p.mu.Unlock()
+		return &ArgError{Op: op, Arg: "rank", Value: c.rank, Err: ErrClosed, Reason: "mpi was finalized"}
+	}
+	c.calls.Add(1)
+	return nil
+}
+
+func (c *MPICommunicator) opErr(op string, bytes int, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &OpError{Op: op, Bytes: bytes, Rank: c.rank, Err: err}
+}
+
+func checkMPICount(op, arg string, n int) error {
+	if n > math.MaxInt32 {
+		return &ArgError{Op: op, Arg: arg, Value: n, Err: ErrInvalidSize, Reason: "above MPI's int count (2^31-1)"}
+	}
+	return nil
+}
+
+// AllReduce reduces count elements at ptr across ranks with op, in place (MPI_Allreduce
+// with MPI_IN_PLACE); it has completed when it returns.
+func (c *MPICommunicator) AllReduce(ptr DevicePtr, count int, t DType, op ReduceOp) error {
+	bytes, err := c.g.typedReduce(ptr, count, t, op)
+	if err != nil {
+		return err
+	}
+	if err := checkMPICount(opAllReduce, "count", count); err != nil {
+		return err
+	}
+	if err := c.lock(opAllReduce); err != nil {
+		return err
+	}
+	defer c.p.mu.Unlock()
+	buf := hostPtr(ptr)
+	mop := op
+	if op == Avg {
+		c.premultiply(buf, buf, count, t)
+		mop = Sum
+	}
+	err = mpi.Allreduce(c.p.inPlace, buf, int32(count), c.p.types[t], c.p.ops[t][mop], c.comm)
+	if err == nil && op == Avg {
+		c.divide(buf, count, t)
+	}
+	return c.opErr(opAllReduce, bytes, err)
+}
+
+// ReduceScatter reduces count*WorldSize() elements at send across ranks and leaves block
+// Rank() at recv (MPI_Reduce_scatter_block); recv == send + Rank()*count elements is the
+// in-place form. It has completed when it returns.
+func (c *MPICommunicator) ReduceScatter(send, recv DevicePtr, count int, t DType, op ReduceOp) error {
+	bytes, err := c.g.typedGather(opReduceScatter, send, recv, count, t, op, true)
+	if err != nil {
+		return err
+	}
+	if err := checkMPICount(opReduceScatter, "count", count*c.world); err != nil {
+		return err
+	}
+	if err := c.lock(opReduceScatter); err != nil {
+		return err
+	}
+	defer c.p.mu.Unlock()
+	total := bytes * c.world
+	in := hostPtr(send)
+	out := hostPtr(recv)
+	mop := op
+	if op == Avg {
+		mop = Sum
+	}
+	inPlace := recv == send+DevicePtr(c.rank*bytes)
+	switch {
+	case op == Avg || inPlace:
+		// The send buffer is an input: reduce a copy (pre-multiplied for Avg), in place.
+		if cap(c.tmp) < total {
+			c.tmp = make([]byte, total)
+		}
+		tmp := c.tmp[:max(total, 1)]
+		copy(tmp, unsafe.Slice((*byte)(in), total))
+		if op == Avg {
+			c.premultiply(unsafe.Pointer(&tmp[0]), unsafe.Pointer(&tmp[0]), count*c.world, t)
+		}
+		err = mpi.ReduceScatterBlock(c.p.inPlace, unsafe.Pointer(&tmp[0]), int32(count), c.p.types[t], c.p.ops[t][mop], c.comm)
+		if err == nil {
+			copy(unsafe.Slice((*byte)(out), bytes), tmp[:bytes])
+		}
+	default:
+		err = mpi.ReduceScatterBlock(in, out, int32(count), c.p.types[t], c.p.ops[t][mop], c.comm)
+	}
+	if err == nil && op == Avg {
+		c.divide(out, count, t)
+	}
+	return c.opErr(opReduceScatter, bytes, err)
+}
+
+// Broadcast copies count elements at ptr on root to every rank (MPI_Bcast); it has
+// completed when it returns.
+func (c *MPICommunicator) Broadcast(ptr DevicePtr, count int, t DType, root int) error {
+	bytes, err := c.g.typedBroadcast(ptr, count, t, root)
+	if err != nil {
+		return err
+	}
+	if err := checkMPICount(opBroadcast, "bytes", bytes); err != nil {
+		return err
+	}
+	if err := c.lock(opBroadcast); err != nil {
+		return err
+	}
+	defer c.p.mu.Unlock()
+	return c.opErr(opBroadcast, bytes, mpi.Bcast(hostPtr(ptr), int32(bytes), c.p.types[Uint8], int32(root), c.comm))
+}
+
+// AllGather gathers count elements from every rank into recv in rank order
+// (MPI_Allgather of bytes; send == recv + Rank()*count elements is the in-place form). It
+// has completed when it returns.
+func (c *MPICommunicator) AllGather(send, recv DevicePtr, count int, t DType) error {
+	bytes, err := c.g.typedGather(opAllGather, send, recv, count, t, Sum, false)
+	if err != nil {
+		return err
+	}
+	if err := checkMPICount(opAllGather, "bytes", bytes*c.world); err != nil {
+		return err
+	}
+	if err := c.lock(opAllGather); err != nil {
+		return err
+	}
+	defer c.p.mu.Unlock()
+	in := hostPtr(send)
+	if send == recv+DevicePtr(c.rank*bytes) {
+		in = c.p.inPlace
+	}
+	u8 := c.p.types[Uint8]
+	return c.opErr(opAllGather, bytes, mpi.Allgather(in, int32(bytes), u8, hostPtr(recv), int32(bytes), u8, c.comm))
+}
+
+// Send posts a send of count elements at ptr to dest with tag (MPI_Isend); it completes
+// in Sync, Barrier or Close, and the buffer must stay untouched until then. A tag above
+// the library's MPI_TAG_UB fails with ErrUnsupported.
+func (c *MPICommunicator) Send(ptr DevicePtr, count int, t DType, dest int, tag uint32) error {
+	return c.p2p(opSend, "dest", ptr, count, t, dest, tag, true)
+}
+
+// Recv posts a receive of count elements into ptr from src with tag (MPI_Irecv); the
+// data is there after Sync, Barrier or Close.
+func (c *MPICommunicator) Recv(ptr DevicePtr, count int, t DType, src int, tag uint32) error {
+	return c.p2p(opRecv, "src", ptr, count, t, src, tag, false)
+}
+
+func (c *MPICommunicator) p2p(op, peerArg string, ptr DevicePtr, count int, t DType, peer int, tag uint32, send bool) error {
+	bytes, err := c.g.typedP2P(op, peerArg, ptr, count, t, peer)
+	if err != nil {
+		return err
+	}
+	if err := checkMPICount(op, "bytes", bytes); err != nil {
+		return err
+	}
+	if int64(tag) > int64(c.p.tagUB) {
+		return &ArgError{Op: op, Arg: "tag", Value: tag, Err: ErrUnsupported,
+			Reason: fmt.Sprintf("above the library's MPI_TAG_UB (%d)", c.p.tagUB)}
+	}
+	if err := c.lock(op); err != nil {
+		return err
+	}
+	defer c.p.mu.Unlock()
+	var req mpi.Request
+	if send {
+		err = mpi.Isend(hostPtr(ptr), int32(bytes), c.p.types[Uint8], int32(peer), int32(tag), c.comm, &req)
+	} else {
+		err = mpi.Irecv(hostPtr(ptr), int32(bytes), c.p.types[Uint8], int32(peer), int32(tag), c.comm, &req)
+	}
+	if err != nil {
+		return c.opErr(op, bytes, err)
+	}
+	c.reqs = append(c.reqs, req)
+	return nil
+}
+
+// GroupStart opens a group. Point-to-point operations are non-blocking anyway, so a
+// group changes no semantics here; it only nests (Sync, Barrier and Split inside one
+// fail with ErrGroupOpen, as on NCCL).
+func (c *MPICommunicator) GroupStart() error { return c.g.groupStart() }
+
+// GroupEnd closes the group GroupStart opened.
+func (c *MPICommunicator) GroupEnd() error {
+	_, err := c.g.groupEnd()
+	return err
+}
+
+// Sync waits until every posted Send and Recv has completed, polling MPI_Testall as
+// long as ctx allows.
+func (c *MPICommunicator) Sync(ctx context.Context) error {
+	if err := c.g.outsideGroup(opSync); err != nil {
+		return err
+	}
+	return c.wait(ctx, opSync)
+}
+
+func (c *MPICommunicator) wait(ctx context.Context, op string) error {
+	for {
+		if err := c.lock(op); err != nil {
+			return err
+		}
+		if len(c.reqs) == 0 {
+			c.p.mu.Unlock()
+			return nil
+		}
+		var flag int32
+		err := mpi.Testall(int32(len(c.reqs)), &c.reqs[0], &flag, nil)
+		if flag != 0 || err != nil {
+			c.reqs = c.reqs[:0]
+		}
+		c.p.mu.Unlock()
+		switch {
+		case err != nil:
+			return c.opErr(op, -1, err)
+		case flag != 0:
+			return nil
+		case ctx.Err() != nil:
+			return &OpError{Op: op, Bytes: -1, Rank: c.rank, Err: context.Cause(ctx)}
+		}
+		runtime.Gosched()
+	}
+}
+
+// Barrier completes what Sync completes, then waits until every rank has reached it
+// (MPI_Ibarrier, polled as long as ctx allows; if ctx ends first, the barrier stays
+// pending and a later Sync completes it).
+func (c *MPICommunicator) Barrier(ctx context.Context) error {
+	if err := c.g.outsideGroup(opBarrier); err != nil {
+		return err
+	}
+	if err := c.wait(ctx, opBarrier); err != nil {
+		return err
+	}
+	if err := c.lock(opBarrier); err != nil {
+		return err
+	}
+	var req mpi.Request
+	err := mpi.Ibarrier(c.comm, &req)
+	if err == nil {
+		c.reqs = append(c.reqs, req)
+	}
+	c.p.mu.Unlock()
+	if err != nil {
+		return c.opErr(opBarrier, -1, err)
+	}
+	return c.wait(ctx, opBarrier)
+}
+
+// Split creates sub-communicators collectively (MPI_Comm_split): ranks passing the same
+// color join one, ordered by key and then by rank; a negative color (MPI_UNDEFINED)
+// joins none and returns (nil, nil). It blocks until every rank called it; ctx is not
+// consulted (MPI cannot cancel it).
+func (c *MPICommunicator) Split(_ context.Context, color, key int) (Communicator, error) {
+	if err := c.g.outsideGroup(opSplit); err != nil {
+		return nil, err
+	}
+	if color > math.MaxInt32 {
+		return nil, &ArgError{Op: opSplit, Arg: "color", Value: color, Err: ErrInvalidSize, Reason: "above MPI's int"}
+	}
+	if key > math.MaxInt32 || key < math.MinInt32 {
+		return nil, &ArgError{Op: opSplit, Arg: "key", Value: key, Err: ErrInvalidSize, Reason: "outside MPI's int"}
+	}
+	col := int32(color)
+	if color < 0 {
+		col = mpi.Undefined
+	}
+	mpiMu.Lock()
+	if c.p.finalized.Load() {
+		mpiMu.Unlock()
+		return nil, &ArgError{Op: opSplit, Arg: "rank", Value: c.rank, Err: ErrClosed, Reason: "mpi was finalized"}
+	}
+	c.p.refs++
+	mpiMu.Unlock()
+	c.calls.Add(1)
+	child, err := c.p.newCommunicator(c.cfg, func(out *mpi.Comm) error { return mpi.CommSplit(c.comm, col, int32(key), out) })
+	if child == nil {
+		c.p.release(c.cfg)
+		if err != nil {
+			return nil, c.opErr(opSplit, -1, err)
+		}
+		return nil, nil
+	}
+	return child, nil
+}
+
+// Close completes pending operations within the close timeout (WithCloseTimeout,
+// default 10s), cancels what is still pending, frees the communicator (MPI_Comm_free)
+// and, when it is the last communicator of a process whose MPI comm initialised, frees
+// the user operators and finalises MPI. Errors are logged and returned; a second Close
+// fails with ErrClosed.
+func (c *MPICommunicator) Close() error {
+	open, err := c.g.close()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	if open > 0 {
+		errs = append(errs, groupLeftOpen(open))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.closeWait)
+	defer cancel()
+	if err := c.wait(ctx, opClose); err != nil {
+		errs = append(errs, err)
+		c.cancelPending()
+	}
+	if err := c.lock(opClose); err == nil {
+		h := c.comm // a pointer into c would point at Go pointers
+		if err := mpi.CommFree(&h); err != nil {
+			errs = append(errs, c.opErr(opClose, -1, err))
+		}
+		c.p.mu.Unlock()
+		c.p.release(c.cfg)
+	} else {
+		errs = append(errs, err)
+	}
+	err = errors.Join(errs...)
+	if err != nil {
+		c.cfg.log.Error("comm: mpi communicator close", "rank", c.rank, "err", err)
+	}
+	return err
+}
+
+// cancelPending cancels and frees the requests Close could not complete.
+func (c *MPICommunicator) cancelPending() {
+	if c.lock(opClose) != nil {
+		return
+	}
+	defer c.p.mu.Unlock()
+	for i := range c.reqs {
+		_ = mpi.Cancel(&c.reqs[i])
+		_ = mpi.RequestFree(&c.reqs[i])
+	}
+	c.reqs = c.reqs[:0]
+}
+
+// premultiply writes the Avg contributions of count elements of t at in to out (which
+// may be in): floating values times 1/n rounded to the format (NCCL's pre-multiplied
+// sum; the fp8 formats scale by 1/n rounded to float16); integers are unchanged.
+func (c *MPICommunicator) premultiply(out, in unsafe.Pointer, count int, t DType) {
+	n := c.world
+	switch t {
+	case Float32:
+		s := float32(1 / float64(n))
+		src, dst := unsafe.Slice((*float32)(in), count), unsafe.Slice((*float32)(out), count)
+		for i, v := range src {
+			dst[i] = v * s
+		}
+	case Float64:
+		s := 1 / float64(n)
+		src, dst := unsafe.Slice((*float64)(in), count), unsafe.Slice((*float64)(out), count)
+		for i, v := range src {
+			dst[i] = v * s
+		}
+	case Float16, BFloat16:
+		f, _ := narrowFormat(t)
+		s := avgScale(f, n)
+		src, dst := unsafe.Slice((*uint16)(in), count), unsafe.Slice((*uint16)(out), count)
+		for i, v := range src {
+			dst[i] = mpiPremul(f, v, s)
+		}
+	case Float8E4M3, Float8E5M2:
+		f, _ := narrowFormat(t)
+		s := avgScale(f, n)
+		src, dst := unsafe.Slice((*uint8)(in), count), unsafe.Slice((*uint8)(out), count)
+		for i, v := range src {
+			dst[i] = uint8(mpiPremul(f, uint16(v), s))
+		}
+	default:
+		if out != in {
+			copy(unsafe.Slice((*byte)(out), count*t.Size()), unsafe.Slice((*byte)(in), count*t.Size()))
+		}
+	}
+}
+
+// avgScale is 1/n rounded to format f (to float16 for the fp8 formats), as NCCL scales.
+func avgScale(f, n int) float32 {
+	if f == mpiE4M3 || f == mpiE5M2 {
+		f = mpiF16
+	}
+	// Round 1/n through the format: 1.0 (0x3c00 in float16, 0x3f80 in bfloat16) times 1/n.
+	one := uint16(0x3c00)
+	if f == mpiBF16 {
+		one = 0x3f80
+	}
+	return decodeNarrow(f, mpiPremul(f, one, float32(1/float64(n))))
+}
+
+// decodeNarrow widens one element of format f (float16 or bfloat16) to float32.
+func decodeNarrow(f int, c uint16) float32 {
+	if f == mpiBF16 {
+		return math.Float32frombits(uint32(c) << 16)
+	}
+	sign := uint32(c&0x8000) << 16
+	exp := uint32(c>>10) & 0x1f
+	frac := uint32(c & 0x3ff)
+	switch {
+	case exp == 0x1f:
+		return math.Float32frombits(sign | 0x7f800000 | frac<<13)
+	case exp != 0:
+		return math.Float32frombits(sign | (uint32(c&0x7fff)<<13 + (127-15)<<23))
+	case frac == 0:
+		return math.Float32frombits(sign)
+	}
+	return math.Float32frombits(sign | math.Float32bits(float32(frac)*0x1p-24))
+}
+
+// divide finishes an integer Avg: the sum divided by the number of ranks, truncated.
+func (c *MPICommunicator) divide(buf unsafe.Pointer, count int, t DType) {
+	n := int64(c.world)
+	switch t {
+	case Int8:
+		s := unsafe.Slice((*int8)(buf), count)
+		for i, v := range s {
+			s[i] = int8(int64(v) / n)
+		}
+	case Uint8:
+		s := unsafe.Slice((*uint8)(buf), count)
+		for i, v := range s {
+			s[i] = uint8(uint64(v) / uint64(n))
+		}
+	case Int32:
+		s := unsafe.Slice((*int32)(buf), count)
+		for i, v := range s {
+			s[i] = int32(int64(v) / n)
+		}
+	case Uint32:
+		s := unsafe.Slice((*uint32)(buf), count)
+		for i, v := range s {
+			s[i] = uint32(uint64(v) / uint64(n))
+		}
+	case Int64:
+		s := unsafe.Slice((*int64)(buf), count)
+		for i, v := range s {
+			s[i] = v / n
+		}
+	case Uint64:
+		s := unsafe.Slice((*uint64)(buf), count)
+		for i, v := range s {
+			s[i] = v / uint64(n)
+		}
+	}
+}

@@ -1,0 +1,13 @@
+//go:build !cgo
+
+package comm
+
+import "unsafe"
+
+// Without cgo there is no MPI (raw/mpi returns ErrNeedsCgo before these are reached).
+
+func mpiNarrowOp(int, int) uintptr { return 0 }
+
+func mpiCombine(int, int, unsafe.Pointer, unsafe.Pointer, int) {}
+
+func mpiPremul(_ int, c uint16, _ float32) uint16 { return c }

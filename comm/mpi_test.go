@@ -1,0 +1,305 @@
+//go:build cgo
+
+package comm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/comm/commtest"
+	"github.com/ncclgo/ncclgo/kernels"
+	"github.com/ncclgo/ncclgo/raw/mpi"
+)
+
+// The MPI tests start real processes: the parent test runs this test binary under
+//
+//	mpirun --oversubscribe --allow-run-as-root -np N <test binary> -test.run=^TestMPIRank...$
+//
+// and each rank, seeing mpiChildEnv, runs the body of the named TestMPIRank... test. A
+// -race parent starts -race ranks.
+
+const (
+	mpiChildEnv    = "NCCLGO_MPI_RANK_TEST"
+	mpiInstallHint = "apt-get install openmpi-bin libopenmpi-dev"
+)
+
+// runMPI runs test on np ranks under mpirun and returns the combined output; it fails t
+// when a rank fails. Without mpirun it skips, or fails under NCCLGO_STRICT.
+func runMPI(t *testing.T, np int, test string, env ...string) string {
+	t.Helper()
+	mpirun, err := exec.LookPath("mpirun")
+	if err == nil {
+		err = mpi.Load()
+	}
+	if err != nil {
+		msg := fmt.Sprintf("Open MPI is missing (%v): %s", err, mpiInstallHint)
+		if os.Getenv("NCCLGO_STRICT") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	args := []string{"--oversubscribe", "--allow-run-as-root", "-np", strconv.Itoa(np), "-x", mpiChildEnv}
+	for _, e := range env {
+		k, _, _ := strings.Cut(e, "=")
+		args = append(args, "-x", k)
+	}
+	args = append(args, os.Args[0], "-test.run=^"+test+"$", "-test.count=1", "-test.v")
+	cmd := exec.CommandContext(ctx, mpirun, args...)
+	cmd.Env = append(append(os.Environ(), mpiChildEnv+"="+test), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("mpirun -np %d %s: %v\n%s", np, test, err, out)
+	}
+	if got := strings.Count(string(out), "--- PASS: "+test+" "); got != np {
+		t.Fatalf("mpirun -np %d %s: %d ranks passed\n%s", np, test, got, out)
+	}
+	return string(out)
+}
+
+// inRank reports whether this process is a rank started by runMPI for test; the test
+// body runs only there.
+func inRank(t *testing.T) bool {
+	if os.Getenv(mpiChildEnv) != t.Name() {
+		t.Skipf("the body of %s runs on the ranks that its parent test starts under mpirun", t.Name())
+	}
+	return true
+}
+
+// newMPI opens the world communicator and closes it (finalising MPI) at the end.
+func newMPI(t *testing.T) *comm.MPICommunicator {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := comm.NewMPI(ctx)
+	require.NoError(t, err)
+	require.Equal(t, os.Getenv("OMPI_COMM_WORLD_RANK"), strconv.Itoa(c.Rank()), "the rank mpirun gave")
+	require.Equal(t, os.Getenv("OMPI_COMM_WORLD_SIZE"), strconv.Itoa(c.WorldSize()))
+	return c
+}
+
+func TestMPIConformance(t *testing.T) {
+	for _, np := range []int{1, 2, 4} {
+		t.Run(strconv.Itoa(np)+"-ranks", func(t *testing.T) {
+			out := runMPI(t, np, "TestMPIRankConformance")
+			assert.Equal(t, np, strings.Count(out, "mpi finalized by its owner: true"))
+		})
+	}
+}
+
+// mpiInstance is a CommInstance of one rank: a fresh communicator split from the world
+// (same ranks, same order) and host memory.
+type mpiInstance struct {
+	*commtest.HostMemory
+	cs []comm.Communicator
+	c  *comm.MPICommunicator
+}
+
+func (m *mpiInstance) Communicators() []comm.Communicator { return m.cs }
+func (m *mpiInstance) DriverCalls() int64                 { return m.c.MPICalls() }
+func (m *mpiInstance) Close() error                       { return m.c.Close() }
+
+func TestMPIRankConformance(t *testing.T) {
+	if !inRank(t) {
+		return
+	}
+	world := newMPI(t)
+	rank, n := world.Rank(), world.WorldSize()
+	commtest.RunCommunicatorConformance(t, commtest.CommHarness{
+		Name:  "mpi",
+		World: n,
+		Local: []int{rank},
+		Start: func() (commtest.CommInstance, error) {
+			sub, err := world.Split(context.Background(), 0, rank)
+			if err != nil {
+				return nil, err
+			}
+			c := sub.(*comm.MPICommunicator)
+			cs := make([]comm.Communicator, n)
+			cs[rank] = c
+			return &mpiInstance{HostMemory: commtest.NewHostMemory(), cs: cs, c: c}, nil
+		},
+	})
+	require.NoError(t, world.Close())
+	var flag int32
+	require.NoError(t, mpi.Finalized(&flag))
+	fmt.Printf("mpi finalized by its owner: %v\n", flag != 0)
+	_, err := comm.NewMPI(context.Background())
+	require.Error(t, err, "MPI cannot start twice in a process")
+	assert.Contains(t, err.Error(), "finalized")
+}
+
+func TestMPIBitForBitAndTags(t *testing.T) {
+	runMPI(t, 2, "TestMPIRankBitForBitAndTags")
+}
+
+// hostBuf returns pinned host memory of n elements of T and its address.
+func hostBuf[T any](t *testing.T, n int) ([]T, comm.DevicePtr) {
+	s := make([]T, max(n, 1))
+	var pin runtime.Pinner
+	pin.Pin(&s[0])
+	t.Cleanup(pin.Unpin)
+	return s[:n], comm.DevicePtr(uintptr(unsafe.Pointer(&s[0])))
+}
+
+func TestMPIRankBitForBitAndTags(t *testing.T) {
+	if !inRank(t) {
+		return
+	}
+	c := newMPI(t)
+	defer func() { require.NoError(t, c.Close()) }()
+	ctx := context.Background()
+	rank := c.Rank()
+
+	// bfloat16 and float16 sums of two ranks: one addition per element, which the
+	// user-defined operation must round exactly as kernels.AddBF16 / AddF16.
+	for _, tc := range []struct {
+		t   comm.DType
+		add func(dst, src []uint16) error
+	}{{comm.BFloat16, kernels.AddBF16}, {comm.Float16, kernels.AddF16}} {
+		const count = 1 << 16
+		vals := func(r int) []uint16 {
+			rng := rand.New(rand.NewPCG(uint64(r), 99))
+			v := make([]uint16, count)
+			for i := range v {
+				v[i] = uint16(i)
+				if r == 1 {
+					v[i] = uint16(rng.UintN(1 << 16))
+				}
+			}
+			return v
+		}
+		buf, p := hostBuf[uint16](t, count)
+		copy(buf, vals(rank))
+		require.NoError(t, c.AllReduce(p, count, tc.t, comm.Sum))
+		want := vals(0)
+		require.NoError(t, tc.add(want, vals(1)))
+		diff := 0
+		for i := range want {
+			if buf[i] != want[i] {
+				diff++
+			}
+		}
+		require.Zero(t, diff, "%v: %d of %d sums differ from the kernels reference", tc.t, diff, count)
+	}
+
+	// Tags: rank 0 sends tag 1 then tag 2; rank 1 posts the tag 2 receive first. Each
+	// message must land in the receive with its own tag.
+	one, p1 := hostBuf[int32](t, 4)
+	two, p2 := hostBuf[int32](t, 4)
+	if rank == 0 {
+		copy(one, []int32{1, 1, 1, 1})
+		copy(two, []int32{2, 2, 2, 2})
+		require.NoError(t, c.Send(p1, 4, comm.Int32, 1, 1))
+		require.NoError(t, c.Send(p2, 4, comm.Int32, 1, 2))
+	} else {
+		require.NoError(t, c.Recv(p2, 4, comm.Int32, 0, 2))
+		require.NoError(t, c.Recv(p1, 4, comm.Int32, 0, 1))
+	}
+	require.NoError(t, c.Sync(ctx))
+	assert.Equal(t, []int32{1, 1, 1, 1}, one, "tag 1")
+	assert.Equal(t, []int32{2, 2, 2, 2}, two, "tag 2")
+
+	// A tag MPI cannot carry fails before MPI.
+	before := c.MPICalls()
+	err := c.Send(p1, 1, comm.Int32, 1-rank, 1<<31)
+	require.ErrorIs(t, err, comm.ErrUnsupported)
+	assert.Contains(t, err.Error(), "MPI_TAG_UB")
+	assert.Equal(t, before, c.MPICalls(), "the bad tag reached MPI")
+	require.NoError(t, c.Barrier(ctx))
+}
+
+func TestMPIGoRuntimeAndSignals(t *testing.T) {
+	// Ask Open MPI for its signal handlers explicitly (its default list): Go's must stay.
+	runMPI(t, 2, "TestMPIRankGoRuntimeAndSignals", "OMPI_MCA_opal_signal=6,7,8,11")
+}
+
+// TestMPIRankGoRuntimeAndSignals checks that Go and MPI share the process: Go's SIGSEGV
+// handler survives MPI_Init (a nil dereference is still a recoverable panic), and
+// all-reduces from many goroutines, with garbage collection and preemption signals
+// going on, all complete with the right sums.
+func TestMPIRankGoRuntimeAndSignals(t *testing.T) {
+	if !inRank(t) {
+		return
+	}
+	c := newMPI(t)
+	defer func() { require.NoError(t, c.Close()) }()
+
+	recovered := func() (r any) {
+		defer func() { r = recover() }()
+		var p *int
+		return *p
+	}()
+	var re runtime.Error
+	require.True(t, errors.As(recovered.(error), &re), "nil dereference after MPI_Init: %v", recovered)
+
+	stop := make(chan struct{})
+	var churn sync.WaitGroup
+	for range 4 {
+		churn.Go(func() {
+			var keep [][]byte
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				keep = append(keep, make([]byte, 64<<10))
+				if len(keep) > 64 {
+					keep = keep[:0]
+					runtime.GC()
+				}
+			}
+		})
+	}
+	const goroutines, rounds = 4, 50
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines*rounds)
+	var order sync.Mutex // every rank must issue the collectives in the same order
+	next := 0
+	for g := range goroutines {
+		wg.Go(func() {
+			buf, p := hostBuf[int64](t, 16)
+			for range rounds {
+				order.Lock()
+				seq := next
+				next++
+				for i := range buf {
+					buf[i] = int64(seq*1000 + i + c.Rank())
+				}
+				err := c.AllReduce(p, 16, comm.Int64, comm.Sum)
+				order.Unlock()
+				n := int64(c.WorldSize())
+				for i, v := range buf {
+					if want := n*int64(seq*1000+i) + n*(n-1)/2; err == nil && v != want {
+						err = fmt.Errorf("goroutine %d round %d: element %d is %d, want %d", g, seq, i, v, want)
+					}
+				}
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	churn.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
