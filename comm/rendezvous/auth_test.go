@@ -1,9 +1,9 @@
 package rendezvous
 
 import (
-	"fmt"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"testing"
 	"time"
 
