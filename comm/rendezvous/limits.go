@@ -243,3 +243,28 @@ func (w *warnLimiter) log(l *slog.Logger, level slog.Level, msg string, args ...
 	}
 	l.Log(context.Background(), level, msg, args...)
 }
+
+// flush logs, for each message whose repeats were suppressed and that may be logged
+// again, how many were.
+func (w *warnLimiter) flush(l *slog.Logger, level slog.Level) {
+	type pending struct {
+		msg string
+		n   int
+	}
+	var out []pending
+	w.mu.Lock()
+	now := time.Now()
+	for msg, st := range w.m {
+		st.tokens = min(warnBurst, st.tokens+float64(now.Sub(st.last))/float64(warnEvery))
+		st.last = now
+		if st.suppressed > 0 && st.tokens >= 1 {
+			st.tokens--
+			out = append(out, pending{msg, st.suppressed})
+			st.suppressed = 0
+		}
+	}
+	w.mu.Unlock()
+	for _, p := range out {
+		l.Log(context.Background(), level, p.msg+" (repeats suppressed)", "suppressed", p.n)
+	}
+}

@@ -225,7 +225,7 @@ func (s *Server) numConns() int {
 	return len(s.conns)
 }
 
-// releaseMemory returns memory to the operating system once load has ended: the Go
+// releaseMemory reports the warnings that were suppressed, and returns memory to the operating system once load has ended: the Go
 // runtime keeps freed heap for reuse, and without new allocations it does not even
 // collect it, so a server's resident size would stay at its peak.
 func (s *Server) releaseMemory() {
@@ -239,6 +239,7 @@ func (s *Server) releaseMemory() {
 			return
 		case <-t.C:
 		}
+		s.warns.flush(s.log, slog.LevelWarn)
 		cur := s.budget.used.Load() + s.inflight.used.Load()
 		peak := s.budget.peak.Load() + s.inflight.peak.Load()
 		settled := cur-prev < 1<<20 && prev-cur < 1<<20
