@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 )
 
 // nonceLen is the size of each side's challenge.
@@ -35,4 +36,14 @@ func newNonce() []byte {
 	b := make([]byte, nonceLen)
 	_, _ = rand.Read(b) // crypto/rand.Read never returns an error (Go 1.24+)
 	return b
+}
+
+// NewToken returns a random 256-bit token (43 characters of unpadded base64url) for
+// NCCLGO_TOKEN or WithToken. The token is what keeps strangers out of a store: it must
+// be long and random, since whoever guesses it can read and write every key; failed
+// guesses are rate-limited per source address but not impossible.
+func NewToken() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand.Read never returns an error (Go 1.24+)
+	return base64.RawURLEncoding.EncodeToString(b)
 }

@@ -3,6 +3,7 @@ package rendezvous
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"testing"
 	"time"
 
@@ -110,7 +111,7 @@ func TestVersionMismatchIsRefused(t *testing.T) {
 	require.Equal(t, statusVersion, f.status)
 	err := statusError(f.status, f.fields)
 	require.ErrorIs(t, err, ErrVersionMismatch)
-	assert.Contains(t, err.Error(), "server speaks protocol version 1, client 2")
+	assert.Contains(t, err.Error(), fmt.Sprintf("server speaks protocol version %d, client %d", ProtocolVersion, ProtocolVersion+1))
 	assert.True(t, r.closedByPeer())
 }
 

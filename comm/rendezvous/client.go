@@ -3,6 +3,7 @@ package rendezvous
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -31,6 +32,8 @@ type Client struct {
 	idle time.Duration  // announced by the server; keepalives go out every idle/3
 	wg   sync.WaitGroup // the reader, keepalives and cancels in flight
 
+	heard atomic.Int64 // when a byte last arrived from the server (UnixNano)
+
 	nextID atomic.Uint32
 
 	wmu sync.Mutex
@@ -39,12 +42,16 @@ type Client struct {
 	mu      sync.Mutex
 	err     error // why the client stopped; nil while it works
 	pending map[uint32]chan reply
-	pinger  *time.Timer // sends keepalives; nil when the server has no idle timeout
+	pinger  *time.Timer // sends keepalives and watches for a silent server
 }
 
 // minKeepalive bounds how often a client pings, whatever idle timeout a server
 // announces.
 const minKeepalive = 10 * time.Millisecond
+
+// minSilence is the shortest silence after which a server is declared dead, whatever
+// idle timeout it announces.
+const minSilence = time.Second
 
 type reply struct {
 	status status
@@ -70,6 +77,9 @@ func Dial(ctx context.Context, addr string, opts ...ClientOption) (*Client, erro
 		return nil, fmt.Errorf("dial: %w: empty address", ErrInvalidArgument)
 	}
 	delay := 5 * time.Millisecond
+	start := time.Now()
+	var last error   // the last failure not caused by ctx ending
+	reached := false // some attempt found a listener
 	for attempt := 1; ; attempt++ {
 		c, err := dialOnce(ctx, addr, cfg)
 		if err == nil {
@@ -78,54 +88,95 @@ func Dial(ctx context.Context, addr string, opts ...ClientOption) (*Client, erro
 		if errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrVersionMismatch) || errors.Is(err, ErrProtocol) {
 			return nil, err
 		}
+		var de *dialError
+		if !errors.As(err, &de) {
+			reached = true
+		}
+		if ctx.Err() == nil || last == nil {
+			last = err
+		}
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("dial %s: %w (%d attempts, last: %w)", addr, ctx.Err(), attempt, err)
+			return nil, dialGaveUp(ctx, addr, cfg, attempt, start, reached, last)
 		}
 		cfg.log.Debug("rendezvous: dial failed, retrying", "addr", addr, "attempt", attempt, "err", err, "retry_in", delay)
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("dial %s: %w (%d attempts, last: %w)", addr, ctx.Err(), attempt, err)
+			return nil, dialGaveUp(ctx, addr, cfg, attempt, start, reached, last)
 		case <-t.C:
 		}
 		delay = min(2*delay, 500*time.Millisecond)
 	}
 }
 
+// dialError is a failure to open the TCP connection (nothing listened, or the host
+// could not be reached).
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+// dialGaveUp is Dial's error once ctx ended; when no attempt ever reached a listener it
+// says that nobody served the store at addr.
+func dialGaveUp(ctx context.Context, addr string, cfg clientConfig, attempts int, start time.Time, reached bool, last error) error {
+	took := time.Since(start).Round(time.Millisecond)
+	if !reached {
+		who := cfg.servedBy
+		if who == "" {
+			who = "no server"
+		}
+		return fmt.Errorf("dial %s: %s never served the store at %s: %w (%d attempts in %v, last: %w)", addr, who, addr, ctx.Err(), attempts, took, last)
+	}
+	return fmt.Errorf("dial %s: %w (%d attempts in %v, last: %w)", addr, ctx.Err(), attempts, took, last)
+}
+
 func dialOnce(ctx context.Context, addr string, cfg clientConfig) (*Client, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, err
+		return nil, &dialError{err}
+	}
+	if cfg.tls != nil {
+		tc := cfg.tls.Clone()
+		if tc.ServerName == "" {
+			if host, _, err := net.SplitHostPort(addr); err == nil {
+				tc.ServerName = host
+			}
+		}
+		nc = tls.Client(nc, tc)
 	}
 	deadline := time.Now().Add(DefaultHandshakeTimeout)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
 	}
 	_ = nc.SetDeadline(deadline)
-	br := bufio.NewReader(nc)
+	c := &Client{addr: addr, nc: nc, log: cfg.log, pending: make(map[uint32]chan reply)}
+	br := bufio.NewReader(heardConn{c})
 	idle, err := clientHandshake(nc, br, cfg.token)
 	if err != nil {
 		_ = nc.Close()
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
 	_ = nc.SetDeadline(time.Time{})
-	c := &Client{
-		addr:    addr,
-		nc:      nc,
-		log:     cfg.log,
-		idle:    idle,
-		pending: make(map[uint32]chan reply),
-	}
+	c.idle = idle
 	c.wg.Add(1)
 	go c.readLoop(br)
-	if idle > 0 {
-		c.mu.Lock()
-		c.pinger = time.AfterFunc(c.keepaliveEvery(), c.keepalive)
-		c.mu.Unlock()
-	}
+	c.mu.Lock()
+	c.pinger = time.AfterFunc(c.keepaliveEvery(), c.keepalive)
+	c.mu.Unlock()
 	return c, nil
+}
+
+// heardConn notes when bytes arrive from the server.
+type heardConn struct{ c *Client }
+
+func (h heardConn) Read(p []byte) (int, error) {
+	n, err := h.c.nc.Read(p)
+	if n > 0 {
+		h.c.heard.Store(time.Now().UnixNano())
+	}
+	return n, err
 }
 
 // clientHandshake says hello, checks the server's proof and proves the token; it
@@ -256,8 +307,10 @@ func (c *Client) readLoop(br *bufio.Reader) {
 	}
 }
 
-// keepalive sends a ping (id 0, whose reply is dropped) and re-arms its timer; it runs
-// from a timer, so an idle client has no goroutine of its own for it.
+// keepalive runs from a timer every keepaliveEvery: it declares the server dead when
+// nothing arrived from it for silentAfter, and otherwise sends a ping (id 0, whose
+// reply is dropped) unless another write is under way. It never waits for the
+// connection, so a frozen server cannot stop it.
 func (c *Client) keepalive() {
 	c.mu.Lock()
 	if c.err != nil {
@@ -265,19 +318,42 @@ func (c *Client) keepalive() {
 		return
 	}
 	c.wg.Add(1) // the reader is still counted, see cancelOnServer
+	c.pinger.Reset(c.keepaliveEvery())
 	c.mu.Unlock()
 	defer c.wg.Done()
-	if err := c.write(context.Background(), func(e *encoder) { e.begin(opPing, statusOK, 0) }); err != nil {
+	if silence := time.Since(time.Unix(0, c.heard.Load())); silence > c.silentAfter() {
+		c.fail(fmt.Errorf("%w: %w: the store at %s has been silent for %v (a store that answers no keepalive for %v is declared dead)",
+			ErrClosed, ErrUnresponsive, c.addr, silence.Round(time.Millisecond), c.silentAfter()))
 		return
 	}
-	c.mu.Lock()
-	if c.err == nil {
-		c.pinger.Reset(c.keepaliveEvery())
+	if !c.wmu.TryLock() {
+		return // a request is being written; the next tick pings
 	}
-	c.mu.Unlock()
+	defer c.wmu.Unlock()
+	c.enc.begin(opPing, statusOK, 0)
+	b, err := c.enc.finish()
+	if err != nil {
+		return
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.silentAfter()))
+	if _, err := c.nc.Write(b); err != nil {
+		c.fail(err)
+	}
 }
 
-func (c *Client) keepaliveEvery() time.Duration { return max(c.idle/3, minKeepalive) }
+// keepaliveEvery is a third of the server's idle timeout (of the default one when the
+// server has none).
+func (c *Client) keepaliveEvery() time.Duration {
+	idle := c.idle
+	if idle <= 0 {
+		idle = DefaultIdleTimeout
+	}
+	return max(idle/3, minKeepalive)
+}
+
+// silentAfter is how long the server may send nothing before the client declares it
+// dead: three keepalive intervals, at least minSilence.
+func (c *Client) silentAfter() time.Duration { return max(3*c.keepaliveEvery(), minSilence) }
 
 // fail stops the client: the connection is closed and every pending call gets err.
 func (c *Client) fail(err error) {

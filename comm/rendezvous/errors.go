@@ -12,6 +12,11 @@ var (
 	// ErrClosed: the client or server was closed, or the client's connection was lost.
 	// A client is not reconnected automatically; Dial again.
 	ErrClosed = errors.New("closed")
+	// ErrUnresponsive: the store sent nothing, not even a reply to a keepalive, for
+	// three keepalive intervals (the idle timeout it announced, 60 s by default; at
+	// least a second): a frozen process or a hung host. The client is then closed, and
+	// the error also matches ErrClosed.
+	ErrUnresponsive = errors.New("store unresponsive")
 	// ErrUnauthorized: the token was missing or wrong on one side of the handshake.
 	ErrUnauthorized = errors.New("unauthorized")
 	// ErrVersionMismatch: client and server speak different protocol versions.
@@ -28,7 +33,8 @@ var (
 	// ErrNotCounter: Add on a key whose value is not a decimal int64, or an Add that
 	// would overflow int64.
 	ErrNotCounter = errors.New("not a counter")
-	// ErrStoreFull: the server's store limit (WithMaxStoreBytes) would be exceeded.
+	// ErrStoreFull: the server's memory budget (WithMaxStoreBytes) or the client's
+	// share of it (WithMaxClientBytes) would be exceeded.
 	ErrStoreFull = errors.New("store full")
 	// ErrInvalidConfig: a configuration value (environment variable or option) is
 	// missing or invalid; the error is a [*ConfigError].

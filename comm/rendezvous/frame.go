@@ -28,7 +28,7 @@ const (
 )
 
 // ProtocolVersion is the version of the wire protocol this package speaks.
-const ProtocolVersion = 1
+const ProtocolVersion = 2
 
 // magic opens every hello.
 const magic = "ncclgo-rdzv"
@@ -47,10 +47,12 @@ const (
 	opCheck
 	opCancel
 	opPing
+	opBarrier
+	opBarrierState
 )
 
 func (o op) String() string {
-	names := [...]string{"", "hello", "auth", "set", "get", "add", "wait", "compare-and-set", "delete", "check", "cancel", "ping"}
+	names := [...]string{"", "hello", "auth", "set", "get", "add", "wait", "compare-and-set", "delete", "check", "cancel", "ping", "barrier", "barrier-state"}
 	if int(o) < len(names) && o != 0 {
 		return names[o]
 	}

@@ -1,6 +1,7 @@
 package rendezvous
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -202,3 +203,5 @@ func (i *serverIndex) lookup(addr string) *Server {
 	defer i.mu.Unlock()
 	return i.m[addr]
 }
+
+func bufioReader(nc net.Conn) *bufio.Reader { return bufio.NewReader(nc) }

@@ -37,7 +37,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
 		os.Exit(childMain())
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	removeTool()
+	os.Exit(code)
 }
 
 // childMain is one rank: rank 0 embeds the server; every rank dials it, rank 0 publishes

@@ -1,6 +1,7 @@
 package rendezvous
 
 import (
+	"crypto/tls"
 	"log/slog"
 	"time"
 )
@@ -10,7 +11,13 @@ const (
 	DefaultHandshakeTimeout = 10 * time.Second
 	DefaultIdleTimeout      = 60 * time.Second
 	DefaultMaxConns         = 1024
+	DefaultMaxHandshakes    = 64
 	DefaultMaxStoreBytes    = 1 << 30
+	// DefaultClientShare: by default one client may hold at most 1/DefaultClientShare
+	// of the server's memory budget (WithMaxClientBytes).
+	DefaultClientShare = 8
+	// minTokenLen is the shortest token the server accepts without a warning.
+	minTokenLen = 16
 	// writeTimeout bounds every write to a peer, so that a peer that stops reading
 	// cannot stall the writer.
 	writeTimeout = 10 * time.Second
@@ -32,12 +39,18 @@ type serverConfig struct {
 	handshakeTimeout time.Duration
 	idleTimeout      time.Duration
 	maxConns         int
+	maxUnauth        int
 	maxStoreBytes    int64
+	maxClientBytes   int64
+	tls              *tls.Config
+	onRequest        func(op, [][]byte) // for tests: runs before each request is handled
 }
 
 type clientConfig struct {
-	token string
-	log   *slog.Logger
+	token    string
+	log      *slog.Logger
+	tls      *tls.Config
+	servedBy string
 }
 
 type serverOption func(*serverConfig)
@@ -92,8 +105,11 @@ func WithIdleTimeout(d time.Duration) ServerOption {
 	})
 }
 
-// WithMaxConns limits open connections (default 1024); a connection over the limit is
-// told the server is busy and closed. Zero or negative keeps the default.
+// WithMaxConns limits authenticated connections (default 1024): a client that
+// authenticates while the limit is reached is told the server is busy (Dial retries)
+// and closed. Connections still in their handshake have slots of their own
+// (WithMaxHandshakes), so clients that never authenticate cannot take these. Zero or
+// negative keeps the default.
 func WithMaxConns(n int) ServerOption {
 	return serverOption(func(c *serverConfig) {
 		if n > 0 {
@@ -102,15 +118,68 @@ func WithMaxConns(n int) ServerOption {
 	})
 }
 
-// WithMaxStoreBytes limits the bytes of keys and values the server holds (default
-// 1 GiB); a write over the limit fails with ErrStoreFull. Zero or negative keeps the
-// default.
+// WithMaxHandshakes limits connections that have not finished their handshake yet
+// (default 64). When a new connection arrives with every such slot taken, the oldest
+// connection that has sent nothing (else the oldest one) is closed to make room, so
+// that connections that hold a slot without completing a handshake cannot keep a
+// rank of the job out. Zero or negative keeps the default.
+func WithMaxHandshakes(n int) ServerOption {
+	return serverOption(func(c *serverConfig) {
+		if n > 0 {
+			c.maxUnauth = n
+		}
+	})
+}
+
+// WithMaxStoreBytes sets the server's memory budget (default 1 GiB): keys and values
+// with a fixed overhead per key, blocked requests and barriers with an overhead each,
+// connections and the buffers of the requests being read all reserve from it. A write
+// that does not fit fails with ErrStoreFull ("store full"), a request too large for
+// what is left is read, discarded and refused the same way, and a connection that
+// does not fit is refused as busy. Zero or negative keeps the default.
 func WithMaxStoreBytes(n int64) ServerOption {
 	return serverOption(func(c *serverConfig) {
 		if n > 0 {
 			c.maxStoreBytes = n
 		}
 	})
+}
+
+// WithMaxClientBytes sets how much of the memory budget one client (one connection)
+// may hold: the keys it was the last to write, its blocked requests, its connection
+// and its request buffers (default: an eighth of the budget, at least 1 MiB). Over it,
+// that client's writes fail with ErrStoreFull while the others go on. Keys stay
+// charged to the client that wrote them after it disconnects. Zero or negative keeps
+// the default.
+func WithMaxClientBytes(n int64) ServerOption {
+	return serverOption(func(c *serverConfig) {
+		if n > 0 {
+			c.maxClientBytes = n
+		}
+	})
+}
+
+// TLSOption protects a store's traffic with TLS; it configures a server or a client.
+type TLSOption struct{ cfg *tls.Config }
+
+func (o TLSOption) applyServer(c *serverConfig) { c.tls = o.cfg }
+func (o TLSOption) applyClient(c *clientConfig) { c.tls = o.cfg }
+
+// WithTLS makes a server speak TLS (cfg holds its certificate and key, e.g. from
+// tls.LoadX509KeyPair) or a client (cfg holds the roots that verify the server's
+// certificate; ServerName defaults to the host of the address dialled). Without it the
+// traffic is plaintext: the token authenticates both sides but keys and values cross
+// the network readable by anyone on the path. A nil cfg turns TLS off.
+func WithTLS(cfg *tls.Config) TLSOption { return TLSOption{cfg} }
+
+type clientOption func(*clientConfig)
+
+func (o clientOption) applyClient(c *clientConfig) { o(c) }
+
+// WithServedBy names who serves the store ("rank 0"), for Dial's error when no server
+// ever answered at the address: "rank 0 never served the store at ADDR".
+func WithServedBy(who string) ClientOption {
+	return clientOption(func(c *clientConfig) { c.servedBy = who })
 }
 
 type configOption func(*Config)

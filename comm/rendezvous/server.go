@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -11,20 +12,28 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // closeFlushTimeout bounds how long Close spends writing each reply already due.
 const closeFlushTimeout = time.Second
 
-// maxPendingBytes bounds what one connection's blocked Gets and Waits may hold on the
-// server (their keys plus a fixed overhead each).
-const maxPendingBytes = 4 << 20
+// smallFrame is the size of each connection's own frame buffer (counted in
+// connOverhead); larger frames reserve their buffer from the budget as they arrive.
+const smallFrame = 4 << 10
 
-// watcherOverhead is what a blocked request costs beyond its keys, for maxPendingBytes.
-const watcherOverhead = 64
+// Memory release: when what the budget counts has dropped by releaseDrop since its
+// peak and stays put for one releaseTick, the server returns the freed memory to the
+// operating system (debug.FreeOSMemory), at most once per releaseTick.
+const (
+	releaseTick = 500 * time.Millisecond
+	releaseDrop = 16 << 20
+)
 
 // Server is the key-value store. Rank 0 usually embeds one (NewServer, then Serve or
 // ListenAndServe); tools/rendezvous runs one on its own. It serves any number of
@@ -36,32 +45,22 @@ type Server struct {
 	log  *slog.Logger
 	done chan struct{} // closed by Close
 
-	wg         sync.WaitGroup // Serve loops and connections still running
+	st       *store
+	budget   *budget
+	inflight *budget // bytes of large frames being read, across all connections
+	auth     authLimiter
+	warns    warnLimiter
+
+	wg         sync.WaitGroup // Serve loops, connections and the memory janitor
 	deliveries sync.WaitGroup // replies to blocked requests not yet written
+	janitor    sync.Once
 
 	mu        sync.Mutex
 	closed    bool
 	listeners map[net.Listener]struct{}
 	conns     map[*serverConn]struct{}
-	data      map[string][]byte
-	size      int64 // bytes of keys and values in data
-	watchers  map[string]map[*watcher]struct{}
-}
-
-// watcher is a blocked Get or Wait.
-type watcher struct {
-	conn    *serverConn
-	id      uint32
-	op      op
-	keys    []string
-	missing int // registered keys not yet set
-	cost    int
-}
-
-// delivery is the reply to a watcher whose keys now all exist.
-type delivery struct {
-	w     *watcher
-	value []byte // for a Get
+	unauth    []*serverConn // connections still in their handshake, oldest first
+	authed    int           // connections past their handshake
 }
 
 // NewServer returns a server configured by opts; it listens nowhere until Serve or
@@ -78,6 +77,7 @@ func (s *Server) init(opts []ServerOption) {
 			handshakeTimeout: DefaultHandshakeTimeout,
 			idleTimeout:      DefaultIdleTimeout,
 			maxConns:         DefaultMaxConns,
+			maxUnauth:        DefaultMaxHandshakes,
 			maxStoreBytes:    DefaultMaxStoreBytes,
 		}
 		for _, o := range opts {
@@ -88,14 +88,24 @@ func (s *Server) init(opts []ServerOption) {
 		if s.cfg.log == nil {
 			s.cfg.log = slog.Default()
 		}
+		if s.cfg.maxClientBytes <= 0 || s.cfg.maxClientBytes > s.cfg.maxStoreBytes {
+			s.cfg.maxClientBytes = max(s.cfg.maxStoreBytes/DefaultClientShare, min(s.cfg.maxStoreBytes, 1<<20))
+		}
 		s.log = s.cfg.log
 		s.done = make(chan struct{})
 		s.listeners = make(map[net.Listener]struct{})
 		s.conns = make(map[*serverConn]struct{})
-		s.data = make(map[string][]byte)
-		s.watchers = make(map[string]map[*watcher]struct{})
+		s.budget = &budget{limit: s.cfg.maxStoreBytes}
+		s.inflight = &budget{limit: max(s.cfg.maxStoreBytes/4, 2*MaxFrameLen)}
+		s.st = newStore(s.budget)
+		if s.cfg.token != "" && len(s.cfg.token) < minTokenLen {
+			s.log.Warn("rendezvous server: the token is short and may be guessed; use NewToken or tools/rendezvous -new-token", "len", len(s.cfg.token), "want_at_least", minTokenLen)
+		}
 	})
 }
+
+// warn logs a warning, at most warnBurst at once and then once a second per message.
+func (s *Server) warn(msg string, args ...any) { s.warns.log(s.log, slog.LevelWarn, msg, args...) }
 
 // ListenAndServe listens on the TCP address addr (":29500", "127.0.0.1:0") and serves
 // it like Serve.
@@ -126,6 +136,10 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	}
 	s.listeners[l] = struct{}{}
 	s.wg.Add(1)
+	s.janitor.Do(func() {
+		s.wg.Add(1)
+		go s.releaseMemory()
+	})
 	s.mu.Unlock()
 	defer s.wg.Done()
 	stop := context.AfterFunc(ctx, func() { _ = s.Close() })
@@ -137,7 +151,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		_ = l.Close()
 	}()
 
-	s.log.Info("rendezvous server listening", "addr", l.Addr().String(), "auth", s.cfg.token != "")
+	s.log.Info("rendezvous server listening", "addr", l.Addr().String(), "auth", s.cfg.token != "", "tls", s.cfg.tls != nil)
 	var delay time.Duration
 	for {
 		nc, err := l.Accept()
@@ -149,7 +163,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 				return fmt.Errorf("rendezvous server: accept on %s: %w", l.Addr(), err)
 			}
 			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			s.log.Warn("rendezvous server: accept failed, retrying", "addr", l.Addr().String(), "err", err, "retry_in", delay)
+			s.warn("rendezvous server: accept failed, retrying", "addr", l.Addr().String(), "err", err, "retry_in", delay)
 			select {
 			case <-time.After(delay):
 				continue
@@ -182,6 +196,7 @@ func (s *Server) Close() error {
 		}
 	}
 	s.mu.Unlock()
+	s.st.close()
 	for _, l := range listeners {
 		_ = l.Close()
 	}
@@ -210,79 +225,154 @@ func (s *Server) numConns() int {
 	return len(s.conns)
 }
 
+// releaseMemory reports the warnings that were suppressed, and returns memory to the operating system once load has ended: the Go
+// runtime keeps freed heap for reuse, and without new allocations it does not even
+// collect it, so a server's resident size would stay at its peak.
+func (s *Server) releaseMemory() {
+	defer s.wg.Done()
+	t := time.NewTicker(releaseTick)
+	defer t.Stop()
+	prev := s.budget.used.Load()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+		}
+		s.warns.flush(s.log, slog.LevelWarn)
+		cur := s.budget.used.Load() + s.inflight.used.Load()
+		peak := s.budget.peak.Load() + s.inflight.peak.Load()
+		settled := cur-prev < 1<<20 && prev-cur < 1<<20
+		prev = cur
+		if peak-cur >= releaseDrop && settled {
+			s.budget.peak.Store(s.budget.used.Load())
+			s.inflight.peak.Store(s.inflight.used.Load())
+			s.log.Debug("rendezvous server: returning freed memory to the OS", "peak", peak, "in_use", cur)
+			debug.FreeOSMemory()
+		}
+	}
+}
+
 func (s *Server) accept(nc net.Conn) {
+	if s.cfg.tls != nil {
+		nc = tls.Server(nc, s.cfg.tls)
+	}
+	c := &serverConn{s: s, nc: nc, remote: nc.RemoteAddr().String(), pending: make(map[uint32]func() bool)}
+	c.acct = newAccount(s.budget, s.cfg.maxClientBytes)
+	var evict *serverConn
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		_ = nc.Close()
 		return
 	}
-	if len(s.conns) >= s.cfg.maxConns {
-		s.mu.Unlock()
-		s.log.Warn("rendezvous server: connection refused: limit reached", "remote", nc.RemoteAddr().String(), "limit", s.cfg.maxConns)
-		c := &serverConn{s: s, nc: nc}
-		_ = c.reply(0, opHello, statusBusy, []byte("server at its limit of "+strconv.Itoa(s.cfg.maxConns)+" connections"))
-		_ = nc.Close()
-		return
+	if len(s.unauth) >= s.cfg.maxUnauth {
+		evict = s.evictLocked()
 	}
-	c := &serverConn{s: s, nc: nc, remote: nc.RemoteAddr().String(), pending: make(map[uint32]*watcher)}
+	s.unauth = append(s.unauth, c)
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
+	if evict != nil {
+		evict.evicted.Store(true)
+		_ = evict.nc.Close()
+	}
 	go c.serve()
+}
+
+// evictLocked takes the connection to drop for a newcomer out of the handshake slots:
+// the oldest that has sent nothing, else the oldest.
+func (s *Server) evictLocked() *serverConn {
+	i := 0
+	for j, c := range s.unauth {
+		if !c.heard.Load() {
+			i = j
+			break
+		}
+	}
+	c := s.unauth[i]
+	s.unauth = append(s.unauth[:i], s.unauth[i+1:]...)
+	return c
+}
+
+// leaveHandshakeLocked removes c from the handshake slots; it reports whether it was
+// there.
+func (s *Server) leaveHandshakeLocked(c *serverConn) bool {
+	for i, u := range s.unauth {
+		if u == c {
+			s.unauth = append(s.unauth[:i], s.unauth[i+1:]...)
+			return true
+		}
+	}
+	return false
 }
 
 // serverConn is one client connection. Its goroutine reads and answers requests in
 // order; replies to blocked requests are written later by the goroutine that made their
 // keys exist.
 type serverConn struct {
-	s      *Server
-	nc     net.Conn
-	remote string
-	br     *bufio.Reader
-	buf    []byte
-	fields [][]byte
+	s       *Server
+	nc      net.Conn
+	remote  string
+	br      *bufio.Reader
+	small   []byte // frame buffer for frames up to smallFrame
+	big     []byte // buffer of the current large frame
+	bigCost int64  // what big reserved
+	fields  [][]byte
+	acct    *account
+	heard   atomic.Bool // some byte arrived
+	evicted atomic.Bool // closed to make room for a newer connection
+	authed  bool        // holds an authenticated slot
 
 	wmu sync.Mutex
-	enc encoder
+	hdr []byte // reply header scratch, guarded by wmu
 
-	// Guarded by s.mu.
-	pending      map[uint32]*watcher
-	pendingBytes int
-	gone         bool
+	pmu     sync.Mutex
+	pending map[uint32]func() bool // cancel of each blocked request, by id
+	gone    bool
+}
+
+// heardReader marks a connection as heard from at its first byte.
+type heardReader struct{ c *serverConn }
+
+func (r heardReader) Read(p []byte) (int, error) {
+	n, err := r.c.nc.Read(p)
+	if n > 0 && !r.c.heard.Load() {
+		r.c.heard.Store(true)
+	}
+	return n, err
 }
 
 func (c *serverConn) serve() {
 	s := c.s
 	defer s.wg.Done()
 	defer c.close()
-	c.br = bufio.NewReader(c.nc)
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("rendezvous server: panic while serving a connection; closing it", "remote", c.remote, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		}
+	}()
+	c.br = bufio.NewReaderSize(heardReader{c}, smallFrame)
+	c.small = make([]byte, smallFrame)
 	if err := c.handshake(); err != nil {
 		c.logEnd("handshake", err)
 		return
 	}
 	for {
-		if s.cfg.idleTimeout > 0 {
-			_ = c.nc.SetReadDeadline(time.Now().Add(s.cfg.idleTimeout))
-		}
-		body, buf, err := readFrame(c.br, c.buf, MaxFrameLen)
-		c.buf = buf
+		f, refused, err := c.readRequest()
 		if err != nil {
 			c.logEnd("read", err)
 			return
 		}
-		f, err := decodeFrame(body, c.fields)
-		if err != nil {
-			c.logEnd("decode", err)
-			return
+		if refused != nil {
+			err = c.fail(f, statusStoreFull, "%v", refused)
+		} else {
+			err = c.handle(f)
 		}
-		c.fields = f.fields[:0]
-		if err := c.handle(f); err != nil {
+		c.dropBig()
+		if err != nil {
 			c.logEnd(f.op.String(), err)
 			return
-		}
-		if cap(c.buf) > readChunk {
-			c.buf = nil
 		}
 		if cap(c.fields) > 64 {
 			c.fields = nil
@@ -290,26 +380,145 @@ func (c *serverConn) serve() {
 	}
 }
 
+// readRequest reads one frame. Its buffer grows with the bytes that arrived, each step
+// reserved from the client's share and the server's budget for frames in flight; a
+// frame that does not fit is read to its end and discarded, and refused says why.
+func (c *serverConn) readRequest() (f frame, refused error, err error) {
+	s := c.s
+	if s.cfg.idleTimeout > 0 {
+		_ = c.nc.SetReadDeadline(time.Now().Add(s.cfg.idleTimeout))
+	} else {
+		_ = c.nc.SetReadDeadline(time.Time{})
+	}
+	var lb [4]byte
+	if _, err := io.ReadFull(c.br, lb[:1]); err != nil {
+		return frame{}, nil, err
+	}
+	// A frame that has begun must arrive whole within the handshake timeout, so that
+	// a peer cannot hold its slot by dripping bytes.
+	_ = c.nc.SetReadDeadline(time.Now().Add(s.cfg.handshakeTimeout))
+	if n, err := io.ReadFull(c.br, lb[1:]); err != nil {
+		return frame{}, nil, truncated(err, n+1, 4)
+	}
+	size := int(binary.BigEndian.Uint32(lb[:]))
+	switch {
+	case size > MaxFrameLen:
+		return frame{}, nil, fmt.Errorf("%w: frame of %d bytes exceeds the limit of %d", ErrProtocol, size, MaxFrameLen)
+	case size < frameHeaderLen:
+		return frame{}, nil, fmt.Errorf("%w: frame of %d bytes is shorter than its %d-byte header", ErrProtocol, size, frameHeaderLen)
+	}
+	var body []byte
+	if size <= len(c.small) {
+		body = c.small[:size]
+		if got, err := io.ReadFull(c.br, body); err != nil {
+			return frame{}, nil, truncated(err, got, size)
+		}
+	} else {
+		body, refused, err = c.readBig(size)
+		if err != nil {
+			return frame{}, nil, err
+		}
+		if refused != nil {
+			return frame{op: op(body[0]), status: status(body[1]), id: binary.BigEndian.Uint32(body[2:6])}, refused, nil
+		}
+	}
+	f, err = decodeFrame(body, c.fields)
+	if err != nil {
+		return frame{}, nil, err
+	}
+	c.fields = f.fields[:0]
+	return f, nil, nil
+}
+
+func (c *serverConn) readBig(size int) (body []byte, refused, err error) {
+	body = c.small[:frameHeaderLen] // the header says whom to refuse
+	if got, err := io.ReadFull(c.br, body); err != nil {
+		return nil, nil, truncated(err, got, size)
+	}
+	for len(body) < size {
+		chunk := min(size-len(body), readChunk)
+		if cap(body)-len(body) < chunk {
+			n := min(size, max(2*cap(body), len(body)+chunk))
+			cost := allocSize(n)
+			if refused = c.reserveBuf(cost, size); refused != nil {
+				discarded, err := c.br.Discard(size - len(body))
+				if err != nil {
+					return nil, nil, truncated(err, len(body)+discarded, size)
+				}
+				return body, refused, nil
+			}
+			grown := make([]byte, len(body), n)
+			copy(grown, body)
+			body = grown
+			c.releaseBig()
+			c.big, c.bigCost = grown, cost
+		}
+		got, err := io.ReadFull(c.br, body[len(body):len(body)+chunk])
+		if err != nil {
+			return nil, nil, truncated(err, len(body)+got, size)
+		}
+		body = body[:len(body)+chunk]
+	}
+	return body, nil, nil
+}
+
+// reserveBuf reserves a frame buffer from the client's share and from the bytes in
+// flight.
+func (c *serverConn) reserveBuf(cost int64, size int) error {
+	what := fmt.Sprintf("a request of %d bytes", size)
+	if !c.s.inflight.reserve(cost) {
+		return &errFull{what: what, n: int64(size), limit: c.s.inflight.limit, used: c.s.inflight.used.Load()}
+	}
+	if err := c.acct.reserve(what, cost); err != nil {
+		c.s.inflight.release(cost)
+		return err
+	}
+	return nil
+}
+
+func (c *serverConn) releaseBig() {
+	if c.big != nil {
+		c.acct.release(c.bigCost)
+		c.s.inflight.release(c.bigCost)
+		c.big, c.bigCost = nil, 0
+	}
+}
+
+// dropBig frees the large frame's buffer once its request is handled.
+func (c *serverConn) dropBig() { c.releaseBig() }
+
 func (c *serverConn) logEnd(stage string, err error) {
 	var ne net.Error
 	switch {
 	case errors.Is(err, io.EOF):
 		c.s.log.Debug("rendezvous server: client disconnected", "remote", c.remote)
+	case c.evicted.Load():
+		c.s.log.Debug("rendezvous server: connection dropped to make room for a newer one", "remote", c.remote, "stage", stage)
 	case c.s.isClosed() || errors.Is(err, net.ErrClosed):
 		c.s.log.Debug("rendezvous server: connection closed", "remote", c.remote, "stage", stage)
 	case errors.As(err, &ne) && ne.Timeout():
-		c.s.log.Warn("rendezvous server: closing silent connection", "remote", c.remote, "stage", stage, "err", err)
+		c.s.warn("rendezvous server: closing silent connection", "remote", c.remote, "stage", stage, "err", err)
 	default:
-		c.s.log.Warn("rendezvous server: closing connection", "remote", c.remote, "stage", stage, "err", err)
+		c.s.warn("rendezvous server: closing connection", "remote", c.remote, "stage", stage, "err", err)
 	}
 }
 
 func (c *serverConn) close() {
 	s := c.s
-	s.mu.Lock()
+	c.pmu.Lock()
 	c.gone = true
-	for _, w := range c.pending {
-		s.dropWatcherLocked(w)
+	cancels := c.pending
+	c.pending = nil
+	c.pmu.Unlock()
+	for _, cancel := range cancels {
+		cancel()
+	}
+	c.releaseBig()
+	s.mu.Lock()
+	s.leaveHandshakeLocked(c)
+	if c.authed {
+		s.authed--
+		c.acct.release(connOverhead)
 	}
 	delete(s.conns, c)
 	s.mu.Unlock()
@@ -318,12 +527,20 @@ func (c *serverConn) close() {
 
 // readSmall reads one handshake frame.
 func (c *serverConn) readSmall() (frame, error) {
-	body, buf, err := readFrame(c.br, c.buf, maxHandshakeFrame)
-	c.buf = buf
+	body, _, err := readFrame(c.br, c.small[:0], maxHandshakeFrame)
 	if err != nil {
 		return frame{}, err
 	}
 	return decodeFrame(body, c.fields)
+}
+
+// remoteHost is the address failed authentications are counted under.
+func (c *serverConn) remoteHost() string {
+	host, _, err := net.SplitHostPort(c.remote)
+	if err != nil {
+		return c.remote
+	}
+	return host
 }
 
 func (c *serverConn) handshake() error {
@@ -346,6 +563,8 @@ func (c *serverConn) handshake() error {
 	if s.cfg.token != "" {
 		serverNonce = newNonce()
 		serverProof = proof(s.cfg.token, serverLabel, clientNonce, serverNonce)
+	} else if err := c.takeSlot(opHello); err != nil {
+		return err
 	}
 	idle := binary.BigEndian.AppendUint32(nil, uint32(min(s.cfg.idleTimeout.Milliseconds(), math.MaxUint32)))
 	version := binary.BigEndian.AppendUint16(nil, ProtocolVersion)
@@ -360,9 +579,19 @@ func (c *serverConn) handshake() error {
 		if f.op != opAuth || len(f.fields) != 1 {
 			return fmt.Errorf("%w: expected authentication, got %s with %d fields", ErrProtocol, f.op, len(f.fields))
 		}
+		host := c.remoteHost()
+		if ok, wait := s.auth.allowed(host); !ok {
+			msg := fmt.Sprintf("too many failed authentications from %s: retry in %v", host, wait.Round(time.Millisecond))
+			_ = c.reply(0, opAuth, statusBusy, []byte(msg))
+			return fmt.Errorf("%w: %s", ErrBusy, msg)
+		}
 		if !validProof(f.fields[0], s.cfg.token, clientLabel, clientNonce, serverNonce) {
+			s.auth.failed(host)
 			_ = c.reply(0, opAuth, statusUnauthorized, []byte("invalid token"))
 			return fmt.Errorf("%w: the client's proof does not match the token", ErrUnauthorized)
+		}
+		if err := c.takeSlot(opAuth); err != nil {
+			return err
 		}
 		if err := c.reply(0, opAuth, statusOK); err != nil {
 			return err
@@ -371,17 +600,72 @@ func (c *serverConn) handshake() error {
 	return c.nc.SetDeadline(time.Time{})
 }
 
-// reply writes one frame; safe from any goroutine.
+// takeSlot moves c from the handshake slots to an authenticated one, or answers busy.
+func (c *serverConn) takeSlot(o op) error {
+	s := c.s
+	s.mu.Lock()
+	if s.authed >= s.cfg.maxConns {
+		s.mu.Unlock()
+		msg := "server at its limit of " + strconv.Itoa(s.cfg.maxConns) + " connections"
+		s.warn("rendezvous server: connection refused: limit reached", "remote", c.remote, "limit", s.cfg.maxConns)
+		_ = c.reply(0, o, statusBusy, []byte(msg))
+		return fmt.Errorf("%w: %s", ErrBusy, msg)
+	}
+	if err := c.acct.reserve("a connection", connOverhead); err != nil {
+		s.mu.Unlock()
+		s.warn("rendezvous server: connection refused: memory budget exhausted", "remote", c.remote, "err", err)
+		_ = c.reply(0, o, statusBusy, []byte(err.Error()))
+		return fmt.Errorf("%w: %v", ErrBusy, err)
+	}
+	if !s.leaveHandshakeLocked(c) {
+		// Evicted while authenticating; it is being closed.
+		s.mu.Unlock()
+		c.acct.release(connOverhead)
+		return fmt.Errorf("%w: evicted during the handshake", ErrClosed)
+	}
+	s.authed++
+	c.authed = true
+	s.mu.Unlock()
+	return nil
+}
+
+// reply writes one frame; safe from any goroutine. Large fields (values) are written
+// from where they are, not copied into the frame.
 func (c *serverConn) reply(id uint32, o op, st status, fields ...[]byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	c.enc.begin(o, st, id)
+	body := frameHeaderLen
 	for _, f := range fields {
-		c.enc.bytes(f)
+		body += 4 + len(f)
 	}
-	b, err := c.enc.finish()
-	if err != nil {
-		return err
+	if body > MaxFrameLen || len(fields) > MaxKeysPerRequest+1 {
+		return fmt.Errorf("%w: reply of %d bytes in %d fields exceeds the frame limit", ErrInvalidArgument, body, len(fields))
+	}
+	h := c.hdr[:0]
+	h = binary.BigEndian.AppendUint32(h, uint32(body))
+	h = append(h, byte(o), byte(st))
+	h = binary.BigEndian.AppendUint32(h, id)
+	h = binary.BigEndian.AppendUint16(h, uint16(len(fields)))
+	var cuts []int // where in h each large field goes
+	var large [][]byte
+	for _, f := range fields {
+		h = binary.BigEndian.AppendUint32(h, uint32(len(f)))
+		if len(f) <= 512 {
+			h = append(h, f...)
+			continue
+		}
+		cuts = append(cuts, len(h))
+		large = append(large, f)
+	}
+	bufs := make(net.Buffers, 0, 2*len(large)+1)
+	start := 0
+	for i, cut := range cuts {
+		bufs = append(bufs, h[start:cut], large[i])
+		start = cut
+	}
+	bufs = append(bufs, h[start:])
+	if cap(h) <= smallFrame {
+		c.hdr = h
 	}
 	timeout := writeTimeout
 	select {
@@ -390,15 +674,28 @@ func (c *serverConn) reply(id uint32, o op, st status, fields ...[]byte) error {
 	default:
 	}
 	_ = c.nc.SetWriteDeadline(time.Now().Add(timeout))
-	_, err = c.nc.Write(b)
-	if cap(c.enc.b) > readChunk {
-		c.enc.b = nil
-	}
+	_, err := bufs.WriteTo(c.nc)
 	return err
 }
 
 func (c *serverConn) fail(f frame, st status, format string, args ...any) error {
 	return c.reply(f.id, f.op, st, fmt.Appendf(nil, format, args...))
+}
+
+// failWith answers a request with the status of err's sentinel.
+func (c *serverConn) failWith(f frame, err error) error {
+	st, msg := statusFailed, err.Error()
+	for _, s := range []struct {
+		sentinel error
+		status   status
+	}{{ErrStoreFull, statusStoreFull}, {ErrNotCounter, statusNotCounter}, {ErrInvalidArgument, statusInvalid}} {
+		if errors.Is(err, s.sentinel) {
+			// The client puts the sentinel's text back in front.
+			st, msg = s.status, strings.TrimPrefix(msg, s.sentinel.Error()+": ")
+			break
+		}
+	}
+	return c.reply(f.id, f.op, st, []byte(msg))
 }
 
 func badFields(f frame) error {
@@ -436,6 +733,10 @@ func keyFields(fs [][]byte) ([]string, error) {
 // failed write, which close the connection.
 func (c *serverConn) handle(f frame) error {
 	s := c.s
+	if s.cfg.onRequest != nil {
+		s.cfg.onRequest(f.op, f.fields)
+	}
+	st := s.st
 	switch f.op {
 	case opPing:
 		return c.reply(f.id, f.op, statusOK)
@@ -448,14 +749,9 @@ func (c *serverConn) handle(f frame) error {
 		if err != nil {
 			return err
 		}
-		s.mu.Lock()
-		if !s.storeLocked(key, bytes.Clone(f.fields[1])) {
-			s.mu.Unlock()
-			return c.fail(f, statusStoreFull, "storing %d bytes under %q would exceed the store limit of %d bytes", len(f.fields[1]), key, s.cfg.maxStoreBytes)
+		if err := st.set(c.acct, key, bytes.Clone(f.fields[1])); err != nil {
+			return c.failWith(f, err)
 		}
-		out := s.notifyLocked(key)
-		s.mu.Unlock()
-		s.deliver(out)
 		return c.reply(f.id, f.op, statusOK)
 
 	case opGet:
@@ -465,9 +761,7 @@ func (c *serverConn) handle(f frame) error {
 		if err := keyOK(f.fields[0]); err != nil {
 			return err
 		}
-		s.mu.Lock()
-		if v, ok := s.data[string(f.fields[0])]; ok {
-			s.mu.Unlock()
+		if v, ok := st.get(string(f.fields[0])); ok {
 			return c.reply(f.id, f.op, statusOK, v)
 		}
 		return c.block(f, []string{string(f.fields[0])})
@@ -480,7 +774,6 @@ func (c *serverConn) handle(f frame) error {
 		if err != nil {
 			return err
 		}
-		s.mu.Lock()
 		return c.block(f, keys)
 
 	case opAdd:
@@ -491,29 +784,11 @@ func (c *serverConn) handle(f frame) error {
 		if err != nil {
 			return err
 		}
-		delta := int64(binary.BigEndian.Uint64(f.fields[1]))
-		s.mu.Lock()
-		var cur int64
-		if v, ok := s.data[key]; ok {
-			cur, err = strconv.ParseInt(string(v), 10, 64)
-			if err != nil {
-				s.mu.Unlock()
-				return c.fail(f, statusNotCounter, "value of %q is not a decimal int64: %q", key, v[:min(len(v), 32)])
-			}
+		n, err := st.add(c.acct, key, int64(binary.BigEndian.Uint64(f.fields[1])))
+		if err != nil {
+			return c.failWith(f, err)
 		}
-		if (delta > 0 && cur > math.MaxInt64-delta) || (delta < 0 && cur < math.MinInt64-delta) {
-			s.mu.Unlock()
-			return c.fail(f, statusNotCounter, "adding %d to %d under %q overflows int64", delta, cur, key)
-		}
-		cur += delta
-		if !s.storeLocked(key, strconv.AppendInt(nil, cur, 10)) {
-			s.mu.Unlock()
-			return c.fail(f, statusStoreFull, "storing counter %q would exceed the store limit of %d bytes", key, s.cfg.maxStoreBytes)
-		}
-		out := s.notifyLocked(key)
-		s.mu.Unlock()
-		s.deliver(out)
-		return c.reply(f.id, f.op, statusOK, binary.BigEndian.AppendUint64(nil, uint64(cur)))
+		return c.reply(f.id, f.op, statusOK, binary.BigEndian.AppendUint64(nil, uint64(n)))
 
 	case opCAS:
 		if len(f.fields) != 2 && len(f.fields) != 3 {
@@ -523,31 +798,22 @@ func (c *serverConn) handle(f frame) error {
 		if err != nil {
 			return err
 		}
-		s.mu.Lock()
-		cur, present := s.data[key]
-		var swap bool
-		if len(f.fields) == 2 {
-			swap = !present
-		} else {
-			swap = present && bytes.Equal(cur, f.fields[1])
-		}
-		var out []delivery
-		if swap {
-			nv := bytes.Clone(f.fields[len(f.fields)-1])
-			if !s.storeLocked(key, nv) {
-				s.mu.Unlock()
-				return c.fail(f, statusStoreFull, "storing %d bytes under %q would exceed the store limit of %d bytes", len(nv), key, s.cfg.maxStoreBytes)
+		var old []byte
+		if len(f.fields) == 3 {
+			old = f.fields[1]
+			if old == nil {
+				old = []byte{}
 			}
-			cur, present = nv, true
-			out = s.notifyLocked(key)
 		}
-		s.mu.Unlock()
-		s.deliver(out)
+		cur, swapped, err := st.compareAndSet(c.acct, key, old, bytes.Clone(f.fields[len(f.fields)-1]))
+		if err != nil {
+			return c.failWith(f, err)
+		}
 		var flags byte
-		if swap {
+		if swapped {
 			flags |= 1
 		}
-		if present {
+		if cur != nil {
 			flags |= 2
 		}
 		return c.reply(f.id, f.op, statusOK, []byte{flags}, cur)
@@ -560,15 +826,8 @@ func (c *serverConn) handle(f frame) error {
 		if err != nil {
 			return err
 		}
-		s.mu.Lock()
-		v, ok := s.data[key]
-		if ok {
-			delete(s.data, key)
-			s.size -= int64(len(key) + len(v))
-		}
-		s.mu.Unlock()
 		var deleted byte
-		if ok {
+		if st.delete(key) {
 			deleted = 1
 		}
 		return c.reply(f.id, f.op, statusOK, []byte{deleted})
@@ -577,167 +836,170 @@ func (c *serverConn) handle(f frame) error {
 		if len(f.fields) == 0 || len(f.fields) > MaxKeysPerRequest {
 			return badFields(f)
 		}
-		present := make([]byte, len(f.fields))
 		for _, b := range f.fields {
 			if err := keyOK(b); err != nil {
 				return err
 			}
 		}
-		s.mu.Lock()
-		for i, b := range f.fields {
-			if _, ok := s.data[string(b)]; ok {
-				present[i] = 1
+		return c.reply(f.id, f.op, statusOK, st.checkFields(f.fields))
+
+	case opBarrier:
+		if len(f.fields) != 3 || len(f.fields[1]) != 8 || len(f.fields[2]) != 8 {
+			return badFields(f)
+		}
+		key, err := keyField(f.fields[0])
+		if err != nil {
+			return err
+		}
+		rank, world := int64(binary.BigEndian.Uint64(f.fields[1])), int64(binary.BigEndian.Uint64(f.fields[2]))
+		if rank < math.MinInt32 || rank > math.MaxInt32 || world < math.MinInt32 || world > math.MaxInt32 {
+			return c.fail(f, statusInvalid, "%v: barrier %q: rank %d or world %d out of range", ErrInvalidArgument, key, rank, world)
+		}
+		return c.barrier(f, key, int(rank), int(world))
+
+	case opBarrierState:
+		if len(f.fields) != 1 {
+			return badFields(f)
+		}
+		key, err := keyField(f.fields[0])
+		if err != nil {
+			return err
+		}
+		world, arrived, done, found := st.barrierState(key)
+		var flags byte
+		if found {
+			flags |= 1
+		}
+		if done {
+			flags |= 2
+		}
+		bitmap := make([]byte, (len(arrived)+7)/8)
+		for r, ok := range arrived {
+			if ok {
+				bitmap[r/8] |= 1 << (r % 8)
 			}
 		}
-		s.mu.Unlock()
-		return c.reply(f.id, f.op, statusOK, present)
+		return c.reply(f.id, f.op, statusOK, []byte{flags}, binary.BigEndian.AppendUint64(nil, uint64(world)), bitmap)
 
 	case opCancel:
 		if len(f.fields) != 0 {
 			return badFields(f)
 		}
-		s.mu.Lock()
-		if w := c.pending[f.id]; w != nil {
-			s.dropWatcherLocked(w)
+		c.pmu.Lock()
+		cancel := c.pending[f.id]
+		delete(c.pending, f.id)
+		c.pmu.Unlock()
+		if cancel != nil {
+			cancel()
 		}
-		s.mu.Unlock()
 		return nil
 	}
 	return fmt.Errorf("%w: unexpected %s (status %d, id %d)", ErrProtocol, f.op, f.status, f.id)
 }
 
-// block answers a Get or Wait whose keys all exist, or registers a watcher for it. It
-// is called with s.mu held and releases it.
-func (c *serverConn) block(f frame, keys []string) error {
-	s := c.s
-	if _, dup := c.pending[f.id]; dup {
-		s.mu.Unlock()
-		return fmt.Errorf("%w: request id %d reused while still pending", ErrProtocol, f.id)
+// addPending records the cancel of a blocked request under its id; it fails when the
+// id is already pending.
+func (c *serverConn) addPending(id uint32) error {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	if _, dup := c.pending[id]; dup {
+		return fmt.Errorf("%w: request id %d reused while still pending", ErrProtocol, id)
 	}
-	cost := watcherOverhead
-	for _, k := range keys {
-		cost += len(k)
+	if c.pending != nil {
+		c.pending[id] = func() bool { return false } // replaced once registered
 	}
-	if c.pendingBytes+cost > maxPendingBytes {
-		s.mu.Unlock()
-		return c.fail(f, statusInvalid, "blocked requests on this connection would hold %d bytes, over the limit of %d", c.pendingBytes+cost, maxPendingBytes)
-	}
-	w := &watcher{conn: c, id: f.id, op: f.op, keys: keys, cost: cost}
-	s.watchMissingLocked(w)
-	if w.missing == 0 {
-		var v []byte
-		if f.op == opGet {
-			v = s.data[keys[0]]
+	return nil
+}
+
+// settle replaces the placeholder of id by cancel, or forgets id (cancel nil). It runs
+// the cancel at once when the connection has gone meanwhile.
+func (c *serverConn) settle(id uint32, cancel func() bool) {
+	c.pmu.Lock()
+	if c.gone {
+		c.pmu.Unlock()
+		if cancel != nil {
+			cancel()
 		}
-		s.mu.Unlock()
+		return
+	}
+	if cancel == nil {
+		delete(c.pending, id)
+	} else if _, ok := c.pending[id]; ok {
+		c.pending[id] = cancel
+	}
+	c.pmu.Unlock()
+}
+
+// deliverer returns what the store calls, with its lock held, when a blocked request
+// of c is answered: the reply is written from a goroutine of its own, so that a client
+// that stops reading delays no one else.
+func (c *serverConn) deliverer(id uint32, o op) func(value []byte, release func()) {
+	s := c.s
+	return func(value []byte, release func()) {
+		s.deliveries.Add(1)
+		go func() {
+			defer s.deliveries.Done()
+			defer release()
+			defer func() {
+				if r := recover(); r != nil {
+					s.log.Error("rendezvous server: panic while writing a reply; closing the connection", "remote", c.remote, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+					_ = c.nc.Close()
+				}
+			}()
+			c.pmu.Lock()
+			delete(c.pending, id)
+			c.pmu.Unlock()
+			var err error
+			if o == opGet {
+				err = c.reply(id, o, statusOK, value)
+			} else {
+				err = c.reply(id, o, statusOK)
+			}
+			if err != nil {
+				s.warn("rendezvous server: closing connection: reply failed", "remote", c.remote, "op", o.String(), "err", err)
+				_ = c.nc.Close()
+			}
+		}()
+	}
+}
+
+// block answers a Get or Wait whose keys all exist, or leaves it with the store until
+// they do.
+func (c *serverConn) block(f frame, keys []string) error {
+	if err := c.addPending(f.id); err != nil {
+		return err
+	}
+	w, v, ready, err := c.s.st.wait(c.acct, keys, f.op == opGet, c.deliverer(f.id, f.op))
+	switch {
+	case err != nil:
+		c.settle(f.id, nil)
+		return c.failWith(f, err)
+	case ready:
+		c.settle(f.id, nil)
 		if f.op == opGet {
 			return c.reply(f.id, f.op, statusOK, v)
 		}
 		return c.reply(f.id, f.op, statusOK)
 	}
-	c.pending[f.id] = w
-	c.pendingBytes += cost
-	s.mu.Unlock()
+	c.settle(f.id, func() bool { return c.s.st.cancel(w) })
 	return nil
 }
 
-// watchMissingLocked registers w on each of its keys that does not exist yet and sets
-// w.missing to their number.
-func (s *Server) watchMissingLocked(w *watcher) {
-	w.missing = 0
-	for _, k := range w.keys {
-		if _, ok := s.data[k]; ok {
-			continue
-		}
-		set := s.watchers[k]
-		if set == nil {
-			set = make(map[*watcher]struct{})
-			s.watchers[k] = set
-		}
-		if _, dup := set[w]; !dup {
-			set[w] = struct{}{}
-			w.missing++
-		}
+// barrier records an arrival and answers once every rank has arrived.
+func (c *serverConn) barrier(f frame, key string, rank, world int) error {
+	if err := c.addPending(f.id); err != nil {
+		return err
 	}
-}
-
-// dropWatcherLocked forgets a watcher that will never be answered.
-func (s *Server) dropWatcherLocked(w *watcher) {
-	for _, k := range w.keys {
-		if set := s.watchers[k]; set != nil {
-			delete(set, w)
-			if len(set) == 0 {
-				delete(s.watchers, k)
-			}
-		}
+	deliver := c.deliverer(f.id, f.op)
+	w, done, err := c.s.st.arrive(c.acct, key, rank, world, func(release func()) { deliver(nil, release) })
+	switch {
+	case err != nil:
+		c.settle(f.id, nil)
+		return c.failWith(f, err)
+	case done:
+		c.settle(f.id, nil)
+		return c.reply(f.id, f.op, statusOK)
 	}
-	w.conn.pendingBytes -= w.cost
-	delete(w.conn.pending, w.id)
-}
-
-// storeLocked sets key to value unless that would exceed the store limit.
-func (s *Server) storeLocked(key string, value []byte) bool {
-	old, had := s.data[key]
-	delta := int64(len(value)) - int64(len(old))
-	if !had {
-		delta += int64(len(key))
-	}
-	if delta > 0 && s.size+delta > s.cfg.maxStoreBytes {
-		return false
-	}
-	s.data[key] = value
-	s.size += delta
-	return true
-}
-
-// notifyLocked wakes the watchers of a key that was just set and returns the replies
-// of those whose keys now all exist.
-func (s *Server) notifyLocked(key string) []delivery {
-	set := s.watchers[key]
-	if len(set) == 0 {
-		return nil
-	}
-	delete(s.watchers, key)
-	var out []delivery
-	for w := range set {
-		if w.missing--; w.missing > 0 {
-			continue
-		}
-		// A key seen earlier may have been deleted since: look again.
-		if s.watchMissingLocked(w); w.missing > 0 {
-			continue
-		}
-		w.conn.pendingBytes -= w.cost
-		delete(w.conn.pending, w.id)
-		if s.closed || w.conn.gone {
-			continue
-		}
-		d := delivery{w: w}
-		if w.op == opGet {
-			d.value = s.data[w.keys[0]]
-		}
-		out = append(out, d)
-		s.deliveries.Add(1)
-	}
-	return out
-}
-
-// deliver writes the replies notifyLocked collected, each from its own goroutine so
-// that a client that stops reading cannot delay the others.
-func (s *Server) deliver(out []delivery) {
-	for _, d := range out {
-		go func() {
-			defer s.deliveries.Done()
-			var err error
-			if d.w.op == opGet {
-				err = d.w.conn.reply(d.w.id, d.w.op, statusOK, d.value)
-			} else {
-				err = d.w.conn.reply(d.w.id, d.w.op, statusOK)
-			}
-			if err != nil {
-				s.log.Warn("rendezvous server: closing connection: reply failed", "remote", d.w.conn.remote, "op", d.w.op.String(), "err", err)
-				_ = d.w.conn.nc.Close()
-			}
-		}()
-	}
+	c.settle(f.id, func() bool { return c.s.st.cancelArrival(w) })
+	return nil
 }

@@ -125,9 +125,7 @@ func TestGetBlocksUntilALaterSet(t *testing.T) {
 func pendingOn(t testing.TB, addr string) bool {
 	s := servers.lookup(addr)
 	require.NotNil(t, s)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.watchers) > 0
+	return s.st.numPending() > 0
 }
 
 func TestGetHonoursTheContextDeadlineAndCancelsOnTheServer(t *testing.T) {
@@ -144,9 +142,7 @@ func TestGetHonoursTheContextDeadlineAndCancelsOnTheServer(t *testing.T) {
 	assert.Less(t, time.Since(start), 3*time.Second)
 
 	eventually(t, "the server forgot the cancelled get", func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return len(s.watchers) == 0
+		return s.st.numPending() == 0
 	})
 
 	// The client is still usable, and a set now does not reach the cancelled get.
@@ -280,7 +276,7 @@ func TestCompareAndSetRaces(t *testing.T) {
 
 func TestStoreErrors(t *testing.T) {
 	noLeaks(t)
-	_, addr := startServer(t, WithMaxStoreBytes(4096))
+	_, addr := startServer(t, WithMaxStoreBytes(64<<10))
 	c := dial(t, addr)
 	ctx := ctxTimeout(t, 10*time.Second)
 	require.NoError(t, c.Set(ctx, "text", []byte("not a number")))
@@ -299,7 +295,7 @@ func TestStoreErrors(t *testing.T) {
 	}{
 		{"add to text", func() error { _, err := c.Add(ctx, "text", 1); return err }, ErrNotCounter, `value of "text" is not a decimal int64`},
 		{"add overflows", func() error { _, err := c.Add(ctx, "max", 1); return err }, ErrNotCounter, "overflows int64"},
-		{"store full", func() error { return c.Set(ctx, "big", make([]byte, 5000)) }, ErrStoreFull, "exceed the store limit of 4096 bytes"},
+		{"store full", func() error { return c.Set(ctx, "big", make([]byte, 40<<10)) }, ErrStoreFull, "would exceed the server's memory budget of 65536 bytes"},
 		{"empty key", func() error { return c.Set(ctx, "", nil) }, ErrInvalidArgument, "empty key"},
 		{"long key", func() error { _, err := c.Get(ctx, long); return err }, ErrInvalidArgument, "key of 1025 bytes exceeds the limit of 1024"},
 		{"large value", func() error { return c.Set(ctx, "v", make([]byte, MaxValueLen+1)) }, ErrInvalidArgument, "value of 1048577 bytes exceeds the limit of 1048576"},
@@ -435,9 +431,7 @@ func TestCloseWritesRepliesAlreadyDue(t *testing.T) {
 		go func() { errs <- c.Wait(ctx, "done") }()
 	}
 	eventually(t, "all waits are blocked", func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return len(s.watchers["done"]) == waiters
+		return s.st.numPending() == waiters
 	})
 	last := dial(t, addr)
 	require.NoError(t, last.Set(ctx, "done", nil))

@@ -1,15 +1,24 @@
 // Command rendezvous runs the ncclgo rendezvous store on its own, for jobs whose rank 0
 // should not embed it:
 //
-//	NCCLGO_TOKEN=s3cret go run ./tools/rendezvous -addr :29500
+//	export NCCLGO_TOKEN=$(go run ./tools/rendezvous -new-token)
+//	go run ./tools/rendezvous -addr :29500
 //
 // Ranks then dial MASTER_ADDR:MASTER_PORT pointing at it. The token comes from
-// NCCLGO_TOKEN (empty: no authentication). It logs with log/slog to stderr and stops
-// on SIGINT or SIGTERM, closing every connection.
+// NCCLGO_TOKEN (empty: no authentication); -new-token prints a random 256-bit one and
+// exits. The token authenticates clients and server, but the traffic is plaintext
+// unless -tls-cert and -tls-key give a certificate and key (clients then need
+// rendezvous.WithTLS). It logs with log/slog to stderr and stops on SIGINT or SIGTERM,
+// closing every connection.
+//
+// -max-store-bytes is the server's whole memory budget; unless GOMEMLIMIT is set, the
+// Go runtime's memory limit is set to it plus 32 MiB, so that the process's resident
+// size follows what the budget counts.
 package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,6 +27,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/ncclgo/ncclgo/comm/rendezvous"
@@ -26,7 +36,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv(rendezvous.EnvToken), os.Stderr, nil); err != nil {
+	if err := run(ctx, os.Args[1:], os.Getenv(rendezvous.EnvToken), os.Stdout, os.Stderr, nil); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "rendezvous:", err)
 		}
@@ -34,21 +44,44 @@ func main() {
 	}
 }
 
-// run serves until ctx ends. ready, when not nil, receives the address listened on.
-func run(ctx context.Context, args []string, token string, stderr io.Writer, ready chan<- net.Addr) error {
+// run serves until ctx ends (or prints a token). ready, when not nil, receives the address listened on.
+func run(ctx context.Context, args []string, token string, stdout, stderr io.Writer, ready chan<- net.Addr) error {
 	fs := flag.NewFlagSet("rendezvous", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", ":29500", "TCP address to listen on")
 	handshake := fs.Duration("handshake-timeout", rendezvous.DefaultHandshakeTimeout, "time a new connection has to say hello and authenticate")
 	idle := fs.Duration("idle-timeout", rendezvous.DefaultIdleTimeout, "close connections silent for this long (negative: never)")
 	maxConns := fs.Int("max-conns", rendezvous.DefaultMaxConns, "most connections at once")
-	maxStore := fs.Int64("max-store-bytes", rendezvous.DefaultMaxStoreBytes, "most bytes of keys and values held")
+	maxStore := fs.Int64("max-store-bytes", rendezvous.DefaultMaxStoreBytes, "memory budget of the whole server: keys, values, blocked requests, connections, buffers")
+	maxClient := fs.Int64("max-client-bytes", 0, "most of the budget one client may hold (0: an eighth of it)")
+	maxHandshakes := fs.Int("max-handshakes", rendezvous.DefaultMaxHandshakes, "most connections still in their handshake")
+	certFile := fs.String("tls-cert", "", "PEM certificate: serve TLS (with -tls-key)")
+	keyFile := fs.String("tls-key", "", "PEM private key of -tls-cert")
+	newToken := fs.Bool("new-token", false, "print a new random token for "+rendezvous.EnvToken+" and exit")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *newToken {
+		_, err := fmt.Fprintln(stdout, rendezvous.NewToken())
+		return err
+	}
+	var tlsConfig *tls.Config
+	switch {
+	case (*certFile == "") != (*keyFile == ""):
+		return fmt.Errorf("-tls-cert and -tls-key go together (got %q and %q)", *certFile, *keyFile)
+	case *certFile != "":
+		cert, err := tls.LoadX509KeyPair(*certFile, *keyFile)
+		if err != nil {
+			return fmt.Errorf("-tls-cert %q -tls-key %q: %w", *certFile, *keyFile, err)
+		}
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	if _, set := os.LookupEnv("GOMEMLIMIT"); !set && *maxStore > 0 {
+		debug.SetMemoryLimit(*maxStore + 32<<20)
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
@@ -57,6 +90,9 @@ func run(ctx context.Context, args []string, token string, stderr io.Writer, rea
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
 	if token == "" {
 		log.Warn("rendezvous: no token in " + rendezvous.EnvToken + ": any client that reaches the port can read and write keys")
+	}
+	if tlsConfig == nil {
+		log.Info("rendezvous: traffic is plaintext (-tls-cert and -tls-key turn on TLS)")
 	}
 
 	var lc net.ListenConfig
@@ -74,6 +110,9 @@ func run(ctx context.Context, args []string, token string, stderr io.Writer, rea
 		rendezvous.WithIdleTimeout(*idle),
 		rendezvous.WithMaxConns(*maxConns),
 		rendezvous.WithMaxStoreBytes(*maxStore),
+		rendezvous.WithMaxClientBytes(*maxClient),
+		rendezvous.WithMaxHandshakes(*maxHandshakes),
+		rendezvous.WithTLS(tlsConfig),
 	)
 	err = srv.Serve(ctx, l)
 	_ = srv.Close()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -44,7 +45,7 @@ func TestRunServesUntilItsContextEnds(t *testing.T) {
 	logs := &syncBuffer{}
 	ready := make(chan net.Addr, 1)
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"-addr", "127.0.0.1:0"}, "tok", logs, ready) }()
+	go func() { done <- run(ctx, []string{"-addr", "127.0.0.1:0"}, "tok", io.Discard, logs, ready) }()
 	addr := (<-ready).String()
 
 	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -76,18 +77,30 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{[]string{"-addr", "127.0.0.1:0", "extra"}, `unexpected arguments ["extra"]`},
 		{[]string{"-addr", "256.0.0.1:1"}, `listen on "256.0.0.1:1"`},
 		{[]string{"-no-such-flag"}, "flag provided but not defined"},
+		{[]string{"-tls-cert", "c.pem"}, "-tls-cert and -tls-key go together"},
+		{[]string{"-tls-cert", "/nonexistent/c.pem", "-tls-key", "/nonexistent/k.pem"}, `-tls-cert "/nonexistent/c.pem"`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			var stderr bytes.Buffer
-			err := run(context.Background(), tt.args, "", &stderr, nil)
+			err := run(context.Background(), tt.args, "", io.Discard, &stderr, nil)
 			require.Error(t, err)
 			assert.Contains(t, err.Error()+stderr.String(), tt.want)
 		})
 	}
 	var stderr bytes.Buffer
-	require.ErrorIs(t, run(context.Background(), []string{"-h"}, "", &stderr, nil), flag.ErrHelp)
+	require.ErrorIs(t, run(context.Background(), []string{"-h"}, "", io.Discard, &stderr, nil), flag.ErrHelp)
 	assert.Contains(t, stderr.String(), "-addr")
+}
+
+func TestNewTokenPrintsAFreshHighEntropyToken(t *testing.T) {
+	var out1, out2 bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"-new-token"}, "", &out1, io.Discard, nil))
+	require.NoError(t, run(context.Background(), []string{"-new-token"}, "", &out2, io.Discard, nil))
+	t1, t2 := strings.TrimSpace(out1.String()), strings.TrimSpace(out2.String())
+	assert.Len(t, t1, 43, "256 bits in unpadded base64url")
+	assert.NotEqual(t, t1, t2)
+	assert.NotContains(t, t1, "=")
 }
 
 // The built command stops cleanly on SIGTERM.

@@ -1,0 +1,416 @@
+package rendezvous
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The store holds: each abuse below runs against a tools/rendezvous process with a
+// 64 MiB memory budget while a legitimate client does set, get and barrier throughout.
+// The server's peak resident size (VmHWM) must stay under the budget plus 64 MiB, the
+// abuse must be refused where it goes over, and the legitimate client must succeed
+// every time. Its latency is logged here and compared in BenchmarkLegitimateClientUnderAbuse.
+
+const (
+	holdBudget = 64 << 20
+	holdToken  = "hold-test-token-0123456789abcdef"
+	holdSlack  = 64 << 20
+)
+
+// legitStats is what the legitimate client saw.
+type legitStats struct {
+	ops       int
+	failures  []error
+	latencies []time.Duration
+}
+
+func (s legitStats) quantile(q float64) time.Duration {
+	if len(s.latencies) == 0 {
+		return 0
+	}
+	l := slices.Clone(s.latencies)
+	slices.Sort(l)
+	return l[min(len(l)-1, int(q*float64(len(l))))]
+}
+
+// runLegit starts a client that sets, gets and (every tenth round) passes a barrier of
+// one until stop is called.
+func runLegit(t testing.TB, addr, token string) (stop func() legitStats) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	c, err := Dial(ctx, addr, WithToken(token), WithLogger(discardLogger()))
+	require.NoError(t, err)
+	var st legitStats
+	var done atomic.Bool
+	group := fmt.Sprintf("legit-%d", legitRuns.Add(1)) // barrier keys are new for every run
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		value := []byte("legitimate value")
+		for i := 0; !done.Load(); i++ {
+			start := time.Now()
+			err := c.Set(ctx, "legit/key", value)
+			if err == nil {
+				_, err = c.Get(ctx, "legit/key")
+			}
+			if err == nil && i%10 == 0 {
+				err = c.Barrier(ctx, GenerationKey(group, uint64(i), "b"), 0, 1)
+			}
+			st.ops++
+			st.latencies = append(st.latencies, time.Since(start))
+			if err != nil {
+				st.failures = append(st.failures, err)
+				if len(st.failures) > 10 {
+					return
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	return func() legitStats {
+		done.Store(true)
+		wg.Wait()
+		_ = c.Close()
+		cancel()
+		return st
+	}
+}
+
+var legitRuns atomic.Int64
+
+// authedConn is a hand-driven connection past its handshake.
+func authedConn(t testing.TB, addr, token string) *rawConn {
+	t.Helper()
+	r := rawDial(t, addr)
+	nonce, hello := r.hello(ProtocolVersion)
+	require.Equal(t, statusOK, hello.status)
+	r.send(opAuth, 0, proof(token, clientLabel, nonce, hello.fields[2]))
+	f, err := r.recv()
+	require.NoError(t, err)
+	require.Equal(t, statusOK, f.status, "%q", f.fields)
+	return r
+}
+
+// pipeline sends up to n requests built by build without waiting for replies, stops
+// once the server has refused one as store full, and counts the replies by status.
+func pipeline(t testing.TB, r *rawConn, n int, build func(i int, e *encoder)) map[status]int {
+	t.Helper()
+	var stop atomic.Bool
+	var sent atomic.Int64
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		var e encoder
+		var batch []byte
+		for i := 0; i < n && !stop.Load(); i++ {
+			build(i, &e)
+			b, err := e.finish()
+			if err != nil {
+				return
+			}
+			batch = append(batch, b...)
+			if len(batch) >= 64<<10 || i == n-1 {
+				_ = r.nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+				if _, err := r.nc.Write(batch); err != nil {
+					return
+				}
+				sent.Store(int64(i + 1))
+				batch = batch[:0]
+			}
+		}
+	}()
+	counts := map[status]int{}
+	got := 0
+	br := bufio.NewReaderSize(r.nc, 64<<10)
+	var buf []byte
+	for {
+		select {
+		case <-written:
+			if int64(got) >= sent.Load() {
+				return counts
+			}
+		default:
+		}
+		_ = r.nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+		body, b, err := readFrame(br, buf, MaxFrameLen)
+		buf = b
+		if err != nil {
+			stop.Store(true)
+			<-written
+			t.Errorf("reading replies after %d: %v", got, err)
+			return counts
+		}
+		if len(body) < frameHeaderLen {
+			t.Errorf("short reply")
+			return counts
+		}
+		st := status(body[1])
+		counts[st]++
+		got++
+		if st == statusStoreFull {
+			stop.Store(true)
+		}
+	}
+}
+
+func checkHeld(t *testing.T, p *serverProc, stop func() legitStats, unloadedP99 time.Duration) {
+	t.Helper()
+	_, peak := p.memory()
+	t.Logf("server peak resident size %d MiB (budget %d MiB + %d MiB allowed)", peak>>20, holdBudget>>20, holdSlack>>20)
+	assert.Less(t, peak, int64(holdBudget+holdSlack), "the server's resident size respects its budget")
+	st := stop()
+	require.Empty(t, st.failures, "the legitimate client failed")
+	require.Positive(t, st.ops)
+	t.Logf("legitimate client: %d rounds, all ok; p50 %v, p99 %v (unloaded p99 %v)", st.ops, st.quantile(0.5), st.quantile(0.99), unloadedP99)
+}
+
+// holdServer starts the server process and measures the legitimate client unloaded.
+func holdServer(t *testing.T) (*serverProc, time.Duration) {
+	p := startServerProc(t, holdToken, "-max-store-bytes", fmt.Sprint(holdBudget))
+	stop := runLegit(t, p.addr, holdToken)
+	time.Sleep(300 * time.Millisecond)
+	st := stop()
+	require.Empty(t, st.failures)
+	return p, st.quantile(0.99)
+}
+
+func TestStoreHoldsAgainstSmallKeys(t *testing.T) {
+	p, p99 := holdServer(t)
+	stop := runLegit(t, p.addr, holdToken)
+	// Six clients fill their shares with 9-byte keys and empty values: the old limit
+	// counted 9 bytes for each, the process held more than ten times that.
+	var wg sync.WaitGroup
+	fulls := make([]int, 6)
+	for a := range fulls {
+		r := authedConn(t, p.addr, holdToken)
+		wg.Go(func() {
+			counts := pipeline(t, r, 200_000, func(i int, e *encoder) {
+				e.begin(opSet, statusOK, uint32(i+1))
+				key := [9]byte{byte('0' + a)}
+				for j, v := 8, i; j > 0; j, v = j-1, v/10 {
+					key[j] = byte('0' + v%10)
+				}
+				e.bytes(key[:])
+				e.bytes(nil)
+			})
+			fulls[a] = counts[statusStoreFull]
+		})
+	}
+	wg.Wait()
+	for a, n := range fulls {
+		assert.Positive(t, n, "client %d was refused as store full", a)
+	}
+	checkHeld(t, p, stop, p99)
+}
+
+func TestStoreHoldsAgainstWaitAmplification(t *testing.T) {
+	p, p99 := holdServer(t)
+	stop := runLegit(t, p.addr, holdToken)
+	var wg sync.WaitGroup
+	var refused atomic.Int64
+	for a := range 16 {
+		r := authedConn(t, p.addr, holdToken)
+		wg.Go(func() {
+			var e encoder
+			for i := range 64 {
+				e.begin(opWait, statusOK, uint32(i+1))
+				for k := range MaxKeysPerRequest {
+					if a%2 == 0 {
+						e.string(fmt.Sprintf("w%d-%d-%d", a, i, k)) // 4,096 keys
+					} else {
+						e.string("one key") // one key 4,096 times
+					}
+				}
+				b, err := e.finish()
+				require.NoError(t, err)
+				_ = r.nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+				if _, err := r.nc.Write(b); err != nil {
+					t.Errorf("attacker %d: %v", a, err)
+					return
+				}
+			}
+			r.send(opPing, 1000) // answered after every refusal before it
+			for {
+				f, err := r.recv()
+				if err != nil {
+					t.Errorf("attacker %d: %v", a, err)
+					return
+				}
+				if f.op == opPing {
+					return
+				}
+				refused.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	assert.Positive(t, refused.Load(), "waits over the bounds were refused")
+	t.Logf("%d of %d waits refused", refused.Load(), 16*64)
+	checkHeld(t, p, stop, p99)
+}
+
+func TestStoreHoldsAgainstPartialFrames(t *testing.T) {
+	p, p99 := holdServer(t)
+	stop := runLegit(t, p.addr, holdToken)
+	// Connections that announce a maximum-size frame and send all of it but its last
+	// byte: what arrived is real, but only so much of it may be in flight.
+	const conns = 400
+	frame := make([]byte, 4+MaxFrameLen-1)
+	binary.BigEndian.PutUint32(frame, MaxFrameLen)
+	frame[4] = byte(opSet)
+	var wg sync.WaitGroup
+	rs := make([]*rawConn, conns)
+	for i := range rs {
+		rs[i] = authedConn(t, p.addr, holdToken)
+	}
+	for _, r := range rs {
+		wg.Go(func() {
+			_ = r.nc.SetWriteDeadline(time.Now().Add(60 * time.Second))
+			_, _ = r.nc.Write(frame)
+		})
+	}
+	wg.Wait()
+	checkHeld(t, p, stop, p99)
+}
+
+func TestStoreHoldsAgainstALogFlood(t *testing.T) {
+	p := startServerProc(t, holdToken, "-max-store-bytes", fmt.Sprint(holdBudget), "-handshake-timeout", "200ms")
+	stop := runLegit(t, p.addr, holdToken)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range 600 {
+		wg.Go(func() {
+			nc, err := net.Dial("tcp", p.addr)
+			if err != nil {
+				return
+			}
+			defer nc.Close()
+			if i%2 == 0 {
+				_, _ = nc.Write([]byte("garbage that is not a frame"))
+			} // else: say nothing until the handshake timeout
+			_ = nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_, _ = nc.Read(make([]byte, 64))
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	st := stop()
+	require.Empty(t, st.failures)
+	eventually(t, "the suppressed warnings are counted", func() bool { return strings.Contains(p.logs.String(), "suppressed=") })
+	elapsed = time.Since(start)
+	logs := p.logs.String()
+	warns := strings.Count(logs, "level=WARN")
+	t.Logf("%d warnings for 600 bad connections in %v", warns, elapsed.Round(time.Millisecond))
+	// Two messages (closing connection, closing silent connection), each at most a
+	// burst and then one a second; plus the warning about the short token.
+	assert.LessOrEqual(t, warns, 2*(warnBurst+int(elapsed/warnEvery)+2)+1)
+	assert.Contains(t, logs, "suppressed=")
+}
+
+func TestBringUpOf64RanksWhile5000HostileConnectionsAreOpen(t *testing.T) {
+	raiseFileLimit(t)
+	p := startServerProc(t, holdToken, "-max-store-bytes", fmt.Sprint(holdBudget))
+	// A persistent attacker without the token keeps 5,000 connections open, and opens a
+	// new one (up to 1,000 a second) whenever the server drops one.
+	var stopHostile atomic.Bool
+	var hostile sync.WaitGroup
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for i := range 5000 {
+		hostile.Go(func() {
+			for !stopHostile.Load() {
+				nc, err := net.Dial("tcp", p.addr)
+				if err != nil {
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				if i%2 == 0 { // say hello, then nothing
+					var e encoder
+					e.begin(opHello, statusOK, 0)
+					e.string(magic)
+					e.bytes(binary.BigEndian.AppendUint16(nil, ProtocolVersion))
+					e.bytes(newNonce())
+					b, _ := e.finish()
+					_, _ = nc.Write(b)
+				}
+				_ = nc.SetReadDeadline(time.Now().Add(time.Minute))
+				buf := make([]byte, 256)
+				for !stopHostile.Load() {
+					if _, err := nc.Read(buf); err != nil {
+						break
+					}
+				}
+				_ = nc.Close()
+				<-tick.C
+			}
+		})
+	}
+	defer func() { stopHostile.Store(true); hostile.Wait() }()
+	time.Sleep(time.Second) // let the attacker take every slot it can
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	const world = 64
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, world)
+	for rank := range world {
+		wg.Go(func() {
+			c, err := Dial(ctx, p.addr, WithToken(holdToken), WithLogger(discardLogger()))
+			if err != nil {
+				errs[rank] = err
+				return
+			}
+			defer c.Close()
+			key := GenerationKey("bringup", 0, "uid")
+			if rank == 0 {
+				if err := c.Set(ctx, key, []byte("unique id")); err != nil {
+					errs[rank] = err
+					return
+				}
+			}
+			if err := c.Barrier(ctx, GenerationKey("bringup", 0, "barrier"), rank, world); err != nil {
+				errs[rank] = err
+				return
+			}
+			v, err := c.Get(ctx, key)
+			if err == nil && string(v) != "unique id" {
+				err = fmt.Errorf("read %q", v)
+			}
+			errs[rank] = err
+		})
+	}
+	wg.Wait()
+	for rank, err := range errs {
+		require.NoError(t, err, "rank %d", rank)
+	}
+	t.Logf("64 ranks brought up in %v while 5000 hostile connections were open", time.Since(start).Round(time.Millisecond))
+	_, peak := p.memory()
+	assert.Less(t, peak, int64(holdBudget+holdSlack))
+}
+
+// raiseFileLimit lifts the soft limit on open files to the hard one: the attacker's
+// connections are files of this process.
+func raiseFileLimit(t *testing.T) {
+	var l syscall.Rlimit
+	require.NoError(t, syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l))
+	if l.Cur < l.Max {
+		l.Cur = l.Max
+		require.NoError(t, syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l))
+	}
+	if l.Cur < 12000 {
+		t.Skipf("the limit on open files is %d; this test needs 12000 (ulimit -n)", l.Cur)
+	}
+}

@@ -1,0 +1,270 @@
+package rendezvous
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Costs charged to the server's memory budget beyond the bytes a peer sent. They are
+// upper bounds of what the Go runtime really allocates for each thing, so that what the
+// budget counts is at least what the process holds.
+const (
+	// keyOverhead is one key's map slot, entry and allocation headers.
+	keyOverhead = 160
+	// watchKeyOverhead is one key of a blocked request: its copy, its slot in the
+	// request and its entry in the per-key set of watchers.
+	watchKeyOverhead = 256
+	// watcherOverhead is a blocked request and the goroutine that writes its reply.
+	watcherOverhead = 8 << 10
+	// connOverhead is a connection: its goroutine's stack, its read buffer, small frame
+	// buffers and its state.
+	connOverhead = 24 << 10
+	// barrierOverhead is a barrier's state beyond its key and its rank bitmap.
+	barrierOverhead = 256
+)
+
+// Bounds on blocked requests (Get, Wait, Barrier).
+const (
+	// maxPendingPerConn is the most blocked requests one connection may have.
+	maxPendingPerConn = 1024
+	// maxPendingBytes bounds what one connection's blocked requests may hold.
+	maxPendingBytes = 4 << 20
+	// maxPendingTotal is the most blocked requests on the whole server.
+	maxPendingTotal = 64 << 10
+	// maxBarrierWorld is the largest world a barrier may have.
+	maxBarrierWorld = 1 << 20
+)
+
+// allocSize is an upper bound of what allocating n bytes costs the Go heap (size
+// classes waste at most 1/8; large objects are rounded up to 8 KiB pages).
+func allocSize(n int) int64 {
+	switch {
+	case n == 0:
+		return 0
+	case n <= 16:
+		return 16
+	case n <= 32<<10:
+		return int64(n + n/8 + 16)
+	default:
+		return int64((n + 8<<10 - 1) &^ (8<<10 - 1))
+	}
+}
+
+// budget is the one memory budget of a server: keys, values, blocked requests,
+// barriers, connections and frame buffers all reserve from it.
+type budget struct {
+	limit int64
+	used  atomic.Int64
+	peak  atomic.Int64 // highest used since the last release of memory to the OS
+}
+
+// reserve takes n bytes, or nothing when that would exceed the limit.
+func (b *budget) reserve(n int64) bool {
+	for {
+		cur := b.used.Load()
+		if n > 0 && cur+n > b.limit {
+			return false
+		}
+		if b.used.CompareAndSwap(cur, cur+n) {
+			for p := b.peak.Load(); cur+n > p && !b.peak.CompareAndSwap(p, cur+n); p = b.peak.Load() {
+			}
+			return true
+		}
+	}
+}
+
+func (b *budget) release(n int64) { b.used.Add(-n) }
+
+// account is one client's share of the budget: what its connection holds (buffers,
+// blocked requests) and the keys it wrote last. Keys stay charged to it after its
+// connection closed.
+type account struct {
+	b     *budget
+	limit int64
+	used  atomic.Int64
+
+	// Guarded by the store's mutex.
+	pending      int   // blocked requests
+	pendingBytes int64 // what they cost
+}
+
+func newAccount(b *budget, limit int64) *account { return &account{b: b, limit: limit} }
+
+// errFull says why a reservation failed.
+type errFull struct {
+	what        string
+	n           int64
+	share, used int64 // the client's share when that was the limit, else 0
+	limit       int64
+}
+
+func (e *errFull) Error() string {
+	if e.share > 0 {
+		return fmt.Sprintf("%s (%d bytes) would exceed this client's share of %d bytes of the server's memory budget (%d in use by it)", e.what, e.n, e.share, e.used)
+	}
+	return fmt.Sprintf("%s (%d bytes) would exceed the server's memory budget of %d bytes (%d in use)", e.what, e.n, e.limit, e.used)
+}
+
+func (e *errFull) Unwrap() error { return ErrStoreFull }
+
+// reserve takes n bytes from the client's share and the server's budget.
+func (a *account) reserve(what string, n int64) error {
+	if n <= 0 {
+		a.used.Add(n)
+		a.b.release(-n)
+		return nil
+	}
+	if u := a.used.Add(n); u > a.limit && a.limit < a.b.limit {
+		a.used.Add(-n)
+		return &errFull{what: what, n: n, share: a.limit, used: u - n}
+	}
+	if !a.b.reserve(n) {
+		a.used.Add(-n)
+		return &errFull{what: what, n: n, limit: a.b.limit, used: a.b.used.Load()}
+	}
+	return nil
+}
+
+func (a *account) release(n int64) {
+	a.used.Add(-n)
+	a.b.release(n)
+}
+
+// authLimiter rate-limits failed authentications per source address: each address
+// may fail authFailBurst times at once, then once every 1/authFailRate seconds. Proofs
+// from an address over its limit are refused without being checked.
+type authLimiter struct {
+	mu sync.Mutex
+	m  map[string]*authBucket
+}
+
+const (
+	authFailBurst  = 10
+	authFailRate   = 5.0 // per second
+	authLimiterMax = 4096
+)
+
+type authBucket struct {
+	tokens float64
+	last   time.Time
+}
+
+func (l *authLimiter) bucket(addr string, now time.Time) *authBucket {
+	if l.m == nil {
+		l.m = make(map[string]*authBucket)
+	}
+	b := l.m[addr]
+	if b == nil {
+		if len(l.m) >= authLimiterMax {
+			for k, v := range l.m { // forget addresses that are back to a full bucket
+				if v.tokens+now.Sub(v.last).Seconds()*authFailRate >= authFailBurst {
+					delete(l.m, k)
+				}
+			}
+		}
+		if len(l.m) >= authLimiterMax {
+			return nil
+		}
+		b = &authBucket{tokens: authFailBurst, last: now}
+		l.m[addr] = b
+	}
+	b.tokens = min(authFailBurst, b.tokens+now.Sub(b.last).Seconds()*authFailRate)
+	b.last = now
+	return b
+}
+
+// allowed reports whether a proof from addr may be checked now, and if not, when.
+func (l *authLimiter) allowed(addr string) (bool, time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.bucket(addr, time.Now())
+	if b == nil || b.tokens >= 1 {
+		return true, 0
+	}
+	return false, time.Duration((1 - b.tokens) / authFailRate * float64(time.Second))
+}
+
+// failed records a failed proof from addr.
+func (l *authLimiter) failed(addr string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if b := l.bucket(addr, time.Now()); b != nil {
+		b.tokens = max(0, b.tokens-1)
+	}
+}
+
+// warnLimiter rate-limits repeated log lines: each message may be logged warnBurst
+// times at once, then once per warnEvery; the next line logged says how many were
+// suppressed in between.
+type warnLimiter struct {
+	mu sync.Mutex
+	m  map[string]*warnState
+}
+
+const (
+	warnBurst = 10
+	warnEvery = time.Second
+)
+
+type warnState struct {
+	tokens     float64
+	last       time.Time
+	suppressed int
+}
+
+func (w *warnLimiter) log(l *slog.Logger, level slog.Level, msg string, args ...any) {
+	w.mu.Lock()
+	if w.m == nil {
+		w.m = make(map[string]*warnState)
+	}
+	now := time.Now()
+	st := w.m[msg]
+	if st == nil {
+		st = &warnState{tokens: warnBurst, last: now}
+		w.m[msg] = st
+	}
+	st.tokens = min(warnBurst, st.tokens+float64(now.Sub(st.last))/float64(warnEvery))
+	st.last = now
+	if st.tokens < 1 {
+		st.suppressed++
+		w.mu.Unlock()
+		return
+	}
+	st.tokens--
+	suppressed := st.suppressed
+	st.suppressed = 0
+	w.mu.Unlock()
+	if suppressed > 0 {
+		args = append(args, "suppressed", suppressed)
+	}
+	l.Log(context.Background(), level, msg, args...)
+}
+
+// flush logs, for each message whose repeats were suppressed and that may be logged
+// again, how many were.
+func (w *warnLimiter) flush(l *slog.Logger, level slog.Level) {
+	type pending struct {
+		msg string
+		n   int
+	}
+	var out []pending
+	w.mu.Lock()
+	now := time.Now()
+	for msg, st := range w.m {
+		st.tokens = min(warnBurst, st.tokens+float64(now.Sub(st.last))/float64(warnEvery))
+		st.last = now
+		if st.suppressed > 0 && st.tokens >= 1 {
+			st.tokens--
+			out = append(out, pending{msg, st.suppressed})
+			st.suppressed = 0
+		}
+	}
+	w.mu.Unlock()
+	for _, p := range out {
+		l.Log(context.Background(), level, p.msg+" (repeats suppressed)", "suppressed", p.n)
+	}
+}
