@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
+	"github.com/ncclgo/ncclgo/comm/internal/libcache"
 	"github.com/ncclgo/ncclgo/kernels"
 	"github.com/ncclgo/ncclgo/raw/mpi"
 )
@@ -302,4 +304,84 @@ func TestMPIRankGoRuntimeAndSignals(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
+}
+
+// TestMPINCCLBringUp starts an NCCL job under mpirun without a rendezvous store: every
+// rank must report the same unique id (exchanged by MPI_Bcast, then a barrier), its local
+// rank from MPI, and then get as far as opening its device: on a machine without a GPU,
+// that is where it stops, with an error saying so.
+func TestMPINCCLBringUp(t *testing.T) {
+	const np = 2
+	out := runMPI(t, np, "TestMPIRankNCCLBringUp")
+	ids := map[string]bool{}
+	locals := map[string]bool{}
+	for _, line := range strings.Split(out, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "bring-up ")
+		if !ok {
+			continue
+		}
+		f := map[string]string{}
+		for _, kv := range strings.Fields(rest) {
+			k, v, _ := strings.Cut(kv, "=")
+			f[k] = v
+		}
+		ids[f["id"]] = true
+		locals[f["local"]] = true
+		if f["device_opened"] != "true" {
+			assert.Equal(t, "open-device", f["stopped"], "rank %s stopped before opening its device: %s", f["rank"], line)
+		}
+	}
+	require.Len(t, ids, 1, "every rank holds rank 0's id:\n%s", out)
+	assert.NotContains(t, ids, "", "the exchange was logged on every rank")
+	assert.Equal(t, map[string]bool{"0/2": true, "1/2": true}, locals, "local ranks from MPI_COMM_TYPE_SHARED")
+}
+
+func TestMPIRankNCCLBringUp(t *testing.T) {
+	if !inRank(t) {
+		return
+	}
+	libcache.Load(t)
+	c := newMPI(t)
+	defer func() { require.NoError(t, c.Close()) }()
+	var logs strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	b, err := c.NewNCCL(ctx, comm.WithLogger(log), comm.WithElementType(comm.Float32))
+	mu.Lock()
+	text := logs.String()
+	mu.Unlock()
+	fields := map[string]string{}
+	for _, kv := range strings.Fields(text) {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			fields[k] = v
+		}
+	}
+	stopped := "none"
+	switch {
+	case err == nil:
+		require.NoError(t, b.Close())
+	case strings.Contains(err.Error(), "open device"):
+		stopped = "open-device"
+		var oe *comm.OpError
+		require.ErrorAs(t, err, &oe)
+		assert.Equal(t, c.Rank(), oe.Rank)
+	default:
+		stopped = "nccl-init"
+		require.Contains(t, text, "comm: device opened", "failed before opening the device: %v", err)
+	}
+	fmt.Printf("bring-up rank=%d id=%s local=%s/%s device_opened=%v stopped=%s err=%q\n", c.Rank(), fields["id"],
+		fields["local_rank"], fields["local_world"], strings.Contains(text, "comm: device opened"), stopped, fmt.Sprint(err))
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *strings.Builder
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
