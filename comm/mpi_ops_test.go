@@ -67,7 +67,7 @@ func operands(r narrowRef) (xs, ys []uint16) {
 		}
 	} else {
 		pick = []uint16{0, 0x8000, 0x7fff, 0xffff, 0x0001, 0x8001, 0x7c00, 0xfc00, 0x7f80, 0xff80, 0x3c00, 0x3f80, 0x7bff, 0x7f7f, 0x0400, 0x0080}
-		for range 48 {
+		for range 16 {
 			pick = append(pick, uint16(rng.UintN(1<<16)))
 		}
 	}

@@ -30,9 +30,9 @@ import (
 
 // The MPI tests start real processes: the parent test runs this test binary under
 //
-//	mpirun --oversubscribe --allow-run-as-root -np N <test binary> -test.run=^TestMPIRank...$
+//	mpirun --oversubscribe --allow-run-as-root -np N <test binary> -test.run=^TestMPI...$
 //
-// and each rank, seeing mpiChildEnv, runs the body of the named TestMPIRank... test. A
+// and each rank, seeing mpiChildEnv name the test, runs that test's rank body instead. A
 // -race parent starts -race ranks.
 
 const (
@@ -75,14 +75,9 @@ func runMPI(t *testing.T, np int, test string, env ...string) string {
 	return string(out)
 }
 
-// inRank reports whether this process is a rank started by runMPI for test; the test
-// body runs only there.
-func inRank(t *testing.T) bool {
-	if os.Getenv(mpiChildEnv) != t.Name() {
-		t.Skipf("the body of %s runs on the ranks that its parent test starts under mpirun", t.Name())
-	}
-	return true
-}
+// inRank reports whether this process is a rank that runMPI started for the test t: the
+// test then runs its rank body instead of starting mpirun.
+func inRank(t *testing.T) bool { return os.Getenv(mpiChildEnv) == t.Name() }
 
 // newMPI opens the world communicator and closes it (finalising MPI) at the end.
 func newMPI(t *testing.T) *comm.MPICommunicator {
@@ -97,9 +92,13 @@ func newMPI(t *testing.T) *comm.MPICommunicator {
 }
 
 func TestMPIConformance(t *testing.T) {
+	if inRank(t) {
+		mpiRankConformance(t)
+		return
+	}
 	for _, np := range []int{1, 2, 4} {
 		t.Run(strconv.Itoa(np)+"-ranks", func(t *testing.T) {
-			out := runMPI(t, np, "TestMPIRankConformance")
+			out := runMPI(t, np, "TestMPIConformance")
 			assert.Equal(t, np, strings.Count(out, "mpi finalized by its owner: true"))
 		})
 	}
@@ -117,10 +116,7 @@ func (m *mpiInstance) Communicators() []comm.Communicator { return m.cs }
 func (m *mpiInstance) DriverCalls() int64                 { return m.c.MPICalls() }
 func (m *mpiInstance) Close() error                       { return m.c.Close() }
 
-func TestMPIRankConformance(t *testing.T) {
-	if !inRank(t) {
-		return
-	}
+func mpiRankConformance(t *testing.T) {
 	world := newMPI(t)
 	rank, n := world.Rank(), world.WorldSize()
 	commtest.RunCommunicatorConformance(t, commtest.CommHarness{
@@ -148,7 +144,11 @@ func TestMPIRankConformance(t *testing.T) {
 }
 
 func TestMPIBitForBitAndTags(t *testing.T) {
-	runMPI(t, 2, "TestMPIRankBitForBitAndTags")
+	if inRank(t) {
+		mpiRankBitForBitAndTags(t)
+		return
+	}
+	runMPI(t, 2, t.Name())
 }
 
 // hostBuf returns pinned host memory of n elements of T and its address.
@@ -160,10 +160,7 @@ func hostBuf[T any](t *testing.T, n int) ([]T, comm.DevicePtr) {
 	return s[:n], comm.DevicePtr(uintptr(unsafe.Pointer(&s[0])))
 }
 
-func TestMPIRankBitForBitAndTags(t *testing.T) {
-	if !inRank(t) {
-		return
-	}
+func mpiRankBitForBitAndTags(t *testing.T) {
 	c := newMPI(t)
 	defer func() { require.NoError(t, c.Close()) }()
 	ctx := context.Background()
@@ -228,18 +225,19 @@ func TestMPIRankBitForBitAndTags(t *testing.T) {
 }
 
 func TestMPIGoRuntimeAndSignals(t *testing.T) {
+	if inRank(t) {
+		mpiRankGoRuntimeAndSignals(t)
+		return
+	}
 	// Ask Open MPI for its signal handlers explicitly (its default list): Go's must stay.
-	runMPI(t, 2, "TestMPIRankGoRuntimeAndSignals", "OMPI_MCA_opal_signal=6,7,8,11")
+	runMPI(t, 2, t.Name(), "OMPI_MCA_opal_signal=6,7,8,11")
 }
 
-// TestMPIRankGoRuntimeAndSignals checks that Go and MPI share the process: Go's SIGSEGV
+// mpiRankGoRuntimeAndSignals checks that Go and MPI share the process: Go's SIGSEGV
 // handler survives MPI_Init (a nil dereference is still a recoverable panic), and
 // all-reduces from many goroutines, with garbage collection and preemption signals
 // going on, all complete with the right sums.
-func TestMPIRankGoRuntimeAndSignals(t *testing.T) {
-	if !inRank(t) {
-		return
-	}
+func mpiRankGoRuntimeAndSignals(t *testing.T) {
 	c := newMPI(t)
 	defer func() { require.NoError(t, c.Close()) }()
 
@@ -311,8 +309,12 @@ func TestMPIRankGoRuntimeAndSignals(t *testing.T) {
 // rank from MPI, and then get as far as opening its device: on a machine without a GPU,
 // that is where it stops, with an error saying so.
 func TestMPINCCLBringUp(t *testing.T) {
+	if inRank(t) {
+		mpiRankNCCLBringUp(t)
+		return
+	}
 	const np = 2
-	out := runMPI(t, np, "TestMPIRankNCCLBringUp")
+	out := runMPI(t, np, t.Name())
 	ids := map[string]bool{}
 	locals := map[string]bool{}
 	for _, line := range strings.Split(out, "\n") {
@@ -336,10 +338,7 @@ func TestMPINCCLBringUp(t *testing.T) {
 	assert.Equal(t, map[string]bool{"0/2": true, "1/2": true}, locals, "local ranks from MPI_COMM_TYPE_SHARED")
 }
 
-func TestMPIRankNCCLBringUp(t *testing.T) {
-	if !inRank(t) {
-		return
-	}
+func mpiRankNCCLBringUp(t *testing.T) {
 	libcache.Load(t)
 	c := newMPI(t)
 	defer func() { require.NoError(t, c.Close()) }()
