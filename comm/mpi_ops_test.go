@@ -136,24 +136,3 @@ func combineC(r narrowRef, op int, xs, ys []uint16) []uint16 {
 	}
 	return res
 }
-
-func TestMPIAvgPremultipliesLikeTheSimulator(t *testing.T) {
-	for _, r := range narrowRefs {
-		for _, n := range []int{1, 2, 3, 4, 7} {
-			sf := r
-			if r.size == 1 {
-				sf = narrowRefs[0] // fp8 scales by 1/n rounded to float16
-			}
-			scale := sf.decode(sf.encode(float32(1 / float64(n))))
-			if got := avgScale(r.f, n); got != scale {
-				t.Fatalf("%s: scale for %d ranks %v, want %v", r.name, n, got, scale)
-			}
-			for c := range r.n {
-				want := r.encode(r.decode(uint16(c)) * scale)
-				if got := mpiPremul(r.f, uint16(c), scale); got != want {
-					t.Fatalf("%s n=%d: premultiplied %#x is %#x, want %#x", r.name, n, c, got, want)
-				}
-			}
-		}
-	}
-}
