@@ -384,3 +384,48 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// TestMPIForeignInitAndPendingClose: when the application initialised MPI itself, comm
+// neither initialises nor finalises it; Sync gives up when ctx ends on a receive that
+// never matches, and Close cancels it within the close timeout instead of hanging.
+func TestMPIForeignInitAndPendingClose(t *testing.T) {
+	if inRank(t) {
+		mpiRankForeignInitAndPendingClose(t)
+		return
+	}
+	runMPI(t, 2, t.Name())
+}
+
+func mpiRankForeignInitAndPendingClose(t *testing.T) {
+	runtime.LockOSThread() // MPI_Finalize below must run on the thread of MPI_Init_thread
+	defer runtime.UnlockOSThread()
+	var provided int32
+	require.NoError(t, mpi.InitThread(nil, nil, mpi.ThreadMultiple, &provided))
+	c, err := comm.NewMPI(context.Background(), comm.WithCloseTimeout(200*time.Millisecond))
+	require.NoError(t, err)
+	_, p := hostBuf[int32](t, 1)
+	if c.Rank() == 0 {
+		require.NoError(t, c.Recv(p, 1, comm.Int32, 1, 99)) // rank 1 never sends it
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		err := c.Sync(ctx)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		err = c.Close()
+		require.ErrorIs(t, err, context.DeadlineExceeded, "Close reports the receive it had to cancel")
+	} else {
+		require.NoError(t, c.Close())
+	}
+	require.ErrorIs(t, c.Close(), comm.ErrClosed)
+	var flag int32
+	require.NoError(t, mpi.Finalized(&flag))
+	require.Zero(t, flag, "comm did not initialise MPI, so it must not finalise it")
+	require.NoError(t, mpi.Barrier(must(t, mpi.CommWorld)))
+	require.NoError(t, mpi.Finalize())
+}
+
+func must[T any](t *testing.T, f func() (T, error)) T {
+	t.Helper()
+	v, err := f()
+	require.NoError(t, err)
+	return v
+}
