@@ -283,12 +283,12 @@ func (p *mpiProcess) newCommunicator(cfg config, create func(*mpi.Comm) error) (
 }
 
 // release drops one user of MPI; the last one frees the user operators and, if comm
-// initialised MPI, finalises it.
+// initialised MPI, finalises it (otherwise MPI stays initialised for the application).
 func (p *mpiProcess) release(cfg config) {
 	mpiMu.Lock()
 	defer mpiMu.Unlock()
 	p.refs--
-	if p.refs > 0 || !p.owner {
+	if p.refs > 0 {
 		return
 	}
 	p.mu.Lock()
@@ -297,6 +297,11 @@ func (p *mpiProcess) release(cfg config) {
 		if err := mpi.OpFree(&p.userOps[i]); err != nil {
 			cfg.log.Warn("comm: mpi_op_free failed", "err", err)
 		}
+	}
+	p.userOps = nil
+	if !p.owner {
+		mpiProc = nil // MPI stays the application's; a later NewMPI sets up again
+		return
 	}
 	done := make(chan error, 1)
 	p.main <- func() { done <- mpi.Finalize() }

@@ -416,6 +416,14 @@ func mpiRankForeignInitAndPendingClose(t *testing.T) {
 		require.NoError(t, c.Close())
 	}
 	require.ErrorIs(t, c.Close(), comm.ErrClosed)
+	// comm set up again on the application's MPI: a new communicator works.
+	again, err := comm.NewMPI(context.Background())
+	require.NoError(t, err)
+	v, pv := hostBuf[uint16](t, 1)
+	v[0] = kernels.Float32ToBF16(1.5) // reduced by the user operation, created anew
+	require.NoError(t, again.AllReduce(pv, 1, comm.BFloat16, comm.Sum))
+	assert.Equal(t, float32(3), kernels.BF16ToFloat32(v[0]))
+	require.NoError(t, again.Close())
 	var flag int32
 	require.NoError(t, mpi.Finalized(&flag))
 	require.Zero(t, flag, "comm did not initialise MPI, so it must not finalise it")
