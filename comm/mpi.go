@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/ncclgo/ncclgo/kernels"
 	"github.com/ncclgo/ncclgo/raw/mpi"
 )
 
@@ -282,12 +283,12 @@ func (p *mpiProcess) newCommunicator(cfg config, create func(*mpi.Comm) error) (
 }
 
 // release drops one user of MPI; the last one frees the user operators and, if comm
-// initialised MPI, finalises it.
+// initialised MPI, finalises it (otherwise MPI stays initialised for the application).
 func (p *mpiProcess) release(cfg config) {
 	mpiMu.Lock()
 	defer mpiMu.Unlock()
 	p.refs--
-	if p.refs > 0 || !p.owner {
+	if p.refs > 0 {
 		return
 	}
 	p.mu.Lock()
@@ -296,6 +297,11 @@ func (p *mpiProcess) release(cfg config) {
 		if err := mpi.OpFree(&p.userOps[i]); err != nil {
 			cfg.log.Warn("comm: mpi_op_free failed", "err", err)
 		}
+	}
+	p.userOps = nil
+	if !p.owner {
+		mpiProc = nil // MPI stays the application's; a later NewMPI sets up again
+		return
 	}
 	done := make(chan error, 1)
 	p.main <- func() { done <- mpi.Finalize() }
@@ -678,18 +684,24 @@ func (c *MPICommunicator) premultiply(out, in unsafe.Pointer, count int, t DType
 			dst[i] = v * s
 		}
 	case Float16, BFloat16:
-		f, _ := narrowFormat(t)
-		s := avgScale(f, n)
+		dec, enc := kernels.F16ToFloat32, kernels.Float32ToF16
+		if t == BFloat16 {
+			dec, enc = kernels.BF16ToFloat32, kernels.Float32ToBF16
+		}
+		s := dec(enc(float32(1 / float64(n))))
 		src, dst := unsafe.Slice((*uint16)(in), count), unsafe.Slice((*uint16)(out), count)
 		for i, v := range src {
-			dst[i] = mpiPremul(f, v, s)
+			dst[i] = enc(dec(v) * s)
 		}
 	case Float8E4M3, Float8E5M2:
-		f, _ := narrowFormat(t)
-		s := avgScale(f, n)
+		dec, enc := kernels.E4M3ToFloat32, kernels.Float32ToE4M3
+		if t == Float8E5M2 {
+			dec, enc = kernels.E5M2ToFloat32, kernels.Float32ToE5M2
+		}
+		s := kernels.F16ToFloat32(kernels.Float32ToF16(float32(1 / float64(n))))
 		src, dst := unsafe.Slice((*uint8)(in), count), unsafe.Slice((*uint8)(out), count)
 		for i, v := range src {
-			dst[i] = uint8(mpiPremul(f, uint16(v), s))
+			dst[i] = enc(dec(v) * s)
 		}
 	default:
 		if out != in {
@@ -698,71 +710,34 @@ func (c *MPICommunicator) premultiply(out, in unsafe.Pointer, count int, t DType
 	}
 }
 
-// avgScale is 1/n rounded to format f (to float16 for the fp8 formats), as NCCL scales.
-func avgScale(f, n int) float32 {
-	if f == mpiE4M3 || f == mpiE5M2 {
-		f = mpiF16
-	}
-	// Round 1/n through the format: 1.0 (0x3c00 in float16, 0x3f80 in bfloat16) times 1/n.
-	one := uint16(0x3c00)
-	if f == mpiBF16 {
-		one = 0x3f80
-	}
-	return decodeNarrow(f, mpiPremul(f, one, float32(1/float64(n))))
-}
-
-// decodeNarrow widens one element of format f (float16 or bfloat16) to float32.
-func decodeNarrow(f int, c uint16) float32 {
-	if f == mpiBF16 {
-		return math.Float32frombits(uint32(c) << 16)
-	}
-	sign := uint32(c&0x8000) << 16
-	exp := uint32(c>>10) & 0x1f
-	frac := uint32(c & 0x3ff)
-	switch {
-	case exp == 0x1f:
-		return math.Float32frombits(sign | 0x7f800000 | frac<<13)
-	case exp != 0:
-		return math.Float32frombits(sign | (uint32(c&0x7fff)<<13 + (127-15)<<23))
-	case frac == 0:
-		return math.Float32frombits(sign)
-	}
-	return math.Float32frombits(sign | math.Float32bits(float32(frac)*0x1p-24))
-}
-
 // divide finishes an integer Avg: the sum divided by the number of ranks, truncated.
 func (c *MPICommunicator) divide(buf unsafe.Pointer, count int, t DType) {
-	n := int64(c.world)
-	switch t {
+	switch n := c.world; t {
 	case Int8:
-		s := unsafe.Slice((*int8)(buf), count)
-		for i, v := range s {
-			s[i] = int8(int64(v) / n)
-		}
-	case Uint8:
-		s := unsafe.Slice((*uint8)(buf), count)
-		for i, v := range s {
-			s[i] = uint8(uint64(v) / uint64(n))
-		}
+		divSigned[int8](buf, count, n)
 	case Int32:
-		s := unsafe.Slice((*int32)(buf), count)
-		for i, v := range s {
-			s[i] = int32(int64(v) / n)
-		}
-	case Uint32:
-		s := unsafe.Slice((*uint32)(buf), count)
-		for i, v := range s {
-			s[i] = uint32(uint64(v) / uint64(n))
-		}
+		divSigned[int32](buf, count, n)
 	case Int64:
-		s := unsafe.Slice((*int64)(buf), count)
-		for i, v := range s {
-			s[i] = v / n
-		}
+		divSigned[int64](buf, count, n)
+	case Uint8:
+		divUnsigned[uint8](buf, count, n)
+	case Uint32:
+		divUnsigned[uint32](buf, count, n)
 	case Uint64:
-		s := unsafe.Slice((*uint64)(buf), count)
-		for i, v := range s {
-			s[i] = v / uint64(n)
-		}
+		divUnsigned[uint64](buf, count, n)
+	}
+}
+
+func divSigned[T int8 | int32 | int64](buf unsafe.Pointer, count, n int) {
+	s := unsafe.Slice((*T)(buf), count)
+	for i, v := range s {
+		s[i] = T(int64(v) / int64(n))
+	}
+}
+
+func divUnsigned[T uint8 | uint32 | uint64](buf unsafe.Pointer, count, n int) {
+	s := unsafe.Slice((*T)(buf), count)
+	for i, v := range s {
+		s[i] = T(uint64(v) / uint64(n))
 	}
 }

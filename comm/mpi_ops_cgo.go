@@ -141,7 +141,6 @@ static const ncclgo_user_fn ncclgo_ops[4][4] = { NCCLGO_ROW(F_F16), NCCLGO_ROW(F
 
 static uintptr_t ncclgo_op_addr(int f, int op) { return (uintptr_t)ncclgo_ops[f][op]; }
 static void ncclgo_op_call(int f, int op, void *in, void *inout, int n) { int len = n; ncclgo_ops[f][op](in, inout, &len, 0); }
-static uint16_t ncclgo_premul(int f, uint16_t c, float scale) { return enc(f, dec(f, c) * scale); }
 */
 import "C"
 
@@ -155,10 +154,4 @@ func mpiNarrowOp(f, op int) uintptr { return uintptr(C.ncclgo_op_addr(C.int(f), 
 // The tests compare it with the Go reference.
 func mpiCombine(f, op int, in, inout unsafe.Pointer, n int) {
 	C.ncclgo_op_call(C.int(f), C.int(op), in, inout, C.int(n))
-}
-
-// mpiPremul returns the element c of format f multiplied by scale and rounded back (the
-// contribution of one rank to an average).
-func mpiPremul(f int, c uint16, scale float32) uint16 {
-	return uint16(C.ncclgo_premul(C.int(f), C.uint16_t(c), C.float(scale)))
 }

@@ -9,5 +9,3 @@ import "unsafe"
 func mpiNarrowOp(int, int) uintptr { return 0 }
 
 func mpiCombine(int, int, unsafe.Pointer, unsafe.Pointer, int) {}
-
-func mpiPremul(_ int, c uint16, _ float32) uint16 { return c }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -22,15 +23,16 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
+	"github.com/ncclgo/ncclgo/comm/internal/libcache"
 	"github.com/ncclgo/ncclgo/kernels"
 	"github.com/ncclgo/ncclgo/raw/mpi"
 )
 
 // The MPI tests start real processes: the parent test runs this test binary under
 //
-//	mpirun --oversubscribe --allow-run-as-root -np N <test binary> -test.run=^TestMPIRank...$
+//	mpirun --oversubscribe --allow-run-as-root -np N <test binary> -test.run=^TestMPI...$
 //
-// and each rank, seeing mpiChildEnv, runs the body of the named TestMPIRank... test. A
+// and each rank, seeing mpiChildEnv name the test, runs that test's rank body instead. A
 // -race parent starts -race ranks.
 
 const (
@@ -73,14 +75,9 @@ func runMPI(t *testing.T, np int, test string, env ...string) string {
 	return string(out)
 }
 
-// inRank reports whether this process is a rank started by runMPI for test; the test
-// body runs only there.
-func inRank(t *testing.T) bool {
-	if os.Getenv(mpiChildEnv) != t.Name() {
-		t.Skipf("the body of %s runs on the ranks that its parent test starts under mpirun", t.Name())
-	}
-	return true
-}
+// inRank reports whether this process is a rank that runMPI started for the test t: the
+// test then runs its rank body instead of starting mpirun.
+func inRank(t *testing.T) bool { return os.Getenv(mpiChildEnv) == t.Name() }
 
 // newMPI opens the world communicator and closes it (finalising MPI) at the end.
 func newMPI(t *testing.T) *comm.MPICommunicator {
@@ -95,9 +92,13 @@ func newMPI(t *testing.T) *comm.MPICommunicator {
 }
 
 func TestMPIConformance(t *testing.T) {
+	if inRank(t) {
+		mpiRankConformance(t)
+		return
+	}
 	for _, np := range []int{1, 2, 4} {
 		t.Run(strconv.Itoa(np)+"-ranks", func(t *testing.T) {
-			out := runMPI(t, np, "TestMPIRankConformance")
+			out := runMPI(t, np, "TestMPIConformance")
 			assert.Equal(t, np, strings.Count(out, "mpi finalized by its owner: true"))
 		})
 	}
@@ -115,10 +116,7 @@ func (m *mpiInstance) Communicators() []comm.Communicator { return m.cs }
 func (m *mpiInstance) DriverCalls() int64                 { return m.c.MPICalls() }
 func (m *mpiInstance) Close() error                       { return m.c.Close() }
 
-func TestMPIRankConformance(t *testing.T) {
-	if !inRank(t) {
-		return
-	}
+func mpiRankConformance(t *testing.T) {
 	world := newMPI(t)
 	rank, n := world.Rank(), world.WorldSize()
 	commtest.RunCommunicatorConformance(t, commtest.CommHarness{
@@ -146,7 +144,11 @@ func TestMPIRankConformance(t *testing.T) {
 }
 
 func TestMPIBitForBitAndTags(t *testing.T) {
-	runMPI(t, 2, "TestMPIRankBitForBitAndTags")
+	if inRank(t) {
+		mpiRankBitForBitAndTags(t)
+		return
+	}
+	runMPI(t, 2, t.Name())
 }
 
 // hostBuf returns pinned host memory of n elements of T and its address.
@@ -158,10 +160,7 @@ func hostBuf[T any](t *testing.T, n int) ([]T, comm.DevicePtr) {
 	return s[:n], comm.DevicePtr(uintptr(unsafe.Pointer(&s[0])))
 }
 
-func TestMPIRankBitForBitAndTags(t *testing.T) {
-	if !inRank(t) {
-		return
-	}
+func mpiRankBitForBitAndTags(t *testing.T) {
 	c := newMPI(t)
 	defer func() { require.NoError(t, c.Close()) }()
 	ctx := context.Background()
@@ -226,18 +225,19 @@ func TestMPIRankBitForBitAndTags(t *testing.T) {
 }
 
 func TestMPIGoRuntimeAndSignals(t *testing.T) {
+	if inRank(t) {
+		mpiRankGoRuntimeAndSignals(t)
+		return
+	}
 	// Ask Open MPI for its signal handlers explicitly (its default list): Go's must stay.
-	runMPI(t, 2, "TestMPIRankGoRuntimeAndSignals", "OMPI_MCA_opal_signal=6,7,8,11")
+	runMPI(t, 2, t.Name(), "OMPI_MCA_opal_signal=6,7,8,11")
 }
 
-// TestMPIRankGoRuntimeAndSignals checks that Go and MPI share the process: Go's SIGSEGV
+// mpiRankGoRuntimeAndSignals checks that Go and MPI share the process: Go's SIGSEGV
 // handler survives MPI_Init (a nil dereference is still a recoverable panic), and
 // all-reduces from many goroutines, with garbage collection and preemption signals
 // going on, all complete with the right sums.
-func TestMPIRankGoRuntimeAndSignals(t *testing.T) {
-	if !inRank(t) {
-		return
-	}
+func mpiRankGoRuntimeAndSignals(t *testing.T) {
 	c := newMPI(t)
 	defer func() { require.NoError(t, c.Close()) }()
 
@@ -302,4 +302,138 @@ func TestMPIRankGoRuntimeAndSignals(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
+}
+
+// TestMPINCCLBringUp starts an NCCL job under mpirun without a rendezvous store: every
+// rank must report the same unique id (exchanged by MPI_Bcast, then a barrier), its local
+// rank from MPI, and then get as far as opening its device: on a machine without a GPU,
+// that is where it stops, with an error saying so.
+func TestMPINCCLBringUp(t *testing.T) {
+	if inRank(t) {
+		mpiRankNCCLBringUp(t)
+		return
+	}
+	const np = 2
+	out := runMPI(t, np, t.Name())
+	ids := map[string]bool{}
+	locals := map[string]bool{}
+	for _, line := range strings.Split(out, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "bring-up ")
+		if !ok {
+			continue
+		}
+		f := map[string]string{}
+		for _, kv := range strings.Fields(rest) {
+			k, v, _ := strings.Cut(kv, "=")
+			f[k] = v
+		}
+		ids[f["id"]] = true
+		locals[f["local"]] = true
+		if f["device_opened"] != "true" {
+			assert.Equal(t, "open-device", f["stopped"], "rank %s stopped before opening its device: %s", f["rank"], line)
+		}
+	}
+	require.Len(t, ids, 1, "every rank holds rank 0's id:\n%s", out)
+	assert.NotContains(t, ids, "", "the exchange was logged on every rank")
+	assert.Equal(t, map[string]bool{"0/2": true, "1/2": true}, locals, "local ranks from MPI_COMM_TYPE_SHARED")
+}
+
+func mpiRankNCCLBringUp(t *testing.T) {
+	libcache.Load(t)
+	c := newMPI(t)
+	defer func() { require.NoError(t, c.Close()) }()
+	var logs strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	b, err := c.NewNCCL(ctx, comm.WithLogger(log), comm.WithElementType(comm.Float32))
+	mu.Lock()
+	text := logs.String()
+	mu.Unlock()
+	fields := map[string]string{}
+	for _, kv := range strings.Fields(text) {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			fields[k] = v
+		}
+	}
+	stopped := "none"
+	switch {
+	case err == nil:
+		require.NoError(t, b.Close())
+	case strings.Contains(err.Error(), "open device"):
+		stopped = "open-device"
+		var oe *comm.OpError
+		require.ErrorAs(t, err, &oe)
+		assert.Equal(t, c.Rank(), oe.Rank)
+	default:
+		stopped = "nccl-init"
+		require.Contains(t, text, "comm: device opened", "failed before opening the device: %v", err)
+	}
+	fmt.Printf("bring-up rank=%d id=%s local=%s/%s device_opened=%v stopped=%s err=%q\n", c.Rank(), fields["id"],
+		fields["local_rank"], fields["local_world"], strings.Contains(text, "comm: device opened"), stopped, fmt.Sprint(err))
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *strings.Builder
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// TestMPIForeignInitAndPendingClose: when the application initialised MPI itself, comm
+// neither initialises nor finalises it; Sync gives up when ctx ends on a receive that
+// never matches, and Close cancels it within the close timeout instead of hanging.
+func TestMPIForeignInitAndPendingClose(t *testing.T) {
+	if inRank(t) {
+		mpiRankForeignInitAndPendingClose(t)
+		return
+	}
+	runMPI(t, 2, t.Name())
+}
+
+func mpiRankForeignInitAndPendingClose(t *testing.T) {
+	runtime.LockOSThread() // MPI_Finalize below must run on the thread of MPI_Init_thread
+	defer runtime.UnlockOSThread()
+	var provided int32
+	require.NoError(t, mpi.InitThread(nil, nil, mpi.ThreadMultiple, &provided))
+	c, err := comm.NewMPI(context.Background(), comm.WithCloseTimeout(200*time.Millisecond))
+	require.NoError(t, err)
+	_, p := hostBuf[int32](t, 1)
+	if c.Rank() == 0 {
+		require.NoError(t, c.Recv(p, 1, comm.Int32, 1, 99)) // rank 1 never sends it
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		err := c.Sync(ctx)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		err = c.Close()
+		require.ErrorIs(t, err, context.DeadlineExceeded, "Close reports the receive it had to cancel")
+	} else {
+		require.NoError(t, c.Close())
+	}
+	require.ErrorIs(t, c.Close(), comm.ErrClosed)
+	// comm set up again on the application's MPI: a new communicator works.
+	again, err := comm.NewMPI(context.Background())
+	require.NoError(t, err)
+	v, pv := hostBuf[uint16](t, 1)
+	v[0] = kernels.Float32ToBF16(1.5) // reduced by the user operation, created anew
+	require.NoError(t, again.AllReduce(pv, 1, comm.BFloat16, comm.Sum))
+	assert.Equal(t, float32(3), kernels.BF16ToFloat32(v[0]))
+	require.NoError(t, again.Close())
+	var flag int32
+	require.NoError(t, mpi.Finalized(&flag))
+	require.Zero(t, flag, "comm did not initialise MPI, so it must not finalise it")
+	require.NoError(t, mpi.Barrier(must(t, mpi.CommWorld)))
+	require.NoError(t, mpi.Finalize())
+}
+
+func must[T any](t *testing.T, f func() (T, error)) T {
+	t.Helper()
+	v, err := f()
+	require.NoError(t, err)
+	return v
 }

@@ -1,5 +1,5 @@
-// Command bindgen generates ncclgo's raw bindings (raw/nccl, raw/cuda) and the API
-// snapshots in gen/snapshot from the pinned NVIDIA headers.
+// Command bindgen generates ncclgo's raw bindings (raw/nccl, raw/cuda, raw/mpi) and the
+// API snapshots in gen/snapshot from the pinned headers (NVIDIA's, Open MPI's).
 //
 // Usage:
 //

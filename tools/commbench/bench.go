@@ -38,6 +38,39 @@ type world struct {
 	// devices describes each rank's device, one line each, for the header.
 	devices []string
 	close   func() error
+
+	// A world spread over processes (-mpi, one rank each under mpirun): size is the
+	// world size and ids the world ranks of ranks; sum adds values over the processes in
+	// place; quiet marks a process whose output is left to rank 0. The zero values are
+	// one process driving every rank.
+	size  int
+	ids   []int
+	sum   func(v []float64) error
+	quiet bool
+}
+
+// worldSize is the number of ranks of the world, over every process.
+func (w *world) worldSize() int {
+	if w.size > 0 {
+		return w.size
+	}
+	return len(w.ranks)
+}
+
+// id is the world rank of the process's rank i.
+func (w *world) id(i int) int {
+	if w.ids != nil {
+		return w.ids[i]
+	}
+	return i
+}
+
+// total adds v over the processes of the world (nothing to add in one process).
+func (w *world) total(v ...float64) ([]float64, error) {
+	if w.sum == nil {
+		return v, nil
+	}
+	return v, w.sum(v)
 }
 
 // measure is one timed and checked column group: time, algbw, busbw, #wrong.
@@ -150,7 +183,7 @@ type runner struct {
 }
 
 // n is the world size.
-func (r *runner) n() int { return len(r.w.ranks) }
+func (r *runner) n() int { return r.w.worldSize() }
 
 // runTest measures every size of one test and hands each row to emit.
 func (r *runner) runTest(ctx context.Context, s test, emit func(row)) error {
@@ -222,7 +255,7 @@ func (r *runner) measure(ctx context.Context, s test, lay layout, bufs []buffers
 	if inPlace {
 		form = "in-place"
 	}
-	times := make([]time.Duration, r.n())
+	times := make([]time.Duration, len(r.w.ranks))
 	if err := r.timed(ctx, s, lay, bufs, inPlace, r.cfg.iters, times); err != nil {
 		return nil, fmt.Errorf("%s %s of %d elements: %w", s.coll.name, form, lay.param, err)
 	}
@@ -230,7 +263,11 @@ func (r *runner) measure(ctx context.Context, s test, lay layout, bufs []buffers
 	for _, d := range times {
 		sum += d
 	}
-	sec := sum.Seconds() / float64(r.n()) / float64(r.cfg.iters) // nccl-tests: average over ranks
+	all, err := r.w.total(sum.Seconds())
+	if err != nil {
+		return nil, err
+	}
+	sec := all[0] / float64(r.n()) / float64(r.cfg.iters) // nccl-tests: average over ranks
 	m := &measure{TimeUS: sec * 1e6}
 	m.AlgBW, m.BusBW = s.coll.bandwidth(lay.param, int64(s.t.Size()), r.n(), sec)
 	if r.cfg.check > 0 && !(inPlace && s.coll.uncheckedInPlace) {
@@ -255,7 +292,7 @@ func (r *runner) parallel(ctx context.Context, f func(ctx context.Context, i int
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	start := make(chan struct{})
-	errs := make([]error, r.n())
+	errs := make([]error, len(r.w.ranks))
 	var wg sync.WaitGroup
 	for i := range r.w.ranks {
 		wg.Add(1)
@@ -292,7 +329,7 @@ func (r *runner) timed(ctx context.Context, s test, lay layout, bufs []buffers, 
 		c := r.w.ranks[i].Comm()
 		t0 := time.Now()
 		for range iters {
-			if err := r.issue(c, i, s, lay, bufs[i], inPlace); err != nil {
+			if err := r.issue(c, r.w.id(i), s, lay, bufs[i], inPlace); err != nil {
 				return err
 			}
 		}
@@ -316,7 +353,7 @@ func pointers(s test, lay layout, b buffers, i int, inPlace bool) (send, recv co
 	return base + comm.DevicePtr(int64(i)*lay.sendInPlace*elem), base + comm.DevicePtr(int64(i)*lay.recvInPlace*elem)
 }
 
-// issue enqueues one operation of s on rank i's communicator c.
+// issue enqueues one operation of s on world rank i's communicator c.
 func (r *runner) issue(c comm.Communicator, i int, s test, lay layout, b buffers, inPlace bool) error {
 	send, recv := pointers(s, lay, b, i, inPlace)
 	count := int(lay.param)
@@ -358,28 +395,35 @@ func (r *runner) check(ctx context.Context, s test, lay layout, bufs []buffers, 
 	if err := r.timed(ctx, s, lay, bufs, inPlace, 1, nil); err != nil {
 		return 0, err
 	}
-	wrongs := make([]int64, n)
+	wrongs := make([]int64, len(r.w.ranks))
 	err := r.parallel(ctx, func(_ context.Context, i int) error {
-		_, recv := pointers(s, lay, bufs[i], i, inPlace)
+		id := r.w.id(i)
+		_, recv := pointers(s, lay, bufs[i], id, inPlace)
 		got, err := r.w.ranks[i].Read(recv, lay.recv*elem)
 		if err != nil {
 			return err
 		}
-		wrongs[i] = wrong(s.t, s.op, n, got, expected(s, lay, n, i))
+		wrongs[i] = wrong(s.t, s.op, n, got, expected(s, lay, n, id))
 		return nil
 	})
+	if err != nil {
+		return 0, err
+	}
 	var total int64
 	for _, w := range wrongs {
 		total += w
 	}
-	return total, err
+	all, err := r.w.total(float64(total))
+	return int64(all[0]), err
 }
 
-// fill writes rank i's inputs, and poison where its outputs go, for one form of s.
-func (r *runner) fill(s test, lay layout, b buffers, i int, inPlace bool) error {
+// fill writes the inputs of the process's rank k, and poison where its outputs go, for
+// one form of s.
+func (r *runner) fill(s test, lay layout, b buffers, k int, inPlace bool) error {
 	n := r.n()
 	elem := int64(s.t.Size())
-	rk := r.w.ranks[i]
+	rk := r.w.ranks[k]
+	i := r.w.id(k)
 	in := func(count, offset int64) []byte {
 		buf := make([]byte, count*elem)
 		for j := range count {

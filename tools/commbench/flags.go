@@ -26,9 +26,10 @@ type config struct {
 	colls              []collective
 	types              []comm.DType
 	ops                []comm.ReduceOp
-	root               int // -1: every rank in turn
-	sim                int // ranks on the simulator; 0: real GPUs
-	gpus               int // GPUs to drive from this process; 0: every visible one
+	root               int  // -1: every rank in turn
+	sim                int  // ranks on the simulator; 0: real GPUs
+	mpi                bool // one rank of an mpirun job: the MPI Communicator on host memory
+	gpus               int  // GPUs to drive from this process; 0: every visible one
 	json               bool
 	timeout            time.Duration
 	args               []string
@@ -53,6 +54,7 @@ func parseArgs(args []string, out io.Writer) (config, error) {
 		root    = fs.Int("r", 0, "broadcast `root` (-1: every rank in turn)")
 		sim     = fs.Int("sim", 0, "run `N` ranks on commtest's host-memory simulator instead of GPUs (SIMULATED: times are the software layers only)")
 		gpus    = fs.Int("g", 0, "`ranks` to drive from this process, one per GPU (0: every visible GPU; more than the GPUs share them when NCCL_MULTI_RANK_GPU_ENABLE=1)")
+		mpiRank = fs.Bool("mpi", false, "run as one rank of an mpirun job: comm's MPI Communicator on host memory (rank 0 prints)")
 		jsonOut = fs.Bool("json", false, "write the results as JSON instead of the nccl-tests table")
 		timeout = fs.Duration("T", 0, "give up after `duration` (0: no limit)")
 	)
@@ -73,7 +75,7 @@ func parseArgs(args []string, out io.Writer) (config, error) {
 	}
 	c := config{
 		minBytes: int64(minB), maxBytes: int64(maxB), stepBytes: int64(step), stepFactor: *factor,
-		iters: *iters, warmup: *warmup, check: *check, root: *root, sim: *sim, gpus: *gpus,
+		iters: *iters, warmup: *warmup, check: *check, root: *root, sim: *sim, mpi: *mpiRank, gpus: *gpus,
 		json: *jsonOut, timeout: *timeout, args: append([]string(nil), args...),
 	}
 	var err error
@@ -110,6 +112,8 @@ func (c config) validate() error {
 		return fmt.Errorf("%w: -c %d: check count is negative", errUsage, c.check)
 	case c.sim < 0:
 		return fmt.Errorf("%w: -sim %d: rank count is negative", errUsage, c.sim)
+	case c.mpi && c.sim > 0:
+		return fmt.Errorf("%w: -mpi and -sim %d: choose one", errUsage, c.sim)
 	case c.gpus < 0:
 		return fmt.Errorf("%w: -g %d: GPU count is negative", errUsage, c.gpus)
 	case c.root < -1:

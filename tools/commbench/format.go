@@ -35,7 +35,7 @@ func (o *textOut) line(format string, args ...any) {
 func (o *textOut) preamble(c config, version string, w *world) {
 	o.line("# commbench (ncclgo %s): nccl-tests for comm", version)
 	if o.sim {
-		o.line("# %s: %d ranks of %s", simMark, len(w.ranks), simNote)
+		o.line("# %s: %d ranks of %s", simMark, w.worldSize(), simNote)
 	}
 	step, kind := c.stepFactor, "factor"
 	if c.stepFactor == 1 {

@@ -6,11 +6,14 @@
 //
 //	go run ./tools/commbench [-op allreduce] [-b 8] [-e 128M] [-f 2] [-n 20] [-w 1] [-c 1] [-dtype float] [-redop sum]
 //	go run ./tools/commbench -sim 4 -op all -b 1K -e 1M -f 4
+//	mpirun -np 4 commbench -mpi -op all              (one rank per process, as nccl-tests' MPI mode)
 //
 // Without -sim it drives every visible GPU from this process, one rank per GPU, with
 // comm's NCCL backend. With -sim N it runs N ranks of the same backend on commtest's
 // host-memory simulator: every line is marked SIMULATED, and the times measure ncclgo's
-// software layers only. -c checks every result against a host reference and counts the
+// software layers only. With -mpi each process is one rank of an mpirun job, on comm's
+// MPI Communicator and host memory: every rank's line is gathered into the header and
+// rank 0 prints the tables (times averaged over the ranks, wrong elements summed). -c checks every result against a host reference and counts the
 // wrong elements in the #wrong columns; the exit status is 1 when any is wrong.
 //
 // comm's AllReduce and Broadcast are in place only, so their out-of-place columns say
@@ -44,6 +47,9 @@ type opener func(ctx context.Context, c config) (*world, error)
 func openWorld(ctx context.Context, c config) (*world, error) {
 	if c.sim > 0 {
 		return openSim(ctx, c.sim)
+	}
+	if c.mpi {
+		return openMPI(ctx)
 	}
 	return openGPUs(ctx, c.gpus)
 }
@@ -95,6 +101,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, open open
 		fmt.Fprintf(stderr, "commbench: %v\n", err)
 		return 1
 	}
+	if w.quiet { // an MPI rank other than 0: rank 0 prints the table
+		stdout = io.Discard
+	}
 	rep, err := bench(ctx, cfg, w, stdout, newProgress(stderr))
 	if cerr := w.close(); cerr != nil && err == nil {
 		err = fmt.Errorf("closing: %w", cerr)
@@ -114,7 +123,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, open open
 func bench(ctx context.Context, cfg config, w *world, out io.Writer, p *progress) (report, error) {
 	defer p.done()
 	rep := report{
-		Tool: "commbench", Version: version(), Simulated: w.simulated, Ranks: len(w.ranks),
+		Tool: "commbench", Version: version(), Simulated: w.simulated, Ranks: w.worldSize(),
 		Devices: w.devices, Collectives: []*table{},
 		Config: jsonConfig{MinBytes: cfg.minBytes, MaxBytes: cfg.maxBytes, Warmup: cfg.warmup,
 			Iters: cfg.iters, Check: cfg.check, Args: cfg.args},
@@ -138,7 +147,7 @@ func bench(ctx context.Context, cfg config, w *world, out io.Writer, p *progress
 		if text != nil {
 			text.header(coll)
 		}
-		for _, s := range cfg.tests(coll, len(w.ranks)) {
+		for _, s := range cfg.tests(coll, w.worldSize()) {
 			err := r.runTest(ctx, s, func(rw row) {
 				t.add(rw)
 				if text != nil {

@@ -1,0 +1,56 @@
+//go:build cgo
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const mpiRankEnv = "NCCLGO_COMMBENCH_MPI_RANK"
+
+// TestMPIModeUnderMpirun runs commbench -mpi as the two ranks of an mpirun job (this
+// test binary, re-executed): one device line per rank, the tables once (rank 0), every
+// result checked and right, for every collective, a reduced bfloat16 included.
+func TestMPIModeUnderMpirun(t *testing.T) {
+	if os.Getenv(mpiRankEnv) != "" {
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), []string{"-mpi", "-op", "all", "-dtype", "bfloat16", "-redop", "sum",
+			"-b", "8", "-e", "4K", "-f", "8", "-n", "2", "-w", "1", "-T", "2m"}, &out, &errOut, openWorld)
+		fmt.Print(out.String())
+		require.Zero(t, code, "commbench -mpi exited %d: %s", code, errOut.String())
+		return
+	}
+	mpirun, err := exec.LookPath("mpirun")
+	if err != nil {
+		msg := "mpirun is missing: apt-get install openmpi-bin libopenmpi-dev"
+		if os.Getenv("NCCLGO_STRICT") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, mpirun, "--oversubscribe", "--allow-run-as-root", "-np", "2", "-x", mpiRankEnv,
+		os.Args[0], "-test.run=^TestMPIModeUnderMpirun$", "-test.count=1")
+	cmd.Env = append(os.Environ(), mpiRankEnv+"=1")
+	b, err := cmd.CombinedOutput()
+	out := string(b)
+	require.NoError(t, err, out)
+	for _, coll := range []string{"all_reduce", "all_gather", "reduce_scatter", "broadcast", "sendrecv"} {
+		assert.Equal(t, 1, strings.Count(out, "# Collective test starting: "+coll), "%s's table is printed once, by rank 0", coll)
+	}
+	assert.Equal(t, 5, strings.Count(out, "# Out of bounds values : 0 OK"))
+	assert.Contains(t, out, "Rank  0 Group  0 Pid")
+	assert.Contains(t, out, "Rank  1 Group  0 Pid", "rank 1's line, gathered to rank 0")
+	assert.NotContains(t, out, "SIMULATED", "MPI on host memory is a real transport")
+}
