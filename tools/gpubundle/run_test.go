@@ -357,6 +357,15 @@ func TestRunPassesOnlyWhenEveryStepPasses(t *testing.T) {
 	code, stdout = b.run(t)
 	assert.Equal(t, 1, code, stdout)
 	requireLine(t, b.file(t, "summary.txt"), `^  FAIL\(3\) +commbench -g 1 `)
+
+	// Without bin/testreport the record still says what ran and fails.
+	require.NoError(t, os.Remove(filepath.Join(b.dir, "bin", "testreport")))
+	code, stdout = b.run(t)
+	assert.Equal(t, 1, code, stdout)
+	rec := b.file(t, "record.md")
+	requireLine(t, rec, `^\*\*FAIL: the run could not be judged`)
+	requireLine(t, rec, `^### end \./raw/cuda exit=0 `)
+	requireLine(t, rec, `^### end commbench -g 1 exit=3 `)
 }
 
 func TestRunKeepsItsBudget(t *testing.T) {
