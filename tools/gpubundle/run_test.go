@@ -299,6 +299,7 @@ func alive(pid int) bool {
 }
 
 func TestRunJudgesEveryKindOfStep(t *testing.T) {
+	t.Parallel()
 	b := newBundle(t, "2.29.7", 0,
 		[2]string{"./raw/cuda", "pass"}, [2]string{"./raw/nccl", "skip"}, [2]string{"./kernels", "bench"},
 		[2]string{"./comm", "fail"}, [2]string{"./comm/commtest", "hang"}, [2]string{"./tools/ncclinfo", "stubborn"})
@@ -336,6 +337,7 @@ func TestRunJudgesEveryKindOfStep(t *testing.T) {
 }
 
 func TestRunPassesOnlyWhenEveryStepPasses(t *testing.T) {
+	t.Parallel()
 	b := newBundle(t, "2.30.3", 0, [2]string{"./raw/cuda", "pass"}, [2]string{"./comm/commtest", "pass"})
 	code, stdout := b.run(t)
 	assert.Equal(t, 0, code, stdout)
@@ -369,6 +371,7 @@ func TestRunPassesOnlyWhenEveryStepPasses(t *testing.T) {
 }
 
 func TestRunKeepsItsBudget(t *testing.T) {
+	t.Parallel()
 	b := newBundle(t, "2.29.7", 0, [2]string{"./raw/cuda", "hang"}, [2]string{"./raw/nccl", "pass"})
 	// 28 s in all, 1 kept for commbench: the first binary starts with at least 20 left
 	// (setup takes under 7 s even on a loaded machine) and hangs for its 10 s, after which
@@ -383,6 +386,7 @@ func TestRunKeepsItsBudget(t *testing.T) {
 }
 
 func TestRunLeavesARecordWhenStopped(t *testing.T) {
+	t.Parallel()
 	b := newBundle(t, "2.29.7", 0, [2]string{"./raw/cuda", "pass"}, [2]string{"./raw/nccl", "hang"}, [2]string{"./kernels", "pass"})
 	cmd := exec.Command(filepath.Join(b.dir, "run.sh"), b.out)
 	cmd.Env = b.env("NCCLGO_GPU_TEST_TIMEOUT=120")
@@ -416,6 +420,7 @@ func TestRunLeavesARecordWhenStopped(t *testing.T) {
 }
 
 func TestRunFindsTheLibraries(t *testing.T) {
+	t.Parallel()
 	b := newBundle(t, "2.29.7", 0, [2]string{"./raw/cuda", "pass"})
 	root := filepath.Dir(b.dir)
 	// libcuda: not through the soname (the fake ldconfig knows none), in the second folder.

@@ -98,7 +98,7 @@ func writeGoTest(w io.Writer, blocks []*block) bool {
 		fmt.Fprintf(w, "%5d skipped %5d passed  %s\n", s, p, b.name)
 		for _, r := range b.results {
 			if r.action == "SKIP" {
-				fmt.Fprintf(w, "        %s: %s\n", r.name, r.reason())
+				fmt.Fprintf(w, "        %s: %s\n", r.name, r.reasonIn(b.results))
 			}
 		}
 	}
