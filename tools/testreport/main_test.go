@@ -80,6 +80,10 @@ func TestGoTestSummaryPassesWithoutFailures(t *testing.T) {
 	out.Reset()
 	assert.Equal(t, 1, run(nil, strings.NewReader(in+"=== RUN   TestD\n"), &out, &errOut))
 	assert.Contains(t, out.String(), "the output ended before go test's closing line")
+	// A wrapper's own line after the last package is shown and not judged.
+	out.Reset()
+	assert.Equal(t, 0, run(nil, strings.NewReader(in+"cpuload: 2 threads spun 5 million loops while go ran\n"), &out, &errOut), out.String())
+	assert.Contains(t, out.String(), "cpuload: 2 threads spun")
 }
 
 func TestBenchmarkLines(t *testing.T) {

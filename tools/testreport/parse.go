@@ -75,6 +75,17 @@ func (b *block) count(action string) (all, top int) {
 	return all, top
 }
 
+// testOutput reports whether the block holds anything a test binary prints: a test
+// started, a result, a benchmark, a bare PASS or FAIL.
+func (b *block) testOutput() bool {
+	for _, l := range b.lines {
+		if runLine.MatchString(l) || resultLine.MatchString(l) || benchResult.MatchString(l) || l == "PASS" || l == "FAIL" {
+			return true
+		}
+	}
+	return false
+}
+
 var (
 	runLine     = regexp.MustCompile(`^=== (?:RUN|CONT|NAME)\s+(\S+)`)
 	resultLine  = regexp.MustCompile(`^\s*--- (PASS|FAIL|SKIP): (\S+)`)
