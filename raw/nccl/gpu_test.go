@@ -564,8 +564,10 @@ func TestGPUTwoRanksOnOneGPUAllReduce(t *testing.T) {
 }
 
 // TestGPUAbortReturnsAPendingAllReduce: rank 0 starts an all-reduce that rank 1 never
-// joins, so it cannot complete; ncclCommAbort on both ranks must end it, so that rank
-// 0's stream drains (cuStreamQuery stops saying not ready) instead of hanging.
+// joins, so it cannot complete (once enqueued, its stream is not done 200 ms later,
+// whatever load the machine has; it may still be InProgress, NCCL connecting the ranks at
+// their first operation); ncclCommAbort on both ranks must return and end it, so that rank 0's
+// stream drains (cuStreamQuery stops saying not ready) instead of hanging.
 // It runs in a child process, so that whatever the abort leaves in the context cannot
 // reach the other tests.
 func TestGPUAbortReturnsAPendingAllReduce(t *testing.T) {
@@ -585,24 +587,48 @@ func TestGPUAbortReturnsAPendingAllReduce(t *testing.T) {
 	g.do(t, "cuStreamCreate", func() error { return cuda.StreamCreate(&s, uint32(cuda.StreamNonBlocking)) })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	g.do(t, "all-reduce on rank 0 alone", func() error {
-		return settle(ctx, comms[0], nccl.AllReduce(ptr(p), ptr(p), n, nccl.Float32, nccl.Sum, comms[0], nccl.CudaStream(s)))
+	// On a non-blocking communicator the call may return InProgress: NCCL connects the
+	// ranks at their first operation and rank 1 never comes.
+	err := g.on(func() error {
+		return nccl.AllReduce(ptr(p), ptr(p), n, nccl.Float32, nccl.Sum, comms[0], nccl.CudaStream(s))
 	})
-	// The operation waits for rank 1: the stream is still busy a while later.
-	time.Sleep(200 * time.Millisecond)
-	g.do(t, "cuStreamQuery before the abort", func() error {
-		if err := cuda.StreamQuery(s); !errors.Is(err, cuda.ErrorNotReady) {
-			return fmt.Errorf("rank 0's lone all-reduce finished without its peer: cuStreamQuery = %v", err)
-		}
-		return nil
-	})
+	if !errors.Is(err, nccl.InProgress) {
+		require.NoError(t, err, "all-reduce on rank 0 alone")
+	}
+	time.Sleep(200 * time.Millisecond) // rank 0 is now waiting for rank 1, wherever it waits
+	var before error
+	_ = g.on(func() error { before = cuda.StreamQuery(s); return nil })
+	t.Logf("rank 0's all-reduce: %v; its stream before the abort: %v", err, before)
+	if err == nil { // enqueued: the kernel is on the stream and cannot finish alone
+		require.NotErrorIs(t, nil2ok(before), errDone, "rank 0's lone all-reduce finished without its peer")
+	}
+
+	// ncclCommAbort on both ranks returns, and so does the pending operation: the stream
+	// drains (whether it reports success or the aborted kernel's error is NCCL's business).
 	aborted = [2]bool{true, true}
-	require.NoError(t, g.onRanks(func(rk int) error { return nccl.CommAbort(comms[rk]) }), "ncclCommAbort on both ranks")
-	// The stream drains; what it reports (success or the kernel's error) is NCCL's business.
-	err := g.on(func() error { return waitStream(ctx, s) })
+	done := make(chan error, 1)
+	go func() { done <- g.onRanks(func(rk int) error { return nccl.CommAbort(comms[rk]) }) }()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "ncclCommAbort on both ranks")
+	case <-ctx.Done():
+		t.Fatal("ncclCommAbort did not return within 2 minutes")
+	}
+	err = g.on(func() error { return waitStream(ctx, s) })
 	require.NotErrorIs(t, err, context.DeadlineExceeded, "the pending all-reduce did not return after ncclCommAbort")
 	t.Logf("rank 0's stream after the abort: %v", err)
 	g.do(t, "cuStreamDestroy", func() error { return cuda.StreamDestroy(s) })
+}
+
+// errDone stands for a stream whose work is done (cuStreamQuery returned success).
+var errDone = errors.New("stream done")
+
+// nil2ok turns cuStreamQuery's nil (done) into errDone, so that "not done" is testable.
+func nil2ok(err error) error {
+	if err == nil {
+		return errDone
+	}
+	return err
 }
 
 // waitStream polls s until its work is done, or ctx ends.

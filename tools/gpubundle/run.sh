@@ -176,7 +176,16 @@ find_nccl() {
 	if [ -n "${NCCLGO_LIBNCCL:-}" ]; then echo "$NCCLGO_LIBNCCL (from NCCLGO_LIBNCCL)"; return; fi
 	for py in "${VIRTUAL_ENV:+$VIRTUAL_ENV/bin/python3}" python3; do
 		[ -n "$py" ] && command -v "$py" >/dev/null || continue
-		f="$(timeout 30 "$py" -c 'import glob, nvidia.nccl as m; print(*[f for p in m.__path__ for f in sorted(glob.glob(p + "/**/libnccl.so.2", recursive=True))][:1])' 2>/dev/null)"
+		# The wheel's folder under this python's package folders: nvidia/nccl/lib, or
+		# nvidia/<cuXX>/lib where CUDA 13 wheels put their libraries.
+		f="$(timeout 30 "$py" -c '
+import glob, site, sys
+dirs = [d for d in site.getsitepackages() + [site.getusersitepackages()] + sys.path if d]
+for d in dirs:
+    for f in sorted(glob.glob(d + "/nvidia/nccl/lib/libnccl.so.2")) + sorted(glob.glob(d + "/nvidia/*/lib/libnccl.so.2")):
+        print(f)
+        raise SystemExit
+' 2>/dev/null)"
 		if [ -n "$f" ] && [ -f "$f" ]; then echo "$f (pip NCCL of $(command -v "$py"))"; return; fi
 	done
 	for d in ${VIRTUAL_ENV:+$VIRTUAL_ENV/lib/python3*/site-packages} ${CONDA_PREFIX:+$CONDA_PREFIX/lib/python3*/site-packages} \

@@ -299,6 +299,7 @@ func alive(pid int) bool {
 }
 
 func TestRunJudgesEveryKindOfStep(t *testing.T) {
+	t.Parallel()
 	b := newBundle(t, "2.29.7", 0,
 		[2]string{"./raw/cuda", "pass"}, [2]string{"./raw/nccl", "skip"}, [2]string{"./kernels", "bench"},
 		[2]string{"./comm", "fail"}, [2]string{"./comm/commtest", "hang"}, [2]string{"./tools/ncclinfo", "stubborn"})
@@ -336,6 +337,7 @@ func TestRunJudgesEveryKindOfStep(t *testing.T) {
 }
 
 func TestRunPassesOnlyWhenEveryStepPasses(t *testing.T) {
+	t.Parallel()
 	b := newBundle(t, "2.30.3", 0, [2]string{"./raw/cuda", "pass"}, [2]string{"./comm/commtest", "pass"})
 	code, stdout := b.run(t)
 	assert.Equal(t, 0, code, stdout)
@@ -357,14 +359,24 @@ func TestRunPassesOnlyWhenEveryStepPasses(t *testing.T) {
 	code, stdout = b.run(t)
 	assert.Equal(t, 1, code, stdout)
 	requireLine(t, b.file(t, "summary.txt"), `^  FAIL\(3\) +commbench -g 1 `)
+
+	// Without bin/testreport the record still says what ran and fails.
+	require.NoError(t, os.Remove(filepath.Join(b.dir, "bin", "testreport")))
+	code, stdout = b.run(t)
+	assert.Equal(t, 1, code, stdout)
+	rec := b.file(t, "record.md")
+	requireLine(t, rec, `^\*\*FAIL: the run could not be judged`)
+	requireLine(t, rec, `^### end \./raw/cuda exit=0 `)
+	requireLine(t, rec, `^### end commbench -g 1 exit=3 `)
 }
 
 func TestRunKeepsItsBudget(t *testing.T) {
+	t.Parallel()
 	b := newBundle(t, "2.29.7", 0, [2]string{"./raw/cuda", "hang"}, [2]string{"./raw/nccl", "pass"})
-	// 30 s in all, 1 kept for commbench: the first binary starts with at least 20 left
-	// (setup takes under 9 s even on a loaded machine) and hangs for its 12 s, after which
+	// 28 s in all, 1 kept for commbench: the first binary starts with at least 20 left
+	// (setup takes under 7 s even on a loaded machine) and hangs for its 10 s, after which
 	// fewer than 20 are left.
-	code, stdout := b.run(t, "NCCLGO_GPU_BUDGET=30", "NCCLGO_GPU_BENCH_TIMEOUT=1", "NCCLGO_GPU_TEST_TIMEOUT=12")
+	code, stdout := b.run(t, "NCCLGO_GPU_BUDGET=28", "NCCLGO_GPU_BENCH_TIMEOUT=1", "NCCLGO_GPU_TEST_TIMEOUT=10")
 	assert.Equal(t, 1, code, stdout)
 	sum := b.file(t, "summary.txt")
 	requireLine(t, sum, `^  timeout +\./raw/cuda `)
@@ -374,6 +386,7 @@ func TestRunKeepsItsBudget(t *testing.T) {
 }
 
 func TestRunLeavesARecordWhenStopped(t *testing.T) {
+	t.Parallel()
 	b := newBundle(t, "2.29.7", 0, [2]string{"./raw/cuda", "pass"}, [2]string{"./raw/nccl", "hang"}, [2]string{"./kernels", "pass"})
 	cmd := exec.Command(filepath.Join(b.dir, "run.sh"), b.out)
 	cmd.Env = b.env("NCCLGO_GPU_TEST_TIMEOUT=120")
@@ -407,6 +420,7 @@ func TestRunLeavesARecordWhenStopped(t *testing.T) {
 }
 
 func TestRunFindsTheLibraries(t *testing.T) {
+	t.Parallel()
 	b := newBundle(t, "2.29.7", 0, [2]string{"./raw/cuda", "pass"})
 	root := filepath.Dir(b.dir)
 	// libcuda: not through the soname (the fake ldconfig knows none), in the second folder.

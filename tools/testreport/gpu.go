@@ -410,9 +410,9 @@ func writeRecord(w io.Writer, env map[string]string, steps []*step, tg []target,
 		for _, r := range s.results {
 			switch r.action {
 			case "SKIP":
-				skips = append(skips, fmt.Sprintf("- `%s` %s: %s", s.name, r.name, r.reason()))
+				skips = append(skips, fmt.Sprintf("- `%s` %s: %s", s.name, r.name, r.reasonIn(s.results)))
 			case "FAIL":
-				fails = append(fails, fmt.Sprintf("- `%s` %s: %s", s.name, r.name, r.reason()))
+				fails = append(fails, fmt.Sprintf("- `%s` %s: %s", s.name, r.name, r.reasonIn(s.results)))
 			}
 		}
 	}

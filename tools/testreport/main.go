@@ -73,6 +73,14 @@ func writeGoTest(w io.Writer, blocks []*block) bool {
 		f, _ := b.count("FAIL")
 		s, _ := b.count("SKIP")
 		pass, fail, skip = pass+p, fail+f, skip+s
+		if b.closing == "" && !b.testOutput() {
+			// Lines after the last package that no test printed (a wrapper's own
+			// report, such as cpuload's): shown, not judged.
+			for _, l := range b.lines {
+				fmt.Fprintln(w, l)
+			}
+			continue
+		}
 		failed := f > 0 || b.failLine || b.timedOut || b.closing == "" || b.closing[:4] == "FAIL"
 		if failed {
 			ok = false
@@ -98,7 +106,7 @@ func writeGoTest(w io.Writer, blocks []*block) bool {
 		fmt.Fprintf(w, "%5d skipped %5d passed  %s\n", s, p, b.name)
 		for _, r := range b.results {
 			if r.action == "SKIP" {
-				fmt.Fprintf(w, "        %s: %s\n", r.name, r.reason())
+				fmt.Fprintf(w, "        %s: %s\n", r.name, r.reasonIn(b.results))
 			}
 		}
 	}

@@ -20,6 +20,10 @@ const goTestOutput = `=== RUN   TestA
 === RUN   TestA/par
 === PAUSE TestA/par
 === RUN   TestA/ok
+    x_test.go:4: child TestA/ok:
+        === RUN   TestA
+        --- PASS: TestA (0.00s)
+        PASS
 === CONT  TestA/par
     x_test.go:3: par reason
         line2
@@ -56,6 +60,16 @@ func TestGoTestSummaryCountsEverySkipAndFailsOnAFailure(t *testing.T) {
 	assert.Contains(t, s, "        TestA/sub: sub reason\n")
 	assert.Contains(t, s, "        TestA/par: par reason / line2\n")
 	assert.Contains(t, s, "        BenchmarkS: bench reason\n")
+	// A child process's results, logged by the test, are not the binary's own.
+	assert.NotContains(t, s, "3 passed")
+}
+
+func TestAParentOfSkippedSubtestsSaysSo(t *testing.T) {
+	in := "=== RUN   TestP\n=== RUN   TestP/a\n    p_test.go:3: why\n--- SKIP: TestP (0.00s)\n    --- SKIP: TestP/a (0.00s)\nPASS\nok  \tp\t0.1s\n"
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, run(nil, strings.NewReader(in), &out, &errOut))
+	assert.Contains(t, out.String(), "        TestP: (nothing printed of its own: its subtests skipped)\n")
+	assert.Contains(t, out.String(), "        TestP/a: why\n")
 }
 
 func TestGoTestSummaryPassesWithoutFailures(t *testing.T) {
@@ -66,6 +80,10 @@ func TestGoTestSummaryPassesWithoutFailures(t *testing.T) {
 	out.Reset()
 	assert.Equal(t, 1, run(nil, strings.NewReader(in+"=== RUN   TestD\n"), &out, &errOut))
 	assert.Contains(t, out.String(), "the output ended before go test's closing line")
+	// A wrapper's own line after the last package is shown and not judged.
+	out.Reset()
+	assert.Equal(t, 0, run(nil, strings.NewReader(in+"cpuload: 2 threads spun 5 million loops while go ran\n"), &out, &errOut), out.String())
+	assert.Contains(t, out.String(), "cpuload: 2 threads spun")
 }
 
 func TestBenchmarkLines(t *testing.T) {

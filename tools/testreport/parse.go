@@ -21,6 +21,12 @@ func (r result) topLevel() bool { return !strings.Contains(r.name, "/") }
 // reason is the skip reason: the output the test printed, its file:line prefix removed,
 // on one line, at most 300 characters.
 func (r result) reason() string {
+	return r.reasonIn(nil)
+}
+
+// reasonIn is reason, saying for a test that printed nothing whether its subtests (among
+// all) ended the same way.
+func (r result) reasonIn(all []result) string {
 	var parts []string
 	for _, l := range r.output {
 		l = strings.TrimSpace(fileLine.ReplaceAllString(l, ""))
@@ -31,6 +37,12 @@ func (r result) reason() string {
 	s := strings.Join(parts, " / ")
 	if s == "" {
 		s = "(no reason given)"
+		verb := map[string]string{"SKIP": "skipped", "FAIL": "failed", "PASS": "passed"}[r.action]
+		for _, o := range all {
+			if strings.HasPrefix(o.name, r.name+"/") && o.action == r.action {
+				s = "(nothing printed of its own: its subtests " + verb + ")"
+			}
+		}
 	}
 	if len(s) > 300 {
 		s = s[:297] + "..."
@@ -63,6 +75,17 @@ func (b *block) count(action string) (all, top int) {
 	return all, top
 }
 
+// testOutput reports whether the block holds anything a test binary prints: a test
+// started, a result, a benchmark, a bare PASS or FAIL.
+func (b *block) testOutput() bool {
+	for _, l := range b.lines {
+		if runLine.MatchString(l) || resultLine.MatchString(l) || benchResult.MatchString(l) || l == "PASS" || l == "FAIL" {
+			return true
+		}
+	}
+	return false
+}
+
 var (
 	runLine     = regexp.MustCompile(`^=== (?:RUN|CONT|NAME)\s+(\S+)`)
 	resultLine  = regexp.MustCompile(`^\s*--- (PASS|FAIL|SKIP): (\S+)`)
@@ -91,7 +114,7 @@ func (p *parser) line(l string) {
 	case runLine.MatchString(l):
 		p.cur = runLine.FindStringSubmatch(l)[1]
 	case strings.HasPrefix(l, "=== PAUSE"):
-	case resultLine.MatchString(l):
+	case isResult(l):
 		m := resultLine.FindStringSubmatch(l)
 		p.b.results = append(p.b.results, result{name: m[2], action: m[1], output: p.output[m[2]]})
 		delete(p.output, m[2])
@@ -108,6 +131,18 @@ func (p *parser) line(l string) {
 	case p.cur != "" && (strings.HasPrefix(l, "    ") || strings.HasPrefix(l, "\t")):
 		p.output[p.cur] = append(p.output[p.cur], l)
 	}
+}
+
+// isResult reports whether l is a --- PASS, FAIL or SKIP line of the binary itself: its
+// indentation is 4 spaces per subtest level of the name. The same text further indented
+// is output a test printed (a child test process's results, logged by its parent).
+func isResult(l string) bool {
+	m := resultLine.FindStringSubmatch(l)
+	if m == nil {
+		return false
+	}
+	indent := len(l) - len(strings.TrimLeft(l, " "))
+	return indent == 4*strings.Count(m[2], "/")
 }
 
 // parseGoTest reads the output of `go test -v` on several packages: each package's lines
