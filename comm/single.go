@@ -5,10 +5,10 @@ import (
 	"fmt"
 )
 
-// Single is the Backend of a one-rank world (the seed's SingleGpuBackend): rank 0, world
+// Single is the Backend of a one-rank world: rank 0, world
 // size 1, and every collective and point-to-point operation succeeds without doing
 // anything, since a one-rank reduction, gather or broadcast leaves the buffer as it is.
-// The other methods keep the seed's defaults (RegisterBuffer returns handle 0,
+// The other methods keep Base's defaults (RegisterBuffer returns handle 0,
 // SymmetricAlloc is unsupported, groups do nothing, RecvCommandU32 always refuses:
 // rank 0 is the only possible root). Bad input fails exactly as on the NCCL backend.
 type Single struct {
@@ -137,7 +137,7 @@ func (s *Single) Close() error {
 	return nil
 }
 
-// NoOp is the Communicator of a one-rank world (the seed's NoOpCommunicator): every
+// NoOp is the Communicator of a one-rank world: every
 // operation validates its arguments and completes at once, leaving buffers as they are.
 // It cannot split.
 type NoOp struct {

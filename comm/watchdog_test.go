@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 // stuckFake is the fake driver whose events do not complete while stuck is set (work
@@ -20,7 +20,7 @@ type stuckFake struct {
 	stuck atomic.Bool
 }
 
-func (f *stuckFake) EventQuery(seam.Event) (bool, error) {
+func (f *stuckFake) EventQuery(gpulib.Event) (bool, error) {
 	return !f.stuck.Load(), f.rec("EventQuery")
 }
 
@@ -94,11 +94,11 @@ func TestWatchdogLeavesWorkThatCompletesAlone(t *testing.T) {
 func TestWatchdogReportsAnAsyncError(t *testing.T) {
 	noLeaks(t)
 	b, f := newWatched(t, WithWatchdog(time.Millisecond))
-	f.asyncErr.Store(int32(seam.RemoteError))
+	f.asyncErr.Store(int32(gpulib.RemoteError))
 	require.Eventually(t, func() bool { return b.c.faultErr() != nil }, 10*time.Second, time.Millisecond,
 		"the watchdog records the error without anyone calling the backend")
 	assert.False(t, b.IsHealthy())
-	f.asyncErr.Store(int32(seam.Success))
+	f.asyncErr.Store(int32(gpulib.Success))
 	assert.False(t, b.IsHealthy(), "unhealthy until a reconnect")
 	assert.Contains(t, b.AllReduce(p, 8).Error(), "ncclRemoteError")
 	require.NoError(t, b.Close())
@@ -136,7 +136,7 @@ func TestWatchdogAbortWaitsForAnOpenGroup(t *testing.T) {
 	w := b.c.wd
 	require.NoError(t, b.GroupStart())
 	require.NoError(t, b.AllReduce(p, 8))
-	f.asyncErr.Store(int32(seam.SystemError))
+	f.asyncErr.Store(int32(gpulib.SystemError))
 	w.check(time.Now())
 	assert.Empty(t, f.named("CommAbort"), "not while a group is open")
 	assert.Error(t, b.GroupEnd())

@@ -10,7 +10,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest/internal/sim"
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 // Cluster is a world of ranks running comm's NCCL backend on a simulated machine: one
@@ -23,7 +23,7 @@ type Cluster struct {
 
 	mu       sync.Mutex
 	backends []*comm.NCCL // nil for a memory-only cluster (SingleHarness)
-	ids      map[int]seam.UniqueID
+	ids      map[int]gpulib.UniqueID
 	base     []int // per rank: the cluster generation its backend counts from
 
 	closeOnce sync.Once
@@ -89,15 +89,12 @@ func NewCluster(n int, opts ...Option) (*Cluster, error) {
 			o(&cfg)
 		}
 	}
-	if seam.NewNCCL == nil {
-		return nil, errors.New("new cluster: package comm did not register its NCCL backend")
-	}
 	w, err := sim.New(n, cfg.sim...)
 	if err != nil {
 		return nil, fmt.Errorf("new cluster: %w", err)
 	}
 	c := &Cluster{w: w, n: n, backends: make([]*comm.NCCL, n), cfg: cfg,
-		ids: map[int]seam.UniqueID{0: w.NewUniqueID()}, base: make([]int, n)}
+		ids: map[int]gpulib.UniqueID{0: w.NewUniqueID()}, base: make([]int, n)}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.initTimeout)
 	defer cancel()
 	errs := make([]error, n)
@@ -132,19 +129,16 @@ func (c *Cluster) start(ctx context.Context, rank, gen int) (*comm.NCCL, error) 
 	if c.cfg.reconnect {
 		opts = append(slices.Clone(opts), comm.WithReconnect(c.reconnectFunc(rank)))
 	}
-	b, err := seam.NewNCCL(ctx, d, c.generationID(gen), rank, c.n, opts)
+	opts = append(slices.Clone(opts), comm.WithDriver(d))
+	b, err := comm.NewNCCL(ctx, comm.UniqueID(c.generationID(gen)), rank, c.n, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: %w", rank, err)
 	}
-	nb, ok := b.(*comm.NCCL)
-	if !ok {
-		return nil, fmt.Errorf("rank %d: backend of type %T, want *comm.NCCL", rank, b)
-	}
-	return nb, nil
+	return b, nil
 }
 
 // generationID returns the unique id of cluster generation gen, made on first use.
-func (c *Cluster) generationID(gen int) seam.UniqueID {
+func (c *Cluster) generationID(gen int) gpulib.UniqueID {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	id, ok := c.ids[gen]

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"sync"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 // task is one validated communication call waiting to be submitted.
@@ -155,7 +155,7 @@ func (d *Driver) groupEnd() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.group.depth == 0 {
-		return ncclErr(seam.InvalidUsage, call, "no group open (ncclGroupEnd without ncclGroupStart)")
+		return ncclErr(gpulib.InvalidUsage, call, "no group open (ncclGroupEnd without ncclGroupStart)")
 	}
 	d.group.depth--
 	if d.group.depth > 0 {
@@ -172,7 +172,7 @@ func (d *Driver) groupEnd() error {
 	// Re-check the communicators: one may have been aborted or failed since the call.
 	for _, t := range tasks {
 		if _, ok := w.comms[t.rc.h]; !ok || t.rc.stopped {
-			return ncclErr(seam.InvalidUsage, call, "communicator %#x was aborted or destroyed inside the group", uintptr(t.rc.h))
+			return ncclErr(gpulib.InvalidUsage, call, "communicator %#x was aborted or destroyed inside the group", uintptr(t.rc.h))
 		}
 	}
 	return w.submitLocked(tasks, call)
@@ -183,7 +183,7 @@ func (d *Driver) inGroup(call string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.group.depth > 0 {
-		return ncclErr(seam.InvalidUsage, call, "cannot be called between ncclGroupStart and ncclGroupEnd")
+		return ncclErr(gpulib.InvalidUsage, call, "cannot be called between ncclGroupStart and ncclGroupEnd")
 	}
 	return nil
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 func TestGroupedRingExchange(t *testing.T) {
@@ -22,10 +22,10 @@ func TestGroupedRingExchange(t *testing.T) {
 				if err := d.GroupStart(); err != nil {
 					return err
 				}
-				if err := d.Send(send[i], 3, seam.Int32, (i+1)%n, r.c[i], r.s[i]); err != nil {
+				if err := d.Send(send[i], 3, gpulib.Int32, (i+1)%n, r.c[i], r.s[i]); err != nil {
 					return err
 				}
-				if err := d.Recv(recv[i], 3, seam.Int32, (i+n-1)%n, r.c[i], r.s[i]); err != nil {
+				if err := d.Recv(recv[i], 3, gpulib.Int32, (i+n-1)%n, r.c[i], r.s[i]); err != nil {
 					return err
 				}
 				return d.GroupEnd()
@@ -45,10 +45,10 @@ func TestUngroupedExchangeDeadlocksLikeNCCL(t *testing.T) {
 	// Both ranks send first, then receive, on one stream each, without a group: each send
 	// waits for a receive that is queued behind it.
 	r.each(t, func(i int) error {
-		if err := r.d[i].Send(bufs[i], 1, seam.Int32, 1-i, r.c[i], r.s[i]); err != nil {
+		if err := r.d[i].Send(bufs[i], 1, gpulib.Int32, 1-i, r.c[i], r.s[i]); err != nil {
 			return err
 		}
-		return r.d[i].Recv(bufs[i]+4, 1, seam.Int32, 1-i, r.c[i], r.s[i])
+		return r.d[i].Recv(bufs[i]+4, 1, gpulib.Int32, 1-i, r.c[i], r.s[i])
 	})
 	assert.True(t, never(50*time.Millisecond, func() bool {
 		done, _ := r.d[0].StreamQuery(r.s[0])
@@ -61,13 +61,13 @@ func TestUngroupedExchangeDeadlocksLikeNCCL(t *testing.T) {
 func TestSendRecvSizeMismatchIsInvalidUsage(t *testing.T) {
 	r := newRig(t, 2)
 	bufs := r.alloc(t, 16, nil)
-	require.NoError(t, r.d[0].Send(bufs[0], 4, seam.Int32, 1, r.c[0], r.s[0]))
-	require.NoError(t, r.d[1].Recv(bufs[1], 3, seam.Int32, 0, r.c[1], r.s[1]))
+	require.NoError(t, r.d[0].Send(bufs[0], 4, gpulib.Int32, 1, r.c[0], r.s[0]))
+	require.NoError(t, r.d[1].Recv(bufs[1], 3, gpulib.Int32, 0, r.c[1], r.s[1]))
 	r.sync(t)
 	for i := range 2 {
 		res, err := r.d[i].CommGetAsyncError(r.c[i])
 		require.NoError(t, err)
-		assert.Equal(t, seam.InvalidUsage, res)
+		assert.Equal(t, gpulib.InvalidUsage, res)
 	}
 }
 
@@ -75,10 +75,10 @@ func TestSendRecvMatchInOrderPerPeer(t *testing.T) {
 	r := newRig(t, 2)
 	src := r.alloc(t, 8, func(i int) []byte { return int32s([]int32{1, 2}) })
 	dst := r.alloc(t, 8, nil)
-	require.NoError(t, r.d[0].Send(src[0], 1, seam.Int32, 1, r.c[0], r.s[0]))
-	require.NoError(t, r.d[0].Send(src[0]+4, 1, seam.Int32, 1, r.c[0], r.s[0]))
-	require.NoError(t, r.d[1].Recv(dst[1], 1, seam.Int32, 0, r.c[1], r.s[1]))
-	require.NoError(t, r.d[1].Recv(dst[1]+4, 1, seam.Int32, 0, r.c[1], r.s[1]))
+	require.NoError(t, r.d[0].Send(src[0], 1, gpulib.Int32, 1, r.c[0], r.s[0]))
+	require.NoError(t, r.d[0].Send(src[0]+4, 1, gpulib.Int32, 1, r.c[0], r.s[0]))
+	require.NoError(t, r.d[1].Recv(dst[1], 1, gpulib.Int32, 0, r.c[1], r.s[1]))
+	require.NoError(t, r.d[1].Recv(dst[1]+4, 1, gpulib.Int32, 0, r.c[1], r.s[1]))
 	r.sync(t)
 	assert.Equal(t, int32s([]int32{1, 2}), r.read(t, 1, dst[1], 8))
 }
@@ -86,7 +86,7 @@ func TestSendRecvMatchInOrderPerPeer(t *testing.T) {
 func TestUnmatchedSendNeverCompletes(t *testing.T) {
 	r := newRig(t, 2)
 	bufs := r.alloc(t, 4, nil)
-	require.NoError(t, r.d[0].Send(bufs[0], 1, seam.Int32, 1, r.c[0], r.s[0]))
+	require.NoError(t, r.d[0].Send(bufs[0], 1, gpulib.Int32, 1, r.c[0], r.s[0]))
 	assert.True(t, never(30*time.Millisecond, func() bool {
 		done, _ := r.d[0].StreamQuery(r.s[0])
 		return done
@@ -96,18 +96,18 @@ func TestUnmatchedSendNeverCompletes(t *testing.T) {
 func TestGroupNestingAndMisuse(t *testing.T) {
 	r := newRig(t, 2)
 	d := r.d[0]
-	assert.Equal(t, seam.InvalidUsage, ncclCode(d.GroupEnd()), "GroupEnd without GroupStart")
+	assert.Equal(t, gpulib.InvalidUsage, ncclCode(d.GroupEnd()), "GroupEnd without GroupStart")
 
 	require.NoError(t, d.GroupStart())
 	require.NoError(t, d.GroupStart())
 	require.NoError(t, d.GroupEnd())
-	_, err := d.CommSplit(r.c[0], 0, 0, seam.Config{Blocking: true})
-	assert.Equal(t, seam.InvalidUsage, ncclCode(err), "split inside a group")
+	_, err := d.CommSplit(r.c[0], 0, 0, gpulib.Config{Blocking: true})
+	assert.Equal(t, gpulib.InvalidUsage, ncclCode(err), "split inside a group")
 	id, _ := d.GetUniqueID()
-	_, err = d.CommInitRank(1, id, 0, seam.Config{Blocking: true})
-	assert.Equal(t, seam.InvalidUsage, ncclCode(err), "init inside a group")
+	_, err = d.CommInitRank(1, id, 0, gpulib.Config{Blocking: true})
+	assert.Equal(t, gpulib.InvalidUsage, ncclCode(err), "init inside a group")
 	require.NoError(t, d.GroupEnd())
-	assert.Equal(t, seam.InvalidUsage, ncclCode(d.GroupEnd()), "one end too many")
+	assert.Equal(t, gpulib.InvalidUsage, ncclCode(d.GroupEnd()), "one end too many")
 }
 
 func TestAnErrorInsideAGroupDropsTheWholeGroup(t *testing.T) {
@@ -115,12 +115,14 @@ func TestAnErrorInsideAGroupDropsTheWholeGroup(t *testing.T) {
 	bufs := r.alloc(t, 4, func(i int) []byte { return int32s([]int32{5}) })
 	d := r.d[0]
 	require.NoError(t, d.GroupStart())
-	require.NoError(t, d.AllReduce(bufs[0], bufs[0], 1, seam.Int32, seam.Sum, r.c[0], r.s[0]))
-	assert.Equal(t, seam.InvalidArgument, ncclCode(d.Broadcast(bufs[0], bufs[0], 1, seam.Int32, 7, r.c[0], r.s[0])))
+	require.NoError(t, d.AllReduce(bufs[0], bufs[0], 1, gpulib.Int32, gpulib.Sum, r.c[0], r.s[0]))
+	assert.Equal(t, gpulib.InvalidArgument, ncclCode(d.Broadcast(bufs[0], bufs[0], 1, gpulib.Int32, 7, r.c[0], r.s[0])))
 	err := d.GroupEnd()
-	assert.Equal(t, seam.InvalidArgument, ncclCode(err))
+	assert.Equal(t, gpulib.InvalidArgument, ncclCode(err))
 	// Nothing was launched: a fresh all-reduce on both ranks is the first one.
-	r.each(t, func(i int) error { return r.d[i].AllReduce(bufs[i], bufs[i], 1, seam.Int32, seam.Sum, r.c[i], r.s[i]) })
+	r.each(t, func(i int) error {
+		return r.d[i].AllReduce(bufs[i], bufs[i], 1, gpulib.Int32, gpulib.Sum, r.c[i], r.s[i])
+	})
 	r.sync(t)
 	assert.Equal(t, int32s([]int32{10}), r.read(t, 1, bufs[1], 4))
 }

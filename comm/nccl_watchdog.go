@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 // DefaultWatchdogInterval is how often the watchdog checks a communicator unless
@@ -70,10 +70,10 @@ type watchdog struct {
 	first atomic.Int64
 
 	// Used by check only (the watchdog goroutine, or a test driving check itself).
-	marks    []mark       // events recorded on the communication stream, oldest first
-	free     []seam.Event // completed events for reuse
-	comm     seam.Comm    // the communicator the marks were recorded for
-	eventErr sync.Once    // the first failure to create an event is logged, once
+	marks    []mark         // events recorded on the communication stream, oldest first
+	free     []gpulib.Event // completed events for reuse
+	comm     gpulib.Comm    // the communicator the marks were recorded for
+	eventErr sync.Once      // the first failure to create an event is logged, once
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -82,7 +82,7 @@ type watchdog struct {
 
 // mark is an event recorded after the operations enqueued since at (UnixNano).
 type mark struct {
-	ev seam.Event
+	ev gpulib.Event
 	at int64
 }
 
@@ -160,7 +160,7 @@ func (w *watchdog) inspect(now time.Time) bool {
 		w.comm = c.comm
 	}
 	if err := c.asyncError(c.comm); err != nil {
-		if code(err) == seam.Success { // the query itself failed
+		if code(err) == gpulib.Success { // the query itself failed
 			c.fail(err)
 		}
 		return true
@@ -206,7 +206,7 @@ func (w *watchdog) mark(at int64) {
 	c := w.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var ev seam.Event
+	var ev gpulib.Event
 	if n := len(w.free); n > 0 {
 		ev, w.free = w.free[n-1], w.free[:n-1]
 	} else {
@@ -255,7 +255,7 @@ func (w *watchdog) abortFailed() {
 	c.life.Lock()
 	defer c.life.Unlock()
 	c.interrupt.Store(interruptNone)
-	if c.g.isClosed() || c.comm == 0 || c.faultErr() == nil || c.g.groupDepth() > 0 {
+	if c.g.isClosed() || c.comm == 0 || c.faultErr() == nil || c.inGroup() {
 		return
 	}
 	err := c.d.CommAbort(c.comm)
