@@ -36,6 +36,7 @@ type clusterConfig struct {
 	initTimeout time.Duration
 	closeWait   time.Duration
 	reconnect   bool
+	version     int // WithNCCLVersion; 0: the simulator's default
 }
 
 // Option configures a Cluster.
@@ -50,7 +51,7 @@ func WithCommOptions(opts ...comm.Option) Option {
 // WithNCCLVersion sets the NCCL version the simulated library reports (default 22907,
 // 2.29.7); functions newer than it are missing, as with a real older library.
 func WithNCCLVersion(v int) Option {
-	return func(c *clusterConfig) { c.sim = append(c.sim, sim.WithVersion(v)) }
+	return func(c *clusterConfig) { c.sim, c.version = append(c.sim, sim.WithVersion(v)), v }
 }
 
 // WithMemoryLimit caps each simulated device's memory (default: no limit).

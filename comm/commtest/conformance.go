@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/ncclgo/ncclgo/comm"
 )
 
@@ -69,6 +67,34 @@ type Harness struct {
 	// Timeout bounds every step that waits for all ranks (default one minute); a step
 	// that takes longer fails the test instead of hanging it.
 	Timeout time.Duration
+	// Requires lists the optional capabilities the backend must have. A case whose
+	// operation every rank answers with ErrUnsupported is skipped for a capability not
+	// listed here, and fails for one that is: a wrong version check cannot pass as a
+	// missing feature.
+	Requires []Capability
+}
+
+// Capability is an optional feature of a backend that RunConformance exercises.
+type Capability string
+
+// The capabilities RunConformance knows.
+const (
+	// CapRegister: RegisterBuffer and DeregisterBuffer (ncclCommRegister, NCCL >= 2.19).
+	CapRegister Capability = "register-buffer"
+	// CapSymmetricMemory: SymmetricAlloc and SymmetricFree (ncclMemAlloc, NCCL >= 2.19).
+	CapSymmetricMemory Capability = "symmetric-memory"
+	// CapSplit: Communicator.Split and, on an Instance that is a BackendSplitter,
+	// backends of sub-groups (ncclCommSplit, NCCL >= 2.18).
+	CapSplit Capability = "split"
+)
+
+func (h Harness) requires(c Capability) bool {
+	for _, r := range h.Requires {
+		if r == c {
+			return true
+		}
+	}
+	return false
 }
 
 // RunConformance runs the conformance suite against h: every Backend operation with
@@ -564,7 +590,7 @@ func (e *env) register(t *testing.T) {
 		handles[r] = h
 		return err
 	})
-	requireAllOrUnsupported(t, errs, "registration", "register")
+	e.requireAllOrUnsupported(t, errs, CapRegister, "register")
 	e.all(t, func(r int) error { return e.b[r].AllReduce(ps[r], bytes) })
 	for r := range e.n {
 		checkBytes(t, e.elem, expected(comm.Sum, e.elem, e.n, 0, count), e.read(t, r, ps[r], bytes), "all-reduce in a registered buffer, rank %d", r)
@@ -586,7 +612,7 @@ func (e *env) symmetric(t *testing.T) {
 		ps[r] = p
 		return err
 	})
-	requireAllOrUnsupported(t, errs, "symmetric memory", "symmetric-alloc")
+	e.requireAllOrUnsupported(t, errs, CapSymmetricMemory, "symmetric-alloc")
 	for r := range e.n {
 		require.NoError(t, e.inst.Write(r, ps[r], inputs(comm.Sum, e.elem, e.n, r, 0, count)))
 	}
@@ -600,9 +626,10 @@ func (e *env) symmetric(t *testing.T) {
 	}
 }
 
-// requireAllOrUnsupported skips the test when every rank's call said ErrUnsupported (the
-// backend lacks the feature) and otherwise requires every call to have succeeded.
-func requireAllOrUnsupported(t *testing.T, errs []error, feature, op string) {
+// requireAllOrUnsupported handles an optional capability: when every rank's call said
+// ErrUnsupported, it skips the test, or fails it if the harness requires the
+// capability; otherwise it requires every call to have succeeded.
+func (e *env) requireAllOrUnsupported(t *testing.T, errs []error, c Capability, op string) {
 	t.Helper()
 	unsupported := 0
 	for _, err := range errs {
@@ -611,7 +638,10 @@ func requireAllOrUnsupported(t *testing.T, errs []error, feature, op string) {
 		}
 	}
 	if unsupported == len(errs) {
-		t.Skipf("%s is unsupported by this backend (ErrUnsupported on every rank)", feature)
+		if e.h.requires(c) {
+			t.Fatalf("%s: the harness requires %s, but every rank answered ErrUnsupported: %v", op, c, errs[0])
+		}
+		t.Skipf("%s is unsupported by this backend (ErrUnsupported on every rank) and not required by the harness", c)
 	}
 	for r, err := range errs {
 		require.NoError(t, err, "%s on rank %d", op, r)

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/ncclgo/ncclgo/comm"
 )
 
@@ -124,7 +122,10 @@ func (e *env) split(t *testing.T, ctx context.Context, cs []comm.Communicator) {
 			require.ErrorIs(t, err, comm.ErrUnsupported, "rank %d", r)
 			require.Nil(t, subs[r])
 		}
-		t.Skip("the communicator cannot split (ErrUnsupported)")
+		if e.h.requires(CapSplit) {
+			t.Fatalf("split: the harness requires %s, but every rank answered ErrUnsupported: %v", CapSplit, errs[0])
+		}
+		t.Skip("the communicator cannot split (ErrUnsupported) and the harness does not require it")
 	}
 	for r, err := range errs {
 		require.NoError(t, err, "rank %d", r)
