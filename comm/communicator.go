@@ -40,6 +40,17 @@ type Communicator interface {
 	// one, ordered by key. A negative color joins none and returns (nil, nil). Backends
 	// that cannot split return (nil, ErrUnsupported).
 	Split(ctx context.Context, color, key int) (Communicator, error)
+	// GroupStart opens a group: the operations up to the matching GroupEnd are
+	// submitted together, so that a two-way exchange (Send and Recv on both sides)
+	// progresses instead of deadlocking. Groups nest. On NCCL the group is the calling
+	// goroutine's (locked to its OS thread until the matching GroupEnd) and covers every
+	// NCCL communicator of the process; operations that wait (Sync, Barrier, Split)
+	// fail with ErrGroupOpen inside it. One-rank communicators count levels only.
+	GroupStart() error
+	// GroupEnd closes the innermost group opened by GroupStart; the outermost one
+	// submits the group's operations. Without a group open it fails with
+	// ErrGroupNotOpen.
+	GroupEnd() error
 	// Close releases the communicator.
 	Close() error
 }

@@ -190,6 +190,23 @@ func (c *NCCLCommunicator) aborted(op string) error {
 		Err: fmt.Errorf("%w: the communicator was aborted; only attempt-reconnect and close remain", ErrUnhealthy)}
 }
 
+// Split creates the Backend of a sub-group with ncclCommSplit (NCCL >= 2.18), e.g. a
+// tensor-parallel group of a larger world: ranks passing the same color join one
+// communicator, ordered by key; a negative color joins none and returns (nil, nil).
+// Every rank of this backend calls it, at the same time. The child has its own
+// communicator and stream on this rank's device, this backend's element type, add
+// kernel (the two-rank path applies when the child has two ranks) and options,
+// including the watchdog (a watchdog of its own with the same settings); its
+// AttemptReconnect is unsupported (it belongs to no job generation: split the parent
+// again after the parent reconnects). Close it before the parent.
+func (b *NCCL) Split(ctx context.Context, color, key int) (*NCCL, error) {
+	child, err := b.c.split(ctx, color, key)
+	if child == nil {
+		return nil, err
+	}
+	return b.child(child), nil
+}
+
 // Split creates child communicators with ncclCommSplit (NCCL >= 2.18); see
 // Communicator.Split. The child is an *NCCLCommunicator with its own stream and the
 // parent's options. It needs a driver that can report the child's rank and size.

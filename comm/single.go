@@ -191,7 +191,7 @@ func (n *NoOp) Recv(ptr DevicePtr, count int, t DType, src int, _ uint32) error 
 
 // Sync returns at once (or ctx's error).
 func (n *NoOp) Sync(ctx context.Context) error {
-	if err := n.g.open(opSync); err != nil {
+	if err := n.g.outsideGroup(opSync); err != nil {
 		return err
 	}
 	return ctx.Err()
@@ -199,7 +199,7 @@ func (n *NoOp) Sync(ctx context.Context) error {
 
 // Barrier returns at once (or ctx's error).
 func (n *NoOp) Barrier(ctx context.Context) error {
-	if err := n.g.open(opBarrier); err != nil {
+	if err := n.g.outsideGroup(opBarrier); err != nil {
 		return err
 	}
 	return ctx.Err()
@@ -207,11 +207,20 @@ func (n *NoOp) Barrier(ctx context.Context) error {
 
 // Split returns ErrUnsupported.
 func (n *NoOp) Split(_ context.Context, color, _ int) (Communicator, error) {
-	if err := n.g.open(opSplit); err != nil {
+	if err := n.g.outsideGroup(opSplit); err != nil {
 		return nil, err
 	}
 	return nil, &ArgError{Op: opSplit, Arg: "color", Value: color, Err: ErrUnsupported,
 		Reason: fmt.Sprintf("%T cannot split", n)}
+}
+
+// GroupStart opens a group level.
+func (n *NoOp) GroupStart() error { return n.g.groupStart() }
+
+// GroupEnd closes a group level.
+func (n *NoOp) GroupEnd() error {
+	_, err := n.g.groupEnd()
+	return err
 }
 
 // Close closes n.

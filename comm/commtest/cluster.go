@@ -201,6 +201,44 @@ func (c *Cluster) Replace(ctx context.Context, rank, gen int) (*comm.NCCL, error
 	return b, nil
 }
 
+// SplitBackends splits every rank's backend at once (comm.NCCL.Split with key = rank):
+// rank r joins sub-group color(r). It returns the new backends, index = rank (nil for a
+// negative color); the caller closes them before the Cluster.
+func (c *Cluster) SplitBackends(ctx context.Context, color func(rank int) int) ([]comm.Backend, error) {
+	c.mu.Lock()
+	parents := slices.Clone(c.backends)
+	c.mu.Unlock()
+	if len(parents) == 0 {
+		return nil, fmt.Errorf("split backends: %w: the cluster has no NCCL backends", comm.ErrUnsupported)
+	}
+	out := make([]comm.Backend, len(parents))
+	errs := make([]error, len(parents))
+	var wg sync.WaitGroup
+	for r, b := range parents {
+		if b == nil {
+			return nil, fmt.Errorf("split backends: %w: the cluster has no NCCL backends", comm.ErrUnsupported)
+		}
+		wg.Go(func() {
+			nb, err := b.Split(ctx, color(r), r)
+			if err != nil {
+				errs[r] = fmt.Errorf("rank %d: %w", r, err)
+			} else if nb != nil {
+				out[r] = nb
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, b := range out {
+			if b != nil {
+				_ = b.Close()
+			}
+		}
+		return nil, fmt.Errorf("split backends: %w", err)
+	}
+	return out, nil
+}
+
 // Size returns the number of ranks.
 func (c *Cluster) Size() int { return c.n }
 

@@ -44,6 +44,14 @@ type CallCounter interface {
 	DriverCalls() int64
 }
 
+// BackendSplitter is an Instance whose backends can make backends of sub-groups
+// (comm.NCCL.Split): SplitBackends calls it on every rank at once, rank r joining the
+// sub-group color(r) ordered by rank, and returns the new backends (nil for a negative
+// color), index = rank. The caller closes them.
+type BackendSplitter interface {
+	SplitBackends(ctx context.Context, color func(rank int) int) ([]comm.Backend, error)
+}
+
 // StreamHolder is an Instance that can block a stream until released.
 type StreamHolder interface {
 	HoldStream(rank int, s comm.Stream) (release func(), err error)
@@ -129,6 +137,7 @@ func RunConformance(t *testing.T, h Harness) {
 		t.Run("broadcast", e.broadcast)
 		t.Run("send-recv-ring", e.ring)
 		t.Run("nested-groups", e.nestedGroups)
+		t.Run("group-scope-across-backends", e.backendGroupScope)
 		t.Run("barrier", e.barrier)
 		t.Run("recv-command-u32", e.recvCommand)
 		t.Run("register", e.register)
@@ -540,6 +549,61 @@ func (e *env) nestedGroups(t *testing.T) {
 	}
 }
 
+// backendGroupScope checks the group scope across backends of one rank (a pipeline-
+// parallel group around a tensor-parallel all-reduce): inside a group opened on the
+// world's backend, a sub-group backend's AllReduce is part of the group, and the
+// outermost GroupEnd returns with its result in place; AllReduceAsync, which cannot be
+// grouped, fails with ErrGroupOpen there.
+func (e *env) backendGroupScope(t *testing.T) {
+	sp, ok := e.inst.(BackendSplitter)
+	if !ok {
+		if e.h.requires(CapSplit) {
+			t.Fatalf("the harness requires %s, but its instance is no BackendSplitter", CapSplit)
+		}
+		t.Skip("the instance cannot make sub-group backends (no BackendSplitter)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.h.Timeout)
+	defer cancel()
+	color := func(r int) int { return r / 2 } // pairs, the two-rank case of tensor parallelism
+	subs, err := sp.SplitBackends(ctx, color)
+	if e.skipUnsupported(t, []error{err}, CapSplit, "split") {
+		return
+	}
+	for _, s := range subs {
+		t.Cleanup(func() { _ = s.Close() })
+	}
+	const count = 33
+	bytes := count * e.es
+	ps := e.buffers(t, bytes, func(r int) []byte { return inputs(comm.Sum, e.elem, e.n, r, 0, count) })
+	e.all(t, func(r int) error {
+		if err := e.b[r].GroupStart(); err != nil {
+			return err
+		}
+		errOp := subs[r].AllReduce(ps[r], bytes)
+		errAsync := subs[r].AllReduceAsync(ps[r], bytes, 0)
+		errEnd := e.b[r].GroupEnd()
+		if errOp != nil || errEnd != nil {
+			return errors.Join(errOp, errEnd)
+		}
+		if !errors.Is(errAsync, comm.ErrGroupOpen) {
+			return fmt.Errorf("rank %d: all-reduce-async inside another backend's group returned %v, want ErrGroupOpen", r, errAsync)
+		}
+		return nil
+	})
+	for r := range e.n {
+		lo := color(r) * 2
+		hi := min(lo+2, e.n)
+		want := make([]float64, count)
+		for i := range want {
+			for q := lo; q < hi; q++ {
+				want[i] += pattern(comm.Sum, e.elem, e.n, q, i)
+			}
+		}
+		wb, _ := EncodeValues(e.elem, want)
+		checkBytes(t, e.elem, wb, e.read(t, r, ps[r], bytes), "sub-group all-reduce inside the world's group, rank %d (group of ranks %d-%d)", r, lo, hi-1)
+	}
+}
+
 // barrier checks that every rank's Barrier succeeds and that the communicator stays in
 // step: a blocking all-reduce afterwards gives the right result.
 func (e *env) barrier(t *testing.T) {
@@ -590,7 +654,7 @@ func (e *env) register(t *testing.T) {
 		handles[r] = h
 		return err
 	})
-	e.requireAllOrUnsupported(t, errs, CapRegister, "register")
+	e.skipUnsupported(t, errs, CapRegister, "register")
 	e.all(t, func(r int) error { return e.b[r].AllReduce(ps[r], bytes) })
 	for r := range e.n {
 		checkBytes(t, e.elem, expected(comm.Sum, e.elem, e.n, 0, count), e.read(t, r, ps[r], bytes), "all-reduce in a registered buffer, rank %d", r)
@@ -612,7 +676,7 @@ func (e *env) symmetric(t *testing.T) {
 		ps[r] = p
 		return err
 	})
-	e.requireAllOrUnsupported(t, errs, CapSymmetricMemory, "symmetric-alloc")
+	e.skipUnsupported(t, errs, CapSymmetricMemory, "symmetric-alloc")
 	for r := range e.n {
 		require.NoError(t, e.inst.Write(r, ps[r], inputs(comm.Sum, e.elem, e.n, r, 0, count)))
 	}
@@ -623,28 +687,6 @@ func (e *env) symmetric(t *testing.T) {
 	e.all(t, func(r int) error { return e.b[r].SymmetricFree(ps[r]) })
 	for r := range e.n {
 		require.ErrorIs(t, e.b[r].SymmetricFree(ps[r]), comm.ErrUnknownPointer, "free twice, rank %d", r)
-	}
-}
-
-// requireAllOrUnsupported handles an optional capability: when every rank's call said
-// ErrUnsupported, it skips the test, or fails it if the harness requires the
-// capability; otherwise it requires every call to have succeeded.
-func (e *env) requireAllOrUnsupported(t *testing.T, errs []error, c Capability, op string) {
-	t.Helper()
-	unsupported := 0
-	for _, err := range errs {
-		if errors.Is(err, comm.ErrUnsupported) {
-			unsupported++
-		}
-	}
-	if unsupported == len(errs) {
-		if e.h.requires(c) {
-			t.Fatalf("%s: the harness requires %s, but every rank answered ErrUnsupported: %v", op, c, errs[0])
-		}
-		t.Skipf("%s is unsupported by this backend (ErrUnsupported on every rank) and not required by the harness", c)
-	}
-	for r, err := range errs {
-		require.NoError(t, err, "%s on rank %d", op, r)
 	}
 }
 

@@ -19,7 +19,6 @@ type Driver struct {
 	calls map[string]int64
 	total int64
 	fails map[string][]error
-	group groupState
 }
 
 var (

@@ -85,7 +85,6 @@ func (w *World) Revive(dev int) error {
 	d.halted, d.dead, d.sticky, d.hang, d.delay = false, false, nil, 0, 0
 	drv := w.drivers[dev]
 	drv.mu.Lock()
-	drv.group = groupState{}
 	drv.fails = map[string][]error{}
 	drv.mu.Unlock()
 	return nil

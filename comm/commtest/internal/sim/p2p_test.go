@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -18,6 +20,8 @@ func TestGroupedRingExchange(t *testing.T) {
 			send := r.alloc(t, 12, func(i int) []byte { return int32s([]int32{int32(i), int32(10 * i), -1}) })
 			recv := r.alloc(t, 12, nil)
 			r.each(t, func(i int) error {
+				runtime.LockOSThread() // NCCL's group state is per thread
+				defer runtime.UnlockOSThread()
 				d := r.d[i]
 				if err := d.GroupStart(); err != nil {
 					return err
@@ -94,6 +98,8 @@ func TestUnmatchedSendNeverCompletes(t *testing.T) {
 }
 
 func TestGroupNestingAndMisuse(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	r := newRig(t, 2)
 	d := r.d[0]
 	assert.Equal(t, gpulib.InvalidUsage, ncclCode(d.GroupEnd()), "GroupEnd without GroupStart")
@@ -111,6 +117,8 @@ func TestGroupNestingAndMisuse(t *testing.T) {
 }
 
 func TestAnErrorInsideAGroupDropsTheWholeGroup(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	r := newRig(t, 2)
 	bufs := r.alloc(t, 4, func(i int) []byte { return int32s([]int32{5}) })
 	d := r.d[0]
@@ -125,4 +133,46 @@ func TestAnErrorInsideAGroupDropsTheWholeGroup(t *testing.T) {
 	})
 	r.sync(t)
 	assert.Equal(t, int32s([]int32{10}), r.read(t, 1, bufs[1], 4))
+}
+
+// TestGroupScopeIsPerThread checks NCCL's group scope: a group opened on one thread
+// defers the calls that thread makes on any communicator, of any device, to its
+// outermost ncclGroupEnd; a call from another thread is not part of it.
+func TestGroupScopeIsPerThread(t *testing.T) {
+	r := newRig(t, 2)
+	bufs := r.alloc(t, 4, func(i int) []byte { return int32s([]int32{int32(i + 1)}) })
+	opened, submitted, release := make(chan struct{}), make(chan error), make(chan struct{})
+	ended := make(chan error)
+	go func() { // one thread drives both ranks inside one group opened on device 0
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := r.d[0].GroupStart(); err != nil {
+			ended <- err
+			return
+		}
+		close(opened)
+		err0 := r.d[0].AllReduce(bufs[0], bufs[0], 1, gpulib.Int32, gpulib.Sum, r.c[0], r.s[0])
+		err1 := r.d[1].AllReduce(bufs[1], bufs[1], 1, gpulib.Int32, gpulib.Sum, r.c[1], r.s[1])
+		submitted <- errors.Join(err0, err1)
+		<-release
+		ended <- r.d[0].GroupEnd()
+	}()
+	<-opened
+	require.NoError(t, <-submitted)
+	for i := range 2 { // nothing launched yet: the group is open
+		done, err := r.d[i].StreamQuery(r.s[i])
+		require.NoError(t, err)
+		assert.True(t, done, "rank %d: a grouped call reached its stream before ncclGroupEnd", i)
+		assert.Equal(t, int32s([]int32{int32(i + 1)}), r.read(t, i, bufs[i], 4), "rank %d", i)
+	}
+	// This goroutine's thread has no group: ncclGroupEnd here is a misuse.
+	runtime.LockOSThread()
+	assert.Equal(t, gpulib.InvalidUsage, ncclCode(r.d[1].GroupEnd()), "another thread's group")
+	runtime.UnlockOSThread()
+	close(release)
+	require.NoError(t, <-ended)
+	r.sync(t)
+	for i := range 2 {
+		assert.Equal(t, int32s([]int32{3}), r.read(t, i, bufs[i], 4), "rank %d after the outermost ncclGroupEnd", i)
+	}
 }

@@ -41,6 +41,7 @@ type World struct {
 	kernels map[string]Kernel
 	comms   map[gpulib.Comm]*rankComm
 	boots   map[gpulib.UniqueID]*clique // unique ids not yet used up by ncclCommInitRank
+	groups  map[int]*groupState         // per OS thread: its open group (group.go)
 	closed  bool
 	done    chan struct{} // closed by Close
 	wg      sync.WaitGroup
@@ -87,6 +88,7 @@ func New(devices int, opts ...Option) (*World, error) {
 		kernels: builtinKernels(),
 		comms:   map[gpulib.Comm]*rankComm{},
 		boots:   map[gpulib.UniqueID]*clique{},
+		groups:  map[int]*groupState{},
 		done:    make(chan struct{}),
 	}
 	for _, o := range opts {
