@@ -86,6 +86,7 @@ type NCCL struct {
 
 	addKernel atomic.Uintptr
 	two       twoRank
+	cmd       command // RecvCommandU32's pending receive
 
 	regMu      sync.Mutex
 	regs       map[BufferHandle]gpulib.Handle
@@ -129,11 +130,19 @@ type NCCLCommunicator struct {
 	stream  gpulib.Stream
 	evIn    gpulib.Event // recorded on a caller's stream, waited on by stream
 	evOut   gpulib.Event // recorded on stream, waited on by a caller's stream
+	evCmd   gpulib.Event // recorded after a command receive (RecvCommandU32)
+	evAhead gpulib.Event // recorded before it, after work the watchdog had not marked
+	cmdAt   int64        // UnixNano the command receive was enqueued (under mu)
+	aheadAt int64        // UnixNano of the first work evAhead covers; 0 for none (under mu)
 	scratch gpulib.Ptr   // 8 device bytes: Barrier's operand, zero-size operations' pointer
 
 	faultMu sync.Mutex
 	fault   error
 	faulted atomic.Bool // fault != nil, readable without faultMu
+
+	// cmdArmed: evCmd marks a command receive the watchdog has not seen complete; work
+	// queued behind it is not timed until it completes (a deadline-free wait).
+	cmdArmed atomic.Bool
 
 	// grouped counts the open thread groups holding operations of this communicator
 	// (nccl_group.go); the watchdog does not abort while it is non-zero.

@@ -64,6 +64,12 @@ func (c *NCCLCommunicator) adopt(comm gpulib.Comm, rank, world int) (err error) 
 	if c.evOut, err = c.d.EventCreate(); err != nil {
 		return err
 	}
+	if c.evCmd, err = c.d.EventCreate(); err != nil {
+		return err
+	}
+	if c.evAhead, err = c.d.EventCreate(); err != nil {
+		return err
+	}
 	if c.scratch, err = c.d.MemAlloc(8); err != nil {
 		return err
 	}
@@ -93,6 +99,14 @@ func (c *NCCLCommunicator) releaseLocal() error {
 		note("destroy event", c.d.EventDestroy(c.evOut))
 		c.evOut = 0
 	}
+	if c.evCmd != 0 {
+		note("destroy event", c.d.EventDestroy(c.evCmd))
+		c.evCmd = 0
+	}
+	if c.evAhead != 0 {
+		note("destroy event", c.d.EventDestroy(c.evAhead))
+		c.evAhead = 0
+	}
 	if c.stream != 0 {
 		note("destroy stream", c.d.StreamDestroy(c.stream))
 		c.stream = 0
@@ -101,7 +115,7 @@ func (c *NCCLCommunicator) releaseLocal() error {
 }
 
 // fail records the first fatal error the communicator saw (it is unhealthy from then
-// on) and returns err.
+// on) and returns err, made to match ErrUnhealthy too.
 func (c *NCCLCommunicator) fail(err error) error {
 	c.faultMu.Lock()
 	first := c.fault == nil
@@ -113,7 +127,10 @@ func (c *NCCLCommunicator) fail(err error) error {
 	if first {
 		c.cfg.log.Warn("comm: communicator failed", "rank", c.rank, "err", err)
 	}
-	return err
+	if errors.Is(err, ErrUnhealthy) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnhealthy, err)
 }
 
 func (c *NCCLCommunicator) faultErr() error {

@@ -2,8 +2,10 @@ package comm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
@@ -25,6 +27,9 @@ const (
 	// cleanup operations are ungroupable and also run on a failed communicator (they
 	// release what it holds).
 	cleanup
+	// untimed operations are ungroupable and wait without a deadline (a command
+	// receive): the watchdog does not time them.
+	untimed
 )
 
 // enqueue is the one sequence every operation of the NCCL types follows once its
@@ -47,6 +52,9 @@ func (c *NCCLCommunicator) enqueue(op string, bytes int, kind opKind, call func(
 	c.mu.Lock()
 	err := call(grouped)
 	c.mu.Unlock()
+	if c.wd != nil && kind != untimed {
+		c.wd.enqueued()
+	}
 	if err := c.result(op, bytes, err); err != nil {
 		return err
 	}
@@ -164,21 +172,78 @@ func (b *NCCL) RecvFrom(ptr DevicePtr, bytes, src int, s Stream) error {
 	return b.c.p2p(opRecv, ptr, bytes, uint64(bytes), gpulib.Uint8, src, gpulib.Stream(s), false)
 }
 
+// command is the state of RecvCommandU32: a receive whose wait ended (its context
+// expired) before the command arrived stays pending on the communication stream, and
+// the next call completes it instead of enqueuing another.
+type command struct {
+	mu      sync.Mutex // one RecvCommandU32 at a time
+	pending bool
+	ptr     DevicePtr // where the pending receive lands
+	root    int
+	comm    gpulib.Comm // the communicator it is pending on
+}
+
 // RecvCommandU32 receives the 4-byte command word from root into ptr and waits as long
 // as ctx allows, polling ncclCommGetAsyncError; a transport error ends the wait, is
-// returned and leaves the backend unhealthy.
+// returned and leaves the backend unhealthy. The wait has no operation timeout, and the
+// watchdog does not time it (an idle worker is healthy).
+//
+// No command is lost or delivered twice across cancellations: when ctx ends first, the
+// call returns ctx's error and the receive stays pending (its buffer stays in use); the
+// next RecvCommandU32 completes that receive instead of enqueuing a new one and
+// delivers the command into its own ptr (copied on the device when it differs). The
+// next call must name the same root. Other operations enqueued meanwhile wait behind the
+// pending receive, as NCCL orders them.
 func (b *NCCL) RecvCommandU32(ctx context.Context, ptr DevicePtr, root int) error {
 	c := b.c
 	if err := c.g.recvCommand(ptr, root); err != nil {
 		return err
 	}
-	err := c.enqueue(opRecvCommand, 4, ungroupable, func(bool) error {
-		return c.d.Broadcast(gpulib.Ptr(ptr), gpulib.Ptr(ptr), 4, gpulib.Uint8, root, c.comm, c.stream)
-	})
-	if err != nil {
-		return err
+	m := &b.cmd
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.pending && m.root != root && m.comm == c.comm {
+		return &ArgError{Op: opRecvCommand, Arg: "root", Value: root, Err: ErrInvalidRank,
+			Reason: fmt.Sprintf("a command receive from root %d is pending (its wait was canceled): complete it first", m.root)}
 	}
-	return c.waitShared(ctx, opRecvCommand, 4, unbounded)
+	from := m.ptr
+	err := c.enqueue(opRecvCommand, 4, untimed, func(bool) error {
+		if m.pending && m.comm != c.comm { // the receive ended with its communicator (reconnect)
+			m.pending = false
+		}
+		if m.pending {
+			if from == ptr {
+				return nil
+			}
+			return c.d.MemcpyDtoDAsync(gpulib.Ptr(ptr), gpulib.Ptr(from), 4, c.stream)
+		}
+		if w := c.wd; w != nil { // the watchdog times what is ahead of the receive, not it
+			c.cmdAt, c.aheadAt = w.now().UnixNano(), 0
+			if at := w.first.Swap(0); at != 0 && c.d.EventRecord(c.evAhead, c.stream) == nil {
+				c.aheadAt = at
+			}
+		}
+		if err := c.d.Broadcast(gpulib.Ptr(ptr), gpulib.Ptr(ptr), 4, gpulib.Uint8, root, c.comm, c.stream); err != nil {
+			return err
+		}
+		m.pending, m.ptr, m.root, m.comm = true, ptr, root, c.comm
+		if c.d.EventRecord(c.evCmd, c.stream) == nil {
+			c.cmdArmed.Store(true)
+		}
+		return nil
+	})
+	if err == nil {
+		if err = c.waitShared(ctx, opRecvCommand, 4, unbounded); err == nil {
+			m.pending = false
+			return nil
+		}
+	}
+	if ctx.Err() == nil || !errors.Is(err, ctx.Err()) { // not a canceled wait: the receive is gone
+		m.pending = false
+	} else {
+		m.ptr = ptr // completed into ptr by the copy, if any
+	}
+	return err
 }
 
 // AllReduceAsync enqueues the in-place all-reduce on the communication stream between
@@ -311,12 +376,25 @@ func (c *NCCLCommunicator) Recv(ptr DevicePtr, count int, t DType, src int, _ ui
 // p2p enqueues a validated send or recv on stream s (the typed API passes the
 // communication stream, the Backend the caller's).
 func (c *NCCLCommunicator) p2p(op string, ptr DevicePtr, bytes int, count uint64, t gpulib.DataType, peer int, s gpulib.Stream, send bool) error {
-	return c.enqueue(op, bytes, queued, func(bool) error {
+	err := c.enqueue(op, bytes, queued, func(bool) error {
 		if send {
 			return c.d.Send(c.buf(ptr), count, t, peer, c.comm, s)
 		}
 		return c.d.Recv(c.buf(ptr), count, t, peer, c.comm, s)
 	})
+	if err != nil {
+		return withPeer(err, peer)
+	}
+	return nil
+}
+
+// withPeer names the peer of a failed send or receive.
+func withPeer(err error, peer int) error {
+	var oe *OpError
+	if errors.As(err, &oe) {
+		oe.Peer = peer
+	}
+	return err
 }
 
 // Sync waits until the work enqueued on the communication stream has completed, within
@@ -412,9 +490,6 @@ func (c *NCCLCommunicator) usable(op string, bytes int) error {
 // result turns a driver error of an enqueue into comm's error: ncclInProgress is waited
 // out, fatal NCCL results make the communicator unhealthy.
 func (c *NCCLCommunicator) result(op string, bytes int, err error) error {
-	if c.wd != nil {
-		c.wd.enqueued()
-	}
 	if err == nil {
 		return nil
 	}
@@ -424,7 +499,7 @@ func (c *NCCLCommunicator) result(op string, bytes int, err error) error {
 			return nil
 		}
 	case gpulib.Fatal(r):
-		c.fail(err)
+		err = c.fail(err)
 	}
 	return &OpError{Op: op, Bytes: bytes, Rank: c.rank, Err: err}
 }

@@ -131,7 +131,7 @@ func TestNCCLFailureMakesUnhealthy(t *testing.T) {
 	f.fail("AllReduce", &gpulib.Error{Code: gpulib.RemoteError, Err: cause})
 	err := b.AllReduce(p, 4096)
 	require.Error(t, err)
-	assert.Equal(t, "all-reduce of 4096 bytes on rank 1: ncclRemoteError: remote process exited", err.Error())
+	assert.Equal(t, "all-reduce of 4096 bytes on rank 1: communicator unhealthy: ncclRemoteError: remote process exited", err.Error())
 	assert.ErrorIs(t, err, cause)
 	var se *gpulib.Error
 	require.ErrorAs(t, err, &se)

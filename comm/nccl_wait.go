@@ -100,7 +100,7 @@ func (c *NCCLCommunicator) poll(ctx context.Context, comm gpulib.Comm, deadline 
 		return res, err
 	}
 	if res != gpulib.Success && res != gpulib.InProgress {
-		return res, c.fail(&gpulib.Error{Code: res})
+		return res, c.fail(c.asyncErr(comm, res))
 	}
 	switch c.interrupt.Load() {
 	case interruptClose:
@@ -163,7 +163,13 @@ func (c *NCCLCommunicator) asyncError(comm gpulib.Comm) error {
 		return err
 	}
 	if res != gpulib.Success && res != gpulib.InProgress {
-		return c.fail(&gpulib.Error{Code: res})
+		return c.fail(c.asyncErr(comm, res))
 	}
 	return nil
+}
+
+// asyncErr is the error of an asynchronous NCCL failure: the result and NCCL's text
+// about it (ncclGetLastError), matching the result with errors.Is.
+func (c *NCCLCommunicator) asyncErr(comm gpulib.Comm, res gpulib.Result) error {
+	return &gpulib.Error{Code: res, Detail: c.d.LastError(comm)}
 }

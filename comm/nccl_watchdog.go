@@ -169,6 +169,27 @@ func (w *watchdog) inspect(now time.Time) bool {
 		c.fail(fmt.Errorf("watchdog: event query: %w", err))
 		return true
 	}
+	if c.cmdArmed.Load() {
+		if waiting, cmdAt, aheadAt := w.commandState(); waiting {
+			// A command receive holds the stream: a wait without deadline. Work queued
+			// behind it has not started, so its time counts from now; work ahead of it
+			// (older marks, and what evAhead covers) is timed as usual.
+			at := now.UnixNano()
+			if aheadAt != 0 && c.cfg.timeout > 0 && now.Sub(time.Unix(0, aheadAt)) > c.cfg.timeout {
+				c.fail(fmt.Errorf("%w: work enqueued %v ago, ahead of a command receive, has not completed (watchdog, timeout %v)",
+					ErrTimeout, now.Sub(time.Unix(0, aheadAt)).Round(time.Millisecond), c.cfg.timeout))
+				return true
+			}
+			for i := range w.marks {
+				if w.marks[i].at >= cmdAt {
+					w.marks[i].at = at
+				}
+			}
+			if w.first.Swap(0) != 0 {
+				w.mark(at)
+			}
+		}
+	}
 	if len(w.marks) > 0 && c.cfg.timeout > 0 {
 		if age := now.Sub(time.Unix(0, w.marks[0].at)); age > c.cfg.timeout {
 			c.fail(fmt.Errorf("%w: work enqueued %v ago on the communication stream has not completed (watchdog, timeout %v)",
@@ -180,6 +201,26 @@ func (w *watchdog) inspect(now time.Time) bool {
 		w.mark(at)
 	}
 	return false
+}
+
+// commandState reports whether the command receive recorded by RecvCommandU32 is
+// still waiting (once it has completed it disarms), when it was enqueued, and the time
+// of the unmarked work ahead of it that has not completed (0 for none).
+func (w *watchdog) commandState() (waiting bool, cmdAt, aheadAt int64) {
+	c := w.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.aheadAt != 0 {
+		if done, err := c.d.EventQuery(c.evAhead); err != nil || done {
+			c.aheadAt = 0
+		}
+	}
+	done, err := c.d.EventQuery(c.evCmd)
+	if err != nil || done {
+		c.cmdArmed.Store(false)
+		return false, 0, 0
+	}
+	return true, c.cmdAt, c.aheadAt
 }
 
 // retire drops the marks whose work has completed, oldest first.

@@ -234,11 +234,11 @@ func TestTwoRankPathFailures(t *testing.T) {
 		healthy   bool
 	}{
 		{"MemAlloc", cuda, "all-reduce of 64 bytes on rank 0: allocate 4096 bytes of two-rank scratch: CUDA_ERROR_OUT_OF_MEMORY", 0, true},
-		{"CommRegister", remote, "all-reduce of 64 bytes on rank 0: register 4096 bytes of two-rank scratch: ncclRemoteError: peer gone", 0, false},
+		{"CommRegister", remote, "all-reduce of 64 bytes on rank 0: communicator unhealthy: register 4096 bytes of two-rank scratch: ncclRemoteError: peer gone", 0, false},
 		{"GroupStart", invalid, "all-reduce of 64 bytes on rank 0: two-rank exchange: group start: ncclInvalidArgument", 0, true},
-		{"Send", remote, "all-reduce of 64 bytes on rank 0: two-rank exchange: send to rank 1: ncclRemoteError: peer gone", 1, false},
+		{"Send", remote, "all-reduce of 64 bytes on rank 0: communicator unhealthy: two-rank exchange: send to rank 1: ncclRemoteError: peer gone", 1, false},
 		{"Recv", invalid, "all-reduce of 64 bytes on rank 0: two-rank exchange: receive from rank 1: ncclInvalidArgument", 1, true},
-		{"GroupEnd", remote, "all-reduce of 64 bytes on rank 0: two-rank exchange: group end: ncclRemoteError: peer gone", 1, false},
+		{"GroupEnd", remote, "all-reduce of 64 bytes on rank 0: communicator unhealthy: two-rank exchange: group end: ncclRemoteError: peer gone", 1, false},
 		{"LaunchKernel", cuda, "all-reduce of 64 bytes on rank 0: two-rank add kernel: CUDA_ERROR_OUT_OF_MEMORY", 1, true},
 	}
 	for _, tc := range tests {
