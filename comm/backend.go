@@ -61,8 +61,9 @@ type Backend interface {
 	// DeregisterBuffer releases a handle from RegisterBuffer.
 	DeregisterBuffer(h BufferHandle) error
 	// SymmetricAlloc allocates bytes of device memory from the backend's allocator
-	// (ncclMemAlloc on NCCL, registered as a symmetric window where NCCL allows it; a
-	// collective call there). Backends without one return ErrUnsupported.
+	// (ncclMemAlloc on NCCL). It is local: no other rank takes part (on NCCL, the
+	// collective registration as a symmetric window is NCCL.RegisterWindow). Backends
+	// without an allocator return ErrUnsupported.
 	SymmetricAlloc(bytes int) (DevicePtr, error)
 	// SymmetricFree frees a pointer from SymmetricAlloc.
 	SymmetricFree(p DevicePtr) error
@@ -184,6 +185,7 @@ const (
 	opDeregister       = "deregister-buffer"
 	opSymmetricAlloc   = "symmetric-alloc"
 	opSymmetricFree    = "symmetric-free"
+	opRegisterWindow   = "register-window"
 	opSetAddKernel     = "set-add-kernel"
 	opGroupStart       = "group-start"
 	opGroupEnd         = "group-end"

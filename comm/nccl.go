@@ -61,10 +61,10 @@ func unsupported(op, call string, since, loaded int) error {
 //     and later compute work after it, with two events; the host never waits.
 //   - RecvCommandU32 broadcasts 4 bytes from root and waits as long as ctx allows,
 //     returning the first transport error NCCL reports.
-//   - RegisterBuffer uses ncclCommRegister; SymmetricAlloc uses ncclMemAlloc (NCCL >=
-//     2.19) and, with NCCL >= 2.27.3, registers the buffer as a symmetric window
-//     (ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC): then it is a collective
-//     call, and every rank must allocate the same sizes in the same order.
+//   - RegisterBuffer uses ncclCommRegister (NCCL >= 2.19); SymmetricAlloc uses
+//     ncclMemAlloc (NCCL >= 2.19) and is local; RegisterWindow registers such memory as
+//     a symmetric window (ncclCommWindowRegister, NCCL >= 2.27.3), a collective call
+//     that every rank makes.
 //   - IsHealthy is false after a fatal NCCL error or a completion timeout.
 //   - AttemptReconnect needs WithReconnect (Connect and Job.NewNCCL set it: a
 //     rendezvous in the job's next generation): it aborts the communicator and
@@ -280,5 +280,6 @@ func (b *NCCL) IsHealthy() bool { return b.c.IsHealthy() }
 
 // Close tears the backend down: a bounded wait for pending work, deregistration of
 // what is left registered, freeing of symmetric memory, then finalize and destroy, or
-// abort. Errors are logged and returned; Close never panics.
+// abort. Errors are logged and returned, among them what Close had to abandon (see
+// NCCLCommunicator.Close); Close never panics.
 func (b *NCCL) Close() error { return b.c.Close() }

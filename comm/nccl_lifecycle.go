@@ -145,8 +145,10 @@ func (c *NCCLCommunicator) faultErr() error {
 // Close tears the communicator down (see the type's documentation). A group that this
 // communicator opened and that is still open is reported with ErrGroupOpen: on the
 // calling goroutine's thread Close ends it first (NCCL's group state stays balanced);
-// a group open on another goroutine keeps the teardown from being graceful. A second
-// Close returns ErrClosed.
+// a group open on another goroutine keeps the teardown from being graceful. When Close
+// has to abort a communicator that had not failed (work still in flight, such as an
+// unmatched send, did not complete within WithCloseTimeout), it says so in its error:
+// what was abandoned and why. A second Close returns ErrClosed.
 func (c *NCCLCommunicator) Close() error {
 	if _, err := c.g.close(); err != nil {
 		return err
@@ -231,7 +233,10 @@ func (c *NCCLCommunicator) endComm(ctx context.Context, graceful bool, note func
 			note("destroy", c.d.CommDestroy(c.comm))
 			return
 		}
-		c.cfg.log.Warn("comm: finalize failed, aborting", "rank", c.rank, "err", err)
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("operations still in flight (an unmatched send or receive, or a peer that never joined a collective) did not complete within the close timeout %v and were abandoned: %w", c.cfg.closeWait, err)
+		}
+		note("finalize, then aborted", err) // Close had to abandon work: say so
 	}
 	note("abort", c.d.CommAbort(c.comm))
 }

@@ -9,8 +9,8 @@ import (
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
-// window is a symmetric allocation: its NCCL window (0 when NCCL has none) and its
-// allocation order.
+// window is a symmetric allocation: its NCCL window (0 until RegisterWindow) and its
+// registration order (0: not registered).
 type window struct {
 	h     gpulib.Handle
 	bytes int
@@ -74,8 +74,9 @@ func (b *NCCL) DeregisterBuffer(h BufferHandle) error {
 	return nil
 }
 
-// SymmetricAlloc allocates bytes with ncclMemAlloc (NCCL >= 2.19) and, with NCCL >=
-// 2.27.3, registers them as a symmetric window, a collective call.
+// SymmetricAlloc allocates bytes with ncclMemAlloc (NCCL >= 2.19). It is local: no
+// other rank takes part. Registering the memory as a symmetric window, NCCL's
+// collective step, is RegisterWindow's.
 func (b *NCCL) SymmetricAlloc(bytes int) (DevicePtr, error) {
 	c := b.c
 	if err := c.g.symAlloc(bytes); err != nil {
@@ -85,35 +86,71 @@ func (b *NCCL) SymmetricAlloc(bytes int) (DevicePtr, error) {
 		return 0, unsupported(opSymmetricAlloc, "ncclMemAlloc", versionRegister, c.version)
 	}
 	var p gpulib.Ptr
-	var w gpulib.Handle
 	err := c.enqueue(opSymmetricAlloc, bytes, ungroupable, func(bool) error {
 		return c.bound(func() (err error) {
-			if p, err = c.d.MemAllocNCCL(uint64(bytes)); err != nil {
-				return err
-			}
-			if c.version >= versionWindow {
-				w, err = c.d.CommWindowRegister(c.comm, p, uint64(bytes), gpulib.WinCollSymmetric)
-			}
+			p, err = c.d.MemAllocNCCL(uint64(bytes))
 			return err
 		})
 	})
 	if err != nil {
-		if p != 0 {
-			if ferr := c.bound(func() error { return c.d.MemFreeNCCL(p) }); ferr != nil {
-				c.cfg.log.Error("comm: free after failed window registration", "rank", c.rank, "err", ferr)
-			}
-		}
 		return 0, err
 	}
 	b.regMu.Lock()
 	if b.windows == nil {
 		b.windows = make(map[DevicePtr]window)
 	}
-	b.nextWindow++
-	b.windows[DevicePtr(p)] = window{h: w, bytes: bytes, seq: b.nextWindow}
+	b.windows[DevicePtr(p)] = window{bytes: bytes}
 	b.regMu.Unlock()
 	c.g.allocated(DevicePtr(p), bytes)
 	return DevicePtr(p), nil
+}
+
+// RegisterWindow registers memory from SymmetricAlloc as a symmetric window
+// (ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC, NCCL >= 2.27.3), so that NCCL's
+// symmetric-memory kernels can use it. It is a collective call: every rank registers
+// its allocation of the same size, in the same order, and the call waits, within ctx
+// and the operation timeout, until every rank has; a rank that registers alone fails
+// with ErrTimeout saying that a peer never joined, and the communicator is unhealthy
+// afterwards. Registering a window twice does nothing. SymmetricFree deregisters it,
+// and AttemptReconnect registers the windows again with the new communicator, in
+// registration order.
+func (b *NCCL) RegisterWindow(ctx context.Context, p DevicePtr) error {
+	c := b.c
+	if err := c.g.outsideGroup(opRegisterWindow); err != nil {
+		return err
+	}
+	b.regMu.Lock()
+	w, ok := b.windows[p]
+	b.regMu.Unlock()
+	if !ok {
+		return &ArgError{Op: opRegisterWindow, Arg: "ptr", Value: fmt.Sprintf("%#x", uint64(p)), Err: ErrUnknownPointer,
+			Reason: "not returned by symmetric-alloc or already freed"}
+	}
+	if c.version < versionWindow {
+		return unsupported(opRegisterWindow, "ncclCommWindowRegister", versionWindow, c.version)
+	}
+	if w.seq != 0 {
+		return nil
+	}
+	var h gpulib.Handle
+	err := c.enqueue(opRegisterWindow, w.bytes, ungroupable, func(bool) error {
+		return c.bound(func() (err error) {
+			h, err = c.d.CommWindowRegister(c.comm, gpulib.Ptr(p), uint64(w.bytes), gpulib.WinCollSymmetric)
+			if err == nil || code(err) == gpulib.InProgress { // registered once every rank has joined
+				err = c.settle(ctx, c.comm, bounded)
+			}
+			return err
+		})
+	})
+	if err != nil {
+		return err
+	}
+	b.regMu.Lock()
+	b.nextWindow++
+	w.h, w.seq = h, b.nextWindow
+	b.windows[p] = w
+	b.regMu.Unlock()
+	return nil
 }
 
 // SymmetricFree waits for the work pending on the communication stream (unless the
@@ -164,8 +201,8 @@ func (c *NCCLCommunicator) bound(f func() error) error {
 	return f()
 }
 
-// rewindow registers the symmetric allocations with the new communicator, in
-// allocation order (the same on every rank). AttemptReconnect calls it holding the
+// rewindow registers the windows with the new communicator, in registration order
+// (the same on every rank). AttemptReconnect calls it holding the
 // communicator exclusively.
 func (b *NCCL) rewindow(ctx context.Context) error {
 	c := b.c
@@ -175,8 +212,10 @@ func (b *NCCL) rewindow(ctx context.Context) error {
 	b.regMu.Lock()
 	defer b.regMu.Unlock()
 	ptrs := make([]DevicePtr, 0, len(b.windows))
-	for p := range b.windows {
-		ptrs = append(ptrs, p)
+	for p, w := range b.windows {
+		if w.seq != 0 {
+			ptrs = append(ptrs, p)
+		}
 	}
 	sort.Slice(ptrs, func(i, j int) bool { return b.windows[ptrs[i]].seq < b.windows[ptrs[j]].seq })
 	return c.bound(func() error {

@@ -303,7 +303,7 @@ func TestNCCLSymmetricAllocByVersion(t *testing.T) {
 	}{
 		{22907, []string{"MemAllocNCCL(8192)", "CommWindowRegister(8192,1)", "CommWindowDeregister(3567)", "MemFreeNCCL"}, nil},
 		{22703, []string{"MemAllocNCCL(8192)", "CommWindowRegister(8192,1)", "CommWindowDeregister(3567)", "MemFreeNCCL"}, nil},
-		{22203, []string{"MemAllocNCCL(8192)", "MemFreeNCCL"}, nil},
+		{22203, []string{"MemAllocNCCL(8192)", "MemFreeNCCL"}, ErrUnsupported}, // the window is unsupported
 		{21805, nil, ErrUnsupported},
 	}
 	for _, tc := range tests {
@@ -312,11 +312,19 @@ func TestNCCLSymmetricAllocByVersion(t *testing.T) {
 			f.version = tc.version
 			b := newFakeNCCL(t, f, 0, 2, quiet)
 			q, err := b.SymmetricAlloc(8192)
-			if tc.err != nil {
+			if tc.want == nil {
 				require.ErrorIs(t, err, tc.err)
 				return
 			}
 			require.NoError(t, err)
+			assert.Equal(t, []string{"MemAllocNCCL(8192)"}, f.named("MemAllocNCCL", "CommWindowRegister"), "allocation is local")
+			err = b.RegisterWindow(context.Background(), q)
+			if tc.err != nil {
+				require.ErrorIs(t, err, tc.err)
+			} else {
+				require.NoError(t, err)
+				require.NoError(t, b.RegisterWindow(context.Background(), q), "a second registration does nothing")
+			}
 			require.NoError(t, b.SymmetricFree(q))
 			assert.Equal(t, tc.want, f.named("MemAllocNCCL", "CommWindowRegister", "CommWindowDeregister", "MemFreeNCCL"))
 			assert.ErrorIs(t, b.SymmetricFree(q), ErrUnknownPointer)
@@ -331,7 +339,9 @@ func TestNCCLCloseTearsDownInOrder(t *testing.T) {
 	b := newFakeNCCL(t, f, 0, 2, quiet)
 	_, err := b.RegisterBuffer(p, 64)
 	require.NoError(t, err)
-	_, err = b.SymmetricAlloc(4096)
+	q, err := b.SymmetricAlloc(4096)
+	require.NoError(t, err)
+	err = b.RegisterWindow(context.Background(), q)
 	require.NoError(t, err)
 	f.log()
 	require.NoError(t, b.Close())
@@ -345,7 +355,9 @@ func TestNCCLCloseAbortsWhenFinalizeFails(t *testing.T) {
 	f := newFake()
 	b := newFakeNCCL(t, f, 0, 2, quiet)
 	f.fail("CommFinalize", &gpulib.Error{Code: gpulib.InternalError})
-	require.NoError(t, b.Close(), "an abort that succeeds is a clean close")
+	err := b.Close()
+	require.ErrorIs(t, err, gpulib.InternalError, "close says that it had to abort, and why")
+	assert.Contains(t, err.Error(), "finalize, then aborted")
 	assert.Len(t, f.named("CommAbort"), 1)
 	assert.Empty(t, f.named("CommDestroy"))
 }

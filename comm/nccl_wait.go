@@ -114,7 +114,7 @@ func (c *NCCLCommunicator) poll(ctx context.Context, comm gpulib.Comm, deadline 
 		return res, err
 	}
 	if !deadline.IsZero() && time.Now().After(deadline) {
-		return res, c.fail(ErrTimeout)
+		return res, c.fail(fmt.Errorf("%w: not completed within %v; a collective that a peer never joined waits forever (every rank must make the same collective calls in the same order)", ErrTimeout, c.cfg.timeout))
 	}
 	return res, nil
 }
