@@ -223,14 +223,15 @@ func (b *NCCL) RecvCommandU32(ctx context.Context, ptr DevicePtr, root int) erro
 				c.aheadAt = at
 			}
 		}
-		if err := c.d.Broadcast(gpulib.Ptr(ptr), gpulib.Ptr(ptr), 4, gpulib.Uint8, root, c.comm, c.stream); err != nil {
+		err := c.d.Broadcast(gpulib.Ptr(ptr), gpulib.Ptr(ptr), 4, gpulib.Uint8, root, c.comm, c.stream)
+		if err != nil && code(err) != gpulib.InProgress { // in progress: queued, settled by enqueue
 			return err
 		}
 		m.pending, m.ptr, m.root, m.comm = true, ptr, root, c.comm
 		if c.d.EventRecord(c.evCmd, c.stream) == nil {
 			c.cmdArmed.Store(true)
 		}
-		return nil
+		return err
 	})
 	if err == nil {
 		if err = c.waitShared(ctx, opRecvCommand, 4, unbounded); err == nil {

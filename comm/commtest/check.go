@@ -95,3 +95,11 @@ func (checks) NotPanics(t testing.TB, f func(), args ...any) {
 		t.Fatalf("%spanicked: %v", msg(args), p)
 	}
 }
+
+// True fails when v is false.
+func (checks) True(t testing.TB, v bool, args ...any) {
+	t.Helper()
+	if !v {
+		t.Fatalf("%sgot false, want true", msg(args))
+	}
+}

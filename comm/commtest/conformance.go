@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/raw/nccl"
 )
 
 // Instance is one running world of a Harness: its ranks' backends and the device memory
@@ -52,6 +54,12 @@ type BackendSplitter interface {
 	SplitBackends(ctx context.Context, color func(rank int) int) ([]comm.Backend, error)
 }
 
+// AsyncErrorInjector is an Instance that can make rank's library report an
+// asynchronous error (ncclCommGetAsyncError), as after a transport failure.
+type AsyncErrorInjector interface {
+	InjectAsyncError(rank int, code nccl.Result) error
+}
+
 // StreamHolder is an Instance that can block a stream until released.
 type StreamHolder interface {
 	HoldStream(rank int, s comm.Stream) (release func(), err error)
@@ -75,6 +83,10 @@ type Harness struct {
 	// Timeout bounds every step that waits for all ranks (default one minute); a step
 	// that takes longer fails the test instead of hanging it.
 	Timeout time.Duration
+	// StartWatched, when set, starts World ranks like Start but with the backend's
+	// health watchdog on (comm.WithWatchdog, comm.WithAbortOnFailure) and the operation
+	// timeout timeout, for the idle-worker case.
+	StartWatched func(elem comm.DType, timeout time.Duration) (Instance, error)
 	// Requires lists the optional capabilities the backend must have. A case whose
 	// operation every rank answers with ErrUnsupported is skipped for a capability not
 	// listed here, and fails for one that is: a wrong version check cannot pass as a
@@ -94,6 +106,11 @@ const (
 	// CapSplit: Communicator.Split and, on an Instance that is a BackendSplitter,
 	// backends of sub-groups (ncclCommSplit, NCCL >= 2.18).
 	CapSplit Capability = "split"
+	// CapWatchdog: a health watchdog (Harness.StartWatched).
+	CapWatchdog Capability = "watchdog"
+	// CapAsyncErrors: asynchronous library errors the suite can cause (an Instance
+	// that is an AsyncErrorInjector).
+	CapAsyncErrors Capability = "async-errors"
 )
 
 func (h Harness) requires(c Capability) bool {
@@ -154,6 +171,15 @@ func RunConformance(t *testing.T, h Harness) {
 	t.Run("bad-input", func(t *testing.T) {
 		e := start(t, h, comm.BFloat16)
 		e.badInput(t)
+	})
+	t.Run("commands-under-cancellation", func(t *testing.T) {
+		e := start(t, h, comm.BFloat16)
+		e.commandsUnderCancellation(t)
+	})
+	t.Run("idle-worker-under-watchdog", func(t *testing.T) { idleWorker(t, h) })
+	t.Run("typed-async-errors", func(t *testing.T) {
+		e := start(t, h, comm.BFloat16)
+		e.typedAsyncErrors(t)
 	})
 }
 
@@ -691,3 +717,118 @@ func (e *env) symmetric(t *testing.T) {
 }
 
 var allOps = []comm.ReduceOp{comm.Sum, comm.Prod, comm.Max, comm.Min, comm.Avg}
+
+// commandsUnderCancellation checks that no command is lost or delivered twice when
+// RecvCommandU32's waits end by their context: for each of 40 numbered commands, every
+// worker first calls RecvCommandU32 with a context that has already ended (the root
+// waits for all of these before it broadcasts), then receives the command with a live
+// context; each worker must see every command once, in order.
+func (e *env) commandsUnderCancellation(t *testing.T) {
+	if e.n < 2 {
+		t.Skip("one rank: no worker to send commands to")
+	}
+	const commands = 40
+	ps := e.buffers(t, 4, nil)
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	live, stop := context.WithTimeout(context.Background(), e.h.Timeout)
+	defer stop()
+	tried := make(chan struct{}, e.n)
+	e.all(t, func(r int) error {
+		for i := range commands {
+			word := []byte{byte(i), byte(i >> 8), 0x5a, 0xa5}
+			if r == 0 {
+				for range e.n - 1 {
+					<-tried
+				}
+				if err := e.inst.Write(0, ps[0], word); err != nil {
+					return err
+				}
+				if err := e.b[0].Broadcast(ps[0], 4, 0); err != nil {
+					return fmt.Errorf("command %d: %w", i, err)
+				}
+				continue
+			}
+			err := e.b[r].RecvCommandU32(canceled, ps[r], 0)
+			tried <- struct{}{}
+			if !errors.Is(err, context.Canceled) {
+				return fmt.Errorf("command %d: a receive with an ended context returned %v, want context.Canceled", i, err)
+			}
+			if err := e.b[r].RecvCommandU32(live, ps[r], 0); err != nil {
+				return fmt.Errorf("command %d: %w", i, err)
+			}
+			got, err := e.inst.Read(r, ps[r], 4)
+			if err != nil {
+				return err
+			}
+			if !bytes.Equal(got, word) {
+				return fmt.Errorf("command %d: received % x, want % x (a command was lost or repeated)", i, got, word)
+			}
+		}
+		return nil
+	})
+}
+
+// idleWorker checks that a worker waiting in RecvCommandU32 for longer than the
+// operation timeout, with the watchdog on, stays healthy (a wait without deadline is
+// not a hang) and then works normally.
+func idleWorker(t *testing.T, h Harness) {
+	if h.StartWatched == nil {
+		if h.requires(CapWatchdog) {
+			t.Fatalf("the harness requires %s but has no StartWatched", CapWatchdog)
+		}
+		t.Skip("the harness has no watchdog (StartWatched)")
+	}
+	if h.World < 2 {
+		t.Skip("one rank: no worker to wait for commands")
+	}
+	const timeout = 50 * time.Millisecond
+	inst, err := h.StartWatched(comm.BFloat16, timeout)
+	require.NoError(t, err, "start %s with a watchdog", h.Name)
+	t.Cleanup(func() { _ = inst.Close() })
+	e := &env{h: h, inst: inst, b: inst.Backends(), n: h.World, elem: comm.BFloat16, es: 2}
+	ps := e.buffers(t, 4, func(int) []byte { return []byte{1, 2, 3, 4} })
+	ctx, cancel := context.WithTimeout(context.Background(), h.Timeout)
+	defer cancel()
+	e.all(t, func(r int) error {
+		if r == 0 {
+			time.Sleep(6 * timeout) // the workers idle for several operation timeouts
+			return e.b[0].Broadcast(ps[0], 4, 0)
+		}
+		return e.b[r].RecvCommandU32(ctx, ps[r], 0)
+	})
+	for r := range e.n {
+		require.True(t, e.b[r].IsHealthy(), "rank %d: an idle worker was judged hung", r)
+	}
+	e.all(t, func(r int) error { return e.b[r].AllReduce(ps[r], 4) })
+}
+
+// typedAsyncErrors checks what a caller sees of an asynchronous library error: the
+// raw result (errors.Is(err, nccl.RemoteError)), ErrUnhealthy, the operation and the
+// rank in the message, and IsHealthy false.
+func (e *env) typedAsyncErrors(t *testing.T) {
+	inj, ok := e.inst.(AsyncErrorInjector)
+	if !ok {
+		if e.h.requires(CapAsyncErrors) {
+			t.Fatalf("the harness requires %s, but its instance is no AsyncErrorInjector", CapAsyncErrors)
+		}
+		t.Skip("the instance cannot cause asynchronous errors")
+	}
+	r := e.n - 1
+	if err := inj.InjectAsyncError(r, nccl.RemoteError); errors.Is(err, comm.ErrUnsupported) && !e.h.requires(CapAsyncErrors) {
+		t.Skipf("the instance cannot cause asynchronous errors: %v", err)
+	} else {
+		require.NoError(t, err)
+	}
+	ps := e.buffers(t, 64, nil)
+	err := e.b[r].AllReduce(ps[r], 64)
+	if err == nil {
+		t.Fatalf("rank %d: all-reduce after an asynchronous ncclRemoteError succeeded", r)
+	}
+	require.ErrorIs(t, err, nccl.RemoteError, "rank %d: the raw result", r)
+	require.ErrorIs(t, err, comm.ErrUnhealthy, "rank %d: the first fatal error", r)
+	if msg := err.Error(); !strings.Contains(msg, fmt.Sprintf("all-reduce of 64 bytes on rank %d", r)) {
+		t.Fatalf("rank %d: %q names neither the operation nor the rank", r, msg)
+	}
+	require.False(t, e.b[r].IsHealthy(), "rank %d after the error", r)
+}
