@@ -58,23 +58,21 @@ func (c *NCCLCommunicator) adopt(comm gpulib.Comm, rank, world int) (err error) 
 	if c.stream, err = c.d.StreamCreate(); err != nil {
 		return err
 	}
-	if c.evIn, err = c.d.EventCreate(); err != nil {
-		return err
-	}
-	if c.evOut, err = c.d.EventCreate(); err != nil {
-		return err
-	}
-	if c.evCmd, err = c.d.EventCreate(); err != nil {
-		return err
-	}
-	if c.evAhead, err = c.d.EventCreate(); err != nil {
-		return err
+	for _, ev := range c.events() {
+		if *ev, err = c.d.EventCreate(); err != nil {
+			return err
+		}
 	}
 	if c.scratch, err = c.d.MemAlloc(8); err != nil {
 		return err
 	}
 	c.wd = startWatchdog(c)
 	return nil
+}
+
+// events are the communicator's own events.
+func (c *NCCLCommunicator) events() [4]*gpulib.Event {
+	return [...]*gpulib.Event{&c.evIn, &c.evOut, &c.evCmd, &c.evAhead}
 }
 
 // releaseLocal frees the stream, events and scratch buffer; the caller holds the
@@ -91,21 +89,11 @@ func (c *NCCLCommunicator) releaseLocal() error {
 		note("free scratch", c.d.MemFree(c.scratch))
 		c.scratch = 0
 	}
-	if c.evIn != 0 {
-		note("destroy event", c.d.EventDestroy(c.evIn))
-		c.evIn = 0
-	}
-	if c.evOut != 0 {
-		note("destroy event", c.d.EventDestroy(c.evOut))
-		c.evOut = 0
-	}
-	if c.evCmd != 0 {
-		note("destroy event", c.d.EventDestroy(c.evCmd))
-		c.evCmd = 0
-	}
-	if c.evAhead != 0 {
-		note("destroy event", c.d.EventDestroy(c.evAhead))
-		c.evAhead = 0
+	for _, ev := range c.events() {
+		if *ev != 0 {
+			note("destroy event", c.d.EventDestroy(*ev))
+			*ev = 0
+		}
 	}
 	if c.stream != 0 {
 		note("destroy stream", c.d.StreamDestroy(c.stream))
