@@ -113,6 +113,19 @@ const (
 	CapAsyncErrors Capability = "async-errors"
 )
 
+// lacking ends a case whose capability c the harness does not offer (has false): it
+// fails when the harness requires c, and skips otherwise.
+func (h Harness) lacking(t *testing.T, c Capability, has bool, why string) {
+	t.Helper()
+	if has {
+		return
+	}
+	if h.requires(c) {
+		t.Fatalf("the harness requires %s, but %s", c, why)
+	}
+	t.Skipf("%s: not offered (%s) and not required by the harness", c, why)
+}
+
 func (h Harness) requires(c Capability) bool {
 	for _, r := range h.Requires {
 		if r == c {
@@ -582,12 +595,7 @@ func (e *env) nestedGroups(t *testing.T) {
 // grouped, fails with ErrGroupOpen there.
 func (e *env) backendGroupScope(t *testing.T) {
 	sp, ok := e.inst.(BackendSplitter)
-	if !ok {
-		if e.h.requires(CapSplit) {
-			t.Fatalf("the harness requires %s, but its instance is no BackendSplitter", CapSplit)
-		}
-		t.Skip("the instance cannot make sub-group backends (no BackendSplitter)")
-	}
+	e.h.lacking(t, CapSplit, ok, "its instance is no BackendSplitter")
 	ctx, cancel := context.WithTimeout(context.Background(), e.h.Timeout)
 	defer cancel()
 	color := func(r int) int { return r / 2 } // pairs, the two-rank case of tensor parallelism
@@ -773,12 +781,7 @@ func (e *env) commandsUnderCancellation(t *testing.T) {
 // operation timeout, with the watchdog on, stays healthy (a wait without deadline is
 // not a hang) and then works normally.
 func idleWorker(t *testing.T, h Harness) {
-	if h.StartWatched == nil {
-		if h.requires(CapWatchdog) {
-			t.Fatalf("the harness requires %s but has no StartWatched", CapWatchdog)
-		}
-		t.Skip("the harness has no watchdog (StartWatched)")
-	}
+	h.lacking(t, CapWatchdog, h.StartWatched != nil, "it has no StartWatched")
 	if h.World < 2 {
 		t.Skip("one rank: no worker to wait for commands")
 	}
@@ -808,12 +811,7 @@ func idleWorker(t *testing.T, h Harness) {
 // rank in the message, and IsHealthy false.
 func (e *env) typedAsyncErrors(t *testing.T) {
 	inj, ok := e.inst.(AsyncErrorInjector)
-	if !ok {
-		if e.h.requires(CapAsyncErrors) {
-			t.Fatalf("the harness requires %s, but its instance is no AsyncErrorInjector", CapAsyncErrors)
-		}
-		t.Skip("the instance cannot cause asynchronous errors")
-	}
+	e.h.lacking(t, CapAsyncErrors, ok, "its instance is no AsyncErrorInjector")
 	r := e.n - 1
 	if err := inj.InjectAsyncError(r, nccl.RemoteError); errors.Is(err, comm.ErrUnsupported) && !e.h.requires(CapAsyncErrors) {
 		t.Skipf("the instance cannot cause asynchronous errors: %v", err)
