@@ -73,7 +73,10 @@ type Backend interface {
 	SetAddKernel(k Kernel) error
 	// GroupStart opens a group: the operations up to the matching GroupEnd are
 	// submitted together (ncclGroupStart/End on NCCL). Groups nest. GroupStart and
-	// GroupEnd must be called from the same goroutine.
+	// GroupEnd must be called from the same goroutine. On NCCL the group covers every
+	// NCCL operation that goroutine issues, on any backend or communicator of the
+	// process (NCCL keeps group state per OS thread), and blocking collectives inside
+	// it complete at the outermost GroupEnd.
 	GroupStart() error
 	// GroupEnd closes the group opened by GroupStart.
 	GroupEnd() error
