@@ -6,7 +6,7 @@ import (
 )
 
 // Backend is the engine-facing set of collective and point-to-point operations on device
-// pointers and byte counts (the seed's CommBackend). Reductions sum elements of the
+// pointers and byte counts. Reductions sum elements of the
 // backend's element type, fixed at construction (bfloat16 by default). Implementations
 // are safe for concurrent use; operations on one backend are issued in call order, and
 // every rank must issue the same collectives in the same order.
@@ -15,22 +15,22 @@ import (
 type Backend interface {
 	// AllReduce sums bytes at ptr across all ranks, in place; every rank gets the
 	// result. bytes must be a multiple of the element size. The host waits for the
-	// result. The work that produced ptr must be complete (the seed's callers
-	// synchronize their stream first); AllReduceAsync orders on the device instead.
+	// result. The work that produced ptr must be complete (callers synchronize
+	// their stream first); AllReduceAsync orders on the device instead.
 	AllReduce(ptr DevicePtr, bytes int) error
 	// AllGather gathers bytes from send on every rank into recv, in rank order: recv
 	// holds WorldSize()*bytes bytes. It is in place when send == recv+Rank()*bytes.
 	AllGather(send, recv DevicePtr, bytes int) error
 	// ReduceScatter sums the WorldSize()*bytes bytes at send across ranks and leaves
 	// rank r's bytes-sized share (block r) at recv. It reduces elements of the element
-	// type, like AllReduce: the seed summed bytes as u8 here, a defect fixed in comm.
+	// type, like AllReduce (not bytes as u8).
 	ReduceScatter(send, recv DevicePtr, bytes int) error
 	// Broadcast copies bytes at ptr on rank root to ptr on every rank, in place.
 	Broadcast(ptr DevicePtr, bytes, root int) error
-	// Barrier is the seed's barrier. On NCCL it enqueues a zero-count all-reduce on the
+	// Barrier is the backend's cheap barrier. On NCCL it enqueues a zero-count all-reduce on the
 	// communication stream and returns without waiting. NCCL completes a zero-count
 	// collective at once without contacting the peers, so this neither blocks the host
-	// nor synchronises the ranks: it keeps the seed's contract (every rank calls it, it
+	// nor synchronises the ranks: it keeps the contract (every rank calls it, it
 	// checks the communicator's state) and nothing more. Communicator.Barrier is the real,
 	// blocking barrier.
 	Barrier() error
@@ -61,8 +61,9 @@ type Backend interface {
 	// DeregisterBuffer releases a handle from RegisterBuffer.
 	DeregisterBuffer(h BufferHandle) error
 	// SymmetricAlloc allocates bytes of device memory from the backend's allocator
-	// (ncclMemAlloc on NCCL, registered as a symmetric window where NCCL allows it; a
-	// collective call there). Backends without one return ErrUnsupported.
+	// (ncclMemAlloc on NCCL). It is local: no other rank takes part (on NCCL, the
+	// collective registration as a symmetric window is NCCL.RegisterWindow). Backends
+	// without an allocator return ErrUnsupported.
 	SymmetricAlloc(bytes int) (DevicePtr, error)
 	// SymmetricFree frees a pointer from SymmetricAlloc.
 	SymmetricFree(p DevicePtr) error
@@ -72,7 +73,10 @@ type Backend interface {
 	SetAddKernel(k Kernel) error
 	// GroupStart opens a group: the operations up to the matching GroupEnd are
 	// submitted together (ncclGroupStart/End on NCCL). Groups nest. GroupStart and
-	// GroupEnd must be called from the same goroutine.
+	// GroupEnd must be called from the same goroutine. On NCCL the group covers every
+	// NCCL operation that goroutine issues, on any backend or communicator of the
+	// process (NCCL keeps group state per OS thread), and blocking collectives inside
+	// it complete at the outermost GroupEnd.
 	GroupStart() error
 	// GroupEnd closes the group opened by GroupStart.
 	GroupEnd() error
@@ -88,8 +92,8 @@ type Backend interface {
 	Close() error
 }
 
-// Core is the part of Backend that every implementation must write itself: the seed's
-// required methods. [Base] adds the rest with the seed's defaults.
+// Core is the part of Backend that every implementation must write itself. [Base] adds
+// the rest with defaults.
 type Core interface {
 	AllReduce(ptr DevicePtr, bytes int) error
 	AllGather(send, recv DevicePtr, bytes int) error
@@ -102,7 +106,7 @@ type Core interface {
 	WorldSize() int
 }
 
-// Base completes a Core into a Backend with the seed's provided defaults. Go embedding
+// Base completes a Core into a Backend with defaults for the other methods. Go embedding
 // cannot call back into the embedding type, so Base holds the Core explicitly:
 //
 //	type myBackend struct{ comm.Base } // Base.Core = the type with the required methods
@@ -184,6 +188,7 @@ const (
 	opDeregister       = "deregister-buffer"
 	opSymmetricAlloc   = "symmetric-alloc"
 	opSymmetricFree    = "symmetric-free"
+	opRegisterWindow   = "register-window"
 	opSetAddKernel     = "set-add-kernel"
 	opGroupStart       = "group-start"
 	opGroupEnd         = "group-end"

@@ -35,8 +35,8 @@ func (r *recordingCore) AllReduce(_ DevicePtr, bytes int) error {
 
 func (r *recordingCore) Close() error { r.closed = true; return nil }
 
-// TestBaseGivesTheSeedDefaults checks each provided method of the seed's trait.
-func TestBaseGivesTheSeedDefaults(t *testing.T) {
+// TestBaseGivesTheDefaults checks each method Base provides.
+func TestBaseGivesTheDefaults(t *testing.T) {
 	core := &recordingCore{countingCore: countingCore{rank: 1, world: 3}}
 	b := Base{Core: core}
 	ctx := context.Background()
@@ -76,7 +76,7 @@ func TestBaseGivesTheSeedDefaults(t *testing.T) {
 	var _ Backend = b
 }
 
-// TestSingleDoesNothingSuccessfully checks Single's seed behaviour beyond validation.
+// TestSingleDoesNothingSuccessfully checks Single's behaviour beyond validation.
 func TestSingleDoesNothingSuccessfully(t *testing.T) {
 	s, err := NewSingle()
 	require.NoError(t, err)

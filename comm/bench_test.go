@@ -7,9 +7,9 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/comm/internal/libcache"
 	"github.com/ncclgo/ncclgo/comm/internal/pairbench"
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
 	"github.com/ncclgo/ncclgo/raw/cuda"
 	"github.com/ncclgo/ncclgo/raw/nccl"
 )
@@ -27,21 +27,24 @@ type realCalls struct{ stubDriver }
 var null unsafe.Pointer
 
 func (realCalls) SetDevice() error { _ = cuda.CtxSetCurrent(0); return nil }
-func (realCalls) StreamQuery(seam.Stream) (bool, error) {
+func (realCalls) StreamQuery(gpulib.Stream) (bool, error) {
 	_ = cuda.StreamQuery(0)
 	return true, nil
 }
-func (realCalls) EventRecord(seam.Event, seam.Stream) error { _ = cuda.EventRecord(0, 0); return nil }
-func (realCalls) StreamWaitEvent(seam.Stream, seam.Event) error {
+func (realCalls) EventRecord(gpulib.Event, gpulib.Stream) error {
+	_ = cuda.EventRecord(0, 0)
+	return nil
+}
+func (realCalls) StreamWaitEvent(gpulib.Stream, gpulib.Event) error {
 	_ = cuda.StreamWaitEvent(0, 0, 0)
 	return nil
 }
-func (realCalls) AllReduce(send, recv seam.Ptr, count uint64, dt seam.DataType, op seam.RedOp, _ seam.Comm, _ seam.Stream) error {
+func (realCalls) AllReduce(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, op gpulib.RedOp, _ gpulib.Comm, _ gpulib.Stream) error {
 	_ = nccl.AllReduce(ptrOf(send), ptrOf(recv), count, nccl.DataType(dt), nccl.RedOp(op), 0, 0)
 	return nil
 }
 
-func ptrOf(p seam.Ptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&p)) }
+func ptrOf(p gpulib.Ptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&p)) }
 
 func report(b *testing.B, call, base time.Duration, baseName string, callAllocs, baseAllocs float64) {
 	n := float64(b.N)
@@ -63,11 +66,11 @@ func BenchmarkAllReduceVsRaw(b *testing.B) {
 	const bytes = 4096
 	comm := func() { _ = nb.AllReduce(p, bytes) }
 	bare := func() {
-		_ = nccl.AllReduce(ptrOf(seam.Ptr(p)), ptrOf(seam.Ptr(p)), bytes/2, nccl.DataType(seam.Bfloat16), nccl.RedOp(seam.Sum), 0, 0)
+		_ = nccl.AllReduce(ptrOf(gpulib.Ptr(p)), ptrOf(gpulib.Ptr(p)), bytes/2, nccl.DataType(gpulib.Bfloat16), nccl.RedOp(gpulib.Sum), 0, 0)
 		_ = cuda.StreamQuery(0)
 	}
 	bareNCCL := func() {
-		_ = nccl.AllReduce(ptrOf(seam.Ptr(p)), ptrOf(seam.Ptr(p)), bytes/2, nccl.DataType(seam.Bfloat16), nccl.RedOp(seam.Sum), 0, 0)
+		_ = nccl.AllReduce(ptrOf(gpulib.Ptr(p)), ptrOf(gpulib.Ptr(p)), bytes/2, nccl.DataType(gpulib.Bfloat16), nccl.RedOp(gpulib.Sum), 0, 0)
 	}
 	b.Run("same-calls", func(b *testing.B) {
 		ca, ba := testing.AllocsPerRun(100, comm), testing.AllocsPerRun(100, bare)
@@ -95,7 +98,7 @@ func BenchmarkAllReduceAsyncVsRaw(b *testing.B) {
 	bare := func() {
 		_ = cuda.EventRecord(0, 0)
 		_ = cuda.StreamWaitEvent(0, 0, 0)
-		_ = nccl.AllReduce(ptrOf(seam.Ptr(p)), ptrOf(seam.Ptr(p)), bytes/2, nccl.DataType(seam.Bfloat16), nccl.RedOp(seam.Sum), 0, 0)
+		_ = nccl.AllReduce(ptrOf(gpulib.Ptr(p)), ptrOf(gpulib.Ptr(p)), bytes/2, nccl.DataType(gpulib.Bfloat16), nccl.RedOp(gpulib.Sum), 0, 0)
 		_ = cuda.EventRecord(0, 0)
 		_ = cuda.StreamWaitEvent(0, 0, 0)
 	}

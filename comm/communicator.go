@@ -2,14 +2,14 @@ package comm
 
 import "context"
 
-// Communicator is the typed interface (the seed's second trait): element counts with a
+// Communicator is the typed interface: element counts with a
 // DType and ReduceOp per call. Operations are stream-ordered on the communicator's own
 // stream and may return before they complete; call Sync (or Barrier) before reading a
 // result or reusing a buffer. Like Backend it is safe for concurrent use, but the order
 // of operations submitted concurrently is unspecified: serialise them to keep every rank
 // in the same order.
 //
-// Close follows the seed's drop contract: a bounded best-effort Sync, errors logged
+// Close is bounded: a best-effort Sync, errors logged
 // through log/slog and returned, never a panic; later calls return ErrClosed.
 type Communicator interface {
 	// Rank is this rank's index, from 0.
@@ -38,14 +38,25 @@ type Communicator interface {
 	Barrier(ctx context.Context) error
 	// Split creates sub-communicators collectively: ranks passing the same color join
 	// one, ordered by key. A negative color joins none and returns (nil, nil). Backends
-	// that cannot split return (nil, ErrUnsupported) (the seed's Ok(None)).
+	// that cannot split return (nil, ErrUnsupported).
 	Split(ctx context.Context, color, key int) (Communicator, error)
+	// GroupStart opens a group: the operations up to the matching GroupEnd are
+	// submitted together, so that a two-way exchange (Send and Recv on both sides)
+	// progresses instead of deadlocking. Groups nest. On NCCL the group is the calling
+	// goroutine's (locked to its OS thread until the matching GroupEnd) and covers every
+	// NCCL communicator of the process; operations that wait (Sync, Barrier, Split)
+	// fail with ErrGroupOpen inside it. One-rank communicators count levels only.
+	GroupStart() error
+	// GroupEnd closes the innermost group opened by GroupStart; the outermost one
+	// submits the group's operations. Without a group open it fails with
+	// ErrGroupNotOpen.
+	GroupEnd() error
 	// Close releases the communicator.
 	Close() error
 }
 
 // StreamSyncer is the optional capability of a Communicator that runs on its own CUDA
-// stream (the seed's StreamSyncOps): ordering compute and communication on the device
+// stream: ordering compute and communication on the device
 // without the host waiting. Discover it with a type assertion:
 //
 //	if ss, ok := c.(comm.StreamSyncer); ok { ... }

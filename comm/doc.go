@@ -17,10 +17,16 @@
 //
 // Concurrency: every type here is safe for concurrent use, but NCCL requires all ranks
 // to issue operations in the same order, so an engine issues them from one goroutine
-// per rank (or serialises them). A group (GroupStart ... GroupEnd) belongs to the
-// goroutine that opened it: NCCL keeps group state per OS thread, so comm locks that
-// goroutine to its thread until the outermost GroupEnd and rejects grouped calls from
-// other goroutines with ErrGroupOpen.
+// per rank (or serialises them).
+//
+// Groups: NCCL keeps group state per OS thread, for every communicator of the process.
+// comm maps that onto goroutines: GroupStart locks the calling goroutine to its OS
+// thread until the matching GroupEnd, and every NCCL operation that goroutine issues
+// in between, on any communicator (a tensor-parallel all-reduce inside a
+// pipeline-parallel group), is part of the group; the outermost GroupEnd launches them
+// all and, for blocking Backend collectives, waits for them. Operations that cannot be
+// grouped (Sync, Barrier, RecvCommandU32, AllReduceAsync, SymmetricAlloc, Split, ...)
+// fail with ErrGroupOpen there. Other goroutines are not affected by the group.
 //
 // Waiting: operations that wait (Backend.AllReduce and the other collectives without a
 // stream argument, Communicator.Sync and Barrier, initialisation) poll the device and

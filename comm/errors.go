@@ -89,16 +89,30 @@ type OpError struct {
 	Bytes int
 	// Rank is the calling rank.
 	Rank int
-	// Err is the underlying error.
+	// Peer is the other rank of a point-to-point operation (Op "send" or "recv"); it
+	// is not used for other operations.
+	Peer int
+	// Err is the underlying error: for a failure of NCCL, an error that matches raw's
+	// nccl.Result with errors.Is (errors.Is(err, nccl.RemoteError)) and whose message
+	// carries NCCL's own text (ncclGetLastError); once the communicator is unhealthy,
+	// also ErrUnhealthy.
 	Err error
 }
 
-// Error returns "op of N bytes on rank R: cause" (without the size where none applies).
+// Error returns "op of N bytes on rank R: cause" (without the size where none applies),
+// with "to rank P" or "from rank P" after the rank for a send or receive.
 func (e *OpError) Error() string {
-	if e.Bytes >= 0 {
-		return fmt.Sprintf("%s of %d bytes on rank %d: %v", e.Op, e.Bytes, e.Rank, e.Err)
+	peer := ""
+	switch e.Op {
+	case opSend:
+		peer = fmt.Sprintf(" to rank %d", e.Peer)
+	case opRecv:
+		peer = fmt.Sprintf(" from rank %d", e.Peer)
 	}
-	return fmt.Sprintf("%s on rank %d: %v", e.Op, e.Rank, e.Err)
+	if e.Bytes >= 0 {
+		return fmt.Sprintf("%s of %d bytes on rank %d%s: %v", e.Op, e.Bytes, e.Rank, peer, e.Err)
+	}
+	return fmt.Sprintf("%s on rank %d%s: %v", e.Op, e.Rank, peer, e.Err)
 }
 
 // Unwrap returns the underlying error.

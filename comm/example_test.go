@@ -39,7 +39,7 @@ func ExampleSingle() {
 	// no symmetric memory: use a plain allocation
 }
 
-// loopback is a user's backend: only the seed's required methods.
+// loopback is a user's backend: only the required methods (Core).
 type loopback struct{ rank, world int }
 
 func (l loopback) AllReduce(comm.DevicePtr, int) error                     { return nil }
@@ -53,7 +53,7 @@ func (l loopback) Rank() int                                               { ret
 func (l loopback) WorldSize() int                                          { return l.world }
 
 // A backend written outside comm implements the required methods (comm.Core), gets the
-// seed's defaults from comm.Base and comm's validation from comm.Validate.
+// defaults from comm.Base and comm's validation from comm.Validate.
 func ExampleValidate() {
 	b, err := comm.Validate(comm.Base{Core: loopback{rank: 1, world: 2}}, comm.WithElementType(comm.Float32))
 	if err != nil {

@@ -6,10 +6,10 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
-// fakeDriver is a tiny seam.Driver for comm's own tests: it records the calls it gets
+// fakeDriver is a tiny gpulib.Driver for comm's own tests: it records the calls it gets
 // and lets a test script NCCL's answers (in-progress polls, async errors, hanging
 // streams, failing calls). It moves no data; comm/commtest's simulator does that.
 type fakeDriver struct {
@@ -18,15 +18,16 @@ type fakeDriver struct {
 	mu       sync.Mutex
 	calls    []string
 	fails    map[string]error // method name -> error to return
-	nextPtr  seam.Ptr
-	nextComm seam.Comm
-	ids      []seam.UniqueID
+	nextPtr  gpulib.Ptr
+	nextComm gpulib.Comm
+	ids      []gpulib.UniqueID
 
 	initPolls  atomic.Int32 // CommGetAsyncError answers InProgress this many more times
-	asyncErr   atomic.Int32 // seam.Result reported once initPolls are used up
+	asyncErr   atomic.Int32 // gpulib.Result reported once initPolls are used up
 	hang       atomic.Bool  // StreamQuery never reports done
 	splitRank  int
 	splitWorld int
+	lastError  string // what ncclGetLastError says
 }
 
 func newFake() *fakeDriver {
@@ -79,7 +80,7 @@ func (f *fakeDriver) named(names ...string) []string {
 	return out
 }
 
-func (f *fakeDriver) alloc() seam.Ptr {
+func (f *fakeDriver) alloc() gpulib.Ptr {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.nextPtr += 0x1000
@@ -87,22 +88,22 @@ func (f *fakeDriver) alloc() seam.Ptr {
 }
 
 func (f *fakeDriver) SetDevice() error { return f.rec("SetDevice") }
-func (f *fakeDriver) MemAlloc(bytes uint64) (seam.Ptr, error) {
+func (f *fakeDriver) MemAlloc(bytes uint64) (gpulib.Ptr, error) {
 	if err := f.rec("MemAlloc", bytes); err != nil {
 		return 0, err
 	}
 	return f.alloc(), nil
 }
-func (f *fakeDriver) MemFree(p seam.Ptr) error { return f.rec("MemFree") }
-func (f *fakeDriver) MemcpyDtoDAsync(dst, src seam.Ptr, bytes uint64, s seam.Stream) error {
+func (f *fakeDriver) MemFree(p gpulib.Ptr) error { return f.rec("MemFree") }
+func (f *fakeDriver) MemcpyDtoDAsync(dst, src gpulib.Ptr, bytes uint64, s gpulib.Stream) error {
 	return f.rec("MemcpyDtoDAsync", bytes)
 }
-func (f *fakeDriver) StreamCreate() (seam.Stream, error) {
+func (f *fakeDriver) StreamCreate() (gpulib.Stream, error) {
 	return 7, f.rec("StreamCreate")
 }
-func (f *fakeDriver) StreamDestroy(s seam.Stream) error     { return f.rec("StreamDestroy", s) }
-func (f *fakeDriver) StreamSynchronize(s seam.Stream) error { return f.rec("StreamSynchronize", s) }
-func (f *fakeDriver) StreamQuery(s seam.Stream) (bool, error) {
+func (f *fakeDriver) StreamDestroy(s gpulib.Stream) error     { return f.rec("StreamDestroy", s) }
+func (f *fakeDriver) StreamSynchronize(s gpulib.Stream) error { return f.rec("StreamSynchronize", s) }
+func (f *fakeDriver) StreamQuery(s gpulib.Stream) (bool, error) {
 	if err := f.rec("StreamQuery", s); err != nil {
 		return false, err
 	}
@@ -111,28 +112,28 @@ func (f *fakeDriver) StreamQuery(s seam.Stream) (bool, error) {
 
 var eventSeq atomic.Uintptr
 
-func (f *fakeDriver) EventCreate() (seam.Event, error) {
-	return seam.Event(20 + eventSeq.Add(1)%2), f.rec("EventCreate")
+func (f *fakeDriver) EventCreate() (gpulib.Event, error) {
+	return gpulib.Event(20 + eventSeq.Add(1)%2), f.rec("EventCreate")
 }
-func (f *fakeDriver) EventDestroy(e seam.Event) error { return f.rec("EventDestroy") }
-func (f *fakeDriver) EventRecord(e seam.Event, s seam.Stream) error {
+func (f *fakeDriver) EventDestroy(e gpulib.Event) error { return f.rec("EventDestroy") }
+func (f *fakeDriver) EventRecord(e gpulib.Event, s gpulib.Stream) error {
 	return f.rec("EventRecord", e, s)
 }
-func (f *fakeDriver) EventQuery(e seam.Event) (bool, error) { return true, f.rec("EventQuery") }
-func (f *fakeDriver) StreamWaitEvent(s seam.Stream, e seam.Event) error {
+func (f *fakeDriver) EventQuery(e gpulib.Event) (bool, error) { return true, f.rec("EventQuery") }
+func (f *fakeDriver) StreamWaitEvent(s gpulib.Stream, e gpulib.Event) error {
 	return f.rec("StreamWaitEvent", s, e)
 }
-func (f *fakeDriver) LaunchKernel(fn seam.Function, grid, block uint32, s seam.Stream, args seam.KernelArgs) error {
+func (f *fakeDriver) LaunchKernel(fn gpulib.Function, grid, block uint32, s gpulib.Stream, args gpulib.KernelArgs) error {
 	return f.rec("LaunchKernel", fn, grid, block, s, args.V[:args.N])
 }
 func (f *fakeDriver) MultiprocessorCount() (int, error) {
 	return 132, f.rec("MultiprocessorCount")
 }
 func (f *fakeDriver) Version() (int, error) { return f.version, f.rec("Version") }
-func (f *fakeDriver) GetUniqueID() (seam.UniqueID, error) {
-	return seam.UniqueID{1}, f.rec("GetUniqueID")
+func (f *fakeDriver) GetUniqueID() (gpulib.UniqueID, error) {
+	return gpulib.UniqueID{1}, f.rec("GetUniqueID")
 }
-func (f *fakeDriver) CommInitRank(nranks int, id seam.UniqueID, rank int, cfg seam.Config) (seam.Comm, error) {
+func (f *fakeDriver) CommInitRank(nranks int, id gpulib.UniqueID, rank int, cfg gpulib.Config) (gpulib.Comm, error) {
 	if err := f.rec("CommInitRank", nranks, rank, cfg.Blocking); err != nil {
 		return 0, err
 	}
@@ -140,22 +141,24 @@ func (f *fakeDriver) CommInitRank(nranks int, id seam.UniqueID, rank int, cfg se
 	defer f.mu.Unlock()
 	f.ids = append(f.ids, id)
 	f.nextComm++
-	return f.nextComm, &seam.Error{Code: seam.InProgress}
+	return f.nextComm, &gpulib.Error{Code: gpulib.InProgress}
 }
-func (f *fakeDriver) CommGetAsyncError(c seam.Comm) (seam.Result, error) {
+func (f *fakeDriver) LastError(gpulib.Comm) string { return f.lastError }
+
+func (f *fakeDriver) CommGetAsyncError(c gpulib.Comm) (gpulib.Result, error) {
 	if err := f.rec("CommGetAsyncError"); err != nil {
 		return 0, err
 	}
 	if f.initPolls.Add(-1) >= 0 {
-		return seam.InProgress, nil
+		return gpulib.InProgress, nil
 	}
 	f.initPolls.Store(-1)
-	return seam.Result(f.asyncErr.Load()), nil
+	return gpulib.Result(f.asyncErr.Load()), nil
 }
-func (f *fakeDriver) CommFinalize(c seam.Comm) error { return f.rec("CommFinalize", c) }
-func (f *fakeDriver) CommDestroy(c seam.Comm) error  { return f.rec("CommDestroy", c) }
-func (f *fakeDriver) CommAbort(c seam.Comm) error    { return f.rec("CommAbort", c) }
-func (f *fakeDriver) CommSplit(c seam.Comm, color, key int, cfg seam.Config) (seam.Comm, error) {
+func (f *fakeDriver) CommFinalize(c gpulib.Comm) error { return f.rec("CommFinalize", c) }
+func (f *fakeDriver) CommDestroy(c gpulib.Comm) error  { return f.rec("CommDestroy", c) }
+func (f *fakeDriver) CommAbort(c gpulib.Comm) error    { return f.rec("CommAbort", c) }
+func (f *fakeDriver) CommSplit(c gpulib.Comm, color, key int, cfg gpulib.Config) (gpulib.Comm, error) {
 	if err := f.rec("CommSplit", color, key); err != nil {
 		return 0, err
 	}
@@ -167,7 +170,7 @@ func (f *fakeDriver) CommSplit(c seam.Comm, color, key int, cfg seam.Config) (se
 	f.nextComm++
 	return f.nextComm, nil
 }
-func (f *fakeDriver) CommShrink(c seam.Comm, exclude []int, cfg seam.Config, flags int) (seam.Comm, error) {
+func (f *fakeDriver) CommShrink(c gpulib.Comm, exclude []int, cfg gpulib.Config, flags int) (gpulib.Comm, error) {
 	if err := f.rec("CommShrink", exclude, flags); err != nil {
 		return 0, err
 	}
@@ -176,50 +179,50 @@ func (f *fakeDriver) CommShrink(c seam.Comm, exclude []int, cfg seam.Config, fla
 	f.nextComm++
 	return f.nextComm, nil
 }
-func (f *fakeDriver) CommRevoke(c seam.Comm, flags int) error { return f.rec("CommRevoke") }
-func (f *fakeDriver) AllReduce(send, recv seam.Ptr, count uint64, dt seam.DataType, op seam.RedOp, c seam.Comm, s seam.Stream) error {
+func (f *fakeDriver) CommRevoke(c gpulib.Comm, flags int) error { return f.rec("CommRevoke") }
+func (f *fakeDriver) AllReduce(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, op gpulib.RedOp, c gpulib.Comm, s gpulib.Stream) error {
 	return f.rec("AllReduce", count, dt, op, s)
 }
-func (f *fakeDriver) Broadcast(send, recv seam.Ptr, count uint64, dt seam.DataType, root int, c seam.Comm, s seam.Stream) error {
+func (f *fakeDriver) Broadcast(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
 	return f.rec("Broadcast", count, dt, root, s)
 }
-func (f *fakeDriver) AllGather(send, recv seam.Ptr, count uint64, dt seam.DataType, c seam.Comm, s seam.Stream) error {
+func (f *fakeDriver) AllGather(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, c gpulib.Comm, s gpulib.Stream) error {
 	return f.rec("AllGather", count, dt, s)
 }
-func (f *fakeDriver) ReduceScatter(send, recv seam.Ptr, count uint64, dt seam.DataType, op seam.RedOp, c seam.Comm, s seam.Stream) error {
+func (f *fakeDriver) ReduceScatter(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, op gpulib.RedOp, c gpulib.Comm, s gpulib.Stream) error {
 	return f.rec("ReduceScatter", count, dt, op, s)
 }
-func (f *fakeDriver) Send(buf seam.Ptr, count uint64, dt seam.DataType, peer int, c seam.Comm, s seam.Stream) error {
+func (f *fakeDriver) Send(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, c gpulib.Comm, s gpulib.Stream) error {
 	return f.rec("Send", count, dt, peer, s)
 }
-func (f *fakeDriver) Recv(buf seam.Ptr, count uint64, dt seam.DataType, peer int, c seam.Comm, s seam.Stream) error {
+func (f *fakeDriver) Recv(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, c gpulib.Comm, s gpulib.Stream) error {
 	return f.rec("Recv", count, dt, peer, s)
 }
 func (f *fakeDriver) GroupStart() error { return f.rec("GroupStart") }
 func (f *fakeDriver) GroupEnd() error   { return f.rec("GroupEnd") }
-func (f *fakeDriver) CommRegister(c seam.Comm, buf seam.Ptr, bytes uint64) (seam.Handle, error) {
+func (f *fakeDriver) CommRegister(c gpulib.Comm, buf gpulib.Ptr, bytes uint64) (gpulib.Handle, error) {
 	return 0xabc, f.rec("CommRegister", bytes)
 }
-func (f *fakeDriver) CommDeregister(c seam.Comm, h seam.Handle) error {
+func (f *fakeDriver) CommDeregister(c gpulib.Comm, h gpulib.Handle) error {
 	return f.rec("CommDeregister", h)
 }
-func (f *fakeDriver) MemAllocNCCL(bytes uint64) (seam.Ptr, error) {
+func (f *fakeDriver) MemAllocNCCL(bytes uint64) (gpulib.Ptr, error) {
 	if err := f.rec("MemAllocNCCL", bytes); err != nil {
 		return 0, err
 	}
 	return f.alloc(), nil
 }
-func (f *fakeDriver) MemFreeNCCL(p seam.Ptr) error { return f.rec("MemFreeNCCL") }
-func (f *fakeDriver) CommWindowRegister(c seam.Comm, buf seam.Ptr, bytes uint64, flags int) (seam.Handle, error) {
+func (f *fakeDriver) MemFreeNCCL(p gpulib.Ptr) error { return f.rec("MemFreeNCCL") }
+func (f *fakeDriver) CommWindowRegister(c gpulib.Comm, buf gpulib.Ptr, bytes uint64, flags int) (gpulib.Handle, error) {
 	return 0xdef, f.rec("CommWindowRegister", bytes, flags)
 }
-func (f *fakeDriver) CommWindowDeregister(c seam.Comm, w seam.Handle) error {
+func (f *fakeDriver) CommWindowDeregister(c gpulib.Comm, w gpulib.Handle) error {
 	return f.rec("CommWindowDeregister", w)
 }
 
 // CommInfo.
-func (f *fakeDriver) CommCount(c seam.Comm) (int, error) { return f.splitWorld, f.rec("CommCount") }
-func (f *fakeDriver) CommUserRank(c seam.Comm) (int, error) {
+func (f *fakeDriver) CommCount(c gpulib.Comm) (int, error) { return f.splitWorld, f.rec("CommCount") }
+func (f *fakeDriver) CommUserRank(c gpulib.Comm) (int, error) {
 	return f.splitRank, f.rec("CommUserRank")
 }
 

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/comm/rendezvous"
 )
 
@@ -48,7 +48,7 @@ type member struct {
 	job         *Job
 	group       string
 	rank, world int
-	newID       func() (seam.UniqueID, error)
+	newID       func() (gpulib.UniqueID, error)
 
 	mu   sync.Mutex
 	gen  uint64 // the generation of the communicator in use
@@ -281,4 +281,41 @@ func (m *member) missingError(ctx context.Context, s *rendezvous.Client, gen uin
 		}
 	}
 	return &rendezvous.BarrierError{Key: strings.TrimSuffix(m.key(gen, ""), "/"), World: m.world, Missing: missing, Err: cause}
+}
+
+// shrunk gives the backend of a Shrink of m's communicator its own place in the job:
+// the group "<group>/shrink<generation>", whose generation 0 it is, for its
+// AttemptReconnect, and a reference on the Job when m's backend holds one (Connect).
+func (m *member) shrunk(nb *NCCL) {
+	c := nb.c
+	nm := &member{job: m.job, group: fmt.Sprintf("%s/shrink%d", m.group, m.generation()),
+		rank: c.rank, world: c.world, newID: m.newID}
+	m.job.advance(nm.group, 1)
+	c.cfg.reconnect, c.cfg.job.member = nm.reconnect, nm
+	m.mu.Lock()
+	owns := m.owns
+	m.mu.Unlock()
+	if owns {
+		m.job.retain()
+		nb.ownJob()
+	}
+}
+
+// ownJob makes b hold a reference on its Job (Connect), dropped when b closes: the
+// last step of its Close.
+func (b *NCCL) ownJob() {
+	m := b.c.cfg.job.member
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.owns = true
+	m.mu.Unlock()
+	prev := b.c.onClose
+	b.c.onClose = func(ctx context.Context, note func(string, error)) {
+		if prev != nil {
+			prev(ctx, note)
+		}
+		note("close job", m.job.Close())
+	}
 }

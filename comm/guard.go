@@ -19,6 +19,9 @@ type guard struct {
 	// closed and depth change under mu; the hot paths read them without it.
 	closed atomic.Bool
 	depth  atomic.Int32
+	// threads: groups are NCCL's, per OS thread for every communicator of the process
+	// (nccl_group.go), not counted in depth.
+	threads bool
 
 	mu      sync.Mutex
 	handles map[BufferHandle]int
@@ -43,9 +46,11 @@ func (g *guard) outsideGroup(op string) error {
 	if g.closed.Load() {
 		return &ArgError{Op: op, Arg: "rank", Value: g.rank, Err: ErrClosed}
 	}
+	if g.threads {
+		return outsideGroup(op)
+	}
 	if d := g.depth.Load(); d > 0 {
-		return &ArgError{Op: op, Arg: "group depth", Value: int(d), Err: ErrGroupOpen,
-			Reason: "not allowed between group-start and group-end"}
+		return groupOpenErr(op, int(d))
 	}
 	return nil
 }

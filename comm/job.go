@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
 	"github.com/ncclgo/ncclgo/comm/rendezvous"
 )
 
@@ -21,7 +20,6 @@ import (
 type jobConfig struct {
 	job      *rendezvous.Config // WithJob; nil: torchrun's environment
 	external bool               // WithExternalStore
-	driver   seam.Driver        // a driver to use instead of opening a CUDA device
 	member   *member            // set by Job.NewNCCL: the rank's place in its group
 }
 
@@ -38,12 +36,6 @@ func WithJob(j rendezvous.Config) Option {
 // restarted rank 0 rejoins the job; with the embedded one the job ends with rank 0.
 func WithExternalStore() Option {
 	return func(c *config) { c.job.external = true }
-}
-
-func init() {
-	seam.DeviceOption = func(d seam.Driver) any {
-		return Option(func(c *config) { c.job.driver = d })
-	}
 }
 
 // defaultGroup names the store keys of communicators made without WithName.
@@ -226,13 +218,10 @@ func (j *Job) NewNCCL(ctx context.Context, opts ...Option) (*NCCL, error) {
 	if j.isClosed() {
 		return nil, &ArgError{Op: opInit, Arg: "job", Value: j.cfg.Addr(), Err: ErrClosed}
 	}
-	d := cfg.job.driver
-	if d == nil {
-		dev := jobDevice(cfg, j.cfg.LocalRank)
-		var err error
-		if d, err = productionDriver(dev, rank); err != nil {
-			return nil, &OpError{Op: opInit, Bytes: -1, Rank: rank, Err: fmt.Errorf("open device %d: %w", dev, err)}
-		}
+	dev := jobDevice(cfg, j.cfg.LocalRank)
+	d, err := driverFor(cfg, dev, rank)
+	if err != nil {
+		return nil, &OpError{Op: opInit, Bytes: -1, Rank: rank, Err: fmt.Errorf("open device %d: %w", dev, err)}
 	}
 	group := cfg.name
 	if group == "" {

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/comm/rendezvous"
 )
 
@@ -27,21 +27,21 @@ type idFake struct{ *fakeDriver }
 
 func newIDFake() idFake { return idFake{newFake()} }
 
-func (idFake) GetUniqueID() (seam.UniqueID, error) {
-	var id seam.UniqueID
+func (idFake) GetUniqueID() (gpulib.UniqueID, error) {
+	var id gpulib.UniqueID
 	_, _ = rand.Read(id[:])
 	return id, nil
 }
 
 // initIDs returns the ids the rank's communicators were initialised with, in order.
-func (f idFake) initIDs() []seam.UniqueID {
+func (f idFake) initIDs() []gpulib.UniqueID {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]seam.UniqueID(nil), f.ids...)
+	return append([]gpulib.UniqueID(nil), f.ids...)
 }
 
 // withDevice makes bring-up use d, through the hook comm/commtest uses.
-func withDevice(d seam.Driver) Option { return seam.DeviceOption(d).(Option) }
+func withDevice(d gpulib.Driver) Option { return WithDriver(d) }
 
 // freePort returns a loopback TCP port that was free a moment ago.
 func freePort(t testing.TB) int {
@@ -130,7 +130,7 @@ func TestConnectGivesEveryRankRankZerosUniqueID(t *testing.T) {
 	defer closeAll(t, bs)
 	want := fakes[0].initIDs()
 	require.Len(t, want, 1)
-	assert.NotEqual(t, seam.UniqueID{}, want[0])
+	assert.NotEqual(t, gpulib.UniqueID{}, want[0])
 	for _, r := range ranks {
 		assert.Equal(t, want, fakes[r].initIDs(), "rank %d initialised with rank 0's id", r)
 		assert.Equal(t, r, bs[r].Rank())
@@ -250,9 +250,9 @@ func TestAttemptReconnectMeetsAReplacementInTheNextGeneration(t *testing.T) {
 	// Rank 2 dies; the survivors see a remote error.
 	require.NoError(t, bs[2].Close())
 	for _, r := range []int{0, 1} {
-		fakes[r].asyncErr.Store(int32(seam.RemoteError))
+		fakes[r].asyncErr.Store(int32(gpulib.RemoteError))
 		require.False(t, bs[r].IsHealthy(), "rank %d", r)
-		fakes[r].asyncErr.Store(int32(seam.Success))
+		fakes[r].asyncErr.Store(int32(gpulib.Success))
 		assert.False(t, bs[r].IsHealthy(), "rank %d stays unhealthy until it reconnects", r)
 	}
 	fakes[2] = newIDFake()
@@ -271,8 +271,8 @@ func TestAttemptReconnectMeetsAReplacementInTheNextGeneration(t *testing.T) {
 	}
 	second := fakes[0].initIDs()[1]
 	assert.NotEqual(t, first, second, "a new id for the new generation")
-	assert.Equal(t, []seam.UniqueID{first, second}, fakes[1].initIDs())
-	assert.Equal(t, []seam.UniqueID{second}, fakes[2].initIDs())
+	assert.Equal(t, []gpulib.UniqueID{first, second}, fakes[1].initIDs())
+	assert.Equal(t, []gpulib.UniqueID{second}, fakes[2].initIDs())
 	closeAll(t, bs)
 }
 
@@ -287,7 +287,7 @@ func TestAttemptReconnectNamesTheRanksThatDoNotCome(t *testing.T) {
 	require.NoError(t, errors.Join(errs[0], errs[1]))
 	defer closeAll(t, bs)
 
-	fakes[0].asyncErr.Store(int32(seam.SystemError))
+	fakes[0].asyncErr.Store(int32(gpulib.SystemError))
 	require.False(t, bs[0].IsHealthy())
 	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancelShort()
@@ -311,7 +311,7 @@ func TestCloseEndsAReconnectWaitingForDeadPeers(t *testing.T) {
 	bs, errs := onRanks([]int{0, 1}, func(r int) (*NCCL, error) { return jobs[r].NewNCCL(ctx) })
 	require.NoError(t, errors.Join(errs[0], errs[1]))
 	require.NoError(t, bs[1].Close()) // rank 1 is gone for good
-	fakes[0].asyncErr.Store(int32(seam.RemoteError))
+	fakes[0].asyncErr.Store(int32(gpulib.RemoteError))
 	require.False(t, bs[0].IsHealthy())
 
 	long, cancelLong := context.WithTimeout(context.Background(), time.Hour)

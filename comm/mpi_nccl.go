@@ -118,7 +118,7 @@ func (c *MPICommunicator) NewNCCL(ctx context.Context, opts ...Option) (*NCCL, e
 	dev := jobDevice(cfg, b.LocalRank)
 	cfg.log.Info("comm: nccl unique id exchanged over mpi", "rank", b.Rank, "world", b.World,
 		"local_rank", b.LocalRank, "local_world", b.LocalWorld, "device", dev, "id", b.Fingerprint())
-	d, err := productionDriver(dev, b.Rank)
+	d, err := driverFor(cfg, dev, b.Rank)
 	if err != nil {
 		return nil, &OpError{Op: opInit, Bytes: -1, Rank: b.Rank,
 			Err: fmt.Errorf("open device %d (local rank %d): %w", dev, b.LocalRank, err)}

@@ -5,14 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 var quiet = WithLogger(slog.New(slog.DiscardHandler))
@@ -45,11 +44,11 @@ func TestNCCLInitGivesUpAndAborts(t *testing.T) {
 	})
 	t.Run("remote error", func(t *testing.T) {
 		f := newFake()
-		f.asyncErr.Store(int32(seam.RemoteError))
+		f.asyncErr.Store(int32(gpulib.RemoteError))
 		_, err := newNCCL(context.Background(), f, UniqueID{}, 0, 2, newConfig([]Option{quiet}))
-		var se *seam.Error
+		var se *gpulib.Error
 		require.ErrorAs(t, err, &se)
-		assert.Equal(t, seam.RemoteError, se.Code)
+		assert.Equal(t, gpulib.RemoteError, se.Code)
 		assert.Len(t, f.named("CommAbort"), 1)
 	})
 	t.Run("bad rank", func(t *testing.T) {
@@ -129,14 +128,14 @@ func TestNCCLFailureMakesUnhealthy(t *testing.T) {
 	f := newFake()
 	b := newFakeNCCL(t, f, 1, 2, quiet)
 	cause := errors.New("ncclRemoteError: remote process exited")
-	f.fail("AllReduce", &seam.Error{Code: seam.RemoteError, Err: cause})
+	f.fail("AllReduce", &gpulib.Error{Code: gpulib.RemoteError, Err: cause})
 	err := b.AllReduce(p, 4096)
 	require.Error(t, err)
-	assert.Equal(t, "all-reduce of 4096 bytes on rank 1: ncclRemoteError: remote process exited", err.Error())
+	assert.Equal(t, "all-reduce of 4096 bytes on rank 1: communicator unhealthy: ncclRemoteError: remote process exited", err.Error())
 	assert.ErrorIs(t, err, cause)
-	var se *seam.Error
+	var se *gpulib.Error
 	require.ErrorAs(t, err, &se)
-	assert.Equal(t, seam.RemoteError, se.Code)
+	assert.Equal(t, gpulib.RemoteError, se.Code)
 	assert.False(t, b.IsHealthy())
 
 	f.log()
@@ -151,7 +150,7 @@ func TestNCCLFailureMakesUnhealthy(t *testing.T) {
 func TestNCCLInvalidArgumentKeepsHealthy(t *testing.T) {
 	f := newFake()
 	b := newFakeNCCL(t, f, 0, 2, quiet)
-	f.fail("AllGather", &seam.Error{Code: seam.InvalidArgument})
+	f.fail("AllGather", &gpulib.Error{Code: gpulib.InvalidArgument})
 	require.Error(t, b.AllGather(p, p, 8))
 	assert.True(t, b.IsHealthy())
 }
@@ -164,12 +163,12 @@ func TestNCCLAsyncErrorEndsWait(t *testing.T) {
 	f.hang.Store(true)
 	go func() {
 		time.Sleep(10 * time.Millisecond)
-		f.asyncErr.Store(int32(seam.SystemError))
+		f.asyncErr.Store(int32(gpulib.SystemError))
 	}()
 	err := b.AllReduce(p, 8)
-	var se *seam.Error
+	var se *gpulib.Error
 	require.ErrorAs(t, err, &se)
-	assert.Equal(t, seam.SystemError, se.Code)
+	assert.Equal(t, gpulib.SystemError, se.Code)
 	assert.False(t, b.IsHealthy())
 }
 
@@ -196,12 +195,12 @@ func TestNCCLRecvCommandWaitsForTransportErrors(t *testing.T) {
 		f.hang.Store(true)
 		go func() {
 			time.Sleep(20 * time.Millisecond) // well past the operation timeout
-			f.asyncErr.Store(int32(seam.RemoteError))
+			f.asyncErr.Store(int32(gpulib.RemoteError))
 		}()
 		err := b.RecvCommandU32(context.Background(), p, 0)
-		var se *seam.Error
+		var se *gpulib.Error
 		require.ErrorAs(t, err, &se)
-		assert.Equal(t, seam.RemoteError, se.Code)
+		assert.Equal(t, gpulib.RemoteError, se.Code)
 		assert.Equal(t, []string{"Broadcast(4,1,0,7)"}, f.named("Broadcast"))
 		assert.False(t, b.IsHealthy())
 	})
@@ -250,28 +249,29 @@ func TestNCCLGroupBatchesAndWaitsAtEnd(t *testing.T) {
 	assert.ErrorIs(t, b.GroupEnd(), ErrGroupNotOpen)
 }
 
-// TestNCCLGroupBelongsToItsGoroutine checks that a group opened on one goroutine cannot
-// be closed or fed from another (NCCL keeps group state per OS thread).
+// TestNCCLGroupBelongsToItsGoroutine checks NCCL's per-thread group scope: a group
+// opened on one goroutine (locked to its thread) neither captures another goroutine's
+// operations nor can be closed from there.
 func TestNCCLGroupBelongsToItsGoroutine(t *testing.T) {
 	f := newFake()
 	b := newFakeNCCL(t, f, 0, 2, quiet)
 	started := make(chan struct{})
 	release := make(chan struct{})
-	ended := make(chan struct{})
+	ended := make(chan error)
 	go func() {
 		_ = b.GroupStart()
 		close(started)
 		<-release
-		_ = b.GroupEnd()
-		close(ended)
+		ended <- b.GroupEnd()
 	}()
 	<-started
 	f.log()
-	assert.ErrorIs(t, b.GroupEnd(), ErrGroupOpen)
-	assert.ErrorIs(t, b.SendTo(p, 8, 1, 0), ErrGroupOpen)
-	assert.Empty(t, f.named(ncclCalls...))
+	assert.ErrorIs(t, b.GroupEnd(), ErrGroupNotOpen, "another goroutine's group cannot be closed here")
+	require.NoError(t, b.SendTo(p, 8, 1, 0), "this goroutine has no group: the send is not grouped")
+	require.NoError(t, b.AllReduce(p, 8), "nor is a blocking all-reduce, which completes at once")
+	assert.NotEmpty(t, f.named("StreamQuery"), "the all-reduce waited outside the other goroutine's group")
 	close(release)
-	<-ended
+	require.NoError(t, <-ended)
 }
 
 // TestNCCLRegistration checks RegisterBuffer/DeregisterBuffer over ncclCommRegister.
@@ -287,7 +287,7 @@ func TestNCCLRegistration(t *testing.T) {
 	assert.Equal(t, []string{"CommRegister(4096)", "CommRegister(4096)", "CommDeregister(2748)"}, f.named("CommRegister", "CommDeregister"))
 	assert.ErrorIs(t, b.DeregisterBuffer(h1), ErrUnknownHandle)
 
-	f.fail("CommDeregister", &seam.Error{Code: seam.InvalidArgument})
+	f.fail("CommDeregister", &gpulib.Error{Code: gpulib.InvalidArgument})
 	require.Error(t, b.DeregisterBuffer(h2))
 	f.fail("CommDeregister", nil)
 	require.NoError(t, b.DeregisterBuffer(h2), "a failed deregistration keeps the handle")
@@ -303,7 +303,7 @@ func TestNCCLSymmetricAllocByVersion(t *testing.T) {
 	}{
 		{22907, []string{"MemAllocNCCL(8192)", "CommWindowRegister(8192,1)", "CommWindowDeregister(3567)", "MemFreeNCCL"}, nil},
 		{22703, []string{"MemAllocNCCL(8192)", "CommWindowRegister(8192,1)", "CommWindowDeregister(3567)", "MemFreeNCCL"}, nil},
-		{22203, []string{"MemAllocNCCL(8192)", "MemFreeNCCL"}, nil},
+		{22203, []string{"MemAllocNCCL(8192)", "MemFreeNCCL"}, ErrUnsupported}, // the window is unsupported
 		{21805, nil, ErrUnsupported},
 	}
 	for _, tc := range tests {
@@ -312,11 +312,19 @@ func TestNCCLSymmetricAllocByVersion(t *testing.T) {
 			f.version = tc.version
 			b := newFakeNCCL(t, f, 0, 2, quiet)
 			q, err := b.SymmetricAlloc(8192)
-			if tc.err != nil {
+			if tc.want == nil {
 				require.ErrorIs(t, err, tc.err)
 				return
 			}
 			require.NoError(t, err)
+			assert.Equal(t, []string{"MemAllocNCCL(8192)"}, f.named("MemAllocNCCL", "CommWindowRegister"), "allocation is local")
+			err = b.RegisterWindow(context.Background(), q)
+			if tc.err != nil {
+				require.ErrorIs(t, err, tc.err)
+			} else {
+				require.NoError(t, err)
+				require.NoError(t, b.RegisterWindow(context.Background(), q), "a second registration does nothing")
+			}
 			require.NoError(t, b.SymmetricFree(q))
 			assert.Equal(t, tc.want, f.named("MemAllocNCCL", "CommWindowRegister", "CommWindowDeregister", "MemFreeNCCL"))
 			assert.ErrorIs(t, b.SymmetricFree(q), ErrUnknownPointer)
@@ -331,7 +339,9 @@ func TestNCCLCloseTearsDownInOrder(t *testing.T) {
 	b := newFakeNCCL(t, f, 0, 2, quiet)
 	_, err := b.RegisterBuffer(p, 64)
 	require.NoError(t, err)
-	_, err = b.SymmetricAlloc(4096)
+	q, err := b.SymmetricAlloc(4096)
+	require.NoError(t, err)
+	err = b.RegisterWindow(context.Background(), q)
 	require.NoError(t, err)
 	f.log()
 	require.NoError(t, b.Close())
@@ -344,8 +354,10 @@ func TestNCCLCloseTearsDownInOrder(t *testing.T) {
 func TestNCCLCloseAbortsWhenFinalizeFails(t *testing.T) {
 	f := newFake()
 	b := newFakeNCCL(t, f, 0, 2, quiet)
-	f.fail("CommFinalize", &seam.Error{Code: seam.InternalError})
-	require.NoError(t, b.Close(), "an abort that succeeds is a clean close")
+	f.fail("CommFinalize", &gpulib.Error{Code: gpulib.InternalError})
+	err := b.Close()
+	require.ErrorIs(t, err, gpulib.InternalError, "close says that it had to abort, and why")
+	assert.Contains(t, err.Error(), "finalize, then aborted")
 	assert.Len(t, f.named("CommAbort"), 1)
 	assert.Empty(t, f.named("CommDestroy"))
 }
@@ -365,9 +377,9 @@ func TestNCCLReconnect(t *testing.T) {
 	}))
 	h, err := b.RegisterBuffer(p, 64)
 	require.NoError(t, err)
-	f.asyncErr.Store(int32(seam.RemoteError))
+	f.asyncErr.Store(int32(gpulib.RemoteError))
 	require.False(t, b.IsHealthy())
-	f.asyncErr.Store(int32(seam.Success))
+	f.asyncErr.Store(int32(gpulib.Success))
 	require.NoError(t, b.AttemptReconnect(context.Background()))
 	assert.True(t, b.IsHealthy())
 	assert.Equal(t, []int{1}, gens)
@@ -420,20 +432,15 @@ func TestNCCLSplit(t *testing.T) {
 	assert.ErrorIs(t, err, ErrUnsupported)
 }
 
-// TestNCCLHookBuildsTheBackend checks the seam hook comm/commtest uses.
-func TestNCCLHookBuildsTheBackend(t *testing.T) {
-	require.NotNil(t, seam.NewNCCL)
+// TestWithDriverBuildsTheBackend checks the option comm/commtest builds its backends
+// with: NewNCCL drives the given driver instead of opening the real libraries.
+func TestWithDriverBuildsTheBackend(t *testing.T) {
 	f := newFake()
-	v, err := seam.NewNCCL(context.Background(), f, seam.UniqueID{}, 0, 1, []Option{WithElementType(Float32), quiet})
+	b, err := NewNCCL(context.Background(), UniqueID{}, 0, 1, WithElementType(Float32), quiet, WithDriver(f))
 	require.NoError(t, err)
-	b, ok := v.(*NCCL)
-	require.True(t, ok, "got %T", v)
 	assert.Equal(t, Float32, b.ElementType())
+	assert.NotEmpty(t, f.named("CommInitRank"), "the backend initialised through the given driver")
 	require.NoError(t, b.Close())
-
-	v, err = seam.NewNCCL(context.Background(), f, seam.UniqueID{}, 0, 1, "nonsense")
-	assert.Nil(t, v)
-	assert.True(t, strings.Contains(err.Error(), "want []comm.Option"), err.Error())
 }
 
 // TestNCCLShrinkAndRevoke checks the fault-tolerance extension points: Revoke needs NCCL

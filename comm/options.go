@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 // Option configures a backend or communicator at construction.
@@ -26,8 +28,9 @@ type config struct {
 	reconnect ReconnectFunc
 	// twoRankMax is the two-rank path's threshold in bytes (WithTwoRankThreshold).
 	twoRankMax int
-	job        jobConfig   // Connect and JoinJob (job.go)
-	watch      watchConfig // the health watchdog (watchdog.go)
+	driver     gpulib.Driver // WithDriver; nil: the real libraries
+	job        jobConfig     // Connect and JoinJob (job.go)
+	watch      watchConfig   // the health watchdog (watchdog.go)
 }
 
 func newConfig(opts []Option) config {

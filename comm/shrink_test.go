@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 // TestBackendShrink checks the order of calls per NCCL version: revoke first where
@@ -25,7 +25,7 @@ func TestBackendShrink(t *testing.T) {
 		{version: 22907, calls: []string{"CommRevoke", "CommShrink([0],0)"}},
 		{version: 22807, calls: []string{"CommRevoke", "CommShrink([0],0)"}},
 		{version: 22703, calls: []string{"CommShrink([0],1)"}},
-		{version: 22603, err: "shrink: nccl version 22603: unsupported operation: ncclCommShrink needs NCCL ≥ 2.27 (loaded 2.26.3)"},
+		{version: 22603, err: "shrink: nccl version 2.26.3: unsupported operation: ncclCommShrink (and a driver reporting rank and size) needs NCCL 2.27.3 (loaded 2.26.3)"},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.version), func(t *testing.T) {
@@ -75,7 +75,7 @@ func TestBackendShrinkFallsBackToAbortWhenRevokeFails(t *testing.T) {
 	f := newFake()
 	f.splitRank, f.splitWorld = 0, 1
 	b := newFakeNCCL(t, f, 0, 2, quiet)
-	f.fail("CommRevoke", &seam.Error{Code: seam.RemoteError})
+	f.fail("CommRevoke", &gpulib.Error{Code: gpulib.RemoteError})
 	nb, err := b.Shrink(context.Background(), []int{1})
 	require.NoError(t, err)
 	defer nb.Close()

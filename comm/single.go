@@ -5,10 +5,10 @@ import (
 	"fmt"
 )
 
-// Single is the Backend of a one-rank world (the seed's SingleGpuBackend): rank 0, world
+// Single is the Backend of a one-rank world: rank 0, world
 // size 1, and every collective and point-to-point operation succeeds without doing
 // anything, since a one-rank reduction, gather or broadcast leaves the buffer as it is.
-// The other methods keep the seed's defaults (RegisterBuffer returns handle 0,
+// The other methods keep Base's defaults (RegisterBuffer returns handle 0,
 // SymmetricAlloc is unsupported, groups do nothing, RecvCommandU32 always refuses:
 // rank 0 is the only possible root). Bad input fails exactly as on the NCCL backend.
 type Single struct {
@@ -137,7 +137,7 @@ func (s *Single) Close() error {
 	return nil
 }
 
-// NoOp is the Communicator of a one-rank world (the seed's NoOpCommunicator): every
+// NoOp is the Communicator of a one-rank world: every
 // operation validates its arguments and completes at once, leaving buffers as they are.
 // It cannot split.
 type NoOp struct {
@@ -191,7 +191,7 @@ func (n *NoOp) Recv(ptr DevicePtr, count int, t DType, src int, _ uint32) error 
 
 // Sync returns at once (or ctx's error).
 func (n *NoOp) Sync(ctx context.Context) error {
-	if err := n.g.open(opSync); err != nil {
+	if err := n.g.outsideGroup(opSync); err != nil {
 		return err
 	}
 	return ctx.Err()
@@ -199,7 +199,7 @@ func (n *NoOp) Sync(ctx context.Context) error {
 
 // Barrier returns at once (or ctx's error).
 func (n *NoOp) Barrier(ctx context.Context) error {
-	if err := n.g.open(opBarrier); err != nil {
+	if err := n.g.outsideGroup(opBarrier); err != nil {
 		return err
 	}
 	return ctx.Err()
@@ -207,11 +207,20 @@ func (n *NoOp) Barrier(ctx context.Context) error {
 
 // Split returns ErrUnsupported.
 func (n *NoOp) Split(_ context.Context, color, _ int) (Communicator, error) {
-	if err := n.g.open(opSplit); err != nil {
+	if err := n.g.outsideGroup(opSplit); err != nil {
 		return nil, err
 	}
 	return nil, &ArgError{Op: opSplit, Arg: "color", Value: color, Err: ErrUnsupported,
 		Reason: fmt.Sprintf("%T cannot split", n)}
+}
+
+// GroupStart opens a group level.
+func (n *NoOp) GroupStart() error { return n.g.groupStart() }
+
+// GroupEnd closes a group level.
+func (n *NoOp) GroupEnd() error {
+	_, err := n.g.groupEnd()
+	return err
 }
 
 // Close closes n.

@@ -7,78 +7,79 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 // stubDriver answers every call at once with success and allocates nothing: the layer
 // below comm reduced to nothing, so that what remains is comm's own cost.
 type stubDriver struct{}
 
-func (stubDriver) SetDevice() error                                             { return nil }
-func (stubDriver) MemAlloc(uint64) (seam.Ptr, error)                            { return 0x10000, nil }
-func (stubDriver) MemFree(seam.Ptr) error                                       { return nil }
-func (stubDriver) MemcpyDtoDAsync(_, _ seam.Ptr, _ uint64, _ seam.Stream) error { return nil }
-func (stubDriver) StreamCreate() (seam.Stream, error)                           { return 7, nil }
-func (stubDriver) StreamDestroy(seam.Stream) error                              { return nil }
-func (stubDriver) StreamSynchronize(seam.Stream) error                          { return nil }
-func (stubDriver) StreamQuery(seam.Stream) (bool, error)                        { return true, nil }
-func (stubDriver) EventCreate() (seam.Event, error)                             { return 9, nil }
-func (stubDriver) EventDestroy(seam.Event) error                                { return nil }
-func (stubDriver) EventRecord(seam.Event, seam.Stream) error                    { return nil }
-func (stubDriver) EventQuery(seam.Event) (bool, error)                          { return true, nil }
-func (stubDriver) StreamWaitEvent(seam.Stream, seam.Event) error                { return nil }
-func (stubDriver) LaunchKernel(seam.Function, uint32, uint32, seam.Stream, seam.KernelArgs) error {
+func (stubDriver) SetDevice() error                                                 { return nil }
+func (stubDriver) MemAlloc(uint64) (gpulib.Ptr, error)                              { return 0x10000, nil }
+func (stubDriver) MemFree(gpulib.Ptr) error                                         { return nil }
+func (stubDriver) MemcpyDtoDAsync(_, _ gpulib.Ptr, _ uint64, _ gpulib.Stream) error { return nil }
+func (stubDriver) StreamCreate() (gpulib.Stream, error)                             { return 7, nil }
+func (stubDriver) StreamDestroy(gpulib.Stream) error                                { return nil }
+func (stubDriver) StreamSynchronize(gpulib.Stream) error                            { return nil }
+func (stubDriver) StreamQuery(gpulib.Stream) (bool, error)                          { return true, nil }
+func (stubDriver) EventCreate() (gpulib.Event, error)                               { return 9, nil }
+func (stubDriver) EventDestroy(gpulib.Event) error                                  { return nil }
+func (stubDriver) EventRecord(gpulib.Event, gpulib.Stream) error                    { return nil }
+func (stubDriver) EventQuery(gpulib.Event) (bool, error)                            { return true, nil }
+func (stubDriver) StreamWaitEvent(gpulib.Stream, gpulib.Event) error                { return nil }
+func (stubDriver) LaunchKernel(gpulib.Function, uint32, uint32, gpulib.Stream, gpulib.KernelArgs) error {
 	return nil
 }
-func (stubDriver) MultiprocessorCount() (int, error)   { return 132, nil }
-func (stubDriver) Version() (int, error)               { return 22907, nil }
-func (stubDriver) GetUniqueID() (seam.UniqueID, error) { return seam.UniqueID{}, nil }
-func (stubDriver) CommInitRank(int, seam.UniqueID, int, seam.Config) (seam.Comm, error) {
+func (stubDriver) MultiprocessorCount() (int, error)     { return 132, nil }
+func (stubDriver) Version() (int, error)                 { return 22907, nil }
+func (stubDriver) GetUniqueID() (gpulib.UniqueID, error) { return gpulib.UniqueID{}, nil }
+func (stubDriver) CommInitRank(int, gpulib.UniqueID, int, gpulib.Config) (gpulib.Comm, error) {
 	return 1, nil
 }
-func (stubDriver) CommGetAsyncError(seam.Comm) (seam.Result, error) { return seam.Success, nil }
-func (stubDriver) CommFinalize(seam.Comm) error                     { return nil }
-func (stubDriver) CommDestroy(seam.Comm) error                      { return nil }
-func (stubDriver) CommAbort(seam.Comm) error                        { return nil }
-func (stubDriver) CommSplit(seam.Comm, int, int, seam.Config) (seam.Comm, error) {
+func (stubDriver) CommGetAsyncError(gpulib.Comm) (gpulib.Result, error) { return gpulib.Success, nil }
+func (stubDriver) LastError(gpulib.Comm) string                         { return "" }
+func (stubDriver) CommFinalize(gpulib.Comm) error                       { return nil }
+func (stubDriver) CommDestroy(gpulib.Comm) error                        { return nil }
+func (stubDriver) CommAbort(gpulib.Comm) error                          { return nil }
+func (stubDriver) CommSplit(gpulib.Comm, int, int, gpulib.Config) (gpulib.Comm, error) {
 	return 2, nil
 }
-func (stubDriver) CommShrink(seam.Comm, []int, seam.Config, int) (seam.Comm, error) {
+func (stubDriver) CommShrink(gpulib.Comm, []int, gpulib.Config, int) (gpulib.Comm, error) {
 	return 3, nil
 }
-func (stubDriver) CommRevoke(seam.Comm, int) error { return nil }
-func (stubDriver) AllReduce(_, _ seam.Ptr, _ uint64, _ seam.DataType, _ seam.RedOp, _ seam.Comm, _ seam.Stream) error {
+func (stubDriver) CommRevoke(gpulib.Comm, int) error { return nil }
+func (stubDriver) AllReduce(_, _ gpulib.Ptr, _ uint64, _ gpulib.DataType, _ gpulib.RedOp, _ gpulib.Comm, _ gpulib.Stream) error {
 	return nil
 }
-func (stubDriver) Broadcast(_, _ seam.Ptr, _ uint64, _ seam.DataType, _ int, _ seam.Comm, _ seam.Stream) error {
+func (stubDriver) Broadcast(_, _ gpulib.Ptr, _ uint64, _ gpulib.DataType, _ int, _ gpulib.Comm, _ gpulib.Stream) error {
 	return nil
 }
-func (stubDriver) AllGather(_, _ seam.Ptr, _ uint64, _ seam.DataType, _ seam.Comm, _ seam.Stream) error {
+func (stubDriver) AllGather(_, _ gpulib.Ptr, _ uint64, _ gpulib.DataType, _ gpulib.Comm, _ gpulib.Stream) error {
 	return nil
 }
-func (stubDriver) ReduceScatter(_, _ seam.Ptr, _ uint64, _ seam.DataType, _ seam.RedOp, _ seam.Comm, _ seam.Stream) error {
+func (stubDriver) ReduceScatter(_, _ gpulib.Ptr, _ uint64, _ gpulib.DataType, _ gpulib.RedOp, _ gpulib.Comm, _ gpulib.Stream) error {
 	return nil
 }
-func (stubDriver) Send(seam.Ptr, uint64, seam.DataType, int, seam.Comm, seam.Stream) error {
+func (stubDriver) Send(gpulib.Ptr, uint64, gpulib.DataType, int, gpulib.Comm, gpulib.Stream) error {
 	return nil
 }
-func (stubDriver) Recv(seam.Ptr, uint64, seam.DataType, int, seam.Comm, seam.Stream) error {
+func (stubDriver) Recv(gpulib.Ptr, uint64, gpulib.DataType, int, gpulib.Comm, gpulib.Stream) error {
 	return nil
 }
 func (stubDriver) GroupStart() error { return nil }
 func (stubDriver) GroupEnd() error   { return nil }
-func (stubDriver) CommRegister(seam.Comm, seam.Ptr, uint64) (seam.Handle, error) {
+func (stubDriver) CommRegister(gpulib.Comm, gpulib.Ptr, uint64) (gpulib.Handle, error) {
 	return 5, nil
 }
-func (stubDriver) CommDeregister(seam.Comm, seam.Handle) error { return nil }
-func (stubDriver) MemAllocNCCL(uint64) (seam.Ptr, error)       { return 0x20000, nil }
-func (stubDriver) MemFreeNCCL(seam.Ptr) error                  { return nil }
-func (stubDriver) CommWindowRegister(seam.Comm, seam.Ptr, uint64, int) (seam.Handle, error) {
+func (stubDriver) CommDeregister(gpulib.Comm, gpulib.Handle) error { return nil }
+func (stubDriver) MemAllocNCCL(uint64) (gpulib.Ptr, error)         { return 0x20000, nil }
+func (stubDriver) MemFreeNCCL(gpulib.Ptr) error                    { return nil }
+func (stubDriver) CommWindowRegister(gpulib.Comm, gpulib.Ptr, uint64, int) (gpulib.Handle, error) {
 	return 6, nil
 }
-func (stubDriver) CommWindowDeregister(seam.Comm, seam.Handle) error { return nil }
+func (stubDriver) CommWindowDeregister(gpulib.Comm, gpulib.Handle) error { return nil }
 
-func newStubNCCL(tb testing.TB, d seam.Driver) *NCCL {
+func newStubNCCL(tb testing.TB, d gpulib.Driver) *NCCL {
 	tb.Helper()
 	b, err := newNCCL(context.Background(), d, UniqueID{}, 0, 2, newConfig([]Option{quiet}))
 	require.NoError(tb, err)

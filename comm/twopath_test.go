@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/comm/internal/pairbench"
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
 	"github.com/ncclgo/ncclgo/kernels"
 )
 
@@ -37,7 +37,7 @@ func newTwoRank(t *testing.T, f *fakeDriver, rank int, opts ...Option) *NCCL {
 
 // launch is the LaunchKernel record of an add of count elements of size es at dst,
 // src on the communication stream of a device with 132 SMs (the fake's).
-func launch(t *testing.T, dst, src seam.Ptr, count, es int) string {
+func launch(t *testing.T, dst, src gpulib.Ptr, count, es int) string {
 	t.Helper()
 	grid, block, err := kernels.LaunchDims(count, es, 132)
 	require.NoError(t, err)
@@ -70,7 +70,7 @@ func TestTwoRankPathCallSequence(t *testing.T) {
 				ptr := p + DevicePtr(call.off)
 				require.NoError(t, b.AllReduce(ptr, call.bytes))
 				count := call.bytes / es
-				recv := b.two.cur.p + seam.Ptr(call.off%16)
+				recv := b.two.cur.p + gpulib.Ptr(call.off%16)
 				var want []string
 				if i == 0 {
 					want = append(want, "MemAlloc(4096)", "CommRegister(4096)")
@@ -78,7 +78,7 @@ func TestTwoRankPathCallSequence(t *testing.T) {
 				want = append(want, "GroupStart",
 					fmt.Sprintf("Send(%d,%d,%d,7)", count, dt, peer),
 					fmt.Sprintf("Recv(%d,%d,%d,7)", count, dt, peer),
-					"GroupEnd", launch(t, seam.Ptr(ptr), recv, count, es), "StreamQuery(7)")
+					"GroupEnd", launch(t, gpulib.Ptr(ptr), recv, count, es), "StreamQuery(7)")
 				assert.Equal(t, want, f.named(twoRankNames...), "call %d", i)
 				f.log()
 			}
@@ -98,7 +98,7 @@ func TestTwoRankPathAsyncOrdersWithEvents(t *testing.T) {
 		fmt.Sprintf("StreamWaitEvent(7,%d)", c.evIn),
 		"MemAlloc(4096)", "CommRegister(4096)",
 		"GroupStart", "Send(32,9,1,7)", "Recv(32,9,1,7)", "GroupEnd",
-		launch(t, seam.Ptr(p), b.two.cur.p, 32, 2),
+		launch(t, gpulib.Ptr(p), b.two.cur.p, 32, 2),
 		fmt.Sprintf("EventRecord(%d,7)", c.evOut),
 		fmt.Sprintf("StreamWaitEvent(99,%d)", c.evOut),
 	}
@@ -223,8 +223,8 @@ func TestTwoRankPathNotTaken(t *testing.T) {
 // being done, keeps NCCL's group balanced, and leaves the communicator unhealthy only
 // after a fatal NCCL error.
 func TestTwoRankPathFailures(t *testing.T) {
-	remote := &seam.Error{Code: seam.RemoteError, Err: errors.New("ncclRemoteError: peer gone")}
-	invalid := &seam.Error{Code: seam.InvalidArgument}
+	remote := &gpulib.Error{Code: gpulib.RemoteError, Err: errors.New("ncclRemoteError: peer gone")}
+	invalid := &gpulib.Error{Code: gpulib.InvalidArgument}
 	cuda := errors.New("CUDA_ERROR_OUT_OF_MEMORY")
 	tests := []struct {
 		fail      string
@@ -234,11 +234,11 @@ func TestTwoRankPathFailures(t *testing.T) {
 		healthy   bool
 	}{
 		{"MemAlloc", cuda, "all-reduce of 64 bytes on rank 0: allocate 4096 bytes of two-rank scratch: CUDA_ERROR_OUT_OF_MEMORY", 0, true},
-		{"CommRegister", remote, "all-reduce of 64 bytes on rank 0: register 4096 bytes of two-rank scratch: ncclRemoteError: peer gone", 0, false},
+		{"CommRegister", remote, "all-reduce of 64 bytes on rank 0: communicator unhealthy: register 4096 bytes of two-rank scratch: ncclRemoteError: peer gone", 0, false},
 		{"GroupStart", invalid, "all-reduce of 64 bytes on rank 0: two-rank exchange: group start: ncclInvalidArgument", 0, true},
-		{"Send", remote, "all-reduce of 64 bytes on rank 0: two-rank exchange: send to rank 1: ncclRemoteError: peer gone", 1, false},
+		{"Send", remote, "all-reduce of 64 bytes on rank 0: communicator unhealthy: two-rank exchange: send to rank 1: ncclRemoteError: peer gone", 1, false},
 		{"Recv", invalid, "all-reduce of 64 bytes on rank 0: two-rank exchange: receive from rank 1: ncclInvalidArgument", 1, true},
-		{"GroupEnd", remote, "all-reduce of 64 bytes on rank 0: two-rank exchange: group end: ncclRemoteError: peer gone", 1, false},
+		{"GroupEnd", remote, "all-reduce of 64 bytes on rank 0: communicator unhealthy: two-rank exchange: group end: ncclRemoteError: peer gone", 1, false},
 		{"LaunchKernel", cuda, "all-reduce of 64 bytes on rank 0: two-rank add kernel: CUDA_ERROR_OUT_OF_MEMORY", 1, true},
 	}
 	for _, tc := range tests {

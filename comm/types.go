@@ -3,7 +3,7 @@ package comm
 import (
 	"fmt"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 // DevicePtr is a device address (a CUDA CUdeviceptr). 0 is the null pointer.
@@ -28,18 +28,18 @@ type DType int32
 
 // Element types.
 const (
-	Int8       = DType(seam.Int8)
-	Uint8      = DType(seam.Uint8)
-	Int32      = DType(seam.Int32)
-	Uint32     = DType(seam.Uint32)
-	Int64      = DType(seam.Int64)
-	Uint64     = DType(seam.Uint64)
-	Float16    = DType(seam.Float16)
-	Float32    = DType(seam.Float32)
-	Float64    = DType(seam.Float64)
-	BFloat16   = DType(seam.Bfloat16)
-	Float8E4M3 = DType(seam.Float8e4m3)
-	Float8E5M2 = DType(seam.Float8e5m2)
+	Int8       = DType(gpulib.Int8)
+	Uint8      = DType(gpulib.Uint8)
+	Int32      = DType(gpulib.Int32)
+	Uint32     = DType(gpulib.Uint32)
+	Int64      = DType(gpulib.Int64)
+	Uint64     = DType(gpulib.Uint64)
+	Float16    = DType(gpulib.Float16)
+	Float32    = DType(gpulib.Float32)
+	Float64    = DType(gpulib.Float64)
+	BFloat16   = DType(gpulib.Bfloat16)
+	Float8E4M3 = DType(gpulib.Float8e4m3)
+	Float8E5M2 = DType(gpulib.Float8e5m2)
 )
 
 var dtypeInfo = [...]struct {
@@ -84,11 +84,11 @@ type ReduceOp int32
 
 // Reduction operators.
 const (
-	Sum  = ReduceOp(seam.Sum)
-	Prod = ReduceOp(seam.Prod)
-	Max  = ReduceOp(seam.Max)
-	Min  = ReduceOp(seam.Min)
-	Avg  = ReduceOp(seam.Avg)
+	Sum  = ReduceOp(gpulib.Sum)
+	Prod = ReduceOp(gpulib.Prod)
+	Max  = ReduceOp(gpulib.Max)
+	Min  = ReduceOp(gpulib.Min)
+	Avg  = ReduceOp(gpulib.Avg)
 )
 
 var opNames = [...]string{Sum: "sum", Prod: "prod", Max: "max", Min: "min", Avg: "avg"}

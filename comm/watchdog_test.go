@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 // stuckFake is the fake driver whose events do not complete while stuck is set (work
@@ -20,7 +20,7 @@ type stuckFake struct {
 	stuck atomic.Bool
 }
 
-func (f *stuckFake) EventQuery(seam.Event) (bool, error) {
+func (f *stuckFake) EventQuery(gpulib.Event) (bool, error) {
 	return !f.stuck.Load(), f.rec("EventQuery")
 }
 
@@ -94,18 +94,19 @@ func TestWatchdogLeavesWorkThatCompletesAlone(t *testing.T) {
 func TestWatchdogReportsAnAsyncError(t *testing.T) {
 	noLeaks(t)
 	b, f := newWatched(t, WithWatchdog(time.Millisecond))
-	f.asyncErr.Store(int32(seam.RemoteError))
+	f.asyncErr.Store(int32(gpulib.RemoteError))
 	require.Eventually(t, func() bool { return b.c.faultErr() != nil }, 10*time.Second, time.Millisecond,
 		"the watchdog records the error without anyone calling the backend")
 	assert.False(t, b.IsHealthy())
-	f.asyncErr.Store(int32(seam.Success))
+	f.asyncErr.Store(int32(gpulib.Success))
 	assert.False(t, b.IsHealthy(), "unhealthy until a reconnect")
 	assert.Contains(t, b.AllReduce(p, 8).Error(), "ncclRemoteError")
 	require.NoError(t, b.Close())
 }
 
 // With WithAbortOnFailure a wait that nothing else would end (RecvCommandU32 waits as
-// long as its context allows) returns once the watchdog finds the operation stuck.
+// long as its context allows) returns once the watchdog finds the work queued ahead of
+// it stuck.
 func TestWatchdogAbortEndsABlockedWait(t *testing.T) {
 	noLeaks(t)
 	b, f := newWatched(t, WithWatchdog(2*time.Millisecond), WithTimeout(100*time.Millisecond), WithAbortOnFailure())
@@ -113,6 +114,7 @@ func TestWatchdogAbortEndsABlockedWait(t *testing.T) {
 	f.stuck.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	require.NoError(t, b.Communicator().AllReduce(p, 4, Float32, Sum)) // never completes
 	err := b.RecvCommandU32(ctx, p, 1)
 	require.ErrorIs(t, err, ErrUnhealthy)
 	require.NoError(t, ctx.Err(), "ended by the watchdog, not the context")
@@ -136,7 +138,7 @@ func TestWatchdogAbortWaitsForAnOpenGroup(t *testing.T) {
 	w := b.c.wd
 	require.NoError(t, b.GroupStart())
 	require.NoError(t, b.AllReduce(p, 8))
-	f.asyncErr.Store(int32(seam.SystemError))
+	f.asyncErr.Store(int32(gpulib.SystemError))
 	w.check(time.Now())
 	assert.Empty(t, f.named("CommAbort"), "not while a group is open")
 	assert.Error(t, b.GroupEnd())
@@ -182,4 +184,43 @@ func TestCloseStopsTheWatchdogAndReleasesItsEvents(t *testing.T) {
 	require.NoError(t, b.Close())
 	assert.NotEmpty(t, f.named("EventRecord"))
 	assert.Equal(t, len(f.named("EventCreate")), len(f.named("EventDestroy")), "every event destroyed")
+}
+
+// An idle worker waits in RecvCommandU32 without a deadline, far longer than the
+// operation timeout: the watchdog must not count that wait (IsHealthy stays true and
+// nothing is aborted), nor the work queued behind it before it completes; once the
+// command has arrived, a collective that really hangs is still reported after the
+// timeout.
+func TestWatchdogLeavesAnIdleWorkerAlone(t *testing.T) {
+	const interval, timeout = 100 * time.Millisecond, time.Second
+	b, f := newWatched(t, WithWatchdog(time.Hour), WithTimeout(timeout), WithAbortOnFailure())
+	w := b.c.wd
+	t0 := time.Unix(1_000_000, 0)
+	w.now = func() time.Time { return t0 }
+	f.stuck.Store(true) // events (the command's and the watchdog's) do not complete
+	f.hang.Store(true)  // nor does the stream: no command arrives
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	received := make(chan error)
+	go func() { received <- b.RecvCommandU32(ctx, p, 1) }()
+	require.Eventually(t, func() bool { return len(f.named("Broadcast")) == 1 }, 10*time.Second, time.Millisecond)
+	for round := interval; round < 5*timeout; round += interval {
+		w.check(t0.Add(round))
+	}
+	assert.NoError(t, b.c.faultErr(), "a deadline-free wait counted against the operation timeout")
+	assert.True(t, b.IsHealthy())
+	assert.Empty(t, f.named("CommAbort"), "the idle worker was aborted")
+
+	f.hang.Store(false) // the command arrives
+	f.stuck.Store(false)
+	require.NoError(t, <-received)
+	t1 := t0.Add(10 * timeout)
+	w.now = func() time.Time { return t1 }
+	w.check(t1) // sees the command's event complete
+	f.stuck.Store(true)
+	require.NoError(t, b.Communicator().AllReduce(p, 4, Float32, Sum)) // really hangs
+	for round := interval; round < 3*timeout && b.c.faultErr() == nil; round += interval {
+		w.check(t1.Add(round))
+	}
+	require.ErrorIs(t, b.c.faultErr(), ErrTimeout, "a collective that hangs after the command is still reported")
 }

@@ -5,8 +5,6 @@ import (
 	"math"
 	"testing"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/ncclgo/ncclgo/comm"
 )
 

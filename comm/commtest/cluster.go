@@ -10,7 +10,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest/internal/sim"
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 // Cluster is a world of ranks running comm's NCCL backend on a simulated machine: one
@@ -23,7 +23,7 @@ type Cluster struct {
 
 	mu       sync.Mutex
 	backends []*comm.NCCL // nil for a memory-only cluster (SingleHarness)
-	ids      map[int]seam.UniqueID
+	ids      map[int]gpulib.UniqueID
 	base     []int // per rank: the cluster generation its backend counts from
 
 	closeOnce sync.Once
@@ -36,6 +36,7 @@ type clusterConfig struct {
 	initTimeout time.Duration
 	closeWait   time.Duration
 	reconnect   bool
+	version     int // WithNCCLVersion; 0: the simulator's default
 }
 
 // Option configures a Cluster.
@@ -50,7 +51,7 @@ func WithCommOptions(opts ...comm.Option) Option {
 // WithNCCLVersion sets the NCCL version the simulated library reports (default 22907,
 // 2.29.7); functions newer than it are missing, as with a real older library.
 func WithNCCLVersion(v int) Option {
-	return func(c *clusterConfig) { c.sim = append(c.sim, sim.WithVersion(v)) }
+	return func(c *clusterConfig) { c.sim, c.version = append(c.sim, sim.WithVersion(v)), v }
 }
 
 // WithMemoryLimit caps each simulated device's memory (default: no limit).
@@ -89,15 +90,12 @@ func NewCluster(n int, opts ...Option) (*Cluster, error) {
 			o(&cfg)
 		}
 	}
-	if seam.NewNCCL == nil {
-		return nil, errors.New("new cluster: package comm did not register its NCCL backend")
-	}
 	w, err := sim.New(n, cfg.sim...)
 	if err != nil {
 		return nil, fmt.Errorf("new cluster: %w", err)
 	}
 	c := &Cluster{w: w, n: n, backends: make([]*comm.NCCL, n), cfg: cfg,
-		ids: map[int]seam.UniqueID{0: w.NewUniqueID()}, base: make([]int, n)}
+		ids: map[int]gpulib.UniqueID{0: w.NewUniqueID()}, base: make([]int, n)}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.initTimeout)
 	defer cancel()
 	errs := make([]error, n)
@@ -132,19 +130,16 @@ func (c *Cluster) start(ctx context.Context, rank, gen int) (*comm.NCCL, error) 
 	if c.cfg.reconnect {
 		opts = append(slices.Clone(opts), comm.WithReconnect(c.reconnectFunc(rank)))
 	}
-	b, err := seam.NewNCCL(ctx, d, c.generationID(gen), rank, c.n, opts)
+	opts = append(slices.Clone(opts), comm.WithDriver(d))
+	b, err := comm.NewNCCL(ctx, comm.UniqueID(c.generationID(gen)), rank, c.n, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: %w", rank, err)
 	}
-	nb, ok := b.(*comm.NCCL)
-	if !ok {
-		return nil, fmt.Errorf("rank %d: backend of type %T, want *comm.NCCL", rank, b)
-	}
-	return nb, nil
+	return b, nil
 }
 
 // generationID returns the unique id of cluster generation gen, made on first use.
-func (c *Cluster) generationID(gen int) seam.UniqueID {
+func (c *Cluster) generationID(gen int) gpulib.UniqueID {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	id, ok := c.ids[gen]
@@ -204,6 +199,44 @@ func (c *Cluster) Replace(ctx context.Context, rank, gen int) (*comm.NCCL, error
 	c.backends[rank] = b
 	c.mu.Unlock()
 	return b, nil
+}
+
+// SplitBackends splits every rank's backend at once (comm.NCCL.Split with key = rank):
+// rank r joins sub-group color(r). It returns the new backends, index = rank (nil for a
+// negative color); the caller closes them before the Cluster.
+func (c *Cluster) SplitBackends(ctx context.Context, color func(rank int) int) ([]comm.Backend, error) {
+	c.mu.Lock()
+	parents := slices.Clone(c.backends)
+	c.mu.Unlock()
+	if len(parents) == 0 {
+		return nil, fmt.Errorf("split backends: %w: the cluster has no NCCL backends", comm.ErrUnsupported)
+	}
+	out := make([]comm.Backend, len(parents))
+	errs := make([]error, len(parents))
+	var wg sync.WaitGroup
+	for r, b := range parents {
+		if b == nil {
+			return nil, fmt.Errorf("split backends: %w: the cluster has no NCCL backends", comm.ErrUnsupported)
+		}
+		wg.Go(func() {
+			nb, err := b.Split(ctx, color(r), r)
+			if err != nil {
+				errs[r] = fmt.Errorf("rank %d: %w", r, err)
+			} else if nb != nil {
+				out[r] = nb
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, b := range out {
+			if b != nil {
+				_ = b.Close()
+			}
+		}
+		return nil, fmt.Errorf("split backends: %w", err)
+	}
+	return out, nil
 }
 
 // Size returns the number of ranks.

@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/raw/nccl"
 )
 
 // Instance is one running world of a Harness: its ranks' backends and the device memory
@@ -46,6 +46,20 @@ type CallCounter interface {
 	DriverCalls() int64
 }
 
+// BackendSplitter is an Instance whose backends can make backends of sub-groups
+// (comm.NCCL.Split): SplitBackends calls it on every rank at once, rank r joining the
+// sub-group color(r) ordered by rank, and returns the new backends (nil for a negative
+// color), index = rank. The caller closes them.
+type BackendSplitter interface {
+	SplitBackends(ctx context.Context, color func(rank int) int) ([]comm.Backend, error)
+}
+
+// AsyncErrorInjector is an Instance that can make rank's library report an
+// asynchronous error (ncclCommGetAsyncError), as after a transport failure.
+type AsyncErrorInjector interface {
+	InjectAsyncError(rank int, code nccl.Result) error
+}
+
 // StreamHolder is an Instance that can block a stream until released.
 type StreamHolder interface {
 	HoldStream(rank int, s comm.Stream) (release func(), err error)
@@ -69,6 +83,56 @@ type Harness struct {
 	// Timeout bounds every step that waits for all ranks (default one minute); a step
 	// that takes longer fails the test instead of hanging it.
 	Timeout time.Duration
+	// StartWatched, when set, starts World ranks like Start but with the backend's
+	// health watchdog on (comm.WithWatchdog, comm.WithAbortOnFailure) and the operation
+	// timeout timeout, for the idle-worker case.
+	StartWatched func(elem comm.DType, timeout time.Duration) (Instance, error)
+	// Requires lists the optional capabilities the backend must have. A case whose
+	// operation every rank answers with ErrUnsupported is skipped for a capability not
+	// listed here, and fails for one that is: a wrong version check cannot pass as a
+	// missing feature.
+	Requires []Capability
+}
+
+// Capability is an optional feature of a backend that RunConformance exercises.
+type Capability string
+
+// The capabilities RunConformance knows.
+const (
+	// CapRegister: RegisterBuffer and DeregisterBuffer (ncclCommRegister, NCCL >= 2.19).
+	CapRegister Capability = "register-buffer"
+	// CapSymmetricMemory: SymmetricAlloc and SymmetricFree (ncclMemAlloc, NCCL >= 2.19).
+	CapSymmetricMemory Capability = "symmetric-memory"
+	// CapSplit: Communicator.Split and, on an Instance that is a BackendSplitter,
+	// backends of sub-groups (ncclCommSplit, NCCL >= 2.18).
+	CapSplit Capability = "split"
+	// CapWatchdog: a health watchdog (Harness.StartWatched).
+	CapWatchdog Capability = "watchdog"
+	// CapAsyncErrors: asynchronous library errors the suite can cause (an Instance
+	// that is an AsyncErrorInjector).
+	CapAsyncErrors Capability = "async-errors"
+)
+
+// lacking ends a case whose capability c the harness does not offer (has false): it
+// fails when the harness requires c, and skips otherwise.
+func (h Harness) lacking(t *testing.T, c Capability, has bool, why string) {
+	t.Helper()
+	if has {
+		return
+	}
+	if h.requires(c) {
+		t.Fatalf("the harness requires %s, but %s", c, why)
+	}
+	t.Skipf("%s: not offered (%s) and not required by the harness", c, why)
+}
+
+func (h Harness) requires(c Capability) bool {
+	for _, r := range h.Requires {
+		if r == c {
+			return true
+		}
+	}
+	return false
 }
 
 // RunConformance runs the conformance suite against h: every Backend operation with
@@ -103,6 +167,7 @@ func RunConformance(t *testing.T, h Harness) {
 		t.Run("broadcast", e.broadcast)
 		t.Run("send-recv-ring", e.ring)
 		t.Run("nested-groups", e.nestedGroups)
+		t.Run("group-scope-across-backends", e.backendGroupScope)
 		t.Run("barrier", e.barrier)
 		t.Run("recv-command-u32", e.recvCommand)
 		t.Run("register", e.register)
@@ -119,6 +184,15 @@ func RunConformance(t *testing.T, h Harness) {
 	t.Run("bad-input", func(t *testing.T) {
 		e := start(t, h, comm.BFloat16)
 		e.badInput(t)
+	})
+	t.Run("commands-under-cancellation", func(t *testing.T) {
+		e := start(t, h, comm.BFloat16)
+		e.commandsUnderCancellation(t)
+	})
+	t.Run("idle-worker-under-watchdog", func(t *testing.T) { idleWorker(t, h) })
+	t.Run("typed-async-errors", func(t *testing.T) {
+		e := start(t, h, comm.BFloat16)
+		e.typedAsyncErrors(t)
 	})
 }
 
@@ -532,6 +606,56 @@ func (e *env) nestedGroups(t *testing.T) {
 	}
 }
 
+// backendGroupScope checks the group scope across backends of one rank (a pipeline-
+// parallel group around a tensor-parallel all-reduce): inside a group opened on the
+// world's backend, a sub-group backend's AllReduce is part of the group, and the
+// outermost GroupEnd returns with its result in place; AllReduceAsync, which cannot be
+// grouped, fails with ErrGroupOpen there.
+func (e *env) backendGroupScope(t *testing.T) {
+	sp, ok := e.inst.(BackendSplitter)
+	e.h.lacking(t, CapSplit, ok, "its instance is no BackendSplitter")
+	ctx, cancel := context.WithTimeout(context.Background(), e.h.Timeout)
+	defer cancel()
+	color := func(r int) int { return r / 2 } // pairs, the two-rank case of tensor parallelism
+	subs, err := sp.SplitBackends(ctx, color)
+	if e.skipUnsupported(t, []error{err}, CapSplit, "split") {
+		return
+	}
+	for _, s := range subs {
+		t.Cleanup(func() { _ = s.Close() })
+	}
+	const count = 33
+	bytes := count * e.es
+	ps := e.buffers(t, bytes, func(r int) []byte { return inputs(comm.Sum, e.elem, e.n, r, 0, count) })
+	e.all(t, func(r int) error {
+		if err := e.b[r].GroupStart(); err != nil {
+			return err
+		}
+		errOp := subs[r].AllReduce(ps[r], bytes)
+		errAsync := subs[r].AllReduceAsync(ps[r], bytes, 0)
+		errEnd := e.b[r].GroupEnd()
+		if errOp != nil || errEnd != nil {
+			return errors.Join(errOp, errEnd)
+		}
+		if !errors.Is(errAsync, comm.ErrGroupOpen) {
+			return fmt.Errorf("rank %d: all-reduce-async inside another backend's group returned %v, want ErrGroupOpen", r, errAsync)
+		}
+		return nil
+	})
+	for r := range e.n {
+		lo := color(r) * 2
+		hi := min(lo+2, e.n)
+		want := make([]float64, count)
+		for i := range want {
+			for q := lo; q < hi; q++ {
+				want[i] += pattern(comm.Sum, e.elem, e.n, q, i)
+			}
+		}
+		wb, _ := EncodeValues(e.elem, want)
+		checkBytes(t, e.elem, wb, e.read(t, r, ps[r], bytes), "sub-group all-reduce inside the world's group, rank %d (group of ranks %d-%d)", r, lo, hi-1)
+	}
+}
+
 // barrier checks that every rank's Barrier succeeds and that the communicator stays in
 // step: a blocking all-reduce afterwards gives the right result.
 func (e *env) barrier(t *testing.T) {
@@ -582,7 +706,7 @@ func (e *env) register(t *testing.T) {
 		handles[r] = h
 		return err
 	})
-	requireAllOrUnsupported(t, errs, "registration", "register")
+	e.skipUnsupported(t, errs, CapRegister, "register")
 	e.all(t, func(r int) error { return e.b[r].AllReduce(ps[r], bytes) })
 	for r := range e.n {
 		checkBytes(t, e.elem, expected(comm.Sum, e.elem, e.n, 0, count), e.read(t, r, ps[r], bytes), "all-reduce in a registered buffer, rank %d", r)
@@ -604,7 +728,7 @@ func (e *env) symmetric(t *testing.T) {
 		ps[r] = p
 		return err
 	})
-	requireAllOrUnsupported(t, errs, "symmetric memory", "symmetric-alloc")
+	e.skipUnsupported(t, errs, CapSymmetricMemory, "symmetric-alloc")
 	for r := range e.n {
 		require.NoError(t, e.inst.Write(r, ps[r], inputs(comm.Sum, e.elem, e.n, r, 0, count)))
 	}
@@ -618,22 +742,109 @@ func (e *env) symmetric(t *testing.T) {
 	}
 }
 
-// requireAllOrUnsupported skips the test when every rank's call said ErrUnsupported (the
-// backend lacks the feature) and otherwise requires every call to have succeeded.
-func requireAllOrUnsupported(t *testing.T, errs []error, feature, op string) {
-	t.Helper()
-	unsupported := 0
-	for _, err := range errs {
-		if errors.Is(err, comm.ErrUnsupported) {
-			unsupported++
+var allOps = []comm.ReduceOp{comm.Sum, comm.Prod, comm.Max, comm.Min, comm.Avg}
+
+// commandsUnderCancellation checks that no command is lost or delivered twice when
+// RecvCommandU32's waits end by their context: for each of 40 numbered commands, every
+// worker first calls RecvCommandU32 with a context that has already ended (the root
+// waits for all of these before it broadcasts), then receives the command with a live
+// context; each worker must see every command once, in order.
+func (e *env) commandsUnderCancellation(t *testing.T) {
+	if e.n < 2 {
+		t.Skip("one rank: no worker to send commands to")
+	}
+	const commands = 40
+	ps := e.buffers(t, 4, nil)
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	live, stop := context.WithTimeout(context.Background(), e.h.Timeout)
+	defer stop()
+	tried := make(chan struct{}, e.n)
+	e.all(t, func(r int) error {
+		for i := range commands {
+			word := []byte{byte(i), byte(i >> 8), 0x5a, 0xa5}
+			if r == 0 {
+				for range e.n - 1 {
+					<-tried
+				}
+				if err := e.inst.Write(0, ps[0], word); err != nil {
+					return err
+				}
+				if err := e.b[0].Broadcast(ps[0], 4, 0); err != nil {
+					return fmt.Errorf("command %d: %w", i, err)
+				}
+				continue
+			}
+			err := e.b[r].RecvCommandU32(canceled, ps[r], 0)
+			tried <- struct{}{}
+			if !errors.Is(err, context.Canceled) {
+				return fmt.Errorf("command %d: a receive with an ended context returned %v, want context.Canceled", i, err)
+			}
+			if err := e.b[r].RecvCommandU32(live, ps[r], 0); err != nil {
+				return fmt.Errorf("command %d: %w", i, err)
+			}
+			got, err := e.inst.Read(r, ps[r], 4)
+			if err != nil {
+				return err
+			}
+			if !bytes.Equal(got, word) {
+				return fmt.Errorf("command %d: received % x, want % x (a command was lost or repeated)", i, got, word)
+			}
 		}
-	}
-	if unsupported == len(errs) {
-		t.Skipf("%s is unsupported by this backend (ErrUnsupported on every rank)", feature)
-	}
-	for r, err := range errs {
-		require.NoError(t, err, "%s on rank %d", op, r)
-	}
+		return nil
+	})
 }
 
-var allOps = []comm.ReduceOp{comm.Sum, comm.Prod, comm.Max, comm.Min, comm.Avg}
+// idleWorker checks that a worker waiting in RecvCommandU32 for longer than the
+// operation timeout, with the watchdog on, stays healthy (a wait without deadline is
+// not a hang) and then works normally.
+func idleWorker(t *testing.T, h Harness) {
+	h.lacking(t, CapWatchdog, h.StartWatched != nil, "it has no StartWatched")
+	if h.World < 2 {
+		t.Skip("one rank: no worker to wait for commands")
+	}
+	const timeout = 50 * time.Millisecond
+	inst, err := h.StartWatched(comm.BFloat16, timeout)
+	require.NoError(t, err, "start %s with a watchdog", h.Name)
+	t.Cleanup(func() { _ = inst.Close() })
+	e := &env{h: h, inst: inst, b: inst.Backends(), n: h.World, elem: comm.BFloat16, es: 2}
+	ps := e.buffers(t, 4, func(int) []byte { return []byte{1, 2, 3, 4} })
+	ctx, cancel := context.WithTimeout(context.Background(), h.Timeout)
+	defer cancel()
+	e.all(t, func(r int) error {
+		if r == 0 {
+			time.Sleep(6 * timeout) // the workers idle for several operation timeouts
+			return e.b[0].Broadcast(ps[0], 4, 0)
+		}
+		return e.b[r].RecvCommandU32(ctx, ps[r], 0)
+	})
+	for r := range e.n {
+		require.True(t, e.b[r].IsHealthy(), "rank %d: an idle worker was judged hung", r)
+	}
+	e.all(t, func(r int) error { return e.b[r].AllReduce(ps[r], 4) })
+}
+
+// typedAsyncErrors checks what a caller sees of an asynchronous library error: the
+// raw result (errors.Is(err, nccl.RemoteError)), ErrUnhealthy, the operation and the
+// rank in the message, and IsHealthy false.
+func (e *env) typedAsyncErrors(t *testing.T) {
+	inj, ok := e.inst.(AsyncErrorInjector)
+	e.h.lacking(t, CapAsyncErrors, ok, "its instance is no AsyncErrorInjector")
+	r := e.n - 1
+	if err := inj.InjectAsyncError(r, nccl.RemoteError); errors.Is(err, comm.ErrUnsupported) && !e.h.requires(CapAsyncErrors) {
+		t.Skipf("the instance cannot cause asynchronous errors: %v", err)
+	} else {
+		require.NoError(t, err)
+	}
+	ps := e.buffers(t, 64, nil)
+	err := e.b[r].AllReduce(ps[r], 64)
+	if err == nil {
+		t.Fatalf("rank %d: all-reduce after an asynchronous ncclRemoteError succeeded", r)
+	}
+	require.ErrorIs(t, err, nccl.RemoteError, "rank %d: the raw result", r)
+	require.ErrorIs(t, err, comm.ErrUnhealthy, "rank %d: the first fatal error", r)
+	if msg := err.Error(); !strings.Contains(msg, fmt.Sprintf("all-reduce of 64 bytes on rank %d", r)) {
+		t.Fatalf("rank %d: %q names neither the operation nor the rank", r, msg)
+	}
+	require.False(t, e.b[r].IsHealthy(), "rank %d after the error", r)
+}

@@ -2,7 +2,11 @@ package commtest_test
 
 import (
 	"fmt"
+	"os"
+	"os/exec"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
@@ -87,4 +91,23 @@ func twoRankHarness(opts ...commtest.Option) commtest.Harness {
 		return c, nil
 	}
 	return h
+}
+
+// TestRequiredCapabilityCannotSkip checks that a harness's Requires turns "every rank
+// said ErrUnsupported" into a failure: a simulated NCCL 2.18 has no ncclCommRegister,
+// and a harness that claims registration must fail the suite, not skip the case. The
+// suite runs in a child process (a failing RunConformance fails its test).
+func TestRequiredCapabilityCannotSkip(t *testing.T) {
+	if os.Getenv("NCCLGO_CONFORMANCE_CHILD") == "1" {
+		h := commtest.SimHarness(2, commtest.WithNCCLVersion(21803))
+		h.Requires = []commtest.Capability{commtest.CapRegister}
+		commtest.RunConformance(t, h)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRequiredCapabilityCannotSkip$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "NCCLGO_CONFORMANCE_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err, "the suite must fail; output:\n%s", out)
+	require.Contains(t, string(out), "the harness requires register-buffer, but every rank answered ErrUnsupported")
+	require.Contains(t, string(out), "symmetric-memory is unsupported by this backend", "a capability not required still skips")
 }

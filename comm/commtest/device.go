@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/ncclgo/ncclgo/comm"
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/kernels"
 )
 
@@ -29,7 +29,7 @@ func (c *Cluster) Free(rank int, p comm.DevicePtr) error {
 	if err := c.checkRank("free", rank); err != nil {
 		return err
 	}
-	return c.w.Free(rank, seam.Ptr(p))
+	return c.w.Free(rank, gpulib.Ptr(p))
 }
 
 // Write copies data to p on rank's device at once, without waiting for any stream.
@@ -37,7 +37,7 @@ func (c *Cluster) Write(rank int, p comm.DevicePtr, data []byte) error {
 	if err := c.checkRank("write", rank); err != nil {
 		return err
 	}
-	return c.w.Write(rank, seam.Ptr(p), data)
+	return c.w.Write(rank, gpulib.Ptr(p), data)
 }
 
 // Read copies n bytes at p on rank's device at once. Like a copy on a stream that does
@@ -50,7 +50,7 @@ func (c *Cluster) Read(rank int, p comm.DevicePtr, n int) ([]byte, error) {
 	if n < 0 {
 		return nil, &comm.ArgError{Op: "read", Arg: "n", Value: n, Err: comm.ErrInvalidSize, Reason: "negative"}
 	}
-	return c.w.Read(rank, seam.Ptr(p), uint64(n))
+	return c.w.Read(rank, gpulib.Ptr(p), uint64(n))
 }
 
 // WriteValues writes vals as elements of type t (see EncodeValues) at p on rank's device.
@@ -92,7 +92,7 @@ func (c *Cluster) DestroyStream(rank int, s comm.Stream) error {
 	if err := c.checkRank("destroy stream", rank); err != nil {
 		return err
 	}
-	return c.w.DestroyStream(rank, seam.Stream(s))
+	return c.w.DestroyStream(rank, gpulib.Stream(s))
 }
 
 // CopyAsync queues a device-to-device copy of bytes on stream s of rank's device:
@@ -104,7 +104,7 @@ func (c *Cluster) CopyAsync(rank int, dst, src comm.DevicePtr, bytes int, s comm
 	if bytes < 0 {
 		return &comm.ArgError{Op: "copy", Arg: "bytes", Value: bytes, Err: comm.ErrInvalidSize, Reason: "negative"}
 	}
-	return c.w.CopyAsync(rank, seam.Ptr(dst), seam.Ptr(src), uint64(bytes), seam.Stream(s))
+	return c.w.CopyAsync(rank, gpulib.Ptr(dst), gpulib.Ptr(src), uint64(bytes), gpulib.Stream(s))
 }
 
 // SyncStream waits for the work queued on stream s of rank's device.
@@ -112,7 +112,7 @@ func (c *Cluster) SyncStream(rank int, s comm.Stream) error {
 	if err := c.checkRank("sync stream", rank); err != nil {
 		return err
 	}
-	return c.w.SyncStream(rank, seam.Stream(s))
+	return c.w.SyncStream(rank, gpulib.Stream(s))
 }
 
 // HoldStream blocks stream s of rank's device until release is called: work queued
@@ -121,7 +121,7 @@ func (c *Cluster) HoldStream(rank int, s comm.Stream) (release func(), err error
 	if err := c.checkRank("hold stream", rank); err != nil {
 		return nil, err
 	}
-	return c.w.Hold(rank, seam.Stream(s))
+	return c.w.Hold(rank, gpulib.Stream(s))
 }
 
 // Synchronize waits until every stream of rank's device has run the work queued so far

@@ -1,12 +1,10 @@
 package commtest
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest/internal/sim"
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
 )
 
 // NewDevices starts a simulated machine of n devices with no backends, for code that
@@ -40,18 +38,11 @@ func (c *Cluster) DeviceOption(rank int) (comm.Option, error) {
 	if err := c.checkRank("device option", rank); err != nil {
 		return nil, err
 	}
-	if seam.DeviceOption == nil {
-		return nil, errors.New("device option: package comm did not register its bring-up hook")
-	}
 	d, err := c.w.Driver(rank)
 	if err != nil {
 		return nil, err
 	}
-	o, ok := seam.DeviceOption(d).(comm.Option)
-	if !ok {
-		return nil, fmt.Errorf("device option: comm's hook returned %T, want comm.Option", seam.DeviceOption(d))
-	}
-	return o, nil
+	return comm.WithDriver(d), nil
 }
 
 // Revive brings a killed device back the way a restarted process finds it: empty (its

@@ -11,9 +11,14 @@
 // operation, every element type it applies to, in place and out of place, every root,
 // grouped send/receive rings, barrier, AllReduceAsync ordering, RecvCommandU32,
 // registration, symmetric memory, the typed Communicator, and a bad-input table that
-// must fail with comm's sentinel errors without reaching the library. [SimHarness] runs
-// it on the simulator, [SingleHarness] on comm.Single; the gpu-tagged tests run it on
-// real NCCL.
+// must fail with comm's sentinel errors without reaching the library; group scope
+// across communicators and backends, commands under cancellation, idle workers under
+// the watchdog and typed asynchronous errors. [SimHarness] runs it on the simulator,
+// [SingleHarness] on comm.Single; the gpu-tagged tests run it on real NCCL. A harness
+// lists the optional capabilities it must have (Harness.Requires): a case that every
+// rank answers with ErrUnsupported is skipped only for a capability not listed there.
+// The package depends on the standard library only (and comm), so importing it from an
+// engine's tests adds nothing to the engine's module.
 //
 // # What the simulation does
 //
@@ -29,8 +34,10 @@
 // matching, no work: a zero-count all-reduce does not synchronise anything); a send
 // completes only when the matching receive runs (same bytes, or ncclInvalidUsage), so
 // exchanges that must progress together need one group on every rank, and an unmatched
-// send never completes; operations inside a group launch together at the outermost
-// group end, and an argument error inside a group drops the whole group; non-blocking
+// send never completes; group state is per OS thread for every communicator of the
+// process, so operations a thread issues inside a group, on any communicator, launch
+// together at its outermost group end, and an argument error inside a group drops the
+// whole group; non-blocking
 // communicators report ncclInProgress until every rank has joined (init, split, shrink,
 // window registration); destroy waits for pending work (it hangs while an operation
 // waits for a dead peer), abort never waits; revoke ends in-flight work; shrink and

@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/ncclgo/ncclgo/comm/commtest/internal/sim"
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/raw/nccl"
 )
 
@@ -27,7 +27,7 @@ func (c *Cluster) InjectAsyncError(rank int, code nccl.Result) error {
 	if err := c.checkRank("inject async error", rank); err != nil {
 		return err
 	}
-	return c.w.InjectError(rank, seam.Result(code))
+	return c.w.InjectError(rank, gpulib.Result(code))
 }
 
 // Hang makes the next ops NCCL operations that start on rank never complete: they and

@@ -17,6 +17,7 @@ import (
 	"github.com/ncclgo/ncclgo/comm/commtest"
 	"github.com/ncclgo/ncclgo/raw/cuda"
 	"github.com/ncclgo/ncclgo/raw/cuda/cudatest"
+	"github.com/ncclgo/ncclgo/raw/nccl"
 )
 
 // TestGPUConformanceRealNCCL runs the conformance suite on the real NCCL backend and real
@@ -40,10 +41,22 @@ func TestGPUConformanceRealNCCL(t *testing.T) {
 	if _, err := comm.NewUniqueID(); err != nil {
 		t.Skipf("NCCL unavailable: %v (run make libs; NCCLGO_LIBNCCL selects libnccl)", err)
 	}
+	var version int32
+	if err := nccl.GetVersion(&version); err != nil {
+		t.Fatalf("ncclGetVersion: %v", err)
+	}
+	var caps []commtest.Capability // what the loaded NCCL has, by NCCL's release notes
+	if version >= 21800 {
+		caps = append(caps, commtest.CapSplit)
+	}
+	if version >= 21900 {
+		caps = append(caps, commtest.CapRegister, commtest.CapSymmetricMemory)
+	}
 	commtest.RunConformance(t, commtest.Harness{
-		Name:    fmt.Sprintf("real NCCL, %d ranks", world),
-		World:   world,
-		Timeout: 2 * time.Minute,
+		Name:     fmt.Sprintf("real NCCL %d, %d ranks", version, world),
+		World:    world,
+		Timeout:  2 * time.Minute,
+		Requires: caps,
 		Start: func(elem comm.DType) (commtest.Instance, error) {
 			return startGPU(ctxs, elem)
 		},

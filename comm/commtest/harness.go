@@ -7,15 +7,42 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest/internal/sim"
+	"github.com/ncclgo/ncclgo/raw/nccl"
 )
 
 // SimHarness returns the Harness of comm's NCCL backend on a simulated world of world
 // ranks (see NewCluster); opts apply to every Cluster it starts, after the element type.
-// Each Start returns a *Cluster.
+// Each Start returns a *Cluster. The simulated NCCL is 2.29.7 unless opts say otherwise,
+// so the harness requires every capability the suite knows of the NCCL version it
+// simulates: registration and symmetric memory from 2.19, split from 2.18.
 func SimHarness(world int, opts ...Option) Harness {
+	cfg := clusterConfig{}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	v := cfg.version
+	if v == 0 {
+		v = sim.DefaultVersion
+	}
+	var caps []Capability
+	if v >= 21800 {
+		caps = append(caps, CapSplit)
+	}
+	if v >= 21900 {
+		caps = append(caps, CapRegister, CapSymmetricMemory)
+	}
+	caps = append(caps, CapWatchdog, CapAsyncErrors)
 	return Harness{
-		Name:  fmt.Sprintf("simulated NCCL, %d ranks", world),
-		World: world,
+		Name:     fmt.Sprintf("simulated NCCL %d, %d ranks", v, world),
+		World:    world,
+		Requires: caps,
+		StartWatched: func(elem comm.DType, timeout time.Duration) (Instance, error) {
+			o := append([]Option{WithCommOptions(comm.WithElementType(elem), comm.WithTimeout(timeout),
+				comm.WithWatchdog(timeout/10), comm.WithAbortOnFailure(), comm.WithCloseTimeout(10*time.Second))}, opts...)
+			return NewCluster(world, o...)
+		},
 		Start: func(elem comm.DType) (Instance, error) {
 			o := append([]Option{WithCommOptions(comm.WithElementType(elem), comm.WithTimeout(time.Minute),
 				comm.WithCloseTimeout(10*time.Second))}, opts...)
@@ -58,6 +85,11 @@ type singleInstance struct {
 }
 
 func (s *singleInstance) Backends() []comm.Backend { return []comm.Backend{s.single} }
+
+// InjectAsyncError returns ErrUnsupported: comm.Single has no library to fail.
+func (s *singleInstance) InjectAsyncError(int, nccl.Result) error {
+	return fmt.Errorf("inject async error: %w: comm.Single calls no library", comm.ErrUnsupported)
+}
 
 func (s *singleInstance) Communicators() []comm.Communicator { return []comm.Communicator{s.noop} }
 

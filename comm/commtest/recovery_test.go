@@ -17,6 +17,7 @@ import (
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
 	"github.com/ncclgo/ncclgo/comm/rendezvous"
+	"github.com/ncclgo/ncclgo/raw/nccl"
 )
 
 // Recovery end to end on the simulator: ranks brought up by comm.Connect through a
@@ -177,6 +178,15 @@ func (w *recovered) dev(rank int) (int, error) {
 		return 0, fmt.Errorf("rank %d outside [0, %d): %w", rank, len(w.devices), comm.ErrInvalidRank)
 	}
 	return w.devices[rank], nil
+}
+
+// InjectAsyncError injects into the device of the backend at rank.
+func (w *recovered) InjectAsyncError(rank int, code nccl.Result) error {
+	d, err := w.dev(rank)
+	if err != nil {
+		return err
+	}
+	return w.Cluster.InjectAsyncError(d, code)
 }
 
 func (w *recovered) Alloc(rank, bytes int) (comm.DevicePtr, error) {
@@ -395,7 +405,7 @@ func TestShrinkNeedsNCCL227(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.Shrink(context.Background(), []int{1})
 	require.ErrorIs(t, err, comm.ErrUnsupported)
-	assert.Contains(t, err.Error(), "needs NCCL ≥ 2.27 (loaded 2.26.3)")
+	assert.Contains(t, err.Error(), "needs NCCL 2.27.3 (loaded 2.26.3)")
 	assert.True(t, b.IsHealthy(), "nothing was revoked")
 }
 

@@ -3,9 +3,8 @@ package commtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
-
-	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo/comm"
 )
@@ -66,30 +65,16 @@ func (e *env) typed(t *testing.T, cs []comm.Communicator) {
 				checkBytes(t, dt, tagged(root, count*es), e.read(t, r, ps[r], count*es), "typed broadcast from %d, rank %d", root, r)
 			}
 
-			// A ring: in one group where the communicator has groups; otherwise even
-			// ranks send first and odd ranks receive first, so that no send waits for a
-			// receive queued behind another send.
+			// A ring, in one group on every rank (every Communicator has groups).
 			in := e.buffers(t, count*es, nil)
 			e.all(t, func(r int) error {
 				next, prev := (r+1)%e.n, (r+e.n-1)%e.n
-				if g, ok := cs[r].(grouper); ok {
-					if err := g.GroupStart(); err != nil {
-						return err
-					}
-					errS := cs[r].Send(send[r], count, dt, next, 7)
-					errR := cs[r].Recv(in[r], count, dt, prev, 7)
-					return errors.Join(errS, errR, g.GroupEnd())
-				}
-				if r%2 == 0 {
-					if err := cs[r].Send(send[r], count, dt, next, 7); err != nil {
-						return err
-					}
-					return cs[r].Recv(in[r], count, dt, prev, 7)
-				}
-				if err := cs[r].Recv(in[r], count, dt, prev, 7); err != nil {
+				if err := cs[r].GroupStart(); err != nil {
 					return err
 				}
-				return cs[r].Send(send[r], count, dt, next, 7)
+				errS := cs[r].Send(send[r], count, dt, next, 7)
+				errR := cs[r].Recv(in[r], count, dt, prev, 7)
+				return errors.Join(errS, errR, cs[r].GroupEnd())
 			})
 			sync(t)
 			if !e.h.NoOp {
@@ -103,12 +88,74 @@ func (e *env) typed(t *testing.T, cs []comm.Communicator) {
 		e.all(t, func(r int) error { return cs[r].Barrier(ctx) })
 	})
 	t.Run("split", func(t *testing.T) { e.split(t, ctx, cs) })
+	t.Run("group-scope-across-communicators", func(t *testing.T) { e.typedGroupScope(t, ctx, cs) })
 }
 
-// grouper is a Communicator with NCCL-style groups (comm.NCCLCommunicator).
-type grouper interface {
-	GroupStart() error
-	GroupEnd() error
+// typedGroupScope checks that a group opened on one communicator covers the operations
+// the same goroutine issues on another (NCCL keeps group state per thread, for every
+// communicator): inside the parent's group, a sub-communicator's all-reduce is only
+// recorded and its Sync refuses to wait (ErrGroupOpen) instead of returning before the
+// operation was launched; after the parent's GroupEnd, Sync sees the result.
+func (e *env) typedGroupScope(t *testing.T, ctx context.Context, cs []comm.Communicator) {
+	subs := make([]comm.Communicator, e.n)
+	errs := e.try(t, func(r int) error {
+		s, err := cs[r].Split(ctx, 0, r)
+		subs[r] = s
+		return err
+	})
+	if e.skipUnsupported(t, errs, CapSplit, "split") {
+		return
+	}
+	for r := range e.n {
+		t.Cleanup(func() { _ = subs[r].Close() })
+	}
+	const count = 9
+	ps := e.buffers(t, 4*count, func(r int) []byte { return inputs(comm.Sum, comm.Int32, e.n, r, 0, count) })
+	e.all(t, func(r int) error {
+		if err := cs[r].GroupStart(); err != nil {
+			return err
+		}
+		errOp := subs[r].AllReduce(ps[r], count, comm.Int32, comm.Sum)
+		errSync := subs[r].Sync(ctx)
+		errEnd := cs[r].GroupEnd()
+		if errOp != nil || errEnd != nil {
+			return errors.Join(errOp, errEnd)
+		}
+		if !errors.Is(errSync, comm.ErrGroupOpen) {
+			return fmt.Errorf("rank %d: Sync of a sub-communicator inside the parent's group returned %v, want ErrGroupOpen", r, errSync)
+		}
+		return subs[r].Sync(ctx)
+	})
+	if e.h.NoOp {
+		return
+	}
+	for r := range e.n {
+		checkBytes(t, comm.Int32, expected(comm.Sum, comm.Int32, e.n, 0, count), e.read(t, r, ps[r], 4*count), "sub-communicator all-reduce grouped by the parent, rank %d", r)
+	}
+}
+
+// skipUnsupported reports whether every rank answered ErrUnsupported, skipping the test
+// (or failing it when the harness requires the capability); otherwise it requires every
+// call to have succeeded.
+func (e *env) skipUnsupported(t *testing.T, errs []error, c Capability, op string) bool {
+	t.Helper()
+	n := 0
+	for _, err := range errs {
+		if errors.Is(err, comm.ErrUnsupported) {
+			n++
+		}
+	}
+	if n == len(errs) {
+		if e.h.requires(c) {
+			t.Fatalf("%s: the harness requires %s, but every rank answered ErrUnsupported: %v", op, c, errs[0])
+		}
+		t.Skipf("%s is unsupported by this backend (ErrUnsupported on every rank) and not required by the harness", c)
+		return true
+	}
+	for r, err := range errs {
+		require.NoError(t, err, "%s on rank %d", op, r)
+	}
+	return false
 }
 
 // split splits the world into even and odd ranks, ordered by descending rank, and
@@ -126,7 +173,10 @@ func (e *env) split(t *testing.T, ctx context.Context, cs []comm.Communicator) {
 			require.ErrorIs(t, errs[r], comm.ErrUnsupported, "rank %d", r)
 			require.Nil(t, subs[r])
 		}
-		t.Skip("the communicator cannot split (ErrUnsupported)")
+		if e.h.requires(CapSplit) {
+			t.Fatalf("split: the harness requires %s, but every rank answered ErrUnsupported: %v", CapSplit, errs[0])
+		}
+		t.Skip("the communicator cannot split (ErrUnsupported) and the harness does not require it")
 	}
 	for _, r := range mine {
 		require.NoError(t, errs[r], "rank %d", r)

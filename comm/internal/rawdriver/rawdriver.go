@@ -1,8 +1,8 @@
-// Package rawdriver is the production seam.Driver: comm's NCCL backend calling the real
+// Package rawdriver is the production gpulib.Driver: comm's NCCL backend calling the real
 // libcuda and libnccl through raw/cuda and raw/nccl (loaded at run time, no -lnccl). It
 // builds with CGO_ENABLED=0, where every call fails with the raw packages' ErrNeedsCgo.
 //
-// NCCL failures are returned as *seam.Error carrying raw's *nccl.Error (so errors.As
+// NCCL failures are returned as *gpulib.Error carrying raw's *nccl.Error (so errors.As
 // reaches both); CUDA failures as raw's cuda.Result. The success paths allocate nothing.
 package rawdriver
 
@@ -14,7 +14,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/raw/cuda"
 	"github.com/ncclgo/ncclgo/raw/nccl"
 )
@@ -36,8 +36,8 @@ type launchArgs struct {
 	params [4]unsafe.Pointer
 }
 
-var _ seam.Driver = (*Driver)(nil)
-var _ seam.CommInfo = (*Driver)(nil)
+var _ gpulib.Driver = (*Driver)(nil)
+var _ gpulib.CommInfo = (*Driver)(nil)
 
 var initOnce = sync.OnceValue(func() error { return cuda.Init(0) })
 
@@ -68,18 +68,18 @@ func New(ordinal, rank int) (*Driver, error) {
 }
 
 // UniqueID calls ncclGetUniqueId; it needs no device.
-func UniqueID() (seam.UniqueID, error) {
+func UniqueID() (gpulib.UniqueID, error) {
 	var id nccl.UniqueId
 	if err := nccl.GetUniqueId(&id); err != nil {
-		return seam.UniqueID{}, ncclErr(err)
+		return gpulib.UniqueID{}, ncclErr(err)
 	}
-	return seam.UniqueID(id.Internal), nil
+	return gpulib.UniqueID(id.Internal), nil
 }
 
 // Ordinal is the device the driver uses.
 func (d *Driver) Ordinal() int { return d.ordinal }
 
-// ncclErr turns raw's NCCL error into a *seam.Error; load and symbol errors stay as
+// ncclErr turns raw's NCCL error into a *gpulib.Error; load and symbol errors stay as
 // they are.
 func ncclErr(err error) error {
 	if err == nil {
@@ -87,57 +87,57 @@ func ncclErr(err error) error {
 	}
 	var r nccl.Result
 	if errors.As(err, &r) {
-		return &seam.Error{Code: seam.Result(r), Err: err}
+		return &gpulib.Error{Code: r, Err: err}
 	}
 	return err
 }
 
 // ptr gives C a device address. Device addresses lie in the unified address space that
 // CUDA reserves in the process, never in Go's heap.
-func ptr(p seam.Ptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&p)) }
+func ptr(p gpulib.Ptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&p)) }
 
 // handle gives C back an opaque NCCL handle.
-func handle(h seam.Handle) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&h)) }
+func handle(h gpulib.Handle) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&h)) }
 
 // SetDevice makes the device's primary context current on the calling thread.
 func (d *Driver) SetDevice() error { return cuda.CtxSetCurrent(d.ctx) }
 
 // MemAlloc is cuMemAlloc_v2.
-func (d *Driver) MemAlloc(bytes uint64) (seam.Ptr, error) {
+func (d *Driver) MemAlloc(bytes uint64) (gpulib.Ptr, error) {
 	var p cuda.Deviceptr
 	if err := cuda.MemAlloc(&p, bytes); err != nil {
 		return 0, err
 	}
-	return seam.Ptr(p), nil
+	return gpulib.Ptr(p), nil
 }
 
 // MemFree is cuMemFree_v2.
-func (d *Driver) MemFree(p seam.Ptr) error { return cuda.MemFree(cuda.Deviceptr(p)) }
+func (d *Driver) MemFree(p gpulib.Ptr) error { return cuda.MemFree(cuda.Deviceptr(p)) }
 
 // MemcpyDtoDAsync is cuMemcpyDtoDAsync_v2.
-func (d *Driver) MemcpyDtoDAsync(dst, src seam.Ptr, bytes uint64, s seam.Stream) error {
+func (d *Driver) MemcpyDtoDAsync(dst, src gpulib.Ptr, bytes uint64, s gpulib.Stream) error {
 	return cuda.MemcpyDtoDAsync(cuda.Deviceptr(dst), cuda.Deviceptr(src), bytes, cuda.Stream(s))
 }
 
 // StreamCreate is cuStreamCreate with CU_STREAM_NON_BLOCKING.
-func (d *Driver) StreamCreate() (seam.Stream, error) {
+func (d *Driver) StreamCreate() (gpulib.Stream, error) {
 	var s cuda.Stream
 	if err := cuda.StreamCreate(&s, uint32(cuda.StreamNonBlocking)); err != nil {
 		return 0, err
 	}
-	return seam.Stream(s), nil
+	return gpulib.Stream(s), nil
 }
 
 // StreamDestroy is cuStreamDestroy_v2.
-func (d *Driver) StreamDestroy(s seam.Stream) error { return cuda.StreamDestroy(cuda.Stream(s)) }
+func (d *Driver) StreamDestroy(s gpulib.Stream) error { return cuda.StreamDestroy(cuda.Stream(s)) }
 
 // StreamSynchronize is cuStreamSynchronize.
-func (d *Driver) StreamSynchronize(s seam.Stream) error {
+func (d *Driver) StreamSynchronize(s gpulib.Stream) error {
 	return cuda.StreamSynchronize(cuda.Stream(s))
 }
 
 // StreamQuery is cuStreamQuery; CUDA_ERROR_NOT_READY is (false, nil).
-func (d *Driver) StreamQuery(s seam.Stream) (bool, error) {
+func (d *Driver) StreamQuery(s gpulib.Stream) (bool, error) {
 	switch err := cuda.StreamQuery(cuda.Stream(s)); {
 	case err == nil:
 		return true, nil
@@ -149,24 +149,24 @@ func (d *Driver) StreamQuery(s seam.Stream) (bool, error) {
 }
 
 // EventCreate is cuEventCreate with CU_EVENT_DISABLE_TIMING.
-func (d *Driver) EventCreate() (seam.Event, error) {
+func (d *Driver) EventCreate() (gpulib.Event, error) {
 	var e cuda.Event
 	if err := cuda.EventCreate(&e, uint32(cuda.EventDisableTiming)); err != nil {
 		return 0, err
 	}
-	return seam.Event(e), nil
+	return gpulib.Event(e), nil
 }
 
 // EventDestroy is cuEventDestroy_v2.
-func (d *Driver) EventDestroy(e seam.Event) error { return cuda.EventDestroy(cuda.Event(e)) }
+func (d *Driver) EventDestroy(e gpulib.Event) error { return cuda.EventDestroy(cuda.Event(e)) }
 
 // EventRecord is cuEventRecord.
-func (d *Driver) EventRecord(e seam.Event, s seam.Stream) error {
+func (d *Driver) EventRecord(e gpulib.Event, s gpulib.Stream) error {
 	return cuda.EventRecord(cuda.Event(e), cuda.Stream(s))
 }
 
 // EventQuery is cuEventQuery; CUDA_ERROR_NOT_READY is (false, nil).
-func (d *Driver) EventQuery(e seam.Event) (bool, error) {
+func (d *Driver) EventQuery(e gpulib.Event) (bool, error) {
 	switch err := cuda.EventQuery(cuda.Event(e)); {
 	case err == nil:
 		return true, nil
@@ -178,13 +178,13 @@ func (d *Driver) EventQuery(e seam.Event) (bool, error) {
 }
 
 // StreamWaitEvent is cuStreamWaitEvent.
-func (d *Driver) StreamWaitEvent(s seam.Stream, e seam.Event) error {
+func (d *Driver) StreamWaitEvent(s gpulib.Stream, e gpulib.Event) error {
 	return cuda.StreamWaitEvent(cuda.Stream(s), cuda.Event(e), 0)
 }
 
 // LaunchKernel is cuLaunchKernel with a one-dimensional grid and block, no shared
 // memory, and args.N 8-byte parameters.
-func (d *Driver) LaunchKernel(f seam.Function, grid, block uint32, s seam.Stream, args seam.KernelArgs) error {
+func (d *Driver) LaunchKernel(f gpulib.Function, grid, block uint32, s gpulib.Stream, args gpulib.KernelArgs) error {
 	if args.N < 0 || args.N > len(args.V) {
 		return fmt.Errorf("launch kernel: %d arguments, at most %d", args.N, len(args.V))
 	}
@@ -228,11 +228,11 @@ func (d *Driver) Version() (int, error) {
 }
 
 // GetUniqueID is ncclGetUniqueId.
-func (d *Driver) GetUniqueID() (seam.UniqueID, error) { return UniqueID() }
+func (d *Driver) GetUniqueID() (gpulib.UniqueID, error) { return UniqueID() }
 
 // config builds an ncclConfig_t from NCCL_CONFIG_INITIALIZER; the name, if any, is
 // pinned until the call returns (NCCL copies it).
-func config(cfg seam.Config, pin *runtime.Pinner) *nccl.Config {
+func config(cfg gpulib.Config, pin *runtime.Pinner) *nccl.Config {
 	c := nccl.NewConfig()
 	c.Blocking = 0
 	if cfg.Blocking {
@@ -247,31 +247,40 @@ func config(cfg seam.Config, pin *runtime.Pinner) *nccl.Config {
 }
 
 // CommInitRank is ncclCommInitRankConfig.
-func (d *Driver) CommInitRank(nranks int, id seam.UniqueID, rank int, cfg seam.Config) (seam.Comm, error) {
+func (d *Driver) CommInitRank(nranks int, id gpulib.UniqueID, rank int, cfg gpulib.Config) (gpulib.Comm, error) {
 	var pin runtime.Pinner
 	defer pin.Unpin()
 	var c nccl.Comm
 	err := nccl.CommInitRankConfig(&c, int32(nranks), nccl.UniqueId{Internal: id}, int32(rank), config(cfg, &pin))
-	return seam.Comm(c), ncclErr(err)
+	return gpulib.Comm(c), ncclErr(err)
 }
 
 // CommGetAsyncError is ncclCommGetAsyncError.
-func (d *Driver) CommGetAsyncError(c seam.Comm) (seam.Result, error) {
+func (d *Driver) CommGetAsyncError(c gpulib.Comm) (gpulib.Result, error) {
 	var r nccl.Result
 	if err := nccl.CommGetAsyncError(nccl.Comm(c), &r); err != nil {
 		return 0, ncclErr(err)
 	}
-	return seam.Result(r), nil
+	return r, nil
+}
+
+// LastError is ncclGetLastError(c).
+func (d *Driver) LastError(c gpulib.Comm) string {
+	s, err := nccl.GetLastError(nccl.Comm(c))
+	if err != nil {
+		return ""
+	}
+	return s
 }
 
 // CommFinalize is ncclCommFinalize.
-func (d *Driver) CommFinalize(c seam.Comm) error { return ncclErr(nccl.CommFinalize(nccl.Comm(c))) }
+func (d *Driver) CommFinalize(c gpulib.Comm) error { return ncclErr(nccl.CommFinalize(nccl.Comm(c))) }
 
 // CommDestroy is ncclCommDestroy.
-func (d *Driver) CommDestroy(c seam.Comm) error { return ncclErr(nccl.CommDestroy(nccl.Comm(c))) }
+func (d *Driver) CommDestroy(c gpulib.Comm) error { return ncclErr(nccl.CommDestroy(nccl.Comm(c))) }
 
 // CommAbort is ncclCommAbort.
-func (d *Driver) CommAbort(c seam.Comm) error { return ncclErr(nccl.CommAbort(nccl.Comm(c))) }
+func (d *Driver) CommAbort(c gpulib.Comm) error { return ncclErr(nccl.CommAbort(nccl.Comm(c))) }
 
 // newComm is an ncclComm_t that NCCL may fill after the call returns (non-blocking
 // split and shrink); it stays pinned until then.
@@ -288,7 +297,7 @@ func newNewComm() *newComm {
 
 // await returns the child once the parent has left ncclInProgress (NCCL fills the child
 // then), polling the parent's asynchronous state.
-func (d *Driver) await(parent seam.Comm, n *newComm, err error) (seam.Comm, error) {
+func (d *Driver) await(parent gpulib.Comm, n *newComm, err error) (gpulib.Comm, error) {
 	defer n.pin.Unpin()
 	if err != nil && !errors.Is(err, nccl.InProgress) {
 		return 0, ncclErr(err)
@@ -298,11 +307,11 @@ func (d *Driver) await(parent seam.Comm, n *newComm, err error) (seam.Comm, erro
 		if qerr != nil {
 			return 0, qerr
 		}
-		if res != seam.InProgress {
-			if res != seam.Success {
-				return 0, &seam.Error{Code: res}
+		if res != gpulib.InProgress {
+			if res != gpulib.Success {
+				return 0, &gpulib.Error{Code: res}
 			}
-			return seam.Comm(*n.c), nil
+			return gpulib.Comm(*n.c), nil
 		}
 		if i < 64 {
 			runtime.Gosched()
@@ -314,7 +323,7 @@ func (d *Driver) await(parent seam.Comm, n *newComm, err error) (seam.Comm, erro
 
 // CommSplit is ncclCommSplit. On a non-blocking parent it waits until the parent is
 // back to success, which is when NCCL writes the child.
-func (d *Driver) CommSplit(c seam.Comm, color, key int, cfg seam.Config) (seam.Comm, error) {
+func (d *Driver) CommSplit(c gpulib.Comm, color, key int, cfg gpulib.Config) (gpulib.Comm, error) {
 	var pin runtime.Pinner
 	defer pin.Unpin()
 	n := newNewComm()
@@ -323,7 +332,7 @@ func (d *Driver) CommSplit(c seam.Comm, color, key int, cfg seam.Config) (seam.C
 }
 
 // CommShrink is ncclCommShrink; like CommSplit it waits for the child.
-func (d *Driver) CommShrink(c seam.Comm, exclude []int, cfg seam.Config, flags int) (seam.Comm, error) {
+func (d *Driver) CommShrink(c gpulib.Comm, exclude []int, cfg gpulib.Config, flags int) (gpulib.Comm, error) {
 	var pin runtime.Pinner
 	defer pin.Unpin()
 	ranks := make([]int32, len(exclude))
@@ -340,51 +349,51 @@ func (d *Driver) CommShrink(c seam.Comm, exclude []int, cfg seam.Config, flags i
 }
 
 // CommRevoke is ncclCommRevoke.
-func (d *Driver) CommRevoke(c seam.Comm, flags int) error {
+func (d *Driver) CommRevoke(c gpulib.Comm, flags int) error {
 	return ncclErr(nccl.CommRevoke(nccl.Comm(c), int32(flags)))
 }
 
 // CommCount is ncclCommCount.
-func (d *Driver) CommCount(c seam.Comm) (int, error) {
+func (d *Driver) CommCount(c gpulib.Comm) (int, error) {
 	var n int32
 	err := nccl.CommCount(nccl.Comm(c), &n)
 	return int(n), ncclErr(err)
 }
 
 // CommUserRank is ncclCommUserRank.
-func (d *Driver) CommUserRank(c seam.Comm) (int, error) {
+func (d *Driver) CommUserRank(c gpulib.Comm) (int, error) {
 	var r int32
 	err := nccl.CommUserRank(nccl.Comm(c), &r)
 	return int(r), ncclErr(err)
 }
 
 // AllReduce is ncclAllReduce.
-func (d *Driver) AllReduce(send, recv seam.Ptr, count uint64, dt seam.DataType, op seam.RedOp, c seam.Comm, s seam.Stream) error {
+func (d *Driver) AllReduce(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, op gpulib.RedOp, c gpulib.Comm, s gpulib.Stream) error {
 	return ncclErr(nccl.AllReduce(ptr(send), ptr(recv), count, nccl.DataType(dt), nccl.RedOp(op), nccl.Comm(c), nccl.CudaStream(s)))
 }
 
 // Broadcast is ncclBroadcast.
-func (d *Driver) Broadcast(send, recv seam.Ptr, count uint64, dt seam.DataType, root int, c seam.Comm, s seam.Stream) error {
+func (d *Driver) Broadcast(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
 	return ncclErr(nccl.Broadcast(ptr(send), ptr(recv), count, nccl.DataType(dt), int32(root), nccl.Comm(c), nccl.CudaStream(s)))
 }
 
 // AllGather is ncclAllGather.
-func (d *Driver) AllGather(send, recv seam.Ptr, sendCount uint64, dt seam.DataType, c seam.Comm, s seam.Stream) error {
+func (d *Driver) AllGather(send, recv gpulib.Ptr, sendCount uint64, dt gpulib.DataType, c gpulib.Comm, s gpulib.Stream) error {
 	return ncclErr(nccl.AllGather(ptr(send), ptr(recv), sendCount, nccl.DataType(dt), nccl.Comm(c), nccl.CudaStream(s)))
 }
 
 // ReduceScatter is ncclReduceScatter.
-func (d *Driver) ReduceScatter(send, recv seam.Ptr, recvCount uint64, dt seam.DataType, op seam.RedOp, c seam.Comm, s seam.Stream) error {
+func (d *Driver) ReduceScatter(send, recv gpulib.Ptr, recvCount uint64, dt gpulib.DataType, op gpulib.RedOp, c gpulib.Comm, s gpulib.Stream) error {
 	return ncclErr(nccl.ReduceScatter(ptr(send), ptr(recv), recvCount, nccl.DataType(dt), nccl.RedOp(op), nccl.Comm(c), nccl.CudaStream(s)))
 }
 
 // Send is ncclSend.
-func (d *Driver) Send(buf seam.Ptr, count uint64, dt seam.DataType, peer int, c seam.Comm, s seam.Stream) error {
+func (d *Driver) Send(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, c gpulib.Comm, s gpulib.Stream) error {
 	return ncclErr(nccl.Send(ptr(buf), count, nccl.DataType(dt), int32(peer), nccl.Comm(c), nccl.CudaStream(s)))
 }
 
 // Recv is ncclRecv.
-func (d *Driver) Recv(buf seam.Ptr, count uint64, dt seam.DataType, peer int, c seam.Comm, s seam.Stream) error {
+func (d *Driver) Recv(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, c gpulib.Comm, s gpulib.Stream) error {
 	return ncclErr(nccl.Recv(ptr(buf), count, nccl.DataType(dt), int32(peer), nccl.Comm(c), nccl.CudaStream(s)))
 }
 
@@ -395,41 +404,41 @@ func (d *Driver) GroupStart() error { return ncclErr(nccl.GroupStart()) }
 func (d *Driver) GroupEnd() error { return ncclErr(nccl.GroupEnd()) }
 
 // CommRegister is ncclCommRegister.
-func (d *Driver) CommRegister(c seam.Comm, buf seam.Ptr, bytes uint64) (seam.Handle, error) {
+func (d *Driver) CommRegister(c gpulib.Comm, buf gpulib.Ptr, bytes uint64) (gpulib.Handle, error) {
 	var h unsafe.Pointer
 	if err := nccl.CommRegister(nccl.Comm(c), ptr(buf), bytes, &h); err != nil {
 		return 0, ncclErr(err)
 	}
-	return seam.Handle(uintptr(h)), nil
+	return gpulib.Handle(uintptr(h)), nil
 }
 
 // CommDeregister is ncclCommDeregister.
-func (d *Driver) CommDeregister(c seam.Comm, h seam.Handle) error {
+func (d *Driver) CommDeregister(c gpulib.Comm, h gpulib.Handle) error {
 	return ncclErr(nccl.CommDeregister(nccl.Comm(c), handle(h)))
 }
 
 // MemAllocNCCL is ncclMemAlloc.
-func (d *Driver) MemAllocNCCL(bytes uint64) (seam.Ptr, error) {
+func (d *Driver) MemAllocNCCL(bytes uint64) (gpulib.Ptr, error) {
 	var p unsafe.Pointer
 	if err := nccl.MemAlloc(&p, bytes); err != nil {
 		return 0, ncclErr(err)
 	}
-	return seam.Ptr(uintptr(p)), nil
+	return gpulib.Ptr(uintptr(p)), nil
 }
 
 // MemFreeNCCL is ncclMemFree.
-func (d *Driver) MemFreeNCCL(p seam.Ptr) error { return ncclErr(nccl.MemFree(ptr(p))) }
+func (d *Driver) MemFreeNCCL(p gpulib.Ptr) error { return ncclErr(nccl.MemFree(ptr(p))) }
 
 // CommWindowRegister is ncclCommWindowRegister.
-func (d *Driver) CommWindowRegister(c seam.Comm, buf seam.Ptr, bytes uint64, flags int) (seam.Handle, error) {
+func (d *Driver) CommWindowRegister(c gpulib.Comm, buf gpulib.Ptr, bytes uint64, flags int) (gpulib.Handle, error) {
 	var w nccl.Window
 	if err := nccl.CommWindowRegister(nccl.Comm(c), ptr(buf), bytes, &w, int32(flags)); err != nil {
 		return 0, ncclErr(err)
 	}
-	return seam.Handle(w), nil
+	return gpulib.Handle(w), nil
 }
 
 // CommWindowDeregister is ncclCommWindowDeregister.
-func (d *Driver) CommWindowDeregister(c seam.Comm, w seam.Handle) error {
+func (d *Driver) CommWindowDeregister(c gpulib.Comm, w gpulib.Handle) error {
 	return ncclErr(nccl.CommWindowDeregister(nccl.Comm(c), nccl.Window(w)))
 }

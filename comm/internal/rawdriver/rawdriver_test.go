@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/comm/internal/libcache"
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
 	"github.com/ncclgo/ncclgo/raw/cuda"
 	"github.com/ncclgo/ncclgo/raw/nccl"
 )
@@ -27,19 +27,19 @@ func TestVersionAndUniqueIDFromTheRealLibrary(t *testing.T) {
 	require.NoError(t, err)
 	b, err := d.GetUniqueID()
 	require.NoError(t, err)
-	assert.NotEqual(t, seam.UniqueID{}, a)
+	assert.NotEqual(t, gpulib.UniqueID{}, a)
 	assert.NotEqual(t, a, b, "every id is new")
 }
 
 // TestNCCLFailuresBecomeSeamErrors checks that an NCCL failure reaches comm as a
-// *seam.Error with NCCL's result, keeping raw's *nccl.Error reachable.
+// *gpulib.Error with NCCL's result, keeping raw's *nccl.Error reachable.
 func TestNCCLFailuresBecomeSeamErrors(t *testing.T) {
 	libcache.Load(t)
 	d := &Driver{}
 	calls := map[string]func() error{
-		"AllReduce": func() error { return d.AllReduce(0x1000, 0x1000, 8, seam.Bfloat16, seam.Sum, 0, 0) },
-		"Broadcast": func() error { return d.Broadcast(0x1000, 0x1000, 8, seam.Uint8, 0, 0, 0) },
-		"Send":      func() error { return d.Send(0x1000, 8, seam.Uint8, 1, 0, 0) },
+		"AllReduce": func() error { return d.AllReduce(0x1000, 0x1000, 8, gpulib.Bfloat16, gpulib.Sum, 0, 0) },
+		"Broadcast": func() error { return d.Broadcast(0x1000, 0x1000, 8, gpulib.Uint8, 0, 0, 0) },
+		"Send":      func() error { return d.Send(0x1000, 8, gpulib.Uint8, 1, 0, 0) },
 		"CommGetAsyncError": func() error {
 			_, err := d.CommGetAsyncError(0)
 			return err
@@ -52,9 +52,9 @@ func TestNCCLFailuresBecomeSeamErrors(t *testing.T) {
 	for name, call := range calls {
 		t.Run(name, func(t *testing.T) {
 			err := call()
-			var se *seam.Error
+			var se *gpulib.Error
 			require.ErrorAs(t, err, &se)
-			assert.Equal(t, seam.InvalidArgument, se.Code, "a null communicator is an invalid argument")
+			assert.Equal(t, gpulib.InvalidArgument, se.Code, "a null communicator is an invalid argument")
 			var ne *nccl.Error
 			assert.ErrorAs(t, err, &ne)
 			assert.ErrorIs(t, err, nccl.InvalidArgument)
@@ -94,7 +94,7 @@ func TestNewWithoutGPUFailsWithTheDriverError(t *testing.T) {
 func TestLaunchKernelAllocatesNothing(t *testing.T) {
 	libcache.Load(t)
 	d := &Driver{}
-	args := seam.KernelArgs{N: 3, V: [4]uint64{0x1000, 0x2000, 8}}
+	args := gpulib.KernelArgs{N: 3, V: [4]uint64{0x1000, 0x2000, 8}}
 	launch := func() { _ = d.LaunchKernel(0, 1, 256, 0, args) }
 	bare := func() { _ = cuda.LaunchKernel(0, 1, 1, 1, 256, 1, 1, 0, 0, nil, nil) }
 	launch()
@@ -102,7 +102,7 @@ func TestLaunchKernelAllocatesNothing(t *testing.T) {
 	assert.Equal(t, testing.AllocsPerRun(100, bare), testing.AllocsPerRun(100, launch))
 	var r cuda.Result
 	assert.ErrorAs(t, d.LaunchKernel(0, 1, 256, 0, args), &r)
-	assert.Error(t, d.LaunchKernel(0, 1, 256, 0, seam.KernelArgs{N: 5}), "more than 4 parameters")
+	assert.Error(t, d.LaunchKernel(0, 1, 256, 0, gpulib.KernelArgs{N: 5}), "more than 4 parameters")
 }
 
 // TestMultiprocessorCountReportsTheDriverError checks the SM count query on a device

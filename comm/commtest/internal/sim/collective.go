@@ -6,17 +6,17 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 // collDesc is one rank's call of a collective.
 type collDesc struct {
 	call       string // ncclAllReduce, ncclBroadcast, ncclAllGather, ncclReduceScatter
-	send, recv seam.Ptr
+	send, recv gpulib.Ptr
 	count      uint64 // as passed: all-gather's sendcount, reduce-scatter's recvcount
-	dt         seam.DataType
-	op         seam.RedOp // reductions only
-	root       int        // broadcast only
+	dt         gpulib.DataType
+	op         gpulib.RedOp // reductions only
+	root       int          // broadcast only
 }
 
 func (c *collDesc) reduces() bool { return c.call == "ncclAllReduce" || c.call == "ncclReduceScatter" }
@@ -55,7 +55,7 @@ func (c *collDesc) sizes(rank, n int) (in, out uint64, ok bool) {
 
 // prepareCollLocked validates a collective call and returns its task, or nil for a
 // zero-count collective (NCCL discards those). Caller holds World.mu.
-func (w *World) prepareCollLocked(d *device, c seam.Comm, s seam.Stream, desc *collDesc) (*task, error) {
+func (w *World) prepareCollLocked(d *device, c gpulib.Comm, s gpulib.Stream, desc *collDesc) (*task, error) {
 	call := desc.call
 	rc, st, err := w.operandsLocked(d, c, s, call, desc.dt)
 	if err != nil {
@@ -64,22 +64,22 @@ func (w *World) prepareCollLocked(d *device, c seam.Comm, s seam.Stream, desc *c
 	n := rc.cl.n
 	switch {
 	case desc.reduces() && !validOp(desc.op):
-		return nil, ncclErr(seam.InvalidArgument, call, "invalid reduction operation %d", int32(desc.op))
+		return nil, ncclErr(gpulib.InvalidArgument, call, "invalid reduction operation %d", int32(desc.op))
 	case call == "ncclBroadcast" && (desc.root < 0 || desc.root >= n):
-		return nil, ncclErr(seam.InvalidArgument, call, "root %d out of range [0, %d)", desc.root, n)
+		return nil, ncclErr(gpulib.InvalidArgument, call, "root %d out of range [0, %d)", desc.root, n)
 	}
 	in, out, ok := desc.sizes(rc.rank, n)
 	if !ok {
-		return nil, ncclErr(seam.InvalidArgument, call, "count %d of %s on %d ranks overflows", desc.count, dtypeName(desc.dt), n)
+		return nil, ncclErr(gpulib.InvalidArgument, call, "count %d of %s on %d ranks overflows", desc.count, dtypeName(desc.dt), n)
 	}
 	if desc.count == 0 {
 		return nil, nil
 	}
 	if err := d.check(desc.send, in); err != nil {
-		return nil, ncclErr(seam.InvalidArgument, call, "sendbuff [%#x, +%d): %v", uint64(desc.send), in, err)
+		return nil, ncclErr(gpulib.InvalidArgument, call, "sendbuff [%#x, +%d): %v", uint64(desc.send), in, err)
 	}
 	if err := d.check(desc.recv, out); err != nil {
-		return nil, ncclErr(seam.InvalidArgument, call, "recvbuff [%#x, +%d): %v", uint64(desc.recv), out, err)
+		return nil, ncclErr(gpulib.InvalidArgument, call, "recvbuff [%#x, +%d): %v", uint64(desc.recv), out, err)
 	}
 	return &task{rc: rc, s: st, coll: desc}, nil
 }
@@ -87,7 +87,7 @@ func (w *World) prepareCollLocked(d *device, c seam.Comm, s seam.Stream, desc *c
 // operandsLocked checks what every NCCL communication call names (a ready communicator
 // of d, one of d's streams, a known data type) and returns the first two. Caller holds
 // World.mu.
-func (w *World) operandsLocked(d *device, c seam.Comm, s seam.Stream, call string, dt seam.DataType) (*rankComm, *stream, error) {
+func (w *World) operandsLocked(d *device, c gpulib.Comm, s gpulib.Stream, call string, dt gpulib.DataType) (*rankComm, *stream, error) {
 	rc, err := w.commLocked(d, c, call)
 	if err != nil {
 		return nil, nil, err
@@ -97,10 +97,10 @@ func (w *World) operandsLocked(d *device, c seam.Comm, s seam.Stream, call strin
 	}
 	st, err := w.streamLocked(d, s)
 	if err != nil {
-		return nil, nil, ncclErr(seam.InvalidArgument, call, "%v", err)
+		return nil, nil, ncclErr(gpulib.InvalidArgument, call, "%v", err)
 	}
 	if elemSize(dt) == 0 {
-		return nil, nil, ncclErr(seam.InvalidArgument, call, "invalid data type %d", int32(dt))
+		return nil, nil, ncclErr(gpulib.InvalidArgument, call, "invalid data type %d", int32(dt))
 	}
 	return rc, st, nil
 }
@@ -134,7 +134,7 @@ func (s *collSlot) describeLocked(cl *clique, seq uint64, rank int, desc *collDe
 	want := s.descs[0].signature()
 	for r, d := range s.descs[1:] {
 		if got := d.signature(); got != want {
-			cl.failLocked(seam.InvalidUsage, fmt.Sprintf("collective #%d does not match across ranks: rank 0 called %s, rank %d called %s",
+			cl.failLocked(gpulib.InvalidUsage, fmt.Sprintf("collective #%d does not match across ranks: rank 0 called %s, rank %d called %s",
 				seq, want, r+1, got))
 			return
 		}
@@ -230,7 +230,7 @@ func wait(ch <-chan struct{}, cl *clique, rc *rankComm) bool {
 // error on the device) and the communicator fails so that peers do not wait forever.
 func (w *World) deviceFault(cl *clique, call string, rank int, what string, err error) error {
 	w.mu.Lock()
-	cl.failLocked(seam.UnhandledCudaError, fmt.Sprintf("rank %d: %s kernel faulted on %s: %v", rank, call, what, err))
+	cl.failLocked(gpulib.UnhandledCudaError, fmt.Sprintf("rank %d: %s kernel faulted on %s: %v", rank, call, what, err))
 	w.mu.Unlock()
 	return cudaErr(ErrorIllegalAddress, call, "rank %d %s: %v", rank, what, err)
 }

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 // clique is one NCCL communicator as a whole: the ranks that share it. Guarded by
@@ -16,7 +16,7 @@ type clique struct {
 	arrived int
 	ready   chan struct{} // closed when every rank has arrived
 
-	err       seam.Result // the communicator-wide error (a misuse seen by NCCL)
+	err       gpulib.Result // the communicator-wide error (a misuse seen by NCCL)
 	errDetail string
 	broken    chan struct{} // closed when err is set: pending operations end
 
@@ -52,8 +52,8 @@ func (cl *clique) isReady() bool {
 
 // failLocked puts the whole communicator in an error state (first error wins) and ends
 // its pending operations. Caller holds World.mu.
-func (cl *clique) failLocked(code seam.Result, detail string) {
-	if cl.err != seam.Success {
+func (cl *clique) failLocked(code gpulib.Result, detail string) {
+	if cl.err != gpulib.Success {
 		return
 	}
 	cl.err, cl.errDetail = code, detail
@@ -71,7 +71,7 @@ const (
 
 // rankComm is one rank's handle of a clique (an ncclComm_t). Guarded by World.mu.
 type rankComm struct {
-	h        seam.Comm
+	h        gpulib.Comm
 	cl       *clique // nil while a non-blocking split or shrink has not completed
 	rank     int
 	dev      *device
@@ -79,9 +79,9 @@ type rankComm struct {
 	name     string
 	state    commState
 
-	asyncErr   seam.Result // this rank's own error (injected, or a device fault)
-	inProgress int         // ncclCommGetAsyncError reports InProgress for this many more polls
-	busy       int         // non-blocking management calls (split, window) not yet complete
+	asyncErr   gpulib.Result // this rank's own error (injected, or a device fault)
+	inProgress int           // ncclCommGetAsyncError reports InProgress for this many more polls
+	busy       int           // non-blocking management calls (split, window) not yet complete
 
 	collSeq, splitSeq, shrinkSeq, winSeq uint64
 	sendSeq, recvSeq                     map[int]uint64
@@ -92,15 +92,15 @@ type rankComm struct {
 	stopped bool
 	devStop <-chan struct{} // dev.stop of the device's life the communicator belongs to
 
-	regs map[seam.Handle]registration
-	wins map[seam.Handle]window
+	regs map[gpulib.Handle]registration
+	wins map[gpulib.Handle]window
 }
 
-func (w *World) newRankCommLocked(d *device, cfg seam.Config) *rankComm {
+func (w *World) newRankCommLocked(d *device, cfg gpulib.Config) *rankComm {
 	idle := make(chan struct{})
 	close(idle)
 	rc := &rankComm{
-		h:        seam.Comm(w.handle()),
+		h:        gpulib.Comm(w.handle()),
 		dev:      d,
 		blocking: cfg.Blocking,
 		name:     cfg.Name,
@@ -109,8 +109,8 @@ func (w *World) newRankCommLocked(d *device, cfg seam.Config) *rankComm {
 		idle:     idle,
 		stop:     make(chan struct{}),
 		devStop:  d.stop,
-		regs:     map[seam.Handle]registration{},
-		wins:     map[seam.Handle]window{},
+		regs:     map[gpulib.Handle]registration{},
+		wins:     map[gpulib.Handle]window{},
 	}
 	w.comms[rc.h] = rc
 	return rc
@@ -141,43 +141,43 @@ func (w *World) finishOp(rc *rankComm) {
 }
 
 // errorLocked returns the error state of rc (Success if none). Caller holds World.mu.
-func (rc *rankComm) errorLocked() (seam.Result, string) {
-	if rc.asyncErr != seam.Success {
+func (rc *rankComm) errorLocked() (gpulib.Result, string) {
+	if rc.asyncErr != gpulib.Success {
 		return rc.asyncErr, "asynchronous error on this rank"
 	}
-	if rc.cl != nil && rc.cl.err != seam.Success {
+	if rc.cl != nil && rc.cl.err != gpulib.Success {
 		return rc.cl.err, rc.cl.errDetail
 	}
-	return seam.Success, ""
+	return gpulib.Success, ""
 }
 
 // asyncStateLocked is ncclCommGetAsyncError. Caller holds World.mu.
-func (rc *rankComm) asyncStateLocked() seam.Result {
-	if code, _ := rc.errorLocked(); code != seam.Success {
+func (rc *rankComm) asyncStateLocked() gpulib.Result {
+	if code, _ := rc.errorLocked(); code != gpulib.Success {
 		return code
 	}
 	switch {
 	case rc.state == stInit:
-		return seam.InProgress
+		return gpulib.InProgress
 	case rc.inProgress > 0:
 		rc.inProgress--
-		return seam.InProgress
+		return gpulib.InProgress
 	case rc.busy > 0:
-		return seam.InProgress
+		return gpulib.InProgress
 	case (rc.state == stFinalized || rc.state == stRevoked) && rc.pending > 0:
-		return seam.InProgress
+		return gpulib.InProgress
 	}
-	return seam.Success
+	return gpulib.Success
 }
 
 // commLocked finds a communicator handle of driver d's device. Caller holds World.mu.
-func (w *World) commLocked(d *device, c seam.Comm, call string) (*rankComm, error) {
+func (w *World) commLocked(d *device, c gpulib.Comm, call string) (*rankComm, error) {
 	rc, ok := w.comms[c]
 	if !ok {
-		return nil, ncclErr(seam.InvalidArgument, call, "communicator %#x does not exist (never created, destroyed or aborted)", uintptr(c))
+		return nil, ncclErr(gpulib.InvalidArgument, call, "communicator %#x does not exist (never created, destroyed or aborted)", uintptr(c))
 	}
 	if rc.dev != d {
-		return nil, ncclErr(seam.InvalidArgument, call, "communicator %#x belongs to device %d, not device %d", uintptr(c), rc.dev.idx, d.idx)
+		return nil, ncclErr(gpulib.InvalidArgument, call, "communicator %#x belongs to device %d, not device %d", uintptr(c), rc.dev.idx, d.idx)
 	}
 	return rc, nil
 }
@@ -185,16 +185,16 @@ func (w *World) commLocked(d *device, c seam.Comm, call string) (*rankComm, erro
 // readyLocked checks that rc can take new work (ncclCommEnsureReady). Caller holds
 // World.mu.
 func (rc *rankComm) readyLocked(call string) error {
-	if code, detail := rc.errorLocked(); code != seam.Success {
+	if code, detail := rc.errorLocked(); code != gpulib.Success {
 		return ncclErr(code, call, "communicator %#x is in an error state: %s", uintptr(rc.h), detail)
 	}
 	switch {
 	case rc.state == stInit || rc.inProgress > 0 || rc.busy > 0:
-		return ncclErr(seam.InvalidArgument, call, "communicator %#x used before its previous call returned ncclSuccess (still in progress)", uintptr(rc.h))
+		return ncclErr(gpulib.InvalidArgument, call, "communicator %#x used before its previous call returned ncclSuccess (still in progress)", uintptr(rc.h))
 	case rc.state == stFinalized:
-		return ncclErr(seam.InvalidUsage, call, "communicator %#x was finalized", uintptr(rc.h))
+		return ncclErr(gpulib.InvalidUsage, call, "communicator %#x was finalized", uintptr(rc.h))
 	case rc.state == stRevoked:
-		return ncclErr(seam.InvalidUsage, call, "communicator %#x was revoked", uintptr(rc.h))
+		return ncclErr(gpulib.InvalidUsage, call, "communicator %#x was revoked", uintptr(rc.h))
 	}
 	return nil
 }
@@ -210,13 +210,13 @@ func (w *World) waitDone(rc *rankComm, cl *clique, done <-chan struct{}, call st
 		defer w.mu.Unlock()
 		return ncclErr(cl.err, call, "%s", cl.errDetail)
 	case <-rc.stop:
-		return ncclErr(seam.InvalidUsage, call, "communicator %#x was aborted or destroyed while the call waited", uintptr(rc.h))
+		return ncclErr(gpulib.InvalidUsage, call, "communicator %#x was aborted or destroyed while the call waited", uintptr(rc.h))
 	case <-rc.devStop:
-		return ncclErr(seam.SystemError, call, "device %d stopped while the call waited", rc.dev.idx)
+		return ncclErr(gpulib.SystemError, call, "device %d stopped while the call waited", rc.dev.idx)
 	}
 }
 
-func (w *World) getUniqueID() seam.UniqueID {
+func (w *World) getUniqueID() gpulib.UniqueID {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	id := w.newUniqueID()
@@ -224,31 +224,31 @@ func (w *World) getUniqueID() seam.UniqueID {
 	return id
 }
 
-func (w *World) commInitRank(d *device, nranks int, id seam.UniqueID, rank int, cfg seam.Config) (seam.Comm, error) {
+func (w *World) commInitRank(d *device, nranks int, id gpulib.UniqueID, rank int, cfg gpulib.Config) (gpulib.Comm, error) {
 	const call = "ncclCommInitRankConfig"
 	if nranks < 1 {
-		return 0, ncclErr(seam.InvalidArgument, call, "nranks %d: must be at least 1", nranks)
+		return 0, ncclErr(gpulib.InvalidArgument, call, "nranks %d: must be at least 1", nranks)
 	}
 	if rank < 0 || rank >= nranks {
-		return 0, ncclErr(seam.InvalidArgument, call, "rank %d out of range [0, %d)", rank, nranks)
+		return 0, ncclErr(gpulib.InvalidArgument, call, "rank %d out of range [0, %d)", rank, nranks)
 	}
 	w.mu.Lock()
 	cl, ok := w.boots[id]
 	if !ok {
 		w.mu.Unlock()
-		return 0, ncclErr(seam.SystemError, call, "bootstrap: unique id unknown (not made by ncclGetUniqueId of this world, or every rank already joined)")
+		return 0, ncclErr(gpulib.SystemError, call, "bootstrap: unique id unknown (not made by ncclGetUniqueId of this world, or every rank already joined)")
 	}
 	if cl.n == 0 {
 		*cl = *newClique(nranks)
 	}
-	fail := func(detail string) (seam.Comm, error) {
-		cl.failLocked(seam.InvalidUsage, detail)
+	fail := func(detail string) (gpulib.Comm, error) {
+		cl.failLocked(gpulib.InvalidUsage, detail)
 		delete(w.boots, id)
 		w.mu.Unlock()
-		return 0, ncclErr(seam.InvalidUsage, call, "%s", detail)
+		return 0, ncclErr(gpulib.InvalidUsage, call, "%s", detail)
 	}
 	switch {
-	case cl.err != seam.Success:
+	case cl.err != gpulib.Success:
 		w.mu.Unlock()
 		return 0, ncclErr(cl.err, call, "%s", cl.errDetail)
 	case cl.n != nranks:
@@ -310,7 +310,7 @@ type splitEntry struct {
 	nonblocking bool      // the parent reports InProgress until the split completes
 }
 
-func (w *World) commSplit(d *device, c seam.Comm, color, key int, cfg seam.Config) (seam.Comm, error) {
+func (w *World) commSplit(d *device, c gpulib.Comm, color, key int, cfg gpulib.Config) (gpulib.Comm, error) {
 	const call = "ncclCommSplit"
 	w.mu.Lock()
 	rc, err := w.commLocked(d, c, call)
@@ -318,7 +318,7 @@ func (w *World) commSplit(d *device, c seam.Comm, color, key int, cfg seam.Confi
 		err = rc.readyLocked(call)
 	}
 	if err == nil && color < -1 {
-		err = ncclErr(seam.InvalidArgument, call, "color %d: must be >= 0 or NCCL_SPLIT_NOCOLOR (-1)", color)
+		err = ncclErr(gpulib.InvalidArgument, call, "color %d: must be >= 0 or NCCL_SPLIT_NOCOLOR (-1)", color)
 	}
 	if err != nil {
 		w.mu.Unlock()
@@ -345,7 +345,7 @@ func (w *World) commSplit(d *device, c seam.Comm, color, key int, cfg seam.Confi
 		w.completeSplitLocked(cl, seq, g)
 	}
 	w.mu.Unlock()
-	var h seam.Comm
+	var h gpulib.Comm
 	if e.child != nil {
 		h = e.child.h
 	}
@@ -397,7 +397,7 @@ func (w *World) completeSplitLocked(cl *clique, seq uint64, g *gather) {
 	delete(cl.splits, seq)
 }
 
-func (w *World) commShrink(d *device, c seam.Comm, exclude []int, cfg seam.Config, flags int) (seam.Comm, error) {
+func (w *World) commShrink(d *device, c gpulib.Comm, exclude []int, cfg gpulib.Config, flags int) (gpulib.Comm, error) {
 	const call = "ncclCommShrink"
 	w.mu.Lock()
 	rc, err := w.commLocked(d, c, call)
@@ -434,7 +434,7 @@ func (w *World) commShrink(d *device, c seam.Comm, exclude []int, cfg seam.Confi
 	}
 	if detail != "" {
 		w.mu.Unlock()
-		return 0, ncclErr(seam.InvalidArgument, call, "%s", detail)
+		return 0, ncclErr(gpulib.InvalidArgument, call, "%s", detail)
 	}
 	if flags == 1 {
 		rc.state = stRevoked
@@ -449,7 +449,7 @@ func (w *World) commShrink(d *device, c seam.Comm, exclude []int, cfg seam.Confi
 		cl.shrinks[seq] = g
 	}
 	if g.key != key && g.err == nil {
-		g.err = ncclErr(seam.InvalidUsage, call, "ranks disagree on the excluded ranks: %s and %s", g.key, key)
+		g.err = ncclErr(gpulib.InvalidUsage, call, "ranks disagree on the excluded ranks: %s and %s", g.key, key)
 		w.failGatherLocked(g)
 	}
 	if g.err != nil {
@@ -486,7 +486,7 @@ func (w *World) commShrink(d *device, c seam.Comm, exclude []int, cfg seam.Confi
 	select {
 	case <-g.done:
 	case <-rc.devStop:
-		err = ncclErr(seam.SystemError, call, "device %d stopped while the call waited", rc.dev.idx)
+		err = ncclErr(gpulib.SystemError, call, "device %d stopped while the call waited", rc.dev.idx)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -503,7 +503,7 @@ func (w *World) commShrink(d *device, c seam.Comm, exclude []int, cfg seam.Confi
 // failGatherLocked ends a shrink that cannot complete: every child made so far reports
 // the error. Caller holds World.mu.
 func (w *World) failGatherLocked(g *gather) {
-	code := seam.InvalidUsage
+	code := gpulib.InvalidUsage
 	for _, v := range g.entries {
 		if m, ok := v.(*rankComm); ok {
 			m.asyncErr = code
@@ -513,18 +513,18 @@ func (w *World) failGatherLocked(g *gather) {
 	close(g.done)
 }
 
-func (w *World) commFinalize(d *device, c seam.Comm) error {
+func (w *World) commFinalize(d *device, c gpulib.Comm) error {
 	const call = "ncclCommFinalize"
 	w.mu.Lock()
 	rc, err := w.commLocked(d, c, call)
 	if err == nil {
 		switch rc.state {
 		case stInit:
-			err = ncclErr(seam.InvalidArgument, call, "communicator %#x still initialising", uintptr(c))
+			err = ncclErr(gpulib.InvalidArgument, call, "communicator %#x still initialising", uintptr(c))
 		case stFinalized:
-			err = ncclErr(seam.InvalidUsage, call, "communicator %#x already finalized", uintptr(c))
+			err = ncclErr(gpulib.InvalidUsage, call, "communicator %#x already finalized", uintptr(c))
 		case stRevoked:
-			err = ncclErr(seam.InvalidUsage, call, "communicator %#x was revoked: finalize after revoke is invalid", uintptr(c))
+			err = ncclErr(gpulib.InvalidUsage, call, "communicator %#x was revoked: finalize after revoke is invalid", uintptr(c))
 		}
 	}
 	if err != nil {
@@ -550,11 +550,11 @@ func (w *World) waitIdle(rc *rankComm, idle <-chan struct{}, call string) error 
 	case <-idle:
 		return nil
 	case <-rc.devStop:
-		return ncclErr(seam.SystemError, call, "device %d stopped while the call waited", rc.dev.idx)
+		return ncclErr(gpulib.SystemError, call, "device %d stopped while the call waited", rc.dev.idx)
 	}
 }
 
-func (w *World) commDestroy(d *device, c seam.Comm) error {
+func (w *World) commDestroy(d *device, c gpulib.Comm) error {
 	const call = "ncclCommDestroy"
 	w.mu.Lock()
 	rc, err := w.commLocked(d, c, call)
@@ -576,7 +576,7 @@ func (w *World) commDestroy(d *device, c seam.Comm) error {
 	return nil
 }
 
-func (w *World) commAbort(d *device, c seam.Comm) error {
+func (w *World) commAbort(d *device, c gpulib.Comm) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	rc, err := w.commLocked(d, c, "ncclCommAbort")
@@ -588,7 +588,7 @@ func (w *World) commAbort(d *device, c seam.Comm) error {
 	return nil
 }
 
-func (w *World) commRevoke(d *device, c seam.Comm, flags int) error {
+func (w *World) commRevoke(d *device, c gpulib.Comm, flags int) error {
 	const call = "ncclCommRevoke"
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -597,18 +597,18 @@ func (w *World) commRevoke(d *device, c seam.Comm, flags int) error {
 	case err != nil:
 		return err
 	case flags != 0:
-		return ncclErr(seam.InvalidArgument, call, "flags %d: must be NCCL_REVOKE_DEFAULT (0)", flags)
+		return ncclErr(gpulib.InvalidArgument, call, "flags %d: must be NCCL_REVOKE_DEFAULT (0)", flags)
 	case rc.state == stInit:
-		return ncclErr(seam.InvalidArgument, call, "communicator %#x still initialising", uintptr(c))
+		return ncclErr(gpulib.InvalidArgument, call, "communicator %#x still initialising", uintptr(c))
 	case rc.state == stFinalized:
-		return ncclErr(seam.InvalidUsage, call, "communicator %#x was finalized", uintptr(c))
+		return ncclErr(gpulib.InvalidUsage, call, "communicator %#x was finalized", uintptr(c))
 	}
 	rc.state = stRevoked
 	rc.stopLocked()
 	return nil
 }
 
-func (w *World) commInfo(d *device, c seam.Comm, call string) (count, rank int, err error) {
+func (w *World) commInfo(d *device, c gpulib.Comm, call string) (count, rank int, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	rc, err := w.commLocked(d, c, call)
@@ -616,12 +616,24 @@ func (w *World) commInfo(d *device, c seam.Comm, call string) (count, rank int, 
 		return 0, 0, err
 	}
 	if rc.state == stInit || rc.cl == nil {
-		return 0, 0, ncclErr(seam.InvalidArgument, call, "communicator %#x still initialising", uintptr(c))
+		return 0, 0, ncclErr(gpulib.InvalidArgument, call, "communicator %#x still initialising", uintptr(c))
 	}
 	return rc.cl.n, rc.rank, nil
 }
 
-func (w *World) commGetAsyncError(d *device, c seam.Comm) (seam.Result, error) {
+// lastError is ncclGetLastError of c.
+func (w *World) lastError(d *device, c gpulib.Comm) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	rc, err := w.commLocked(d, c, "ncclGetLastError")
+	if err != nil {
+		return ""
+	}
+	_, detail := rc.errorLocked()
+	return detail
+}
+
+func (w *World) commGetAsyncError(d *device, c gpulib.Comm) (gpulib.Result, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	rc, err := w.commLocked(d, c, "ncclCommGetAsyncError")

@@ -6,10 +6,10 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
-// Driver is the seam.Driver of one simulated device. It is safe for concurrent use;
+// Driver is the gpulib.Driver of one simulated device. It is safe for concurrent use;
 // ncclGroupStart/End state is per driver (NCCL keeps it per thread).
 type Driver struct {
 	w   *World
@@ -19,12 +19,11 @@ type Driver struct {
 	calls map[string]int64
 	total int64
 	fails map[string][]error
-	group groupState
 }
 
 var (
-	_ seam.Driver   = (*Driver)(nil)
-	_ seam.CommInfo = (*Driver)(nil)
+	_ gpulib.Driver   = (*Driver)(nil)
+	_ gpulib.CommInfo = (*Driver)(nil)
 )
 
 // CallNames lists the C function behind every Driver method, the names Calls and
@@ -81,11 +80,11 @@ func (d *Driver) enter(call string) error {
 	nccl := strings.HasPrefix(call, "nccl")
 	switch {
 	case closed && nccl:
-		return ncclErr(seam.SystemError, call, "simulator closed")
+		return ncclErr(gpulib.SystemError, call, "simulator closed")
 	case closed:
 		return cudaErr(ErrorDeinitialized, call, "simulator closed")
 	case dead && nccl:
-		return ncclErr(seam.UnhandledCudaError, call, "device %d is dead (injected fault)", d.dev.idx)
+		return ncclErr(gpulib.UnhandledCudaError, call, "device %d is dead (injected fault)", d.dev.idx)
 	case dead:
 		return cudaErr(ErrorDeviceUnavailable, call, "device %d is dead (injected fault)", d.dev.idx)
 	case sticky != nil && !nccl:
@@ -119,7 +118,7 @@ func (d *Driver) failCall(call string, err error, times int) error {
 	}
 	if err == nil {
 		if strings.HasPrefix(call, "nccl") {
-			err = &seam.Error{Code: seam.SystemError, Err: fmt.Errorf("%s: %w", call, ErrInjected)}
+			err = &gpulib.Error{Code: gpulib.SystemError, Err: fmt.Errorf("%s: %w", call, ErrInjected)}
 		} else {
 			err = fmt.Errorf("%s: %w", call, ErrInjected)
 		}
@@ -136,7 +135,7 @@ func (d *Driver) failCall(call string, err error, times int) error {
 func (d *Driver) SetDevice() error { return d.enter("cuCtxSetCurrent") }
 
 // MemAlloc is cuMemAlloc_v2.
-func (d *Driver) MemAlloc(bytes uint64) (seam.Ptr, error) {
+func (d *Driver) MemAlloc(bytes uint64) (gpulib.Ptr, error) {
 	const call = "cuMemAlloc_v2"
 	if err := d.enter(call); err != nil {
 		return 0, err
@@ -152,7 +151,7 @@ func (d *Driver) MemAlloc(bytes uint64) (seam.Ptr, error) {
 }
 
 // MemFree is cuMemFree_v2.
-func (d *Driver) MemFree(p seam.Ptr) error {
+func (d *Driver) MemFree(p gpulib.Ptr) error {
 	const call = "cuMemFree_v2"
 	if err := d.enter(call); err != nil {
 		return err
@@ -164,7 +163,7 @@ func (d *Driver) MemFree(p seam.Ptr) error {
 }
 
 // MemcpyDtoDAsync is cuMemcpyDtoDAsync_v2.
-func (d *Driver) MemcpyDtoDAsync(dst, src seam.Ptr, bytes uint64, s seam.Stream) error {
+func (d *Driver) MemcpyDtoDAsync(dst, src gpulib.Ptr, bytes uint64, s gpulib.Stream) error {
 	const call = "cuMemcpyDtoDAsync_v2"
 	if err := d.enter(call); err != nil {
 		return err
@@ -172,7 +171,7 @@ func (d *Driver) MemcpyDtoDAsync(dst, src seam.Ptr, bytes uint64, s seam.Stream)
 	return d.memcpy(call, dst, src, bytes, s)
 }
 
-func (d *Driver) memcpy(call string, dst, src seam.Ptr, bytes uint64, s seam.Stream) error {
+func (d *Driver) memcpy(call string, dst, src gpulib.Ptr, bytes uint64, s gpulib.Stream) error {
 	w := d.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -197,24 +196,24 @@ func (d *Driver) memcpy(call string, dst, src seam.Ptr, bytes uint64, s seam.Str
 }
 
 // StreamCreate is cuStreamCreate with CU_STREAM_NON_BLOCKING.
-func (d *Driver) StreamCreate() (seam.Stream, error) {
+func (d *Driver) StreamCreate() (gpulib.Stream, error) {
 	if err := d.enter("cuStreamCreate"); err != nil {
 		return 0, err
 	}
 	return d.streamCreate(), nil
 }
 
-func (d *Driver) streamCreate() seam.Stream {
+func (d *Driver) streamCreate() gpulib.Stream {
 	w := d.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	s := &stream{h: seam.Stream(w.handle()), dev: d.dev}
+	s := &stream{h: gpulib.Stream(w.handle()), dev: d.dev}
 	w.streams[s.h] = s
 	return s.h
 }
 
 // StreamDestroy is cuStreamDestroy_v2: work already queued still runs.
-func (d *Driver) StreamDestroy(s seam.Stream) error {
+func (d *Driver) StreamDestroy(s gpulib.Stream) error {
 	const call = "cuStreamDestroy_v2"
 	if err := d.enter(call); err != nil {
 		return err
@@ -222,7 +221,7 @@ func (d *Driver) StreamDestroy(s seam.Stream) error {
 	return d.streamDestroy(call, s)
 }
 
-func (d *Driver) streamDestroy(call string, s seam.Stream) error {
+func (d *Driver) streamDestroy(call string, s gpulib.Stream) error {
 	w := d.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -240,7 +239,7 @@ func (d *Driver) streamDestroy(call string, s seam.Stream) error {
 
 // StreamSynchronize is cuStreamSynchronize. It returns early with an error if the device
 // stops (dies or the world closes).
-func (d *Driver) StreamSynchronize(s seam.Stream) error {
+func (d *Driver) StreamSynchronize(s gpulib.Stream) error {
 	const call = "cuStreamSynchronize"
 	if err := d.enter(call); err != nil {
 		return err
@@ -248,7 +247,7 @@ func (d *Driver) StreamSynchronize(s seam.Stream) error {
 	return d.streamSync(call, s)
 }
 
-func (d *Driver) streamSync(call string, s seam.Stream) error {
+func (d *Driver) streamSync(call string, s gpulib.Stream) error {
 	w := d.w
 	w.mu.Lock()
 	st, err := w.streamLocked(d.dev, s)
@@ -283,7 +282,7 @@ func (d *Driver) stickyErr(call string) error {
 }
 
 // StreamQuery is cuStreamQuery: true once all queued work has completed.
-func (d *Driver) StreamQuery(s seam.Stream) (bool, error) {
+func (d *Driver) StreamQuery(s gpulib.Stream) (bool, error) {
 	const call = "cuStreamQuery"
 	if err := d.enter(call); err != nil {
 		return false, err
@@ -306,20 +305,20 @@ func (d *Driver) StreamQuery(s seam.Stream) (bool, error) {
 }
 
 // EventCreate is cuEventCreate with CU_EVENT_DISABLE_TIMING.
-func (d *Driver) EventCreate() (seam.Event, error) {
+func (d *Driver) EventCreate() (gpulib.Event, error) {
 	if err := d.enter("cuEventCreate"); err != nil {
 		return 0, err
 	}
 	w := d.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	e := &event{h: seam.Event(w.handle()), dev: d.dev}
+	e := &event{h: gpulib.Event(w.handle()), dev: d.dev}
 	w.events[e.h] = e
 	return e.h, nil
 }
 
 // EventDestroy is cuEventDestroy_v2.
-func (d *Driver) EventDestroy(e seam.Event) error {
+func (d *Driver) EventDestroy(e gpulib.Event) error {
 	const call = "cuEventDestroy_v2"
 	if err := d.enter(call); err != nil {
 		return err
@@ -335,7 +334,7 @@ func (d *Driver) EventDestroy(e seam.Event) error {
 }
 
 // EventRecord is cuEventRecord: the event completes when the work queued on s so far has.
-func (d *Driver) EventRecord(e seam.Event, s seam.Stream) error {
+func (d *Driver) EventRecord(e gpulib.Event, s gpulib.Stream) error {
 	const call = "cuEventRecord"
 	if err := d.enter(call); err != nil {
 		return err
@@ -357,7 +356,7 @@ func (d *Driver) EventRecord(e seam.Event, s seam.Stream) error {
 
 // EventQuery is cuEventQuery: true if the captured work has completed (or the event was
 // never recorded).
-func (d *Driver) EventQuery(e seam.Event) (bool, error) {
+func (d *Driver) EventQuery(e gpulib.Event) (bool, error) {
 	const call = "cuEventQuery"
 	if err := d.enter(call); err != nil {
 		return false, err
@@ -378,7 +377,7 @@ func (d *Driver) EventQuery(e seam.Event) (bool, error) {
 
 // StreamWaitEvent is cuStreamWaitEvent: work queued on s later waits for the event's
 // captured work.
-func (d *Driver) StreamWaitEvent(s seam.Stream, e seam.Event) error {
+func (d *Driver) StreamWaitEvent(s gpulib.Stream, e gpulib.Event) error {
 	const call = "cuStreamWaitEvent"
 	if err := d.enter(call); err != nil {
 		return err
@@ -406,7 +405,7 @@ func (d *Driver) StreamWaitEvent(s seam.Stream, e seam.Event) error {
 }
 
 // LaunchKernel is cuLaunchKernel of a kernel from World.LoadKernel.
-func (d *Driver) LaunchKernel(f seam.Function, grid, block uint32, s seam.Stream, args seam.KernelArgs) error {
+func (d *Driver) LaunchKernel(f gpulib.Function, grid, block uint32, s gpulib.Stream, args gpulib.KernelArgs) error {
 	const call = "cuLaunchKernel"
 	if err := d.enter(call); err != nil {
 		return err
@@ -464,16 +463,16 @@ func (d *Driver) Version() (int, error) {
 }
 
 // GetUniqueID is ncclGetUniqueId.
-func (d *Driver) GetUniqueID() (seam.UniqueID, error) {
+func (d *Driver) GetUniqueID() (gpulib.UniqueID, error) {
 	if err := d.enter("ncclGetUniqueId"); err != nil {
-		return seam.UniqueID{}, err
+		return gpulib.UniqueID{}, err
 	}
 	return d.w.getUniqueID(), nil
 }
 
 // CommInitRank is ncclCommInitRankConfig: blocking, it waits for every rank; otherwise
 // the communicator reports InProgress until they have all arrived.
-func (d *Driver) CommInitRank(nranks int, id seam.UniqueID, rank int, cfg seam.Config) (seam.Comm, error) {
+func (d *Driver) CommInitRank(nranks int, id gpulib.UniqueID, rank int, cfg gpulib.Config) (gpulib.Comm, error) {
 	const call = "ncclCommInitRankConfig"
 	if err := d.enter(call); err != nil {
 		return 0, err
@@ -485,15 +484,19 @@ func (d *Driver) CommInitRank(nranks int, id seam.UniqueID, rank int, cfg seam.C
 }
 
 // CommGetAsyncError is ncclCommGetAsyncError.
-func (d *Driver) CommGetAsyncError(c seam.Comm) (seam.Result, error) {
+func (d *Driver) CommGetAsyncError(c gpulib.Comm) (gpulib.Result, error) {
 	if err := d.enter("ncclCommGetAsyncError"); err != nil {
 		return 0, err
 	}
 	return d.w.commGetAsyncError(d.dev, c)
 }
 
+// LastError is ncclGetLastError(c): the simulator's account of the communicator's
+// error (a mismatch between ranks, an injected fault), "" when it has none.
+func (d *Driver) LastError(c gpulib.Comm) string { return d.w.lastError(d.dev, c) }
+
 // CommFinalize is ncclCommFinalize.
-func (d *Driver) CommFinalize(c seam.Comm) error {
+func (d *Driver) CommFinalize(c gpulib.Comm) error {
 	const call = "ncclCommFinalize"
 	if err := d.enter(call); err != nil {
 		return err
@@ -505,7 +508,7 @@ func (d *Driver) CommFinalize(c seam.Comm) error {
 }
 
 // CommDestroy is ncclCommDestroy: it waits for the communicator's pending work.
-func (d *Driver) CommDestroy(c seam.Comm) error {
+func (d *Driver) CommDestroy(c gpulib.Comm) error {
 	if err := d.enter("ncclCommDestroy"); err != nil {
 		return err
 	}
@@ -513,7 +516,7 @@ func (d *Driver) CommDestroy(c seam.Comm) error {
 }
 
 // CommAbort is ncclCommAbort: it never waits.
-func (d *Driver) CommAbort(c seam.Comm) error {
+func (d *Driver) CommAbort(c gpulib.Comm) error {
 	if err := d.enter("ncclCommAbort"); err != nil {
 		return err
 	}
@@ -521,7 +524,7 @@ func (d *Driver) CommAbort(c seam.Comm) error {
 }
 
 // CommSplit is ncclCommSplit.
-func (d *Driver) CommSplit(c seam.Comm, color, key int, cfg seam.Config) (seam.Comm, error) {
+func (d *Driver) CommSplit(c gpulib.Comm, color, key int, cfg gpulib.Config) (gpulib.Comm, error) {
 	const call = "ncclCommSplit"
 	if err := d.enter(call); err != nil {
 		return 0, err
@@ -536,7 +539,7 @@ func (d *Driver) CommSplit(c seam.Comm, color, key int, cfg seam.Config) (seam.C
 }
 
 // CommShrink is ncclCommShrink.
-func (d *Driver) CommShrink(c seam.Comm, exclude []int, cfg seam.Config, flags int) (seam.Comm, error) {
+func (d *Driver) CommShrink(c gpulib.Comm, exclude []int, cfg gpulib.Config, flags int) (gpulib.Comm, error) {
 	const call = "ncclCommShrink"
 	if err := d.enter(call); err != nil {
 		return 0, err
@@ -551,7 +554,7 @@ func (d *Driver) CommShrink(c seam.Comm, exclude []int, cfg seam.Config, flags i
 }
 
 // CommRevoke is ncclCommRevoke.
-func (d *Driver) CommRevoke(c seam.Comm, flags int) error {
+func (d *Driver) CommRevoke(c gpulib.Comm, flags int) error {
 	const call = "ncclCommRevoke"
 	if err := d.enter(call); err != nil {
 		return err
@@ -563,26 +566,26 @@ func (d *Driver) CommRevoke(c seam.Comm, flags int) error {
 }
 
 // AllReduce is ncclAllReduce.
-func (d *Driver) AllReduce(send, recv seam.Ptr, count uint64, dt seam.DataType, op seam.RedOp, c seam.Comm, s seam.Stream) error {
+func (d *Driver) AllReduce(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, op gpulib.RedOp, c gpulib.Comm, s gpulib.Stream) error {
 	return d.collective(c, s, &collDesc{call: "ncclAllReduce", send: send, recv: recv, count: count, dt: dt, op: op})
 }
 
 // Broadcast is ncclBroadcast.
-func (d *Driver) Broadcast(send, recv seam.Ptr, count uint64, dt seam.DataType, root int, c seam.Comm, s seam.Stream) error {
+func (d *Driver) Broadcast(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
 	return d.collective(c, s, &collDesc{call: "ncclBroadcast", send: send, recv: recv, count: count, dt: dt, root: root})
 }
 
 // AllGather is ncclAllGather.
-func (d *Driver) AllGather(send, recv seam.Ptr, sendCount uint64, dt seam.DataType, c seam.Comm, s seam.Stream) error {
+func (d *Driver) AllGather(send, recv gpulib.Ptr, sendCount uint64, dt gpulib.DataType, c gpulib.Comm, s gpulib.Stream) error {
 	return d.collective(c, s, &collDesc{call: "ncclAllGather", send: send, recv: recv, count: sendCount, dt: dt})
 }
 
 // ReduceScatter is ncclReduceScatter.
-func (d *Driver) ReduceScatter(send, recv seam.Ptr, recvCount uint64, dt seam.DataType, op seam.RedOp, c seam.Comm, s seam.Stream) error {
+func (d *Driver) ReduceScatter(send, recv gpulib.Ptr, recvCount uint64, dt gpulib.DataType, op gpulib.RedOp, c gpulib.Comm, s gpulib.Stream) error {
 	return d.collective(c, s, &collDesc{call: "ncclReduceScatter", send: send, recv: recv, count: recvCount, dt: dt, op: op})
 }
 
-func (d *Driver) collective(c seam.Comm, s seam.Stream, desc *collDesc) error {
+func (d *Driver) collective(c gpulib.Comm, s gpulib.Stream, desc *collDesc) error {
 	if err := d.enter(desc.call); err != nil {
 		return err
 	}
@@ -590,16 +593,16 @@ func (d *Driver) collective(c seam.Comm, s seam.Stream, desc *collDesc) error {
 }
 
 // Send is ncclSend.
-func (d *Driver) Send(buf seam.Ptr, count uint64, dt seam.DataType, peer int, c seam.Comm, s seam.Stream) error {
+func (d *Driver) Send(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, c gpulib.Comm, s gpulib.Stream) error {
 	return d.pointToPoint(c, s, &p2pDesc{send: true, buf: buf, count: count, dt: dt, peer: peer})
 }
 
 // Recv is ncclRecv.
-func (d *Driver) Recv(buf seam.Ptr, count uint64, dt seam.DataType, peer int, c seam.Comm, s seam.Stream) error {
+func (d *Driver) Recv(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, c gpulib.Comm, s gpulib.Stream) error {
 	return d.pointToPoint(c, s, &p2pDesc{buf: buf, count: count, dt: dt, peer: peer})
 }
 
-func (d *Driver) pointToPoint(c seam.Comm, s seam.Stream, p *p2pDesc) error {
+func (d *Driver) pointToPoint(c gpulib.Comm, s gpulib.Stream, p *p2pDesc) error {
 	if err := d.enter(p.call()); err != nil {
 		return err
 	}
@@ -623,7 +626,7 @@ func (d *Driver) GroupEnd() error {
 }
 
 // CommRegister is ncclCommRegister.
-func (d *Driver) CommRegister(c seam.Comm, buf seam.Ptr, bytes uint64) (seam.Handle, error) {
+func (d *Driver) CommRegister(c gpulib.Comm, buf gpulib.Ptr, bytes uint64) (gpulib.Handle, error) {
 	const call = "ncclCommRegister"
 	if err := d.enter(call); err != nil {
 		return 0, err
@@ -635,7 +638,7 @@ func (d *Driver) CommRegister(c seam.Comm, buf seam.Ptr, bytes uint64) (seam.Han
 }
 
 // CommDeregister is ncclCommDeregister.
-func (d *Driver) CommDeregister(c seam.Comm, h seam.Handle) error {
+func (d *Driver) CommDeregister(c gpulib.Comm, h gpulib.Handle) error {
 	const call = "ncclCommDeregister"
 	if err := d.enter(call); err != nil {
 		return err
@@ -646,8 +649,8 @@ func (d *Driver) CommDeregister(c seam.Comm, h seam.Handle) error {
 	return d.w.commDeregister(d.dev, c, h)
 }
 
-// CommCount is ncclCommCount (seam.CommInfo).
-func (d *Driver) CommCount(c seam.Comm) (int, error) {
+// CommCount is ncclCommCount (gpulib.CommInfo).
+func (d *Driver) CommCount(c gpulib.Comm) (int, error) {
 	if err := d.enter("ncclCommCount"); err != nil {
 		return 0, err
 	}
@@ -655,8 +658,8 @@ func (d *Driver) CommCount(c seam.Comm) (int, error) {
 	return n, err
 }
 
-// CommUserRank is ncclCommUserRank (seam.CommInfo).
-func (d *Driver) CommUserRank(c seam.Comm) (int, error) {
+// CommUserRank is ncclCommUserRank (gpulib.CommInfo).
+func (d *Driver) CommUserRank(c gpulib.Comm) (int, error) {
 	if err := d.enter("ncclCommUserRank"); err != nil {
 		return 0, err
 	}
@@ -665,7 +668,7 @@ func (d *Driver) CommUserRank(c seam.Comm) (int, error) {
 }
 
 // MemAllocNCCL is ncclMemAlloc.
-func (d *Driver) MemAllocNCCL(bytes uint64) (seam.Ptr, error) {
+func (d *Driver) MemAllocNCCL(bytes uint64) (gpulib.Ptr, error) {
 	const call = "ncclMemAlloc"
 	if err := d.enter(call); err != nil {
 		return 0, err
@@ -674,17 +677,17 @@ func (d *Driver) MemAllocNCCL(bytes uint64) (seam.Ptr, error) {
 		return 0, err
 	}
 	if bytes == 0 {
-		return 0, ncclErr(seam.InvalidArgument, call, "size 0")
+		return 0, ncclErr(gpulib.InvalidArgument, call, "size 0")
 	}
 	p, err := d.dev.alloc(bytes, true)
 	if err != nil {
-		return 0, ncclErr(seam.UnhandledCudaError, call, "%v", err)
+		return 0, ncclErr(gpulib.UnhandledCudaError, call, "%v", err)
 	}
 	return p, nil
 }
 
 // MemFreeNCCL is ncclMemFree; a null pointer is a no-op.
-func (d *Driver) MemFreeNCCL(p seam.Ptr) error {
+func (d *Driver) MemFreeNCCL(p gpulib.Ptr) error {
 	const call = "ncclMemFree"
 	if err := d.enter(call); err != nil {
 		return err
@@ -696,13 +699,13 @@ func (d *Driver) MemFreeNCCL(p seam.Ptr) error {
 		return nil
 	}
 	if err := d.dev.free(p, true); err != nil {
-		return ncclErr(seam.InvalidArgument, call, "%v", err)
+		return ncclErr(gpulib.InvalidArgument, call, "%v", err)
 	}
 	return nil
 }
 
 // CommWindowRegister is ncclCommWindowRegister, a collective call.
-func (d *Driver) CommWindowRegister(c seam.Comm, buf seam.Ptr, bytes uint64, flags int) (seam.Handle, error) {
+func (d *Driver) CommWindowRegister(c gpulib.Comm, buf gpulib.Ptr, bytes uint64, flags int) (gpulib.Handle, error) {
 	const call = "ncclCommWindowRegister"
 	if err := d.enter(call); err != nil {
 		return 0, err
@@ -717,7 +720,7 @@ func (d *Driver) CommWindowRegister(c seam.Comm, buf seam.Ptr, bytes uint64, fla
 }
 
 // CommWindowDeregister is ncclCommWindowDeregister (local).
-func (d *Driver) CommWindowDeregister(c seam.Comm, h seam.Handle) error {
+func (d *Driver) CommWindowDeregister(c gpulib.Comm, h gpulib.Handle) error {
 	const call = "ncclCommWindowDeregister"
 	if err := d.enter(call); err != nil {
 		return err

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 // CUDAResult is a CUresult value.
@@ -69,28 +69,28 @@ func cudaErr(code CUDAResult, call, format string, args ...any) error {
 }
 
 // NCCLError is the library-side error of a failed NCCL call of the simulator; the
-// Driver returns it inside a *seam.Error with the same code.
+// Driver returns it inside a *gpulib.Error with the same code.
 type NCCLError struct {
-	Code   seam.Result
+	Code   gpulib.Result
 	Call   string // the C function, e.g. "ncclAllReduce"
 	Detail string
 }
 
 func (e *NCCLError) Error() string {
 	if e.Detail == "" {
-		return fmt.Sprintf("%s: %v", e.Call, e.Code)
+		return fmt.Sprintf("%s: %s", e.Call, gpulib.ResultName(e.Code))
 	}
-	return fmt.Sprintf("%s: %v: %s", e.Call, e.Code, e.Detail)
+	return fmt.Sprintf("%s: %s: %s", e.Call, gpulib.ResultName(e.Code), e.Detail)
 }
 
-func ncclErr(code seam.Result, call, format string, args ...any) error {
-	return &seam.Error{Code: code, Err: &NCCLError{Code: code, Call: call, Detail: fmt.Sprintf(format, args...)}}
+func ncclErr(code gpulib.Result, call, format string, args ...any) error {
+	return &gpulib.Error{Code: code, Err: &NCCLError{Code: code, Call: call, Detail: fmt.Sprintf(format, args...)}}
 }
 
 // inProgress is the ncclInProgress a non-blocking call returns when it has not
 // completed yet: the caller polls ncclCommGetAsyncError.
 func inProgress(call, format string, args ...any) error {
-	return &seam.Error{Code: seam.InProgress, Err: &NCCLError{Code: seam.InProgress, Call: call, Detail: fmt.Sprintf(format, args...)}}
+	return &gpulib.Error{Code: gpulib.InProgress, Err: &NCCLError{Code: gpulib.InProgress, Call: call, Detail: fmt.Sprintf(format, args...)}}
 }
 
 // ErrInjected is wrapped by the errors that FailCall makes a driver call return when the

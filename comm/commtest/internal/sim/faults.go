@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 // This file holds what tests use besides the driver: fault injection, host access to
@@ -85,7 +85,6 @@ func (w *World) Revive(dev int) error {
 	d.halted, d.dead, d.sticky, d.hang, d.delay = false, false, nil, 0, 0
 	drv := w.drivers[dev]
 	drv.mu.Lock()
-	drv.group = groupState{}
 	drv.fails = map[string][]error{}
 	drv.mu.Unlock()
 	return nil
@@ -103,13 +102,13 @@ func (w *World) reviveCheckLocked(d *device) error {
 
 // InjectError makes every communicator of device dev report code from
 // ncclCommGetAsyncError (and fail new calls with it), as NCCL does after a transport
-// failure (seam.RemoteError, seam.SystemError). Operations already queued stay queued.
-func (w *World) InjectError(dev int, code seam.Result) error {
+// failure (gpulib.RemoteError, gpulib.SystemError). Operations already queued stay queued.
+func (w *World) InjectError(dev int, code gpulib.Result) error {
 	d, err := w.device(dev, "inject error")
 	if err != nil {
 		return err
 	}
-	if code == seam.Success || code == seam.InProgress {
+	if code == gpulib.Success || code == gpulib.InProgress {
 		return fmt.Errorf("inject error: %v is not an error", code)
 	}
 	w.mu.Lock()
@@ -157,7 +156,7 @@ func (w *World) Delay(dev int, delay time.Duration) error {
 
 // FailCall makes the next times calls of the C function call (one of CallNames) on
 // device dev return err without doing anything. A nil err gives an error wrapping
-// ErrInjected (a *seam.Error with ncclSystemError for NCCL functions).
+// ErrInjected (a *gpulib.Error with ncclSystemError for NCCL functions).
 func (w *World) FailCall(dev int, call string, err error, times int) error {
 	if _, e := w.device(dev, "fail call"); e != nil {
 		return e
@@ -166,7 +165,7 @@ func (w *World) FailCall(dev int, call string, err error, times int) error {
 }
 
 // Alloc allocates zeroed device memory on dev without going through the driver.
-func (w *World) Alloc(dev int, bytes uint64) (seam.Ptr, error) {
+func (w *World) Alloc(dev int, bytes uint64) (gpulib.Ptr, error) {
 	d, err := w.device(dev, "alloc")
 	if err != nil {
 		return 0, err
@@ -182,7 +181,7 @@ func (w *World) Alloc(dev int, bytes uint64) (seam.Ptr, error) {
 }
 
 // Free frees memory from Alloc (or cuMemAlloc).
-func (w *World) Free(dev int, p seam.Ptr) error {
+func (w *World) Free(dev int, p gpulib.Ptr) error {
 	d, err := w.device(dev, "free")
 	if err != nil {
 		return err
@@ -195,7 +194,7 @@ func (w *World) Free(dev int, p seam.Ptr) error {
 
 // Read copies n bytes at p on device dev to the host, immediately: like a copy on a
 // stream that does not wait for others, it sees whatever the streams have done so far.
-func (w *World) Read(dev int, p seam.Ptr, n uint64) ([]byte, error) {
+func (w *World) Read(dev int, p gpulib.Ptr, n uint64) ([]byte, error) {
 	d, err := w.device(dev, "read")
 	if err != nil {
 		return nil, err
@@ -208,7 +207,7 @@ func (w *World) Read(dev int, p seam.Ptr, n uint64) ([]byte, error) {
 }
 
 // Write copies data to p on device dev, immediately.
-func (w *World) Write(dev int, p seam.Ptr, data []byte) error {
+func (w *World) Write(dev int, p gpulib.Ptr, data []byte) error {
 	d, err := w.device(dev, "write")
 	if err != nil {
 		return err
@@ -262,7 +261,7 @@ func (w *World) Usage(dev int) (Usage, error) {
 }
 
 // NewStream creates a stream on device dev (not counted as a driver call).
-func (w *World) NewStream(dev int) (seam.Stream, error) {
+func (w *World) NewStream(dev int) (gpulib.Stream, error) {
 	if _, err := w.device(dev, "new stream"); err != nil {
 		return 0, err
 	}
@@ -270,7 +269,7 @@ func (w *World) NewStream(dev int) (seam.Stream, error) {
 }
 
 // DestroyStream destroys a stream of device dev.
-func (w *World) DestroyStream(dev int, s seam.Stream) error {
+func (w *World) DestroyStream(dev int, s gpulib.Stream) error {
 	if _, err := w.device(dev, "destroy stream"); err != nil {
 		return err
 	}
@@ -278,7 +277,7 @@ func (w *World) DestroyStream(dev int, s seam.Stream) error {
 }
 
 // CopyAsync queues a device-to-device copy on stream s of device dev.
-func (w *World) CopyAsync(dev int, dst, src seam.Ptr, bytes uint64, s seam.Stream) error {
+func (w *World) CopyAsync(dev int, dst, src gpulib.Ptr, bytes uint64, s gpulib.Stream) error {
 	if _, err := w.device(dev, "copy"); err != nil {
 		return err
 	}
@@ -286,7 +285,7 @@ func (w *World) CopyAsync(dev int, dst, src seam.Ptr, bytes uint64, s seam.Strea
 }
 
 // SyncStream waits for the work queued on stream s of device dev.
-func (w *World) SyncStream(dev int, s seam.Stream) error {
+func (w *World) SyncStream(dev int, s gpulib.Stream) error {
 	if _, err := w.device(dev, "sync stream"); err != nil {
 		return err
 	}
@@ -295,7 +294,7 @@ func (w *World) SyncStream(dev int, s seam.Stream) error {
 
 // Hold queues on stream s of device dev an operation that blocks the stream until
 // release is called (or the world closes). release is idempotent.
-func (w *World) Hold(dev int, s seam.Stream) (release func(), err error) {
+func (w *World) Hold(dev int, s gpulib.Stream) (release func(), err error) {
 	d, err := w.device(dev, "hold")
 	if err != nil {
 		return nil, err
@@ -321,7 +320,7 @@ func (w *World) Hold(dev int, s seam.Stream) (release func(), err error) {
 
 // NewUniqueID returns a new unique id for ncclCommInitRank, as ncclGetUniqueId would,
 // without counting a driver call.
-func (w *World) NewUniqueID() seam.UniqueID { return w.getUniqueID() }
+func (w *World) NewUniqueID() gpulib.UniqueID { return w.getUniqueID() }
 
 // TotalCalls returns the number of driver calls made on every device.
 func (w *World) TotalCalls() int64 {

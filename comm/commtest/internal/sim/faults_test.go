@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 func TestKilledRankNeverContributesAndItsDriverFails(t *testing.T) {
@@ -17,7 +17,7 @@ func TestKilledRankNeverContributesAndItsDriverFails(t *testing.T) {
 	bufs := r.alloc(t, 4, nil)
 	require.NoError(t, r.w.Kill(2))
 	for i := range 2 {
-		require.NoError(t, r.d[i].AllReduce(bufs[i], bufs[i], 1, seam.Int32, seam.Sum, r.c[i], r.s[i]))
+		require.NoError(t, r.d[i].AllReduce(bufs[i], bufs[i], 1, gpulib.Int32, gpulib.Sum, r.c[i], r.s[i]))
 	}
 	assert.True(t, never(30*time.Millisecond, func() bool {
 		done, _ := r.d[0].StreamQuery(r.s[0])
@@ -25,11 +25,11 @@ func TestKilledRankNeverContributesAndItsDriverFails(t *testing.T) {
 	}), "survivors' all-reduce waits for the dead rank forever")
 	res, err := r.d[0].CommGetAsyncError(r.c[0])
 	require.NoError(t, err)
-	assert.Equal(t, seam.Success, res, "NCCL does not notice a dead peer by itself")
+	assert.Equal(t, gpulib.Success, res, "NCCL does not notice a dead peer by itself")
 
 	_, err = r.d[2].MemAlloc(8)
 	assert.Equal(t, ErrorDeviceUnavailable, cudaCode(err))
-	assert.Equal(t, seam.UnhandledCudaError, ncclCode(r.d[2].AllReduce(bufs[2], bufs[2], 1, seam.Int32, seam.Sum, r.c[2], r.s[2])))
+	assert.Equal(t, gpulib.UnhandledCudaError, ncclCode(r.d[2].AllReduce(bufs[2], bufs[2], 1, gpulib.Int32, gpulib.Sum, r.c[2], r.s[2])))
 	for i := range 2 {
 		require.NoError(t, r.d[i].CommAbort(r.c[i]))
 		require.NoError(t, r.d[i].StreamSynchronize(r.s[i]), "abort ends the survivors' operation")
@@ -38,23 +38,25 @@ func TestKilledRankNeverContributesAndItsDriverFails(t *testing.T) {
 
 func TestInjectedAsyncErrorIsReportedAndRefusesWork(t *testing.T) {
 	r := newRig(t, 2)
-	require.NoError(t, r.w.InjectError(1, seam.RemoteError))
+	require.NoError(t, r.w.InjectError(1, gpulib.RemoteError))
 	res, err := r.d[1].CommGetAsyncError(r.c[1])
 	require.NoError(t, err)
-	assert.Equal(t, seam.RemoteError, res)
+	assert.Equal(t, gpulib.RemoteError, res)
 	res, _ = r.d[0].CommGetAsyncError(r.c[0])
-	assert.Equal(t, seam.Success, res, "only the injected rank")
+	assert.Equal(t, gpulib.Success, res, "only the injected rank")
 	p, _ := r.w.Alloc(1, 4)
-	assert.Equal(t, seam.RemoteError, ncclCode(r.d[1].AllReduce(p, p, 1, seam.Int32, seam.Sum, r.c[1], r.s[1])))
-	assert.Error(t, r.w.InjectError(1, seam.Success))
-	assert.Error(t, r.w.InjectError(5, seam.RemoteError))
+	assert.Equal(t, gpulib.RemoteError, ncclCode(r.d[1].AllReduce(p, p, 1, gpulib.Int32, gpulib.Sum, r.c[1], r.s[1])))
+	assert.Error(t, r.w.InjectError(1, gpulib.Success))
+	assert.Error(t, r.w.InjectError(5, gpulib.RemoteError))
 }
 
 func TestHungOperationCompletesOnlyAfterAbort(t *testing.T) {
 	r := newRig(t, 2)
 	bufs := r.alloc(t, 4, func(i int) []byte { return int32s([]int32{1}) })
 	require.NoError(t, r.w.Hang(0, 1))
-	r.each(t, func(i int) error { return r.d[i].AllReduce(bufs[i], bufs[i], 1, seam.Int32, seam.Sum, r.c[i], r.s[i]) })
+	r.each(t, func(i int) error {
+		return r.d[i].AllReduce(bufs[i], bufs[i], 1, gpulib.Int32, gpulib.Sum, r.c[i], r.s[i])
+	})
 	assert.True(t, never(30*time.Millisecond, func() bool {
 		d0, _ := r.d[0].StreamQuery(r.s[0])
 		d1, _ := r.d[1].StreamQuery(r.s[1])
@@ -70,7 +72,9 @@ func TestDelaySlowsARank(t *testing.T) {
 	bufs := r.alloc(t, 4, nil)
 	require.NoError(t, r.w.Delay(1, 40*time.Millisecond))
 	start := time.Now()
-	r.each(t, func(i int) error { return r.d[i].AllReduce(bufs[i], bufs[i], 1, seam.Int32, seam.Sum, r.c[i], r.s[i]) })
+	r.each(t, func(i int) error {
+		return r.d[i].AllReduce(bufs[i], bufs[i], 1, gpulib.Int32, gpulib.Sum, r.c[i], r.s[i])
+	})
 	r.sync(t)
 	assert.GreaterOrEqual(t, time.Since(start), 40*time.Millisecond)
 	assert.Error(t, r.w.Delay(0, -time.Second))
@@ -91,7 +95,7 @@ func TestFailCallInjectsAnErrorForTheNextCalls(t *testing.T) {
 	require.NoError(t, w.FailCall(0, "ncclGetUniqueId", nil, 1))
 	_, err = d.GetUniqueID()
 	assert.True(t, errors.Is(err, ErrInjected))
-	assert.Equal(t, seam.SystemError, ncclCode(err))
+	assert.Equal(t, gpulib.SystemError, ncclCode(err))
 
 	assert.Error(t, w.FailCall(0, "cuMemAlloc", nil, 1), "unknown function name")
 	assert.Error(t, w.FailCall(0, "cuMemAlloc_v2", nil, 0))
@@ -115,14 +119,14 @@ func TestReviveBringsBackAnEmptyDeviceThatCanJoinANewCommunicator(t *testing.T) 
 	// Both ranks build a new communicator; rank 0 aborts its old one first.
 	require.NoError(t, r.d[0].CommAbort(r.c[0]))
 	id, _ := r.d[0].GetUniqueID()
-	c := make([]seam.Comm, 2)
+	c := make([]gpulib.Comm, 2)
 	r.each(t, func(i int) error {
 		var err error
-		c[i], err = r.d[i].CommInitRank(2, id, i, seam.Config{Blocking: true})
+		c[i], err = r.d[i].CommInitRank(2, id, i, gpulib.Config{Blocking: true})
 		return err
 	})
 	bufs := r.alloc(t, 4, func(i int) []byte { return int32s([]int32{int32(i + 5)}) })
-	r.each(t, func(i int) error { return r.d[i].AllReduce(bufs[i], bufs[i], 1, seam.Int32, seam.Sum, c[i], 0) })
+	r.each(t, func(i int) error { return r.d[i].AllReduce(bufs[i], bufs[i], 1, gpulib.Int32, gpulib.Sum, c[i], 0) })
 	r.each(t, func(i int) error { return r.d[i].StreamSynchronize(0) })
 	assert.Equal(t, int32s([]int32{11}), r.read(t, 1, bufs[1], 4))
 }
@@ -151,9 +155,9 @@ func TestReviveRetiresWorkQueuedBeforeKill(t *testing.T) {
 				old := r.alloc(t, 8, nil)[1]
 
 				tc.block(r)
-				require.NoError(t, r.d[1].AllReduce(old, old, 1, seam.Int32, seam.Sum, r.c[1], r.s[1]))
+				require.NoError(t, r.d[1].AllReduce(old, old, 1, gpulib.Int32, gpulib.Sum, r.c[1], r.s[1]))
 				require.NoError(t, r.w.CopyAsync(1, old+4, old, 4, r.s[1]))
-				require.NoError(t, r.d[1].LaunchKernel(mark, 1, 1, r.s[1], seam.KernelArgs{}))
+				require.NoError(t, r.d[1].LaunchKernel(mark, 1, 1, r.s[1], gpulib.KernelArgs{}))
 				require.NoError(t, r.w.Kill(1))
 				require.NoError(t, r.w.Revive(1))
 

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"sync"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 // task is one validated communication call waiting to be submitted.
@@ -15,8 +15,14 @@ type task struct {
 	p2p  *p2pDesc
 }
 
-// groupState is a driver's ncclGroupStart/End nesting (NCCL keeps it per thread).
-// Guarded by Driver.mu.
+// groupState is one OS thread's ncclGroupStart/End nesting. NCCL keeps it per thread
+// for the whole process (src/group.cc: the thread-local ncclGroupDepth, the group's
+// communicators and its first error), so a group opened on one communicator defers the
+// calls the same thread makes on every other communicator, of any device, to the
+// outermost ncclGroupEnd; another thread is not affected. The World holds one per
+// thread with a group open (World.groups, guarded by World.mu): the simulated ranks
+// share a process, as the threads of one NCCL process do. Callers lock their goroutine
+// to its thread between ncclGroupStart and ncclGroupEnd, as every NCCL user in Go must.
 type groupState struct {
 	depth int
 	tasks []*task
@@ -118,72 +124,87 @@ func (w *World) submitLocked(tasks []*task, call string) error {
 	return nil
 }
 
-// communicate validates one communication call and submits it, or adds it to the open
-// group.
+// threadGroupLocked returns the calling thread's open group, nil without one. Caller
+// holds World.mu.
+func (w *World) threadGroupLocked() *groupState {
+	return w.groups[threadID()]
+}
+
+// communicate validates one communication call and submits it, or adds it to the
+// calling thread's open group.
 func (d *Driver) communicate(call string, prepare func() (*task, error)) error {
 	w := d.w
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	g := w.threadGroupLocked()
 	t, err := prepare()
 	if err != nil {
-		if d.group.depth > 0 && d.group.err == nil {
-			d.group.err = err
+		if g != nil && g.err == nil {
+			g.err = err
 		}
 		return err
 	}
 	if t == nil {
 		return nil // a zero-count collective: NCCL discards it
 	}
-	if d.group.depth > 0 {
-		d.group.tasks = append(d.group.tasks, t)
+	if g != nil {
+		g.tasks = append(g.tasks, t)
 		return nil
 	}
 	return w.submitLocked([]*task{t}, call)
 }
 
 func (d *Driver) groupStart() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.group.depth++
+	w := d.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	tid := threadID()
+	g := w.groups[tid]
+	if g == nil {
+		g = &groupState{}
+		w.groups[tid] = g
+	}
+	g.depth++
 	return nil
 }
 
 func (d *Driver) groupEnd() error {
 	const call = "ncclGroupEnd"
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.group.depth == 0 {
-		return ncclErr(seam.InvalidUsage, call, "no group open (ncclGroupEnd without ncclGroupStart)")
-	}
-	d.group.depth--
-	if d.group.depth > 0 {
-		return nil
-	}
-	tasks, err := d.group.tasks, d.group.err
-	d.group = groupState{}
-	if err != nil {
-		return err // the group is dropped: none of its operations is launched
-	}
 	w := d.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	tid := threadID()
+	g := w.groups[tid]
+	if g == nil {
+		return ncclErr(gpulib.InvalidUsage, call, "no group open on this thread (ncclGroupEnd without ncclGroupStart)")
+	}
+	g.depth--
+	if g.depth > 0 {
+		return nil
+	}
+	delete(w.groups, tid)
+	if g.err != nil {
+		return g.err // the group is dropped: none of its operations is launched
+	}
 	// Re-check the communicators: one may have been aborted or failed since the call.
-	for _, t := range tasks {
+	for _, t := range g.tasks {
 		if _, ok := w.comms[t.rc.h]; !ok || t.rc.stopped {
-			return ncclErr(seam.InvalidUsage, call, "communicator %#x was aborted or destroyed inside the group", uintptr(t.rc.h))
+			return ncclErr(gpulib.InvalidUsage, call, "communicator %#x was aborted or destroyed inside the group", uintptr(t.rc.h))
 		}
 	}
-	return w.submitLocked(tasks, call)
+	return w.submitLocked(g.tasks, call)
 }
 
-// inGroup returns an error for calls that cannot be made inside a group.
+// inGroup returns an error for calls that cannot be made inside a group (on the
+// calling thread).
 func (d *Driver) inGroup(call string) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.group.depth > 0 {
-		return ncclErr(seam.InvalidUsage, call, "cannot be called between ncclGroupStart and ncclGroupEnd")
+	w := d.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.threadGroupLocked() != nil {
+		return ncclErr(gpulib.InvalidUsage, call, "cannot be called between ncclGroupStart and ncclGroupEnd")
 	}
 	return nil
 }

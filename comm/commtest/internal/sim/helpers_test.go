@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 // newWorld returns a world closed (and checked for leftover goroutines) at cleanup.
@@ -44,14 +44,14 @@ func requireGoroutines(t *testing.T, n int) {
 type rig struct {
 	w *World
 	d []*Driver
-	c []seam.Comm
-	s []seam.Stream
+	c []gpulib.Comm
+	s []gpulib.Stream
 }
 
 func newRig(t *testing.T, n int, opts ...Option) *rig {
 	t.Helper()
 	w := newWorld(t, n, opts...)
-	r := &rig{w: w, d: make([]*Driver, n), c: make([]seam.Comm, n), s: make([]seam.Stream, n)}
+	r := &rig{w: w, d: make([]*Driver, n), c: make([]gpulib.Comm, n), s: make([]gpulib.Stream, n)}
 	for i := range n {
 		d, err := w.Driver(i)
 		require.NoError(t, err)
@@ -62,7 +62,7 @@ func newRig(t *testing.T, n int, opts ...Option) *rig {
 	id, err := r.d[0].GetUniqueID()
 	require.NoError(t, err)
 	r.each(t, func(i int) error {
-		c, err := r.d[i].CommInitRank(n, id, i, seam.Config{Blocking: true})
+		c, err := r.d[i].CommInitRank(n, id, i, gpulib.Config{Blocking: true})
 		r.c[i] = c
 		return err
 	})
@@ -100,9 +100,9 @@ func (r *rig) sync(t *testing.T) {
 }
 
 // alloc allocates bytes on every rank, filled by fill(rank).
-func (r *rig) alloc(t *testing.T, bytes uint64, fill func(rank int) []byte) []seam.Ptr {
+func (r *rig) alloc(t *testing.T, bytes uint64, fill func(rank int) []byte) []gpulib.Ptr {
 	t.Helper()
-	ps := make([]seam.Ptr, len(r.d))
+	ps := make([]gpulib.Ptr, len(r.d))
 	for i := range r.d {
 		p, err := r.w.Alloc(i, bytes)
 		require.NoError(t, err)
@@ -114,7 +114,7 @@ func (r *rig) alloc(t *testing.T, bytes uint64, fill func(rank int) []byte) []se
 	return ps
 }
 
-func (r *rig) read(t *testing.T, rank int, p seam.Ptr, n uint64) []byte {
+func (r *rig) read(t *testing.T, rank int, p gpulib.Ptr, n uint64) []byte {
 	t.Helper()
 	b, err := r.w.Read(rank, p, n)
 	require.NoError(t, err)
@@ -161,12 +161,12 @@ func eventually(d time.Duration, cond func() bool) bool {
 	return cond()
 }
 
-func ncclCode(err error) seam.Result {
-	var se *seam.Error
+func ncclCode(err error) gpulib.Result {
+	var se *gpulib.Error
 	if errors.As(err, &se) {
 		return se.Code
 	}
-	return seam.Success
+	return gpulib.Success
 }
 
 func cudaCode(err error) CUDAResult {
@@ -179,7 +179,7 @@ func cudaCode(err error) CUDAResult {
 
 // gate registers a kernel "gate" that blocks its stream until the returned function is
 // called (or the device stops).
-func gate(t *testing.T, w *World, dev int) (seam.Function, func()) {
+func gate(t *testing.T, w *World, dev int) (gpulib.Function, func()) {
 	t.Helper()
 	ch := make(chan struct{})
 	var once sync.Once

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/kernels"
 )
 
@@ -18,8 +18,8 @@ type Kernel struct {
 
 // Memory is what a kernel may do to its device's memory.
 type Memory interface {
-	Read(p seam.Ptr, n uint64) ([]byte, error)
-	Write(p seam.Ptr, data []byte) error
+	Read(p gpulib.Ptr, n uint64) ([]byte, error)
+	Write(p gpulib.Ptr, data []byte) error
 }
 
 // builtinKernels are the add kernels of package kernels, by their PTX entry names
@@ -27,18 +27,18 @@ type Memory interface {
 // elements, computed with the package's Go reference.
 func builtinKernels() map[string]Kernel {
 	return map[string]Kernel{
-		kernels.AddBF16Name: addKernel(seam.Bfloat16),
-		kernels.AddF16Name:  addKernel(seam.Float16),
-		kernels.AddF32Name:  addKernel(seam.Float32),
+		kernels.AddBF16Name: addKernel(gpulib.Bfloat16),
+		kernels.AddF16Name:  addKernel(gpulib.Float16),
+		kernels.AddF32Name:  addKernel(gpulib.Float32),
 	}
 }
 
 // addKernel adds count elements at src to dst, in place. Pointers must be aligned to
 // the element size, as on a GPU.
-func addKernel(dt seam.DataType) Kernel {
+func addKernel(dt gpulib.DataType) Kernel {
 	es := uint64(elemSize(dt))
 	return Kernel{Args: 3, Run: func(m Memory, a []uint64) error {
-		dst, src, count := seam.Ptr(a[0]), seam.Ptr(a[1]), a[2]
+		dst, src, count := gpulib.Ptr(a[0]), gpulib.Ptr(a[1]), a[2]
 		if count == 0 {
 			return nil
 		}
@@ -66,8 +66,8 @@ func addKernel(dt seam.DataType) Kernel {
 
 // addReference adds src to dst (little-endian elements of dt) with package kernels'
 // reference of the add kernels.
-func addReference(dt seam.DataType, dst, src []byte) error {
-	if dt == seam.Float32 {
+func addReference(dt gpulib.DataType, dst, src []byte) error {
+	if dt == gpulib.Float32 {
 		a, b := make([]float32, len(dst)/4), make([]float32, len(src)/4)
 		for i := range a {
 			a[i] = math.Float32frombits(binary.LittleEndian.Uint32(dst[4*i:]))
@@ -87,7 +87,7 @@ func addReference(dt seam.DataType, dst, src []byte) error {
 		b[i] = binary.LittleEndian.Uint16(src[2*i:])
 	}
 	add := kernels.AddBF16
-	if dt == seam.Float16 {
+	if dt == gpulib.Float16 {
 		add = kernels.AddF16
 	}
 	if err := add(a, b); err != nil {
@@ -101,7 +101,7 @@ func addReference(dt seam.DataType, dst, src []byte) error {
 
 // function is a kernel loaded on one device (a CUfunction). Guarded by World.mu.
 type function struct {
-	h    seam.Function
+	h    gpulib.Function
 	dev  *device
 	name string
 	k    Kernel
@@ -110,8 +110,8 @@ type function struct {
 // RegisterKernel adds a kernel that LoadKernel can find by name, replacing one of the
 // same name. Kernels already loaded keep their code.
 func (w *World) RegisterKernel(name string, k Kernel) error {
-	if name == "" || k.Run == nil || k.Args < 0 || k.Args > len(seam.KernelArgs{}.V) {
-		return fmt.Errorf("register kernel %q: need a name, a Run function and 0 to %d args (got %d)", name, len(seam.KernelArgs{}.V), k.Args)
+	if name == "" || k.Run == nil || k.Args < 0 || k.Args > len(gpulib.KernelArgs{}.V) {
+		return fmt.Errorf("register kernel %q: need a name, a Run function and 0 to %d args (got %d)", name, len(gpulib.KernelArgs{}.V), k.Args)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -121,7 +121,7 @@ func (w *World) RegisterKernel(name string, k Kernel) error {
 
 // LoadKernel returns the handle of the named kernel on device dev, as cuModuleGetFunction
 // would: each device gets its own handle.
-func (w *World) LoadKernel(dev int, name string) (seam.Function, error) {
+func (w *World) LoadKernel(dev int, name string) (gpulib.Function, error) {
 	if dev < 0 || dev >= len(w.devices) {
 		return 0, fmt.Errorf("load kernel %q: device %d out of range [0, %d)", name, dev, len(w.devices))
 	}
@@ -131,7 +131,7 @@ func (w *World) LoadKernel(dev int, name string) (seam.Function, error) {
 	if !ok {
 		return 0, &CUDAError{Code: ErrorNotFound, Call: "cuModuleGetFunction", Detail: fmt.Sprintf("no kernel named %q", name)}
 	}
-	f := &function{h: seam.Function(w.handle()), dev: w.devices[dev], name: name, k: k}
+	f := &function{h: gpulib.Function(w.handle()), dev: w.devices[dev], name: name, k: k}
 	w.funcs[f.h] = f
 	return f.h, nil
 }
@@ -139,5 +139,5 @@ func (w *World) LoadKernel(dev int, name string) (seam.Function, error) {
 // devMemory gives kernels access to one device.
 type devMemory struct{ d *device }
 
-func (m devMemory) Read(p seam.Ptr, n uint64) ([]byte, error) { return m.d.read(p, n) }
-func (m devMemory) Write(p seam.Ptr, data []byte) error       { return m.d.write(p, data) }
+func (m devMemory) Read(p gpulib.Ptr, n uint64) ([]byte, error) { return m.d.read(p, n) }
+func (m devMemory) Write(p gpulib.Ptr, data []byte) error       { return m.d.write(p, data) }

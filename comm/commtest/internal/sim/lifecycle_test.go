@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 func TestFinalizeThenDestroy(t *testing.T) {
@@ -17,13 +17,13 @@ func TestFinalizeThenDestroy(t *testing.T) {
 	for i := range 2 {
 		res, err := r.d[i].CommGetAsyncError(r.c[i])
 		require.NoError(t, err)
-		assert.Equal(t, seam.Success, res)
+		assert.Equal(t, gpulib.Success, res)
 		p, _ := r.w.Alloc(i, 4)
-		assert.Equal(t, seam.InvalidUsage, ncclCode(r.d[i].AllReduce(p, p, 1, seam.Int32, seam.Sum, r.c[i], r.s[i])), "work after finalize")
-		assert.Equal(t, seam.InvalidUsage, ncclCode(r.d[i].CommFinalize(r.c[i])), "finalize twice")
+		assert.Equal(t, gpulib.InvalidUsage, ncclCode(r.d[i].AllReduce(p, p, 1, gpulib.Int32, gpulib.Sum, r.c[i], r.s[i])), "work after finalize")
+		assert.Equal(t, gpulib.InvalidUsage, ncclCode(r.d[i].CommFinalize(r.c[i])), "finalize twice")
 		require.NoError(t, r.d[i].CommDestroy(r.c[i]))
 		_, err = r.d[i].CommGetAsyncError(r.c[i])
-		assert.Equal(t, seam.InvalidArgument, ncclCode(err), "use after destroy")
+		assert.Equal(t, gpulib.InvalidArgument, ncclCode(err), "use after destroy")
 		u, err := r.w.Usage(i)
 		require.NoError(t, err)
 		assert.Zero(t, u.Comms)
@@ -34,23 +34,23 @@ func TestNonBlockingFinalizeIsInProgressUntilPendingWorkCompletes(t *testing.T) 
 	w := newWorld(t, 2)
 	d := []*Driver{w.drivers[0], w.drivers[1]}
 	id, _ := d[0].GetUniqueID()
-	c := make([]seam.Comm, 2)
+	c := make([]gpulib.Comm, 2)
 	for i := range 2 {
 		var err error
-		c[i], err = d[i].CommInitRank(2, id, i, seam.Config{})
-		require.True(t, err == nil || ncclCode(err) == seam.InProgress)
+		c[i], err = d[i].CommInitRank(2, id, i, gpulib.Config{})
+		require.True(t, err == nil || ncclCode(err) == gpulib.InProgress)
 	}
 	p, _ := w.Alloc(0, 4)
-	require.NoError(t, d[0].AllReduce(p, p, 1, seam.Int32, seam.Sum, c[0], 0))
-	assert.Equal(t, seam.InProgress, ncclCode(d[0].CommFinalize(c[0])), "rank 1 has not joined the all-reduce")
+	require.NoError(t, d[0].AllReduce(p, p, 1, gpulib.Int32, gpulib.Sum, c[0], 0))
+	assert.Equal(t, gpulib.InProgress, ncclCode(d[0].CommFinalize(c[0])), "rank 1 has not joined the all-reduce")
 	res, _ := d[0].CommGetAsyncError(c[0])
-	assert.Equal(t, seam.InProgress, res)
+	assert.Equal(t, gpulib.InProgress, res)
 
 	q, _ := w.Alloc(1, 4)
-	require.NoError(t, d[1].AllReduce(q, q, 1, seam.Int32, seam.Sum, c[1], 0))
+	require.NoError(t, d[1].AllReduce(q, q, 1, gpulib.Int32, gpulib.Sum, c[1], 0))
 	assert.True(t, eventually(5*time.Second, func() bool {
 		res, _ := d[0].CommGetAsyncError(c[0])
-		return res == seam.Success
+		return res == gpulib.Success
 	}))
 	require.NoError(t, d[0].CommDestroy(c[0]))
 	require.NoError(t, d[1].CommDestroy(c[1]), "destroy without finalize flushes and succeeds")
@@ -59,7 +59,7 @@ func TestNonBlockingFinalizeIsInProgressUntilPendingWorkCompletes(t *testing.T) 
 func TestDestroyWaitsForPendingWorkAndAbortDoesNot(t *testing.T) {
 	r := newRig(t, 2)
 	bufs := r.alloc(t, 4, nil)
-	require.NoError(t, r.d[0].AllReduce(bufs[0], bufs[0], 1, seam.Int32, seam.Sum, r.c[0], r.s[0]))
+	require.NoError(t, r.d[0].AllReduce(bufs[0], bufs[0], 1, gpulib.Int32, gpulib.Sum, r.c[0], r.s[0]))
 	destroyed := make(chan error, 1)
 	go func() { destroyed <- r.d[0].CommDestroy(r.c[0]) }()
 	select {
@@ -67,40 +67,40 @@ func TestDestroyWaitsForPendingWorkAndAbortDoesNot(t *testing.T) {
 		t.Fatalf("destroy returned %v while an all-reduce waits for rank 1", err)
 	case <-time.After(30 * time.Millisecond):
 	}
-	require.NoError(t, r.d[1].AllReduce(bufs[1], bufs[1], 1, seam.Int32, seam.Sum, r.c[1], r.s[1]))
+	require.NoError(t, r.d[1].AllReduce(bufs[1], bufs[1], 1, gpulib.Int32, gpulib.Sum, r.c[1], r.s[1]))
 	within(t, 5*time.Second, func() { require.NoError(t, <-destroyed) })
 
-	require.NoError(t, r.d[1].Send(bufs[1], 1, seam.Int32, 0, r.c[1], r.s[1])) // never received
+	require.NoError(t, r.d[1].Send(bufs[1], 1, gpulib.Int32, 0, r.c[1], r.s[1])) // never received
 	within(t, 5*time.Second, func() { require.NoError(t, r.d[1].CommAbort(r.c[1])) })
 	r.sync(t)
-	assert.Equal(t, seam.InvalidArgument, ncclCode(r.d[1].CommAbort(r.c[1])), "abort twice")
+	assert.Equal(t, gpulib.InvalidArgument, ncclCode(r.d[1].CommAbort(r.c[1])), "abort twice")
 	_, err := r.d[1].CommRegister(r.c[1], bufs[1], 4)
-	assert.Equal(t, seam.InvalidArgument, ncclCode(err), "use after abort")
+	assert.Equal(t, gpulib.InvalidArgument, ncclCode(err), "use after abort")
 }
 
 func TestRevokeStopsInFlightWorkAndRefusesNewWork(t *testing.T) {
 	r := newRig(t, 2)
 	bufs := r.alloc(t, 4, nil)
-	require.NoError(t, r.d[0].AllReduce(bufs[0], bufs[0], 1, seam.Int32, seam.Sum, r.c[0], r.s[0]))
+	require.NoError(t, r.d[0].AllReduce(bufs[0], bufs[0], 1, gpulib.Int32, gpulib.Sum, r.c[0], r.s[0]))
 	require.NoError(t, r.d[0].CommRevoke(r.c[0], 0))
 	within(t, 5*time.Second, func() { require.NoError(t, r.d[0].StreamSynchronize(r.s[0])) })
 	res, err := r.d[0].CommGetAsyncError(r.c[0])
 	require.NoError(t, err)
-	assert.Equal(t, seam.Success, res, "quiescent after revoke")
-	assert.Equal(t, seam.InvalidUsage, ncclCode(r.d[0].AllReduce(bufs[0], bufs[0], 1, seam.Int32, seam.Sum, r.c[0], r.s[0])))
-	assert.Equal(t, seam.InvalidUsage, ncclCode(r.d[0].CommFinalize(r.c[0])), "finalize after revoke")
-	assert.Equal(t, seam.InvalidArgument, ncclCode(r.d[1].CommRevoke(r.c[1], 1)), "unknown flags")
+	assert.Equal(t, gpulib.Success, res, "quiescent after revoke")
+	assert.Equal(t, gpulib.InvalidUsage, ncclCode(r.d[0].AllReduce(bufs[0], bufs[0], 1, gpulib.Int32, gpulib.Sum, r.c[0], r.s[0])))
+	assert.Equal(t, gpulib.InvalidUsage, ncclCode(r.d[0].CommFinalize(r.c[0])), "finalize after revoke")
+	assert.Equal(t, gpulib.InvalidArgument, ncclCode(r.d[1].CommRevoke(r.c[1], 1)), "unknown flags")
 	require.NoError(t, r.d[0].CommDestroy(r.c[0]))
 }
 
 func TestSplitByColorAndKey(t *testing.T) {
 	r := newRig(t, 4)
-	colors := []int{0, 1, 0, seam.SplitNoColor}
+	colors := []int{0, 1, 0, gpulib.SplitNoColor}
 	keys := []int{5, 0, 1, 0}
-	child := make([]seam.Comm, 4)
+	child := make([]gpulib.Comm, 4)
 	r.each(t, func(i int) error {
 		var err error
-		child[i], err = r.d[i].CommSplit(r.c[i], colors[i], keys[i], seam.Config{Blocking: true})
+		child[i], err = r.d[i].CommSplit(r.c[i], colors[i], keys[i], gpulib.Config{Blocking: true})
 		return err
 	})
 	assert.Zero(t, child[3], "NCCL_SPLIT_NOCOLOR gives no communicator")
@@ -116,7 +116,7 @@ func TestSplitByColorAndKey(t *testing.T) {
 	}
 	bufs := r.alloc(t, 4, func(i int) []byte { return int32s([]int32{int32(i + 1)}) })
 	for _, i := range []int{0, 2} {
-		go func() { _ = r.d[i].AllReduce(bufs[i], bufs[i], 1, seam.Int32, seam.Sum, child[i], r.s[i]) }()
+		go func() { _ = r.d[i].AllReduce(bufs[i], bufs[i], 1, gpulib.Int32, gpulib.Sum, child[i], r.s[i]) }()
 	}
 	within(t, 5*time.Second, func() {
 		for _, i := range []int{0, 2} {
@@ -124,24 +124,24 @@ func TestSplitByColorAndKey(t *testing.T) {
 			}
 		}
 	})
-	_, err := r.d[0].CommSplit(r.c[0], -2, 0, seam.Config{Blocking: true})
-	assert.Equal(t, seam.InvalidArgument, ncclCode(err), "color below NCCL_SPLIT_NOCOLOR")
+	_, err := r.d[0].CommSplit(r.c[0], -2, 0, gpulib.Config{Blocking: true})
+	assert.Equal(t, gpulib.InvalidArgument, ncclCode(err), "color below NCCL_SPLIT_NOCOLOR")
 }
 
 func TestNonBlockingSplitReportsInProgressOnParentAndChild(t *testing.T) {
 	r := newRig(t, 2)
-	c0, err := r.d[0].CommSplit(r.c[0], 0, 0, seam.Config{})
-	assert.Equal(t, seam.InProgress, ncclCode(err))
+	c0, err := r.d[0].CommSplit(r.c[0], 0, 0, gpulib.Config{})
+	assert.Equal(t, gpulib.InProgress, ncclCode(err))
 	require.NotZero(t, c0)
 	res, _ := r.d[0].CommGetAsyncError(r.c[0])
-	assert.Equal(t, seam.InProgress, res, "parent")
+	assert.Equal(t, gpulib.InProgress, res, "parent")
 	res, _ = r.d[0].CommGetAsyncError(c0)
-	assert.Equal(t, seam.InProgress, res, "child")
-	_, err = r.d[1].CommSplit(r.c[1], 0, 0, seam.Config{})
+	assert.Equal(t, gpulib.InProgress, res, "child")
+	_, err = r.d[1].CommSplit(r.c[1], 0, 0, gpulib.Config{})
 	require.NoError(t, err)
-	for _, c := range []seam.Comm{r.c[0], c0} {
+	for _, c := range []gpulib.Comm{r.c[0], c0} {
 		res, _ = r.d[0].CommGetAsyncError(c)
-		assert.Equal(t, seam.Success, res)
+		assert.Equal(t, gpulib.Success, res)
 	}
 }
 
@@ -151,15 +151,15 @@ func TestShrinkExcludesADeadRank(t *testing.T) {
 	require.NoError(t, r.w.Kill(2))
 	// Survivors start an all-reduce that can never complete, then shrink with abort.
 	for i := range 2 {
-		require.NoError(t, r.d[i].AllReduce(bufs[i], bufs[i], 1, seam.Int32, seam.Sum, r.c[i], r.s[i]))
+		require.NoError(t, r.d[i].AllReduce(bufs[i], bufs[i], 1, gpulib.Int32, gpulib.Sum, r.c[i], r.s[i]))
 	}
-	child := make([]seam.Comm, 2)
+	child := make([]gpulib.Comm, 2)
 	errs := make([]error, 2)
 	within(t, 5*time.Second, func() {
 		done := make(chan int, 2)
 		for i := range 2 {
 			go func() {
-				child[i], errs[i] = r.d[i].CommShrink(r.c[i], []int{2}, seam.Config{Blocking: true}, seam.ShrinkAbort)
+				child[i], errs[i] = r.d[i].CommShrink(r.c[i], []int{2}, gpulib.Config{Blocking: true}, gpulib.ShrinkAbort)
 				done <- i
 			}()
 		}
@@ -179,7 +179,7 @@ func TestShrinkExcludesADeadRank(t *testing.T) {
 	}
 	done := make(chan error, 2)
 	for i := range 2 {
-		go func() { done <- r.d[i].AllReduce(bufs[i], bufs[i], 1, seam.Int32, seam.Sum, child[i], r.s[i]) }()
+		go func() { done <- r.d[i].AllReduce(bufs[i], bufs[i], 1, gpulib.Int32, gpulib.Sum, child[i], r.s[i]) }()
 	}
 	require.NoError(t, <-done)
 	require.NoError(t, <-done)
@@ -203,15 +203,15 @@ func TestShrinkMisuse(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := r.d[0].CommShrink(r.c[0], tt.exclude, seam.Config{Blocking: true}, tt.flags)
-			assert.Equal(t, seam.InvalidArgument, ncclCode(err))
+			_, err := r.d[0].CommShrink(r.c[0], tt.exclude, gpulib.Config{Blocking: true}, tt.flags)
+			assert.Equal(t, gpulib.InvalidArgument, ncclCode(err))
 		})
 	}
 	// Survivors that disagree on the excluded ranks.
-	_, err := r.d[0].CommShrink(r.c[0], []int{2}, seam.Config{}, 0)
-	assert.Equal(t, seam.InProgress, ncclCode(err))
-	_, err = r.d[1].CommShrink(r.c[1], []int{0, 2}, seam.Config{}, 0)
-	assert.Equal(t, seam.InvalidUsage, ncclCode(err))
+	_, err := r.d[0].CommShrink(r.c[0], []int{2}, gpulib.Config{}, 0)
+	assert.Equal(t, gpulib.InProgress, ncclCode(err))
+	_, err = r.d[1].CommShrink(r.c[1], []int{0, 2}, gpulib.Config{}, 0)
+	assert.Equal(t, gpulib.InvalidUsage, ncclCode(err))
 }
 
 func TestVersionGatesNewerFunctions(t *testing.T) {
@@ -221,7 +221,7 @@ func TestVersionGatesNewerFunctions(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 22203, v)
 	var missing *MissingSymbolError
-	_, err = d.CommShrink(c, nil, seam.Config{Blocking: true}, 0)
+	_, err = d.CommShrink(c, nil, gpulib.Config{Blocking: true}, 0)
 	require.True(t, errors.As(err, &missing), "%v", err)
 	assert.Equal(t, 22703, missing.Since)
 	require.ErrorAs(t, d.CommRevoke(c, 0), &missing)
@@ -242,73 +242,73 @@ func TestRegistration(t *testing.T) {
 	u, _ := r.w.Usage(0)
 	assert.Equal(t, 1, u.Registrations)
 	_, err = d.CommRegister(c, p+40, 32)
-	assert.Equal(t, seam.InvalidArgument, ncclCode(err), "past the allocation")
+	assert.Equal(t, gpulib.InvalidArgument, ncclCode(err), "past the allocation")
 	_, err = d.CommRegister(c, p, 0)
-	assert.Equal(t, seam.InvalidArgument, ncclCode(err), "zero bytes")
+	assert.Equal(t, gpulib.InvalidArgument, ncclCode(err), "zero bytes")
 	require.NoError(t, d.CommDeregister(c, h))
-	assert.Equal(t, seam.InvalidArgument, ncclCode(d.CommDeregister(c, h)), "deregister twice")
-	assert.Equal(t, seam.InvalidArgument, ncclCode(d.CommDeregister(c, 0x99)), "unknown handle")
+	assert.Equal(t, gpulib.InvalidArgument, ncclCode(d.CommDeregister(c, h)), "deregister twice")
+	assert.Equal(t, gpulib.InvalidArgument, ncclCode(d.CommDeregister(c, 0x99)), "unknown handle")
 }
 
 func TestSymmetricWindows(t *testing.T) {
 	r := newRig(t, 2)
-	mem := make([]seam.Ptr, 2)
+	mem := make([]gpulib.Ptr, 2)
 	for i := range 2 {
 		var err error
 		mem[i], err = r.d[i].MemAllocNCCL(3 * winAlignment)
 		require.NoError(t, err)
 	}
-	h := make([]seam.Handle, 2)
+	h := make([]gpulib.Handle, 2)
 	r.each(t, func(i int) error {
 		var err error
-		h[i], err = r.d[i].CommWindowRegister(r.c[i], mem[i], winAlignment, seam.WinCollSymmetric)
+		h[i], err = r.d[i].CommWindowRegister(r.c[i], mem[i], winAlignment, gpulib.WinCollSymmetric)
 		return err
 	})
 	plain, _ := r.w.Alloc(0, winAlignment)
 	for _, tt := range []struct {
 		name  string
-		buf   seam.Ptr
+		buf   gpulib.Ptr
 		bytes uint64
 		flags int
 	}{
 		{"plain cuMemAlloc memory", plain, 16, 0},
-		{"symmetric offset not aligned", mem[0] + 16, 16, seam.WinCollSymmetric},
+		{"symmetric offset not aligned", mem[0] + 16, 16, gpulib.WinCollSymmetric},
 		{"already a window", mem[0], 16, 0},
 		{"zero bytes", mem[0] + winAlignment, 0, 0},
 		{"unknown flags", mem[0] + winAlignment, 16, 8},
 	} {
 		_, err := r.d[0].CommWindowRegister(r.c[0], tt.buf, tt.bytes, tt.flags)
-		assert.Equal(t, seam.InvalidArgument, ncclCode(err), tt.name)
+		assert.Equal(t, gpulib.InvalidArgument, ncclCode(err), tt.name)
 	}
 	// Symmetric windows at different offsets: the communicator fails on every rank.
 	errs := r.try(t, func(i int) error {
-		_, err := r.d[i].CommWindowRegister(r.c[i], mem[i]+seam.Ptr(winAlignment*(i+1)), 64, seam.WinCollSymmetric)
+		_, err := r.d[i].CommWindowRegister(r.c[i], mem[i]+gpulib.Ptr(winAlignment*(i+1)), 64, gpulib.WinCollSymmetric)
 		return err
 	})
 	for i := range 2 {
-		assert.Equal(t, seam.InvalidUsage, ncclCode(errs[i]), "rank %d", i)
+		assert.Equal(t, gpulib.InvalidUsage, ncclCode(errs[i]), "rank %d", i)
 	}
 	require.NoError(t, r.d[0].CommWindowDeregister(r.c[0], h[0]))
-	assert.Equal(t, seam.InvalidArgument, ncclCode(r.d[0].CommWindowDeregister(r.c[0], h[0])))
+	assert.Equal(t, gpulib.InvalidArgument, ncclCode(r.d[0].CommWindowDeregister(r.c[0], h[0])))
 }
 
 func TestWithInProgressMakesNonBlockingCallsPoll(t *testing.T) {
 	w := newWorld(t, 1, WithInProgress(2))
 	d := w.drivers[0]
 	id, _ := d.GetUniqueID()
-	c, err := d.CommInitRank(1, id, 0, seam.Config{})
+	c, err := d.CommInitRank(1, id, 0, gpulib.Config{})
 	require.NoError(t, err)
 	p, _ := w.Alloc(0, 4)
-	err = d.AllReduce(p, p, 1, seam.Int32, seam.Sum, c, 0)
-	assert.Equal(t, seam.InProgress, ncclCode(err))
-	assert.Equal(t, seam.InvalidArgument, ncclCode(d.AllReduce(p, p, 1, seam.Int32, seam.Sum, c, 0)),
+	err = d.AllReduce(p, p, 1, gpulib.Int32, gpulib.Sum, c, 0)
+	assert.Equal(t, gpulib.InProgress, ncclCode(err))
+	assert.Equal(t, gpulib.InvalidArgument, ncclCode(d.AllReduce(p, p, 1, gpulib.Int32, gpulib.Sum, c, 0)),
 		"a call before the previous one settled")
 	for range 2 {
 		res, _ := d.CommGetAsyncError(c)
-		assert.Equal(t, seam.InProgress, res)
+		assert.Equal(t, gpulib.InProgress, res)
 	}
 	res, _ := d.CommGetAsyncError(c)
-	assert.Equal(t, seam.Success, res)
+	assert.Equal(t, gpulib.Success, res)
 }
 
 func TestEveryDriverCallIsCounted(t *testing.T) {
@@ -333,12 +333,12 @@ func TestCloseEndsBlockedCallsAndGoroutines(t *testing.T) {
 	id, _ := d.GetUniqueID()
 	initErr := make(chan error, 1)
 	go func() {
-		_, err := d.CommInitRank(2, id, 0, seam.Config{Blocking: true}) // rank 1 never comes
+		_, err := d.CommInitRank(2, id, 0, gpulib.Config{Blocking: true}) // rank 1 never comes
 		initErr <- err
 	}()
 	f, _ := gate(t, w, 1)
 	d1 := w.drivers[1]
-	require.NoError(t, d1.LaunchKernel(f, 1, 1, 0, seam.KernelArgs{}))
+	require.NoError(t, d1.LaunchKernel(f, 1, 1, 0, gpulib.KernelArgs{}))
 	syncErr := make(chan error, 1)
 	go func() { syncErr <- d1.StreamSynchronize(0) }()
 	time.Sleep(10 * time.Millisecond)
@@ -350,6 +350,6 @@ func TestCloseEndsBlockedCallsAndGoroutines(t *testing.T) {
 	_, err = d.MemAlloc(8)
 	assert.Equal(t, ErrorDeinitialized, cudaCode(err))
 	_, err = d.GetUniqueID()
-	assert.Equal(t, seam.SystemError, ncclCode(err))
+	assert.Equal(t, gpulib.SystemError, ncclCode(err))
 	require.NoError(t, w.Close(), "idempotent")
 }

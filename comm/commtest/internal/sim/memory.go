@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 // Device address layout: device d owns [addrBase + d*addrSpan, addrBase + (d+1)*addrSpan).
@@ -73,7 +73,7 @@ func (d *device) halt() {
 func alignUp(v, a uint64) uint64 { return (v + a - 1) / a * a }
 
 // alloc reserves bytes (> 0) of zeroed memory.
-func (d *device) alloc(bytes uint64, nccl bool) (seam.Ptr, error) {
+func (d *device) alloc(bytes uint64, nccl bool) (gpulib.Ptr, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.limit > 0 && d.used+bytes > d.limit {
@@ -92,11 +92,11 @@ func (d *device) alloc(bytes uint64, nccl bool) (seam.Ptr, error) {
 	d.live = append(d.live, a) // bases only grow: live stays sorted
 	d.next = base + bytes + guard
 	d.used += bytes
-	return seam.Ptr(base), nil
+	return gpulib.Ptr(base), nil
 }
 
 // free releases the allocation that starts at p; nccl says which allocator the caller is.
-func (d *device) free(p seam.Ptr, nccl bool) error {
+func (d *device) free(p gpulib.Ptr, nccl bool) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	i, ok := d.find(uint64(p))
@@ -145,7 +145,7 @@ func (d *device) missLocked(p uint64) error {
 }
 
 // slice returns the memory [p, p+n) inside one allocation. Caller holds d.mu.
-func (d *device) sliceLocked(p seam.Ptr, n uint64) ([]byte, *allocation, error) {
+func (d *device) sliceLocked(p gpulib.Ptr, n uint64) ([]byte, *allocation, error) {
 	i, ok := d.find(uint64(p))
 	if !ok {
 		return nil, nil, d.missLocked(uint64(p))
@@ -160,7 +160,7 @@ func (d *device) sliceLocked(p seam.Ptr, n uint64) ([]byte, *allocation, error) 
 }
 
 // check reports whether [p, p+n) lies inside one live allocation; n == 0 always passes.
-func (d *device) check(p seam.Ptr, n uint64) error {
+func (d *device) check(p gpulib.Ptr, n uint64) error {
 	if n == 0 {
 		return nil
 	}
@@ -171,7 +171,7 @@ func (d *device) check(p seam.Ptr, n uint64) error {
 }
 
 // allocationOf returns the allocation holding [p, p+n).
-func (d *device) allocationOf(p seam.Ptr, n uint64) (base uint64, size uint64, nccl bool, err error) {
+func (d *device) allocationOf(p gpulib.Ptr, n uint64) (base uint64, size uint64, nccl bool, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	_, a, err := d.sliceLocked(p, max(n, 1))
@@ -182,7 +182,7 @@ func (d *device) allocationOf(p seam.Ptr, n uint64) (base uint64, size uint64, n
 }
 
 // read copies n bytes at p.
-func (d *device) read(p seam.Ptr, n uint64) ([]byte, error) {
+func (d *device) read(p gpulib.Ptr, n uint64) ([]byte, error) {
 	if n == 0 {
 		return []byte{}, nil
 	}
@@ -196,7 +196,7 @@ func (d *device) read(p seam.Ptr, n uint64) ([]byte, error) {
 }
 
 // write copies data to p.
-func (d *device) write(p seam.Ptr, data []byte) error {
+func (d *device) write(p gpulib.Ptr, data []byte) error {
 	if len(data) == 0 {
 		return nil
 	}
@@ -211,7 +211,7 @@ func (d *device) write(p seam.Ptr, data []byte) error {
 }
 
 // copyWithin copies n bytes from src to dst on this device (overlap allowed).
-func (d *device) copyWithin(dst, src seam.Ptr, n uint64) error {
+func (d *device) copyWithin(dst, src gpulib.Ptr, n uint64) error {
 	if n == 0 {
 		return nil
 	}
@@ -230,7 +230,7 @@ func (d *device) copyWithin(dst, src seam.Ptr, n uint64) error {
 }
 
 // update applies f to [p, p+n) under the memory lock (kernels read-modify-write).
-func (d *device) update(p seam.Ptr, n uint64, f func(b []byte)) error {
+func (d *device) update(p gpulib.Ptr, n uint64, f func(b []byte)) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	b, _, err := d.sliceLocked(p, n)

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 func TestMemAllocReadWriteAtAnyOffsetInsideTheAllocation(t *testing.T) {
@@ -22,8 +22,8 @@ func TestMemAllocReadWriteAtAnyOffsetInsideTheAllocation(t *testing.T) {
 
 	for _, off := range []uint64{0, 1, 3, 97} {
 		data := bytes.Repeat([]byte{byte(off + 1)}, int(100-off))
-		require.NoError(t, w.Write(0, p+seam.Ptr(off), data), "offset %d", off)
-		got, err := w.Read(0, p+seam.Ptr(off), 100-off)
+		require.NoError(t, w.Write(0, p+gpulib.Ptr(off), data), "offset %d", off)
+		got, err := w.Read(0, p+gpulib.Ptr(off), 100-off)
 		require.NoError(t, err)
 		assert.Equal(t, data, got, "offset %d", off)
 	}
@@ -42,7 +42,7 @@ func TestMemoryAccessOutsideLiveAllocationsIsAnErrorNotAPanic(t *testing.T) {
 
 	tests := []struct {
 		name string
-		ptr  seam.Ptr
+		ptr  gpulib.Ptr
 		n    uint64
 		want string
 	}{
@@ -90,14 +90,14 @@ func TestMemFreeRejectsWhatItDidNotAllocate(t *testing.T) {
 			if tt.cuda {
 				assert.Equal(t, ErrorInvalidValue, cudaCode(err))
 			} else {
-				assert.Equal(t, seam.InvalidArgument, ncclCode(err))
+				assert.Equal(t, gpulib.InvalidArgument, ncclCode(err))
 			}
 		})
 	}
 	require.NoError(t, d.MemFree(p))
 	assert.Equal(t, ErrorInvalidValue, cudaCode(d.MemFree(p)), "double free")
 	require.NoError(t, d.MemFreeNCCL(np))
-	assert.Equal(t, seam.InvalidArgument, ncclCode(d.MemFreeNCCL(np)), "double ncclMemFree")
+	assert.Equal(t, gpulib.InvalidArgument, ncclCode(d.MemFreeNCCL(np)), "double ncclMemFree")
 	assert.NoError(t, d.MemFreeNCCL(0), "ncclMemFree(NULL) is a no-op")
 	u, err := w.Usage(0)
 	require.NoError(t, err)
@@ -114,7 +114,7 @@ func TestMemAllocFailsBeyondTheLimitAndOnZeroBytes(t *testing.T) {
 	_, err = d.MemAlloc(600)
 	assert.Equal(t, ErrorOutOfMemory, cudaCode(err))
 	_, err = d.MemAllocNCCL(600)
-	assert.Equal(t, seam.UnhandledCudaError, ncclCode(err))
+	assert.Equal(t, gpulib.UnhandledCudaError, ncclCode(err))
 	require.NoError(t, d.MemFree(p))
 	_, err = d.MemAlloc(600)
 	assert.NoError(t, err, "freed memory is available again")

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/kernels"
 )
 
@@ -36,7 +36,7 @@ func TestCommInitRankBlockingWaitsForEveryRank(t *testing.T) {
 	for i, c := range r.c {
 		res, err := r.d[i].CommGetAsyncError(c)
 		require.NoError(t, err)
-		assert.Equal(t, seam.Success, res)
+		assert.Equal(t, gpulib.Success, res)
 		n, err := r.d[i].CommCount(c)
 		require.NoError(t, err)
 		assert.Equal(t, 4, n)
@@ -54,49 +54,49 @@ func TestCommInitRankNonBlockingIsInProgressUntilEveryRankArrives(t *testing.T) 
 	}
 	id, err := d[0].GetUniqueID()
 	require.NoError(t, err)
-	c0, err := d[0].CommInitRank(3, id, 0, seam.Config{})
-	assert.Equal(t, seam.InProgress, ncclCode(err))
+	c0, err := d[0].CommInitRank(3, id, 0, gpulib.Config{})
+	assert.Equal(t, gpulib.InProgress, ncclCode(err))
 	require.NotZero(t, c0)
 	res, err := d[0].CommGetAsyncError(c0)
 	require.NoError(t, err)
-	assert.Equal(t, seam.InProgress, res)
+	assert.Equal(t, gpulib.InProgress, res)
 	p, _ := w.Alloc(0, 4)
-	assert.Equal(t, seam.InvalidArgument, ncclCode(d[0].AllReduce(p, p, 1, seam.Int32, seam.Sum, c0, 0)),
+	assert.Equal(t, gpulib.InvalidArgument, ncclCode(d[0].AllReduce(p, p, 1, gpulib.Int32, gpulib.Sum, c0, 0)),
 		"a communicator still initialising refuses work")
 
-	_, err = d[1].CommInitRank(3, id, 1, seam.Config{})
-	assert.Equal(t, seam.InProgress, ncclCode(err))
-	c2, err := d[2].CommInitRank(3, id, 2, seam.Config{})
+	_, err = d[1].CommInitRank(3, id, 1, gpulib.Config{})
+	assert.Equal(t, gpulib.InProgress, ncclCode(err))
+	c2, err := d[2].CommInitRank(3, id, 2, gpulib.Config{})
 	require.NoError(t, err, "the last rank completes the communicator")
-	for i, c := range []seam.Comm{c0, c2} {
+	for i, c := range []gpulib.Comm{c0, c2} {
 		res, err := d[2*i].CommGetAsyncError(c)
 		require.NoError(t, err)
-		assert.Equal(t, seam.Success, res)
+		assert.Equal(t, gpulib.Success, res)
 	}
-	_, err = d[0].CommInitRank(3, id, 0, seam.Config{})
-	assert.Equal(t, seam.SystemError, ncclCode(err), "a unique id serves one communicator")
+	_, err = d[0].CommInitRank(3, id, 0, gpulib.Config{})
+	assert.Equal(t, gpulib.SystemError, ncclCode(err), "a unique id serves one communicator")
 }
 
 func TestCommInitRankMisuse(t *testing.T) {
 	tests := []struct {
 		name  string
-		setup func(w *World, id seam.UniqueID) error // an earlier call by another rank
+		setup func(w *World, id gpulib.UniqueID) error // an earlier call by another rank
 		dev   int
 		n     int
-		id    func(seam.UniqueID) seam.UniqueID
+		id    func(gpulib.UniqueID) gpulib.UniqueID
 		rank  int
-		want  seam.Result
+		want  gpulib.Result
 	}{
-		{name: "nranks zero", dev: 0, n: 0, rank: 0, want: seam.InvalidArgument},
-		{name: "rank out of range", dev: 0, n: 2, rank: 2, want: seam.InvalidArgument},
-		{name: "negative rank", dev: 0, n: 2, rank: -1, want: seam.InvalidArgument},
-		{name: "unknown id", dev: 0, n: 2, rank: 0, id: func(seam.UniqueID) seam.UniqueID { return seam.UniqueID{1} }, want: seam.SystemError},
-		{name: "ranks disagree on nranks", dev: 1, n: 3, rank: 1, want: seam.InvalidUsage,
-			setup: func(w *World, id seam.UniqueID) error { return initAsync(w, 0, 2, id, 0) }},
-		{name: "rank joins twice", dev: 1, n: 2, rank: 0, want: seam.InvalidUsage,
-			setup: func(w *World, id seam.UniqueID) error { return initAsync(w, 0, 2, id, 0) }},
-		{name: "two ranks on one device", dev: 0, n: 2, rank: 1, want: seam.InvalidUsage,
-			setup: func(w *World, id seam.UniqueID) error { return initAsync(w, 0, 2, id, 0) }},
+		{name: "nranks zero", dev: 0, n: 0, rank: 0, want: gpulib.InvalidArgument},
+		{name: "rank out of range", dev: 0, n: 2, rank: 2, want: gpulib.InvalidArgument},
+		{name: "negative rank", dev: 0, n: 2, rank: -1, want: gpulib.InvalidArgument},
+		{name: "unknown id", dev: 0, n: 2, rank: 0, id: func(gpulib.UniqueID) gpulib.UniqueID { return gpulib.UniqueID{1} }, want: gpulib.SystemError},
+		{name: "ranks disagree on nranks", dev: 1, n: 3, rank: 1, want: gpulib.InvalidUsage,
+			setup: func(w *World, id gpulib.UniqueID) error { return initAsync(w, 0, 2, id, 0) }},
+		{name: "rank joins twice", dev: 1, n: 2, rank: 0, want: gpulib.InvalidUsage,
+			setup: func(w *World, id gpulib.UniqueID) error { return initAsync(w, 0, 2, id, 0) }},
+		{name: "two ranks on one device", dev: 0, n: 2, rank: 1, want: gpulib.InvalidUsage,
+			setup: func(w *World, id gpulib.UniqueID) error { return initAsync(w, 0, 2, id, 0) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -110,7 +110,7 @@ func TestCommInitRankMisuse(t *testing.T) {
 			if tt.id != nil {
 				id = tt.id(id)
 			}
-			c, err := d.CommInitRank(tt.n, id, tt.rank, seam.Config{Blocking: true})
+			c, err := d.CommInitRank(tt.n, id, tt.rank, gpulib.Config{Blocking: true})
 			assert.Zero(t, c)
 			assert.Equal(t, tt.want, ncclCode(err), "%v", err)
 		})
@@ -118,10 +118,10 @@ func TestCommInitRankMisuse(t *testing.T) {
 }
 
 // initAsync starts a non-blocking init on dev; InProgress is expected.
-func initAsync(w *World, dev, n int, id seam.UniqueID, rank int) error {
+func initAsync(w *World, dev, n int, id gpulib.UniqueID, rank int) error {
 	d, _ := w.Driver(dev)
-	_, err := d.CommInitRank(n, id, rank, seam.Config{})
-	if ncclCode(err) == seam.InProgress {
+	_, err := d.CommInitRank(n, id, rank, gpulib.Config{})
+	if ncclCode(err) == gpulib.InProgress {
 		return nil
 	}
 	return err
@@ -148,7 +148,7 @@ func TestCollectivesGiveExactResultsOnEveryWorldSize(t *testing.T) {
 
 			// all-reduce out of place over the whole buffer
 			r.each(t, func(i int) error {
-				return r.d[i].AllReduce(send[i], recv[i], uint64(count*n), seam.Int32, seam.Sum, r.c[i], r.s[i])
+				return r.d[i].AllReduce(send[i], recv[i], uint64(count*n), gpulib.Int32, gpulib.Sum, r.c[i], r.s[i])
 			})
 			r.sync(t)
 			for i := range n {
@@ -157,7 +157,7 @@ func TestCollectivesGiveExactResultsOnEveryWorldSize(t *testing.T) {
 
 			// reduce-scatter: rank i gets sum[i*count:(i+1)*count]
 			r.each(t, func(i int) error {
-				return r.d[i].ReduceScatter(send[i], recv[i], count, seam.Int32, seam.Sum, r.c[i], r.s[i])
+				return r.d[i].ReduceScatter(send[i], recv[i], count, gpulib.Int32, gpulib.Sum, r.c[i], r.s[i])
 			})
 			r.sync(t)
 			for i := range n {
@@ -166,7 +166,7 @@ func TestCollectivesGiveExactResultsOnEveryWorldSize(t *testing.T) {
 
 			// all-gather in place: rank i's contribution sits at offset i*count
 			r.each(t, func(i int) error {
-				return r.d[i].AllGather(send[i]+seam.Ptr(4*count*i), send[i], count, seam.Int32, r.c[i], r.s[i])
+				return r.d[i].AllGather(send[i]+gpulib.Ptr(4*count*i), send[i], count, gpulib.Int32, r.c[i], r.s[i])
 			})
 			r.sync(t)
 			var gathered []int32
@@ -180,7 +180,7 @@ func TestCollectivesGiveExactResultsOnEveryWorldSize(t *testing.T) {
 			// broadcast in place from every root
 			for root := range n {
 				r.each(t, func(i int) error {
-					return r.d[i].Broadcast(recv[i], recv[i], 3, seam.Int32, root, r.c[i], r.s[i])
+					return r.d[i].Broadcast(recv[i], recv[i], 3, gpulib.Int32, root, r.c[i], r.s[i])
 				})
 				r.sync(t)
 				want := r.read(t, root, recv[root], 12)
@@ -196,16 +196,16 @@ func TestCollectivesGiveExactResultsOnEveryWorldSize(t *testing.T) {
 func TestAllReduceEveryTypeWithExactValues(t *testing.T) {
 	const n, count = 3, 5
 	r := newRig(t, n)
-	encode := map[seam.DataType]func(int) uint64{
-		seam.Int8: func(v int) uint64 { return uint64(uint8(v)) }, seam.Uint8: func(v int) uint64 { return uint64(v) },
-		seam.Int32: func(v int) uint64 { return uint64(uint32(v)) }, seam.Uint32: func(v int) uint64 { return uint64(v) },
-		seam.Int64: func(v int) uint64 { return uint64(v) }, seam.Uint64: func(v int) uint64 { return uint64(v) },
-		seam.Float16:    func(v int) uint64 { return uint64(kernels.Float32ToF16(float32(v))) },
-		seam.Float32:    func(v int) uint64 { return f32(float32(v)) },
-		seam.Float64:    func(v int) uint64 { return math.Float64bits(float64(v)) },
-		seam.Bfloat16:   func(v int) uint64 { return uint64(kernels.Float32ToBF16(float32(v))) },
-		seam.Float8e4m3: func(v int) uint64 { return uint64(kernels.Float32ToE4M3(float32(v))) },
-		seam.Float8e5m2: func(v int) uint64 { return uint64(kernels.Float32ToE5M2(float32(v))) },
+	encode := map[gpulib.DataType]func(int) uint64{
+		gpulib.Int8: func(v int) uint64 { return uint64(uint8(v)) }, gpulib.Uint8: func(v int) uint64 { return uint64(v) },
+		gpulib.Int32: func(v int) uint64 { return uint64(uint32(v)) }, gpulib.Uint32: func(v int) uint64 { return uint64(v) },
+		gpulib.Int64: func(v int) uint64 { return uint64(v) }, gpulib.Uint64: func(v int) uint64 { return uint64(v) },
+		gpulib.Float16:    func(v int) uint64 { return uint64(kernels.Float32ToF16(float32(v))) },
+		gpulib.Float32:    func(v int) uint64 { return f32(float32(v)) },
+		gpulib.Float64:    func(v int) uint64 { return math.Float64bits(float64(v)) },
+		gpulib.Bfloat16:   func(v int) uint64 { return uint64(kernels.Float32ToBF16(float32(v))) },
+		gpulib.Float8e4m3: func(v int) uint64 { return uint64(kernels.Float32ToE4M3(float32(v))) },
+		gpulib.Float8e5m2: func(v int) uint64 { return uint64(kernels.Float32ToE5M2(float32(v))) },
 	}
 	for dt, enc := range encode {
 		es := elemSize(dt)
@@ -218,7 +218,7 @@ func TestAllReduceEveryTypeWithExactValues(t *testing.T) {
 			return b
 		})
 		r.each(t, func(i int) error {
-			return r.d[i].AllReduce(bufs[i], bufs[i], count, dt, seam.Sum, r.c[i], r.s[i])
+			return r.d[i].AllReduce(bufs[i], bufs[i], count, dt, gpulib.Sum, r.c[i], r.s[i])
 		})
 		r.sync(t)
 		want := make([]byte, es*count)
@@ -238,11 +238,13 @@ func TestAllReduceEveryTypeWithExactValues(t *testing.T) {
 func TestZeroCountCollectivesAreDiscarded(t *testing.T) {
 	r := newRig(t, 2)
 	// Only rank 0 calls: a zero-count all-reduce never needs its peer.
-	require.NoError(t, r.d[0].AllReduce(0, 0, 0, seam.Bfloat16, seam.Sum, r.c[0], r.s[0]))
+	require.NoError(t, r.d[0].AllReduce(0, 0, 0, gpulib.Bfloat16, gpulib.Sum, r.c[0], r.s[0]))
 	within(t, 5*time.Second, func() { require.NoError(t, r.d[0].StreamSynchronize(r.s[0])) })
 	// And it does not shift the matching of the next collective.
 	bufs := r.alloc(t, 4, func(i int) []byte { return int32s([]int32{int32(i + 1)}) })
-	r.each(t, func(i int) error { return r.d[i].AllReduce(bufs[i], bufs[i], 1, seam.Int32, seam.Sum, r.c[i], r.s[i]) })
+	r.each(t, func(i int) error {
+		return r.d[i].AllReduce(bufs[i], bufs[i], 1, gpulib.Int32, gpulib.Sum, r.c[i], r.s[i])
+	})
 	r.sync(t)
 	assert.Equal(t, int32s([]int32{3}), r.read(t, 1, bufs[1], 4))
 }
@@ -250,34 +252,34 @@ func TestZeroCountCollectivesAreDiscarded(t *testing.T) {
 func TestMismatchedCollectivesPutTheCommunicatorInAnErrorState(t *testing.T) {
 	tests := []struct {
 		name  string
-		call1 func(d *Driver, p seam.Ptr, c seam.Comm, s seam.Stream) error // rank 1's call; rank 0 all-reduces 4 int32 with sum
+		call1 func(d *Driver, p gpulib.Ptr, c gpulib.Comm, s gpulib.Stream) error // rank 1's call; rank 0 all-reduces 4 int32 with sum
 	}{
-		{"different operation", func(d *Driver, p seam.Ptr, c seam.Comm, s seam.Stream) error {
-			return d.Broadcast(p, p, 4, seam.Int32, 0, c, s)
+		{"different operation", func(d *Driver, p gpulib.Ptr, c gpulib.Comm, s gpulib.Stream) error {
+			return d.Broadcast(p, p, 4, gpulib.Int32, 0, c, s)
 		}},
-		{"different count", func(d *Driver, p seam.Ptr, c seam.Comm, s seam.Stream) error {
-			return d.AllReduce(p, p, 3, seam.Int32, seam.Sum, c, s)
+		{"different count", func(d *Driver, p gpulib.Ptr, c gpulib.Comm, s gpulib.Stream) error {
+			return d.AllReduce(p, p, 3, gpulib.Int32, gpulib.Sum, c, s)
 		}},
-		{"different type", func(d *Driver, p seam.Ptr, c seam.Comm, s seam.Stream) error {
-			return d.AllReduce(p, p, 4, seam.Uint32, seam.Sum, c, s)
+		{"different type", func(d *Driver, p gpulib.Ptr, c gpulib.Comm, s gpulib.Stream) error {
+			return d.AllReduce(p, p, 4, gpulib.Uint32, gpulib.Sum, c, s)
 		}},
-		{"different reduction", func(d *Driver, p seam.Ptr, c seam.Comm, s seam.Stream) error {
-			return d.AllReduce(p, p, 4, seam.Int32, seam.Max, c, s)
+		{"different reduction", func(d *Driver, p gpulib.Ptr, c gpulib.Comm, s gpulib.Stream) error {
+			return d.AllReduce(p, p, 4, gpulib.Int32, gpulib.Max, c, s)
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newRig(t, 2)
 			bufs := r.alloc(t, 16, nil)
-			require.NoError(t, r.d[0].AllReduce(bufs[0], bufs[0], 4, seam.Int32, seam.Sum, r.c[0], r.s[0]))
+			require.NoError(t, r.d[0].AllReduce(bufs[0], bufs[0], 4, gpulib.Int32, gpulib.Sum, r.c[0], r.s[0]))
 			require.NoError(t, tt.call1(r.d[1], bufs[1], r.c[1], r.s[1]))
 			r.sync(t) // the pending operations end instead of hanging
 			for i := range 2 {
 				res, err := r.d[i].CommGetAsyncError(r.c[i])
 				require.NoError(t, err)
-				assert.Equal(t, seam.InvalidUsage, res, "rank %d", i)
-				err = r.d[i].AllReduce(bufs[i], bufs[i], 4, seam.Int32, seam.Sum, r.c[i], r.s[i])
-				assert.Equal(t, seam.InvalidUsage, ncclCode(err))
+				assert.Equal(t, gpulib.InvalidUsage, res, "rank %d", i)
+				err = r.d[i].AllReduce(bufs[i], bufs[i], 4, gpulib.Int32, gpulib.Sum, r.c[i], r.s[i])
+				assert.Equal(t, gpulib.InvalidUsage, ncclCode(err))
 				assert.Contains(t, err.Error(), "does not match across ranks")
 			}
 		})
@@ -288,12 +290,12 @@ func TestBroadcastRootMismatchIsDetected(t *testing.T) {
 	r := newRig(t, 3)
 	bufs := r.alloc(t, 4, nil)
 	r.each(t, func(i int) error {
-		return r.d[i].Broadcast(bufs[i], bufs[i], 1, seam.Int32, min(i, 1), r.c[i], r.s[i])
+		return r.d[i].Broadcast(bufs[i], bufs[i], 1, gpulib.Int32, min(i, 1), r.c[i], r.s[i])
 	})
 	r.sync(t)
 	res, err := r.d[2].CommGetAsyncError(r.c[2])
 	require.NoError(t, err)
-	assert.Equal(t, seam.InvalidUsage, res)
+	assert.Equal(t, gpulib.InvalidUsage, res)
 }
 
 func TestCollectiveArgumentErrorsLeaveTheCommunicatorUsable(t *testing.T) {
@@ -305,33 +307,35 @@ func TestCollectiveArgumentErrorsLeaveTheCommunicatorUsable(t *testing.T) {
 		name string
 		call func() error
 	}{
-		{"invalid type", func() error { return d.AllReduce(p, p, 1, 12, seam.Sum, c, s) }},
-		{"invalid reduction", func() error { return d.AllReduce(p, p, 1, seam.Int32, 5, c, s) }},
-		{"root out of range", func() error { return d.Broadcast(p, p, 1, seam.Int32, 2, c, s) }},
-		{"negative root", func() error { return d.Broadcast(p, p, 1, seam.Int32, -1, c, s) }},
-		{"null buffer", func() error { return d.AllReduce(0, 0, 1, seam.Int32, seam.Sum, c, s) }},
-		{"buffer too small", func() error { return d.AllReduce(p, p, 5, seam.Int32, seam.Sum, c, s) }},
-		{"all-gather output too small", func() error { return d.AllGather(p, p, 3, seam.Int32, c, s) }},
-		{"reduce-scatter input too small", func() error { return d.ReduceScatter(p, p, 3, seam.Int32, seam.Sum, c, s) }},
-		{"buffer of another device", func() error { return d.AllReduce(other, other, 1, seam.Int32, seam.Sum, c, s) }},
-		{"count overflows", func() error { return d.AllGather(p, p, 1<<62, seam.Int64, c, s) }},
-		{"stream of another device", func() error { return d.AllReduce(p, p, 1, seam.Int32, seam.Sum, c, r.s[1]) }},
-		{"communicator of another device", func() error { return d.AllReduce(p, p, 1, seam.Int32, seam.Sum, r.c[1], s) }},
-		{"unknown communicator", func() error { return d.AllReduce(p, p, 1, seam.Int32, seam.Sum, 0x12345, s) }},
-		{"send to a peer out of range", func() error { return d.Send(p, 1, seam.Int32, 2, c, s) }},
+		{"invalid type", func() error { return d.AllReduce(p, p, 1, 12, gpulib.Sum, c, s) }},
+		{"invalid reduction", func() error { return d.AllReduce(p, p, 1, gpulib.Int32, 5, c, s) }},
+		{"root out of range", func() error { return d.Broadcast(p, p, 1, gpulib.Int32, 2, c, s) }},
+		{"negative root", func() error { return d.Broadcast(p, p, 1, gpulib.Int32, -1, c, s) }},
+		{"null buffer", func() error { return d.AllReduce(0, 0, 1, gpulib.Int32, gpulib.Sum, c, s) }},
+		{"buffer too small", func() error { return d.AllReduce(p, p, 5, gpulib.Int32, gpulib.Sum, c, s) }},
+		{"all-gather output too small", func() error { return d.AllGather(p, p, 3, gpulib.Int32, c, s) }},
+		{"reduce-scatter input too small", func() error { return d.ReduceScatter(p, p, 3, gpulib.Int32, gpulib.Sum, c, s) }},
+		{"buffer of another device", func() error { return d.AllReduce(other, other, 1, gpulib.Int32, gpulib.Sum, c, s) }},
+		{"count overflows", func() error { return d.AllGather(p, p, 1<<62, gpulib.Int64, c, s) }},
+		{"stream of another device", func() error { return d.AllReduce(p, p, 1, gpulib.Int32, gpulib.Sum, c, r.s[1]) }},
+		{"communicator of another device", func() error { return d.AllReduce(p, p, 1, gpulib.Int32, gpulib.Sum, r.c[1], s) }},
+		{"unknown communicator", func() error { return d.AllReduce(p, p, 1, gpulib.Int32, gpulib.Sum, 0x12345, s) }},
+		{"send to a peer out of range", func() error { return d.Send(p, 1, gpulib.Int32, 2, c, s) }},
 		{"recv of an invalid type", func() error { return d.Recv(p, 1, -1, 1, c, s) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.call()
-			assert.Equal(t, seam.InvalidArgument, ncclCode(err), "%v", err)
+			assert.Equal(t, gpulib.InvalidArgument, ncclCode(err), "%v", err)
 		})
 	}
 	res, err := d.CommGetAsyncError(c)
 	require.NoError(t, err)
-	assert.Equal(t, seam.Success, res)
+	assert.Equal(t, gpulib.Success, res)
 	bufs := r.alloc(t, 4, func(i int) []byte { return int32s([]int32{7}) })
-	r.each(t, func(i int) error { return r.d[i].AllReduce(bufs[i], bufs[i], 1, seam.Int32, seam.Sum, r.c[i], r.s[i]) })
+	r.each(t, func(i int) error {
+		return r.d[i].AllReduce(bufs[i], bufs[i], 1, gpulib.Int32, gpulib.Sum, r.c[i], r.s[i])
+	})
 	r.sync(t)
 	assert.Equal(t, int32s([]int32{14}), r.read(t, 0, bufs[0], 4))
 }

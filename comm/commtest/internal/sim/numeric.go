@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/kernels"
 )
 
@@ -29,15 +29,15 @@ import (
 //     ranks, integers, exactly representable partial sums).
 
 // elemSize returns the size in bytes of one element of dt, or 0 if dt is not a valid type.
-func elemSize(dt seam.DataType) int {
+func elemSize(dt gpulib.DataType) int {
 	switch dt {
-	case seam.Int8, seam.Uint8, seam.Float8e4m3, seam.Float8e5m2:
+	case gpulib.Int8, gpulib.Uint8, gpulib.Float8e4m3, gpulib.Float8e5m2:
 		return 1
-	case seam.Float16, seam.Bfloat16:
+	case gpulib.Float16, gpulib.Bfloat16:
 		return 2
-	case seam.Int32, seam.Uint32, seam.Float32:
+	case gpulib.Int32, gpulib.Uint32, gpulib.Float32:
 		return 4
-	case seam.Int64, seam.Uint64, seam.Float64:
+	case gpulib.Int64, gpulib.Uint64, gpulib.Float64:
 		return 8
 	}
 	return 0
@@ -47,7 +47,7 @@ var dtypeNames = [...]string{"ncclInt8", "ncclUint8", "ncclInt32", "ncclUint32",
 	"ncclUint64", "ncclFloat16", "ncclFloat32", "ncclFloat64", "ncclBfloat16",
 	"ncclFloat8e4m3", "ncclFloat8e5m2"}
 
-func dtypeName(dt seam.DataType) string {
+func dtypeName(dt gpulib.DataType) string {
 	if dt >= 0 && int(dt) < len(dtypeNames) {
 		return dtypeNames[dt]
 	}
@@ -56,14 +56,14 @@ func dtypeName(dt seam.DataType) string {
 
 var opNames = [...]string{"ncclSum", "ncclProd", "ncclMax", "ncclMin", "ncclAvg"}
 
-func opName(op seam.RedOp) string {
+func opName(op gpulib.RedOp) string {
 	if op >= 0 && int(op) < len(opNames) {
 		return opNames[op]
 	}
 	return fmt.Sprintf("ncclRedOp(%d)", int32(op))
 }
 
-func validOp(op seam.RedOp) bool { return op >= seam.Sum && op <= seam.Avg }
+func validOp(op gpulib.RedOp) bool { return op >= gpulib.Sum && op <= gpulib.Avg }
 
 // narrow is a floating-point format narrower than float32, converted with the kernels
 // package's reference conversions (those of the GPU): encode rounds to nearest even, and
@@ -134,25 +134,25 @@ func fmin[T float32 | float64](a, b T) T {
 }
 
 // apply32 combines two float32 values with op (avg combines as sum; see reduce).
-func apply32(op seam.RedOp, a, b float32) float32 {
+func apply32(op gpulib.RedOp, a, b float32) float32 {
 	switch op {
-	case seam.Prod:
+	case gpulib.Prod:
 		return float32(a * b)
-	case seam.Max:
+	case gpulib.Max:
 		return fmax(a, b)
-	case seam.Min:
+	case gpulib.Min:
 		return fmin(a, b)
 	}
 	return float32(a + b)
 }
 
-func apply64(op seam.RedOp, a, b float64) float64 {
+func apply64(op gpulib.RedOp, a, b float64) float64 {
 	switch op {
-	case seam.Prod:
+	case gpulib.Prod:
 		return float64(a * b)
-	case seam.Max:
+	case gpulib.Max:
 		return fmax(a, b)
-	case seam.Min:
+	case gpulib.Min:
 		return fmin(a, b)
 	}
 	return float64(a + b)
@@ -160,16 +160,16 @@ func apply64(op seam.RedOp, a, b float64) float64 {
 
 // applyInt combines two integers (sign-extended if signed) with op; the low bits of the
 // result are those of the element type's wrapping result.
-func applyInt(op seam.RedOp, signed bool, a, b uint64) uint64 {
+func applyInt(op gpulib.RedOp, signed bool, a, b uint64) uint64 {
 	switch op {
-	case seam.Prod:
+	case gpulib.Prod:
 		return a * b
-	case seam.Max, seam.Min:
+	case gpulib.Max, gpulib.Min:
 		less := a < b
 		if signed {
 			less = int64(a) < int64(b)
 		}
-		if less == (op == seam.Min) {
+		if less == (op == gpulib.Min) {
 			return a
 		}
 		return b
@@ -180,15 +180,15 @@ func applyInt(op seam.RedOp, signed bool, a, b uint64) uint64 {
 // reduce folds srcs (one contribution per rank, in rank order) into dst with op on
 // elements of type dt. dst and every src have the same length, a multiple of the
 // element size. dst may alias srcs[0].
-func reduce(dt seam.DataType, op seam.RedOp, dst []byte, srcs [][]byte) {
+func reduce(dt gpulib.DataType, op gpulib.RedOp, dst []byte, srcs [][]byte) {
 	n := len(srcs)
 	es := elemSize(dt)
-	if n == 1 && op != seam.Avg {
+	if n == 1 && op != gpulib.Avg {
 		copy(dst, srcs[0]) // one rank: a copy, bits kept
 		return
 	}
 	switch dt {
-	case seam.Float32:
+	case gpulib.Float32:
 		scale := float32(1 / float64(n))
 		for i := 0; i < len(dst); i += 4 {
 			acc := loadF32(srcs[0][i:], op, scale)
@@ -201,7 +201,7 @@ func reduce(dt seam.DataType, op seam.RedOp, dst []byte, srcs [][]byte) {
 				binary.LittleEndian.PutUint32(dst[i:], math.Float32bits(acc))
 			}
 		}
-	case seam.Float64:
+	case gpulib.Float64:
 		scale := 1 / float64(n)
 		for i := 0; i < len(dst); i += 8 {
 			acc := loadF64(srcs[0][i:], op, scale)
@@ -214,7 +214,7 @@ func reduce(dt seam.DataType, op seam.RedOp, dst []byte, srcs [][]byte) {
 				binary.LittleEndian.PutUint64(dst[i:], math.Float64bits(acc))
 			}
 		}
-	case seam.Float16, seam.Bfloat16, seam.Float8e4m3, seam.Float8e5m2:
+	case gpulib.Float16, gpulib.Bfloat16, gpulib.Float8e4m3, gpulib.Float8e5m2:
 		f := narrowOf(dt)
 		scale := f.avgScale(n)
 		for i := 0; i < len(dst); i += es {
@@ -225,13 +225,13 @@ func reduce(dt seam.DataType, op seam.RedOp, dst []byte, srcs [][]byte) {
 			store(dst[i:], es, uint64(acc))
 		}
 	default:
-		signed := dt == seam.Int8 || dt == seam.Int32 || dt == seam.Int64
+		signed := dt == gpulib.Int8 || dt == gpulib.Int32 || dt == gpulib.Int64
 		for i := 0; i < len(dst); i += es {
 			acc := loadInt(srcs[0][i:], es, signed)
 			for _, s := range srcs[1:] {
 				acc = applyInt(op, signed, acc, loadInt(s[i:], es, signed))
 			}
-			if op == seam.Avg {
+			if op == gpulib.Avg {
 				acc = avgInt(acc, es, signed, n)
 			}
 			store(dst[i:], es, acc)
@@ -239,13 +239,13 @@ func reduce(dt seam.DataType, op seam.RedOp, dst []byte, srcs [][]byte) {
 	}
 }
 
-func narrowOf(dt seam.DataType) narrow {
+func narrowOf(dt gpulib.DataType) narrow {
 	switch dt {
-	case seam.Float16:
+	case gpulib.Float16:
 		return fmtF16
-	case seam.Bfloat16:
+	case gpulib.Bfloat16:
 		return fmtBF16
-	case seam.Float8e4m3:
+	case gpulib.Float8e4m3:
 		return fmtE4M3
 	}
 	return fmtE5M2
@@ -261,25 +261,25 @@ func (f narrow) avgScale(n int) float32 {
 }
 
 // load reads one element; for avg it returns the pre-multiplied contribution.
-func (f narrow) load(b []byte, es int, op seam.RedOp, scale float32) uint16 {
+func (f narrow) load(b []byte, es int, op gpulib.RedOp, scale float32) uint16 {
 	c := uint16(load(b, es))
-	if op != seam.Avg {
+	if op != gpulib.Avg {
 		return c
 	}
 	return f.encode(float32(f.decode(c) * scale))
 }
 
-func loadF32(b []byte, op seam.RedOp, scale float32) float32 {
+func loadF32(b []byte, op gpulib.RedOp, scale float32) float32 {
 	v := math.Float32frombits(binary.LittleEndian.Uint32(b))
-	if op == seam.Avg {
+	if op == gpulib.Avg {
 		v = float32(v * scale)
 	}
 	return v
 }
 
-func loadF64(b []byte, op seam.RedOp, scale float64) float64 {
+func loadF64(b []byte, op gpulib.RedOp, scale float64) float64 {
 	v := math.Float64frombits(binary.LittleEndian.Uint64(b))
-	if op == seam.Avg {
+	if op == gpulib.Avg {
 		v = float64(v * scale)
 	}
 	return v

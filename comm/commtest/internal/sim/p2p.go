@@ -4,15 +4,15 @@ import (
 	"fmt"
 	"math/bits"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 // p2pDesc is one rank's ncclSend or ncclRecv.
 type p2pDesc struct {
 	send  bool
-	buf   seam.Ptr
+	buf   gpulib.Ptr
 	count uint64
-	dt    seam.DataType
+	dt    gpulib.DataType
 	peer  int
 }
 
@@ -40,21 +40,21 @@ type p2pMsg struct {
 	taken                chan struct{} // receiver done
 }
 
-func (w *World) prepareP2PLocked(d *device, c seam.Comm, s seam.Stream, p *p2pDesc) (*task, error) {
+func (w *World) prepareP2PLocked(d *device, c gpulib.Comm, s gpulib.Stream, p *p2pDesc) (*task, error) {
 	call := p.call()
 	rc, st, err := w.operandsLocked(d, c, s, call, p.dt)
 	if err != nil {
 		return nil, err
 	}
 	if n := rc.cl.n; p.peer < 0 || p.peer >= n {
-		return nil, ncclErr(seam.InvalidArgument, call, "peer %d out of range [0, %d)", p.peer, n)
+		return nil, ncclErr(gpulib.InvalidArgument, call, "peer %d out of range [0, %d)", p.peer, n)
 	}
 	hi, bytes := bits.Mul64(p.count, uint64(elemSize(p.dt)))
 	if hi != 0 || bytes > 1<<62 {
-		return nil, ncclErr(seam.InvalidArgument, call, "count %d of %s overflows", p.count, dtypeName(p.dt))
+		return nil, ncclErr(gpulib.InvalidArgument, call, "count %d of %s overflows", p.count, dtypeName(p.dt))
 	}
 	if err := d.check(p.buf, bytes); err != nil {
-		return nil, ncclErr(seam.InvalidArgument, call, "buffer [%#x, +%d): %v", uint64(p.buf), bytes, err)
+		return nil, ncclErr(gpulib.InvalidArgument, call, "buffer [%#x, +%d): %v", uint64(p.buf), bytes, err)
 	}
 	return &task{rc: rc, s: st, p2p: p}, nil
 }
@@ -82,7 +82,7 @@ func (w *World) attachP2PLocked(rc *rankComm, p *p2pDesc) (msgKey, *p2pMsg) {
 		m.recvBytes = bytes
 	}
 	if m.sendBytes >= 0 && m.recvBytes >= 0 && m.sendBytes != m.recvBytes {
-		cl.failLocked(seam.InvalidUsage, fmt.Sprintf("message #%d from rank %d to rank %d: send of %d bytes, receive of %d bytes",
+		cl.failLocked(gpulib.InvalidUsage, fmt.Sprintf("message #%d from rank %d to rank %d: send of %d bytes, receive of %d bytes",
 			key.seq, key.src, key.dst, m.sendBytes, m.recvBytes))
 	}
 	return key, m

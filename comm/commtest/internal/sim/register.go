@@ -3,16 +3,16 @@ package sim
 import (
 	"fmt"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 type registration struct {
-	buf   seam.Ptr
+	buf   gpulib.Ptr
 	bytes uint64
 }
 
 type window struct {
-	buf   seam.Ptr
+	buf   gpulib.Ptr
 	bytes uint64
 	flags int
 }
@@ -24,13 +24,13 @@ const (
 	winAlignment      = 4096 // NCCL_WIN_REQUIRED_ALIGNMENT
 )
 
-func (w *World) commRegister(d *device, c seam.Comm, buf seam.Ptr, bytes uint64) (seam.Handle, error) {
+func (w *World) commRegister(d *device, c gpulib.Comm, buf gpulib.Ptr, bytes uint64) (gpulib.Handle, error) {
 	const call = "ncclCommRegister"
 	if bytes == 0 {
-		return 0, ncclErr(seam.InvalidArgument, call, "size 0")
+		return 0, ncclErr(gpulib.InvalidArgument, call, "size 0")
 	}
 	if err := d.check(buf, bytes); err != nil {
-		return 0, ncclErr(seam.InvalidArgument, call, "buffer [%#x, +%d): %v", uint64(buf), bytes, err)
+		return 0, ncclErr(gpulib.InvalidArgument, call, "buffer [%#x, +%d): %v", uint64(buf), bytes, err)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -41,12 +41,12 @@ func (w *World) commRegister(d *device, c seam.Comm, buf seam.Ptr, bytes uint64)
 	if err != nil {
 		return 0, err
 	}
-	h := seam.Handle(w.handle())
+	h := gpulib.Handle(w.handle())
 	rc.regs[h] = registration{buf: buf, bytes: bytes}
 	return h, nil
 }
 
-func (w *World) commDeregister(d *device, c seam.Comm, h seam.Handle) error {
+func (w *World) commDeregister(d *device, c gpulib.Comm, h gpulib.Handle) error {
 	const call = "ncclCommDeregister"
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -55,7 +55,7 @@ func (w *World) commDeregister(d *device, c seam.Comm, h seam.Handle) error {
 		return err
 	}
 	if _, ok := rc.regs[h]; !ok {
-		return ncclErr(seam.InvalidArgument, call, "handle %#x is not registered with communicator %#x", uintptr(h), uintptr(c))
+		return ncclErr(gpulib.InvalidArgument, call, "handle %#x is not registered with communicator %#x", uintptr(h), uintptr(c))
 	}
 	delete(rc.regs, h)
 	return nil
@@ -67,22 +67,22 @@ type winEntry struct {
 	nonblocking   bool
 }
 
-func (w *World) commWindowRegister(d *device, c seam.Comm, buf seam.Ptr, bytes uint64, flags int) (seam.Handle, error) {
+func (w *World) commWindowRegister(d *device, c gpulib.Comm, buf gpulib.Ptr, bytes uint64, flags int) (gpulib.Handle, error) {
 	const call = "ncclCommWindowRegister"
 	if bytes == 0 {
-		return 0, ncclErr(seam.InvalidArgument, call, "size 0")
+		return 0, ncclErr(gpulib.InvalidArgument, call, "size 0")
 	}
 	if flags&^(winSymmetric|winStrictOrdering) != 0 {
-		return 0, ncclErr(seam.InvalidArgument, call, "flags %#x: unknown bits", flags)
+		return 0, ncclErr(gpulib.InvalidArgument, call, "flags %#x: unknown bits", flags)
 	}
 	base, _, nccl, err := d.allocationOf(buf, bytes)
 	switch {
 	case err != nil:
-		return 0, ncclErr(seam.InvalidArgument, call, "buffer [%#x, +%d): %v", uint64(buf), bytes, err)
+		return 0, ncclErr(gpulib.InvalidArgument, call, "buffer [%#x, +%d): %v", uint64(buf), bytes, err)
 	case !nccl:
-		return 0, ncclErr(seam.InvalidArgument, call, "buffer %#x: window memory must come from ncclMemAlloc", uint64(buf))
+		return 0, ncclErr(gpulib.InvalidArgument, call, "buffer %#x: window memory must come from ncclMemAlloc", uint64(buf))
 	case flags&winSymmetric != 0 && (uint64(buf)-base)%winAlignment != 0:
-		return 0, ncclErr(seam.InvalidArgument, call, "buffer %#x: symmetric windows need an offset aligned to %d bytes, got %d", uint64(buf), winAlignment, uint64(buf)-base)
+		return 0, ncclErr(gpulib.InvalidArgument, call, "buffer %#x: symmetric windows need an offset aligned to %d bytes, got %d", uint64(buf), winAlignment, uint64(buf)-base)
 	}
 	w.mu.Lock()
 	rc, err := w.commLocked(d, c, call)
@@ -92,7 +92,7 @@ func (w *World) commWindowRegister(d *device, c seam.Comm, buf seam.Ptr, bytes u
 	if err == nil {
 		for _, win := range rc.wins {
 			if win.buf == buf {
-				err = ncclErr(seam.InvalidArgument, call, "buffer %#x is already a window of communicator %#x", uint64(buf), uintptr(c))
+				err = ncclErr(gpulib.InvalidArgument, call, "buffer %#x is already a window of communicator %#x", uint64(buf), uintptr(c))
 			}
 		}
 	}
@@ -112,7 +112,7 @@ func (w *World) commWindowRegister(d *device, c seam.Comm, buf seam.Ptr, bytes u
 	if !rc.blocking {
 		rc.busy++
 	}
-	h := seam.Handle(w.handle())
+	h := gpulib.Handle(w.handle())
 	rc.wins[h] = window{buf: buf, bytes: bytes, flags: flags}
 	complete := len(g.entries) == g.need
 	if complete {
@@ -121,9 +121,9 @@ func (w *World) commWindowRegister(d *device, c seam.Comm, buf seam.Ptr, bytes u
 			e := g.entries[r].(winEntry)
 			switch {
 			case e.flags != first.flags:
-				cl.failLocked(seam.InvalidUsage, fmt.Sprintf("window registration: rank 0 gave flags %#x, rank %d gave %#x", first.flags, r, e.flags))
+				cl.failLocked(gpulib.InvalidUsage, fmt.Sprintf("window registration: rank 0 gave flags %#x, rank %d gave %#x", first.flags, r, e.flags))
 			case first.flags&winSymmetric != 0 && (e.offset != first.offset || e.bytes != first.bytes):
-				cl.failLocked(seam.InvalidUsage, fmt.Sprintf("symmetric window: rank 0 registered offset %d size %d, rank %d offset %d size %d",
+				cl.failLocked(gpulib.InvalidUsage, fmt.Sprintf("symmetric window: rank 0 registered offset %d size %d, rank %d offset %d size %d",
 					first.offset, first.bytes, r, e.offset, e.bytes))
 			}
 		}
@@ -147,13 +147,13 @@ func (w *World) commWindowRegister(d *device, c seam.Comm, buf seam.Ptr, bytes u
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if cl.err != seam.Success {
+	if cl.err != gpulib.Success {
 		return 0, ncclErr(cl.err, call, "%s", cl.errDetail)
 	}
 	return h, nil
 }
 
-func (w *World) commWindowDeregister(d *device, c seam.Comm, h seam.Handle) error {
+func (w *World) commWindowDeregister(d *device, c gpulib.Comm, h gpulib.Handle) error {
 	const call = "ncclCommWindowDeregister"
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -162,7 +162,7 @@ func (w *World) commWindowDeregister(d *device, c seam.Comm, h seam.Handle) erro
 		return err
 	}
 	if _, ok := rc.wins[h]; !ok {
-		return ncclErr(seam.InvalidArgument, call, "window %#x is not registered with communicator %#x", uintptr(h), uintptr(c))
+		return ncclErr(gpulib.InvalidArgument, call, "window %#x is not registered with communicator %#x", uintptr(h), uintptr(c))
 	}
 	delete(rc.wins, h)
 	return nil

@@ -3,7 +3,7 @@ package sim
 import (
 	"fmt"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 // op is one unit of work queued on a stream. run may block (a collective waits for its
@@ -17,7 +17,7 @@ type op struct {
 // stream runs its ops in order, one at a time, on a goroutine that exists while the
 // queue is not empty. All fields are guarded by World.mu.
 type stream struct {
-	h         seam.Stream
+	h         gpulib.Stream
 	dev       *device
 	queue     []*op
 	running   bool
@@ -27,7 +27,7 @@ type stream struct {
 
 // event captures the tail of a stream when recorded. Guarded by World.mu.
 type event struct {
-	h      seam.Event
+	h      gpulib.Event
 	dev    *device
 	target *op // nil: never recorded, or recorded on an empty stream (complete)
 }
@@ -92,14 +92,14 @@ func (w *World) fault(d *device, err error) {
 		d.sticky = err
 	}
 	for _, rc := range w.comms {
-		if rc.dev == d && rc.asyncErr == seam.Success {
-			rc.asyncErr = seam.UnhandledCudaError
+		if rc.dev == d && rc.asyncErr == gpulib.Success {
+			rc.asyncErr = gpulib.UnhandledCudaError
 		}
 	}
 }
 
 // streamLocked resolves a stream handle of device d. Caller holds w.mu.
-func (w *World) streamLocked(d *device, h seam.Stream) (*stream, error) {
+func (w *World) streamLocked(d *device, h gpulib.Stream) (*stream, error) {
 	if h == 0 {
 		return d.def, nil
 	}
@@ -113,7 +113,7 @@ func (w *World) streamLocked(d *device, h seam.Stream) (*stream, error) {
 	return s, nil
 }
 
-func (w *World) eventLocked(d *device, h seam.Event) (*event, error) {
+func (w *World) eventLocked(d *device, h gpulib.Event) (*event, error) {
 	e, ok := w.events[h]
 	if !ok {
 		return nil, fmt.Errorf("event %#x does not exist (never created or destroyed)", uintptr(h))

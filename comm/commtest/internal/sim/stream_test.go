@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/kernels"
 )
 
@@ -50,7 +50,7 @@ func TestEventsOrderWorkAcrossStreams(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, done, "an event never recorded counts as complete")
 
-	require.NoError(t, d.LaunchKernel(f, 1, 1, producer, seam.KernelArgs{}))
+	require.NoError(t, d.LaunchKernel(f, 1, 1, producer, gpulib.KernelArgs{}))
 	require.NoError(t, w.Write(0, src, []byte{9, 9, 9, 9}))
 	require.NoError(t, d.EventRecord(ev, producer))
 	require.NoError(t, d.StreamWaitEvent(consumer, ev))
@@ -82,7 +82,7 @@ func TestEventRecordCapturesOnlyWorkQueuedBefore(t *testing.T) {
 	ev, _ := d.EventCreate()
 	require.NoError(t, d.EventRecord(ev, s)) // empty stream: complete at once
 	f, open := gate(t, w, 0)
-	require.NoError(t, d.LaunchKernel(f, 1, 1, s, seam.KernelArgs{}))
+	require.NoError(t, d.LaunchKernel(f, 1, 1, s, gpulib.KernelArgs{}))
 	done, err := d.EventQuery(ev)
 	require.NoError(t, err)
 	assert.True(t, done)
@@ -117,7 +117,7 @@ func TestStreamAndEventHandlesAreCheckedLikeCUDA(t *testing.T) {
 		{"record an event of another device", func() error { return d0.EventRecord(e1, 0) }, ErrorInvalidHandle},
 		{"query a destroyed event", func() error { _, err := d0.EventQuery(e0); return err }, ErrorInvalidHandle},
 		{"wait on a destroyed event", func() error { return d0.StreamWaitEvent(0, e0) }, ErrorInvalidHandle},
-		{"a stream handle used as an event", func() error { return d1.EventRecord(seam.Event(s1), s1) }, ErrorInvalidHandle},
+		{"a stream handle used as an event", func() error { return d1.EventRecord(gpulib.Event(s1), s1) }, ErrorInvalidHandle},
 		{"copy on a destroyed stream", func() error { return d0.MemcpyDtoDAsync(p, p+8, 8, s0) }, ErrorInvalidHandle},
 		{"copy out of bounds", func() error { return d0.MemcpyDtoDAsync(p, p+8, 9, 0) }, ErrorInvalidValue},
 	}
@@ -156,7 +156,7 @@ func TestAddKernelsMatchTheKernelsReference(t *testing.T) {
 				}
 				require.NoError(t, w.Write(0, dst, a))
 				require.NoError(t, w.Write(0, src, b))
-				args := seam.KernelArgs{N: 3, V: [4]uint64{uint64(dst) + uint64(off), uint64(src) + uint64(off), uint64(n)}}
+				args := gpulib.KernelArgs{N: 3, V: [4]uint64{uint64(dst) + uint64(off), uint64(src) + uint64(off), uint64(n)}}
 				require.NoError(t, d.LaunchKernel(f, 4, 256, 0, args))
 				require.NoError(t, d.StreamSynchronize(0))
 
@@ -208,7 +208,7 @@ func TestKernelFaultsAreStickyLikeACUDAContext(t *testing.T) {
 	require.NoError(t, err)
 	p, _ := w.Alloc(0, 8)
 
-	require.NoError(t, d.LaunchKernel(f, 1, 32, 0, seam.KernelArgs{N: 3, V: [4]uint64{uint64(p), uint64(p), 5}}),
+	require.NoError(t, d.LaunchKernel(f, 1, 32, 0, gpulib.KernelArgs{N: 3, V: [4]uint64{uint64(p), uint64(p), 5}}),
 		"the launch itself succeeds: the access is checked when the kernel runs")
 	err = d.StreamSynchronize(0)
 	assert.Equal(t, ErrorIllegalAddress, cudaCode(err))
@@ -221,7 +221,7 @@ func TestMisalignedAddKernelFaults(t *testing.T) {
 	d, _ := w.Driver(0)
 	f, _ := w.LoadKernel(0, kernels.AddF32Name)
 	p, _ := w.Alloc(0, 64)
-	require.NoError(t, d.LaunchKernel(f, 1, 32, 0, seam.KernelArgs{N: 3, V: [4]uint64{uint64(p) + 2, uint64(p) + 32, 4}}))
+	require.NoError(t, d.LaunchKernel(f, 1, 32, 0, gpulib.KernelArgs{N: 3, V: [4]uint64{uint64(p) + 2, uint64(p) + 32, 4}}))
 	assert.Equal(t, ErrorMisalignedAddress, cudaCode(d.StreamSynchronize(0)))
 }
 
@@ -230,19 +230,19 @@ func TestLaunchKernelChecksItsArguments(t *testing.T) {
 	d, _ := w.Driver(0)
 	f, _ := w.LoadKernel(0, kernels.AddBF16Name)
 	f1, _ := w.LoadKernel(1, kernels.AddBF16Name)
-	args := seam.KernelArgs{N: 3}
+	args := gpulib.KernelArgs{N: 3}
 	tests := []struct {
 		name        string
-		f           seam.Function
+		f           gpulib.Function
 		grid, block uint32
-		args        seam.KernelArgs
+		args        gpulib.KernelArgs
 		want        CUDAResult
 	}{
 		{"unknown function", 0x42, 1, 1, args, ErrorInvalidHandle},
 		{"function of another device", f1, 1, 1, args, ErrorInvalidHandle},
 		{"empty grid", f, 0, 1, args, ErrorInvalidValue},
 		{"block too large", f, 1, 1025, args, ErrorInvalidValue},
-		{"wrong parameter count", f, 1, 1, seam.KernelArgs{N: 2}, ErrorInvalidValue},
+		{"wrong parameter count", f, 1, 1, gpulib.KernelArgs{N: 2}, ErrorInvalidValue},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,13 +6,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 // DefaultVersion is the NCCL version a World reports unless WithVersion says otherwise.
 const DefaultVersion = 22907
 
-// First NCCL versions of the functions the seam uses beyond the 2.14 baseline.
+// First NCCL versions of the functions the backend's driver interface (comm/internal/gpulib) uses beyond the 2.14 baseline.
 const (
 	sinceSplit    = 21800
 	sinceMemAlloc = 21900 // ncclMemAlloc/Free, ncclCommRegister/Deregister
@@ -35,12 +35,13 @@ type World struct {
 	next    uint64 // last handle given out
 	devices []*device
 	drivers []*Driver
-	streams map[seam.Stream]*stream
-	events  map[seam.Event]*event
-	funcs   map[seam.Function]*function
+	streams map[gpulib.Stream]*stream
+	events  map[gpulib.Event]*event
+	funcs   map[gpulib.Function]*function
 	kernels map[string]Kernel
-	comms   map[seam.Comm]*rankComm
-	boots   map[seam.UniqueID]*clique // unique ids not yet used up by ncclCommInitRank
+	comms   map[gpulib.Comm]*rankComm
+	boots   map[gpulib.UniqueID]*clique // unique ids not yet used up by ncclCommInitRank
+	groups  map[int]*groupState         // per OS thread: its open group (group.go)
 	closed  bool
 	done    chan struct{} // closed by Close
 	wg      sync.WaitGroup
@@ -81,19 +82,20 @@ func New(devices int, opts ...Option) (*World, error) {
 		version: DefaultVersion,
 		serial:  serial,
 		next:    0x1000,
-		streams: map[seam.Stream]*stream{},
-		events:  map[seam.Event]*event{},
-		funcs:   map[seam.Function]*function{},
+		streams: map[gpulib.Stream]*stream{},
+		events:  map[gpulib.Event]*event{},
+		funcs:   map[gpulib.Function]*function{},
 		kernels: builtinKernels(),
-		comms:   map[seam.Comm]*rankComm{},
-		boots:   map[seam.UniqueID]*clique{},
+		comms:   map[gpulib.Comm]*rankComm{},
+		boots:   map[gpulib.UniqueID]*clique{},
+		groups:  map[int]*groupState{},
 		done:    make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(w)
 	}
 	if w.version < 21400 {
-		return nil, fmt.Errorf("new world: version %d: the seam needs NCCL 2.14 (21400) or newer", w.version)
+		return nil, fmt.Errorf("new world: version %d: the backend needs NCCL 2.14 (21400) or newer", w.version)
 	}
 	for i := range devices {
 		d := newDevice(i, w.memLimit)
@@ -110,7 +112,7 @@ func (w *World) Devices() int { return len(w.devices) }
 // Version returns the NCCL version the world simulates.
 func (w *World) Version() int { return w.version }
 
-// Driver returns the seam.Driver of device dev.
+// Driver returns the gpulib.Driver of device dev.
 func (w *World) Driver(dev int) (*Driver, error) {
 	if dev < 0 || dev >= len(w.devices) {
 		return nil, fmt.Errorf("driver: device %d out of range [0, %d)", dev, len(w.devices))
@@ -143,9 +145,9 @@ func (w *World) handle() uintptr {
 }
 
 // newUniqueID makes a unique id that only this world accepts. Caller holds w.mu.
-func (w *World) newUniqueID() seam.UniqueID {
+func (w *World) newUniqueID() gpulib.UniqueID {
 	w.nextID++
-	var id seam.UniqueID
+	var id gpulib.UniqueID
 	copy(id[:], "ncclgo-sim")
 	binary.LittleEndian.PutUint64(id[16:], w.serial)
 	binary.LittleEndian.PutUint64(id[24:], w.nextID)

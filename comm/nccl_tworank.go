@@ -1,14 +1,13 @@
 package comm
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"math/bits"
 	"runtime"
 	"sync"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/kernels"
 )
 
@@ -79,9 +78,9 @@ type twoRank struct {
 // generation gen; reg is 0 when it is not registered (NCCL < 2.19) and gen is -1 until
 // it is.
 type scratch struct {
-	p     seam.Ptr
+	p     gpulib.Ptr
 	bytes int
-	reg   seam.Handle
+	reg   gpulib.Handle
 	gen   int
 }
 
@@ -118,27 +117,27 @@ func (b *NCCL) useAddKernel(k Kernel) error {
 // taken (the kernel would be queued before the group launches the exchange). The guard
 // has already rejected pointers not aligned to the element size (ErrMisaligned), so the
 // add kernel's element loads are aligned on every rank that gets here.
-func (b *NCCL) twoRankKernel(op string, ptr DevicePtr, bytes int, grouped bool) (seam.Function, error) {
+func (b *NCCL) twoRankKernel(bytes int, grouped bool) gpulib.Function {
 	c := b.c
 	if grouped || bytes <= 0 || bytes > c.cfg.twoRankMax || c.world != 2 {
-		return 0, nil
+		return 0
 	}
-	return seam.Function(b.addKernel.Load()), nil
+	return gpulib.Function(b.addKernel.Load())
 }
 
 // exchangeAdd enqueues the path on the communication stream: in one NCCL group, send
 // bytes at p to the peer and receive the peer's bytes into the scratch buffer, then
 // the add kernel p += scratch. The caller holds c.mu. The received data lands at the
 // same offset modulo 16 as p, so the kernel always takes its 16-byte vector loop.
-func (b *NCCL) exchangeAdd(f seam.Function, p seam.Ptr, bytes int) error {
+func (b *NCCL) exchangeAdd(f gpulib.Function, p gpulib.Ptr, bytes int) error {
 	c := b.c
 	off := uint64(p) & 15
 	if err := b.ensureScratch(bytes + int(off)); err != nil {
 		return err
 	}
-	recv := b.two.cur.p + seam.Ptr(off)
+	recv := b.two.cur.p + gpulib.Ptr(off)
 	count := uint64(bytes / b.size)
-	dt := seam.DataType(b.elem)
+	dt := gpulib.DataType(b.elem)
 	peer := 1 - c.rank
 
 	runtime.LockOSThread() // NCCL keeps group state per OS thread
@@ -160,16 +159,16 @@ func (b *NCCL) exchangeAdd(f seam.Function, p seam.Ptr, bytes int) error {
 	case rerr != nil:
 		return fmt.Errorf("two-rank exchange: receive from rank %d: %w", peer, rerr)
 	}
-	if eerr != nil && code(eerr) == seam.InProgress {
+	if eerr != nil && code(eerr) == gpulib.InProgress {
 		// The exchange is on the stream only once the communicator is back to success.
-		eerr = c.settle(context.Background(), c.comm, bounded)
+		eerr = c.settle(bg, c.comm, bounded)
 	}
 	if eerr != nil {
 		return fmt.Errorf("two-rank exchange: group end: %w", eerr)
 	}
 	grid, block, err := kernels.LaunchDims(int(count), b.size, b.two.sms)
 	if err == nil {
-		err = c.d.LaunchKernel(f, grid, block, c.stream, seam.KernelArgs{N: 3, V: [4]uint64{uint64(p), uint64(recv), count}})
+		err = c.d.LaunchKernel(f, grid, block, c.stream, gpulib.KernelArgs{N: 3, V: [4]uint64{uint64(p), uint64(recv), count}})
 	}
 	if err != nil {
 		return fmt.Errorf("two-rank add kernel: %w", err)
@@ -180,19 +179,10 @@ func (b *NCCL) exchangeAdd(f seam.Function, p seam.Ptr, bytes int) error {
 // pending treats ncclInProgress inside a group as success: the group's end reports
 // the outcome.
 func pending(err error) error {
-	if err != nil && code(err) == seam.InProgress {
+	if err != nil && code(err) == gpulib.InProgress {
 		return nil
 	}
 	return err
-}
-
-// twoRankAllReduce is AllReduce's path: enqueue, then wait like ncclAllReduce.
-func (b *NCCL) twoRankAllReduce(f seam.Function, p seam.Ptr, bytes int) error {
-	c := b.c
-	c.mu.Lock()
-	err := b.exchangeAdd(f, p, bytes)
-	c.mu.Unlock()
-	return b.finish(opAllReduce, bytes, false, err)
 }
 
 // ensureScratch makes the scratch buffer at least need bytes and registered with the
@@ -222,10 +212,10 @@ func (b *NCCL) ensureScratch(need int) error {
 		t.cur = scratch{p: p, bytes: size, gen: -1}
 		b.freeRetired(gen)
 	}
-	if c.version >= 21900 {
+	if c.version >= versionRegister {
 		h, err := c.d.CommRegister(c.comm, t.cur.p, uint64(t.cur.bytes))
-		if code(err) == seam.InProgress {
-			err = c.settle(context.Background(), c.comm, bounded)
+		if code(err) == gpulib.InProgress {
+			err = c.settle(bg, c.comm, bounded)
 		}
 		if err != nil {
 			return fmt.Errorf("register %d bytes of two-rank scratch: %w", t.cur.bytes, err)

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 // DefaultWatchdogInterval is how often the watchdog checks a communicator unless
@@ -70,10 +70,10 @@ type watchdog struct {
 	first atomic.Int64
 
 	// Used by check only (the watchdog goroutine, or a test driving check itself).
-	marks    []mark       // events recorded on the communication stream, oldest first
-	free     []seam.Event // completed events for reuse
-	comm     seam.Comm    // the communicator the marks were recorded for
-	eventErr sync.Once    // the first failure to create an event is logged, once
+	marks    []mark         // events recorded on the communication stream, oldest first
+	free     []gpulib.Event // completed events for reuse
+	comm     gpulib.Comm    // the communicator the marks were recorded for
+	eventErr sync.Once      // the first failure to create an event is logged, once
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -82,7 +82,7 @@ type watchdog struct {
 
 // mark is an event recorded after the operations enqueued since at (UnixNano).
 type mark struct {
-	ev seam.Event
+	ev gpulib.Event
 	at int64
 }
 
@@ -160,7 +160,7 @@ func (w *watchdog) inspect(now time.Time) bool {
 		w.comm = c.comm
 	}
 	if err := c.asyncError(c.comm); err != nil {
-		if code(err) == seam.Success { // the query itself failed
+		if code(err) == gpulib.Success { // the query itself failed
 			c.fail(err)
 		}
 		return true
@@ -168,6 +168,27 @@ func (w *watchdog) inspect(now time.Time) bool {
 	if err := w.retire(); err != nil {
 		c.fail(fmt.Errorf("watchdog: event query: %w", err))
 		return true
+	}
+	if c.cmdArmed.Load() {
+		if waiting, cmdAt, aheadAt := w.commandState(); waiting {
+			// A command receive holds the stream: a wait without deadline. Work queued
+			// behind it has not started, so its time counts from now; work ahead of it
+			// (older marks, and what evAhead covers) is timed as usual.
+			at := now.UnixNano()
+			if aheadAt != 0 && c.cfg.timeout > 0 && now.Sub(time.Unix(0, aheadAt)) > c.cfg.timeout {
+				c.fail(fmt.Errorf("%w: work enqueued %v ago, ahead of a command receive, has not completed (watchdog, timeout %v)",
+					ErrTimeout, now.Sub(time.Unix(0, aheadAt)).Round(time.Millisecond), c.cfg.timeout))
+				return true
+			}
+			for i := range w.marks {
+				if w.marks[i].at >= cmdAt {
+					w.marks[i].at = at
+				}
+			}
+			if w.first.Swap(0) != 0 {
+				w.mark(at)
+			}
+		}
 	}
 	if len(w.marks) > 0 && c.cfg.timeout > 0 {
 		if age := now.Sub(time.Unix(0, w.marks[0].at)); age > c.cfg.timeout {
@@ -180,6 +201,26 @@ func (w *watchdog) inspect(now time.Time) bool {
 		w.mark(at)
 	}
 	return false
+}
+
+// commandState reports whether the command receive recorded by RecvCommandU32 is
+// still waiting (once it has completed it disarms), when it was enqueued, and the time
+// of the unmarked work ahead of it that has not completed (0 for none).
+func (w *watchdog) commandState() (waiting bool, cmdAt, aheadAt int64) {
+	c := w.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.aheadAt != 0 {
+		if done, err := c.d.EventQuery(c.evAhead); err != nil || done {
+			c.aheadAt = 0
+		}
+	}
+	done, err := c.d.EventQuery(c.evCmd)
+	if err != nil || done {
+		c.cmdArmed.Store(false)
+		return false, 0, 0
+	}
+	return true, c.cmdAt, c.aheadAt
 }
 
 // retire drops the marks whose work has completed, oldest first.
@@ -206,7 +247,7 @@ func (w *watchdog) mark(at int64) {
 	c := w.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var ev seam.Event
+	var ev gpulib.Event
 	if n := len(w.free); n > 0 {
 		ev, w.free = w.free[n-1], w.free[:n-1]
 	} else {
@@ -255,7 +296,7 @@ func (w *watchdog) abortFailed() {
 	c.life.Lock()
 	defer c.life.Unlock()
 	c.interrupt.Store(interruptNone)
-	if c.g.isClosed() || c.comm == 0 || c.faultErr() == nil || c.g.groupDepth() > 0 {
+	if c.g.isClosed() || c.comm == 0 || c.faultErr() == nil || c.inGroup() {
 		return
 	}
 	err := c.d.CommAbort(c.comm)

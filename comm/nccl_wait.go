@@ -7,7 +7,7 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/ncclgo/ncclgo/comm/internal/seam"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 // pause backs off between two polls: the first ones only yield the processor (device
@@ -28,7 +28,7 @@ func pause(i int, max time.Duration) {
 // bind locks the calling goroutine to its OS thread and makes the rank's device current
 // there, for the calls that depend on the current CUDA context. The caller must call
 // runtime.UnlockOSThread when bind succeeded.
-func bind(d seam.Driver) error {
+func bind(d gpulib.Driver) error {
 	runtime.LockOSThread()
 	if err := d.SetDevice(); err != nil {
 		runtime.UnlockOSThread()
@@ -38,12 +38,15 @@ func bind(d seam.Driver) error {
 }
 
 // code returns the NCCL result carried by err, or Success when err carries none.
-func code(err error) seam.Result {
-	var se *seam.Error
+func code(err error) gpulib.Result {
+	if err == nil {
+		return gpulib.Success
+	}
+	var se *gpulib.Error
 	if errors.As(err, &se) {
 		return se.Code
 	}
-	return seam.Success
+	return gpulib.Success
 }
 
 // Interruptions of waiting operations.
@@ -62,6 +65,25 @@ const (
 	unbounded                 // only ctx and errors end the wait
 )
 
+// wait wraps a wait's error with the operation.
+func (c *NCCLCommunicator) wait(ctx context.Context, op string, bytes int, m waitMode) error {
+	if err := c.drain(ctx, m); err != nil {
+		return &OpError{Op: op, Bytes: bytes, Rank: c.rank, Err: err}
+	}
+	return nil
+}
+
+// waitShared is wait for operations that hold nothing yet: it takes the communicator
+// shared and checks that it is usable first.
+func (c *NCCLCommunicator) waitShared(ctx context.Context, op string, bytes int, m waitMode) error {
+	c.life.RLock()
+	defer c.life.RUnlock()
+	if err := c.usable(op, bytes); err != nil {
+		return err
+	}
+	return c.wait(ctx, op, bytes, m)
+}
+
 // deadline returns the operation-timeout deadline of a wait, zero for none.
 func (c *NCCLCommunicator) deadline(m waitMode) time.Time {
 	if m == bounded && c.cfg.timeout > 0 {
@@ -72,13 +94,13 @@ func (c *NCCLCommunicator) deadline(m waitMode) time.Time {
 
 // poll is one step shared by every wait: the communicator's asynchronous state, the
 // interruption by Close or AttemptReconnect, ctx, and the deadline.
-func (c *NCCLCommunicator) poll(ctx context.Context, comm seam.Comm, deadline time.Time) (seam.Result, error) {
+func (c *NCCLCommunicator) poll(ctx context.Context, comm gpulib.Comm, deadline time.Time) (gpulib.Result, error) {
 	res, err := c.d.CommGetAsyncError(comm)
 	if err != nil {
 		return res, err
 	}
-	if res != seam.Success && res != seam.InProgress {
-		return res, c.fail(&seam.Error{Code: res})
+	if res != gpulib.Success && res != gpulib.InProgress {
+		return res, c.fail(c.asyncErr(comm, res))
 	}
 	switch c.interrupt.Load() {
 	case interruptClose:
@@ -92,21 +114,21 @@ func (c *NCCLCommunicator) poll(ctx context.Context, comm seam.Comm, deadline ti
 		return res, err
 	}
 	if !deadline.IsZero() && time.Now().After(deadline) {
-		return res, c.fail(ErrTimeout)
+		return res, c.fail(fmt.Errorf("%w: not completed within %v; a collective that a peer never joined waits forever (every rank must make the same collective calls in the same order)", ErrTimeout, c.cfg.timeout))
 	}
 	return res, nil
 }
 
 // settle waits until comm leaves ncclInProgress (non-blocking init, split, and any call
 // that returned ncclInProgress).
-func (c *NCCLCommunicator) settle(ctx context.Context, comm seam.Comm, m waitMode) error {
+func (c *NCCLCommunicator) settle(ctx context.Context, comm gpulib.Comm, m waitMode) error {
 	deadline := c.deadline(m)
 	for i := 0; ; i++ {
 		res, err := c.poll(ctx, comm, deadline)
 		if err != nil {
 			return err
 		}
-		if res == seam.Success {
+		if res == gpulib.Success {
 			return nil
 		}
 		pause(i, c.cfg.poll)
@@ -135,13 +157,19 @@ func (c *NCCLCommunicator) drain(ctx context.Context, m waitMode) error {
 }
 
 // asyncError returns the communicator's recorded asynchronous error, if any.
-func (c *NCCLCommunicator) asyncError(comm seam.Comm) error {
+func (c *NCCLCommunicator) asyncError(comm gpulib.Comm) error {
 	res, err := c.d.CommGetAsyncError(comm)
 	if err != nil {
 		return err
 	}
-	if res != seam.Success && res != seam.InProgress {
-		return c.fail(&seam.Error{Code: res})
+	if res != gpulib.Success && res != gpulib.InProgress {
+		return c.fail(c.asyncErr(comm, res))
 	}
 	return nil
+}
+
+// asyncErr is the error of an asynchronous NCCL failure: the result and NCCL's text
+// about it (ncclGetLastError), matching the result with errors.Is.
+func (c *NCCLCommunicator) asyncErr(comm gpulib.Comm, res gpulib.Result) error {
+	return &gpulib.Error{Code: res, Detail: c.d.LastError(comm)}
 }

@@ -1,15 +1,16 @@
-// Package seam is the narrow boundary between comm's NCCL backend and the libraries it
+// Package gpulib is the narrow boundary between comm's NCCL backend and the libraries it
 // drives: the few CUDA driver and NCCL calls the backend makes, as one interface.
 // Production code implements it on top of raw/cuda and raw/nccl; comm/commtest
 // implements it with a host-memory simulator. Nothing outside comm can import it.
 //
 // Values mirror the C API: a Ptr is a CUdeviceptr, a Stream a CUstream (== cudaStream_t),
 // DataType and RedOp use ncclDataType_t and ncclRedOp_t numbering, Result is ncclResult_t.
-package seam
+package gpulib
 
 import (
-	"context"
 	"fmt"
+
+	"github.com/ncclgo/ncclgo/raw/nccl"
 )
 
 // Ptr is a device address (CUdeviceptr).
@@ -35,59 +36,62 @@ type Handle uintptr
 // UniqueID is ncclUniqueId: 128 opaque bytes created by one rank and shared with the others.
 type UniqueID [128]byte
 
-// DataType is an ncclDataType_t value.
-type DataType int32
-
-// ncclDataType_t values.
-const (
-	Int8       DataType = 0
-	Uint8      DataType = 1
-	Int32      DataType = 2
-	Uint32     DataType = 3
-	Int64      DataType = 4
-	Uint64     DataType = 5
-	Float16    DataType = 6
-	Float32    DataType = 7
-	Float64    DataType = 8
-	Bfloat16   DataType = 9
-	Float8e4m3 DataType = 10
-	Float8e5m2 DataType = 11
+// DataType, RedOp and Result are raw/nccl's generated ncclDataType_t, ncclRedOp_t and
+// ncclResult_t: the header's numbers exist once, in the generated code.
+type (
+	DataType = nccl.DataType
+	RedOp    = nccl.RedOp
+	Result   = nccl.Result
 )
 
-// RedOp is an ncclRedOp_t value.
-type RedOp int32
-
-// ncclRedOp_t values.
+// The values the backend and the simulator use.
 const (
-	Sum  RedOp = 0
-	Prod RedOp = 1
-	Max  RedOp = 2
-	Min  RedOp = 3
-	Avg  RedOp = 4
-)
+	Int8       = nccl.Int8
+	Uint8      = nccl.Uint8
+	Int32      = nccl.Int32
+	Uint32     = nccl.Uint32
+	Int64      = nccl.Int64
+	Uint64     = nccl.Uint64
+	Float16    = nccl.Float16
+	Float32    = nccl.Float32
+	Float64    = nccl.Float64
+	Bfloat16   = nccl.Bfloat16
+	Float8e4m3 = nccl.Float8e4m3
+	Float8e5m2 = nccl.Float8e5m2
 
-// Result is an ncclResult_t value.
-type Result int32
+	Sum  = nccl.Sum
+	Prod = nccl.Prod
+	Max  = nccl.Max
+	Min  = nccl.Min
+	Avg  = nccl.Avg
 
-// ncclResult_t values.
-const (
-	Success            Result = 0
-	UnhandledCudaError Result = 1
-	SystemError        Result = 2
-	InternalError      Result = 3
-	InvalidArgument    Result = 4
-	InvalidUsage       Result = 5
-	RemoteError        Result = 6
-	InProgress         Result = 7
-	Timeout            Result = 8
+	Success            = nccl.Success
+	UnhandledCudaError = nccl.UnhandledCudaError
+	SystemError        = nccl.SystemError
+	InternalError      = nccl.InternalError
+	InvalidArgument    = nccl.InvalidArgument
+	InvalidUsage       = nccl.InvalidUsage
+	RemoteError        = nccl.RemoteError
+	InProgress         = nccl.InProgress
+	// Timeout is ncclTimeout, new in NCCL 2.30 (the generated header predates it).
+	Timeout Result = 8
+
+	// SplitNoColor is NCCL_SPLIT_NOCOLOR: the rank joins no child communicator.
+	SplitNoColor = nccl.SplitNocolor
+	// WinCollSymmetric is NCCL_WIN_COLL_SYMMETRIC for CommWindowRegister.
+	WinCollSymmetric = nccl.WinCollSymmetric
+	// ShrinkDefault and ShrinkAbort are the NCCL_SHRINK_* flags of CommShrink.
+	ShrinkDefault = nccl.ShrinkDefault
+	ShrinkAbort   = nccl.ShrinkAbort
 )
 
 var resultNames = [...]string{"ncclSuccess", "ncclUnhandledCudaError", "ncclSystemError",
 	"ncclInternalError", "ncclInvalidArgument", "ncclInvalidUsage", "ncclRemoteError",
 	"ncclInProgress", "ncclTimeout"}
 
-// String returns the C name of the result.
-func (r Result) String() string {
+// ResultName returns the C name of r ("ncclRemoteError"), also when no library is
+// loaded.
+func ResultName(r Result) string {
 	if r >= 0 && int(r) < len(resultNames) {
 		return resultNames[r]
 	}
@@ -96,7 +100,7 @@ func (r Result) String() string {
 
 // Fatal reports whether a communicator that returned r must be aborted and re-created
 // (NCCL's rule: only invalid-argument leaves it usable; in-progress is not an error).
-func (r Result) Fatal() bool {
+func Fatal(r Result) bool {
 	switch r {
 	case Success, InvalidArgument, InProgress:
 		return false
@@ -104,21 +108,35 @@ func (r Result) Fatal() bool {
 	return true
 }
 
-// Error is an NCCL failure as a Driver reports it. Err is the library's own error (raw's
-// nccl.Result in production), kept reachable through Unwrap.
+// Error is an NCCL failure as a Driver reports it: the result, NCCL's own text about it
+// (ncclGetLastError, or the simulator's account), and the library's error (raw's
+// *nccl.Error in production), kept reachable through Unwrap. errors.Is(err,
+// nccl.RemoteError) matches Code whatever Err is.
 type Error struct {
-	Code Result
-	Err  error
+	Code   Result
+	Detail string
+	Err    error
 }
 
+// Error returns the library's message, else the result's C name and the detail.
 func (e *Error) Error() string {
 	if e.Err != nil {
 		return e.Err.Error()
 	}
-	return e.Code.String()
+	if e.Detail != "" {
+		return ResultName(e.Code) + ": " + e.Detail
+	}
+	return ResultName(e.Code)
 }
 
+// Unwrap returns the library's error.
 func (e *Error) Unwrap() error { return e.Err }
+
+// Is matches the result code: errors.Is(err, nccl.RemoteError).
+func (e *Error) Is(target error) bool {
+	r, ok := target.(Result)
+	return ok && r == e.Code
+}
 
 // Config is what the backend sets in ncclConfig_t; every other field keeps the value of
 // NCCL_CONFIG_INITIALIZER.
@@ -176,6 +194,8 @@ type Driver interface {
 	// CommGetAsyncError returns the communicator's asynchronous state (Success,
 	// InProgress or the error NCCL recorded); err is set only if the query itself failed.
 	CommGetAsyncError(c Comm) (Result, error)
+	// LastError is ncclGetLastError(c): NCCL's text about the last failure, "" if none.
+	LastError(c Comm) string
 	CommFinalize(c Comm) error
 	CommDestroy(c Comm) error
 	CommAbort(c Comm) error
@@ -192,8 +212,10 @@ type Driver interface {
 	ReduceScatter(send, recv Ptr, recvCount uint64, dt DataType, op RedOp, c Comm, s Stream) error
 	Send(buf Ptr, count uint64, dt DataType, peer int, c Comm, s Stream) error
 	Recv(buf Ptr, count uint64, dt DataType, peer int, c Comm, s Stream) error
-	// GroupStart and GroupEnd are ncclGroupStart/End. Group state belongs to the
-	// driver (NCCL keeps it per thread; the backend drives each rank from one place).
+	// GroupStart and GroupEnd are ncclGroupStart/End. NCCL keeps group state per OS
+	// thread, for every communicator of the process: between the two, every
+	// communication call made on the same thread, on any communicator, is deferred to
+	// the outermost GroupEnd. The caller keeps its goroutine locked to the thread.
 	GroupStart() error
 	GroupEnd() error
 
@@ -206,11 +228,3 @@ type Driver interface {
 	CommWindowRegister(c Comm, buf Ptr, bytes uint64, flags int) (Handle, error)
 	CommWindowDeregister(c Comm, w Handle) error
 }
-
-// NewNCCLFunc builds comm's NCCL backend on a Driver. comm registers it in NewNCCL at
-// init; comm/commtest calls it with its simulator. opts is a []comm.Option and the
-// result a *comm.NCCL (typed as any to keep this package free of comm's types).
-type NewNCCLFunc func(ctx context.Context, d Driver, id UniqueID, rank, world int, opts any) (any, error)
-
-// NewNCCL is set by package comm's init.
-var NewNCCL NewNCCLFunc

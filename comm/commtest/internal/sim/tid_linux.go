@@ -1,0 +1,6 @@
+package sim
+
+import "syscall"
+
+// threadID identifies the calling OS thread: NCCL keeps group state per thread.
+func threadID() int { return syscall.Gettid() }

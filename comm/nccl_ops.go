@@ -1,0 +1,506 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
+)
+
+// bg is the context of waits bounded by the operation timeout alone.
+var bg = context.Background()
+
+// opKind says how an operation meets groups and whether the host waits for it.
+type opKind uint8
+
+const (
+	// queued operations are enqueued, in a group or not, and the host does not wait.
+	queued opKind = iota
+	// blocking operations are enqueued and then waited for (within the operation
+	// timeout); in a group the outermost GroupEnd waits instead.
+	blocking
+	// ungroupable operations fail with ErrGroupOpen on a thread with a group open.
+	ungroupable
+	// cleanup operations are ungroupable and also run on a failed communicator (they
+	// release what it holds).
+	cleanup
+	// untimed operations are ungroupable and wait without a deadline (a command
+	// receive): the watchdog does not time them.
+	untimed
+)
+
+// enqueue is the one sequence every operation of the NCCL types follows once its
+// arguments are valid: the lifecycle lock (shared), the usability check (not closed,
+// not failed), the group scope of the calling thread, the driver lock, the call, its
+// result (ncclInProgress waited out, fatal results recorded), and for a blocking
+// operation the wait. call gets whether the operation is grouped. The closure does not
+// escape, so the sequence allocates nothing.
+func (c *NCCLCommunicator) enqueue(op string, bytes int, kind opKind, call func(grouped bool) error) error {
+	c.life.RLock()
+	defer c.life.RUnlock()
+	if err := c.usable(op, bytes); err != nil && (kind != cleanup || c.g.isClosed()) {
+		return err
+	}
+	tid, depth := groupThread()
+	grouped := tid >= 0
+	if grouped && kind >= ungroupable {
+		return groupOpenErr(op, depth)
+	}
+	c.mu.Lock()
+	err := call(grouped)
+	c.mu.Unlock()
+	if c.wd != nil && kind != untimed {
+		c.wd.enqueued()
+	}
+	if err := c.result(op, bytes, err); err != nil {
+		return err
+	}
+	if grouped {
+		joinGroup(tid, c, kind == blocking)
+		return nil
+	}
+	if kind == blocking {
+		return c.wait(bg, op, bytes, bounded)
+	}
+	return nil
+}
+
+// groupOpenErr is the error of an operation that cannot be part of a group, on a
+// thread with depth group levels open (on any communicator).
+func groupOpenErr(op string, depth int) error {
+	return &ArgError{Op: op, Arg: "group depth", Value: depth, Err: ErrGroupOpen,
+		Reason: "not allowed between group-start and group-end"}
+}
+
+// outsideGroup fails on a thread with a group open (for the operations that check it
+// before taking the communicator).
+func outsideGroup(op string) error {
+	if tid, depth := groupThread(); tid >= 0 {
+		return groupOpenErr(op, depth)
+	}
+	return nil
+}
+
+// buf gives NCCL a valid pointer for zero-size operations that passed none.
+func (c *NCCLCommunicator) buf(p DevicePtr) gpulib.Ptr {
+	if p == 0 {
+		return c.scratch
+	}
+	return gpulib.Ptr(p)
+}
+
+// AllReduce sums bytes at ptr in place across ranks (ncclAllReduce of the element type,
+// or the two-rank path: see the type's documentation) and waits for the result.
+func (b *NCCL) AllReduce(ptr DevicePtr, bytes int) error {
+	c := b.c
+	if err := c.g.reduce(opAllReduce, ptr, bytes); err != nil {
+		return err
+	}
+	return c.enqueue(opAllReduce, bytes, blocking, func(grouped bool) error {
+		p := c.buf(ptr)
+		if f := b.twoRankKernel(bytes, grouped); f != 0 {
+			return b.exchangeAdd(f, p, bytes)
+		}
+		return c.d.AllReduce(p, p, uint64(bytes/b.size), gpulib.DataType(b.elem), gpulib.Sum, c.comm, c.stream)
+	})
+}
+
+// AllGather gathers bytes from every rank into recv in rank order and waits.
+func (b *NCCL) AllGather(send, recv DevicePtr, bytes int) error {
+	c := b.c
+	if err := c.g.gather(opAllGather, send, recv, bytes, false); err != nil {
+		return err
+	}
+	return c.enqueue(opAllGather, bytes, blocking, func(bool) error {
+		return c.d.AllGather(c.buf(send), c.buf(recv), uint64(bytes), gpulib.Uint8, c.comm, c.stream)
+	})
+}
+
+// ReduceScatter sums across ranks (elements of the element type) and leaves this rank's
+// bytes-sized share at recv, then waits.
+func (b *NCCL) ReduceScatter(send, recv DevicePtr, bytes int) error {
+	c := b.c
+	if err := c.g.gather(opReduceScatter, send, recv, bytes, true); err != nil {
+		return err
+	}
+	return c.enqueue(opReduceScatter, bytes, blocking, func(bool) error {
+		return c.d.ReduceScatter(c.buf(send), c.buf(recv), uint64(bytes/b.size), gpulib.DataType(b.elem), gpulib.Sum, c.comm, c.stream)
+	})
+}
+
+// Broadcast copies bytes at ptr on root to every rank, in place, and waits.
+func (b *NCCL) Broadcast(ptr DevicePtr, bytes, root int) error {
+	c := b.c
+	if err := c.g.broadcast(ptr, bytes, root); err != nil {
+		return err
+	}
+	return c.enqueue(opBroadcast, bytes, blocking, func(bool) error {
+		p := c.buf(ptr)
+		return c.d.Broadcast(p, p, uint64(bytes), gpulib.Uint8, root, c.comm, c.stream)
+	})
+}
+
+// Barrier enqueues a zero-count all-reduce on the communication stream and returns
+// without waiting. NCCL treats a zero-count collective as complete at once, so it
+// synchronises nothing; use Communicator().Barrier for a real barrier.
+func (b *NCCL) Barrier() error {
+	c := b.c
+	if err := c.g.open(opBarrier); err != nil {
+		return err
+	}
+	return c.enqueue(opBarrier, 0, queued, func(bool) error {
+		return c.d.AllReduce(c.scratch, c.scratch, 0, gpulib.DataType(b.elem), gpulib.Sum, c.comm, c.stream)
+	})
+}
+
+// SendTo enqueues an ncclSend of bytes at ptr to dest on stream s.
+func (b *NCCL) SendTo(ptr DevicePtr, bytes, dest int, s Stream) error {
+	if err := b.c.g.p2p(opSend, "dest", ptr, bytes, dest); err != nil {
+		return err
+	}
+	return b.c.p2p(opSend, ptr, bytes, uint64(bytes), gpulib.Uint8, dest, gpulib.Stream(s), true)
+}
+
+// RecvFrom enqueues an ncclRecv of bytes into ptr from src on stream s.
+func (b *NCCL) RecvFrom(ptr DevicePtr, bytes, src int, s Stream) error {
+	if err := b.c.g.p2p(opRecv, "src", ptr, bytes, src); err != nil {
+		return err
+	}
+	return b.c.p2p(opRecv, ptr, bytes, uint64(bytes), gpulib.Uint8, src, gpulib.Stream(s), false)
+}
+
+// command is the state of RecvCommandU32: a receive whose wait ended (its context
+// expired) before the command arrived stays pending on the communication stream, and
+// the next call completes it instead of enqueuing another.
+type command struct {
+	mu      sync.Mutex // one RecvCommandU32 at a time
+	pending bool
+	ptr     DevicePtr // where the pending receive lands
+	root    int
+	comm    gpulib.Comm // the communicator it is pending on
+}
+
+// RecvCommandU32 receives the 4-byte command word from root into ptr and waits as long
+// as ctx allows, polling ncclCommGetAsyncError; a transport error ends the wait, is
+// returned and leaves the backend unhealthy. The wait has no operation timeout, and the
+// watchdog does not time it (an idle worker is healthy).
+//
+// No command is lost or delivered twice across cancellations: when ctx ends first, the
+// call returns ctx's error and the receive stays pending (its buffer stays in use); the
+// next RecvCommandU32 completes that receive instead of enqueuing a new one and
+// delivers the command into its own ptr (copied on the device when it differs). The
+// next call must name the same root. Other operations enqueued meanwhile wait behind the
+// pending receive, as NCCL orders them.
+func (b *NCCL) RecvCommandU32(ctx context.Context, ptr DevicePtr, root int) error {
+	c := b.c
+	if err := c.g.recvCommand(ptr, root); err != nil {
+		return err
+	}
+	m := &b.cmd
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.pending && m.root != root && m.comm == c.comm {
+		return &ArgError{Op: opRecvCommand, Arg: "root", Value: root, Err: ErrInvalidRank,
+			Reason: fmt.Sprintf("a command receive from root %d is pending (its wait was canceled): complete it first", m.root)}
+	}
+	from := m.ptr
+	err := c.enqueue(opRecvCommand, 4, untimed, func(bool) error {
+		if m.pending && m.comm != c.comm { // the receive ended with its communicator (reconnect)
+			m.pending = false
+		}
+		if m.pending {
+			if from == ptr {
+				return nil
+			}
+			return c.d.MemcpyDtoDAsync(gpulib.Ptr(ptr), gpulib.Ptr(from), 4, c.stream)
+		}
+		if w := c.wd; w != nil { // the watchdog times what is ahead of the receive, not it
+			c.cmdAt, c.aheadAt = w.now().UnixNano(), 0
+			if at := w.first.Swap(0); at != 0 && c.d.EventRecord(c.evAhead, c.stream) == nil {
+				c.aheadAt = at
+			}
+		}
+		err := c.d.Broadcast(gpulib.Ptr(ptr), gpulib.Ptr(ptr), 4, gpulib.Uint8, root, c.comm, c.stream)
+		if err != nil && code(err) != gpulib.InProgress { // in progress: queued, settled by enqueue
+			return err
+		}
+		m.pending, m.ptr, m.root, m.comm = true, ptr, root, c.comm
+		if c.d.EventRecord(c.evCmd, c.stream) == nil {
+			c.cmdArmed.Store(true)
+		}
+		return err
+	})
+	if err == nil {
+		if err = c.waitShared(ctx, opRecvCommand, 4, unbounded); err == nil {
+			m.pending = false
+			return nil
+		}
+	}
+	if ctx.Err() == nil || !errors.Is(err, ctx.Err()) { // not a canceled wait: the receive is gone
+		m.pending = false
+	} else {
+		m.ptr = ptr // completed into ptr by the copy, if any
+	}
+	return err
+}
+
+// AllReduceAsync enqueues the in-place all-reduce on the communication stream between
+// two events: the communication stream waits for the work queued on compute so far, and
+// compute waits for the reduction. The host does not wait. With compute 0 (the legacy
+// default stream, which belongs to the current context) it first makes the rank's
+// device current on the calling thread; other streams carry their own context.
+func (b *NCCL) AllReduceAsync(ptr DevicePtr, bytes int, compute Stream) error {
+	c := b.c
+	if err := c.g.reduceAsync(ptr, bytes); err != nil {
+		return err
+	}
+	if compute == 0 { // the legacy default stream is the current context's
+		if err := bind(c.d); err != nil {
+			return &OpError{Op: opAllReduceAsync, Bytes: bytes, Rank: c.rank, Err: err}
+		}
+		defer runtime.UnlockOSThread()
+	}
+	s := gpulib.Stream(compute)
+	return c.enqueue(opAllReduceAsync, bytes, ungroupable, func(bool) error {
+		if err := c.d.EventRecord(c.evIn, s); err != nil {
+			return err
+		}
+		if err := c.d.StreamWaitEvent(c.stream, c.evIn); err != nil {
+			return err
+		}
+		p := c.buf(ptr)
+		var err error
+		if f := b.twoRankKernel(bytes, false); f != 0 {
+			err = b.exchangeAdd(f, p, bytes)
+		} else {
+			err = c.d.AllReduce(p, p, uint64(bytes/b.size), gpulib.DataType(b.elem), gpulib.Sum, c.comm, c.stream)
+		}
+		if code(err) == gpulib.InProgress { // the reduction is on the stream once NCCL settles
+			err = c.settle(bg, c.comm, bounded)
+		}
+		if err != nil {
+			return err
+		}
+		if err := c.d.EventRecord(c.evOut, c.stream); err != nil {
+			return err
+		}
+		return c.d.StreamWaitEvent(s, c.evOut)
+	})
+}
+
+// SetAddKernel hands the backend the in-place add kernel of its element type for the
+// two-rank send/recv + add all-reduce path (see the type's documentation). The first
+// call reads the device's SM count for the launch configuration. Element types without
+// an add kernel (all but BFloat16, Float16 and Float32) ignore k.
+func (b *NCCL) SetAddKernel(k Kernel) error {
+	if err := b.c.g.kernel(k); err != nil {
+		return err
+	}
+	return b.useAddKernel(k)
+}
+
+// GroupStart opens an NCCL group; see NCCLCommunicator.GroupStart.
+func (b *NCCL) GroupStart() error { return b.c.GroupStart() }
+
+// GroupEnd closes the group; see NCCLCommunicator.GroupEnd.
+func (b *NCCL) GroupEnd() error { return b.c.GroupEnd() }
+
+// AllReduce enqueues an in-place ncclAllReduce of count elements at ptr.
+func (c *NCCLCommunicator) AllReduce(ptr DevicePtr, count int, t DType, op ReduceOp) error {
+	bytes, err := c.g.typedReduce(ptr, count, t, op)
+	if err != nil {
+		return err
+	}
+	return c.enqueue(opAllReduce, bytes, queued, func(bool) error {
+		p := c.buf(ptr)
+		return c.d.AllReduce(p, p, uint64(count), gpulib.DataType(t), gpulib.RedOp(op), c.comm, c.stream)
+	})
+}
+
+// Broadcast enqueues an in-place ncclBroadcast of count elements at ptr from root.
+func (c *NCCLCommunicator) Broadcast(ptr DevicePtr, count int, t DType, root int) error {
+	bytes, err := c.g.typedBroadcast(ptr, count, t, root)
+	if err != nil {
+		return err
+	}
+	return c.enqueue(opBroadcast, bytes, queued, func(bool) error {
+		p := c.buf(ptr)
+		return c.d.Broadcast(p, p, uint64(count), gpulib.DataType(t), root, c.comm, c.stream)
+	})
+}
+
+// AllGather enqueues an ncclAllGather of count elements per rank.
+func (c *NCCLCommunicator) AllGather(send, recv DevicePtr, count int, t DType) error {
+	bytes, err := c.g.typedGather(opAllGather, send, recv, count, t, Sum, false)
+	if err != nil {
+		return err
+	}
+	return c.enqueue(opAllGather, bytes, queued, func(bool) error {
+		return c.d.AllGather(c.buf(send), c.buf(recv), uint64(count), gpulib.DataType(t), c.comm, c.stream)
+	})
+}
+
+// ReduceScatter enqueues an ncclReduceScatter leaving count elements per rank.
+func (c *NCCLCommunicator) ReduceScatter(send, recv DevicePtr, count int, t DType, op ReduceOp) error {
+	bytes, err := c.g.typedGather(opReduceScatter, send, recv, count, t, op, true)
+	if err != nil {
+		return err
+	}
+	return c.enqueue(opReduceScatter, bytes, queued, func(bool) error {
+		return c.d.ReduceScatter(c.buf(send), c.buf(recv), uint64(count), gpulib.DataType(t), gpulib.RedOp(op), c.comm, c.stream)
+	})
+}
+
+// Send enqueues an ncclSend of count elements to dest on the communication stream. The
+// tag is ignored. A two-way exchange needs GroupStart/GroupEnd around both directions.
+func (c *NCCLCommunicator) Send(ptr DevicePtr, count int, t DType, dest int, _ uint32) error {
+	bytes, err := c.g.typedP2P(opSend, "dest", ptr, count, t, dest)
+	if err != nil {
+		return err
+	}
+	return c.p2p(opSend, ptr, bytes, uint64(count), gpulib.DataType(t), dest, c.stream, true)
+}
+
+// Recv enqueues an ncclRecv of count elements from src on the communication stream.
+// The tag is ignored.
+func (c *NCCLCommunicator) Recv(ptr DevicePtr, count int, t DType, src int, _ uint32) error {
+	bytes, err := c.g.typedP2P(opRecv, "src", ptr, count, t, src)
+	if err != nil {
+		return err
+	}
+	return c.p2p(opRecv, ptr, bytes, uint64(count), gpulib.DataType(t), src, c.stream, false)
+}
+
+// p2p enqueues a validated send or recv on stream s (the typed API passes the
+// communication stream, the Backend the caller's).
+func (c *NCCLCommunicator) p2p(op string, ptr DevicePtr, bytes int, count uint64, t gpulib.DataType, peer int, s gpulib.Stream, send bool) error {
+	err := c.enqueue(op, bytes, queued, func(bool) error {
+		if send {
+			return c.d.Send(c.buf(ptr), count, t, peer, c.comm, s)
+		}
+		return c.d.Recv(c.buf(ptr), count, t, peer, c.comm, s)
+	})
+	if err != nil {
+		return withPeer(err, peer)
+	}
+	return nil
+}
+
+// withPeer names the peer of a failed send or receive.
+func withPeer(err error, peer int) error {
+	var oe *OpError
+	if errors.As(err, &oe) {
+		oe.Peer = peer
+	}
+	return err
+}
+
+// Sync waits until the work enqueued on the communication stream has completed, within
+// ctx and the operation timeout. A timeout makes the communicator unhealthy.
+func (c *NCCLCommunicator) Sync(ctx context.Context) error {
+	if err := c.g.outsideGroup(opSync); err != nil {
+		return err
+	}
+	return c.waitShared(ctx, opSync, -1, bounded)
+}
+
+// Barrier all-reduces one int32 across ranks and waits for it: no rank returns before
+// every rank has reached the barrier. It implies Sync.
+func (c *NCCLCommunicator) Barrier(ctx context.Context) error {
+	if err := c.g.open(opBarrier); err != nil {
+		return err
+	}
+	err := c.enqueue(opBarrier, -1, ungroupable, func(bool) error {
+		return c.d.AllReduce(c.scratch, c.scratch, 1, gpulib.Int32, gpulib.Sum, c.comm, c.stream)
+	})
+	if err != nil {
+		return err
+	}
+	return c.waitShared(ctx, opBarrier, -1, bounded)
+}
+
+// CommStream is the stream the communicator enqueues its collectives on.
+func (c *NCCLCommunicator) CommStream() Stream { return Stream(c.stream) }
+
+// WaitForStream makes communication enqueued from now on wait for the work already
+// queued on s, without the host waiting.
+func (c *NCCLCommunicator) WaitForStream(s Stream) error {
+	return c.order("wait-for-stream", gpulib.Stream(s), c.stream, c.evIn)
+}
+
+// MakeStreamWait makes work queued on s from now on wait for the communication already
+// enqueued, without the host waiting.
+func (c *NCCLCommunicator) MakeStreamWait(s Stream) error {
+	return c.order("make-stream-wait", c.stream, gpulib.Stream(s), c.evOut)
+}
+
+// order records ev on from and makes to wait for it.
+func (c *NCCLCommunicator) order(op string, from, to gpulib.Stream, ev gpulib.Event) error {
+	if err := c.g.open(op); err != nil {
+		return err
+	}
+	if from == 0 || to == 0 { // the legacy default stream is the current context's
+		if err := bind(c.d); err != nil {
+			return &OpError{Op: op, Bytes: -1, Rank: c.rank, Err: err}
+		}
+		defer runtime.UnlockOSThread()
+	}
+	return c.enqueue(op, -1, queued, func(bool) error {
+		if err := c.d.EventRecord(ev, from); err != nil {
+			return err
+		}
+		return c.d.StreamWaitEvent(to, ev)
+	})
+}
+
+// IsHealthy reports false after Close, after a fatal NCCL error or a completion
+// timeout, and when ncclCommGetAsyncError reports an error now.
+func (c *NCCLCommunicator) IsHealthy() bool {
+	if c.g.isClosed() || c.faultErr() != nil {
+		return false
+	}
+	c.life.RLock()
+	defer c.life.RUnlock()
+	if c.g.isClosed() {
+		return false
+	}
+	if err := c.asyncError(c.comm); err != nil {
+		if code(err) == gpulib.Success { // the query itself failed
+			c.fail(err)
+		}
+		return false
+	}
+	return true
+}
+
+// usable is checked by every operation once it holds life: not closed meanwhile, not
+// failed.
+func (c *NCCLCommunicator) usable(op string, bytes int) error {
+	if c.g.isClosed() {
+		return &ArgError{Op: op, Arg: "rank", Value: c.rank, Err: ErrClosed}
+	}
+	if f := c.faultErr(); f != nil {
+		return &OpError{Op: op, Bytes: bytes, Rank: c.rank, Err: fmt.Errorf("%w: %w", ErrUnhealthy, f)}
+	}
+	return nil
+}
+
+// result turns a driver error of an enqueue into comm's error: ncclInProgress is waited
+// out, fatal NCCL results make the communicator unhealthy.
+func (c *NCCLCommunicator) result(op string, bytes int, err error) error {
+	if err == nil {
+		return nil
+	}
+	switch r := code(err); {
+	case r == gpulib.InProgress:
+		if err = c.settle(bg, c.comm, bounded); err == nil {
+			return nil
+		}
+	case gpulib.Fatal(r):
+		err = c.fail(err)
+	}
+	return &OpError{Op: op, Bytes: bytes, Rank: c.rank, Err: err}
+}
