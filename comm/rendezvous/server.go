@@ -258,7 +258,7 @@ func (s *Server) accept(nc net.Conn) {
 		nc = tls.Server(nc, s.cfg.tls)
 	}
 	c := &serverConn{s: s, nc: nc, remote: nc.RemoteAddr().String(), pending: make(map[uint32]func() bool)}
-	c.acct = newAccount(s.budget, s.cfg.maxClientBytes)
+	c.acct = s.newAccount()
 	var evict *serverConn
 	s.mu.Lock()
 	if s.closed {
@@ -279,6 +279,10 @@ func (s *Server) accept(nc net.Conn) {
 	}
 	go c.serve()
 }
+
+// newAccount is a new client's share of the budget; every connection, whatever
+// protocol it speaks, has one.
+func (s *Server) newAccount() *account { return newAccount(s.budget, s.cfg.maxClientBytes) }
 
 // evictLocked takes the connection to drop for a newcomer out of the handshake slots:
 // the oldest that has sent nothing, else the oldest.
