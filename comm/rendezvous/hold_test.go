@@ -248,7 +248,12 @@ func attackWaits(tb testing.TB, addr string) (refused int) {
 			}
 			r.send(opPing, 1000) // answered after every refusal before it
 			for {
-				f, err := r.recv()
+				_ = r.nc.SetReadDeadline(time.Now().Add(60 * time.Second))
+				body, _, err := readFrame(r.nc, nil, MaxFrameLen)
+				var f frame
+				if err == nil {
+					f, err = decodeFrame(body, nil)
+				}
 				if err != nil {
 					tb.Errorf("attacker %d: %v", a, err)
 					return

@@ -435,6 +435,13 @@ func (c *serverConn) readRequest() (f frame, refused error, err error) {
 }
 
 func (c *serverConn) readBig(size int) (body []byte, refused, err error) {
+	if cap(c.big) >= size { // a buffer kept from an earlier frame
+		body = c.big[:size]
+		if got, err := io.ReadFull(c.br, body); err != nil {
+			return nil, nil, truncated(err, got, size)
+		}
+		return body, nil, nil
+	}
 	body = c.small[:frameHeaderLen] // the header says whom to refuse
 	if got, err := io.ReadFull(c.br, body); err != nil {
 		return nil, nil, truncated(err, got, size)
@@ -488,8 +495,13 @@ func (c *serverConn) releaseBig() {
 	}
 }
 
-// dropBig frees the large frame's buffer once its request is handled.
-func (c *serverConn) dropBig() { c.releaseBig() }
+// dropBig frees the large frame's buffer once its request is handled, unless it is
+// small enough to keep (still reserved) for the next one.
+func (c *serverConn) dropBig() {
+	if cap(c.big) > readChunk {
+		c.releaseBig()
+	}
+}
 
 func (c *serverConn) logEnd(stage string, err error) {
 	var ne net.Error
@@ -773,6 +785,15 @@ func (c *serverConn) handle(f frame) error {
 	case opWait:
 		if len(f.fields) == 0 || len(f.fields) > MaxKeysPerRequest {
 			return badFields(f)
+		}
+		for _, b := range f.fields {
+			if err := keyOK(b); err != nil {
+				return err
+			}
+		}
+		// Refuse a wait over its bounds before copying its keys.
+		if err := st.roomToWait(c.acct, waitCost(len(f.fields), func(i int) int { return len(f.fields[i]) })); err != nil {
+			return c.failWith(f, err)
 		}
 		keys, err := keyFields(f.fields)
 		if err != nil {
