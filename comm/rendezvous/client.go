@@ -21,8 +21,10 @@ import (
 // waits honours its context; a blocked Get or Wait whose context ends is cancelled on
 // the server too.
 //
-// When the connection is lost every pending and later call fails with ErrClosed; the
-// client does not reconnect. A request that cannot be written completely before its
+// When the connection is lost, or the server sends nothing, not even a reply to a
+// keepalive, for three keepalive intervals (ErrUnresponsive: a frozen store), every
+// pending and later call fails with ErrClosed, whatever its context; the client does
+// not reconnect. A request that cannot be written completely before its
 // context's deadline would leave a cut frame on the connection, so it closes the client
 // too. Close the client when done with it.
 type Client struct {
