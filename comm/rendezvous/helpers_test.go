@@ -137,7 +137,7 @@ func (r *rawConn) send(o op, id uint32, fields ...[]byte) {
 }
 
 func (r *rawConn) recv() (frame, error) {
-	_ = r.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_ = r.nc.SetReadDeadline(time.Now().Add(20 * time.Second))
 	body, _, err := readFrame(r.nc, nil, MaxFrameLen)
 	if err != nil {
 		return frame{}, err
@@ -158,7 +158,7 @@ func (r *rawConn) hello(version uint16) ([]byte, frame) {
 // closedByPeer reports whether the server closed the connection (EOF or reset) within
 // a generous time, reading and discarding anything it sent first.
 func (r *rawConn) closedByPeer() bool {
-	_ = r.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_ = r.nc.SetReadDeadline(time.Now().Add(20 * time.Second))
 	buf := make([]byte, 4096)
 	for {
 		_, err := r.nc.Read(buf)

@@ -139,7 +139,7 @@ func TestGetHonoursTheContextDeadlineAndCancelsOnTheServer(t *testing.T) {
 	_, err := c.Get(ctx, "never")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Contains(t, err.Error(), `get "never"`)
-	assert.Less(t, time.Since(start), 3*time.Second)
+	assert.Less(t, time.Since(start), 10*time.Second, "fails near its deadline, not later")
 
 	eventually(t, "the server forgot the cancelled get", func() bool {
 		return s.st.numPending() == 0
