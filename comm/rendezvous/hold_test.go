@@ -2,11 +2,14 @@ package rendezvous
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -350,6 +353,100 @@ func BenchmarkLegitimateClientUnderAbuse(b *testing.B) {
 			b.ReportMetric(medianOf(ratios), "p99-ratio")
 			b.ReportMetric(medianOf(medians), "p50-ratio")
 			b.ReportMetric(medianOf(peaks), "peak-MiB")
+		})
+	}
+}
+
+// legitChildEnv makes the test binary a legitimate client of the store at its value:
+// it runs runLegit's loop until its stdin closes, then prints its rounds, failures and
+// latency quantiles, so that its latency is measured apart from the attackers'
+// process.
+const legitChildEnv = "NCCLGO_RDZV_TEST_LEGIT"
+
+func legitChildMain(addr string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c, err := Dial(ctx, addr, WithToken(holdToken), WithLogger(discardLogger()))
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	defer c.Close()
+	var done atomic.Bool
+	go func() { _, _ = io.Copy(io.Discard, os.Stdin); done.Store(true) }()
+	var st legitStats
+	group := fmt.Sprintf("legit-child-%d", os.Getpid())
+	for i := 0; !done.Load(); i++ {
+		start := time.Now()
+		err := c.Set(ctx, "legit/child", []byte("legitimate value"))
+		if err == nil {
+			_, err = c.Get(ctx, "legit/child")
+		}
+		if err == nil && i%10 == 0 {
+			err = c.Barrier(ctx, GenerationKey(group, uint64(i), "b"), 0, 1)
+		}
+		st.ops++
+		st.latencies = append(st.latencies, time.Since(start))
+		if err != nil {
+			st.failures = append(st.failures, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	fmt.Printf("rounds=%d failures=%d p50=%d p99=%d\n", st.ops, len(st.failures), st.quantile(0.5), st.quantile(0.99))
+	return 0
+}
+
+// legitProcess starts a legitimate client process; stop ends it and returns its
+// rounds, failures and median and p99 latency.
+func legitProcess(tb testing.TB, addr string) (stop func() (rounds, failures int, p50, p99 time.Duration)) {
+	exe, err := os.Executable()
+	require.NoError(tb, err)
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), legitChildEnv+"="+addr)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(tb, err)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	require.NoError(tb, cmd.Start())
+	return func() (rounds, failures int, p50, p99 time.Duration) {
+		_ = stdin.Close()
+		require.NoError(tb, cmd.Wait(), out.String())
+		_, err := fmt.Sscanf(out.String(), "rounds=%d failures=%d p50=%d p99=%d", &rounds, &failures, &p50, &p99)
+		require.NoError(tb, err, out.String())
+		return
+	}
+}
+
+// BenchmarkLegitimateProcessUnderAbuse is BenchmarkLegitimateClientUnderAbuse with the
+// legitimate client in a process of its own, apart from the attackers.
+func BenchmarkLegitimateProcessUnderAbuse(b *testing.B) {
+	for _, bc := range []struct {
+		name   string
+		attack func(testing.TB, string) int
+	}{
+		{"small-keys", attackSmallKeys},
+		{"wait-amplification", attackWaits},
+		{"partial-frames", attackPartialFrames},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var ratios, medians []float64
+			for b.Loop() {
+				p := startServerProc(b, holdToken, "-max-store-bytes", fmt.Sprint(holdBudget))
+				stop := legitProcess(b, p.addr)
+				time.Sleep(time.Second)
+				_, f0, base50, base99 := stop()
+				stop = legitProcess(b, p.addr)
+				time.Sleep(200 * time.Millisecond)
+				bc.attack(b, p.addr)
+				_, f1, p50, p99 := stop()
+				if f0+f1 > 0 {
+					b.Fatalf("the legitimate client failed %d times", f0+f1)
+				}
+				ratios = append(ratios, float64(p99)/float64(base99))
+				medians = append(medians, float64(p50)/float64(base50))
+			}
+			b.ReportMetric(medianOf(ratios), "p99-ratio")
+			b.ReportMetric(medianOf(medians), "p50-ratio")
 		})
 	}
 }

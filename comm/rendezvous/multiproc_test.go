@@ -37,6 +37,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
 		os.Exit(childMain())
 	}
+	if addr := os.Getenv(legitChildEnv); addr != "" {
+		os.Exit(legitChildMain(addr))
+	}
 	code := m.Run()
 	removeTool()
 	os.Exit(code)
