@@ -49,11 +49,12 @@ const defaultGroup = "default"
 // that no earlier generation used. A Job is safe for concurrent use, but a process
 // creates one communicator of a group at a time, like every other rank.
 type Job struct {
-	cfg    rendezvous.Config
-	opts   []Option
-	log    *slog.Logger
-	server *rendezvous.Server
-	served chan struct{} // closed when the embedded server stopped serving
+	cfg      rendezvous.Config
+	opts     []Option
+	log      *slog.Logger
+	server   *rendezvous.Server
+	served   chan struct{} // closed when the embedded server stopped serving
+	external bool          // WithExternalStore: rank 0 serves no store
 
 	mu     sync.Mutex
 	store  *rendezvous.Client
@@ -73,7 +74,7 @@ func JoinJob(ctx context.Context, opts ...Option) (*Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("join job: %w", err)
 	}
-	j := &Job{cfg: jc, opts: slices.Clone(opts), log: cfg.log, next: map[string]uint64{}, refs: 1}
+	j := &Job{cfg: jc, opts: slices.Clone(opts), log: cfg.log, next: map[string]uint64{}, refs: 1, external: cfg.job.external}
 	if jc.Rank == 0 && !cfg.job.external {
 		var lc net.ListenConfig
 		addr := listenAddr(jc)
@@ -155,7 +156,11 @@ func (j *Job) Store() *rendezvous.Client {
 }
 
 func (j *Job) dial(ctx context.Context) (*rendezvous.Client, error) {
-	return rendezvous.Dial(ctx, j.cfg.Addr(), rendezvous.WithToken(j.cfg.Token), rendezvous.WithLogger(j.log))
+	opts := []rendezvous.ClientOption{rendezvous.WithToken(j.cfg.Token), rendezvous.WithLogger(j.log)}
+	if !j.external {
+		opts = append(opts, rendezvous.WithServedBy("rank 0")) // "rank 0 never served the store at ADDR"
+	}
+	return rendezvous.Dial(ctx, j.cfg.Addr(), opts...)
 }
 
 // client returns the store connection, dialing again if the last one was lost.

@@ -371,7 +371,10 @@ func TestJobRejectsBadSettings(t *testing.T) {
 		{name: "bad WithJob", opts: []Option{WithJob(rendezvous.Config{MasterAddr: "127.0.0.1", MasterPort: 70000, WorldSize: 1})},
 			is: rendezvous.ErrInvalidConfig, msg: `MASTER_PORT="70000"`},
 		{name: "port in use", opts: []Option{WithJob(jobOf(busyPort, 0, 2))}, msg: "address already in use"},
-		{name: "external store absent", opts: []Option{WithJob(jobOf(port, 0, 2)), WithExternalStore()}, is: context.DeadlineExceeded},
+		{name: "external store absent", opts: []Option{WithJob(jobOf(port, 0, 2)), WithExternalStore()}, is: context.DeadlineExceeded,
+			msg: "no server ever listened at 127.0.0.1:" + strconv.Itoa(port)},
+		{name: "rank 0 never serves", opts: []Option{WithJob(jobOf(port, 1, 2))}, is: context.DeadlineExceeded,
+			msg: "join job as rank 1 of 2: dial 127.0.0.1:" + strconv.Itoa(port) + ": rank 0 never served the store at 127.0.0.1:" + strconv.Itoa(port)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

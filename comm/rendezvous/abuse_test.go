@@ -162,7 +162,8 @@ func TestServerSurvivesAbuse(t *testing.T) {
 				}
 			}
 		}()
-		assert.LessOrEqual(t, s.numConns(), DefaultMaxHandshakes+1, "the limit of connections in their handshake holds")
+		// Evicted connections leave as their goroutines notice; the limit then holds.
+		eventually(t, "the limit of connections in their handshake holds", func() bool { return s.numConns() <= DefaultMaxHandshakes+1 })
 		grown := int64(memInUse()) - int64(base)
 		t.Logf("memory while 1000 abusive connections are open: %+d bytes", grown)
 		assert.Less(t, grown, int64(memBound))

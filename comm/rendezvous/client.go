@@ -21,8 +21,10 @@ import (
 // waits honours its context; a blocked Get or Wait whose context ends is cancelled on
 // the server too.
 //
-// When the connection is lost every pending and later call fails with ErrClosed; the
-// client does not reconnect. A request that cannot be written completely before its
+// When the connection is lost, or the server sends nothing, not even a reply to a
+// keepalive, for three keepalive intervals (ErrUnresponsive: a frozen store), every
+// pending and later call fails with ErrClosed, whatever its context; the client does
+// not reconnect. A request that cannot be written completely before its
 // context's deadline would leave a cut frame on the connection, so it closes the client
 // too. Close the client when done with it.
 type Client struct {
@@ -51,7 +53,7 @@ const minKeepalive = 10 * time.Millisecond
 
 // minSilence is the shortest silence after which a server is declared dead, whatever
 // idle timeout it announces.
-const minSilence = time.Second
+const minSilence = 3 * time.Second
 
 type reply struct {
 	status status
@@ -122,11 +124,11 @@ func (e *dialError) Unwrap() error { return e.err }
 func dialGaveUp(ctx context.Context, addr string, cfg clientConfig, attempts int, start time.Time, reached bool, last error) error {
 	took := time.Since(start).Round(time.Millisecond)
 	if !reached {
-		who := cfg.servedBy
-		if who == "" {
-			who = "no server"
+		what := "no server ever listened at " + addr
+		if cfg.servedBy != "" {
+			what = cfg.servedBy + " never served the store at " + addr
 		}
-		return fmt.Errorf("dial %s: %s never served the store at %s: %w (%d attempts in %v, last: %w)", addr, who, addr, ctx.Err(), attempts, took, last)
+		return fmt.Errorf("dial %s: %s: %w (%d attempts in %v, last: %w)", addr, what, ctx.Err(), attempts, took, last)
 	}
 	return fmt.Errorf("dial %s: %w (%d attempts in %v, last: %w)", addr, ctx.Err(), attempts, took, last)
 }

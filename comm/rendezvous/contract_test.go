@@ -114,15 +114,18 @@ func TestBarrierCannotBeForgedThroughKeys(t *testing.T) {
 	require.True(t, errors.As(err, &be), "rank 0 alone does not pass: %v", err)
 	assert.Equal(t, []int{1}, be.Missing)
 
-	errs := make(chan error, 2)
-	for r := range 2 {
-		c := dial(t, addr)
-		go func() { errs <- c.Barrier(ctx, GenerationKey("contract", 2, "barrier"), r, 2) }()
-	}
-	eventually(t, "one rank waits", func() bool { return pendingOn(t, addr) })
-	_, err = forger.Add(ctx, GenerationKey("contract", 2, "barrier")+"/count", 1000)
+	key2 := GenerationKey("contract", 2, "barrier")
+	errs := make(chan error, 1)
+	first := dial(t, addr)
+	go func() { errs <- first.Barrier(ctx, key2, 0, 2) }()
+	eventually(t, "rank 0 waits", func() bool {
+		m, err := forger.missingRanks(ctx, key2, 2)
+		return err == nil && len(m) == 1
+	})
+	_, err = forger.Add(ctx, key2+"/count", 1000)
 	require.NoError(t, err)
-	require.NoError(t, <-errs, "the legitimate ranks pass whatever the keys hold")
+	require.NoError(t, forger.Set(ctx, key2+"/done", []byte("x")))
+	require.NoError(t, dial(t, addr).Barrier(ctx, key2, 1, 2), "the legitimate ranks pass whatever the keys hold")
 	require.NoError(t, <-errs)
 }
 
@@ -153,7 +156,7 @@ func TestFrozenStoreIsDeclaredDead(t *testing.T) {
 		}
 	}
 	t.Logf("declared dead %v after SIGSTOP (bound: %v of silence)", time.Since(start).Round(time.Millisecond), c.silentAfter())
-	assert.Equal(t, minSilence, c.silentAfter(), "three keepalives of 100 ms, at least a second")
+	assert.Equal(t, minSilence, c.silentAfter(), "three keepalives of 100 ms, at least minSilence")
 }
 
 func TestPanicInOneConnectionLeavesTheServerServing(t *testing.T) {
@@ -260,7 +263,7 @@ func TestFailedAuthenticationsAreRateLimitedPerAddress(t *testing.T) {
 	_, addr := startServer(t, WithToken(token), WithLogger(logs.logger()))
 	var checked, refused int
 	start := time.Now()
-	for range 60 {
+	for i := 0; refused < 5 && i < 1000; i++ {
 		r := rawDial(t, addr)
 		_, hello := r.hello(ProtocolVersion)
 		require.Equal(t, statusOK, hello.status)
@@ -297,7 +300,7 @@ func TestFailedAuthenticationsAreRateLimitedPerAddress(t *testing.T) {
 	_, err = clientHandshake(nc, bufioReader(nc), token)
 	require.NoError(t, err, "a client from another address authenticates")
 	n := strings.Count(logs.String(), "the client's proof does not match the token")
-	assert.LessOrEqual(t, n, warnBurst+int(elapsed/warnEvery)+1, "failed authentications are logged at a bounded rate")
+	assert.LessOrEqual(t, n, warnBurst+int(time.Since(start)/warnEvery)+1, "failed authentications are logged at a bounded rate")
 }
 
 func TestTLS(t *testing.T) {

@@ -7,7 +7,7 @@
 //
 // The store carries bytes; it knows nothing of CUDA or NCCL.
 //
-// # Wire protocol (version 1)
+// # Wire protocol (version 2)
 //
 // Everything on the wire is a frame: a 4-byte big-endian length n, then n bytes:
 //
@@ -38,8 +38,13 @@
 //	7   cas       key, [expected,] new       flags (1: swapped, 2: key exists), value
 //	8   delete    key                        existed (1 byte)
 //	9   check     key...                     one byte per key, 1 if it exists
-//	10  cancel    (none; id of a get/wait)   no reply
+//	10  cancel    (none; id of a get/wait/   no reply
+//	              barrier)
 //	11  ping      (none)                     (none)
+//	12  barrier   key, rank (i64),           (none; sent once every rank in
+//	              world (i64)                [0, world) has arrived)
+//	13  barrier-  key                        flags (1: some rank arrived, 2: done),
+//	    state                                world (i64), bitmap of the ranks arrived
 //
 // A connection starts with hello. The server refuses other versions (status 3) and,
 // at its connection limit, answers the first frame slot with busy (status 4) and
@@ -52,6 +57,72 @@
 // idle timeout the server announced.
 //
 // Requests are pipelined: a client may send more before the replies come, and replies
-// to blocked gets and waits arrive when their keys appear, in any order. Counters
-// written by add are stored as decimal text.
+// to blocked gets, waits and barriers arrive when they complete, in any order. Counters
+// written by add are stored as decimal text. A frame that has begun must arrive whole
+// within the handshake timeout.
+//
+// # What the store guarantees
+//
+// Barriers. Barrier returns only once every rank in [0, world) has arrived exactly
+// once at that key. The server counts the ranks itself, apart from the keys: no Set,
+// Add or Delete on any key can complete, block or break a barrier. A rank that arrives
+// while the same rank already waits (two processes claiming one rank), a rank outside
+// [0, world), a world other than the first arrival's, and an arrival at a completed
+// barrier (a reused key) are errors (ErrInvalidArgument) naming the rank, given to the
+// caller that made them; the others keep waiting. When the context ends first, the
+// error is a [*BarrierError] listing the ranks that never arrived.
+//
+// A dead store. A store that was killed is seen at once (the connection breaks). A
+// store that stops answering without closing (a stopped process, a hung host) is
+// declared dead after three keepalive intervals without a byte from it: the client
+// pings every third of the idle timeout the server announced (WithIdleTimeout, 60 s
+// by default), so with the defaults a frozen store is seen within 60 s, never sooner
+// than 3 s. Every pending and later call of that client then fails with an error
+// matching ErrUnresponsive and ErrClosed that names the store's address and how long
+// it was silent, whatever the calls' contexts. Dial retries until its context ends;
+// when nothing ever listened at the address its error says so ("rank 0 never served
+// the store at ADDR" with WithServedBy, as comm.Connect does).
+//
+// Memory. The server has one memory budget (WithMaxStoreBytes, 1 GiB by default):
+// keys and values with a fixed overhead per key, blocked requests and barriers with
+// an overhead each, every authenticated connection (its goroutine, buffers and state),
+// and the buffers of requests being read, which grow with the bytes that arrived, not
+// with the length a frame announces. At most a quarter of the budget may be in large
+// frames being read at once; a connection may have 1,024 blocked requests holding at
+// most 4 MiB, and the server 65,536. One client (connection) may hold at most its
+// share of the budget (WithMaxClientBytes, an eighth by default), so one client cannot
+// fill the store for the others; the keys a client was last to write stay charged to
+// it after it disconnects, until deleted or overwritten. At the cap, the write that
+// does not fit fails with ErrStoreFull ("store full") and changes nothing; a request
+// too large for what is left is read, discarded and refused the same way; a blocked
+// request over its bounds is refused; a new connection that does not fit is told the
+// server is busy (Dial retries). One value waited for by many clients is written to
+// each of them from the one copy the store holds. When load ends (what the budget
+// counts has dropped by 16 MiB or more and stays put for half a second) the server
+// returns the freed memory to the operating system. tools/rendezvous also sets the Go
+// runtime's memory limit to the budget plus 32 MiB, so that its resident size stays
+// under the budget plus 64 MiB; a server embedded in a larger process shares that
+// process's runtime and limit.
+//
+// Connections. Connections still in their handshake have slots of their own
+// (WithMaxHandshakes, 64), apart from the authenticated ones (WithMaxConns, 1,024);
+// when they are all taken, a new connection takes the slot of the oldest one that has
+// sent nothing (else of the oldest), so connections that never authenticate cannot
+// keep a rank of the job out. A panic while serving one connection closes that
+// connection only and is logged with its stack; the store goes on serving the others.
+// Repeated warnings are logged at most ten at once and then once a second per message,
+// with the number suppressed.
+//
+// The token. With a token (WithToken, NCCLGO_TOKEN), a client that cannot prove it
+// knows the token reads and writes no key, holds no authenticated slot, and learns
+// nothing but the server's version and idle timeout; the proof never reveals the
+// token. Failed proofs are rate-limited per source address (ten at once, then five a
+// second; proofs over the limit are refused unchecked, as busy), so the token must be
+// long and random, not a word: NewToken and tools/rendezvous -new-token make 256-bit
+// ones, and a server warns about a token under 16 bytes. The token does not hide the
+// traffic: after the handshake keys and values cross the network as plaintext, and
+// anyone on the path can read them, or alter them unless TLS is on. For stores that
+// cross untrusted networks, WithTLS wraps every connection in TLS (crypto/tls, a
+// certificate and key given by the user; tools/rendezvous -tls-cert and -tls-key).
+// Without a token, anyone who reaches the port is a client.
 package rendezvous

@@ -73,7 +73,7 @@ func ExampleClient_Barrier() {
 		return
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	// Rank 0 of 3 arrives; ranks 1 and 2 never do.
 	err = c.Barrier(ctx, rendezvous.GenerationKey("demo", 0, "barrier"), 0, 3)

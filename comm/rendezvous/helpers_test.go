@@ -46,7 +46,7 @@ func noLeaks(t testing.TB) {
 	t.Helper()
 	before := runtime.NumGoroutine()
 	t.Cleanup(func() {
-		deadline := time.Now().Add(3 * time.Second)
+		deadline := time.Now().Add(15 * time.Second)
 		for {
 			n := runtime.NumGoroutine()
 			if n <= before {
@@ -100,7 +100,7 @@ func ctxTimeout(t testing.TB, d time.Duration) context.Context {
 // eventually polls cond until it holds or a generous deadline passes.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // generous: the machine may be loaded
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting until %s", what)
@@ -137,7 +137,7 @@ func (r *rawConn) send(o op, id uint32, fields ...[]byte) {
 }
 
 func (r *rawConn) recv() (frame, error) {
-	_ = r.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_ = r.nc.SetReadDeadline(time.Now().Add(20 * time.Second))
 	body, _, err := readFrame(r.nc, nil, MaxFrameLen)
 	if err != nil {
 		return frame{}, err
@@ -158,7 +158,7 @@ func (r *rawConn) hello(version uint16) ([]byte, frame) {
 // closedByPeer reports whether the server closed the connection (EOF or reset) within
 // a generous time, reading and discarding anything it sent first.
 func (r *rawConn) closedByPeer() bool {
-	_ = r.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_ = r.nc.SetReadDeadline(time.Now().Add(20 * time.Second))
 	buf := make([]byte, 4096)
 	for {
 		_, err := r.nc.Read(buf)
@@ -205,3 +205,25 @@ func (i *serverIndex) lookup(addr string) *Server {
 }
 
 func bufioReader(nc net.Conn) *bufio.Reader { return bufio.NewReader(nc) }
+
+// expiringContext returns a context that ends with context.DeadlineExceeded when
+// expire is called, for tests that need a deadline to pass at a chosen moment.
+func expiringContext() (ctx context.Context, expire func()) {
+	e := &expiring{done: make(chan struct{})}
+	var once sync.Once
+	return e, func() { once.Do(func() { close(e.done) }) }
+}
+
+type expiring struct{ done chan struct{} }
+
+func (e *expiring) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (e *expiring) Done() <-chan struct{}       { return e.done }
+func (e *expiring) Value(any) any               { return nil }
+func (e *expiring) Err() error {
+	select {
+	case <-e.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}

@@ -37,6 +37,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
 		os.Exit(childMain())
 	}
+	if addr := os.Getenv(legitChildEnv); addr != "" {
+		os.Exit(legitChildMain(addr))
+	}
 	code := m.Run()
 	removeTool()
 	os.Exit(code)
@@ -173,7 +176,7 @@ func TestMultiProcessRendezvousSurvivesAKilledRank(t *testing.T) {
 		var elapsed int
 		_, err := fmt.Sscanf(ln.Text, "fail gen=0 elapsed_ms=%d", &elapsed)
 		require.NoError(t, err)
-		assert.Less(t, time.Duration(elapsed)*time.Millisecond, firstDeadline+time.Second, "failed within the deadline")
+		assert.Less(t, time.Duration(elapsed)*time.Millisecond, firstDeadline+10*time.Second, "failed at the deadline, not later (generous: the machine may be loaded)")
 	}
 
 	// Generation 1: a replacement for the victim joins and everyone gets the same id.

@@ -92,7 +92,9 @@ func WithHandshakeTimeout(d time.Duration) ServerOption {
 
 // WithIdleTimeout closes a connection that sends nothing for d (default 60 s). The
 // server announces it in the handshake and clients send a keepalive every d/3, so only
-// peers that are not working clients are dropped. Negative disables it; zero keeps the
+// peers that are not working clients are dropped; a client declares the server dead
+// when it has heard nothing from it for d (at least 3 s; 60 s when the server has no
+// idle timeout). Negative disables it; zero keeps the
 // default.
 func WithIdleTimeout(d time.Duration) ServerOption {
 	return serverOption(func(c *serverConfig) {

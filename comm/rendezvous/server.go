@@ -258,7 +258,7 @@ func (s *Server) accept(nc net.Conn) {
 		nc = tls.Server(nc, s.cfg.tls)
 	}
 	c := &serverConn{s: s, nc: nc, remote: nc.RemoteAddr().String(), pending: make(map[uint32]func() bool)}
-	c.acct = newAccount(s.budget, s.cfg.maxClientBytes)
+	c.acct = s.newAccount()
 	var evict *serverConn
 	s.mu.Lock()
 	if s.closed {
@@ -279,6 +279,10 @@ func (s *Server) accept(nc net.Conn) {
 	}
 	go c.serve()
 }
+
+// newAccount is a new client's share of the budget; every connection, whatever
+// protocol it speaks, has one.
+func (s *Server) newAccount() *account { return newAccount(s.budget, s.cfg.maxClientBytes) }
 
 // evictLocked takes the connection to drop for a newcomer out of the handshake slots:
 // the oldest that has sent nothing, else the oldest.
@@ -431,6 +435,13 @@ func (c *serverConn) readRequest() (f frame, refused error, err error) {
 }
 
 func (c *serverConn) readBig(size int) (body []byte, refused, err error) {
+	if cap(c.big) >= size { // a buffer kept from an earlier frame
+		body = c.big[:size]
+		if got, err := io.ReadFull(c.br, body); err != nil {
+			return nil, nil, truncated(err, got, size)
+		}
+		return body, nil, nil
+	}
 	body = c.small[:frameHeaderLen] // the header says whom to refuse
 	if got, err := io.ReadFull(c.br, body); err != nil {
 		return nil, nil, truncated(err, got, size)
@@ -484,8 +495,13 @@ func (c *serverConn) releaseBig() {
 	}
 }
 
-// dropBig frees the large frame's buffer once its request is handled.
-func (c *serverConn) dropBig() { c.releaseBig() }
+// dropBig frees the large frame's buffer once its request is handled, unless it is
+// small enough to keep (still reserved) for the next one.
+func (c *serverConn) dropBig() {
+	if cap(c.big) > readChunk {
+		c.releaseBig()
+	}
+}
 
 func (c *serverConn) logEnd(stage string, err error) {
 	var ne net.Error
@@ -769,6 +785,15 @@ func (c *serverConn) handle(f frame) error {
 	case opWait:
 		if len(f.fields) == 0 || len(f.fields) > MaxKeysPerRequest {
 			return badFields(f)
+		}
+		for _, b := range f.fields {
+			if err := keyOK(b); err != nil {
+				return err
+			}
+		}
+		// Refuse a wait over its bounds before copying its keys.
+		if err := st.roomToWait(c.acct, waitCost(len(f.fields), func(i int) int { return len(f.fields[i]) })); err != nil {
+			return c.failWith(f, err)
 		}
 		keys, err := keyFields(f.fields)
 		if err != nil {

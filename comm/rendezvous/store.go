@@ -204,9 +204,34 @@ func (st *store) numKeys() int {
 	return len(st.data)
 }
 
-// chargePendingLocked takes a blocked request's cost from a's share, within the
-// bounds per client and in total.
-func (st *store) chargePendingLocked(a *account, cost int64) error {
+// waitCost is what a blocked request naming n keys (of lengths keyLen) costs.
+func waitCost(n int, keyLen func(i int) int) int64 {
+	cost := int64(watcherOverhead)
+	for i := range n {
+		cost += allocSize(keyLen(i)) + watchKeyOverhead
+	}
+	return cost
+}
+
+// roomToWait reports, without charging anything, whether a's next blocked request
+// of cost would be within the bounds, so that a caller can refuse it before copying
+// its keys.
+func (st *store) roomToWait(a *account, cost int64) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if err := st.pendingBoundsLocked(a, cost); err != nil {
+		return err
+	}
+	if a.used.Load()+cost > a.limit && a.limit < a.b.limit {
+		return &errFull{what: "a blocked request", n: cost, share: a.limit, used: a.used.Load()}
+	}
+	if a.b.used.Load()+cost > a.b.limit {
+		return &errFull{what: "a blocked request", n: cost, limit: a.b.limit, used: a.b.used.Load()}
+	}
+	return nil
+}
+
+func (st *store) pendingBoundsLocked(a *account, cost int64) error {
 	switch {
 	case a.pending >= maxPendingPerConn:
 		return fmt.Errorf("%w: this connection already has %d blocked requests, the limit", ErrInvalidArgument, a.pending)
@@ -214,6 +239,15 @@ func (st *store) chargePendingLocked(a *account, cost int64) error {
 		return fmt.Errorf("%w: blocked requests on this connection would hold %d bytes, over the limit of %d", ErrInvalidArgument, a.pendingBytes+cost, maxPendingBytes)
 	case st.pending >= maxPendingTotal:
 		return fmt.Errorf("%w: the server already holds %d blocked requests, its limit", ErrStoreFull, st.pending)
+	}
+	return nil
+}
+
+// chargePendingLocked takes a blocked request's cost from a's share, within the
+// bounds per client and in total.
+func (st *store) chargePendingLocked(a *account, cost int64) error {
+	if err := st.pendingBoundsLocked(a, cost); err != nil {
+		return err
 	}
 	if err := a.reserve("a blocked request", cost); err != nil {
 		return err
@@ -253,6 +287,11 @@ func (st *store) wait(a *account, keys []string, wantValue bool, fire func(value
 		}
 		return nil, value, true, nil
 	}
+	// Charged for every key named, duplicates too: the request holds a copy of each.
+	cost := waitCost(len(keys), func(i int) int { return len(keys[i]) })
+	if err := st.chargePendingLocked(a, cost); err != nil {
+		return nil, nil, false, err
+	}
 	distinct := keys
 	if len(keys) > 1 {
 		seen := make(map[string]struct{}, len(keys))
@@ -263,13 +302,6 @@ func (st *store) wait(a *account, keys []string, wantValue bool, fire func(value
 				distinct = append(distinct, k)
 			}
 		}
-	}
-	cost := int64(watcherOverhead)
-	for _, k := range distinct {
-		cost += allocSize(len(k)) + watchKeyOverhead
-	}
-	if err := st.chargePendingLocked(a, cost); err != nil {
-		return nil, nil, false, err
 	}
 	w = &watcher{owner: a, keys: distinct, cost: cost, value: wantValue, fire: fire}
 	st.watchMissingLocked(w)

@@ -139,7 +139,7 @@ func TestGetHonoursTheContextDeadlineAndCancelsOnTheServer(t *testing.T) {
 	_, err := c.Get(ctx, "never")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Contains(t, err.Error(), `get "never"`)
-	assert.Less(t, time.Since(start), 3*time.Second)
+	assert.Less(t, time.Since(start), 10*time.Second, "fails near its deadline, not later")
 
 	eventually(t, "the server forgot the cancelled get", func() bool {
 		return s.st.numPending() == 0
@@ -376,7 +376,9 @@ func TestDialRetriesUntilTheServerListens(t *testing.T) {
 	require.NoError(t, l.Close())
 
 	t.Run("gives up at the deadline", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+		// Long enough for attempts to end on their own on a loaded machine, so that the
+		// last one's error (refused) is what the message reports.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_, err := Dial(ctx, addr)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
@@ -404,15 +406,17 @@ func TestDialRetriesUntilTheServerListens(t *testing.T) {
 
 func TestIdleTimeoutSparesClientsThatWait(t *testing.T) {
 	noLeaks(t)
-	s, addr := startServer(t, WithIdleTimeout(150*time.Millisecond))
+	// An idle timeout long enough that keepalives every third of it arrive in time on a
+	// loaded machine.
+	s, addr := startServer(t, WithIdleTimeout(time.Second))
 	c, setter := dial(t, addr), dial(t, addr)
-	ctx := ctxTimeout(t, 10*time.Second)
-	assert.Equal(t, 150*time.Millisecond, c.idle, "the server announces its idle timeout")
+	ctx := ctxTimeout(t, 30*time.Second)
+	assert.Equal(t, time.Second, c.idle, "the server announces its idle timeout")
 
 	got := make(chan error, 1)
 	go func() { _, err := c.Get(ctx, "slow"); got <- err }()
 	// Several idle periods pass with the get blocked; keepalives hold the connection.
-	time.Sleep(600 * time.Millisecond)
+	time.Sleep(3500 * time.Millisecond)
 	assert.Equal(t, 2, s.numConns())
 	require.NoError(t, setter.Set(ctx, "slow", []byte("x")))
 	require.NoError(t, <-got)

@@ -2,7 +2,6 @@ package rendezvous
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -67,24 +66,7 @@ type serverProc struct {
 	t    testing.TB
 	cmd  *exec.Cmd
 	addr string
-	logs *syncLog
-}
-
-type syncLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	logs *logBuffer
 }
 
 var listeningRE = regexp.MustCompile(`rendezvous server listening"? addr=(\S+)`)
@@ -96,7 +78,7 @@ func startServerProc(t testing.TB, token string, args ...string) *serverProc {
 	exe := toolBinary(t)
 	cmd := exec.Command(exe, append([]string{"-addr", "127.0.0.1:0"}, args...)...)
 	cmd.Env = append(os.Environ(), EnvToken+"="+token)
-	p := &serverProc{t: t, cmd: cmd, logs: &syncLog{}}
+	p := &serverProc{t: t, cmd: cmd, logs: &logBuffer{}}
 	cmd.Stderr = p.logs
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
