@@ -210,6 +210,13 @@ type Driver interface {
 	Broadcast(send, recv Ptr, count uint64, dt DataType, root int, c Comm, s Stream) error
 	AllGather(send, recv Ptr, sendCount uint64, dt DataType, c Comm, s Stream) error
 	ReduceScatter(send, recv Ptr, recvCount uint64, dt DataType, op RedOp, c Comm, s Stream) error
+	// Reduce is ncclReduce: recv is used on root only.
+	Reduce(send, recv Ptr, count uint64, dt DataType, op RedOp, root int, c Comm, s Stream) error
+	// AlltoAll, Gather and Scatter are ncclAlltoAll, ncclGather and ncclScatter (NCCL >=
+	// 2.28.3); count is per rank. Gather's recv and Scatter's send are used on root only.
+	AlltoAll(send, recv Ptr, count uint64, dt DataType, c Comm, s Stream) error
+	Gather(send, recv Ptr, count uint64, dt DataType, root int, c Comm, s Stream) error
+	Scatter(send, recv Ptr, count uint64, dt DataType, root int, c Comm, s Stream) error
 	Send(buf Ptr, count uint64, dt DataType, peer int, c Comm, s Stream) error
 	Recv(buf Ptr, count uint64, dt DataType, peer int, c Comm, s Stream) error
 	// GroupStart and GroupEnd are ncclGroupStart/End. NCCL keeps group state per OS

@@ -1,0 +1,26 @@
+package rawdriver
+
+import (
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
+	"github.com/ncclgo/ncclgo/raw/nccl"
+)
+
+// Reduce is ncclReduce.
+func (d *Driver) Reduce(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, op gpulib.RedOp, root int, c gpulib.Comm, s gpulib.Stream) error {
+	return ncclErr(nccl.Reduce(ptr(send), ptr(recv), count, nccl.DataType(dt), nccl.RedOp(op), int32(root), nccl.Comm(c), nccl.CudaStream(s)))
+}
+
+// AlltoAll is ncclAlltoAll (NCCL >= 2.28.3).
+func (d *Driver) AlltoAll(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, c gpulib.Comm, s gpulib.Stream) error {
+	return ncclErr(nccl.AlltoAll(ptr(send), ptr(recv), count, nccl.DataType(dt), nccl.Comm(c), nccl.CudaStream(s)))
+}
+
+// Gather is ncclGather (NCCL >= 2.28.3).
+func (d *Driver) Gather(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
+	return ncclErr(nccl.Gather(ptr(send), ptr(recv), count, nccl.DataType(dt), int32(root), nccl.Comm(c), nccl.CudaStream(s)))
+}
+
+// Scatter is ncclScatter (NCCL >= 2.28.3).
+func (d *Driver) Scatter(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
+	return ncclErr(nccl.Scatter(ptr(send), ptr(recv), count, nccl.DataType(dt), int32(root), nccl.Comm(c), nccl.CudaStream(s)))
+}
