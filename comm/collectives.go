@@ -82,7 +82,7 @@ func (g *guard) typedInto(op string, send, recv DevicePtr, count int, t DType, r
 	if err != nil {
 		return 0, err
 	}
-	if err := checkOp(op, r); err != nil {
+	if err := g.checkOp(op, r, t); err != nil {
 		return 0, err
 	}
 	recvCount := count

@@ -29,3 +29,15 @@ func (stubDriver) Gather(_, _ gpulib.Ptr, _ uint64, _ gpulib.DataType, _ int, _ 
 func (stubDriver) Scatter(_, _ gpulib.Ptr, _ uint64, _ gpulib.DataType, _ int, _ gpulib.Comm, _ gpulib.Stream) error {
 	return nil
 }
+
+func (f *fakeDriver) RedOpCreatePreMulSum(c gpulib.Comm, dt gpulib.DataType, scalar uint64, device bool) (gpulib.RedOp, error) {
+	return gpulib.RedOp(5), f.rec("RedOpCreatePreMulSum", dt, scalar, device)
+}
+func (f *fakeDriver) RedOpDestroy(c gpulib.Comm, op gpulib.RedOp) error {
+	return f.rec("RedOpDestroy", op)
+}
+
+func (stubDriver) RedOpCreatePreMulSum(gpulib.Comm, gpulib.DataType, uint64, bool) (gpulib.RedOp, error) {
+	return 5, nil
+}
+func (stubDriver) RedOpDestroy(gpulib.Comm, gpulib.RedOp) error { return nil }

@@ -55,6 +55,7 @@ func (c *NCCLCommunicator) reinit(ctx context.Context, next func() int, after fu
 		}
 		c.comm = 0
 	}
+	c.g.dropOps() // the communicator's PreMulSum operators ended with it
 	c.fail(fmt.Errorf("%w: reconnect in progress", ErrUnhealthy))
 	gen := next()
 	id, err := c.cfg.reconnect(ctx, gen)

@@ -111,3 +111,62 @@ func TestCollectivesChooseThePathFromTheVersion(t *testing.T) {
 		t.Run(fmt.Sprint(v), func(t *testing.T) { checkCollectivePath(t, v) })
 	}
 }
+
+// A PreMulSum operator belongs to the communicator it was made on: after
+// AttemptReconnect replaced it, using the operator fails with ErrInvalidOp before
+// reaching NCCL, and a new one works.
+func TestPreMulSumDoesNotSurviveReconnect(t *testing.T) {
+	const n = 2
+	c, err := commtest.NewCluster(n, commtest.WithReconnect())
+	require.NoError(t, err)
+	defer func() { _ = c.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ops := make([]comm.ReduceOp, n)
+	ps := make([]comm.DevicePtr, n)
+	each := func(f func(r int, b *comm.NCCL) error) {
+		t.Helper()
+		errs := make(chan error, n)
+		for r := range n {
+			b, err := c.Backend(r)
+			require.NoError(t, err)
+			go func() { errs <- f(r, b) }()
+		}
+		for range n {
+			require.NoError(t, <-errs)
+		}
+	}
+	each(func(r int, b *comm.NCCL) (err error) {
+		if ps[r], err = c.Alloc(r, 4); err != nil {
+			return err
+		}
+		ops[r], err = b.Communicator().PreMulSum(comm.Float32, 3)
+		return err
+	})
+	each(func(_ int, b *comm.NCCL) error { return b.AttemptReconnect(ctx) })
+	calls := c.DriverCalls()
+	b, err := c.Backend(0)
+	require.NoError(t, err)
+	err = b.Communicator().AllReduce(ps[0], 1, comm.Float32, ops[0])
+	require.ErrorIs(t, err, comm.ErrInvalidOp)
+	assert.Contains(t, err.Error(), "lost in a reconnect")
+	assert.Equal(t, calls, c.DriverCalls(), "the stale operator reached the library")
+
+	each(func(r int, b *comm.NCCL) error {
+		if err := c.WriteValues(r, ps[r], comm.Float32, []float64{float64(r + 1)}); err != nil {
+			return err
+		}
+		cc := b.Communicator()
+		op, err := cc.PreMulSum(comm.Float32, 3)
+		if err != nil {
+			return err
+		}
+		if err := cc.AllReduce(ps[r], 1, comm.Float32, op); err != nil {
+			return err
+		}
+		return cc.Sync(ctx)
+	})
+	got, err := c.ReadValues(1, ps[1], comm.Float32, 1)
+	require.NoError(t, err)
+	assert.Equal(t, []float64{9}, got, "3*1 + 3*2")
+}

@@ -64,6 +64,9 @@ const (
 	Max  = nccl.Max
 	Min  = nccl.Min
 	Avg  = nccl.Avg
+	// NumOps is ncclNumOps: operators made by ncclRedOpCreatePreMulSum are numbered from
+	// it.
+	NumOps = nccl.NumOps
 
 	Success            = nccl.Success
 	UnhandledCudaError = nccl.UnhandledCudaError
@@ -217,6 +220,14 @@ type Driver interface {
 	AlltoAll(send, recv Ptr, count uint64, dt DataType, c Comm, s Stream) error
 	Gather(send, recv Ptr, count uint64, dt DataType, root int, c Comm, s Stream) error
 	Scatter(send, recv Ptr, count uint64, dt DataType, root int, c Comm, s Stream) error
+	// RedOpCreatePreMulSum is ncclRedOpCreatePreMulSum for elements of dt. With device
+	// false, scalar holds the scalar's bytes (one element of dt, little-endian) and NCCL
+	// copies it at once (ncclScalarHostImmediate); with device true it is the device
+	// address of the scalar, which every operation using the op reads
+	// (ncclScalarDevice).
+	RedOpCreatePreMulSum(c Comm, dt DataType, scalar uint64, device bool) (RedOp, error)
+	// RedOpDestroy is ncclRedOpDestroy.
+	RedOpDestroy(c Comm, op RedOp) error
 	Send(buf Ptr, count uint64, dt DataType, peer int, c Comm, s Stream) error
 	Recv(buf Ptr, count uint64, dt DataType, peer int, c Comm, s Stream) error
 	// GroupStart and GroupEnd are ncclGroupStart/End. NCCL keeps group state per OS

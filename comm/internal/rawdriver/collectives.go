@@ -1,6 +1,8 @@
 package rawdriver
 
 import (
+	"unsafe"
+
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/raw/nccl"
 )
@@ -23,4 +25,24 @@ func (d *Driver) Gather(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType,
 // Scatter is ncclScatter (NCCL >= 2.28.3).
 func (d *Driver) Scatter(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
 	return ncclErr(nccl.Scatter(ptr(send), ptr(recv), count, nccl.DataType(dt), int32(root), nccl.Comm(c), nccl.CudaStream(s)))
+}
+
+// RedOpCreatePreMulSum is ncclRedOpCreatePreMulSum, with the scalar on the host
+// (ncclScalarHostImmediate: its bytes are in scalar, copied by NCCL during the call) or
+// on the device (ncclScalarDevice: scalar is its address).
+func (d *Driver) RedOpCreatePreMulSum(c gpulib.Comm, dt gpulib.DataType, scalar uint64, device bool) (gpulib.RedOp, error) {
+	var op nccl.RedOp
+	var err error
+	if device {
+		err = nccl.RedOpCreatePreMulSum(&op, ptr(gpulib.Ptr(scalar)), nccl.DataType(dt), nccl.ScalarDevice, nccl.Comm(c))
+	} else {
+		host := scalar // little-endian: the element's bytes come first
+		err = nccl.RedOpCreatePreMulSum(&op, unsafe.Pointer(&host), nccl.DataType(dt), nccl.ScalarHostImmediate, nccl.Comm(c))
+	}
+	return op, ncclErr(err)
+}
+
+// RedOpDestroy is ncclRedOpDestroy.
+func (d *Driver) RedOpDestroy(c gpulib.Comm, op gpulib.RedOp) error {
+	return ncclErr(nccl.RedOpDestroy(nccl.RedOp(op), nccl.Comm(c)))
 }

@@ -17,6 +17,7 @@ type collDesc struct {
 	dt         gpulib.DataType
 	op         gpulib.RedOp // reductions only
 	root       int          // rooted calls only (broadcast, reduce, gather, scatter)
+	pre        *preMulOp    // op's PreMulSum operator, resolved at enqueue; nil for built-in ops
 }
 
 func (c *collDesc) reduces() bool {
@@ -34,11 +35,15 @@ func (c *collDesc) rooted() bool {
 
 // signature is what every rank must agree on.
 func (c *collDesc) signature() string {
+	op := opName(c.op)
+	if c.pre != nil {
+		op = "ncclPreMulSum"
+	}
 	switch {
 	case c.reduces() && c.rooted():
-		return fmt.Sprintf("%s(count %d, %s, %s, root %d)", c.call, c.count, dtypeName(c.dt), opName(c.op), c.root)
+		return fmt.Sprintf("%s(count %d, %s, %s, root %d)", c.call, c.count, dtypeName(c.dt), op, c.root)
 	case c.reduces():
-		return fmt.Sprintf("%s(count %d, %s, %s)", c.call, c.count, dtypeName(c.dt), opName(c.op))
+		return fmt.Sprintf("%s(count %d, %s, %s)", c.call, c.count, dtypeName(c.dt), op)
 	case c.rooted():
 		return fmt.Sprintf("%s(count %d, %s, root %d)", c.call, c.count, dtypeName(c.dt), c.root)
 	}
@@ -91,9 +96,19 @@ func (w *World) prepareCollLocked(d *device, c gpulib.Comm, s gpulib.Stream, des
 		return nil, err
 	}
 	n := rc.cl.n
+	if desc.reduces() && !validOp(desc.op) {
+		pre := rc.redOps[desc.op]
+		switch {
+		case pre == nil:
+			return nil, ncclErr(gpulib.InvalidArgument, call, "invalid reduction operation %d", int32(desc.op))
+		case pre.dt != desc.dt:
+			return nil, ncclErr(gpulib.InvalidArgument, call, "operator %d was created for %s, not %s", int32(desc.op), dtypeName(pre.dt), dtypeName(desc.dt))
+		}
+		d := *desc
+		d.pre = pre
+		desc = &d
+	}
 	switch {
-	case desc.reduces() && !validOp(desc.op):
-		return nil, ncclErr(gpulib.InvalidArgument, call, "invalid reduction operation %d", int32(desc.op))
 	case desc.rooted() && (desc.root < 0 || desc.root >= n):
 		return nil, ncclErr(gpulib.InvalidArgument, call, "root %d out of range [0, %d)", desc.root, n)
 	}
@@ -186,7 +201,11 @@ func (s *collSlot) compute() []byte {
 			}
 		default:
 			s.result = make([]byte, len(s.inputs[0]))
-			reduce(d.dt, d.op, s.result, s.inputs)
+			op := d.op
+			if d.pre != nil { // the inputs are pre-multiplied
+				op = gpulib.Sum
+			}
+			reduce(d.dt, op, s.result, s.inputs)
 		}
 	})
 	return s.result
@@ -206,6 +225,15 @@ func (w *World) runColl(rc *rankComm, cl *clique, seq uint64, slot *collSlot, de
 		var err error
 		if in, err = rc.dev.read(desc.send, inBytes); err != nil {
 			return w.deviceFault(cl, desc.call, rc.rank, "sendbuff", err)
+		}
+		if p := desc.pre; p != nil {
+			scalar := p.host
+			if p.device {
+				if scalar, err = rc.dev.read(p.dev, uint64(elemSize(p.dt))); err != nil {
+					return w.deviceFault(cl, desc.call, rc.rank, "scalar", err)
+				}
+			}
+			in = preMultiply(desc.dt, in, scalar)
 		}
 	}
 	w.mu.Lock()

@@ -37,7 +37,7 @@ var CallNames = []string{
 	"ncclGetVersion", "ncclGetUniqueId", "ncclCommInitRankConfig", "ncclCommGetAsyncError",
 	"ncclCommFinalize", "ncclCommDestroy", "ncclCommAbort", "ncclCommSplit", "ncclCommShrink",
 	"ncclCommRevoke", "ncclAllReduce", "ncclBroadcast", "ncclAllGather", "ncclReduceScatter",
-	"ncclReduce", "ncclAlltoAll", "ncclGather", "ncclScatter", "ncclSend", "ncclRecv", "ncclGroupStart", "ncclGroupEnd", "ncclCommRegister",
+	"ncclReduce", "ncclAlltoAll", "ncclGather", "ncclScatter", "ncclRedOpCreatePreMulSum", "ncclRedOpDestroy", "ncclSend", "ncclRecv", "ncclGroupStart", "ncclGroupEnd", "ncclCommRegister",
 	"ncclCommDeregister", "ncclMemAlloc", "ncclMemFree", "ncclCommWindowRegister",
 	"ncclCommWindowDeregister", "ncclCommCount", "ncclCommUserRank",
 }
