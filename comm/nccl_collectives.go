@@ -17,43 +17,47 @@ func (c *NCCLCommunicator) nativeAlltoAll() bool { return c.version >= versionAl
 
 // AllReduceInto enqueues an out-of-place ncclAllReduce of count elements from send
 // into recv.
-func (c *NCCLCommunicator) AllReduceInto(send, recv DevicePtr, count int, t DType, op ReduceOp) error {
+func (v StreamComm) AllReduceInto(send, recv DevicePtr, count int, t DType, op ReduceOp) error {
+	c := v.c
 	bytes, err := c.g.typedInto(opAllReduceInto, send, recv, count, t, op, 0, false)
 	if err != nil {
 		return err
 	}
 	return c.enqueue(opAllReduceInto, bytes, queued, func(bool) error {
-		return c.d.AllReduce(c.buf(send), c.buf(recv), uint64(count), gpulib.DataType(t), gpulib.RedOp(op), c.comm, c.stream)
+		return c.d.AllReduce(c.buf(send), c.buf(recv), uint64(count), gpulib.DataType(t), gpulib.RedOp(op), c.comm, v.s)
 	})
 }
 
 // BroadcastInto enqueues an out-of-place ncclBroadcast of count elements from send on
 // root into recv.
-func (c *NCCLCommunicator) BroadcastInto(send, recv DevicePtr, count int, t DType, root int) error {
+func (v StreamComm) BroadcastInto(send, recv DevicePtr, count int, t DType, root int) error {
+	c := v.c
 	bytes, err := c.g.typedBroadcastInto(send, recv, count, t, root)
 	if err != nil {
 		return err
 	}
 	return c.enqueue(opBroadcastInto, bytes, queued, func(bool) error {
-		return c.d.Broadcast(c.buf(send), c.buf(recv), uint64(count), gpulib.DataType(t), root, c.comm, c.stream)
+		return c.d.Broadcast(c.buf(send), c.buf(recv), uint64(count), gpulib.DataType(t), root, c.comm, v.s)
 	})
 }
 
 // Reduce enqueues an ncclReduce of count elements into recv on root.
-func (c *NCCLCommunicator) Reduce(send, recv DevicePtr, count int, t DType, op ReduceOp, root int) error {
+func (v StreamComm) Reduce(send, recv DevicePtr, count int, t DType, op ReduceOp, root int) error {
+	c := v.c
 	bytes, err := c.g.typedInto(opReduce, send, recv, count, t, op, root, true)
 	if err != nil {
 		return err
 	}
 	return c.enqueue(opReduce, bytes, queued, func(bool) error {
-		return c.d.Reduce(c.buf(send), c.buf(recv), uint64(count), gpulib.DataType(t), gpulib.RedOp(op), root, c.comm, c.stream)
+		return c.d.Reduce(c.buf(send), c.buf(recv), uint64(count), gpulib.DataType(t), gpulib.RedOp(op), root, c.comm, v.s)
 	})
 }
 
 // AllToAll enqueues an all-to-all of count elements per peer: ncclAlltoAll on NCCL >=
 // 2.28.3, else one group of ncclSend/ncclRecv per peer (this rank's own block is a
 // device copy).
-func (c *NCCLCommunicator) AllToAll(send, recv DevicePtr, count int, t DType) error {
+func (v StreamComm) AllToAll(send, recv DevicePtr, count int, t DType) error {
+	c := v.c
 	bytes, err := c.g.typedAllToAll(send, recv, count, t)
 	if err != nil {
 		return err
@@ -61,7 +65,7 @@ func (c *NCCLCommunicator) AllToAll(send, recv DevicePtr, count int, t DType) er
 	return c.enqueue(opAllToAll, bytes*c.world, queued, func(bool) error {
 		dt, n := gpulib.DataType(t), uint64(count)
 		if c.nativeAlltoAll() {
-			return c.d.AlltoAll(c.buf(send), c.buf(recv), n, dt, c.comm, c.stream)
+			return c.d.AlltoAll(c.buf(send), c.buf(recv), n, dt, c.comm, v.s)
 		}
 		if count == 0 {
 			return nil
@@ -69,7 +73,7 @@ func (c *NCCLCommunicator) AllToAll(send, recv DevicePtr, count int, t DType) er
 		return c.p2pGroup(func() error {
 			for p := range c.world {
 				at := DevicePtr(p * bytes)
-				if err := c.exchange(p, send+at, n, recv+at, n, dt, bytes); err != nil {
+				if err := v.exchange(p, send+at, n, recv+at, n, dt, bytes); err != nil {
 					return err
 				}
 			}
@@ -80,7 +84,8 @@ func (c *NCCLCommunicator) AllToAll(send, recv DevicePtr, count int, t DType) er
 
 // AllToAllv enqueues one group of ncclSend/ncclRecv, one pair per peer with a non-zero
 // count (this rank's own block is a device copy).
-func (c *NCCLCommunicator) AllToAllv(send DevicePtr, sendCounts, sendDispls []int, recv DevicePtr, recvCounts, recvDispls []int, t DType) error {
+func (v StreamComm) AllToAllv(send DevicePtr, sendCounts, sendDispls []int, recv DevicePtr, recvCounts, recvDispls []int, t DType) error {
+	c := v.c
 	bytes, err := c.g.typedAllToAllv(send, sendCounts, sendDispls, recv, recvCounts, recvDispls, t)
 	if err != nil {
 		return err
@@ -94,7 +99,7 @@ func (c *NCCLCommunicator) AllToAllv(send DevicePtr, sendCounts, sendDispls []in
 			for p := range c.world {
 				s := send + DevicePtr(sendDispls[p]*es)
 				r := recv + DevicePtr(recvDispls[p]*es)
-				if err := c.exchange(p, s, uint64(sendCounts[p]), r, uint64(recvCounts[p]), gpulib.DataType(t), sendCounts[p]*es); err != nil {
+				if err := v.exchange(p, s, uint64(sendCounts[p]), r, uint64(recvCounts[p]), gpulib.DataType(t), sendCounts[p]*es); err != nil {
 					return err
 				}
 			}
@@ -105,7 +110,8 @@ func (c *NCCLCommunicator) AllToAllv(send DevicePtr, sendCounts, sendDispls []in
 
 // Gather enqueues ncclGather on NCCL >= 2.28.3, else a group in which every rank sends
 // to root and root receives from every rank.
-func (c *NCCLCommunicator) Gather(send, recv DevicePtr, count int, t DType, root int) error {
+func (v StreamComm) Gather(send, recv DevicePtr, count int, t DType, root int) error {
+	c := v.c
 	bytes, err := c.g.typedRooted(opGather, send, recv, count, t, root, false)
 	if err != nil {
 		return err
@@ -113,17 +119,17 @@ func (c *NCCLCommunicator) Gather(send, recv DevicePtr, count int, t DType, root
 	return c.enqueue(opGather, bytes, queued, func(bool) error {
 		dt, n := gpulib.DataType(t), uint64(count)
 		if c.nativeAlltoAll() {
-			return c.d.Gather(c.buf(send), c.buf(recv), n, dt, root, c.comm, c.stream)
+			return c.d.Gather(c.buf(send), c.buf(recv), n, dt, root, c.comm, v.s)
 		}
 		if count == 0 {
 			return nil
 		}
 		return c.p2pGroup(func() error {
 			if c.rank != root {
-				return pending(c.d.Send(gpulib.Ptr(send), n, dt, root, c.comm, c.stream))
+				return pending(c.d.Send(gpulib.Ptr(send), n, dt, root, c.comm, v.s))
 			}
 			for p := range c.world {
-				if err := c.exchange(p, send, 0, recv+DevicePtr(p*bytes), n, dt, bytes); err != nil {
+				if err := v.exchange(p, send, 0, recv+DevicePtr(p*bytes), n, dt, bytes); err != nil {
 					return err
 				}
 			}
@@ -134,7 +140,8 @@ func (c *NCCLCommunicator) Gather(send, recv DevicePtr, count int, t DType, root
 
 // Scatter enqueues ncclScatter on NCCL >= 2.28.3, else a group in which root sends to
 // every rank and every rank receives from root.
-func (c *NCCLCommunicator) Scatter(send, recv DevicePtr, count int, t DType, root int) error {
+func (v StreamComm) Scatter(send, recv DevicePtr, count int, t DType, root int) error {
+	c := v.c
 	bytes, err := c.g.typedRooted(opScatter, send, recv, count, t, root, true)
 	if err != nil {
 		return err
@@ -142,17 +149,17 @@ func (c *NCCLCommunicator) Scatter(send, recv DevicePtr, count int, t DType, roo
 	return c.enqueue(opScatter, bytes, queued, func(bool) error {
 		dt, n := gpulib.DataType(t), uint64(count)
 		if c.nativeAlltoAll() {
-			return c.d.Scatter(c.buf(send), c.buf(recv), n, dt, root, c.comm, c.stream)
+			return c.d.Scatter(c.buf(send), c.buf(recv), n, dt, root, c.comm, v.s)
 		}
 		if count == 0 {
 			return nil
 		}
 		return c.p2pGroup(func() error {
 			if c.rank != root {
-				return pending(c.d.Recv(gpulib.Ptr(recv), n, dt, root, c.comm, c.stream))
+				return pending(c.d.Recv(gpulib.Ptr(recv), n, dt, root, c.comm, v.s))
 			}
 			for p := range c.world {
-				if err := c.exchange(p, send+DevicePtr(p*bytes), n, recv, 0, dt, bytes); err != nil {
+				if err := v.exchange(p, send+DevicePtr(p*bytes), n, recv, 0, dt, bytes); err != nil {
 					return err
 				}
 			}
@@ -166,20 +173,21 @@ func (c *NCCLCommunicator) Scatter(send, recv DevicePtr, count int, t DType, roo
 // copies selfBytes from send to recv on the stream instead, unless they are the same.
 // Gather passes a recvCount of 0 for peers' sends (root only receives), Scatter the
 // reverse; for this rank both sides are its own block.
-func (c *NCCLCommunicator) exchange(peer int, send DevicePtr, sendCount uint64, recv DevicePtr, recvCount uint64, dt gpulib.DataType, selfBytes int) error {
+func (v StreamComm) exchange(peer int, send DevicePtr, sendCount uint64, recv DevicePtr, recvCount uint64, dt gpulib.DataType, selfBytes int) error {
+	c := v.c
 	if peer == c.rank {
 		if selfBytes == 0 || send == recv {
 			return nil
 		}
-		return c.d.MemcpyDtoDAsync(gpulib.Ptr(recv), gpulib.Ptr(send), uint64(selfBytes), c.stream)
+		return c.d.MemcpyDtoDAsync(gpulib.Ptr(recv), gpulib.Ptr(send), uint64(selfBytes), v.s)
 	}
 	if sendCount > 0 {
-		if err := pending(c.d.Send(gpulib.Ptr(send), sendCount, dt, peer, c.comm, c.stream)); err != nil {
+		if err := pending(c.d.Send(gpulib.Ptr(send), sendCount, dt, peer, c.comm, v.s)); err != nil {
 			return err
 		}
 	}
 	if recvCount > 0 {
-		return pending(c.d.Recv(gpulib.Ptr(recv), recvCount, dt, peer, c.comm, c.stream))
+		return pending(c.d.Recv(gpulib.Ptr(recv), recvCount, dt, peer, c.comm, v.s))
 	}
 	return nil
 }
@@ -199,4 +207,39 @@ func (c *NCCLCommunicator) p2pGroup(post func() error) error {
 		return perr
 	}
 	return eerr
+}
+
+// AllReduceInto is StreamComm.AllReduceInto on the communication stream.
+func (c *NCCLCommunicator) AllReduceInto(send, recv DevicePtr, count int, t DType, op ReduceOp) error {
+	return c.on().AllReduceInto(send, recv, count, t, op)
+}
+
+// BroadcastInto is StreamComm.BroadcastInto on the communication stream.
+func (c *NCCLCommunicator) BroadcastInto(send, recv DevicePtr, count int, t DType, root int) error {
+	return c.on().BroadcastInto(send, recv, count, t, root)
+}
+
+// Reduce is StreamComm.Reduce on the communication stream.
+func (c *NCCLCommunicator) Reduce(send, recv DevicePtr, count int, t DType, op ReduceOp, root int) error {
+	return c.on().Reduce(send, recv, count, t, op, root)
+}
+
+// AllToAll is StreamComm.AllToAll on the communication stream.
+func (c *NCCLCommunicator) AllToAll(send, recv DevicePtr, count int, t DType) error {
+	return c.on().AllToAll(send, recv, count, t)
+}
+
+// AllToAllv is StreamComm.AllToAllv on the communication stream.
+func (c *NCCLCommunicator) AllToAllv(send DevicePtr, sendCounts, sendDispls []int, recv DevicePtr, recvCounts, recvDispls []int, t DType) error {
+	return c.on().AllToAllv(send, sendCounts, sendDispls, recv, recvCounts, recvDispls, t)
+}
+
+// Gather is StreamComm.Gather on the communication stream.
+func (c *NCCLCommunicator) Gather(send, recv DevicePtr, count int, t DType, root int) error {
+	return c.on().Gather(send, recv, count, t, root)
+}
+
+// Scatter is StreamComm.Scatter on the communication stream.
+func (c *NCCLCommunicator) Scatter(send, recv DevicePtr, count int, t DType, root int) error {
+	return c.on().Scatter(send, recv, count, t, root)
 }
