@@ -232,6 +232,9 @@ func newNCCLCommunicator(ctx context.Context, d gpulib.Driver, id UniqueID, rank
 	if err != nil {
 		return nil, &OpError{Op: "get-version", Bytes: -1, Rank: rank, Err: err}
 	}
+	if err := checkConfig(cfg.nccl, version); err != nil {
+		return nil, err
+	}
 	c := &NCCLCommunicator{d: d, cfg: cfg, rank: rank, world: world, version: version}
 	comm, err := c.initComm(ctx, id)
 	if err != nil {

@@ -224,7 +224,7 @@ func (c *NCCLCommunicator) split(ctx context.Context, color, key int) (*NCCLComm
 	}
 	defer runtime.UnlockOSThread()
 	c.mu.Lock()
-	comm, err := c.d.CommSplit(c.comm, col, key, gpulib.Config{Blocking: false, Name: c.cfg.name})
+	comm, err := c.d.CommSplit(c.comm, col, key, c.ncclConfig())
 	c.mu.Unlock()
 	if err == nil || code(err) == gpulib.InProgress {
 		err = c.settle(ctx, c.comm, bounded)
@@ -322,7 +322,7 @@ func (c *NCCLCommunicator) Shrink(ctx context.Context, exclude []int, abort bool
 	}
 	defer runtime.UnlockOSThread()
 	c.mu.Lock()
-	comm, err := c.d.CommShrink(c.comm, exclude, gpulib.Config{Blocking: false, Name: c.cfg.name}, flags)
+	comm, err := c.d.CommShrink(c.comm, exclude, c.ncclConfig(), flags)
 	c.mu.Unlock()
 	if (err == nil || code(err) == gpulib.InProgress) && comm != 0 {
 		err = c.settle(ctx, comm, bounded)

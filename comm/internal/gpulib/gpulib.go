@@ -148,6 +148,17 @@ type Config struct {
 	Blocking bool
 	// Name is the communicator's name in NCCL's logs (config.commName); may be empty.
 	Name string
+	// NetName is config.netName; empty keeps NCCL's default.
+	NetName string
+	// Ints are the other int fields to set, by their C names ("cgaClusterSize",
+	// "minCTAs", ...); the caller has checked that the loaded NCCL has them.
+	Ints []ConfigInt
+}
+
+// ConfigInt is one int field of ncclConfig_t, by its C name.
+type ConfigInt struct {
+	Name  string
+	Value int32
 }
 
 // KernelArgs are the parameters of a kernel launch, each passed as an 8-byte value

@@ -1,6 +1,9 @@
 package rawdriver
 
 import (
+	"reflect"
+	"runtime"
+	"unicode"
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
@@ -45,4 +48,26 @@ func (d *Driver) RedOpCreatePreMulSum(c gpulib.Comm, dt gpulib.DataType, scalar 
 // RedOpDestroy is ncclRedOpDestroy.
 func (d *Driver) RedOpDestroy(c gpulib.Comm, op gpulib.RedOp) error {
 	return ncclErr(nccl.RedOpDestroy(nccl.RedOp(op), nccl.Comm(c)))
+}
+
+// setConfig sets cfg's netName and int fields in c; an int field is named by its C
+// name, whose Go field is the same name with its first letter upper-cased. Names the
+// generated Config lacks are ignored (comm checks them against the loaded NCCL first).
+func setConfig(c *nccl.Config, cfg gpulib.Config, pin *runtime.Pinner) {
+	if cfg.NetName != "" {
+		name := append([]byte(cfg.NetName), 0)
+		pin.Pin(&name[0])
+		c.NetName = &name[0]
+	}
+	v := reflect.ValueOf(c).Elem()
+	for _, f := range cfg.Ints {
+		if f.Name == "" {
+			continue
+		}
+		r := []rune(f.Name)
+		r[0] = unicode.ToUpper(r[0])
+		if fv := v.FieldByName(string(r)); fv.IsValid() && fv.Kind() == reflect.Int32 {
+			fv.SetInt(int64(f.Value))
+		}
+	}
 }

@@ -3,7 +3,9 @@
 package rawdriver
 
 import (
+	"runtime"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -43,4 +45,21 @@ func TestCollectiveCallsReachTheRealLibrary(t *testing.T) {
 			assert.ErrorIs(t, err, nccl.InvalidArgument)
 		})
 	}
+}
+
+// TestConfigSetsFieldsByTheirCNames checks that the ncclConfig_t made for
+// ncclCommInitRankConfig carries the options' fields, found by their C names, and
+// keeps NCCL's "undefined" for the others.
+func TestConfigSetsFieldsByTheirCNames(t *testing.T) {
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	c := config(gpulib.Config{Name: "tp", NetName: "Socket", Ints: []gpulib.ConfigInt{
+		{Name: "cgaClusterSize", Value: 4}, {Name: "CTAPolicy", Value: 1}, {Name: "nvlsCTAs", Value: 2}, {Name: "noSuchField", Value: 9}}}, &pin)
+	assert.Equal(t, int32(0), c.Blocking)
+	assert.Equal(t, int32(4), c.CgaClusterSize)
+	assert.Equal(t, int32(1), c.CTAPolicy)
+	assert.Equal(t, int32(2), c.NvlsCTAs)
+	assert.Equal(t, nccl.NewConfig().MinCTAs, c.MinCTAs, "unset fields keep NCCL_CONFIG_UNDEF_INT")
+	assert.Equal(t, "Socket", unsafe.String(c.NetName, 6))
+	assert.Equal(t, "tp", unsafe.String(c.CommName, 2))
 }
