@@ -92,6 +92,7 @@ type NCCL struct {
 	nextHandle BufferHandle
 	windows    map[DevicePtr]window
 	nextWindow int
+	userWins   userWindows // RegisterWindow's (nccl_windows.go)
 	generation int
 }
 
