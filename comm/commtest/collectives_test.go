@@ -124,18 +124,7 @@ func TestPreMulSumDoesNotSurviveReconnect(t *testing.T) {
 	defer cancel()
 	ops := make([]comm.ReduceOp, n)
 	ps := make([]comm.DevicePtr, n)
-	each := func(f func(r int, b *comm.NCCL) error) {
-		t.Helper()
-		errs := make(chan error, n)
-		for r := range n {
-			b, err := c.Backend(r)
-			require.NoError(t, err)
-			go func() { errs <- f(r, b) }()
-		}
-		for range n {
-			require.NoError(t, <-errs)
-		}
-	}
+	each := func(f func(r int, b *comm.NCCL) error) { t.Helper(); eachBackend(t, c, f) }
 	each(func(r int, b *comm.NCCL) (err error) {
 		if ps[r], err = c.Alloc(r, 4); err != nil {
 			return err
@@ -169,4 +158,20 @@ func TestPreMulSumDoesNotSurviveReconnect(t *testing.T) {
 	got, err := c.ReadValues(1, ps[1], comm.Float32, 1)
 	require.NoError(t, err)
 	assert.Equal(t, []float64{9}, got, "3*1 + 3*2")
+}
+
+// eachBackend runs f on every rank's backend of c concurrently, as separate processes
+// would, and requires every call to succeed.
+func eachBackend(t *testing.T, c *commtest.Cluster, f func(r int, b *comm.NCCL) error) {
+	t.Helper()
+	n := c.Size()
+	errs := make(chan error, n)
+	for r := range n {
+		b, err := c.Backend(r)
+		require.NoError(t, err)
+		go func() { errs <- f(r, b) }()
+	}
+	for range n {
+		require.NoError(t, <-errs)
+	}
 }

@@ -28,18 +28,7 @@ func TestRegisterWindowSurvivesReconnect(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	each := func(f func(r int, b *comm.NCCL) error) {
-		t.Helper()
-		errs := make(chan error, n)
-		for r := range n {
-			b, err := c.Backend(r)
-			require.NoError(t, err)
-			go func() { errs <- f(r, b) }()
-		}
-		for range n {
-			require.NoError(t, <-errs)
-		}
-	}
+	each := func(f func(r int, b *comm.NCCL) error) { t.Helper(); eachBackend(t, c, f) }
 	calls := func(call string) int64 {
 		v, err := c.Calls(1, call)
 		require.NoError(t, err)
