@@ -26,6 +26,31 @@ type Communicator interface {
 	// ReduceScatter reduces count*WorldSize() elements at send across ranks and leaves
 	// rank r's block of count elements at recv.
 	ReduceScatter(send, recv DevicePtr, count int, t DType, op ReduceOp) error
+	// AllReduceInto reduces count elements at send across ranks with op into recv (out
+	// of place; send == recv is the in-place AllReduce).
+	AllReduceInto(send, recv DevicePtr, count int, t DType, op ReduceOp) error
+	// BroadcastInto copies count elements at send on root to recv on every rank (send
+	// is used on root only; send == recv is the in-place Broadcast).
+	BroadcastInto(send, recv DevicePtr, count int, t DType, root int) error
+	// Reduce reduces count elements at send across ranks with op into recv on root
+	// (recv is used on root only).
+	Reduce(send, recv DevicePtr, count int, t DType, op ReduceOp, root int) error
+	// AllToAll sends block j (count elements at send + j*count) to rank j and receives
+	// rank i's block into recv + i*count; send and recv hold count * WorldSize()
+	// elements and must not overlap.
+	AllToAll(send, recv DevicePtr, count int, t DType) error
+	// AllToAllv is AllToAll with per-peer counts and displacements, in elements: it
+	// sends sendCounts[j] elements at send + sendDispls[j] to rank j and receives
+	// recvCounts[i] elements from rank i at recv + recvDispls[i]. Every slice has
+	// WorldSize() entries, rank i's sendCounts[j] must equal rank j's recvCounts[i],
+	// and the two buffers must not overlap.
+	AllToAllv(send DevicePtr, sendCounts, sendDispls []int, recv DevicePtr, recvCounts, recvDispls []int, t DType) error
+	// Gather collects count elements at send from every rank into recv on root, in
+	// rank order (recv holds count * WorldSize() elements and is used on root only).
+	Gather(send, recv DevicePtr, count int, t DType, root int) error
+	// Scatter sends block i of root's send (count elements at send + i*count; used on
+	// root only) to rank i's recv.
+	Scatter(send, recv DevicePtr, count int, t DType, root int) error
 	// Send sends count elements at ptr to dest. The tag is accepted for other
 	// transports and ignored by NCCL, which matches by submission order.
 	Send(ptr DevicePtr, count int, t DType, dest int, tag uint32) error

@@ -26,6 +26,7 @@ type guard struct {
 	mu      sync.Mutex
 	handles map[BufferHandle]int
 	sym     map[DevicePtr]int
+	ops     map[ReduceOp]DType // live PreMulSum operators (nccl_redop.go), by element type
 }
 
 func newGuard(rank, world int, elem DType) *guard {
@@ -374,7 +375,7 @@ func (g *guard) typedReduce(ptr DevicePtr, count int, t DType, r ReduceOp) (int,
 	if err != nil {
 		return 0, err
 	}
-	if err := checkOp(opAllReduce, r); err != nil {
+	if err := g.checkOp(opAllReduce, r, t); err != nil {
 		return 0, err
 	}
 	if err := checkPtr(opAllReduce, "ptr", ptr, bytes); err != nil {
@@ -400,7 +401,7 @@ func (g *guard) typedGather(op string, send, recv DevicePtr, count int, t DType,
 		return 0, err
 	}
 	if reduce {
-		if err := checkOp(op, r); err != nil {
+		if err := g.checkOp(op, r, t); err != nil {
 			return 0, err
 		}
 	}

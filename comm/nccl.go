@@ -93,6 +93,7 @@ type NCCL struct {
 	nextHandle BufferHandle
 	windows    map[DevicePtr]window
 	nextWindow int
+	userWins   userWindows // RegisterWindow's (nccl_windows.go)
 	generation int
 }
 
@@ -240,6 +241,9 @@ func newNCCLCommunicator(ctx context.Context, d gpulib.Driver, id UniqueID, rank
 	version, err := d.Version()
 	if err != nil {
 		return nil, &OpError{Op: "get-version", Bytes: -1, Rank: rank, Err: err}
+	}
+	if err := checkConfig(cfg.nccl, version); err != nil {
+		return nil, err
 	}
 	c := &NCCLCommunicator{d: d, cfg: cfg, rank: rank, world: world, version: version}
 	comm, err := c.initComm(ctx, id)

@@ -16,7 +16,7 @@ func (c *NCCLCommunicator) initComm(ctx context.Context, id UniqueID) (gpulib.Co
 		return 0, &OpError{Op: opInit, Bytes: -1, Rank: c.rank, Err: err}
 	}
 	defer runtime.UnlockOSThread()
-	comm, err := c.d.CommInitRank(c.world, gpulib.UniqueID(id), c.rank, gpulib.Config{Blocking: false, Name: c.cfg.name})
+	comm, err := c.d.CommInitRank(c.world, gpulib.UniqueID(id), c.rank, c.ncclConfig())
 	if err == nil || code(err) == gpulib.InProgress {
 		if comm == 0 {
 			err = errors.New("driver returned a null communicator")

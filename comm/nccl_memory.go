@@ -231,7 +231,7 @@ func (b *NCCL) rewindow(ctx context.Context) error {
 			w.h = h
 			b.windows[p] = w
 		}
-		return nil
+		return b.rewindowUser(ctx)
 	})
 }
 
@@ -247,6 +247,7 @@ func (b *NCCL) release(_ context.Context, note func(string, error)) {
 		}
 	}
 	b.regs = nil
+	b.releaseUserWindows(note)
 	for p, w := range b.windows {
 		if w.h != 0 && c.comm != 0 {
 			note("deregister window", c.d.CommWindowDeregister(c.comm, w.h))

@@ -310,68 +310,34 @@ func (b *NCCL) GroupEnd() error { return b.c.GroupEnd() }
 
 // AllReduce enqueues an in-place ncclAllReduce of count elements at ptr.
 func (c *NCCLCommunicator) AllReduce(ptr DevicePtr, count int, t DType, op ReduceOp) error {
-	bytes, err := c.g.typedReduce(ptr, count, t, op)
-	if err != nil {
-		return err
-	}
-	return c.enqueue(opAllReduce, bytes, queued, func(bool) error {
-		p := c.buf(ptr)
-		return c.d.AllReduce(p, p, uint64(count), gpulib.DataType(t), gpulib.RedOp(op), c.comm, c.stream)
-	})
+	return c.on().AllReduce(ptr, count, t, op)
 }
 
 // Broadcast enqueues an in-place ncclBroadcast of count elements at ptr from root.
 func (c *NCCLCommunicator) Broadcast(ptr DevicePtr, count int, t DType, root int) error {
-	bytes, err := c.g.typedBroadcast(ptr, count, t, root)
-	if err != nil {
-		return err
-	}
-	return c.enqueue(opBroadcast, bytes, queued, func(bool) error {
-		p := c.buf(ptr)
-		return c.d.Broadcast(p, p, uint64(count), gpulib.DataType(t), root, c.comm, c.stream)
-	})
+	return c.on().Broadcast(ptr, count, t, root)
 }
 
 // AllGather enqueues an ncclAllGather of count elements per rank.
 func (c *NCCLCommunicator) AllGather(send, recv DevicePtr, count int, t DType) error {
-	bytes, err := c.g.typedGather(opAllGather, send, recv, count, t, Sum, false)
-	if err != nil {
-		return err
-	}
-	return c.enqueue(opAllGather, bytes, queued, func(bool) error {
-		return c.d.AllGather(c.buf(send), c.buf(recv), uint64(count), gpulib.DataType(t), c.comm, c.stream)
-	})
+	return c.on().AllGather(send, recv, count, t)
 }
 
 // ReduceScatter enqueues an ncclReduceScatter leaving count elements per rank.
 func (c *NCCLCommunicator) ReduceScatter(send, recv DevicePtr, count int, t DType, op ReduceOp) error {
-	bytes, err := c.g.typedGather(opReduceScatter, send, recv, count, t, op, true)
-	if err != nil {
-		return err
-	}
-	return c.enqueue(opReduceScatter, bytes, queued, func(bool) error {
-		return c.d.ReduceScatter(c.buf(send), c.buf(recv), uint64(count), gpulib.DataType(t), gpulib.RedOp(op), c.comm, c.stream)
-	})
+	return c.on().ReduceScatter(send, recv, count, t, op)
 }
 
 // Send enqueues an ncclSend of count elements to dest on the communication stream. The
 // tag is ignored. A two-way exchange needs GroupStart/GroupEnd around both directions.
 func (c *NCCLCommunicator) Send(ptr DevicePtr, count int, t DType, dest int, _ uint32) error {
-	bytes, err := c.g.typedP2P(opSend, "dest", ptr, count, t, dest)
-	if err != nil {
-		return err
-	}
-	return c.p2p(opSend, ptr, bytes, uint64(count), gpulib.DataType(t), dest, c.stream, true)
+	return c.on().Send(ptr, count, t, dest, 0)
 }
 
 // Recv enqueues an ncclRecv of count elements from src on the communication stream.
 // The tag is ignored.
 func (c *NCCLCommunicator) Recv(ptr DevicePtr, count int, t DType, src int, _ uint32) error {
-	bytes, err := c.g.typedP2P(opRecv, "src", ptr, count, t, src)
-	if err != nil {
-		return err
-	}
-	return c.p2p(opRecv, ptr, bytes, uint64(count), gpulib.DataType(t), src, c.stream, false)
+	return c.on().Recv(ptr, count, t, src, 0)
 }
 
 // p2p enqueues a validated send or recv on stream s (the typed API passes the

@@ -55,6 +55,7 @@ func (c *NCCLCommunicator) reinit(ctx context.Context, next func() int, after fu
 		}
 		c.comm = 0
 	}
+	c.g.dropOps() // the communicator's PreMulSum operators ended with it
 	c.fail(fmt.Errorf("%w: reconnect in progress", ErrUnhealthy))
 	gen := next()
 	id, err := c.cfg.reconnect(ctx, gen)
@@ -240,7 +241,7 @@ func (c *NCCLCommunicator) split(ctx context.Context, color, key int) (*NCCLComm
 	}
 	defer runtime.UnlockOSThread()
 	c.mu.Lock()
-	comm, err := c.d.CommSplit(c.comm, col, key, gpulib.Config{Blocking: false, Name: c.cfg.name})
+	comm, err := c.d.CommSplit(c.comm, col, key, c.ncclConfig())
 	c.mu.Unlock()
 	if err == nil || code(err) == gpulib.InProgress {
 		err = c.settle(ctx, c.comm, bounded)
@@ -338,7 +339,7 @@ func (c *NCCLCommunicator) Shrink(ctx context.Context, exclude []int, abort bool
 	}
 	defer runtime.UnlockOSThread()
 	c.mu.Lock()
-	comm, err := c.d.CommShrink(c.comm, exclude, gpulib.Config{Blocking: false, Name: c.cfg.name}, flags)
+	comm, err := c.d.CommShrink(c.comm, exclude, c.ncclConfig(), flags)
 	c.mu.Unlock()
 	if (err == nil || code(err) == gpulib.InProgress) && comm != 0 {
 		err = c.settle(ctx, comm, bounded)

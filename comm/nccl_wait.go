@@ -137,9 +137,14 @@ func (c *NCCLCommunicator) settle(ctx context.Context, comm gpulib.Comm, m waitM
 
 // drain waits until the work queued on the communication stream has completed.
 func (c *NCCLCommunicator) drain(ctx context.Context, m waitMode) error {
+	return c.drainOn(ctx, c.stream, m)
+}
+
+// drainOn waits until the work queued on stream s has completed.
+func (c *NCCLCommunicator) drainOn(ctx context.Context, s gpulib.Stream, m waitMode) error {
 	var deadline time.Time
 	for i := 0; ; i++ {
-		done, err := c.d.StreamQuery(c.stream)
+		done, err := c.d.StreamQuery(s)
 		if err != nil {
 			return c.fail(err)
 		}

@@ -31,6 +31,7 @@ type config struct {
 	driver     gpulib.Driver // WithDriver; nil: the real libraries
 	job        jobConfig     // Connect and JoinJob (job.go)
 	watch      watchConfig   // the health watchdog (watchdog.go)
+	nccl       ncclSettings  // ncclConfig_t fields (config_nccl.go)
 }
 
 func newConfig(opts []Option) config {

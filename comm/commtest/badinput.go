@@ -166,6 +166,7 @@ func (e *env) badTyped(t *testing.T, c comm.Communicator, p comm.DevicePtr) {
 	for _, tc := range cases {
 		e.expectFailure(t, tc.name, tc.call, tc.want)
 	}
+	e.badCollectives(t, c, p)
 }
 
 // closedTyped closes every typed communicator and checks that every call then fails
@@ -194,6 +195,7 @@ func (e *env) closedTyped(t *testing.T, cs []comm.Communicator, p comm.DevicePtr
 	for _, tc := range cases {
 		e.expectFailure(t, tc.name, tc.call, comm.ErrClosed)
 	}
+	e.closedCollectives(t, c, p)
 }
 
 // expectFailure runs call and requires the sentinel want, no panic and, where the

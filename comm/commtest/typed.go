@@ -42,6 +42,9 @@ func (e *env) typed(t *testing.T, cs []comm.Communicator) {
 				}
 			}
 
+			e.typedCollectives(t, cs, dt, sync)
+			e.preMulSum(t, cs, dt, sync)
+
 			const count = 5
 			send := e.buffers(t, count*es, func(r int) []byte { return tagged(r, count*es) })
 			recv := e.buffers(t, count*es*e.n, nil)

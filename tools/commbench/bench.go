@@ -92,7 +92,8 @@ type row struct {
 	Root  int    `json:"root"`
 	// OutOfPlace is nil for collectives that comm offers in place only.
 	OutOfPlace *measure `json:"out_of_place"`
-	InPlace    *measure `json:"in_place"`
+	// InPlace is nil for collectives that need separate buffers (alltoall).
+	InPlace *measure `json:"in_place"`
 }
 
 // table is the result of one collective: nccl-tests' output of one *_perf binary.
@@ -215,8 +216,10 @@ func (r *runner) runTest(ctx context.Context, s test, emit func(row)) error {
 				return err
 			}
 		}
-		if out.InPlace, err = r.measure(ctx, s, lay, bufs, true); err != nil {
-			return err
+		if !s.coll.noInPlace {
+			if out.InPlace, err = r.measure(ctx, s, lay, bufs, true); err != nil {
+				return err
+			}
 		}
 		emit(out)
 	}
@@ -359,12 +362,26 @@ func (r *runner) issue(c comm.Communicator, i int, s test, lay layout, b buffers
 	count := int(lay.param)
 	switch s.coll.name {
 	case "all_reduce":
+		if !inPlace {
+			return c.AllReduceInto(send, recv, count, s.t, s.op)
+		}
 		return c.AllReduce(recv, count, s.t, s.op)
+	case "reduce":
+		return c.Reduce(send, recv, count, s.t, s.op, s.root)
+	case "alltoall":
+		return c.AllToAll(send, recv, count, s.t)
+	case "gather":
+		return c.Gather(send, recv, count, s.t, s.root)
+	case "scatter":
+		return c.Scatter(send, recv, count, s.t, s.root)
 	case "all_gather":
 		return c.AllGather(send, recv, count, s.t)
 	case "reduce_scatter":
 		return c.ReduceScatter(send, recv, count, s.t, s.op)
 	case "broadcast":
+		if !inPlace {
+			return c.BroadcastInto(send, recv, count, s.t, s.root)
+		}
 		return c.Broadcast(recv, count, s.t, s.root)
 	case "sendrecv":
 		g, ok := c.(grouper)
@@ -398,6 +415,9 @@ func (r *runner) check(ctx context.Context, s test, lay layout, bufs []buffers, 
 	wrongs := make([]int64, len(r.w.ranks))
 	err := r.parallel(ctx, func(_ context.Context, i int) error {
 		id := r.w.id(i)
+		if s.coll.rootOnly && id != s.root {
+			return nil // nccl-tests checks the root's result only
+		}
 		_, recv := pointers(s, lay, bufs[i], id, inPlace)
 		got, err := r.w.ranks[i].Read(recv, lay.recv*elem)
 		if err != nil {
@@ -438,19 +458,31 @@ func (r *runner) fill(s test, lay layout, b buffers, k int, inPlace bool) error 
 	}
 	send, recv := pointers(s, lay, b, i, inPlace)
 	switch s.coll.name {
-	case "all_reduce":
-		return rk.Write(recv, in(lay.param, 0))
-	case "broadcast":
-		if i == s.root {
+	case "all_reduce", "reduce":
+		if inPlace {
 			return rk.Write(recv, in(lay.param, 0))
 		}
-		return rk.Write(recv, poisoned(lay.param))
-	case "all_gather":
 		if err := rk.Write(recv, poisoned(lay.recv)); err != nil {
 			return err
 		}
 		return rk.Write(send, in(lay.send, 0))
-	case "reduce_scatter":
+	case "broadcast":
+		if !inPlace {
+			if err := rk.Write(recv, poisoned(lay.param)); err != nil {
+				return err
+			}
+			return rk.Write(send, in(lay.param, 0))
+		}
+		if i == s.root {
+			return rk.Write(recv, in(lay.param, 0))
+		}
+		return rk.Write(recv, poisoned(lay.param))
+	case "all_gather", "gather":
+		if err := rk.Write(recv, poisoned(lay.recv)); err != nil {
+			return err
+		}
+		return rk.Write(send, in(lay.send, 0))
+	case "reduce_scatter", "alltoall", "scatter":
 		if !inPlace {
 			if err := rk.Write(recv, poisoned(lay.recv)); err != nil {
 				return err
@@ -471,11 +503,16 @@ func (r *runner) fill(s test, lay layout, b buffers, k int, inPlace bool) error 
 // expected is the reference of rank i's output, element by element.
 func expected(s test, lay layout, n, i int) func(j int64) float64 {
 	switch s.coll.name {
-	case "all_reduce":
+	case "all_reduce", "reduce":
 		return func(j int64) float64 { return reduce(s.t, s.op, n, j) }
 	case "broadcast":
 		return func(j int64) float64 { return input(s.t, s.op, n, s.root, j) }
-	case "all_gather":
+	case "alltoall": // block q comes from rank q's block i
+		per := max(lay.param, 1)
+		return func(j int64) float64 { return input(s.t, s.op, n, int(j/per), int64(i)*per+j%per) }
+	case "scatter":
+		return func(j int64) float64 { return input(s.t, s.op, n, s.root, int64(i)*lay.recv+j) }
+	case "gather", "all_gather":
 		return func(j int64) float64 { return input(s.t, s.op, n, int(j/max(lay.send, 1)), j%max(lay.send, 1)) }
 	case "reduce_scatter":
 		return func(j int64) float64 { return reduce(s.t, s.op, n, int64(i)*lay.recv+j) }

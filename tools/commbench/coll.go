@@ -9,9 +9,16 @@ type collective struct {
 	rooted bool
 	// reduces collectives print their reduction operator; the others print "none".
 	reduces bool
-	// outOfPlace says comm offers the operation with distinct send and receive buffers.
-	// comm's AllReduce and Broadcast are in place only: their out-of-place columns say N/A.
+	// outOfPlace says comm offers the operation with distinct send and receive buffers
+	// (every collective here does: AllReduceInto and BroadcastInto are the out-of-place
+	// all-reduce and broadcast). Without it the out-of-place columns say N/A.
 	outOfPlace bool
+	// noInPlace: comm rejects one buffer for both sides (AllToAll, ErrOverlap): the
+	// in-place columns say N/A.
+	noInPlace bool
+	// rootOnly: only the root's receive buffer holds a result (reduce, gather); the
+	// other ranks' are not checked, as in nccl-tests.
+	rootOnly bool
 	// layout gives the element counts for a message of count elements on n ranks.
 	layout func(count, n int64) layout
 	// busFactor is busbw / algbw on n ranks.
@@ -20,7 +27,7 @@ type collective struct {
 	// not checked (#wrong is N/A): send/recv from and into one buffer races.
 	uncheckedInPlace bool
 	// algRanks is how many ranks' worth of the per-rank count algbw counts: n for
-	// all-gather and reduce-scatter, 1 for the others.
+	// all-gather, reduce-scatter, alltoall, gather and scatter, 1 for the others.
 	algRanks func(n int) int64
 }
 
@@ -44,7 +51,7 @@ func allRanks(n int) int64     { return int64(n) }
 // collectives lists every collective, in the order -op all runs them.
 var collectives = []collective{
 	{
-		name: "all_reduce", reduces: true,
+		name: "all_reduce", reduces: true, outOfPlace: true,
 		layout:    func(c, _ int64) layout { return layout{send: c, recv: c, param: c} },
 		busFactor: func(n int) float64 { return 2 * ringFactor(n) },
 		algRanks:  oneRank,
@@ -68,10 +75,43 @@ var collectives = []collective{
 		algRanks:  allRanks,
 	},
 	{
-		name: "broadcast", rooted: true,
+		name: "broadcast", rooted: true, outOfPlace: true,
 		layout:    func(c, _ int64) layout { return layout{send: c, recv: c, param: c} },
 		busFactor: one,
 		algRanks:  oneRank,
+	},
+	{
+		name: "reduce", rooted: true, reduces: true, outOfPlace: true, rootOnly: true,
+		layout:    func(c, _ int64) layout { return layout{send: c, recv: c, param: c} },
+		busFactor: one,
+		algRanks:  oneRank,
+	},
+	{
+		name: "alltoall", outOfPlace: true, noInPlace: true,
+		layout: func(c, n int64) layout {
+			per := c / n
+			return layout{send: per * n, recv: per * n, param: per}
+		},
+		busFactor: ringFactor,
+		algRanks:  allRanks,
+	},
+	{
+		name: "gather", rooted: true, outOfPlace: true, rootOnly: true,
+		layout: func(c, n int64) layout {
+			per := c / n
+			return layout{send: per, recv: per * n, param: per, sendInPlace: per}
+		},
+		busFactor: ringFactor,
+		algRanks:  allRanks,
+	},
+	{
+		name: "scatter", rooted: true, outOfPlace: true,
+		layout: func(c, n int64) layout {
+			per := c / n
+			return layout{send: per * n, recv: per, param: per, recvInPlace: per}
+		},
+		busFactor: ringFactor,
+		algRanks:  allRanks,
 	},
 	{
 		name: "sendrecv", outOfPlace: true, uncheckedInPlace: true,

@@ -48,10 +48,10 @@ func parseArgs(args []string, out io.Writer) (config, error) {
 		iters   = fs.Int("n", 20, "timed `iterations` per size")
 		warmup  = fs.Int("w", 1, "warm-up `iterations` at the largest and the smallest size")
 		check   = fs.Int("c", 1, "check results against the host reference `N` times per size (0: no check)")
-		op      = fs.String("op", "allreduce", "`collective`: allreduce, allgather, reducescatter, broadcast, sendrecv or all")
+		op      = fs.String("op", "allreduce", "`collective`: allreduce, allgather, reducescatter, broadcast, reduce, alltoall, gather, scatter, sendrecv or all")
 		dtype   = fs.String("dtype", "float", "element `type`: "+strings.Join(typeNames(), ", ")+" or all")
 		redop   = fs.String("redop", "sum", "reduction `operator`: sum, prod, max, min, avg or all")
-		root    = fs.Int("r", 0, "broadcast `root` (-1: every rank in turn)")
+		root    = fs.Int("r", 0, "`root` of broadcast, reduce, gather and scatter (-1: every rank in turn)")
 		sim     = fs.Int("sim", 0, "run `N` ranks on commtest's host-memory simulator instead of GPUs (SIMULATED: times are the software layers only)")
 		gpus    = fs.Int("g", 0, "`ranks` to drive from this process, one per GPU (0: every visible GPU; more than the GPUs share them when NCCL_MULTI_RANK_GPU_ENABLE=1)")
 		mpiRank = fs.Bool("mpi", false, "run as one rank of an mpirun job: comm's MPI Communicator on host memory (rank 0 prints)")
@@ -274,5 +274,5 @@ func parseCollectives(v string) ([]collective, error) {
 	if _, err := parseOps(v); err == nil {
 		hint = " (the reduction operator is -redop)"
 	}
-	return nil, fmt.Errorf("%w: -op %q: unknown collective; want allreduce, allgather, reducescatter, broadcast, sendrecv or all%s", errUsage, v, hint)
+	return nil, fmt.Errorf("%w: -op %q: unknown collective; want allreduce, allgather, reducescatter, broadcast, reduce, alltoall, gather, scatter, sendrecv or all%s", errUsage, v, hint)
 }

@@ -57,6 +57,9 @@ func (o *textOut) header(coll collective) {
 	if !coll.outOfPlace {
 		o.line("# comm's %s is in place only: out-of-place columns are N/A", coll.name)
 	}
+	if coll.noInPlace {
+		o.line("# comm's %s needs separate send and receive buffers: in-place columns are N/A", coll.name)
+	}
 	if coll.uncheckedInPlace {
 		o.line("# in-place %s sends from and receives into one buffer: timed, not checked (#wrong N/A), as in nccl-tests", coll.name)
 	}

@@ -138,13 +138,15 @@ func TestTableLinesMatchNCCLTestsColumns(t *testing.T) {
 	assert.Equal(t, want, strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n"))
 }
 
-func TestInPlaceOnlyCollectivesSaySo(t *testing.T) {
+func TestOneFormOnlyCollectivesSaySo(t *testing.T) {
 	var out bytes.Buffer
-	(&textOut{w: &out}).header(collNamed(t, "broadcast"))
-	assert.Contains(t, out.String(), "# comm's broadcast is in place only: out-of-place columns are N/A\n")
-	out.Reset()
-	(&textOut{w: &out}).header(collNamed(t, "sendrecv"))
-	assert.NotContains(t, out.String(), "in place only")
+	(&textOut{w: &out}).header(collNamed(t, "alltoall"))
+	assert.Contains(t, out.String(), "# comm's alltoall needs separate send and receive buffers: in-place columns are N/A\n")
+	for _, name := range []string{"broadcast", "all_reduce", "sendrecv"} {
+		out.Reset()
+		(&textOut{w: &out}).header(collNamed(t, name))
+		assert.NotContains(t, out.String(), "N/A\n", name)
+	}
 }
 
 func TestSimulatedOutputMarksEveryLine(t *testing.T) {

@@ -1,5 +1,6 @@
 // Command commbench is nccl-tests for ncclgo: it measures all-reduce, all-gather,
-// reduce-scatter, broadcast and send/recv through package comm and prints nccl-tests'
+// reduce-scatter, broadcast, reduce, all-to-all, gather, scatter and send/recv through
+// package comm and prints nccl-tests'
 // table (the same columns, bandwidth formulas and footer), or JSON with -json.
 //
 // Usage:

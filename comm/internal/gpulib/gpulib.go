@@ -64,6 +64,9 @@ const (
 	Max  = nccl.Max
 	Min  = nccl.Min
 	Avg  = nccl.Avg
+	// NumOps is ncclNumOps: operators made by ncclRedOpCreatePreMulSum are numbered from
+	// it.
+	NumOps = nccl.NumOps
 
 	Success            = nccl.Success
 	UnhandledCudaError = nccl.UnhandledCudaError
@@ -145,6 +148,17 @@ type Config struct {
 	Blocking bool
 	// Name is the communicator's name in NCCL's logs (config.commName); may be empty.
 	Name string
+	// NetName is config.netName; empty keeps NCCL's default.
+	NetName string
+	// Ints are the other int fields to set, by their C names ("cgaClusterSize",
+	// "minCTAs", ...); the caller has checked that the loaded NCCL has them.
+	Ints []ConfigInt
+}
+
+// ConfigInt is one int field of ncclConfig_t, by its C name.
+type ConfigInt struct {
+	Name  string
+	Value int32
 }
 
 // KernelArgs are the parameters of a kernel launch, each passed as an 8-byte value
@@ -210,6 +224,21 @@ type Driver interface {
 	Broadcast(send, recv Ptr, count uint64, dt DataType, root int, c Comm, s Stream) error
 	AllGather(send, recv Ptr, sendCount uint64, dt DataType, c Comm, s Stream) error
 	ReduceScatter(send, recv Ptr, recvCount uint64, dt DataType, op RedOp, c Comm, s Stream) error
+	// Reduce is ncclReduce: recv is used on root only.
+	Reduce(send, recv Ptr, count uint64, dt DataType, op RedOp, root int, c Comm, s Stream) error
+	// AlltoAll, Gather and Scatter are ncclAlltoAll, ncclGather and ncclScatter (NCCL >=
+	// 2.28.3); count is per rank. Gather's recv and Scatter's send are used on root only.
+	AlltoAll(send, recv Ptr, count uint64, dt DataType, c Comm, s Stream) error
+	Gather(send, recv Ptr, count uint64, dt DataType, root int, c Comm, s Stream) error
+	Scatter(send, recv Ptr, count uint64, dt DataType, root int, c Comm, s Stream) error
+	// RedOpCreatePreMulSum is ncclRedOpCreatePreMulSum for elements of dt. With device
+	// false, scalar holds the scalar's bytes (one element of dt, little-endian) and NCCL
+	// copies it at once (ncclScalarHostImmediate); with device true it is the device
+	// address of the scalar, which every operation using the op reads
+	// (ncclScalarDevice).
+	RedOpCreatePreMulSum(c Comm, dt DataType, scalar uint64, device bool) (RedOp, error)
+	// RedOpDestroy is ncclRedOpDestroy.
+	RedOpDestroy(c Comm, op RedOp) error
 	Send(buf Ptr, count uint64, dt DataType, peer int, c Comm, s Stream) error
 	Recv(buf Ptr, count uint64, dt DataType, peer int, c Comm, s Stream) error
 	// GroupStart and GroupEnd are ncclGroupStart/End. NCCL keeps group state per OS

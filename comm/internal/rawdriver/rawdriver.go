@@ -243,6 +243,7 @@ func config(cfg gpulib.Config, pin *runtime.Pinner) *nccl.Config {
 		pin.Pin(&name[0])
 		c.CommName = &name[0]
 	}
+	setConfig(&c, cfg, pin)
 	return &c
 }
 

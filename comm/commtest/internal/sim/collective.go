@@ -11,22 +11,40 @@ import (
 
 // collDesc is one rank's call of a collective.
 type collDesc struct {
-	call       string // ncclAllReduce, ncclBroadcast, ncclAllGather, ncclReduceScatter
+	call       string // ncclAllReduce, ncclBroadcast, ncclAllGather, ncclReduceScatter, ncclReduce, ncclAlltoAll, ncclGather, ncclScatter
 	send, recv gpulib.Ptr
-	count      uint64 // as passed: all-gather's sendcount, reduce-scatter's recvcount
+	count      uint64 // as passed: all-gather's sendcount, reduce-scatter's recvcount, per-peer counts of the others
 	dt         gpulib.DataType
 	op         gpulib.RedOp // reductions only
-	root       int          // broadcast only
+	root       int          // rooted calls only (broadcast, reduce, gather, scatter)
+	pre        *preMulOp    // op's PreMulSum operator, resolved at enqueue; nil for built-in ops
 }
 
-func (c *collDesc) reduces() bool { return c.call == "ncclAllReduce" || c.call == "ncclReduceScatter" }
+func (c *collDesc) reduces() bool {
+	return c.call == "ncclAllReduce" || c.call == "ncclReduceScatter" || c.call == "ncclReduce"
+}
+
+// rooted reports whether the call has a root.
+func (c *collDesc) rooted() bool {
+	switch c.call {
+	case "ncclBroadcast", "ncclReduce", "ncclGather", "ncclScatter":
+		return true
+	}
+	return false
+}
 
 // signature is what every rank must agree on.
 func (c *collDesc) signature() string {
+	op := opName(c.op)
+	if c.pre != nil {
+		op = "ncclPreMulSum"
+	}
 	switch {
+	case c.reduces() && c.rooted():
+		return fmt.Sprintf("%s(count %d, %s, %s, root %d)", c.call, c.count, dtypeName(c.dt), op, c.root)
 	case c.reduces():
-		return fmt.Sprintf("%s(count %d, %s, %s)", c.call, c.count, dtypeName(c.dt), opName(c.op))
-	case c.call == "ncclBroadcast":
+		return fmt.Sprintf("%s(count %d, %s, %s)", c.call, c.count, dtypeName(c.dt), op)
+	case c.rooted():
 		return fmt.Sprintf("%s(count %d, %s, root %d)", c.call, c.count, dtypeName(c.dt), c.root)
 	}
 	return fmt.Sprintf("%s(count %d, %s)", c.call, c.count, dtypeName(c.dt))
@@ -49,6 +67,22 @@ func (c *collDesc) sizes(rank, n int) (in, out uint64, ok bool) {
 		if rank != c.root {
 			return 0, per, true
 		}
+	case "ncclReduce": // recvbuff is used on root only
+		if rank != c.root {
+			return per, 0, true
+		}
+	case "ncclAlltoAll":
+		return all, all, true
+	case "ncclGather": // recvbuff is used on root only
+		if rank != c.root {
+			return per, 0, true
+		}
+		return per, all, true
+	case "ncclScatter": // sendbuff is used on root only
+		if rank != c.root {
+			return 0, per, true
+		}
+		return all, per, true
 	}
 	return per, per, true
 }
@@ -62,10 +96,20 @@ func (w *World) prepareCollLocked(d *device, c gpulib.Comm, s gpulib.Stream, des
 		return nil, err
 	}
 	n := rc.cl.n
+	if desc.reduces() && !validOp(desc.op) {
+		pre := rc.redOps[desc.op]
+		switch {
+		case pre == nil:
+			return nil, ncclErr(gpulib.InvalidArgument, call, "invalid reduction operation %d", int32(desc.op))
+		case pre.dt != desc.dt:
+			return nil, ncclErr(gpulib.InvalidArgument, call, "operator %d was created for %s, not %s", int32(desc.op), dtypeName(pre.dt), dtypeName(desc.dt))
+		}
+		d := *desc
+		d.pre = pre
+		desc = &d
+	}
 	switch {
-	case desc.reduces() && !validOp(desc.op):
-		return nil, ncclErr(gpulib.InvalidArgument, call, "invalid reduction operation %d", int32(desc.op))
-	case call == "ncclBroadcast" && (desc.root < 0 || desc.root >= n):
+	case desc.rooted() && (desc.root < 0 || desc.root >= n):
 		return nil, ncclErr(gpulib.InvalidArgument, call, "root %d out of range [0, %d)", desc.root, n)
 	}
 	in, out, ok := desc.sizes(rc.rank, n)
@@ -141,21 +185,27 @@ func (s *collSlot) describeLocked(cl *clique, seq uint64, rank int, desc *collDe
 	}
 }
 
-// compute returns the collective's full result (all-reduce, broadcast: the buffer;
-// all-gather: the concatenation; reduce-scatter: the whole reduction).
+// compute returns the collective's full result (all-reduce, broadcast, reduce: the
+// buffer; all-gather, gather: the concatenation; reduce-scatter: the whole reduction;
+// scatter: root's input; all-to-all: nil, see resultFor).
 func (s *collSlot) compute() []byte {
 	s.once.Do(func() {
 		d := s.descs[0]
 		switch d.call {
-		case "ncclBroadcast":
+		case "ncclAlltoAll":
+		case "ncclBroadcast", "ncclScatter":
 			s.result = s.inputs[d.root]
-		case "ncclAllGather":
+		case "ncclAllGather", "ncclGather":
 			for _, in := range s.inputs {
 				s.result = append(s.result, in...)
 			}
 		default:
 			s.result = make([]byte, len(s.inputs[0]))
-			reduce(d.dt, d.op, s.result, s.inputs)
+			op := d.op
+			if d.pre != nil { // the inputs are pre-multiplied
+				op = gpulib.Sum
+			}
+			reduce(d.dt, op, s.result, s.inputs)
 		}
 	})
 	return s.result
@@ -176,6 +226,15 @@ func (w *World) runColl(rc *rankComm, cl *clique, seq uint64, slot *collSlot, de
 		if in, err = rc.dev.read(desc.send, inBytes); err != nil {
 			return w.deviceFault(cl, desc.call, rc.rank, "sendbuff", err)
 		}
+		if p := desc.pre; p != nil {
+			scalar := p.host
+			if p.device {
+				if scalar, err = rc.dev.read(p.dev, uint64(elemSize(p.dt))); err != nil {
+					return w.deviceFault(cl, desc.call, rc.rank, "scalar", err)
+				}
+			}
+			in = preMultiply(desc.dt, in, scalar)
+		}
 	}
 	w.mu.Lock()
 	slot.inputs[rc.rank] = in
@@ -187,14 +246,30 @@ func (w *World) runColl(rc *rankComm, cl *clique, seq uint64, slot *collSlot, de
 	if !wait(slot.full, cl, rc) {
 		return nil
 	}
-	res := slot.compute()
-	if desc.call == "ncclReduceScatter" {
-		res = res[uint64(rc.rank)*outBytes : uint64(rc.rank+1)*outBytes]
+	if outBytes == 0 {
+		return nil
 	}
-	if err := rc.dev.write(desc.recv, res); err != nil {
+	if err := rc.dev.write(desc.recv, slot.resultFor(rc.rank, outBytes)); err != nil {
 		return w.deviceFault(cl, desc.call, rc.rank, "recvbuff", err)
 	}
 	return nil
+}
+
+// resultFor returns what rank writes to its recvbuff: outBytes bytes.
+func (s *collSlot) resultFor(rank int, outBytes uint64) []byte {
+	d := s.descs[0]
+	switch d.call {
+	case "ncclReduceScatter", "ncclScatter":
+		return s.compute()[uint64(rank)*outBytes : uint64(rank+1)*outBytes]
+	case "ncclAlltoAll": // block i of the result is block rank of rank i's input
+		per := outBytes / uint64(len(s.inputs))
+		out := make([]byte, 0, outBytes)
+		for _, in := range s.inputs {
+			out = append(out, in[uint64(rank)*per:uint64(rank+1)*per]...)
+		}
+		return out
+	}
+	return s.compute()
 }
 
 func (w *World) consume(cl *clique, seq uint64, slot *collSlot) {

@@ -94,6 +94,8 @@ type rankComm struct {
 
 	regs map[gpulib.Handle]registration
 	wins map[gpulib.Handle]window
+
+	redOps map[gpulib.RedOp]*preMulOp // ncclRedOpCreatePreMulSum's operators
 }
 
 func (w *World) newRankCommLocked(d *device, cfg gpulib.Config) *rankComm {

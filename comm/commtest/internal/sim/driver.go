@@ -36,7 +36,7 @@ var CallNames = []string{
 	"ncclGetVersion", "ncclGetUniqueId", "ncclCommInitRankConfig", "ncclCommGetAsyncError",
 	"ncclCommFinalize", "ncclCommDestroy", "ncclCommAbort", "ncclCommSplit", "ncclCommShrink",
 	"ncclCommRevoke", "ncclAllReduce", "ncclBroadcast", "ncclAllGather", "ncclReduceScatter",
-	"ncclSend", "ncclRecv", "ncclGroupStart", "ncclGroupEnd", "ncclCommRegister",
+	"ncclReduce", "ncclAlltoAll", "ncclGather", "ncclScatter", "ncclRedOpCreatePreMulSum", "ncclRedOpDestroy", "ncclSend", "ncclRecv", "ncclGroupStart", "ncclGroupEnd", "ncclCommRegister",
 	"ncclCommDeregister", "ncclMemAlloc", "ncclMemFree", "ncclCommWindowRegister",
 	"ncclCommWindowDeregister", "ncclCommCount", "ncclCommUserRank",
 }
@@ -585,9 +585,35 @@ func (d *Driver) ReduceScatter(send, recv gpulib.Ptr, recvCount uint64, dt gpuli
 	return d.collective(c, s, &collDesc{call: "ncclReduceScatter", send: send, recv: recv, count: recvCount, dt: dt, op: op})
 }
 
+// Reduce is ncclReduce.
+func (d *Driver) Reduce(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, op gpulib.RedOp, root int, c gpulib.Comm, s gpulib.Stream) error {
+	return d.collective(c, s, &collDesc{call: "ncclReduce", send: send, recv: recv, count: count, dt: dt, op: op, root: root})
+}
+
+// AlltoAll is ncclAlltoAll (NCCL >= 2.28.3).
+func (d *Driver) AlltoAll(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, c gpulib.Comm, s gpulib.Stream) error {
+	return d.collective(c, s, &collDesc{call: "ncclAlltoAll", send: send, recv: recv, count: count, dt: dt})
+}
+
+// Gather is ncclGather (NCCL >= 2.28.3).
+func (d *Driver) Gather(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
+	return d.collective(c, s, &collDesc{call: "ncclGather", send: send, recv: recv, count: count, dt: dt, root: root})
+}
+
+// Scatter is ncclScatter (NCCL >= 2.28.3).
+func (d *Driver) Scatter(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
+	return d.collective(c, s, &collDesc{call: "ncclScatter", send: send, recv: recv, count: count, dt: dt, root: root})
+}
+
 func (d *Driver) collective(c gpulib.Comm, s gpulib.Stream, desc *collDesc) error {
 	if err := d.enter(desc.call); err != nil {
 		return err
+	}
+	switch desc.call {
+	case "ncclAlltoAll", "ncclGather", "ncclScatter":
+		if err := d.needs(desc.call, sinceAlltoAll); err != nil {
+			return err
+		}
 	}
 	return d.communicate(desc.call, func() (*task, error) { return d.w.prepareCollLocked(d.dev, c, s, desc) })
 }

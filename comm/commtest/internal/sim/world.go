@@ -19,6 +19,7 @@ const (
 	sinceWindow   = 22703 // ncclCommWindowRegister/Deregister
 	sinceShrink   = 22703
 	sinceRevoke   = 22807
+	sinceAlltoAll = 22803 // ncclAlltoAll, ncclGather, ncclScatter
 )
 
 // World is a simulated set of devices and the NCCL library that connects them. All

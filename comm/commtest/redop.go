@@ -1,0 +1,90 @@
+package commtest
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm"
+)
+
+// preMulSummer is a Communicator with NCCL's PreMulSum operators
+// (comm.NCCLCommunicator).
+type preMulSummer interface {
+	PreMulSum(t comm.DType, scalar float64) (comm.ReduceOp, error)
+	PreMulSumDevice(t comm.DType, scalar comm.DevicePtr) (comm.ReduceOp, error)
+	DestroyReduceOp(op comm.ReduceOp) error
+}
+
+// preMulSum checks PreMulSum operators on element type dt where the communicators
+// have them: a host scalar of 2 doubles the sum; a device scalar is read when each
+// operation runs (2, then 1 after the scalar is overwritten); a destroyed operator and
+// one used on another element type fail with ErrInvalidOp without reaching the
+// library.
+func (e *env) preMulSum(t *testing.T, cs []comm.Communicator, dt comm.DType, sync func(*testing.T)) {
+	pms := make([]preMulSummer, e.n)
+	for r, c := range cs {
+		p, ok := c.(preMulSummer)
+		if !ok {
+			return
+		}
+		pms[r] = p
+	}
+	n, es := e.n, dt.Size()
+	const count = 5
+	scaled := func(k float64) []byte {
+		v := make([]float64, count)
+		for i := range v {
+			v[i] = k * reference(comm.Sum, dt, n, i)
+		}
+		b, err := EncodeValues(dt, v)
+		require.NoError(t, err)
+		return b
+	}
+	input := func(r int) []byte { return inputs(comm.Sum, dt, n, r, 0, count) }
+
+	ops := make([]comm.ReduceOp, n)
+	e.all(t, func(r int) (err error) { ops[r], err = pms[r].PreMulSum(dt, 2); return err })
+	ps := e.buffers(t, count*es, input)
+	e.all(t, func(r int) error { return cs[r].AllReduce(ps[r], count, dt, ops[r]) })
+	sync(t)
+	for r := range n {
+		checkBytes(t, dt, scaled(2), e.read(t, r, ps[r], count*es), "all-reduce pre-mul-sum x2 (host scalar), rank %d", r)
+	}
+	e.all(t, func(r int) error { return pms[r].DestroyReduceOp(ops[r]) })
+	e.expectFailure(t, "all-reduce with a destroyed pre-mul-sum", func() error { return cs[0].AllReduce(ps[0], count, dt, ops[0]) }, comm.ErrInvalidOp)
+	e.expectFailure(t, "destroy a pre-mul-sum twice", func() error { return pms[0].DestroyReduceOp(ops[0]) }, comm.ErrInvalidOp)
+
+	two, err := EncodeValues(dt, []float64{2})
+	require.NoError(t, err)
+	scalars := e.buffers(t, es, func(int) []byte { return two })
+	e.all(t, func(r int) (err error) { ops[r], err = pms[r].PreMulSumDevice(dt, scalars[r]); return err })
+	ps = e.buffers(t, count*es, input)
+	send := e.buffers(t, count*es, input)
+	e.all(t, func(r int) error { return cs[r].AllReduce(ps[r], count, dt, ops[r]) })
+	sync(t)
+	one, err := EncodeValues(dt, []float64{1})
+	require.NoError(t, err)
+	for r := range n {
+		checkBytes(t, dt, scaled(2), e.read(t, r, ps[r], count*es), "all-reduce pre-mul-sum x2 (device scalar), rank %d", r)
+		require.NoError(t, e.inst.Write(r, scalars[r], one))
+	}
+	recv := e.buffers(t, count*es, nil)
+	e.all(t, func(r int) error { return cs[r].ReduceScatter(send[r], recv[r], count/n, dt, ops[r]) })
+	e.all(t, func(r int) error { return cs[r].AllReduceInto(send[r], ps[r], count, dt, ops[r]) })
+	sync(t)
+	for r := range n {
+		checkBytes(t, dt, scaled(1), e.read(t, r, ps[r], count*es), "all-reduce-into pre-mul-sum, device scalar now 1, rank %d", r)
+		if k := count / n; k > 0 {
+			checkBytes(t, dt, scaled(1)[r*k*es:(r+1)*k*es], e.read(t, r, recv[r], k*es), "reduce-scatter pre-mul-sum, device scalar now 1, rank %d", r)
+		}
+	}
+	other := comm.Float64
+	if dt == other {
+		other = comm.Float32
+	}
+	e.expectFailure(t, "pre-mul-sum on another element type", func() error { return cs[0].AllReduce(ps[0], 1, other, ops[0]) }, comm.ErrInvalidOp)
+	e.expectFailure(t, "pre-mul-sum null device scalar", func() error { _, err := pms[0].PreMulSumDevice(dt, 0); return err }, comm.ErrNullPointer)
+	e.expectFailure(t, "pre-mul-sum invalid type", func() error { _, err := pms[0].PreMulSum(99, 1); return err }, comm.ErrInvalidType)
+	e.all(t, func(r int) error { return pms[r].DestroyReduceOp(ops[r]) })
+}

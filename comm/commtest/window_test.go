@@ -1,0 +1,92 @@
+package commtest_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/comm/commtest"
+)
+
+// RegisterWindow registers a caller's buffer as a window on every rank (a collective
+// call), its handles survive AttemptReconnect (the windows are registered again with
+// the new communicator, so deregistering afterwards releases the new window), bad
+// input never reaches NCCL, and Close deregisters what is left.
+func TestRegisterWindowSurvivesReconnect(t *testing.T) {
+	const n = 3
+	c, err := commtest.NewCluster(n, commtest.WithReconnect())
+	require.NoError(t, err)
+	closed := false
+	defer func() {
+		if !closed {
+			_ = c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	each := func(f func(r int, b *comm.NCCL) error) { t.Helper(); eachBackend(t, c, f) }
+	calls := func(call string) int64 {
+		v, err := c.Calls(1, call)
+		require.NoError(t, err)
+		return v
+	}
+	// Windows need NCCL's memory (ncclMemAlloc or CUDA VMM): two 4 KiB windows inside a
+	// symmetric allocation, which is a window itself.
+	hs := make([][2]comm.WindowHandle, n)
+	each(func(r int, b *comm.NCCL) error {
+		base, err := b.SymmetricAlloc(3 * 4096)
+		if err != nil {
+			return err
+		}
+		for i := range 2 {
+			if hs[r][i], err = b.RegisterWindow(base+comm.DevicePtr(4096*(i+1)), 4096); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	assert.NotEqual(t, hs[1][0], hs[1][1])
+	assert.Equal(t, int64(3), calls("ncclCommWindowRegister"))
+
+	each(func(_ int, b *comm.NCCL) error { return b.AttemptReconnect(ctx) })
+	assert.Equal(t, int64(6), calls("ncclCommWindowRegister"), "every window registered again with the new communicator")
+	each(func(r int, b *comm.NCCL) error { return b.DeregisterWindow(hs[r][0]) })
+	assert.Equal(t, int64(1), calls("ncclCommWindowDeregister"), "the new window was deregistered (the simulator rejects the old one)")
+
+	b, err := c.Backend(0)
+	require.NoError(t, err)
+	before := c.DriverCalls()
+	for name, tc := range map[string]struct {
+		call func() error
+		want error
+	}{
+		"deregister twice":      {func() error { return b.DeregisterWindow(hs[0][0]) }, comm.ErrUnknownHandle},
+		"deregister unknown":    {func() error { return b.DeregisterWindow(12345) }, comm.ErrUnknownHandle},
+		"register zero bytes":   {func() error { _, err := b.RegisterWindow(0x1000, 0); return err }, comm.ErrInvalidSize},
+		"register null pointer": {func() error { _, err := b.RegisterWindow(0, 64); return err }, comm.ErrNullPointer},
+	} {
+		assert.ErrorIs(t, tc.call(), tc.want, name)
+	}
+	assert.Equal(t, before, c.DriverCalls(), "bad input reached the library")
+
+	closed = true
+	require.NoError(t, c.Close())
+	assert.Equal(t, int64(3), calls("ncclCommWindowDeregister"), "Close deregistered the windows left")
+}
+
+func TestRegisterWindowNeedsNCCL2273(t *testing.T) {
+	c, err := commtest.NewCluster(1, commtest.WithNCCLVersion(22605))
+	require.NoError(t, err)
+	defer c.Close()
+	b, err := c.Backend(0)
+	require.NoError(t, err)
+	p, err := c.Alloc(0, 64)
+	require.NoError(t, err)
+	_, err = b.RegisterWindow(p, 64)
+	require.ErrorIs(t, err, comm.ErrUnsupported)
+	assert.Contains(t, err.Error(), "ncclCommWindowRegister needs NCCL 2.27.3 (loaded 2.26.5)")
+}

@@ -1,0 +1,174 @@
+package comm
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
+	"github.com/ncclgo/ncclgo/kernels"
+)
+
+// PreMulSum operators: NCCL's ncclRedOpCreatePreMulSum makes a reduction operator of
+// one communicator that multiplies every rank's input by a scalar before summing (the
+// scalar on the host, copied at creation, or in device memory, read by every operation
+// that uses it). comm hands it out as a ReduceOp valid on that communicator only, for
+// the element type it was made for, until DestroyReduceOp, Close or AttemptReconnect
+// (which replaces the communicator and with it its operators); any other use is an
+// ErrInvalidOp error that never reaches NCCL.
+
+const opPreMulSum = "pre-mul-sum"
+
+// checkOp accepts the built-in operators and the live PreMulSum operators of t.
+func (g *guard) checkOp(op string, r ReduceOp, t DType) error {
+	if r.Valid() {
+		return nil
+	}
+	if r >= ReduceOp(gpulib.NumOps) {
+		g.mu.Lock()
+		dt, ok := g.ops[r]
+		g.mu.Unlock()
+		switch {
+		case ok && dt == t:
+			return nil
+		case ok:
+			return &ArgError{Op: op, Arg: "op", Value: int32(r), Err: ErrInvalidOp,
+				Reason: fmt.Sprintf("pre-mul-sum operator made for %s, used on %s", dt, t)}
+		}
+		return &ArgError{Op: op, Arg: "op", Value: int32(r), Err: ErrInvalidOp,
+			Reason: "not a live pre-mul-sum operator of this communicator (destroyed, or lost in a reconnect)"}
+	}
+	return checkOp(op, r)
+}
+
+// addOp records a new PreMulSum operator.
+func (g *guard) addOp(r ReduceOp, t DType) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ops == nil {
+		g.ops = make(map[ReduceOp]DType)
+	}
+	g.ops[r] = t
+}
+
+// removeOp forgets a PreMulSum operator, failing for one that is not live.
+func (g *guard) removeOp(r ReduceOp) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.ops[r]; !ok {
+		return &ArgError{Op: "destroy-reduce-op", Arg: "op", Value: int32(r), Err: ErrInvalidOp,
+			Reason: "not a live pre-mul-sum operator of this communicator"}
+	}
+	delete(g.ops, r)
+	return nil
+}
+
+// dropOps forgets every PreMulSum operator (the communicator that owned them ended).
+func (g *guard) dropOps() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.ops = nil
+}
+
+// scalarBits encodes v as one element of t, little-endian in the low bytes. Integer
+// types need an integral v in range; floating types round to nearest even (fp8
+// saturates).
+func scalarBits(t DType, v float64) (uint64, error) {
+	bad := func(reason string) error {
+		return &ArgError{Op: opPreMulSum, Arg: "scalar", Value: v, Err: ErrInvalidSize, Reason: reason}
+	}
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, bad("not finite")
+	}
+	switch t {
+	case Float16:
+		return uint64(kernels.Float32ToF16(float32(v))), nil
+	case BFloat16:
+		return uint64(kernels.Float32ToBF16(float32(v))), nil
+	case Float32:
+		return uint64(math.Float32bits(float32(v))), nil
+	case Float64:
+		return math.Float64bits(v), nil
+	case Float8E4M3:
+		return uint64(kernels.Float32ToE4M3(float32(v))), nil
+	case Float8E5M2:
+		return uint64(kernels.Float32ToE5M2(float32(v))), nil
+	}
+	if v != math.Trunc(v) {
+		return 0, bad(fmt.Sprintf("not an integer (%s)", t))
+	}
+	bits := uint(8 * t.Size())
+	signed := t == Int8 || t == Int32 || t == Int64
+	lo, hi := 0.0, math.Ldexp(1, int(bits)) // [lo, hi)
+	if signed {
+		lo, hi = -math.Ldexp(1, int(bits)-1), math.Ldexp(1, int(bits)-1)
+	}
+	if v < lo || v >= hi {
+		return 0, bad(fmt.Sprintf("out of range of %s", t))
+	}
+	u := uint64(v)
+	if signed {
+		u = uint64(int64(v))
+	}
+	if bits < 64 {
+		u &= 1<<bits - 1
+	}
+	return u, nil
+}
+
+// PreMulSum creates a reduction operator that multiplies every rank's input by scalar
+// (encoded as one element of t: see scalarBits) and sums, for count elements of t on
+// this communicator: ncclRedOpCreatePreMulSum with ncclScalarHostImmediate. Each rank
+// passes its own scalar (PreMulSum(1/n) on every rank is an average). Release it with
+// DestroyReduceOp; it ends with Close or AttemptReconnect. Not allowed inside a group.
+func (c *NCCLCommunicator) PreMulSum(t DType, scalar float64) (ReduceOp, error) {
+	if _, err := c.g.typed(opPreMulSum, 0, t); err != nil {
+		return 0, err
+	}
+	bits, err := scalarBits(t, scalar)
+	if err != nil {
+		return 0, err
+	}
+	return c.createOp(t, bits, false)
+}
+
+// PreMulSumDevice is PreMulSum with the scalar in device memory (one element of t at
+// scalar, ncclScalarDevice): every operation using the operator reads it when it runs,
+// so the value may change between operations (stream-ordered).
+func (c *NCCLCommunicator) PreMulSumDevice(t DType, scalar DevicePtr) (ReduceOp, error) {
+	if _, err := c.g.typed(opPreMulSum, 0, t); err != nil {
+		return 0, err
+	}
+	if err := typedBuffers(opPreMulSum, t, true, span{"scalar", scalar, 1}); err != nil {
+		return 0, err
+	}
+	return c.createOp(t, uint64(scalar), true)
+}
+
+func (c *NCCLCommunicator) createOp(t DType, scalar uint64, device bool) (ReduceOp, error) {
+	var op gpulib.RedOp
+	err := c.enqueue(opPreMulSum, -1, ungroupable, func(bool) error {
+		var err error
+		op, err = c.d.RedOpCreatePreMulSum(c.comm, gpulib.DataType(t), scalar, device)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	c.g.addOp(ReduceOp(op), t)
+	return ReduceOp(op), nil
+}
+
+// DestroyReduceOp releases an operator made by PreMulSum or PreMulSumDevice
+// (ncclRedOpDestroy). Operations already enqueued with it are not affected; later ones
+// fail with ErrInvalidOp.
+func (c *NCCLCommunicator) DestroyReduceOp(op ReduceOp) error {
+	if err := c.g.outsideGroup("destroy-reduce-op"); err != nil {
+		return err
+	}
+	if err := c.g.removeOp(op); err != nil {
+		return err
+	}
+	return c.enqueue("destroy-reduce-op", -1, cleanup, func(bool) error {
+		return c.d.RedOpDestroy(c.comm, gpulib.RedOp(op))
+	})
+}
