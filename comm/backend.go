@@ -189,6 +189,7 @@ const (
 	opSymmetricAlloc   = "symmetric-alloc"
 	opSymmetricFree    = "symmetric-free"
 	opRegisterWindow   = "register-window"
+	opDeregisterWindow = "deregister-window"
 	opSetAddKernel     = "set-add-kernel"
 	opGroupStart       = "group-start"
 	opGroupEnd         = "group-end"

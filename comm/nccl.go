@@ -62,9 +62,10 @@ func unsupported(op, call string, since, loaded int) error {
 //   - RecvCommandU32 broadcasts 4 bytes from root and waits as long as ctx allows,
 //     returning the first transport error NCCL reports.
 //   - RegisterBuffer uses ncclCommRegister (NCCL >= 2.19); SymmetricAlloc uses
-//     ncclMemAlloc (NCCL >= 2.19) and is local; RegisterWindow registers such memory as
-//     a symmetric window (ncclCommWindowRegister, NCCL >= 2.27.3), a collective call
-//     that every rank makes.
+//     ncclMemAlloc (NCCL >= 2.19) and is local; RegisterWindow registers such memory
+//     (or other NCCL window memory) as a symmetric window (ncclCommWindowRegister,
+//     NCCL >= 2.27.3), a collective call that every rank makes; DeregisterWindow
+//     releases it.
 //   - IsHealthy is false after a fatal NCCL error or a completion timeout.
 //   - AttemptReconnect needs WithReconnect (Connect and Job.NewNCCL set it: a
 //     rendezvous in the job's next generation): it aborts the communicator and
@@ -91,9 +92,8 @@ type NCCL struct {
 	regMu      sync.Mutex
 	regs       map[BufferHandle]gpulib.Handle
 	nextHandle BufferHandle
-	windows    map[DevicePtr]window
-	nextWindow int
-	userWins   userWindows // RegisterWindow's (nccl_windows.go)
+	syms       map[DevicePtr]int // SymmetricAlloc's allocations and their sizes
+	userWins   userWindows       // RegisterWindow's (nccl_register_window.go)
 	generation int
 }
 

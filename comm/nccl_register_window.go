@@ -11,35 +11,57 @@ import (
 // WindowHandle identifies a window registered by NCCL.RegisterWindow.
 type WindowHandle uint64
 
-const (
-	opRegisterWindow   = "register-window"
-	opDeregisterWindow = "deregister-window"
-)
-
-// userWindow is a window registered with RegisterWindow on a caller's buffer.
+// userWindow is a window registered with RegisterWindow.
 type userWindow struct {
 	ptr   DevicePtr
 	bytes int
 	h     gpulib.Handle // NCCL's window on the current communicator
 }
 
-// userWindows are the backend's RegisterWindow windows. Guarded by NCCL.regMu.
+// userWindows are the backend's windows, in registration order (handles grow).
+// Guarded by NCCL.regMu.
 type userWindows struct {
 	m    map[WindowHandle]userWindow
 	next WindowHandle
 }
 
+// ordered returns the handles in registration order (the same on every rank).
+func (uw *userWindows) ordered() []WindowHandle {
+	hs := make([]WindowHandle, 0, len(uw.m))
+	for h := range uw.m {
+		hs = append(hs, h)
+	}
+	sort.Slice(hs, func(i, j int) bool { return hs[i] < hs[j] })
+	return hs
+}
+
+// find returns the handle of the window registered at ptr with bytes.
+func (uw *userWindows) find(ptr DevicePtr, bytes int) (WindowHandle, bool) {
+	for h, w := range uw.m {
+		if w.ptr == ptr && w.bytes == bytes {
+			return h, true
+		}
+	}
+	return 0, false
+}
+
 // RegisterWindow registers bytes of device memory at ptr as a symmetric window of the
-// communicator, on any buffer NCCL accepts for windows (memory from ncclMemAlloc or the
-// CUDA VMM API, at an offset aligned to 4096 bytes; NCCL rejects others with
-// ncclInvalidArgument): ncclCommWindowRegister with
-// NCCL_WIN_COLL_SYMMETRIC (NCCL >= 2.27.3; older ones return ErrUnsupported). It is a
-// collective call: every rank registers its buffer of the same size, in the same order
-// of RegisterWindow and SymmetricAlloc calls, and it cannot be part of a group.
+// communicator (ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC, NCCL >= 2.27.3;
+// older ones return ErrUnsupported), so that NCCL's symmetric-memory kernels can use
+// it. The buffer is any NCCL accepts for windows: memory from SymmetricAlloc
+// (ncclMemAlloc) or the CUDA VMM API, at an offset aligned to 4096 bytes; NCCL rejects
+// others with ncclInvalidArgument.
+//
+// It is a collective call: every rank registers its buffer of the same size, in the
+// same order, outside any group, and the call waits, within ctx and the operation
+// timeout, until every rank has; a rank that registers alone fails with ErrTimeout
+// saying that a peer never joined, and the communicator is unhealthy afterwards.
+// Registering the same ptr and bytes again returns the same handle and calls nothing.
 // AttemptReconnect registers the windows again with the new communicator, in
-// registration order, so handles stay valid; if that fails, AttemptReconnect fails.
-// Close deregisters what is left. The memory stays the caller's.
-func (b *NCCL) RegisterWindow(ptr DevicePtr, bytes int) (WindowHandle, error) {
+// registration order, so handles stay valid (if that fails, AttemptReconnect fails);
+// SymmetricFree deregisters the windows still registered inside the allocation it
+// frees, and Close deregisters what is left. The memory stays the caller's.
+func (b *NCCL) RegisterWindow(ctx context.Context, ptr DevicePtr, bytes int) (WindowHandle, error) {
 	c := b.c
 	if err := c.g.outsideGroup(opRegisterWindow); err != nil {
 		return 0, err
@@ -53,10 +75,19 @@ func (b *NCCL) RegisterWindow(ptr DevicePtr, bytes int) (WindowHandle, error) {
 	if c.version < versionWindow {
 		return 0, unsupported(opRegisterWindow, "ncclCommWindowRegister", versionWindow, c.version)
 	}
+	b.regMu.Lock()
+	h, ok := b.userWins.find(ptr, bytes)
+	b.regMu.Unlock()
+	if ok {
+		return h, nil
+	}
 	var w gpulib.Handle
 	err := c.enqueue(opRegisterWindow, bytes, ungroupable, func(bool) error {
 		return c.bound(func() (err error) {
 			w, err = c.d.CommWindowRegister(c.comm, gpulib.Ptr(ptr), uint64(bytes), gpulib.WinCollSymmetric)
+			if err == nil || code(err) == gpulib.InProgress { // registered once every rank has joined
+				err = c.settle(ctx, c.comm, bounded)
+			}
 			return err
 		})
 	})
@@ -100,38 +131,53 @@ func (b *NCCL) DeregisterWindow(h WindowHandle) error {
 	return nil
 }
 
-// rewindowUser registers the RegisterWindow windows with the new communicator, in
-// registration order (the same on every rank). Caller holds regMu and the device.
-func (b *NCCL) rewindowUser(ctx context.Context) error {
-	c := b.c
-	hs := make([]WindowHandle, 0, len(b.userWins.m))
-	for h := range b.userWins.m {
-		hs = append(hs, h)
-	}
-	sort.Slice(hs, func(i, j int) bool { return hs[i] < hs[j] })
-	for _, h := range hs {
-		w := b.userWins.m[h]
-		nh, err := c.d.CommWindowRegister(c.comm, gpulib.Ptr(w.ptr), uint64(w.bytes), gpulib.WinCollSymmetric)
-		if err == nil || code(err) == gpulib.InProgress {
-			err = c.settle(ctx, c.comm, bounded)
+// within returns, in registration order, the windows that lie inside [p, p+bytes).
+// Caller holds regMu.
+func (uw *userWindows) within(p DevicePtr, bytes int) []WindowHandle {
+	var hs []WindowHandle
+	for _, h := range uw.ordered() {
+		w := uw.m[h]
+		if w.ptr >= p && uint64(w.ptr-p)+uint64(w.bytes) <= uint64(bytes) {
+			hs = append(hs, h)
 		}
-		if err != nil {
-			return &OpError{Op: opAttemptReconnect, Bytes: w.bytes, Rank: c.rank,
-				Err: fmt.Errorf("re-register window %d at %#x: %w", h, uint64(w.ptr), err)}
-		}
-		w.h = nh
-		b.userWins.m[h] = w
 	}
-	return nil
+	return hs
 }
 
-// releaseUserWindows deregisters the RegisterWindow windows left at Close. Caller
-// holds regMu.
+// rewindow registers the windows with the new communicator, in registration order
+// (the same on every rank). AttemptReconnect calls it holding the communicator
+// exclusively.
+func (b *NCCL) rewindow(ctx context.Context) error {
+	c := b.c
+	if c.version < versionWindow {
+		return nil
+	}
+	b.regMu.Lock()
+	defer b.regMu.Unlock()
+	return c.bound(func() error {
+		for _, h := range b.userWins.ordered() {
+			w := b.userWins.m[h]
+			nh, err := c.d.CommWindowRegister(c.comm, gpulib.Ptr(w.ptr), uint64(w.bytes), gpulib.WinCollSymmetric)
+			if err == nil || code(err) == gpulib.InProgress {
+				err = c.settle(ctx, c.comm, bounded)
+			}
+			if err != nil {
+				return &OpError{Op: opAttemptReconnect, Bytes: w.bytes, Rank: c.rank,
+					Err: fmt.Errorf("re-register window %d at %#x: %w", h, uint64(w.ptr), err)}
+			}
+			w.h = nh
+			b.userWins.m[h] = w
+		}
+		return nil
+	})
+}
+
+// releaseUserWindows deregisters the windows left at Close. Caller holds regMu.
 func (b *NCCL) releaseUserWindows(note func(string, error)) {
 	c := b.c
-	for _, w := range b.userWins.m {
+	for _, h := range b.userWins.ordered() {
 		if c.comm != 0 {
-			note("deregister window", c.d.CommWindowDeregister(c.comm, w.h))
+			note("deregister window", c.d.CommWindowDeregister(c.comm, b.userWins.m[h].h))
 		}
 	}
 	b.userWins.m = nil

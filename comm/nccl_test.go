@@ -318,12 +318,14 @@ func TestNCCLSymmetricAllocByVersion(t *testing.T) {
 			}
 			require.NoError(t, err)
 			assert.Equal(t, []string{"MemAllocNCCL(8192)"}, f.named("MemAllocNCCL", "CommWindowRegister"), "allocation is local")
-			err = b.RegisterWindow(context.Background(), q)
+			h, err := b.RegisterWindow(context.Background(), q, 8192)
 			if tc.err != nil {
 				require.ErrorIs(t, err, tc.err)
 			} else {
 				require.NoError(t, err)
-				require.NoError(t, b.RegisterWindow(context.Background(), q), "a second registration does nothing")
+				again, err := b.RegisterWindow(context.Background(), q, 8192)
+				require.NoError(t, err)
+				require.Equal(t, h, again, "a second registration returns the same window and calls nothing")
 			}
 			require.NoError(t, b.SymmetricFree(q))
 			assert.Equal(t, tc.want, f.named("MemAllocNCCL", "CommWindowRegister", "CommWindowDeregister", "MemFreeNCCL"))
@@ -341,7 +343,7 @@ func TestNCCLCloseTearsDownInOrder(t *testing.T) {
 	require.NoError(t, err)
 	q, err := b.SymmetricAlloc(4096)
 	require.NoError(t, err)
-	err = b.RegisterWindow(context.Background(), q)
+	_, err = b.RegisterWindow(context.Background(), q, 4096)
 	require.NoError(t, err)
 	f.log()
 	require.NoError(t, b.Close())

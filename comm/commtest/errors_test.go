@@ -126,7 +126,7 @@ func TestSymmetricAllocIsLocalAndTheWindowCollective(t *testing.T) {
 			for r := range n {
 				wg.Go(func() {
 					if ps[r], errs[r] = bs[r].SymmetricAlloc(4096); errs[r] == nil {
-						errs[r] = bs[r].RegisterWindow(context.Background(), ps[r])
+						_, errs[r] = bs[r].RegisterWindow(context.Background(), ps[r], 4096)
 					}
 				})
 			}
@@ -161,7 +161,7 @@ func TestSymmetricAllocIsLocalAndTheWindowCollective(t *testing.T) {
 		require.NoError(t, err)
 		p, err := b.SymmetricAlloc(4096)
 		require.NoError(t, err)
-		err = b.RegisterWindow(context.Background(), p) // rank 1 never registers
+		_, err = b.RegisterWindow(context.Background(), p, 4096) // rank 1 never registers
 		require.ErrorIs(t, err, comm.ErrTimeout)
 		assert.Contains(t, err.Error(), "register-window of 4096 bytes on rank 0")
 		assert.Contains(t, err.Error(), "a collective that a peer never joined")

@@ -34,16 +34,16 @@ func TestRegisterWindowSurvivesReconnect(t *testing.T) {
 		require.NoError(t, err)
 		return v
 	}
-	// Windows need NCCL's memory (ncclMemAlloc or CUDA VMM): two 4 KiB windows inside a
-	// symmetric allocation, which is a window itself.
-	hs := make([][2]comm.WindowHandle, n)
+	// Windows need NCCL's memory (ncclMemAlloc or CUDA VMM): three 4 KiB windows inside
+	// one symmetric allocation, which is local and registers nothing itself.
+	hs := make([][3]comm.WindowHandle, n)
 	each(func(r int, b *comm.NCCL) error {
 		base, err := b.SymmetricAlloc(3 * 4096)
 		if err != nil {
 			return err
 		}
-		for i := range 2 {
-			if hs[r][i], err = b.RegisterWindow(base+comm.DevicePtr(4096*(i+1)), 4096); err != nil {
+		for i := range 3 {
+			if hs[r][i], err = b.RegisterWindow(ctx, base+comm.DevicePtr(4096*i), 4096); err != nil {
 				return err
 			}
 		}
@@ -66,8 +66,8 @@ func TestRegisterWindowSurvivesReconnect(t *testing.T) {
 	}{
 		"deregister twice":      {func() error { return b.DeregisterWindow(hs[0][0]) }, comm.ErrUnknownHandle},
 		"deregister unknown":    {func() error { return b.DeregisterWindow(12345) }, comm.ErrUnknownHandle},
-		"register zero bytes":   {func() error { _, err := b.RegisterWindow(0x1000, 0); return err }, comm.ErrInvalidSize},
-		"register null pointer": {func() error { _, err := b.RegisterWindow(0, 64); return err }, comm.ErrNullPointer},
+		"register zero bytes":   {func() error { _, err := b.RegisterWindow(ctx, 0x1000, 0); return err }, comm.ErrInvalidSize},
+		"register null pointer": {func() error { _, err := b.RegisterWindow(ctx, 0, 64); return err }, comm.ErrNullPointer},
 	} {
 		assert.ErrorIs(t, tc.call(), tc.want, name)
 	}
@@ -78,6 +78,60 @@ func TestRegisterWindowSurvivesReconnect(t *testing.T) {
 	assert.Equal(t, int64(3), calls("ncclCommWindowDeregister"), "Close deregistered the windows left")
 }
 
+// SymmetricFree deregisters the windows still registered inside the allocation before
+// freeing it, and leaves the windows of other allocations registered (Close releases
+// those).
+func TestSymmetricFreeDeregistersItsWindows(t *testing.T) {
+	const n = 2
+	c, err := commtest.NewCluster(n)
+	require.NoError(t, err)
+	closed := false
+	defer func() {
+		if !closed {
+			_ = c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	calls := func(call string) int64 {
+		v, err := c.Calls(1, call)
+		require.NoError(t, err)
+		return v
+	}
+	freed := make([]comm.DevicePtr, n)
+	kept := make([]comm.WindowHandle, n)
+	eachBackend(t, c, func(r int, b *comm.NCCL) error {
+		p, err := b.SymmetricAlloc(2 * 4096)
+		if err != nil {
+			return err
+		}
+		q, err := b.SymmetricAlloc(4096)
+		if err != nil {
+			return err
+		}
+		for _, w := range []struct {
+			ptr   comm.DevicePtr
+			bytes int
+		}{{p, 4096}, {p + 4096, 4096}, {q, 4096}} {
+			h, err := b.RegisterWindow(ctx, w.ptr, w.bytes)
+			if err != nil {
+				return err
+			}
+			kept[r] = h
+		}
+		freed[r] = p
+		return nil
+	})
+	eachBackend(t, c, func(r int, b *comm.NCCL) error { return b.SymmetricFree(freed[r]) })
+	assert.Equal(t, int64(2), calls("ncclCommWindowDeregister"), "the two windows inside the freed allocation")
+	b, err := c.Backend(0)
+	require.NoError(t, err)
+	require.NoError(t, b.DeregisterWindow(kept[0]), "the other allocation's window stays registered")
+	closed = true
+	require.NoError(t, c.Close())
+	assert.Equal(t, int64(3), calls("ncclCommWindowDeregister"), "Close deregistered rank 1's window left")
+}
+
 func TestRegisterWindowNeedsNCCL2273(t *testing.T) {
 	c, err := commtest.NewCluster(1, commtest.WithNCCLVersion(22605))
 	require.NoError(t, err)
@@ -86,7 +140,7 @@ func TestRegisterWindowNeedsNCCL2273(t *testing.T) {
 	require.NoError(t, err)
 	p, err := c.Alloc(0, 64)
 	require.NoError(t, err)
-	_, err = b.RegisterWindow(p, 64)
+	_, err = b.RegisterWindow(context.Background(), p, 64)
 	require.ErrorIs(t, err, comm.ErrUnsupported)
 	assert.Contains(t, err.Error(), "ncclCommWindowRegister needs NCCL 2.27.3 (loaded 2.26.5)")
 }
