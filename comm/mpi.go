@@ -21,8 +21,9 @@ import (
 // runtime.Pinner) until Sync returns. Device pointers work only with a CUDA-aware MPI,
 // which Debian's Open MPI is not.
 //
-// Completion: the collectives (AllReduce, Broadcast, AllGather, ReduceScatter) are
-// blocking MPI calls and have completed when they return. Send and Recv are non-blocking
+// Completion: the collectives (AllReduce, Broadcast, AllGather, ReduceScatter and the
+// typed AllReduceInto, BroadcastInto, Reduce, Gather, Scatter, AllToAll, AllToAllv in
+// mpi_collectives.go) are blocking MPI calls and have completed when they return. Send and Recv are non-blocking
 // (MPI_Isend, MPI_Irecv with the tag) and complete in Sync, Barrier or Close; so a ring of
 // sends and receives never deadlocks whatever the order in which the ranks post them,
 // and GroupStart/GroupEnd (NCCL's grouping) only check nesting: there is nothing to

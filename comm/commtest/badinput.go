@@ -150,6 +150,7 @@ func (e *env) badTyped(t *testing.T, c comm.Communicator, p comm.DevicePtr) {
 		{"all-reduce invalid type", func() error { return c.AllReduce(p, 1, 99, comm.Sum) }, comm.ErrInvalidType},
 		{"all-reduce negative type", func() error { return c.AllReduce(p, 1, -1, comm.Sum) }, comm.ErrInvalidType},
 		{"all-reduce invalid op", func() error { return c.AllReduce(p, 1, comm.Float32, 5) }, comm.ErrInvalidOp},
+		{"all-reduce pre-mul-sum op of no communicator", func() error { return c.AllReduce(p, 1, comm.Float32, 1<<20) }, comm.ErrInvalidOp},
 		{"all-reduce null pointer", func() error { return c.AllReduce(0, 1, comm.Float32, comm.Sum) }, comm.ErrNullPointer},
 		{"broadcast root = world size", func() error { return c.Broadcast(p, 1, comm.Int8, n) }, comm.ErrInvalidRank},
 		{"broadcast negative root", func() error { return c.Broadcast(p, 1, comm.Int8, -1) }, comm.ErrInvalidRank},

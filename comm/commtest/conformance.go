@@ -111,6 +111,14 @@ const (
 	// CapAsyncErrors: asynchronous library errors the suite can cause (an Instance
 	// that is an AsyncErrorInjector).
 	CapAsyncErrors Capability = "async-errors"
+	// CapPreMulSum: NCCL's pre-multiplied sum operators (PreMulSum, PreMulSumDevice and
+	// DestroyReduceOp on the typed communicators, ncclRedOpCreatePreMulSum).
+	CapPreMulSum Capability = "pre-mul-sum"
+	// CapGroupScope: a group opened on one communicator covers the operations the same
+	// goroutine issues on others, which it defers to the outermost GroupEnd (NCCL's
+	// per-thread group state). Communicators whose operations complete when they
+	// return, so that groups defer nothing, lack it.
+	CapGroupScope Capability = "group-scope"
 )
 
 // lacking ends a case whose capability c the harness does not offer (has false): it
@@ -208,6 +216,9 @@ type env struct {
 	mem   Memory // inst, or a CommInstance's memory (distributed.go)
 	local []int  // the ranks this process runs; nil: all of them
 	count any    // what may be a CallCounter
+	// lacks, when set (RunCommunicatorConformance), reports the capabilities the
+	// harness states it lacks: a missing capability it does not list fails.
+	lacks func(Capability) bool
 }
 
 // ranks lists the ranks this process runs and checks: all of them, unless the world
@@ -807,7 +818,7 @@ func idleWorker(t *testing.T, h Harness) {
 	inst, err := h.StartWatched(comm.BFloat16, timeout)
 	require.NoError(t, err, "start %s with a watchdog", h.Name)
 	t.Cleanup(func() { _ = inst.Close() })
-	e := &env{h: h, inst: inst, b: inst.Backends(), n: h.World, elem: comm.BFloat16, es: 2}
+	e := &env{h: h, inst: inst, b: inst.Backends(), n: h.World, elem: comm.BFloat16, es: 2, mem: inst, count: inst}
 	ps := e.buffers(t, 4, func(int) []byte { return []byte{1, 2, 3, 4} })
 	ctx, cancel := context.WithTimeout(context.Background(), h.Timeout)
 	defer cancel()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -47,13 +48,21 @@ type CommHarness struct {
 	Start func() (CommInstance, error)
 	// Timeout bounds every step that waits for all ranks (default one minute).
 	Timeout time.Duration
+	// Lacks states the optional capabilities the implementation does not have (the MPI
+	// Communicator: CapPreMulSum, CapGroupScope). Their cases must answer
+	// ErrUnsupported (or lack the method) on every rank and are then skipped, saying
+	// so, or check the documented alternative (CapGroupScope: groups defer nothing); a
+	// missing capability not listed here fails, and so does a listed one that works.
+	Lacks []Capability
 }
 
 // RunCommunicatorConformance runs the typed part of RunConformance against a
 // Communicator that has no Backend (the MPI Communicator on host memory): every element
-// type with every reduce op (all-reduce, reduce-scatter), all-gather, broadcast, a
-// send/receive ring with tags (in a group where the communicator has groups), barrier,
-// split by color and key; then the typed bad-input table (comm's sentinel errors, no
+// type with every reduce op (all-reduce, reduce-scatter, all-reduce-into, reduce to
+// roots in turn), all-gather, broadcast, broadcast-into, gather and scatter from every
+// root, all-to-all, all-to-allv, pre-mul-sum operators (CapPreMulSum, unless Lacks
+// lists it), a send/receive ring with tags (in a group where the communicator has
+// groups), barrier, split by color and key (CapSplit); then the typed bad-input table (comm's sentinel errors, no
 // library call where the instance counts them) and every call after Close. Every rank of
 // the world must run it, in the same order.
 func RunCommunicatorConformance(t *testing.T, h CommHarness) {
@@ -72,6 +81,7 @@ func RunCommunicatorConformance(t *testing.T, h CommHarness) {
 	if h.Timeout <= 0 {
 		h.Timeout = time.Minute
 	}
+	lacks := func(c Capability) bool { return slices.Contains(h.Lacks, c) }
 	start := func(t *testing.T) (*env, []comm.Communicator) {
 		inst, err := h.Start()
 		if err != nil {
@@ -87,7 +97,7 @@ func RunCommunicatorConformance(t *testing.T, h CommHarness) {
 		})
 		cs := inst.Communicators()
 		e := &env{h: Harness{Name: h.Name, World: h.World, Timeout: h.Timeout}, n: h.World,
-			elem: comm.BFloat16, es: 2, mem: inst, local: h.Local, count: inst}
+			elem: comm.BFloat16, es: 2, mem: inst, local: h.Local, count: inst, lacks: lacks}
 		if len(cs) != h.World {
 			t.Fatalf("%s: %d communicators for a world of %d", h.Name, len(cs), h.World)
 		}

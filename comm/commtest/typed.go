@@ -98,7 +98,10 @@ func (e *env) typed(t *testing.T, cs []comm.Communicator) {
 // the same goroutine issues on another (NCCL keeps group state per thread, for every
 // communicator): inside the parent's group, a sub-communicator's all-reduce is only
 // recorded and its Sync refuses to wait (ErrGroupOpen) instead of returning before the
-// operation was launched; after the parent's GroupEnd, Sync sees the result.
+// operation was launched; after the parent's GroupEnd, Sync sees the result. A harness
+// that states it lacks CapGroupScope (groups that defer nothing: the MPI Communicator,
+// whose collectives complete when they return) gets the opposite check: inside the
+// parent's group the sub-communicator's all-reduce has completed and Sync succeeds.
 func (e *env) typedGroupScope(t *testing.T, ctx context.Context, cs []comm.Communicator) {
 	subs := make([]comm.Communicator, e.n)
 	errs := e.try(t, func(r int) error {
@@ -109,11 +112,12 @@ func (e *env) typedGroupScope(t *testing.T, ctx context.Context, cs []comm.Commu
 	if e.skipUnsupported(t, errs, CapSplit, "split") {
 		return
 	}
-	for r := range e.n {
+	for _, r := range e.ranks() {
 		t.Cleanup(func() { _ = subs[r].Close() })
 	}
 	const count = 9
 	ps := e.buffers(t, 4*count, func(r int) []byte { return inputs(comm.Sum, comm.Int32, e.n, r, 0, count) })
+	deferred := e.lacks == nil || !e.lacks(CapGroupScope)
 	e.all(t, func(r int) error {
 		if err := cs[r].GroupStart(); err != nil {
 			return err
@@ -124,6 +128,12 @@ func (e *env) typedGroupScope(t *testing.T, ctx context.Context, cs []comm.Commu
 		if errOp != nil || errEnd != nil {
 			return errors.Join(errOp, errEnd)
 		}
+		if !deferred {
+			if errSync != nil {
+				return fmt.Errorf("rank %d: Sync of a sub-communicator inside the parent's group returned %v; the harness lacks %s, so groups defer nothing", r, errSync, CapGroupScope)
+			}
+			return nil
+		}
 		if !errors.Is(errSync, comm.ErrGroupOpen) {
 			return fmt.Errorf("rank %d: Sync of a sub-communicator inside the parent's group returned %v, want ErrGroupOpen", r, errSync)
 		}
@@ -132,33 +142,58 @@ func (e *env) typedGroupScope(t *testing.T, ctx context.Context, cs []comm.Commu
 	if e.h.NoOp {
 		return
 	}
-	for r := range e.n {
+	for _, r := range e.ranks() {
 		checkBytes(t, comm.Int32, expected(comm.Sum, comm.Int32, e.n, 0, count), e.read(t, r, ps[r], 4*count), "sub-communicator all-reduce grouped by the parent, rank %d", r)
 	}
 }
 
-// skipUnsupported reports whether every rank answered ErrUnsupported, skipping the test
-// (or failing it when the harness requires the capability); otherwise it requires every
-// call to have succeeded.
+// skipUnsupported reports whether every rank this process runs answered
+// ErrUnsupported (errs indexed by rank; a shorter errs is checked whole), skipping the
+// test (see unsupported); otherwise it requires every call to have succeeded, and fails
+// when the harness states that it lacks c.
 func (e *env) skipUnsupported(t *testing.T, errs []error, c Capability, op string) bool {
 	t.Helper()
+	mine := e.ranks()
+	if len(errs) != e.n {
+		mine = make([]int, len(errs))
+		for i := range mine {
+			mine[i] = i
+		}
+	}
 	n := 0
-	for _, err := range errs {
-		if errors.Is(err, comm.ErrUnsupported) {
+	for _, r := range mine {
+		if errors.Is(errs[r], comm.ErrUnsupported) {
 			n++
 		}
 	}
-	if n == len(errs) {
-		if e.h.requires(c) {
-			t.Fatalf("%s: the harness requires %s, but every rank answered ErrUnsupported: %v", op, c, errs[0])
-		}
-		t.Skipf("%s is unsupported by this backend (ErrUnsupported on every rank) and not required by the harness", c)
+	if n == len(mine) {
+		e.unsupported(t, c, fmt.Sprintf("every rank answered ErrUnsupported (%s): %v", op, errs[mine[0]]))
 		return true
 	}
-	for r, err := range errs {
-		require.NoError(t, err, "%s on rank %d", op, r)
+	for _, r := range mine {
+		require.NoError(t, errs[r], "%s on rank %d", op, r)
+	}
+	if e.lacks != nil && e.lacks(c) {
+		t.Fatalf("%s: the harness states that it lacks %s, but %s succeeded", e.h.Name, c, op)
 	}
 	return false
+}
+
+// unsupported ends a case whose capability c the instance does not have (why says how
+// it showed): it fails when the harness requires c, or when the harness must state
+// what it lacks (CommHarness.Lacks) and does not list c; otherwise it skips.
+func (e *env) unsupported(t *testing.T, c Capability, why string) {
+	t.Helper()
+	if e.h.requires(c) {
+		t.Fatalf("the harness requires %s, but %s", c, why)
+	}
+	if e.lacks != nil {
+		if !e.lacks(c) {
+			t.Fatalf("%s: %s, and the harness does not state that it lacks %s (CommHarness.Lacks)", e.h.Name, why, c)
+		}
+		t.Skipf("%s: lacked, as the harness states (%s)", c, why)
+	}
+	t.Skipf("%s is unsupported by this backend (%s) and not required by the harness", c, why)
 }
 
 // split splits the world into even and odd ranks, ordered by descending rank, and
@@ -176,13 +211,9 @@ func (e *env) split(t *testing.T, ctx context.Context, cs []comm.Communicator) {
 			require.ErrorIs(t, errs[r], comm.ErrUnsupported, "rank %d", r)
 			require.Nil(t, subs[r])
 		}
-		if e.h.requires(CapSplit) {
-			t.Fatalf("split: the harness requires %s, but every rank answered ErrUnsupported: %v", CapSplit, errs[0])
-		}
-		t.Skip("the communicator cannot split (ErrUnsupported) and the harness does not require it")
 	}
+	e.skipUnsupported(t, errs, CapSplit, "split")
 	for _, r := range mine {
-		require.NoError(t, errs[r], "rank %d", r)
 		t.Cleanup(func() { _ = subs[r].Close() })
 	}
 	size := func(color int) int { return (e.n - color + 1) / 2 }
