@@ -440,3 +440,125 @@ func must[T any](t *testing.T, f func() (T, error)) T {
 	require.NoError(t, err)
 	return v
 }
+
+func TestMPITypedInPlaceAndRoots(t *testing.T) {
+	if inRank(t) {
+		mpiRankTypedInPlaceAndRoots(t)
+		return
+	}
+	runMPI(t, 3, t.Name())
+}
+
+// mpiRankTypedInPlaceAndRoots checks the MPI forms that the conformance suite does not
+// reach: the in-place forms of AllReduceInto, Reduce, Gather and Scatter (MPI_IN_PLACE
+// on root), null receive buffers on the ranks that do not receive, BroadcastInto with
+// no send buffer off root, an integer Avg reduced to a root, and PreMulSum answering
+// ErrUnsupported without an MPI call.
+func mpiRankTypedInPlaceAndRoots(t *testing.T) {
+	c := newMPI(t)
+	defer func() { require.NoError(t, c.Close()) }()
+	ctx := context.Background()
+	rank, n := c.Rank(), c.WorldSize()
+	const count = 4
+	sum := func(i int) int32 { return int32(n*(n-1)/2 + n*i) } // sum over ranks of rank+i
+
+	buf, p := hostBuf[int32](t, count)
+	for i := range buf {
+		buf[i] = int32(rank + i)
+	}
+	require.NoError(t, c.AllReduceInto(p, p, count, comm.Int32, comm.Sum))
+	for i, v := range buf {
+		require.Equal(t, sum(i), v, "in-place all-reduce-into, element %d", i)
+	}
+
+	const root = 1
+	for i := range buf {
+		buf[i] = int32(rank*10 + i)
+	}
+	recv := comm.DevicePtr(0)
+	if rank == root {
+		recv = p // in place on root
+	}
+	require.NoError(t, c.Reduce(p, recv, count, comm.Int32, comm.Max, root))
+	if rank == root {
+		for i, v := range buf {
+			require.Equal(t, int32((n-1)*10+i), v, "in-place reduce max on root, element %d", i)
+		}
+	}
+
+	send, ps := hostBuf[int32](t, count)
+	out, po := hostBuf[int32](t, count)
+	for i := range send {
+		send[i] = int32(rank + i)
+		out[i] = -7
+	}
+	require.NoError(t, c.Reduce(ps, po, count, comm.Int32, comm.Avg, root))
+	for i := range send {
+		require.Equal(t, int32(rank+i), send[i], "reduce avg leaves send")
+		want := int32(-7)
+		if rank == root {
+			want = sum(i) / int32(n)
+		}
+		require.Equal(t, want, out[i], "integer reduce avg to root %d, rank %d, element %d", root, rank, i)
+	}
+
+	all, pa := hostBuf[int32](t, count*n)
+	for i := range all {
+		all[i] = -1
+	}
+	mine := pa + comm.DevicePtr(rank*count*4)
+	for i := range count {
+		all[rank*count+i] = int32(rank*100 + i)
+	}
+	gatherRecv := comm.DevicePtr(0)
+	if rank == root {
+		gatherRecv = pa // root's own block is already in place
+	}
+	require.NoError(t, c.Gather(mine, gatherRecv, count, comm.Int32, root))
+	if rank == root {
+		for q := range n {
+			for i := range count {
+				require.Equal(t, int32(q*100+i), all[q*count+i], "in-place gather, block %d", q)
+			}
+		}
+	}
+
+	for i := range all {
+		all[i] = int32(i)
+	}
+	if rank == root {
+		require.NoError(t, c.Scatter(pa, mine, count, comm.Int32, root)) // root's block stays in place
+	} else {
+		for i := range out {
+			out[i] = -1
+		}
+		require.NoError(t, c.Scatter(0, po, count, comm.Int32, root))
+		for i := range out {
+			require.Equal(t, int32(rank*count+i), out[i], "scatter to rank %d, element %d", rank, i)
+		}
+	}
+
+	const from = 2
+	for i := range out {
+		out[i] = -1
+		send[i] = int32(rank*1000 + i)
+	}
+	bsend := comm.DevicePtr(0)
+	if rank == from {
+		bsend = ps
+	}
+	require.NoError(t, c.BroadcastInto(bsend, po, count, comm.Int32, from))
+	for i := range out {
+		require.Equal(t, int32(from*1000+i), out[i], "broadcast-into from %d, element %d", from, i)
+	}
+
+	before := c.MPICalls()
+	_, err := c.PreMulSum(comm.Float32, 2)
+	require.ErrorIs(t, err, comm.ErrUnsupported)
+	_, err = c.PreMulSumDevice(comm.Float32, p)
+	require.ErrorIs(t, err, comm.ErrUnsupported)
+	require.ErrorIs(t, c.DestroyReduceOp(comm.Sum), comm.ErrUnsupported)
+	require.ErrorIs(t, c.AllReduceInto(p, p, 1, comm.Float32, 1<<20), comm.ErrInvalidOp, "an operator of no communicator")
+	assert.Equal(t, before, c.MPICalls(), "pre-mul-sum reached MPI")
+	require.NoError(t, c.Barrier(ctx))
+}
