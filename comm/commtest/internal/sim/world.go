@@ -42,6 +42,7 @@ type World struct {
 	kernels map[string]Kernel
 	comms   map[gpulib.Comm]*rankComm
 	boots   map[gpulib.UniqueID]*clique // unique ids not yet used up by ncclCommInitRank
+	graphs  map[gpulib.Handle]*graph    // captured and executable graphs (graph.go)
 	closed  bool
 	done    chan struct{} // closed by Close
 	wg      sync.WaitGroup
