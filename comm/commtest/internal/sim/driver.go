@@ -740,6 +740,9 @@ func (d *Driver) MemAllocNCCL(bytes uint64) (gpulib.Ptr, error) {
 	if bytes == 0 {
 		return 0, ncclErr(gpulib.InvalidArgument, call, "size 0")
 	}
+	if err := d.refuseAllocInCapture("cuMemCreate"); err != nil { // NCCL's cuMem* calls fail
+		return 0, ncclErr(gpulib.UnhandledCudaError, call, "%v", err)
+	}
 	p, err := d.dev.alloc(bytes, true)
 	if err != nil {
 		return 0, ncclErr(gpulib.UnhandledCudaError, call, "%v", err)

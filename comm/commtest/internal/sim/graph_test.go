@@ -88,6 +88,15 @@ func TestUnsafeCallsInvalidateTheCapture(t *testing.T) {
 			require.NoError(t, err)
 		})
 	}
+	t.Run("ncclMemAlloc", func(t *testing.T) {
+		r := newRig(t, 1)
+		require.NoError(t, r.w.BeginCapture(0, r.s[0]))
+		_, err := r.d[0].MemAllocNCCL(64)
+		require.ErrorIs(t, err, gpulib.UnhandledCudaError)
+		require.ErrorContains(t, err, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED")
+		_, err = r.w.EndCapture(0, r.s[0])
+		captureErr(t, err, ErrorStreamCaptureInvalidated)
+	})
 	t.Run("outside event", func(t *testing.T) {
 		r := newRig(t, 1)
 		ev, err := r.d[0].EventCreate()
