@@ -3,6 +3,7 @@ package comm
 import (
 	"errors"
 	"fmt"
+	"runtime"
 
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
@@ -25,8 +26,14 @@ var ErrCapturing = errors.New("stream is capturing into a CUDA graph")
 
 // IsCapturing reports whether stream s of this rank's device is capturing into a CUDA
 // graph (cuStreamIsCapturing; an invalidated capture still counts). Stream 0 is the
-// legacy default stream of the context current on the calling thread.
+// legacy default stream, of the rank's device.
 func (c *NCCLCommunicator) IsCapturing(s Stream) (bool, error) {
+	if s == 0 { // the legacy default stream is the current context's: make it the rank's
+		if err := bind(c.d); err != nil {
+			return false, &OpError{Op: "is-capturing", Bytes: -1, Rank: c.rank, Err: err}
+		}
+		defer runtime.UnlockOSThread()
+	}
 	capturing, err := c.d.StreamIsCapturing(gpulib.Stream(s))
 	if err != nil {
 		return false, &OpError{Op: "is-capturing", Bytes: -1, Rank: c.rank, Err: fmt.Errorf("cuStreamIsCapturing: %w", err)}

@@ -256,3 +256,58 @@ func TestOperationsThatWaitAreRejectedDuringCapture(t *testing.T) {
 		require.NoError(t, cc.(*comm.NCCLCommunicator).Sync(ctx))
 	}
 }
+
+// The watchdog records no event on a capturing communication stream (it could not
+// query it): the capture stays valid and the communicator healthy.
+func TestWatchdogLeavesACaptureValid(t *testing.T) {
+	const n, count = 2, 8
+	c, err := commtest.NewCluster(n, commtest.WithCommOptions(comm.WithWatchdog(time.Millisecond)))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Close()) }()
+	bufs := make([]comm.DevicePtr, n)
+	graphs := make([]*commtest.Graph, n)
+	for r, cc := range c.Communicators() {
+		nc := cc.(*comm.NCCLCommunicator)
+		bufs[r], err = c.Alloc(r, count*4)
+		require.NoError(t, err)
+		require.NoError(t, c.WriteValues(r, bufs[r], comm.Float32, stepInput(r, 0, count)))
+		s := nc.CommStream()
+		require.NoError(t, c.BeginCapture(r, s))
+		require.NoError(t, nc.AllReduce(bufs[r], count, comm.Float32, comm.Sum))
+		// The watchdog's next round sees the enqueued work and asks whether the stream
+		// captures before marking it; two rounds later it would have queried a mark.
+		waitCalls(t, c, r, "cuStreamIsCapturing", 1)
+		waitCalls(t, c, r, "ncclCommGetAsyncError", 2)
+		graphs[r], err = c.EndCapture(r, s)
+		require.NoError(t, err, "rank %d", r)
+		require.True(t, nc.IsHealthy(), "rank %d", r)
+	}
+	for r, cc := range c.Communicators() {
+		require.NoError(t, graphs[r].Launch(cc.(*comm.NCCLCommunicator).CommStream()))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for r, cc := range c.Communicators() {
+		require.NoError(t, cc.(*comm.NCCLCommunicator).Sync(ctx))
+		got, err := c.ReadValues(r, bufs[r], comm.Float32, count)
+		require.NoError(t, err)
+		assert.Equal(t, sumOf(n, 0, count), got, "rank %d", r)
+	}
+}
+
+// waitCalls waits (a minute at most) until rank has made more calls of call.
+func waitCalls(t *testing.T, c *commtest.Cluster, rank int, call string, more int64) {
+	t.Helper()
+	before, err := c.Calls(rank, call)
+	require.NoError(t, err)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		now, err := c.Calls(rank, call)
+		require.NoError(t, err)
+		if now >= before+more {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "rank %d: the watchdog made no %d more %s calls", rank, more, call)
+		time.Sleep(time.Millisecond)
+	}
+}
