@@ -20,7 +20,8 @@ func captureErr(t *testing.T, err error, want CUDAResult) {
 
 // Recorded work does not run at capture; each launch runs it again, and every launch
 // of an all-reduce is a new collective that meets the other ranks' launch of the same
-// index, on the input of that moment.
+// index, on the input of that moment, in order with the communicator's other
+// collectives.
 func TestGraphReplaysACapturedAllReduce(t *testing.T) {
 	for _, n := range []int{2, 4} {
 		r := newRig(t, n)
@@ -47,9 +48,10 @@ func TestGraphReplaysACapturedAllReduce(t *testing.T) {
 		}
 		want := uint32(1)
 		for k := range 100 {
-			want *= uint32(n)
+			want *= uint32(n * n) // the replay, then an ordinary all-reduce behind it
 			for i := range n {
 				require.NoError(t, r.w.Launch(i, exec[i], r.s[i]))
+				require.NoError(t, r.d[i].AllReduce(bufs[i], bufs[i], 1, gpulib.Uint32, gpulib.Sum, r.c[i], r.s[i]))
 			}
 			r.sync(t)
 			for i := range n {
@@ -154,4 +156,20 @@ func TestForkedStreamJoinsTheCapture(t *testing.T) {
 	require.NoError(t, r.w.Launch(0, exec, r.s[0]))
 	require.NoError(t, d.StreamSynchronize(r.s[0]))
 	assert.Equal(t, []byte{1, 2, 3, 4}, r.read(t, 0, dst, 4))
+}
+
+// One group may not mix capturing and non-capturing streams (NCCL refuses it).
+func TestGroupAcrossCapturingAndOrdinaryStreamsIsRefused(t *testing.T) {
+	r := newRig(t, 1)
+	d := r.d[0]
+	other, err := d.StreamCreate()
+	require.NoError(t, err)
+	buf := r.alloc(t, 8, nil)[0]
+	require.NoError(t, r.w.BeginCapture(0, r.s[0]))
+	require.NoError(t, d.GroupStart())
+	require.NoError(t, d.Send(buf, 1, gpulib.Uint32, 0, r.c[0], r.s[0]))
+	require.NoError(t, d.Recv(buf+4, 1, gpulib.Uint32, 0, r.c[0], other))
+	require.ErrorIs(t, d.GroupEnd(), gpulib.InvalidUsage)
+	_, err = r.w.EndCapture(0, r.s[0])
+	require.NoError(t, err)
 }
