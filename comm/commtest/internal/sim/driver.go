@@ -364,9 +364,9 @@ func (d *Driver) EventRecord(e gpulib.Event, s gpulib.Stream) error {
 	if err != nil {
 		return cudaErr(ErrorInvalidHandle, call, "%v", err)
 	}
-	ev.target, ev.cap = st.tail, st.cap
+	ev.target, ev.cap, ev.from = st.tail, st.cap, nil
 	if st.cap != nil { // a node of the graph: nothing to wait for in real time
-		ev.target = nil
+		ev.target, ev.from, ev.work = nil, st, st.cap.work[st]
 	}
 	return nil
 }
@@ -422,7 +422,8 @@ func (d *Driver) StreamWaitEvent(s gpulib.Stream, e gpulib.Event) error {
 		return nil
 	case ev.cap != nil && st.cap != ev.cap:
 		return cudaErr(ErrorStreamCaptureIsolation, call, "event %#x was recorded in another capture", uintptr(e))
-	case ev.cap != nil: // ordered by the captured order
+	case ev.cap != nil: // ordered by the captured order; a join if from has no later work
+		ev.cap.waitLocked(st, ev)
 		return nil
 	case st.cap != nil:
 		st.cap.invalidateLocked(call + " of an event recorded outside the capture")

@@ -26,6 +26,7 @@ const (
 	ErrorStreamCaptureUnsupported CUDAResult = 900
 	ErrorStreamCaptureInvalidated CUDAResult = 901
 	ErrorStreamCaptureUnmatched   CUDAResult = 903
+	ErrorStreamCaptureUnjoined    CUDAResult = 904
 	ErrorStreamCaptureIsolation   CUDAResult = 905
 )
 
@@ -44,6 +45,7 @@ var cudaNames = map[CUDAResult]string{
 	ErrorStreamCaptureUnsupported: "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
 	ErrorStreamCaptureInvalidated: "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
 	ErrorStreamCaptureUnmatched:   "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED",
+	ErrorStreamCaptureUnjoined:    "CUDA_ERROR_STREAM_CAPTURE_UNJOINED",
 	ErrorStreamCaptureIsolation:   "CUDA_ERROR_STREAM_CAPTURE_ISOLATION",
 }
 

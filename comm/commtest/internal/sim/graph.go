@@ -19,7 +19,9 @@ import (
 //     CUDA_ERROR_STREAM_CAPTURE_ISOLATION.
 //   - cuStreamEndCapture on the origin stream ends the capture of every joined stream
 //     and yields the graph (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED if it was
-//     invalidated); cuGraphInstantiate makes it launchable.
+//     invalidated, CUDA_ERROR_STREAM_CAPTURE_UNJOINED if a forked stream has work that
+//     no event waited for by the capture follows); cuGraphInstantiate makes it
+//     launchable.
 //   - Each cuGraphLaunch submits the recorded work again, in the order it was captured,
 //     on the launch stream. NCCL operations are submitted anew: every launch is a new
 //     collective (and new messages) of its communicators, so replay k of every rank
@@ -34,6 +36,31 @@ type capture struct {
 	streams []*stream // the origin and the streams that joined
 	nodes   []node
 	invalid string // why the capture was invalidated; "" while valid
+
+	work     map[*stream]int  // nodes recorded per stream
+	unjoined map[*stream]bool // joined streams with work the origin does not wait for
+}
+
+func newCapture(origin *stream) *capture {
+	return &capture{origin: origin, streams: []*stream{origin}, work: map[*stream]int{}, unjoined: map[*stream]bool{}}
+}
+
+// recordLocked records a stream op submitted to s. Caller holds World.mu.
+func (c *capture) recordLocked(s *stream, n node) {
+	c.nodes = append(c.nodes, n)
+	c.work[s]++
+	if s != c.origin {
+		c.unjoined[s] = true
+	}
+}
+
+// waitLocked notes that stream s of the capture waits for ev, recorded in it: the
+// stream ev was recorded on is joined if it has recorded nothing since. Caller holds
+// World.mu.
+func (c *capture) waitLocked(s *stream, ev *event) {
+	if ev.from != s && c.work[ev.from] == ev.work {
+		delete(c.unjoined, ev.from)
+	}
 }
 
 // node is one recorded submission: a stream op, run again as is, or NCCL tasks,
@@ -97,6 +124,12 @@ func (w *World) captureTasksLocked(tasks []*task, call string) (bool, error) {
 	case plain > 0:
 		return true, ncclErr(gpulib.InvalidUsage, call, "operations of one group on capturing and non-capturing streams")
 	}
+	for _, t := range tasks {
+		c.work[t.s]++
+		if t.s != c.origin {
+			c.unjoined[t.s] = true
+		}
+	}
 	c.nodes = append(c.nodes, node{name: call, tasks: tasks})
 	return true, nil
 }
@@ -154,7 +187,7 @@ func (w *World) BeginCapture(dev int, s gpulib.Stream) error {
 	case st.cap != nil:
 		return cudaErr(ErrorIllegalState, call, "stream %#x is already capturing", uintptr(s))
 	}
-	st.cap = &capture{origin: st, streams: []*stream{st}}
+	st.cap = newCapture(st)
 	return nil
 }
 
@@ -188,6 +221,11 @@ func (w *World) EndCapture(dev int, s gpulib.Stream) (gpulib.Handle, error) {
 	}
 	if c.invalid != "" {
 		return 0, cudaErr(ErrorStreamCaptureInvalidated, call, "the capture was invalidated by %s", c.invalid)
+	}
+	for _, j := range c.streams {
+		if c.unjoined[j] {
+			return 0, cudaErr(ErrorStreamCaptureUnjoined, call, "stream %#x forked from the capture has work the origin stream %#x never waits for", uintptr(j.h), uintptr(s))
+		}
 	}
 	h := gpulib.Handle(w.handle())
 	w.graphsLocked()[h] = &graph{dev: d, nodes: c.nodes}

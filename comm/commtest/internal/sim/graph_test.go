@@ -173,3 +173,30 @@ func TestGroupAcrossCapturingAndOrdinaryStreamsIsRefused(t *testing.T) {
 	_, err = r.w.EndCapture(0, r.s[0])
 	require.NoError(t, err)
 }
+
+// A forked stream whose work the origin never waits for fails EndCapture with
+// CUDA_ERROR_STREAM_CAPTURE_UNJOINED, and the capture ends.
+func TestUnjoinedForkFailsEndCapture(t *testing.T) {
+	r := newRig(t, 1)
+	d := r.d[0]
+	side, err := d.StreamCreate()
+	require.NoError(t, err)
+	ev, err := d.EventCreate()
+	require.NoError(t, err)
+	src := r.alloc(t, 4, nil)[0]
+	dst := r.alloc(t, 4, nil)[0]
+	require.NoError(t, r.w.BeginCapture(0, r.s[0]))
+	require.NoError(t, d.EventRecord(ev, r.s[0]))
+	require.NoError(t, d.StreamWaitEvent(side, ev))
+	require.NoError(t, d.MemcpyDtoDAsync(dst, src, 4, side))
+	require.NoError(t, d.EventRecord(ev, side))
+	require.NoError(t, d.MemcpyDtoDAsync(src, dst, 4, side)) // after the event: not joined
+	require.NoError(t, d.StreamWaitEvent(r.s[0], ev))
+	_, err = r.w.EndCapture(0, r.s[0])
+	captureErr(t, err, ErrorStreamCaptureUnjoined)
+	for _, s := range []gpulib.Stream{r.s[0], side} {
+		capturing, err := d.StreamIsCapturing(s)
+		require.NoError(t, err)
+		require.False(t, capturing)
+	}
+}

@@ -32,6 +32,8 @@ type event struct {
 	dev    *device
 	target *op      // nil: never recorded, or recorded on an empty stream (complete)
 	cap    *capture // recorded in this active capture (graph.go); target is then nil
+	from   *stream  // with cap: the stream it was recorded on, after its work[from] nodes
+	work   int
 }
 
 func isDone(o *op) bool {
@@ -50,7 +52,7 @@ func isDone(o *op) bool {
 // device the op stays queued and never runs. Caller holds w.mu.
 func (w *World) enqueueLocked(s *stream, name string, run func() error) *op {
 	if s.cap != nil { // recorded into the graph, not run (graph.go)
-		s.cap.nodes = append(s.cap.nodes, node{name: name, run: run})
+		s.cap.recordLocked(s, node{name: name, run: run})
 		return capturedOp
 	}
 	o := &op{name: name, run: run, done: make(chan struct{})}
