@@ -31,6 +31,11 @@ func (realCalls) StreamQuery(gpulib.Stream) (bool, error) {
 	_ = cuda.StreamQuery(0)
 	return true, nil
 }
+func (realCalls) StreamIsCapturing(gpulib.Stream) (bool, error) {
+	var st cuda.StreamCaptureStatus
+	_ = cuda.StreamIsCapturing(0, &st)
+	return false, nil
+}
 func (realCalls) EventRecord(gpulib.Event, gpulib.Stream) error {
 	_ = cuda.EventRecord(0, 0)
 	return nil
@@ -56,7 +61,8 @@ func report(b *testing.B, call, base time.Duration, baseName string, callAllocs,
 }
 
 // BenchmarkAllReduceVsRaw compares Backend.AllReduce (4096 bytes of bf16) with the bare
-// raw calls it makes, in the same run: ncclAllReduce and, for the wait, cuStreamQuery.
+// raw calls it makes, in the same run: cuStreamIsCapturing, ncclAllReduce and, for the
+// wait, cuStreamQuery.
 // "bare-nccl" is ncclAllReduce alone. On this no-GPU machine NCCL rejects the null
 // communicator at once, so the figures show comm's bookkeeping against the cheapest
 // possible library call; on a GPU the enqueue and the wait for completion dominate both.
@@ -67,6 +73,8 @@ func BenchmarkAllReduceVsRaw(b *testing.B) {
 	comm := func() { _ = nb.AllReduce(p, bytes) }
 	bare := func() {
 		_ = nccl.AllReduce(ptrOf(gpulib.Ptr(p)), ptrOf(gpulib.Ptr(p)), bytes/2, nccl.DataType(gpulib.Bfloat16), nccl.RedOp(gpulib.Sum), 0, 0)
+		var st cuda.StreamCaptureStatus
+		_ = cuda.StreamIsCapturing(0, &st) // comm refuses a blocking operation on a capturing stream
 		_ = cuda.StreamQuery(0)
 	}
 	bareNCCL := func() {

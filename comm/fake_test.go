@@ -110,6 +110,14 @@ func (f *fakeDriver) StreamQuery(s gpulib.Stream) (bool, error) {
 	return !f.hang.Load(), nil
 }
 
+// StreamIsCapturing is not recorded (the call sequences the tests compare predate
+// it); a failure set with fail("StreamIsCapturing", err) is returned.
+func (f *fakeDriver) StreamIsCapturing(gpulib.Stream) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return false, f.fails["StreamIsCapturing"]
+}
+
 var eventSeq atomic.Uintptr
 
 func (f *fakeDriver) EventCreate() (gpulib.Event, error) {

@@ -44,6 +44,11 @@ func (c *NCCLCommunicator) enqueue(op string, bytes int, kind opKind, call func(
 	if err := c.usable(op, bytes); err != nil && (kind != cleanup || c.g.isClosed()) {
 		return err
 	}
+	if kind == blocking { // the host would wait for captured work (nccl_graph.go)
+		if err := c.refuseCapture(op, bytes, c.stream); err != nil {
+			return err
+		}
+	}
 	tid, depth := groupThread()
 	grouped := tid >= 0
 	if grouped && kind >= ungroupable {
@@ -199,6 +204,9 @@ func (b *NCCL) RecvCommandU32(ctx context.Context, ptr DevicePtr, root int) erro
 	if err := c.g.recvCommand(ptr, root); err != nil {
 		return err
 	}
+	if err := c.refuseCapture(opRecvCommand, 4, c.stream); err != nil {
+		return err
+	}
 	m := &b.cmd
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -273,7 +281,8 @@ func (b *NCCL) AllReduceAsync(ptr DevicePtr, bytes int, compute Stream) error {
 		}
 		p := c.buf(ptr)
 		var err error
-		if f := b.twoRankKernel(bytes, false); f != 0 {
+		// The two-rank path may allocate and query the stream: not while capturing.
+		if f := b.twoRankKernel(bytes, false); f != 0 && !c.capturing(s) {
 			err = b.exchangeAdd(f, p, bytes)
 		} else {
 			err = c.d.AllReduce(p, p, uint64(bytes/b.size), gpulib.DataType(b.elem), gpulib.Sum, c.comm, c.stream)
@@ -370,6 +379,9 @@ func (c *NCCLCommunicator) Sync(ctx context.Context) error {
 	if err := c.g.outsideGroup(opSync); err != nil {
 		return err
 	}
+	if err := c.refuseCapture(opSync, -1, c.stream); err != nil {
+		return err
+	}
 	return c.waitShared(ctx, opSync, -1, bounded)
 }
 
@@ -377,6 +389,9 @@ func (c *NCCLCommunicator) Sync(ctx context.Context) error {
 // every rank has reached the barrier. It implies Sync.
 func (c *NCCLCommunicator) Barrier(ctx context.Context) error {
 	if err := c.g.open(opBarrier); err != nil {
+		return err
+	}
+	if err := c.refuseCapture(opBarrier, -1, c.stream); err != nil {
 		return err
 	}
 	err := c.enqueue(opBarrier, -1, ungroupable, func(bool) error {

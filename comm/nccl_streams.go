@@ -64,6 +64,9 @@ func (v StreamComm) Sync(ctx context.Context) error {
 	if err := c.g.outsideGroup(opSync); err != nil {
 		return err
 	}
+	if err := c.refuseCapture(opSync, -1, v.s); err != nil {
+		return err
+	}
 	c.life.RLock()
 	defer c.life.RUnlock()
 	if err := c.usable(opSync, -1); err != nil {
@@ -79,6 +82,9 @@ func (v StreamComm) Sync(ctx context.Context) error {
 func (v StreamComm) Barrier(ctx context.Context) error {
 	c := v.c
 	if err := c.g.open(opBarrier); err != nil {
+		return err
+	}
+	if err := c.refuseCapture(opBarrier, -1, v.s); err != nil {
 		return err
 	}
 	err := c.enqueue(opBarrier, -1, ungroupable, func(bool) error {

@@ -247,6 +247,9 @@ func (w *watchdog) mark(at int64) {
 	c := w.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.capturing(c.stream) { // an event recorded in a capture cannot be queried
+		return
+	}
 	var ev gpulib.Event
 	if n := len(w.free); n > 0 {
 		ev, w.free = w.free[n-1], w.free[:n-1]

@@ -22,6 +22,7 @@ func (stubDriver) StreamCreate() (gpulib.Stream, error)                         
 func (stubDriver) StreamDestroy(gpulib.Stream) error                                { return nil }
 func (stubDriver) StreamSynchronize(gpulib.Stream) error                            { return nil }
 func (stubDriver) StreamQuery(gpulib.Stream) (bool, error)                          { return true, nil }
+func (stubDriver) StreamIsCapturing(gpulib.Stream) (bool, error)                    { return false, nil }
 func (stubDriver) EventCreate() (gpulib.Event, error)                               { return 9, nil }
 func (stubDriver) EventDestroy(gpulib.Event) error                                  { return nil }
 func (stubDriver) EventRecord(gpulib.Event, gpulib.Stream) error                    { return nil }

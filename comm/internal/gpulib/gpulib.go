@@ -187,6 +187,10 @@ type Driver interface {
 	StreamSynchronize(s Stream) error
 	// StreamQuery reports whether all work queued on s has completed.
 	StreamQuery(s Stream) (bool, error)
+	// StreamIsCapturing is cuStreamIsCapturing: whether s is capturing into a CUDA
+	// graph (CU_STREAM_CAPTURE_STATUS_ACTIVE; an invalidated capture counts too), so
+	// that work on it is recorded instead of run and the host must not wait for it.
+	StreamIsCapturing(s Stream) (bool, error)
 	// EventCreate creates an event without timing (CU_EVENT_DISABLE_TIMING).
 	EventCreate() (Event, error)
 	EventDestroy(e Event) error

@@ -136,6 +136,16 @@ func (d *Driver) StreamSynchronize(s gpulib.Stream) error {
 	return cuda.StreamSynchronize(cuda.Stream(s))
 }
 
+// StreamIsCapturing is cuStreamIsCapturing: any status but
+// CU_STREAM_CAPTURE_STATUS_NONE (active, or invalidated) is capturing.
+func (d *Driver) StreamIsCapturing(s gpulib.Stream) (bool, error) {
+	var st cuda.StreamCaptureStatus
+	if err := cuda.StreamIsCapturing(cuda.Stream(s), &st); err != nil {
+		return false, err
+	}
+	return st != cuda.StreamCaptureStatusNone, nil
+}
+
 // StreamQuery is cuStreamQuery; CUDA_ERROR_NOT_READY is (false, nil).
 func (d *Driver) StreamQuery(s gpulib.Stream) (bool, error) {
 	switch err := cuda.StreamQuery(cuda.Stream(s)); {

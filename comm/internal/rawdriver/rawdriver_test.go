@@ -74,6 +74,9 @@ func TestNewWithoutGPUFailsWithTheDriverError(t *testing.T) {
 		done, err := d.StreamQuery(s)
 		require.NoError(t, err)
 		assert.True(t, done, "an empty stream is complete")
+		capturing, err := d.StreamIsCapturing(s)
+		require.NoError(t, err)
+		assert.False(t, capturing, "a new stream is not capturing")
 		require.NoError(t, d.StreamDestroy(s))
 		return
 	}
@@ -83,6 +86,8 @@ func TestNewWithoutGPUFailsWithTheDriverError(t *testing.T) {
 
 	// Without a context the CUDA calls fail with the driver's result, never a crash.
 	_, err = (&Driver{}).StreamQuery(1)
+	assert.True(t, errors.As(err, &r), "%v", err)
+	_, err = (&Driver{}).StreamIsCapturing(1)
 	assert.True(t, errors.As(err, &r), "%v", err)
 }
 

@@ -32,7 +32,7 @@ var CallNames = []string{
 	"cuCtxSetCurrent", "cuMemAlloc_v2", "cuMemFree_v2", "cuMemcpyDtoDAsync_v2",
 	"cuStreamCreate", "cuStreamDestroy_v2", "cuStreamSynchronize", "cuStreamQuery",
 	"cuEventCreate", "cuEventDestroy_v2", "cuEventRecord", "cuEventQuery",
-	"cuStreamWaitEvent", "cuLaunchKernel", "cuDeviceGetAttribute",
+	"cuStreamWaitEvent", "cuLaunchKernel", "cuDeviceGetAttribute", "cuStreamIsCapturing",
 	"ncclGetVersion", "ncclGetUniqueId", "ncclCommInitRankConfig", "ncclCommGetAsyncError",
 	"ncclCommFinalize", "ncclCommDestroy", "ncclCommAbort", "ncclCommSplit", "ncclCommShrink",
 	"ncclCommRevoke", "ncclAllReduce", "ncclBroadcast", "ncclAllGather", "ncclReduceScatter",
@@ -142,6 +142,9 @@ func (d *Driver) MemAlloc(bytes uint64) (gpulib.Ptr, error) {
 	}
 	if bytes == 0 {
 		return 0, cudaErr(ErrorInvalidValue, call, "size 0")
+	}
+	if err := d.refuseAllocInCapture(call); err != nil {
+		return 0, err
 	}
 	p, err := d.dev.alloc(bytes, false)
 	if err != nil {
@@ -254,6 +257,11 @@ func (d *Driver) streamSync(call string, s gpulib.Stream) error {
 	var tail *op
 	if err == nil {
 		tail = st.tail
+		if st.cap != nil {
+			err = refuseInCaptureLocked(st.cap, call, "synchronize of a capturing stream")
+			w.mu.Unlock()
+			return err
+		}
 	}
 	stop := d.dev.stop
 	w.mu.Unlock()
@@ -293,6 +301,11 @@ func (d *Driver) StreamQuery(s gpulib.Stream) (bool, error) {
 	var tail *op
 	if err == nil {
 		tail = st.tail
+		if st.cap != nil {
+			err = refuseInCaptureLocked(st.cap, call, "query of a capturing stream")
+			w.mu.Unlock()
+			return false, err
+		}
 	}
 	w.mu.Unlock()
 	if err != nil {
@@ -350,7 +363,10 @@ func (d *Driver) EventRecord(e gpulib.Event, s gpulib.Stream) error {
 	if err != nil {
 		return cudaErr(ErrorInvalidHandle, call, "%v", err)
 	}
-	ev.target = st.tail
+	ev.target, ev.cap, ev.from = st.tail, st.cap, nil
+	if st.cap != nil { // a node of the graph: nothing to wait for in real time
+		ev.target, ev.from, ev.work = nil, st, st.cap.work[st]
+	}
 	return nil
 }
 
@@ -367,6 +383,11 @@ func (d *Driver) EventQuery(e gpulib.Event) (bool, error) {
 	var target *op
 	if err == nil {
 		target = ev.target
+		if ev.cap != nil {
+			err = refuseInCaptureLocked(ev.cap, call, "query of an event recorded in the capture")
+			w.mu.Unlock()
+			return false, err
+		}
 	}
 	w.mu.Unlock()
 	if err != nil {
@@ -392,6 +413,20 @@ func (d *Driver) StreamWaitEvent(s gpulib.Stream, e gpulib.Event) error {
 	st, err := w.streamLocked(d.dev, s)
 	if err != nil {
 		return cudaErr(ErrorInvalidHandle, call, "%v", err)
+	}
+	switch {
+	case ev.cap != nil && st.cap == nil: // fork: s joins the capture
+		st.cap = ev.cap
+		ev.cap.streams = append(ev.cap.streams, st)
+		return nil
+	case ev.cap != nil && st.cap != ev.cap:
+		return cudaErr(ErrorStreamCaptureIsolation, call, "event %#x was recorded in another capture", uintptr(e))
+	case ev.cap != nil: // ordered by the captured order; a join if from has no later work
+		ev.cap.waitLocked(st, ev)
+		return nil
+	case st.cap != nil:
+		st.cap.invalidateLocked(call + " of an event recorded outside the capture")
+		return cudaErr(ErrorStreamCaptureIsolation, call, "capturing stream %#x waits for event %#x recorded outside the capture", uintptr(s), uintptr(e))
 	}
 	target, stop := ev.target, d.dev.stop
 	if isDone(target) {
@@ -704,6 +739,9 @@ func (d *Driver) MemAllocNCCL(bytes uint64) (gpulib.Ptr, error) {
 	}
 	if bytes == 0 {
 		return 0, ncclErr(gpulib.InvalidArgument, call, "size 0")
+	}
+	if err := d.refuseAllocInCapture("cuMemCreate"); err != nil { // NCCL's cuMem* calls fail
+		return 0, ncclErr(gpulib.UnhandledCudaError, call, "%v", err)
 	}
 	p, err := d.dev.alloc(bytes, true)
 	if err != nil {

@@ -21,6 +21,13 @@ const (
 	ErrorIllegalAddress    CUDAResult = 700
 	ErrorMisalignedAddress CUDAResult = 716
 	ErrorLaunchFailed      CUDAResult = 719
+
+	ErrorIllegalState             CUDAResult = 401
+	ErrorStreamCaptureUnsupported CUDAResult = 900
+	ErrorStreamCaptureInvalidated CUDAResult = 901
+	ErrorStreamCaptureUnmatched   CUDAResult = 903
+	ErrorStreamCaptureUnjoined    CUDAResult = 904
+	ErrorStreamCaptureIsolation   CUDAResult = 905
 )
 
 var cudaNames = map[CUDAResult]string{
@@ -33,6 +40,13 @@ var cudaNames = map[CUDAResult]string{
 	ErrorIllegalAddress:    "CUDA_ERROR_ILLEGAL_ADDRESS",
 	ErrorMisalignedAddress: "CUDA_ERROR_MISALIGNED_ADDRESS",
 	ErrorLaunchFailed:      "CUDA_ERROR_LAUNCH_FAILED",
+
+	ErrorIllegalState:             "CUDA_ERROR_ILLEGAL_STATE",
+	ErrorStreamCaptureUnsupported: "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+	ErrorStreamCaptureInvalidated: "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+	ErrorStreamCaptureUnmatched:   "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED",
+	ErrorStreamCaptureUnjoined:    "CUDA_ERROR_STREAM_CAPTURE_UNJOINED",
+	ErrorStreamCaptureIsolation:   "CUDA_ERROR_STREAM_CAPTURE_ISOLATION",
 }
 
 // String returns the C name of the result.

@@ -39,6 +39,9 @@ func (w *World) submitLocked(tasks []*task, call string) error {
 		rc  *rankComm
 		run func() error
 	}
+	if recorded, err := w.captureTasksLocked(tasks, call); recorded {
+		return err
+	}
 	var order []*stream
 	perStream := map[*stream][]unit{}
 	queuedInProgress := false

@@ -23,13 +23,17 @@ type stream struct {
 	running   bool
 	tail      *op // the op enqueued last; nil if none yet
 	destroyed bool
+	cap       *capture // the stream capture it is part of (graph.go); nil if none
 }
 
 // event captures the tail of a stream when recorded. Guarded by World.mu.
 type event struct {
 	h      gpulib.Event
 	dev    *device
-	target *op // nil: never recorded, or recorded on an empty stream (complete)
+	target *op      // nil: never recorded, or recorded on an empty stream (complete)
+	cap    *capture // recorded in this active capture (graph.go); target is then nil
+	from   *stream  // with cap: the stream it was recorded on, after its work[from] nodes
+	work   int
 }
 
 func isDone(o *op) bool {
@@ -47,6 +51,10 @@ func isDone(o *op) bool {
 // enqueueLocked appends an op to s and starts its goroutine if needed. On a halted
 // device the op stays queued and never runs. Caller holds w.mu.
 func (w *World) enqueueLocked(s *stream, name string, run func() error) *op {
+	if s.cap != nil { // recorded into the graph, not run (graph.go)
+		s.cap.recordLocked(s, node{name: name, run: run})
+		return capturedOp
+	}
 	o := &op{name: name, run: run, done: make(chan struct{})}
 	s.queue = append(s.queue, o)
 	s.tail = o

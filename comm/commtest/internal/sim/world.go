@@ -43,6 +43,7 @@ type World struct {
 	comms   map[gpulib.Comm]*rankComm
 	boots   map[gpulib.UniqueID]*clique // unique ids not yet used up by ncclCommInitRank
 	groups  map[int]*groupState         // per OS thread: its open group (group.go)
+	graphs  map[gpulib.Handle]*graph    // captured and executable graphs (graph.go)
 	closed  bool
 	done    chan struct{} // closed by Close
 	wg      sync.WaitGroup
