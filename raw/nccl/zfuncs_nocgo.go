@@ -5,7 +5,7 @@
 package nccl
 
 import (
-	dl "github.com/ncclgo/ncclgo/raw/internal/dl"
+	dl "github.com/ncclgo/ncclgo/raw/dl"
 	"unsafe"
 )
 

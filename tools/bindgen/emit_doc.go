@@ -71,11 +71,34 @@ func (g *goPkg) emitDoc() *jen.File {
 
 // examples picks a few real names of the package for the naming table.
 func (g *goPkg) examples() [][2]string {
-	want := map[string]bool{
-		"ncclAllReduce": true, "ncclComm_t": true, "ncclResult_t": true, "ncclSuccess": true,
-		"NCCL_CONFIG_UNDEF_INT": true, "ncclDataType_t": true, "cudaStream_t": true,
-		"cuMemAlloc": true, "CUresult": true, "CUDA_ERROR_NO_DEVICE": true, "CUdevice_attribute": true,
-		"CU_STREAM_NON_BLOCKING": true, "CUDA_MEMCPY2D": true, "cuuint64_t": true, "CUdeviceptr": true,
+	want := map[string]bool{}
+	for _, c := range g.cfg.DocExamples {
+		want[c] = true
+	}
+	if len(want) == 0 {
+		// Without a list: the first two functions, types, enumerators and macros.
+		for i, f := range g.api.Funcs {
+			if i < 2 {
+				want[f.Public] = true
+			}
+		}
+		n := 0
+		for _, d := range g.api.Types {
+			if d.Kind == DeclTypedef && n < 2 {
+				want[d.CName] = true
+				n++
+			}
+		}
+		for i, e := range g.api.Enums {
+			if i < 2 {
+				want[e.Name] = true
+			}
+		}
+		for i, c := range g.api.Consts {
+			if i < 2 {
+				want[c.Name] = true
+			}
+		}
 	}
 	var out [][2]string
 	add := func(c, goname string) {

@@ -16,14 +16,15 @@ import (
 func TestCommittedOutputIsFresh(t *testing.T) {
 	repo, err := filepath.Abs("../..")
 	require.NoError(t, err)
-	cache := cacheDir()
 	for _, name := range []string{"nccl.json", "cuda.json"} {
 		t.Run(name, func(t *testing.T) {
 			cfg, err := loadConfig(filepath.Join(repo, "gen", name))
 			require.NoError(t, err)
-			if _, err := os.Stat(filepath.Join(cache, "header", cfg.Target(), cfg.Header)); err != nil {
-				t.Skipf("header set %s is not in the cache %s: run make headers", cfg.Target(), cache)
+			dir := cfg.headerDir(repo, "", cfg.Target())
+			if _, err := os.Stat(filepath.Join(dir, cfg.Header)); err != nil {
+				t.Skipf("header set %s is not in the cache %s: run make headers", cfg.Target(), dir)
 			}
+			cache := cfg.cacheBase()
 			root := t.TempDir()
 			require.NoError(t, os.CopyFS(filepath.Join(root, "gen", "stub"), os.DirFS(filepath.Join(repo, "gen", "stub"))))
 			require.NoError(t, generate(cfg, root, cache, io.Discard))

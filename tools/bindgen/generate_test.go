@@ -31,7 +31,7 @@ func fakeSetup(t *testing.T, extra string, skip ...Skip) (cfg *Config, root, cac
 	}
 	cfg = &Config{Package: "fake", Out: "raw/fake", Header: "fake.h", Result: "fakeResult_t",
 		Sets: []string{"fake-0.9", "fake-1.0"}, Settings: []Setting{{Name: "default"}},
-		Prefixes: []string{"FAKE_", "fake"}, Skip: skip}
+		Prefixes: []string{"FAKE_", "fake"}, Skip: skip, Headers: HeadersConfig{Dir: "header/{set}", Manifest: "headers/manifest.tsv", Fetch: "make headers"}}
 	require.NoError(t, cfg.validate())
 	return cfg, root, cache
 }
@@ -106,7 +106,7 @@ func TestGenerateWritesSnapshotsAndSince(t *testing.T) {
 	assert.Contains(t, funcs, "func Open(h *Handle, desc *Desc, id Id) error {")
 	assert.Contains(t, funcs, "func Name(rArg Result) (r string, err error) {")
 	assert.Contains(t, funcs, "*(*C.fakeId)(unsafe.Pointer(&id))")
-	assert.Contains(t, funcs, "#cgo noescape _ncclgo_tramp_fakeOpen_v2")
+	assert.Contains(t, funcs, "#cgo noescape _fake_tramp_fakeOpen_v2")
 }
 
 func TestUntranslatableDeclarationsFailWithPositionUnlessSkipped(t *testing.T) {
@@ -183,7 +183,7 @@ func TestOlderSetFallsBackToItsCommittedSnapshot(t *testing.T) {
 	require.NoError(t, os.RemoveAll(filepath.Join(cache, "header", "fake-0.9")))
 	var out bytes.Buffer
 	require.NoError(t, generate(cfg, root, cache, &out))
-	assert.Contains(t, out.String(), "fake-0.9 not cached, using")
+	assert.Contains(t, out.String(), "not cached, read from their committed snapshots: fake-0.9")
 	assert.Equal(t, want, readTree(t, root), "Since still comes from the 0.9 snapshot")
 }
 
@@ -233,7 +233,7 @@ func TestPerSettingSymbolsGetTheirOwnNames(t *testing.T) {
 	assert.Contains(t, funcs, "func CopyPtds(dst unsafe.Pointer) error {")
 	assert.Contains(t, funcs, "func Open(h *Handle, desc *Desc, id Id) error {")
 	assert.Contains(t, funcs, "func OpenLegacy(h *Handle) error {")
-	assert.Contains(t, funcs, "C._ncclgo_tramp_fakeCopy_ptds(")
+	assert.Contains(t, funcs, "C._fake_tramp_fakeCopy_ptds(")
 	snap := files[filepath.Join("gen", "snapshot", "fake-1.0.txt")]
 	assert.Contains(t, snap, "func fakeCopy -> fakeCopy_ptds: fakeResult_t fakeCopy_ptds(void *dst) [ptds]\n")
 	assert.Contains(t, snap, "func fakeOpen -> fakeOpen: fakeResult_t fakeOpen(fakeHandle_t *h) [legacy]\n")

@@ -157,6 +157,9 @@ func newGoPkg(cfg *Config, api *API) (*goPkg, error) {
 			}
 		}
 	}
+	for _, n := range g.reserved() {
+		g.claim(n, "the generated run-time support (zload.go, zerrors.go)")
+	}
 	if len(g.errs) > 0 {
 		return nil, joinErrors(g.errs)
 	}
