@@ -262,20 +262,32 @@ func goLayout() []layoutEntry {
 	}
 }
 
+// layoutHeaderDir is the folder of header set nccl-2.29.7.
+func layoutHeaderDir(t *testing.T) string {
+	base := os.Getenv("NCCLGO_CACHE")
+	if base == "" {
+		if x := os.Getenv("XDG_CACHE_HOME"); x != "" {
+			base = filepath.Join(x, "ncclgo")
+		} else {
+			home, err := os.UserHomeDir()
+			require.NoError(t, err)
+			base = filepath.Join(home, ".cache", "ncclgo")
+		}
+	}
+	return filepath.Join(base, "header", "nccl-2.29.7")
+}
+
 /*
 TestLayoutMatchesGCC compiles layoutProgram against the cached nccl.h (set nccl-2.29.7) with gcc
 and checks every size, alignment, offset and constant against the Go declarations.
 */
 func TestLayoutMatchesGCC(t *testing.T) {
-	cache := os.Getenv("NCCLGO_CACHE")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		require.NoError(t, err)
-		cache = filepath.Join(home, ".cache", "ncclgo")
-	}
-	dir := filepath.Join(cache, "header", "nccl-2.29.7")
+	dir := layoutHeaderDir(t)
 	if _, err := os.Stat(filepath.Join(dir, "nccl.h")); err != nil {
-		t.Skipf("header cache %s is absent: run make headers", dir)
+		if os.Getenv("NCCLGO_STRICT") != "" {
+			t.Fatalf("header set nccl-2.29.7 is not in %s: run make headers (a new release: make headers NCCL=<version>) (NCCLGO_STRICT is set)", dir)
+		}
+		t.Skipf("header set nccl-2.29.7 is not in %s: run make headers (a new release: make headers NCCL=<version>)", dir)
 	}
 	tmp := t.TempDir()
 	src := filepath.Join(tmp, "layout.c")

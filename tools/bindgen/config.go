@@ -106,6 +106,9 @@ type HeadersConfig struct {
 	// Manifest is a table of pinned sets, relative to the root ("headers/manifest.tsv"):
 	// lines "header<TAB>set<TAB>...". When set, every set must be pinned there.
 	Manifest string `json:"manifest"`
+	// OptionalSources are values of the manifest's 4th column (where a set comes from)
+	// whose headers a strict run may lack: hosts it cannot reach ("github", "pypi").
+	OptionalSources []string `json:"optionalSources"`
 	// Fetch is the command that fetches (and pins) header sets, named in messages.
 	Fetch string `json:"fetch"`
 	// Snapshots is the folder of the API snapshots and models, relative to the root;

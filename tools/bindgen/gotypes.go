@@ -47,6 +47,9 @@ type goPkg struct {
 	absorb map[*TypeDecl]bool   // typedefs that only name an aggregate (emitted as the aggregate)
 	names  map[string]string    // Go name -> what declares it, for collisions
 	errs   []error
+
+	optionalHeader bool   // the target set's source is one of headers.optionalSources
+	headerSource   string // the target set's source in the manifest
 }
 
 func declKey(d *TypeDecl) string {

@@ -255,6 +255,10 @@ func generate(cfg *Config, root, cache string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if line := manifestLine(cfg, root, target); len(line) > 3 {
+		g.headerSource = line[3]
+		g.optionalHeader = contains(cfg.Headers.OptionalSources, line[3])
+	}
 	return g.write(filepath.Join(root, cfg.Out))
 }
 
@@ -354,6 +358,23 @@ func settingNames(cfg *Config) string {
 		s = append(s, st.Name)
 	}
 	return strings.Join(s, ", ")
+}
+
+// manifestLine returns the tab-separated fields of set's header line in the manifest, or nil.
+func manifestLine(cfg *Config, root, set string) []string {
+	if cfg.Headers.Manifest == "" {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(root, cfg.Headers.Manifest))
+	if err != nil {
+		return nil
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Split(line, "\t"); len(f) > 1 && f[0] == "header" && f[1] == set {
+			return f
+		}
+	}
+	return nil
 }
 
 // checkManifest checks that every header set of cfg is pinned in the manifest (when the
