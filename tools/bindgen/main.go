@@ -223,6 +223,16 @@ func generate(cfg *Config, root, cache string, stdout io.Writer) error {
 	}
 	target := cfg.Target()
 	modelPath := filepath.Join(snapDir, target+".api.json")
+	// Only the generated set has a model: an older target's model goes.
+	for _, set := range cfg.Sets[:len(cfg.Sets)-1] {
+		if err := os.Remove(filepath.Join(snapDir, set+".api.json")); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	relModel, err := filepath.Rel(root, modelPath)
+	if err != nil {
+		relModel = modelPath
+	}
 	if api := apis[len(apis)-1]; api != nil {
 		b, err := encodeModel(cfg, api)
 		if err != nil {
@@ -232,7 +242,7 @@ func generate(cfg *Config, root, cache string, stdout io.Writer) error {
 			return err
 		}
 	} else {
-		fmt.Fprintf(stdout, "bindgen: %s not cached: the package is generated from the committed model %s\n", target, modelPath)
+		fmt.Fprintf(stdout, "bindgen: %s not cached: the package is generated from the committed model %s\n", target, relModel)
 	}
 	b, err := os.ReadFile(modelPath)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -75,13 +76,12 @@ func decodeReport(t *testing.T, out string) Report {
 func TestReportWithRealLibraries(t *testing.T) {
 	cudaLib := cachedLib(t, "cuda-535.261.03", "libcuda.so.1")
 	tests := []struct {
-		set       string
-		version   string
-		code      int
-		wantAllIn bool // every raw/nccl function is in this library
+		set     string
+		version string
+		code    int
 	}{
-		{"nccl-2.29.7", "NCCL 2.29.7", 22907, true},
-		{"nccl-2.22.3", "NCCL 2.22.3", 22203, false},
+		{"nccl-2.29.7", "NCCL 2.29.7", 22907},
+		{"nccl-2.22.3", "NCCL 2.22.3", 22203},
 	}
 	for _, tc := range tests {
 		t.Run(tc.set, func(t *testing.T) {
@@ -118,11 +118,19 @@ func TestReportWithRealLibraries(t *testing.T) {
 				require.Empty(t, c.Error, c.Package)
 				require.NotZero(t, c.Functions, c.Package)
 				assert.Equal(t, c.Functions, c.Present+len(c.Missing), c.Package)
-				if c.Package == "raw/nccl" && tc.wantAllIn {
-					assert.Empty(t, c.Missing)
-				}
-				if c.Package == "raw/nccl" && !tc.wantAllIn {
-					assert.NotEmpty(t, c.Missing)
+				if c.Package == "raw/nccl" {
+					// Exactly the functions first declared by a newer nccl.h are missing.
+					for _, m := range c.Missing {
+						since := strings.Split(m.Since, ".")
+						require.Len(t, since, 3, m.Symbol)
+						mj, _ := strconv.Atoi(since[0])
+						mn, _ := strconv.Atoi(since[1])
+						pt, _ := strconv.Atoi(since[2])
+						assert.Greater(t, nccl.Version(mj, mn, pt), tc.code, "%s (since %s) is missing from %s", m.Symbol, m.Since, tc.version)
+					}
+					if tc.code < 22300 {
+						assert.NotEmpty(t, c.Missing, "functions newer than %s", tc.version)
+					}
 				}
 			}
 

@@ -45,7 +45,7 @@ func cached(t testing.TB, kind, set, file string) string {
 	t.Helper()
 	p := filepath.Join(CacheDir(), kind, set, file)
 	if _, err := os.Stat(p); err != nil {
-		t.Skipf("%s is not cached (%v): run make libs", p, err)
+		t.Skipf("%s is not cached (%v): run make %ss", p, err, kind)
 	}
 	return p
 }
