@@ -30,6 +30,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -56,7 +57,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: nvheader -source github|pypi|git -version X.Y.Z -out FILE [-sha256 SUM]")
 		os.Exit(2)
 	}
-	o.client = &http.Client{Timeout: 2 * time.Minute}
+	// A host that cannot be reached fails within seconds (CI reaches only Debian).
+	o.client = &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 15 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   15 * time.Second,
+		ResponseHeaderTimeout: 30 * time.Second,
+	}}
 	h, err := fetch(o)
 	if err == nil && *want != "" && h.sha256 != *want {
 		err = fmt.Errorf("nccl.h of %s from %s has sha256 %s, the manifest pins %s", o.version, h.url, h.sha256, *want)

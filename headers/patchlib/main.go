@@ -6,7 +6,10 @@
 //
 // Symbols the file does not reference are ignored.
 //
-// Usage: patchlib -weak GLIBC_2.38 FILE SYMBOL...
+// Usage:
+//
+//	patchlib -weak GLIBC_2.38 FILE SYMBOL...
+//	patchlib -soname FILE      print the file's DT_SONAME (what `objdump -p` shows)
 package main
 
 import (
@@ -22,7 +25,17 @@ const verFlgWeak = 0x2
 
 func main() {
 	weak := flag.String("weak", "", "version requirement to mark weak, e.g. GLIBC_2.38")
+	soname := flag.Bool("soname", false, "print the DT_SONAME of FILE and change nothing")
 	flag.Parse()
+	if *soname && flag.NArg() == 1 {
+		s, err := readSoname(flag.Arg(0))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "patchlib:", err)
+			os.Exit(1)
+		}
+		fmt.Println(s)
+		return
+	}
 	if flag.NArg() < 1 {
 		fmt.Fprintln(os.Stderr, "usage: patchlib -weak VERSION FILE SYMBOL...")
 		os.Exit(2)
@@ -117,4 +130,18 @@ func patch(path, weak string, symbols []string) error {
 		}
 	}
 	return os.WriteFile(path, data, 0o644)
+}
+
+// readSoname returns the DT_SONAME of an ELF shared library ("" when it has none).
+func readSoname(path string) (string, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	names, err := f.DynString(elf.DT_SONAME)
+	if err != nil || len(names) == 0 {
+		return "", err
+	}
+	return names[0], nil
 }

@@ -7,6 +7,7 @@
 //
 //	bindgen generate [-root DIR] [-cache DIR] CONFIG.json...   (also: bindgen CONFIG.json...)
 //	bindgen diff OLD.txt NEW.txt
+//	bindgen history [-o FILE] CONFIG.json
 //	bindgen help
 //
 // Each CONFIG (gen/nccl.json, gen/cuda.json; fields in tools/bindgen/README.md) names a
@@ -60,6 +61,11 @@ Usage:
       Print what changed between two API snapshots: functions, types (with layouts),
       enumerators and macros added, removed or changed.
 
+  bindgen history [-root DIR] [-o FILE] CONFIG.json
+      Write the API history of the config's header sets as a Markdown table (to FILE,
+      default standard output): per set, the functions, types, enumerators and macros
+      added, removed or changed since the set before it, from the committed snapshots.
+
   bindgen help
       Print this text.
 
@@ -92,6 +98,8 @@ func run(args []string, stdout io.Writer) error {
 		return runDiff(args[1:], stdout)
 	case "generate":
 		return runGenerate(args[1:], stdout)
+	case "history":
+		return runHistory(args[1:], stdout)
 	}
 	return runGenerate(args, stdout)
 }
