@@ -413,3 +413,37 @@ func TestCoverageLinesWrapLongLists(t *testing.T) {
 		"  cuGammaFunctionWithALongName (12.4.1), cuDelta (12.4.1)",
 	}, lines)
 }
+
+// When nothing loads, the report says where ncclgo's cache has the libraries (with the
+// variable to set) and how to get them on a real machine.
+func TestHintWhenNothingLoads(t *testing.T) {
+	s := fakeSources()
+	notFound := func() nccl.LoadInfo {
+		return nccl.LoadInfo{Library: "X", Err: errors.New("not found"),
+			Attempts: []nccl.Attempt{{Source: "soname", Path: "libx.so", Err: errors.New("libx.so: cannot open shared object file")}}}
+	}
+	s.nccl, s.cuda = notFound, notFound
+	s.environ = func() []string { return []string{"HOME=/home/u", "XDG_CACHE_HOME=/xdg"} }
+	var globbed []string
+	s.glob = func(p string) []string {
+		globbed = append(globbed, p)
+		if strings.Contains(p, "nccl-") {
+			return []string{"/xdg/ncclgo/lib/nccl-2.29.7/libnccl.so.2", "/xdg/ncclgo/lib/nccl-2.22.3/libnccl.so.2"}
+		}
+		return nil
+	}
+	r := gather(s)
+	assert.Equal(t, []string{"/xdg/ncclgo/lib/nccl-*/libnccl.so.2", "/xdg/ncclgo/lib/cuda-*/libcuda.so.1"}, globbed)
+	var b bytes.Buffer
+	require.NoError(t, writeText(&b, r))
+	text := b.String()
+	assert.Contains(t, text, "how to make it load:")
+	assert.Contains(t, text, "    NCCLGO_LIBNCCL=/xdg/ncclgo/lib/nccl-2.22.3/libnccl.so.2\n")
+	assert.Contains(t, text, "    NCCLGO_LIBNCCL=/xdg/ncclgo/lib/nccl-2.29.7/libnccl.so.2\n")
+	assert.Contains(t, text, "pip install nvidia-nccl-cu12")
+	assert.Contains(t, text, "ncclgo's cache (/xdg/ncclgo) has none; `make libs` fetches the copies the tests load")
+	assert.Contains(t, text, "libcuda.so.1 comes with the NVIDIA driver")
+
+	// A loaded library gets no hint.
+	assert.Empty(t, gather(fakeSources()).NCCL.Hint)
+}
