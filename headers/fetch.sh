@@ -16,7 +16,7 @@
 #                                       the nvidia-nccl-cu12 wheel (NCCL_SOURCE=debian,
 #                                       github or pypi picks one); pins it in the manifest
 #
-# Needs: apt-get and dpkg-deb (Debian's own), go, gcc, patchelf (for libs).
+# Needs: apt-get and dpkg-deb (Debian's own) and go.
 # Cache: $NCCLGO_CACHE, default ${XDG_CACHE_HOME:-$HOME/.cache}/ncclgo (the Makefile
 # exports the same rule). NCCLGO_KEEP_DEBS=1 keeps the downloaded .debs.
 set -euo pipefail
@@ -132,7 +132,7 @@ fetch_kind() {
 		local got
 		got="$(sha "$dest")"
 		[ "$got" = "$sum" ] || die "$set: $file has sha256 $got, manifest pins $sum"
-		if [ "$kind" = lib ]; then prepare_lib "$set" "$dir" "$dest"; fi
+		if [ "$kind" = lib ]; then prepare_lib "$set" "$dir" "$dest" || die "$set: preparing $dest failed"; fi
 		touch "$dir/.verified"
 	done <"$manifest"
 }
@@ -150,14 +150,15 @@ prepare_lib() {
 	soname="$(cd "$here/.." && go run ./headers/patchlib -soname "$file")"
 	case "$set" in
 	nccl-*)
-		command -v patchelf >/dev/null || die "patchelf is needed to prepare $set (sudo apt-get install patchelf)"
+		# Debian's libnccl references six C23 functions of glibc 2.38; bookworm has 2.36.
+		# patchlib renames each reference to the classic function (the same for the
+		# decimal and hex input NCCL parses), clears its version and marks the GLIBC_2.38
+		# requirement weak: no patchelf, no shim library.
 		local syms="__isoc23_sscanf __isoc23_fscanf __isoc23_strtol __isoc23_strtoll __isoc23_strtoul __isoc23_strtoull"
-		gcc -shared -fPIC -O2 -o "$dir/libncclgo_glibc_shim.so" "$here/glibc_shim.c"
+		local renames="__isoc23_sscanf=sscanf,__isoc23_fscanf=fscanf,__isoc23_strtol=strtol,__isoc23_strtoll=strtoll,__isoc23_strtoul=strtoul,__isoc23_strtoull=strtoull"
 		cp "$file" "$dir/libnccl.so.2"
 		# shellcheck disable=SC2086
-		(cd "$here/.." && go run ./headers/patchlib -weak GLIBC_2.38 "$dir/libnccl.so.2" $syms)
-		patchelf --add-needed libncclgo_glibc_shim.so "$dir/libnccl.so.2"
-		patchelf --set-rpath '$ORIGIN' "$dir/libnccl.so.2"
+		(cd "$here/.." && go run ./headers/patchlib -weak GLIBC_2.38 -rename "$renames" "$dir/libnccl.so.2" $syms) || return 1
 		rm -f "$file"
 		;;
 	*)
