@@ -43,6 +43,10 @@ type Config struct {
 	// SpellingMacros are function-like macros F(x) of the header that spell a symbol name
 	// as x followed by a suffix (cuda.h: __CUDA_API_PTDS(x) is x_ptds): macro -> suffix.
 	SpellingMacros map[string]string `json:"spellingMacros"`
+	// SymbolSuffixes are suffixes a setting adds to the symbol a spelling names (cuda.h's
+	// per-thread-stream "_ptds", "_ptsz"): such a function's Go name gets the suffix in
+	// camel case (MemcpyHtoDPtds), so both forms are callable.
+	SymbolSuffixes []string `json:"symbolSuffixes"`
 	// StrictEnv names an environment variable: when it is non-empty, a layout test whose
 	// header is not cached fails instead of skipping (unless the header cannot be fetched
 	// where the test runs, see HeadersConfig.Manifest).

@@ -226,6 +226,7 @@ func TestPerSettingSymbolsGetTheirOwnNames(t *testing.T) {
 	cfg.Settings = append(cfg.Settings,
 		Setting{Name: "ptds", Defines: []string{"FAKE_PTDS"}},
 		Setting{Name: "legacy", Defines: []string{"FAKE_LEGACY"}})
+	cfg.SymbolSuffixes = []string{"_ptds"}
 	require.NoError(t, generate(cfg, root, cache, io.Discard))
 	files := readTree(t, root)
 	funcs := files[filepath.Join("raw", "fake", "zfuncs_cgo.go")]

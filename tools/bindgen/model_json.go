@@ -18,7 +18,7 @@ type modelFile struct {
 	// Comment says what the file is.
 	Comment string
 	// Config is a digest of the configuration fields that shape the model (header,
-	// include, settings, prefixes, skip, rename, spellingMacros): a model written under
+	// include, settings, prefixes, skip, rename, spellingMacros, symbolSuffixes): a model written under
 	// another configuration needs the header to be regenerated.
 	Config string
 	API    *API
@@ -36,7 +36,8 @@ func modelDigest(cfg *Config) string {
 		Skip           []Skip
 		Rename         []Rename
 		SpellingMacros map[string]string
-	}{cfg.Header, cfg.Include, cfg.Settings, cfg.Prefixes, cfg.Skip, cfg.Rename, cfg.SpellingMacros})
+		SymbolSuffixes []string `json:",omitempty"`
+	}{cfg.Header, cfg.Include, cfg.Settings, cfg.Prefixes, cfg.Skip, cfg.Rename, cfg.SpellingMacros, cfg.SymbolSuffixes})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
@@ -70,7 +71,7 @@ func decodeModel(cfg *Config, b []byte) (*API, error) {
 		return nil, fmt.Errorf("no API in the model")
 	}
 	if m.Config != modelDigest(cfg) {
-		return nil, fmt.Errorf("the model was written under another configuration of header, include, settings, prefixes, skip, rename or spellingMacros: regenerate it from the header (%s)", cfg.fetchHint())
+		return nil, fmt.Errorf("the model was written under another configuration of header, include, settings, prefixes, skip, rename, spellingMacros or symbolSuffixes: regenerate it from the header (%s)", cfg.fetchHint())
 	}
 	all := append(append([]*TypeDecl{}, m.API.Types...), m.API.External...)
 	byKey := map[string]*TypeDecl{}

@@ -298,7 +298,7 @@ func (p *parser) function(dr *cc.Declarator, where string, line, col int) {
 		return
 	}
 	name := p.cfg.goName(public)
-	for _, suf := range []string{"_ptds", "_ptsz"} {
+	for _, suf := range p.cfg.SymbolSuffixes {
 		if strings.HasSuffix(sym, suf) && !strings.HasSuffix(public, suf) {
 			name += camel(suf)
 		}
