@@ -117,11 +117,14 @@ fetch_kind() {
 			v="${v%-*}"
 			[ "$suite" = pypi ] && args=(-package "$pkg")
 			echo "fetch.sh: $set: $suite $pkg $ver -> $dest" >&2
-			if ! nvheader -source "$suite" -version "$v" -tag "$ver" "${args[@]}" -sha256 "$sum" -out "$dest" >/dev/null; then
+			local rc=0
+			nvheader -source "$suite" -version "$v" -tag "$ver" "${args[@]}" -sha256 "$sum" -out "$dest" >/dev/null || rc=$?
+			if [ "$rc" = 3 ]; then
 				unreachable+="$suite "
-				echo "fetch.sh: $set and the other $suite sets not fetched: tools/bindgen reads them from gen/snapshot (their committed snapshots)" >&2
+				echo "fetch.sh: $set and the other $suite sets not fetched ($suite cannot be reached): tools/bindgen reads them from gen/snapshot (their committed snapshots)" >&2
 				continue
 			fi
+			[ "$rc" = 0 ] || die "$set: $suite gave no nccl.h matching headers/manifest.tsv (see above)"
 			touch "$dir/.verified"
 			continue
 			;;

@@ -17,7 +17,8 @@
 //	         [-github-base URL] [-pypi-base URL]
 //
 // It writes FILE and prints one manifest line (headers/manifest.tsv) on stdout. With
-// -sha256 the result must have that checksum (a pinned line is being refetched).
+// -sha256 the result must have that checksum (a pinned line is being refetched). The exit
+// status is 3 when the source's host cannot be reached, 1 for any other failure.
 package main
 
 import (
@@ -73,10 +74,22 @@ func main() {
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "nvheader:", err)
+		var u *unreachableError
+		if errors.As(err, &u) {
+			os.Exit(3) // fetch.sh skips the source
+		}
 		os.Exit(1)
 	}
 	fmt.Println(h.manifestLine("nccl-" + o.version))
 }
+
+// unreachableError is a host that could not be reached at all (no answer, no DNS): the
+// exit status 3 tells fetch.sh to skip that source. An answer that is wrong (404, another
+// checksum) is an ordinary error.
+type unreachableError struct{ err error }
+
+func (e *unreachableError) Error() string { return e.err.Error() }
+func (e *unreachableError) Unwrap() error { return e.err }
 
 type options struct {
 	source, version, tag, pkg, gitDir string
@@ -141,7 +154,7 @@ func fetch(o options) (*header, error) {
 func get(c *http.Client, url string) ([]byte, error) {
 	resp, err := c.Get(url)
 	if err != nil {
-		return nil, err
+		return nil, &unreachableError{err}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
