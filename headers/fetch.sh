@@ -121,7 +121,7 @@ fetch_kind() {
 			nvheader -source "$suite" -version "$v" -tag "$ver" "${args[@]}" -sha256 "$sum" -out "$dest" >/dev/null || rc=$?
 			if [ "$rc" = 3 ]; then
 				unreachable+="$suite "
-				echo "fetch.sh: $set and the other $suite sets not fetched ($suite cannot be reached): tools/bindgen reads them from gen/snapshot (their committed snapshots)" >&2
+				echo "fetch.sh: $set and the other $suite sets not fetched ($suite cannot be reached from here): tools/bindgen reads them from gen/snapshot (their committed snapshots)" >&2
 				continue
 			fi
 			[ "$rc" = 0 ] || die "$set: $suite gave no nccl.h matching headers/manifest.tsv (see above)"

@@ -18,7 +18,7 @@
 //
 // It writes FILE and prints one manifest line (headers/manifest.tsv) on stdout. With
 // -sha256 the result must have that checksum (a pinned line is being refetched). The exit
-// status is 3 when the source's host cannot be reached, 1 for any other failure.
+// status is 3 when a file could not be had from the source's host, 1 for any other failure.
 package main
 
 import (
@@ -83,9 +83,9 @@ func main() {
 	fmt.Println(h.manifestLine("nccl-" + o.version))
 }
 
-// unreachableError is a host that could not be reached at all (no answer, no DNS): the
-// exit status 3 tells fetch.sh to skip that source. An answer that is wrong (404, another
-// checksum) is an ordinary error.
+// unreachableError is a file that could not be had from its host (no answer, no DNS, an
+// HTTP error status): the exit status 3 tells fetch.sh to skip that source. Content that
+// is wrong (another checksum, a Makefile without the nccl.h rule) is an ordinary error.
 type unreachableError struct{ err error }
 
 func (e *unreachableError) Error() string { return e.err.Error() }
@@ -158,7 +158,9 @@ func get(c *http.Client, url string) ([]byte, error) {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+		// Proxies and firewalls answer for hosts a machine may not reach (403, 407, 502):
+		// like no answer at all, the source is skipped by fetch.sh.
+		return nil, &unreachableError{fmt.Errorf("GET %s: %s", url, resp.Status)}
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<30))
 	if err != nil {
