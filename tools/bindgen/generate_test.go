@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -288,4 +290,23 @@ func TestGenerationFromTheCommittedModelEqualsGenerationFromHeaders(t *testing.T
 	require.NoError(t, generate(cfg, root, t.TempDir(), &out))
 	assert.Contains(t, out.String(), "fake-1.0 not cached: the package is generated from the committed model gen/snapshot/fake-1.0.api.json")
 	assert.Equal(t, want, readTree(t, root))
+}
+
+// The model file holds the whole API: decoding what was encoded gives it back.
+func TestModelRoundTrips(t *testing.T) {
+	cfg, root, cache := fakeSetup(t, "")
+	api, err := parseSet(cfg, root, cache, cfg.Target())
+	require.NoError(t, err)
+	b, err := encodeModel(cfg, api)
+	require.NoError(t, err)
+	back, err := decodeModel(cfg, b)
+	require.NoError(t, err)
+	b2, err := encodeModel(cfg, back)
+	require.NoError(t, err)
+	assert.Equal(t, string(b), string(b2))
+	assert.Equal(t, len(api.Funcs), len(back.Funcs))
+	assert.Equal(t, len(api.Types), len(back.Types))
+	var generic struct{ API map[string]json.RawMessage }
+	require.NoError(t, json.Unmarshal(b, &generic))
+	assert.Len(t, generic.API, reflect.TypeOf(API{}).NumField(), "every field of API is in the file")
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"reflect"
 )
 
 // The API model of the generated header set is committed next to its snapshot as
@@ -50,12 +51,55 @@ func encodeModel(cfg *Config, api *API) ([]byte, error) {
 			d.Parent = declKey(d.ParentDecl)
 		}
 	}
+	// One JSON value per line for each function, type, enumerator and macro: the file
+	// stays small and a change shows as a changed line.
 	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetIndent("", " ")
-	enc.SetEscapeHTML(false)
-	err := enc.Encode(modelFile{Comment: fmt.Sprintf(modelComment, api.Header, api.Set), Config: modelDigest(cfg), API: api})
-	return b.Bytes(), err
+	line := func(v any) error {
+		var e bytes.Buffer
+		enc := json.NewEncoder(&e)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(v); err != nil {
+			return err
+		}
+		b.Write(bytes.TrimRight(e.Bytes(), "\n"))
+		return nil
+	}
+	b.WriteString("{\n \"Comment\": ")
+	if err := line(fmt.Sprintf(modelComment, api.Header, api.Set)); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(&b, ",\n \"Config\": %q,\n \"API\": {", modelDigest(cfg))
+	// Every field of API, by reflection, so a field added to the model is never left out.
+	v := reflect.ValueOf(api).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		f := v.Field(i)
+		fmt.Fprintf(&b, "\n  %q: ", v.Type().Field(i).Name)
+		if f.Kind() != reflect.Slice || f.IsNil() {
+			if err := line(f.Interface()); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		b.WriteString("[")
+		for j := 0; j < f.Len(); j++ {
+			if j > 0 {
+				b.WriteString(",")
+			}
+			b.WriteString("\n   ")
+			if err := line(f.Index(j).Interface()); err != nil {
+				return nil, err
+			}
+		}
+		if f.Len() > 0 {
+			b.WriteString("\n  ")
+		}
+		b.WriteString("]")
+	}
+	b.WriteString("\n }\n}\n")
+	return b.Bytes(), nil
 }
 
 // decodeModel reads a model file and relinks what JSON cannot hold (parents of nested
