@@ -1,10 +1,12 @@
 # ncclgo: see README.md. `make test` is the test command (CI runs it through .ci/run).
 SHELL := /bin/bash
 GO ?= go
-export NCCLGO_CACHE ?= $(HOME)/.cache/ncclgo
+# The one rule for the cache folder (headers/fetch.sh, tools/bindgen and the tests read
+# NCCLGO_CACHE): $NCCLGO_CACHE, else $XDG_CACHE_HOME/ncclgo, else ~/.cache/ncclgo.
+export NCCLGO_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ncclgo
 NCCL ?=
 
-.PHONY: all headers libs generate check-generated test test-load test-short bench lint kernels kernels-check gpu-bundle gpu-rehearsal clean
+.PHONY: all headers libs generate check-generated tidy-check test test-load test-short bench lint kernels kernels-check gpu-bundle gpu-rehearsal clean
 
 all: lint test
 
@@ -26,14 +28,18 @@ generate: headers
 
 ## check-generated: regenerate and fail on any difference from what is committed
 check-generated: generate
-	@git diff --exit-code --stat -- raw gen kernels || { echo "generated files are stale: run make generate and commit" >&2; exit 1; }
-	@test -z "$$(git status --porcelain -- raw gen)" || { git status --porcelain -- raw gen; echo "generate left untracked files" >&2; exit 1; }
+	@git diff --exit-code --stat -- raw gen kernels docs || { echo "generated files are stale: run make generate and commit" >&2; exit 1; }
+	@test -z "$$(git status --porcelain -- raw gen docs)" || { git status --porcelain -- raw gen docs; echo "generate left untracked files" >&2; exit 1; }
 
-## test: everything CI checks: lint, fresh generated code, tests with -race, no-cgo build, gpu-tagged code compiles.
+## tidy-check: fail when go.mod or go.sum is not what `go mod tidy` makes
+tidy-check:
+	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy and commit" >&2; exit 1; }
+
+## test: everything CI checks: lint, tidy go.mod, fresh generated code, tests with -race, no-cgo build, gpu-tagged code compiles.
 ## NCCLGO_STRICT=1 makes a test fail where it would skip for a missing library, header, cache entry or tool;
 ## tools/testreport keeps go test's closing lines and ends the log with the skipped tests per package.
 test: export NCCLGO_STRICT := 1
-test: lint headers libs check-generated
+test: lint tidy-check headers libs check-generated
 	set -o pipefail; $(GO) test -race -count=1 -v ./... 2>&1 | $(GO) run ./tools/testreport
 	CGO_ENABLED=0 $(GO) build ./...
 	set -o pipefail; CGO_ENABLED=0 $(GO) test -count=1 -v ./raw/... 2>&1 | $(GO) run ./tools/testreport

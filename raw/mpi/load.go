@@ -1,7 +1,7 @@
 package mpi
 
 import (
-	"github.com/ncclgo/ncclgo/raw/internal/dl"
+	"github.com/ncclgo/ncclgo/raw/dl"
 )
 
 // lib is Open MPI's libmpi, opened on first use. The generated functions resolve their

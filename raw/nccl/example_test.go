@@ -5,6 +5,7 @@ package nccl_test
 import (
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/ncclgo/ncclgo/raw/nccl"
 )
@@ -13,10 +14,10 @@ import (
 func ExampleNewConfig() {
 	c := nccl.NewConfig()
 	c.Blocking = 0 // non-blocking communicator
-	fmt.Println(c.Size, c.Magic == nccl.ApiMagic, c.Version == nccl.VersionCode)
+	fmt.Println(c.Size == uint64(unsafe.Sizeof(c)), c.Magic == nccl.ApiMagic, c.Version == nccl.VersionCode)
 	fmt.Println(c.Blocking, c.CgaClusterSize == nccl.ConfigUndefInt, c.NetName == nil)
 	// Output:
-	// 88 true true
+	// true true true
 	// 0 true true
 }
 

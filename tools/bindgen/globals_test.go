@@ -77,7 +77,7 @@ func TestScalarResultNeedsAGoResultType(t *testing.T) {
 	require.NoError(t, generate(cfg, root, cache, io.Discard))
 	funcs := readTree(t, root)[filepath.Join("raw", "fake", "zfuncs_cgo.go")]
 	assert.Contains(t, funcs, "func Status(flag int32) error {")
-	assert.Contains(t, funcs, "return resultError(Code(C._ncclgo_tramp_fakeStatus(")
+	assert.Contains(t, funcs, "return resultError(Code(C."+cfg.CPrefix+"tramp_fakeStatus(")
 }
 
 func TestEnumWithoutTagOrTypedefGivesUntypedConstants(t *testing.T) {
