@@ -4,8 +4,8 @@ package cuda
 
 import dl "github.com/ncclgo/ncclgo/raw/dl"
 
-// lib is the CUDA driver library (libcuda.so.1), opened on first use. The generated functions resolve
-// their symbols in it.
+// lib is the CUDA driver library (libcuda.so.1), opened on first use. The generated
+// functions resolve their symbols in it.
 var lib = &dl.Library{
 	Name:          "CUDA driver",
 	Header:        "cuda.h",
@@ -72,6 +72,11 @@ func LoadedVersion() (int, error) {
 // FormatVersion writes a CUDA driver version code as text: 12020 -> "12.2".
 func FormatVersion(code int) string {
 	return dl.FormatVersion(code, 1000, 10)
+}
+
+// Load opens the CUDA driver library if that was not tried yet and returns the load error, if any.
+func Load() error {
+	return lib.Load()
 }
 
 // Coverage loads the library if needed and reports, for every function of this package,

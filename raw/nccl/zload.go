@@ -4,8 +4,8 @@ package nccl
 
 import dl "github.com/ncclgo/ncclgo/raw/dl"
 
-// lib is the NCCL library (libnccl.so.2), opened on first use. The generated functions resolve
-// their symbols in it.
+// lib is the NCCL library (libnccl.so.2), opened on first use. The generated functions
+// resolve their symbols in it.
 var lib = &dl.Library{
 	Name:          "NCCL",
 	Header:        "nccl.h",
@@ -76,6 +76,11 @@ func FormatVersion(code int) string {
 		return dl.FormatVersion(code, 10000, 100, 1)
 	}
 	return dl.FormatVersion(code, 1000, 100, 1)
+}
+
+// Load opens the NCCL library if that was not tried yet and returns the load error, if any.
+func Load() error {
+	return lib.Load()
 }
 
 // Coverage loads the library if needed and reports, for every function of this package,

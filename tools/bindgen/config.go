@@ -16,9 +16,9 @@ type Config struct {
 	Out     string `json:"out"`     // output folder, relative to the repository root
 	Header  string `json:"header"`  // header file name inside each header set
 	Result  string `json:"result"`  // the C result type that Go returns as an error
-	// ResultType is the Go type (declared by hand in the package) that a result of a C
-	// scalar type ("result": "int", MPI's error codes) is converted to before resultError;
-	// a typedef result is its own generated type.
+	// ResultType is the Go type that a result of a C scalar type ("result": "int", MPI's
+	// error codes) is converted to before resultError (declared in zerrors.go with errors,
+	// else by hand in the package); a typedef result is its own generated type.
 	ResultType string    `json:"resultType"`
 	Sets       []string  `json:"sets"`     // header sets, oldest first; the last is the generation target
 	Include    []string  `json:"include"`  // extra include folders (our stubs), relative to the root
@@ -78,6 +78,9 @@ type LibraryConfig struct {
 	VersionName string `json:"versionName"`
 	// VersionExample is a version code shown in the doc comments (22907).
 	VersionExample int `json:"versionExample"`
+	// Doc is more of lib's doc comment: what to know about the library (which
+	// implementation the header binds, ...).
+	Doc string `json:"doc"`
 }
 
 // VersionFormat is one rule of LibraryConfig.VersionFormats.
@@ -88,7 +91,8 @@ type VersionFormat struct {
 
 // ErrorsConfig says how the result type becomes a Go error.
 type ErrorsConfig struct {
-	// Success is the enumerator meaning success; default: the one whose value is 0.
+	// Success is the enumerator (or macro, for a scalar result) meaning success; default:
+	// the enumerator of the result type whose value is 0.
 	Success string `json:"success"`
 	// Message are functions describing a result, joined with ": " in Error():
 	// `const char *f(R)` or `R f(R, const char **)`. Without them, or when none answers,
@@ -102,6 +106,12 @@ type ErrorsConfig struct {
 	Detail string `json:"detail"`
 	// NoDetail are results for which Detail is not read (e.g. an in-progress result).
 	NoDetail []string `json:"noDetail"`
+	// Buffer is the macro giving the length of the text buffer of a message function of
+	// the form `R f(R, char *buf, int *len)` (MPI_Error_string and MPI_MAX_ERROR_STRING).
+	Buffer string `json:"buffer"`
+	// Doc is the doc comment of the result type when the generator declares it (a
+	// scalar result: resultType); default: a sentence from the config.
+	Doc string `json:"doc"`
 }
 
 // HeadersConfig is where the header sets live: Dir (with "{set}" replaced by the set

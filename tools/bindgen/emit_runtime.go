@@ -17,13 +17,16 @@ func (g *goPkg) reserved() []string {
 	if g.cfg.Library != nil {
 		n = append(n, "ErrLibraryNotFound", "ErrSymbolNotFound", "ErrNeedsCgo", "ErrAlreadyLoaded",
 			"SymbolError", "LoadError", "LoadInfo", "Attempt", "SymbolStatus",
-			"SetLibraryPath", "LibraryInfo", "LoadedVersion", "Coverage")
+			"SetLibraryPath", "LibraryInfo", "LoadedVersion", "Coverage", "Load")
 		if len(g.cfg.Library.VersionFormats) > 0 {
 			n = append(n, "FormatVersion")
 		}
 	}
 	if e := g.cfg.Errors; e != nil && e.Detail != "" {
 		n = append(n, "Error")
+	}
+	if g.cfg.Errors != nil && g.scalarResult() {
+		n = append(n, g.cfg.ResultType)
 	}
 	return n
 }
@@ -69,8 +72,15 @@ func (g *goPkg) emitLoad() *jen.File {
 		fields = append(fields, jen.Id("FormatVersion").Op(":").Func().Params(jen.Id("code").Int()).String().Block(
 			jen.Return(jen.Lit(vn+" ").Op("+").Id("FormatVersion").Call(jen.Id("code")))))
 	}
-	f.Comment(fmt.Sprintf("lib is the %s library (%s), opened on first use. The generated functions resolve", l.Name, strings.Join(l.Sonames, ", ")))
-	f.Comment("their symbols in it.")
+	doc := fmt.Sprintf("lib is the %s library (%s), opened on first use. The generated functions resolve their symbols in it", l.Name, strings.Join(l.Sonames, ", "))
+	if len(g.api.Globals) > 0 {
+		doc += ", and the global-address accessors the library globals"
+	}
+	doc += "."
+	if l.Doc != "" {
+		doc += "\n\n" + l.Doc
+	}
+	comment(f, wrap(doc, 90))
 	f.Var().Id("lib").Op("=").Op("&").Qual(dlPath, "Library").Custom(jen.Options{Open: "{", Close: "}", Separator: ",", Multi: true}, fields...)
 
 	search := []string{}
@@ -146,8 +156,18 @@ func (g *goPkg) emitLoad() *jen.File {
 		}
 		f.Func().Id("FormatVersion").Params(jen.Id("code").Int()).String().Block(body...)
 	}
-	comment(f, "Coverage loads the library if needed and reports, for every function of this package,\nwhether the loaded library exports it, with the first pinned header version that declares\nit. The error is the load error when no library could be loaded.")
-	f.Func().Id("Coverage").Params().Params(jen.Index().Id("SymbolStatus"), jen.Error()).Block(jen.Return(jen.Id("lib").Dot("Coverage").Call(jen.Id("symbols"))))
+	comment(f, fmt.Sprintf("Load opens the %s library if that was not tried yet and returns the load error, if any.", name))
+	f.Func().Id("Load").Params().Error().Block(jen.Return(jen.Id("lib").Dot("Load").Call()))
+	syms := jen.Id("symbols")
+	what := "function"
+	if len(g.api.Globals) > 0 {
+		syms = jen.Append(jen.Append(jen.Index().Op("*").Qual(dlPath, "Symbol").Values(), jen.Id("symbols").Op("...")), jen.Id("globalSymbols").Op("..."))
+		what = "function and every global"
+	}
+	comment(f, wrap(fmt.Sprintf("Coverage loads the library if needed and reports, for every %s of this package, "+
+		"whether the loaded library exports it, with the first pinned header version that declares it. "+
+		"The error is the load error when no library could be loaded.", what), 90))
+	f.Func().Id("Coverage").Params().Params(jen.Index().Id("SymbolStatus"), jen.Error()).Block(jen.Return(jen.Id("lib").Dot("Coverage").Call(syms)))
 	return f
 }
 
@@ -192,13 +212,28 @@ func isCharPtr(t *CType) bool {
 	return t != nil && t.Kind == Pointer && t.Elem.Kind == Scalar && t.Elem.Name == "char"
 }
 
+// scalarResult reports whether the result type is a C scalar (MPI's int error codes),
+// whose Go type (resultType) the package declares itself or zerrors.go declares.
+func (g *goPkg) scalarResult() bool { return scalarGo[g.cfg.Result] != "" }
+
 // emitErrors writes zerrors.go.
 func (g *goPkg) emitErrors() (*jen.File, error) {
 	e := g.cfg.Errors
-	resType := &CType{Kind: Named, Name: g.cfg.Result}
-	res := g.goTypeName(resType)
+	res := g.goTypeName(&CType{Kind: Named, Name: g.cfg.Result})
+	// rArg is r as the functions' parameter of the result type.
+	rArg := func() *jen.Statement { return jen.Id("r") }
+	if g.scalarResult() {
+		res = g.cfg.ResultType
+		rArg = func() *jen.Statement { return jen.Id(scalarGo[g.cfg.Result]).Call(jen.Id("r")) }
+	}
 	if res == "" {
 		return nil, fmt.Errorf("errors: result type %s is not a type of the header: write resultError by hand and leave errors out", g.cfg.Result)
+	}
+	isRes := func(t *CType) bool {
+		if g.scalarResult() {
+			return t != nil && t.Kind == Scalar && t.Name == g.cfg.Result
+		}
+		return g.goTypeName(t) == res
 	}
 	success := ""
 	for _, v := range g.api.Enums {
@@ -207,8 +242,26 @@ func (g *goPkg) emitErrors() (*jen.File, error) {
 			break
 		}
 	}
+	if success == "" && e.Success != "" {
+		for _, c := range g.api.Consts {
+			if c.Name == e.Success && (c.Kind == ConstInt || c.Kind == ConstUint) {
+				success = c.GoName
+			}
+		}
+	}
 	if success == "" {
 		return nil, fmt.Errorf("errors: no success enumerator of %s (set errors.success)", g.cfg.Result)
+	}
+	buffer := ""
+	if e.Buffer != "" {
+		for _, c := range g.api.Consts {
+			if c.Name == e.Buffer && (c.Kind == ConstInt || c.Kind == ConstUint) {
+				buffer = c.GoName
+			}
+		}
+		if buffer == "" {
+			return nil, fmt.Errorf("errors: buffer %s is not an integer macro of the header", e.Buffer)
+		}
 	}
 	number := e.Number
 	if number == "" {
@@ -217,7 +270,14 @@ func (g *goPkg) emitErrors() (*jen.File, error) {
 	pkg := g.cfg.Package
 	f := jen.NewFile(pkg)
 	g.header(f)
-
+	if g.scalarResult() {
+		doc := e.Doc
+		if doc == "" {
+			doc = fmt.Sprintf("%s is what a function returns (%s in %s): %s or another code. It is an error.", res, g.cfg.Result, g.cfg.Header, success)
+		}
+		comment(f, wrap(doc, 90))
+		f.Type().Id(res).Id(scalarGo[g.cfg.Result])
+	}
 	var describe []jen.Code
 	var used []string
 	for _, name := range e.Message {
@@ -228,18 +288,27 @@ func (g *goPkg) emitErrors() (*jen.File, error) {
 		used = append(used, fn.Symbol)
 		s := fn.Sig
 		switch {
-		case isCharPtr(s.Result) && len(s.Params) == 1 && g.goTypeName(s.Params[0].Type) == res:
-			describe = append(describe, jen.If(jen.List(jen.Id("s"), jen.Err()).Op(":=").Id(fn.GoName).Call(jen.Id("r")),
+		case isCharPtr(s.Result) && len(s.Params) == 1 && isRes(s.Params[0].Type):
+			describe = append(describe, jen.If(jen.List(jen.Id("s"), jen.Err()).Op(":=").Id(fn.GoName).Call(rArg()),
 				jen.Err().Op("==").Nil().Op("&&").Id("s").Op("!=").Lit("")).Block(
 				jen.Id("parts").Op("=").Append(jen.Id("parts"), jen.Id("s"))))
-		case g.goTypeName(s.Result) == res && len(s.Params) == 2 && g.goTypeName(s.Params[0].Type) == res &&
+		case isRes(s.Result) && len(s.Params) == 2 && isRes(s.Params[0].Type) &&
 			s.Params[1].Type.Kind == Pointer && isCharPtr(s.Params[1].Type.Elem):
 			describe = append(describe, jen.Block(
 				jen.Var().Id("p").Op("*").Byte(),
-				jen.If(jen.Id(fn.GoName).Call(jen.Id("r"), jen.Op("&").Id("p")).Op("==").Nil().Op("&&").Id("p").Op("!=").Nil()).Block(
+				jen.If(jen.Id(fn.GoName).Call(rArg(), jen.Op("&").Id("p")).Op("==").Nil().Op("&&").Id("p").Op("!=").Nil()).Block(
 					jen.Id("parts").Op("=").Append(jen.Id("parts"), jen.Qual(dlPath, "GoString").Call(jen.Id("p"))))))
+		case buffer != "" && isRes(s.Result) && len(s.Params) == 3 && isRes(s.Params[0].Type) && isCharPtr(s.Params[1].Type) &&
+			s.Params[2].Type.Kind == Pointer && s.Params[2].Type.Elem.Kind == Scalar && s.Params[2].Type.Elem.Name == "int":
+			// R f(R code, char *buf, int *len): the text in a buffer of the config's size.
+			describe = append(describe, jen.Block(
+				jen.Var().Id("buf").Index(jen.Id(buffer)).Byte(),
+				jen.Var().Id("n").Int32(),
+				jen.If(jen.Id(fn.GoName).Call(rArg(), jen.Op("&").Id("buf").Index(jen.Lit(0)), jen.Op("&").Id("n")).Op("==").Nil().
+					Op("&&").Id("n").Op(">").Lit(0).Op("&&").Int().Call(jen.Id("n")).Op("<=").Len(jen.Id("buf"))).Block(
+					jen.Id("parts").Op("=").Append(jen.Id("parts"), jen.String().Call(jen.Id("buf").Index(jen.Empty(), jen.Id("n")))))))
 		default:
-			return nil, fmt.Errorf("errors: message function %s must be const char *f(%s) or %s f(%s, const char **)", name, g.cfg.Result, g.cfg.Result, g.cfg.Result)
+			return nil, fmt.Errorf("errors: message function %s must be const char *f(%s), %s f(%s, const char **) or, with errors.buffer, %s f(%s, char *, int *)", name, g.cfg.Result, g.cfg.Result, g.cfg.Result, g.cfg.Result, g.cfg.Result)
 		}
 	}
 	doc := fmt.Sprintf("Error makes a %s an error. ", res)
