@@ -20,7 +20,7 @@ import (
 func TestCommittedOutputIsFresh(t *testing.T) {
 	repo, err := filepath.Abs("../..")
 	require.NoError(t, err)
-	for _, name := range []string{"nccl.json", "cuda.json"} {
+	for _, name := range []string{"nccl.json", "cuda.json", "mpi.json"} {
 		t.Run(name, func(t *testing.T) {
 			cfg, err := loadConfig(filepath.Join(repo, "gen", name))
 			require.NoError(t, err)
