@@ -4,7 +4,7 @@ GO ?= go
 export NCCLGO_CACHE ?= $(HOME)/.cache/ncclgo
 NCCL ?=
 
-.PHONY: all headers libs generate check-generated test test-short bench lint kernels kernels-check gpu-bundle clean
+.PHONY: all headers libs kernel-inputs generate check-generated test test-short bench lint kernels kernels-check gpu-bundle clean
 
 all: lint test
 
@@ -29,8 +29,9 @@ check-generated: generate
 	@git diff --exit-code --stat -- raw gen kernels || { echo "generated files are stale: run make generate and commit" >&2; exit 1; }
 	@test -z "$$(git status --porcelain -- raw gen)" || { git status --porcelain -- raw gen; echo "generate left untracked files" >&2; exit 1; }
 
-## test: everything CI checks: lint, fresh generated code, tests with -race, no-cgo build, gpu-tagged code compiles
-test: lint headers libs check-generated
+## test: everything CI checks: lint, fresh generated code, tests with -race (the kernel checks included), no-cgo build, gpu-tagged code compiles
+test: export NCCLGO_STRICT := 1
+test: lint headers libs kernel-inputs check-generated
 	$(GO) test -race -count=1 ./...
 	CGO_ENABLED=0 $(GO) build ./...
 	CGO_ENABLED=0 $(GO) test -count=1 ./raw/...
@@ -53,9 +54,14 @@ lint:
 kernels:
 	kernels/build.sh ptx
 
-## kernels-check: assemble the committed PTX with ptxas for sm_80 and sm_90, fail if stale
-kernels-check:
-	kernels/build.sh check
+## kernel-inputs: fetch what the kernel checks need: ptxas 11.8, CUDA's fp16/bf16 headers, libcu++'s <nv/target>
+kernel-inputs:
+	headers/fetch.sh kernels
+
+## kernels-check: the kernel checks alone, no nvcc (make test runs them too): the PTX is add.cu's, ptxas assembles it
+## for every sm_8x/sm_9x with warnings as errors, add.cu run on the CPU gives the Go reference's bits
+kernels-check: kernel-inputs
+	NCCLGO_STRICT=1 $(GO) test -count=1 -run '^(TestPTX|TestKernelHostEmulation)' ./kernels/
 
 ## gpu-bundle: build everything a GPU run needs into gpu-bundle/ (see docs/gpu.md)
 gpu-bundle:

@@ -141,11 +141,116 @@ add_nccl() {
 	echo "fetch.sh: pinned nccl-$v ($ver from $suite) in headers/manifest.tsv; now add it to gen/ and run make generate" >&2
 }
 
+# --- kernel checks (kernels/): ptxas, CUDA's fp16/bf16 headers, libcu++'s <nv/target> -------
+#   headers/fetch.sh kernels   fetch the manifest's "tool" and "include" sets (make kernel-inputs)
+# A "tool" file is cached as <cache>/tool/<set>/<file name>, an "include" file as
+# <cache>/include/<set>/<its path below usr/include>; every file of a set comes from one package.
+# Each .deb is read once for all the files taken from it, and deleted as soon as every set of
+# the manifest that comes from it is verified (so the nvidia-cuda-dev .deb that the cuda
+# header set also reads goes once both are cached).
+
+# kernel_sources: the private source list with bookworm main too (libcu++-dev is there).
+kernel_sources() {
+	apt_update
+	grep -q " bookworm main\$" "$apt_dir/sources.list" && return 0
+	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror bookworm main" >>"$apt_dir/sources.list"
+	# shellcheck disable=SC2046
+	apt-get $(apt_opts) update >"$apt_dir/update.log" 2>&1 || {
+		cat "$apt_dir/update.log" >&2
+		die "apt-get update against $mirror (bookworm main) failed"
+	}
+}
+
+# kernel_deb_file PACKAGE VERSION: the cached .deb of PACKAGE VERSION (any architecture), if any.
+kernel_deb_file() {
+	local f
+	for f in "$apt_dir/debs/${1}_${2//:/%3a}_"*.deb; do
+		[ -s "$f" ] && echo "$f" && return 0
+	done
+	return 0
+}
+
+set_verified() { [ -f "$cache/$1/$2/.verified" ]; }
+
+# prune_deb PACKAGE VERSION: delete the cached .deb unless a set of the manifest that comes
+# from it is not verified yet.
+prune_deb() {
+	local pkg="$1" ver="$2" kind set p v f
+	while IFS=$'\t' read -r kind set p _ _ v _; do
+		case "$kind" in '#'* | '') continue ;; esac
+		if [ "$p" = "$pkg" ] && [ "$v" = "$ver" ] && ! set_verified "$kind" "$set"; then return 0; fi
+	done <"$manifest"
+	f="$(kernel_deb_file "$pkg" "$ver")"
+	if [ -n "$f" ]; then
+		rm -f "$f"
+		echo "fetch.sh: deleted $(basename "$f"): every set taken from it is cached" >&2
+	fi
+}
+
+# kernel_extract PACKAGE VERSION LINES: extract, verify and cache the files of LINES
+# ("kind<TAB>set<TAB>file<TAB>sha256", one a line) from one .deb, in one pass.
+kernel_extract() {
+	local pkg="$1" ver="$2" lines="$3" d tmp kind set file sum got dest
+	d="$(kernel_deb_file "$pkg" "$ver")"
+	if [ -z "$d" ]; then
+		kernel_sources
+		deb "$pkg" "$ver" >/dev/null
+		d="$(kernel_deb_file "$pkg" "$ver")"
+		[ -n "$d" ] || die "$pkg $ver: apt-get download left no .deb in $apt_dir/debs"
+	fi
+	local -a members=() sets=()
+	while IFS=$'\t' read -r kind set file sum; do
+		members+=("./$file")
+		[[ " ${sets[*]} " == *" $kind/$set "* ]] || sets+=("$kind/$set")
+	done <<<"$lines"
+	echo "fetch.sh: ${sets[*]}: ${#members[@]} files from $pkg $ver" >&2
+	tmp="$(mktemp -d)"
+	dpkg-deb --fsys-tarfile "$d" | tar -x -C "$tmp" "${members[@]}" || { rm -rf "$tmp"; die "$pkg $ver: extracting ${members[*]} failed"; }
+	for set in "${sets[@]}"; do rm -rf "$cache/$set.partial"; done
+	while IFS=$'\t' read -r kind set file sum; do
+		got="$(sha "$tmp/$file")"
+		[ "$got" = "$sum" ] || { rm -rf "$tmp"; die "$set: $file has sha256 $got, manifest pins $sum"; }
+		case "$kind" in
+		tool) dest="$cache/tool/$set.partial/$(basename "$file")" ;;
+		*) dest="$cache/include/$set.partial/${file#usr/include/}" ;;
+		esac
+		mkdir -p "$(dirname "$dest")"
+		mv "$tmp/$file" "$dest"
+	done <<<"$lines"
+	rm -rf "$tmp"
+	for set in "${sets[@]}"; do
+		rm -rf "${cache:?}/$set"
+		mv "$cache/$set.partial" "$cache/$set"
+		touch "$cache/$set/.verified"
+	done
+}
+
+# fetch_kernel_inputs: every "tool" and "include" set of the manifest.
+fetch_kernel_inputs() {
+	local -A todo=()
+	local kind set pkg suite comp ver file sum key pkgs=""
+	while IFS=$'\t' read -r kind set pkg suite comp ver file sum; do
+		case "$kind" in tool | include) ;; *) continue ;; esac
+		pkgs+="$pkg"$'\t'"$ver"$'\n'
+		set_verified "$kind" "$set" && continue
+		todo["$pkg"$'\t'"$ver"]+="$kind"$'\t'"$set"$'\t'"$file"$'\t'"$sum"$'\n'
+	done <"$manifest"
+	while IFS= read -r key; do
+		[ -n "$key" ] || continue
+		kernel_extract "${key%%$'\t'*}" "${key#*$'\t'}" "${todo[$key]%$'\n'}"
+	done <<<"$(printf '%s\n' "${!todo[@]}" | sort)"
+	while IFS=$'\t' read -r pkg ver; do
+		[ -n "$pkg" ] && prune_deb "$pkg" "$ver"
+	done <<<"$(printf '%s' "$pkgs" | sort -u)"
+}
+# --- end of kernel checks -----------------------------------------------------------------
+
 case "${1:-}" in
 headers) fetch_kind header ;;
 libs) fetch_kind lib ;;
 all) fetch_kind header && fetch_kind lib ;;
 add) add_nccl && fetch_kind header ;;
+kernels) fetch_kernel_inputs ;;
 path) echo "$cache/${2:?kind}/${3:?set}" ;;
 *) sed -n '2,13p' "$0" >&2; exit 2 ;;
 esac
