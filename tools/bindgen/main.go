@@ -20,6 +20,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -211,6 +212,13 @@ func (g *goPkg) write(dir string) error {
 		"zfuncs_cgo.go":   cgoFile,
 		"zfuncs_nocgo.go": nocgoFile,
 		"zlayout_test.go": layout,
+	}
+	if g.cfg.Batch != nil {
+		batch, err := g.emitBatch()
+		if err != nil {
+			return fmt.Errorf("batch: %w", err)
+		}
+		maps.Copy(files, batch)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
