@@ -124,18 +124,23 @@ func (b *Batch) Result(i int) (Result, bool) {
 	return Result(b.recs[i].result), true
 }
 
-// add resolves a function and appends a record of it, to be filled by the caller.
+// add resolves a function and appends a record of it, to be filled by the caller. The
+// slice grows only when full; a reused record keeps stale arguments past the op's own,
+// which the C side never reads.
 func (b *Batch) add(sym *dl.Symbol, op uint32) (*batchRecord, error) {
 	fp, err := lib.Resolve(sym)
 	if err != nil {
 		return nil, err
 	}
-	b.recs = append(b.recs, batchRecord{
-		fp:     fp,
-		op:     op,
-		result: batchNotRun,
-	})
-	return &b.recs[len(b.recs)-1], nil
+	n := len(b.recs)
+	if n == cap(b.recs) {
+		b.recs = append(b.recs, batchRecord{})
+	} else {
+		b.recs = b.recs[:n+1]
+	}
+	r := &b.recs[n]
+	r.fp, r.op, r.result = fp, op, batchNotRun
+	return r, nil
 }
 
 // failure fills the Batch's error for the failing record i.

@@ -242,14 +242,21 @@ Reset (copy the value to keep it longer).`, orNone(g.cfg.Batch.Detail), resType,
 		),
 		jen.Return(jen.Id(resType).Call(jen.Id("b").Dot("recs").Index(jen.Id("i")).Dot("result")), jen.True()),
 	)
-	common.Comment("add resolves a function and appends a record of it, to be filled by the caller.")
+	common.Comment("add resolves a function and appends a record of it, to be filled by the caller. The")
+	common.Comment("slice grows only when full; a reused record keeps stale arguments past the op's own,")
+	common.Comment("which the C side never reads.")
 	common.Func().Params(jen.Id("b").Op("*").Id("Batch")).Id("add").Params(jen.Id("sym").Op("*").Qual(dlPath, "Symbol"), jen.Id("op").Uint32()).Params(jen.Op("*").Id("batchRecord"), jen.Error()).Block(
 		jen.List(jen.Id("fp"), jen.Err()).Op(":=").Id("lib").Dot("Resolve").Call(jen.Id("sym")),
 		jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Nil(), jen.Err())),
-		jen.Id("b").Dot("recs").Op("=").Append(jen.Id("b").Dot("recs"), jen.Id("batchRecord").Values(jen.Dict{
-			jen.Id("fp"): jen.Id("fp"), jen.Id("op"): jen.Id("op"), jen.Id("result"): jen.Id("batchNotRun"),
-		})),
-		jen.Return(jen.Op("&").Id("b").Dot("recs").Index(jen.Len(jen.Id("b").Dot("recs")).Op("-").Lit(1)), jen.Nil()),
+		jen.Id("n").Op(":=").Len(jen.Id("b").Dot("recs")),
+		jen.If(jen.Id("n").Op("==").Cap(jen.Id("b").Dot("recs"))).Block(
+			jen.Id("b").Dot("recs").Op("=").Append(jen.Id("b").Dot("recs"), jen.Id("batchRecord").Values()),
+		).Else().Block(
+			jen.Id("b").Dot("recs").Op("=").Id("b").Dot("recs").Index(jen.Empty(), jen.Id("n").Op("+").Lit(1)),
+		),
+		jen.Id("r").Op(":=").Op("&").Id("b").Dot("recs").Index(jen.Id("n")),
+		jen.List(jen.Id("r").Dot("fp"), jen.Id("r").Dot("op"), jen.Id("r").Dot("result")).Op("=").List(jen.Id("fp"), jen.Id("op"), jen.Id("batchNotRun")),
+		jen.Return(jen.Id("r"), jen.Nil()),
 	)
 	common.Comment("failure fills the Batch's error for the failing record i.")
 	common.Func().Params(jen.Id("b").Op("*").Id("Batch")).Id("failure").Params(jen.Id("i").Int()).Error().Block(
