@@ -44,14 +44,18 @@ var batchFuncs = [...]string{
 	"ncclScatter",
 }
 
-// Batch records calls and makes them all in one cgo crossing: Run hands the recorded
-// array to one C function that calls each function in order and stores every result. Within ncclGroupStart/ncclGroupEnd nothing reaches the GPU before ncclGroupEnd, so a whole group (a mixture-of-experts all-to-all is 2 calls per peer) can be recorded in Go and submitted in one crossing instead of one per call.
+// Batch records calls and makes them all in one cgo crossing: Run hands the recorded array
+// to one C function that calls each function in order and stores every result. Within
+// ncclGroupStart/ncclGroupEnd nothing reaches the GPU before ncclGroupEnd, so a whole
+// group (a mixture-of-experts all-to-all is 2 calls per peer) can be recorded in Go and
+// submitted in one crossing instead of one per call.
 //
-// It records GroupStart, GroupEnd, Send, Recv, AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AlltoAll, Gather and Scatter. Each method takes the same parameters as the package function of the
-// same name and only records the call (resolving the function, so a missing symbol is
-// reported here); nothing reaches the library before Run. Pointer arguments are kept as
-// addresses: they must be device memory, or host memory that is not Go memory (C or
-// pinned allocations), and stay valid until Run.
+// It records GroupStart, GroupEnd, Send, Recv, AllReduce, Broadcast, Reduce, AllGather,
+// ReduceScatter, AlltoAll, Gather and Scatter. Each method takes the same parameters as
+// the package function of the same name and only records the call (resolving the function,
+// so a missing symbol is reported here); nothing reaches the library before Run. Pointer
+// arguments are kept as addresses: they must be device memory, or host memory that is not
+// Go memory (C or pinned allocations), and stay valid until Run.
 //
 // A Batch is reused: Reset empties it, keeping its memory, so recording and running a
 // group allocates nothing once the array has grown to the group's size; Run can also run
@@ -61,13 +65,14 @@ type Batch struct {
 	err  BatchError
 }
 
-// BatchError is the first failing call of a Run: its position among the recorded calls, the
-// function, what it returned and the library's own text about it (ncclGetLastError right
-// after the call, before any later call could replace it). It unwraps to the Result, so
-// errors.Is(err, nccl.<Result>) and errors.As(err, &result) work.
+// BatchError is the first failing call of a Run: its position among the recorded calls,
+// the function, what it returned and the library's own text about it (ncclGetLastError
+// right after the call, before any later call could replace it). It unwraps to the Result,
+// so errors.Is with one of the package's Result constants and errors.As(err, &result)
+// work.
 //
-// Run returns a pointer to an error kept in the Batch: it stays valid until the next Run or
-// Reset (copy the value to keep it longer).
+// Run returns a pointer to an error kept in the Batch: it stays valid until the next Run
+// or Reset (copy the value to keep it longer).
 type BatchError struct {
 	// Index is the failing call's position among the recorded calls, from 0.
 	Index int

@@ -186,19 +186,19 @@ pinned allocations), and stay valid until Run.
 A Batch is reused: Reset empties it, keeping its memory, so recording and running a
 group allocates nothing once the array has grown to the group's size; Run can also run
 the same recorded calls again. A Batch is not safe for concurrent use.`, bc(g).Reason, joinAnd(list))
-	comment(common, doc)
+	comment(common, wrap(doc, 88))
 	common.Type().Id("Batch").Struct(
 		jen.Id("recs").Index().Id("batchRecord"),
 		jen.Id("err").Id("BatchError"),
 	)
 
-	comment(common, fmt.Sprintf(`BatchError is the first failing call of a Run: its position among the recorded calls, the
+	comment(common, wrap(fmt.Sprintf(`BatchError is the first failing call of a Run: its position among the recorded calls, the
 function, what it returned and the library's own text about it (%s right
 after the call, before any later call could replace it). It unwraps to the %s, so
-errors.Is(err, %s.<Result>) and errors.As(err, &result) work.
+errors.Is with one of the package's %s constants and errors.As(err, &result) work.
 
 Run returns a pointer to an error kept in the Batch: it stays valid until the next Run or
-Reset (copy the value to keep it longer).`, orNone(g.cfg.Batch.Detail), resType, lib))
+Reset (copy the value to keep it longer).`, orNone(g.cfg.Batch.Detail), resType, resType), 88))
 	common.Type().Id("BatchError").Struct(
 		jen.Comment("Index is the failing call's position among the recorded calls, from 0."),
 		jen.Id("Index").Int(),
