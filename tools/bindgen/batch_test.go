@@ -15,7 +15,7 @@ import (
 // back to its parameter type, and the detail call with zero arguments.
 func TestBatchEmitsARecorderAndOneCLoop(t *testing.T) {
 	cfg, root, cache := fakeSetup(t, "")
-	cfg.Batch = &BatchConfig{Functions: []string{"fakeOnDone"}, Detail: "fakeName", Reason: "for the test."}
+	cfg.Batch = &BatchConfig{Functions: []string{"fakeOnDone"}, Detail: "fakeName", Reason: "Reason-of-the-test."}
 	require.NoError(t, generate(cfg, root, cache, io.Discard))
 	files := readTree(t, filepath.Join(root, "raw", "fake"))
 	common, cgo := files["zbatch.go"], files["zbatch_cgo.go"]
@@ -29,7 +29,7 @@ func TestBatchEmitsARecorderAndOneCLoop(t *testing.T) {
 	assert.Contains(t, cgo, "(fakeHandle_t)(uintptr_t)r[i].a[0]")
 	assert.Contains(t, cgo, "(void *)(uintptr_t)r[i].a[2]")
 	assert.Contains(t, cgo, "detail)((fakeResult_t)0)", "the detail function gets zero for each parameter")
-	assert.Contains(t, common, "for the test.", "the reason is in the doc")
+	assert.Contains(t, common, "Reason-of-the-test.", "the reason is in the doc")
 
 	// Generating again gives the same bytes.
 	require.NoError(t, generate(cfg, root, cache, io.Discard))
