@@ -3,6 +3,7 @@
 package nccl
 
 import (
+	"runtime"
 	"strconv"
 	"testing"
 
@@ -62,6 +63,9 @@ func BenchmarkBatchGroup(b *testing.B) {
 			}
 		}
 		b.Run("ops="+strconv.Itoa(ops)+"/vs-raw", func(b *testing.B) {
+			// NCCL keeps the group state per thread: a raw group needs one thread.
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
 			b.ReportAllocs()
 			dltest.Compare(b, "batch", "raw", batchLoop, func(n int) {
 				for range n {

@@ -4,6 +4,7 @@ package nccl_test
 
 import (
 	"errors"
+	"runtime"
 	"testing"
 	"unsafe"
 
@@ -59,6 +60,19 @@ func groupOf(t testing.TB, b *nccl.Batch, n int) []error {
 	return nil
 }
 
+// batchName names call i of groupOf's group of n.
+func batchName(i, n int) string {
+	switch {
+	case i == 0:
+		return "GroupStart"
+	case i == n+1:
+		return "GroupEnd"
+	case i%2 == 1:
+		return "Send"
+	}
+	return "Recv"
+}
+
 func resultOf(t *testing.T, err error) nccl.Result {
 	t.Helper()
 	if err == nil {
@@ -77,6 +91,10 @@ func TestBatchGivesWhatTheRawCallsGive(t *testing.T) {
 	if !inChildWith(t, "TestBatchGivesWhatTheRawCallsGive", dltest.NCCL2297) {
 		return
 	}
+	// NCCL keeps the group state per thread: the raw calls of one group must all be made
+	// on the same thread (a Batch makes its calls in one C call, so on one thread).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	const n = 5
 	raw := groupOf(t, nil, n)
 	var firstRaw *nccl.Error
@@ -106,7 +124,7 @@ func TestBatchGivesWhatTheRawCallsGive(t *testing.T) {
 		for i, rawErr := range raw {
 			got, ran := b.Result(i)
 			assert.True(t, ran, "call %d ran", i)
-			assert.Equal(t, resultOf(t, rawErr), got, "call %d (%s)", i, []string{"GroupStart", "Send", "Recv"}[min(i, 1+(i+1)%2)])
+			assert.Equal(t, resultOf(t, rawErr), got, "call %d (%s)", i, batchName(i, n))
 		}
 	}
 	_, ran := b.Result(-1)
