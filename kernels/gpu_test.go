@@ -131,25 +131,12 @@ func TestGPUAddHandlesEveryAlignmentAndLength(t *testing.T) {
 	g := openGPU(t)
 	lengths := []int{0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 255, 256, 257, 2047, 2048, 2049, 4097, 100_003}
 	for _, k := range Kinds() {
-		size, _ := k.ElemSize()
-		per := 16 / size
 		t.Run(k.String(), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(10, uint64(k)))
-			for dOff := range per {
-				for sOff := range per {
-					for _, n := range lengths {
-						total := n + 2*per
-						dstAll := randomElems(rng, k, total)
-						srcAll := randomElems(rng, k, total)
-						got := g.addBytes(t, k, dstAll, srcAll, dOff, sOff, n)
-						want := append([]byte(nil), dstAll...)
-						refAdd(t, k, want[dOff*size:(dOff+n)*size], srcAll[sOff*size:(sOff+n)*size])
-						if !assert.Equal(t, want, got, "dst offset %d, src offset %d, n %d", dOff, sOff, n) {
-							return
-						}
-					}
-				}
-			}
+			alignmentCases(t, k, lengths, rng, func(dst, src, want []byte, doff, soff, n int) bool {
+				got := g.addBytes(t, k, dst, src, doff, soff, n)
+				return assert.Equal(t, want, got, "dst offset %d, src offset %d, n %d", doff, soff, n)
+			})
 		})
 	}
 }

@@ -176,26 +176,16 @@ func testHostEmuAlignment(t *testing.T, bin string) {
 	lengths := []int{0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 255, 256, 257, 2047, 2048, 2049, 4097, 10003}
 	grids := [][2]int{{1, 1}, {1, 3}, {2, 4}, {1, 256}, {3, 256}, {40, 256}}
 	for _, k := range Kinds() {
-		size, _ := k.ElemSize()
-		per := 16 / size
 		rng := rand.New(rand.NewPCG(11, uint64(k)))
 		var jobs []emuJob
 		var wants [][]byte
-		for doff := range per {
-			for soff := range per {
-				for _, n := range lengths {
-					total := n + 2*per
-					dst := randomElems(rng, k, total)
-					src := randomElems(rng, k, total)
-					want := append([]byte(nil), dst...)
-					refAdd(t, k, want[doff*size:(doff+n)*size], src[soff*size:(soff+n)*size])
-					for _, g := range grids {
-						jobs = append(jobs, emuJob{dst: dst, src: src, doff: doff, soff: soff, n: n, grid: g[0], block: g[1]})
-						wants = append(wants, want)
-					}
-				}
+		alignmentCases(t, k, lengths, rng, func(dst, src, want []byte, doff, soff, n int) bool {
+			for _, g := range grids {
+				jobs = append(jobs, emuJob{dst: dst, src: src, doff: doff, soff: soff, n: n, grid: g[0], block: g[1]})
+				wants = append(wants, want)
 			}
-		}
+			return true
+		})
 		got := emulate(t, bin, k, jobs)
 		for i, j := range jobs {
 			requireSameElems(t, k, fmt.Sprintf("dst offset %d, src offset %d, n %d, grid %d x %d", j.doff, j.soff, j.n, j.grid, j.block),

@@ -37,6 +37,30 @@ var (
 		0xcb800001, 0x34000000}
 )
 
+// alignmentCases calls f for every element offset of dst and src within 16 bytes
+// (doff, soff) and every length n: dst and src are random buffers of n + 2*per elements
+// (per elements in 16 bytes), want is dst with the reference sum of src[soff:soff+n]
+// in dst[doff:doff+n]. It stops when f returns false.
+func alignmentCases(t testing.TB, k Kind, lengths []int, rng *rand.Rand, f func(dst, src, want []byte, doff, soff, n int) bool) {
+	t.Helper()
+	size, err := k.ElemSize()
+	require.NoError(t, err)
+	per := 16 / size
+	for doff := range per {
+		for soff := range per {
+			for _, n := range lengths {
+				dst := randomElems(rng, k, n+2*per)
+				src := randomElems(rng, k, n+2*per)
+				want := append([]byte(nil), dst...)
+				refAdd(t, k, want[doff*size:(doff+n)*size], src[soff*size:(soff+n)*size])
+				if !f(dst, src, want, doff, soff, n) {
+					return
+				}
+			}
+		}
+	}
+}
+
 func randomElems(rng *rand.Rand, k Kind, n int) []byte {
 	size, _ := k.ElemSize()
 	b := make([]byte, n*size)
