@@ -98,18 +98,16 @@ static int _ncclgo_batch_run(_ncclgo_batch_rec *r, int n, int stop, uintptr_t de
 */
 import "C"
 
-// Run makes every recorded call, in order, in one cgo crossing, whatever the earlier ones
-// returned: inside a group NCCL defers errors to ncclGroupEnd, which must still be called.
-// It returns nil when all succeeded, else a *BatchError for the first failing call; Result
-// gives each call's own result. An empty Batch returns nil at once.
-func (b *Batch) Run() error {
+// run makes the recorded calls in one crossing; with stop non-zero it stops at the first
+// failure.
+func (b *Batch) run(stop C.int) error {
 	if len(b.recs) == 0 {
 		return nil
 	}
 	b.err.detail[0] = 0
 	// A library without the detail function still runs the batch.
 	dfp, _ := lib.Resolve(&_sym_ncclGetLastError)
-	i := int(C._ncclgo_batch_run((*C._ncclgo_batch_rec)(unsafe.Pointer(&b.recs[0])), C.int(len(b.recs)), 0, C.uintptr_t(dfp), (*C.char)(unsafe.Pointer(&b.err.detail[0])), batchDetailLen))
+	i := int(C._ncclgo_batch_run((*C._ncclgo_batch_rec)(unsafe.Pointer(&b.recs[0])), C.int(len(b.recs)), stop, C.uintptr_t(dfp), (*C.char)(unsafe.Pointer(&b.err.detail[0])), batchDetailLen))
 	switch {
 	case i == -1:
 		return nil
@@ -119,21 +117,16 @@ func (b *Batch) Run() error {
 	return b.failure(i)
 }
 
+// Run makes every recorded call, in order, in one cgo crossing, whatever the earlier ones
+// returned: inside a group NCCL defers errors to ncclGroupEnd, which must still be called.
+// It returns nil when all succeeded, else a *BatchError for the first failing call; Result
+// gives each call's own result. An empty Batch returns nil at once.
+func (b *Batch) Run() error {
+	return b.run(0)
+}
+
 // RunUntilFailure is Run, except that it stops at the first failing call: the calls after it
 // are not made (Result reports them not run).
 func (b *Batch) RunUntilFailure() error {
-	if len(b.recs) == 0 {
-		return nil
-	}
-	b.err.detail[0] = 0
-	// A library without the detail function still runs the batch.
-	dfp, _ := lib.Resolve(&_sym_ncclGetLastError)
-	i := int(C._ncclgo_batch_run((*C._ncclgo_batch_rec)(unsafe.Pointer(&b.recs[0])), C.int(len(b.recs)), 1, C.uintptr_t(dfp), (*C.char)(unsafe.Pointer(&b.err.detail[0])), batchDetailLen))
-	switch {
-	case i == -1:
-		return nil
-	case i < -1:
-		return fmt.Errorf("nccl batch: record %d has unknown op %d", -2-i, b.recs[-2-i].op)
-	}
-	return b.failure(i)
+	return b.run(1)
 }

@@ -357,10 +357,7 @@ Reset (copy the value to keep it longer).`, orNone(g.cfg.Batch.Detail), resType,
 		if !cgoBody {
 			body = []jen.Code{jen.Return(jen.Qual(dlPath, "ErrNeedsCgo"))}
 		} else {
-			stopArg := jen.Lit(0)
-			if stop {
-				stopArg = jen.Lit(1)
-			}
+			stopArg := jen.Id("stop")
 			var detailFp []jen.Code
 			detailArg := jen.Qual("C", "uintptr_t").Call(jen.Lit(0))
 			if detail != nil {
@@ -388,7 +385,11 @@ Reset (copy the value to keep it longer).`, orNone(g.cfg.Batch.Detail), resType,
 				jen.Return(jen.Id("b").Dot("failure").Call(jen.Id("i"))),
 			)
 		}
-		f.Func().Params(jen.Id("b").Op("*").Id("Batch")).Id(name).Params().Error().Block(body...)
+		if cgoBody {
+			f.Func().Params(jen.Id("b").Op("*").Id("Batch")).Id(name).Params(jen.Id("stop").Qual("C", "int")).Error().Block(body...)
+		} else {
+			f.Func().Params(jen.Id("b").Op("*").Id("Batch")).Id(name).Params().Error().Block(body...)
+		}
 	}
 	runDoc := `Run makes every recorded call, in order, in one cgo crossing, whatever the earlier ones
 returned: inside a group NCCL defers errors to ncclGroupEnd, which must still be called.
@@ -399,8 +400,11 @@ are not made (Result reports them not run).`
 	nocgo := jen.NewFile(g.cfg.Package)
 	nocgo.HeaderComment("//go:build !cgo")
 	g.header(nocgo)
-	run(cgo, "Run", runDoc, false, true)
-	run(cgo, "RunUntilFailure", stopDoc, true, true)
+	run(cgo, "run", "run makes the recorded calls in one crossing; with stop non-zero it stops at the first\nfailure.", false, true)
+	comment(cgo, runDoc)
+	cgo.Func().Params(jen.Id("b").Op("*").Id("Batch")).Id("Run").Params().Error().Block(jen.Return(jen.Id("b").Dot("run").Call(jen.Lit(0))))
+	comment(cgo, stopDoc)
+	cgo.Func().Params(jen.Id("b").Op("*").Id("Batch")).Id("RunUntilFailure").Params().Error().Block(jen.Return(jen.Id("b").Dot("run").Call(jen.Lit(1))))
 	run(nocgo, "Run", runDoc, false, false)
 	run(nocgo, "RunUntilFailure", stopDoc, true, false)
 	return map[string]*jen.File{"zbatch.go": common, "zbatch_cgo.go": cgo, "zbatch_nocgo.go": nocgo}, nil
