@@ -11,17 +11,19 @@ import (
 // Config is one generated package: which header, which header sets, which settings, the
 // naming prefixes and the skip list. It is read from a JSON file in gen/.
 type Config struct {
-	Package  string       `json:"package"`  // Go package name
-	Out      string       `json:"out"`      // output folder, relative to the repository root
-	Header   string       `json:"header"`   // header file name inside each header set
-	Result   string       `json:"result"`   // the C result type that Go returns as an error
-	Sets     []string     `json:"sets"`     // header sets, oldest first; the last is the generation target
-	Include  []string     `json:"include"`  // extra include folders (our stubs), relative to the root
-	Settings []Setting    `json:"settings"` // preprocessor settings; the API is the union of all
-	Prefixes []string     `json:"prefixes"` // prefixes dropped from C names, longest match first
-	Skip     []Skip       `json:"skip"`     // declarations left out on purpose, each with a reason
-	Rename   []Rename     `json:"rename"`   // Go names chosen by hand to resolve collisions, each with a reason
-	Batch    *BatchConfig `json:"batch"`    // functions a Batch records and runs in one crossing (emit_batch.go)
+	Package  string    `json:"package"`  // Go package name
+	Out      string    `json:"out"`      // output folder, relative to the repository root
+	Header   string    `json:"header"`   // header file name inside each header set
+	Result   string    `json:"result"`   // the C result type that Go returns as an error
+	Sets     []string  `json:"sets"`     // header sets, oldest first; the last is the generation target
+	Include  []string  `json:"include"`  // extra include folders (our stubs), relative to the root
+	Settings []Setting `json:"settings"` // preprocessor settings; the API is the union of all
+	Prefixes []string  `json:"prefixes"` // prefixes dropped from C names, longest match first
+	Skip     []Skip    `json:"skip"`     // declarations left out on purpose, each with a reason
+	Rename   []Rename  `json:"rename"`   // Go names chosen by hand to resolve collisions, each with a reason
+
+	// Batch lists the functions a Batch records and runs in one crossing (emit_batch.go).
+	Batch *BatchConfig `json:"batch"`
 
 	file string
 	skip []*regexp.Regexp
