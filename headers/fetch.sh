@@ -10,6 +10,8 @@
 #
 #   headers/fetch.sh headers            header sets (for tools/bindgen)
 #   headers/fetch.sh libs               libraries (for the tests)
+#   headers/fetch.sh kernels            header sets, then ptxas and the CUDA/libcu++ headers
+#                                       of the kernel checks (manifest kinds tool, include)
 #   headers/fetch.sh path KIND SET      print the cached folder of one set
 #   NCCL=2.30.7 headers/fetch.sh add    take a new NCCL release: nccl.h from Debian if it
 #                                       serves the release, else NVIDIA/nccl's tag, else
@@ -219,11 +221,97 @@ add_nccl() {
 	die "NCCL $v could not be had from ${src:-Debian, github or pypi}"
 }
 
+# --- kernel checks (kernels/): ptxas, CUDA's fp16/bf16 headers, libcu++'s <nv/target> -------
+#   headers/fetch.sh kernels   fetch the manifest's "tool" and "include" sets (make kernel-inputs)
+# A "tool" file is cached as <cache>/tool/<set>/<file name>, an "include" file as
+# <cache>/include/<set>/<its path below usr/include>; every file of a set comes from one package.
+# Each .deb is read once for all the files taken from it. The kernels command fetches the
+# header sets first in the same run, so the nvidia-cuda-dev .deb that cuda.h and the fp16
+# headers share is downloaded once; the run deletes the .debs at its end (drop_debs).
+
+# kernel_sources: the private source list with bookworm main too (libcu++-dev is there).
+kernel_sources() {
+	apt_update
+	grep -q " bookworm main\$" "$apt_dir/sources.list" && return 0
+	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror bookworm main" >>"$apt_dir/sources.list"
+	# shellcheck disable=SC2046
+	apt-get $(apt_opts) update >"$apt_dir/update.log" 2>&1 || {
+		cat "$apt_dir/update.log" >&2
+		die "apt-get update against $mirror (bookworm main) failed"
+	}
+}
+
+# kernel_deb_file PACKAGE VERSION: the cached .deb of PACKAGE VERSION (any architecture), if any.
+kernel_deb_file() {
+	local f
+	for f in "$apt_dir/debs/${1}_${2//:/%3a}_"*.deb; do
+		[ -s "$f" ] && echo "$f" && return 0
+	done
+	return 0
+}
+
+set_verified() { [ -f "$cache/$1/$2/.verified" ]; }
+
+# kernel_extract PACKAGE VERSION LINES: extract, verify and cache the files of LINES
+# ("kind<TAB>set<TAB>file<TAB>sha256", one a line) from one .deb, in one pass.
+kernel_extract() {
+	local pkg="$1" ver="$2" lines="$3" d tmp kind set file sum got dest
+	d="$(kernel_deb_file "$pkg" "$ver")"
+	if [ -z "$d" ]; then
+		kernel_sources
+		deb "$pkg" "$ver" >/dev/null
+		d="$(kernel_deb_file "$pkg" "$ver")"
+		[ -n "$d" ] || die "$pkg $ver: apt-get download left no .deb in $apt_dir/debs"
+	fi
+	local -a members=() sets=()
+	while IFS=$'\t' read -r kind set file sum; do
+		members+=("./$file")
+		[[ " ${sets[*]} " == *" $kind/$set "* ]] || sets+=("$kind/$set")
+	done <<<"$lines"
+	echo "fetch.sh: ${sets[*]}: ${#members[@]} files from $pkg $ver" >&2
+	tmp="$(mktemp -d)"
+	dpkg-deb --fsys-tarfile "$d" | tar -x -C "$tmp" "${members[@]}" || { rm -rf "$tmp"; die "$pkg $ver: extracting ${members[*]} failed"; }
+	for set in "${sets[@]}"; do rm -rf "$cache/$set.partial"; done
+	while IFS=$'\t' read -r kind set file sum; do
+		got="$(sha "$tmp/$file")"
+		[ "$got" = "$sum" ] || { rm -rf "$tmp"; die "$set: $file has sha256 $got, manifest pins $sum"; }
+		case "$kind" in
+		tool) dest="$cache/tool/$set.partial/$(basename "$file")" ;;
+		*) dest="$cache/include/$set.partial/${file#usr/include/}" ;;
+		esac
+		mkdir -p "$(dirname "$dest")"
+		mv "$tmp/$file" "$dest"
+	done <<<"$lines"
+	rm -rf "$tmp"
+	for set in "${sets[@]}"; do
+		rm -rf "${cache:?}/$set"
+		mv "$cache/$set.partial" "$cache/$set"
+		touch "$cache/$set/.verified"
+	done
+}
+
+# fetch_kernel_inputs: every "tool" and "include" set of the manifest.
+fetch_kernel_inputs() {
+	local -A todo=()
+	local kind set pkg suite comp ver file sum url key
+	while IFS=$'\t' read -r kind set pkg suite comp ver file sum url; do
+		case "$kind" in tool | include) ;; *) continue ;; esac
+		set_verified "$kind" "$set" && continue
+		todo["$pkg"$'\t'"$ver"]+="$kind"$'\t'"$set"$'\t'"$file"$'\t'"$sum"$'\n'
+	done <"$manifest"
+	while IFS= read -r key; do
+		[ -n "$key" ] || continue
+		kernel_extract "${key%%$'\t'*}" "${key#*$'\t'}" "${todo[$key]%$'\n'}"
+	done <<<"$(printf '%s\n' "${!todo[@]}" | sort)"
+}
+# --- end of kernel checks -----------------------------------------------------------------
+
 case "${1:-}" in
 headers) fetch_kind header && drop_debs ;;
 libs) fetch_kind lib && drop_debs ;;
-all) fetch_kind header && fetch_kind lib && drop_debs ;;
+all) fetch_kind header && fetch_kernel_inputs && fetch_kind lib && drop_debs ;;
 add) add_nccl && fetch_kind header ;;
+kernels) fetch_kind header && fetch_kernel_inputs && drop_debs ;;
 path) echo "$cache/${2:?kind}/${3:?set}" ;;
-*) sed -n '2,24p' "$0" >&2; exit 2 ;;
+*) sed -n '2,23p' "$0" >&2; exit 2 ;;
 esac

@@ -69,3 +69,44 @@ func ExampleError() {
 	// CUDA failed inside NCCL: Cuda failure 'out of memory'
 	// true false
 }
+
+// A group of sends and receives to every peer (a mixture-of-experts all-to-all) made in
+// one cgo crossing: record ncclGroupStart, the calls and ncclGroupEnd into a Batch, then
+// Run it. The error names the first failing call with NCCL's own text; Result gives every
+// call's result. Reset keeps the memory, so the next step's group allocates nothing.
+func ExampleBatch() {
+	var (
+		comm        nccl.Comm                                    // from ncclCommInitRank
+		stream      nccl.CudaStream                              // the stream the group runs on
+		sendbuf                     = make([]unsafe.Pointer, 64) // device buffers, one per peer
+		recvbuf                     = make([]unsafe.Pointer, 64)
+		count       uint64          = 1 << 20
+		peers, rank int32           = 64, 0
+	)
+	var b nccl.Batch
+	record := func() error {
+		if err := b.GroupStart(); err != nil {
+			return err // libnccl could not be loaded, or lacks the function
+		}
+		for p := range peers {
+			if p == rank {
+				continue
+			}
+			_ = b.Send(sendbuf[p], count, nccl.Bfloat16, p, comm, stream)
+			_ = b.Recv(recvbuf[p], count, nccl.Bfloat16, p, comm, stream)
+		}
+		return b.GroupEnd()
+	}
+	b.Reset()
+	if err := record(); err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := b.Run(); err != nil {
+		var be *nccl.BatchError
+		if errors.As(err, &be) {
+			fmt.Println("call", be.Index, be.Func, "failed:", be.Result, be.Detail())
+		}
+		return
+	}
+}

@@ -56,6 +56,9 @@ type Config struct {
 	// where the test runs, see HeadersConfig.Manifest).
 	StrictEnv string `json:"strictEnv"`
 
+	// Batch lists the functions a Batch records and runs in one crossing (emit_batch.go).
+	Batch *BatchConfig `json:"batch"`
+
 	file    string
 	skip    []*regexp.Regexp
 	version *regexp.Regexp

@@ -27,6 +27,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -318,6 +319,13 @@ func (g *goPkg) write(dir string) error {
 			return err
 		}
 		files["zerrors.go"] = f
+	}
+	if g.cfg.Batch != nil {
+		batch, err := g.emitBatch()
+		if err != nil {
+			return fmt.Errorf("batch: %w", err)
+		}
+		maps.Copy(files, batch)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
