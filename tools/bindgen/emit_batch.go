@@ -153,7 +153,7 @@ func (g *goPkg) emitBatch() (map[string]*jen.File, error) {
 		jen.Comment("batchNotRun is the result of a record that Run did not call."),
 		jen.Id("batchNotRun").Op("=").Lit(-1<<31),
 	)
-	common.Comment("batchRecord is one recorded call. Its layout is the C struct _ncclgo_batch_rec of")
+	common.Comment("batchRecord is one recorded call. Its layout is the C struct " + g.cfg.CPrefix + "batch_rec of")
 	common.Comment("zbatch_cgo.go: the function's address, its op number, the result after Run, and the")
 	common.Comment("arguments as integers (pointers and handles as addresses, signed values sign-extended).")
 	common.Type().Id("batchRecord").Struct(
@@ -315,13 +315,13 @@ Reset (copy the value to keep it longer).`, orNone(g.cfg.Batch.Detail), resType,
 	pre.WriteString("#include <stddef.h>\n#include <stdint.h>\n\n")
 	pre.WriteString("// Declarations mirroring the header (not available at build time).\n")
 	pre.WriteString(m.out.String())
-	fmt.Fprintf(&pre, "\ntypedef struct {\n\tuintptr_t fp;\n\tuint32_t op;\n\tint32_t result;\n\tuint64_t a[%d];\n} _ncclgo_batch_rec;\n\n", maxArgs)
-	pre.WriteString("// _ncclgo_batch_run calls the n records in order and stores each result; after the\n")
+	fmt.Fprintf(&pre, "\ntypedef struct {\n\tuintptr_t fp;\n\tuint32_t op;\n\tint32_t result;\n\tuint64_t a[%d];\n} "+g.cfg.CPrefix+"batch_rec;\n\n", maxArgs)
+	pre.WriteString("// " + g.cfg.CPrefix + "batch_run calls the n records in order and stores each result; after the\n")
 	pre.WriteString("// first failure it calls the detail function (when there is one) and copies its text,\n")
 	pre.WriteString("// and with stop set marks the remaining records not run. It returns the index of the\n")
 	pre.WriteString("// first failure, or -1.\n")
-	pre.WriteString("#cgo noescape _ncclgo_batch_run\n#cgo nocallback _ncclgo_batch_run\n")
-	pre.WriteString("static int _ncclgo_batch_run(_ncclgo_batch_rec *r, int n, int stop, uintptr_t detail, char *text, int cap) {\n")
+	pre.WriteString("#cgo noescape " + g.cfg.CPrefix + "batch_run\n#cgo nocallback " + g.cfg.CPrefix + "batch_run\n")
+	pre.WriteString("static int " + g.cfg.CPrefix + "batch_run(" + g.cfg.CPrefix + "batch_rec *r, int n, int stop, uintptr_t detail, char *text, int cap) {\n")
 	pre.WriteString("\tint first = -1;\n\tfor (int i = 0; i < n; i++) {\n\t\tint res;\n\t\tswitch (r[i].op) {\n")
 	for _, op := range ops {
 		fnType := g.mirrorDecl(&CType{Kind: Pointer, Elem: &CType{Kind: FuncPtr, Sig: unnamed(op.f.Sig)}}, "")
@@ -372,8 +372,8 @@ Reset (copy the value to keep it longer).`, orNone(g.cfg.Batch.Detail), resType,
 				jen.Id("b").Dot("err").Dot("detail").Index(jen.Lit(0)).Op("=").Lit(0),
 			}, detailFp...)
 			body = append(body,
-				jen.Id("i").Op(":=").Int().Call(jen.Qual("C", "_ncclgo_batch_run").Call(
-					jen.Parens(jen.Op("*").Qual("C", "_ncclgo_batch_rec")).Call(jen.Qual("unsafe", "Pointer").Call(jen.Op("&").Id("b").Dot("recs").Index(jen.Lit(0)))),
+				jen.Id("i").Op(":=").Int().Call(jen.Qual("C", ""+g.cfg.CPrefix+"batch_run").Call(
+					jen.Parens(jen.Op("*").Qual("C", ""+g.cfg.CPrefix+"batch_rec")).Call(jen.Qual("unsafe", "Pointer").Call(jen.Op("&").Id("b").Dot("recs").Index(jen.Lit(0)))),
 					jen.Qual("C", "int").Call(jen.Len(jen.Id("b").Dot("recs"))), stopArg, detailArg,
 					jen.Parens(jen.Op("*").Qual("C", "char")).Call(jen.Qual("unsafe", "Pointer").Call(jen.Op("&").Id("b").Dot("err").Dot("detail").Index(jen.Lit(0)))),
 					jen.Id("batchDetailLen"))),
