@@ -1,10 +1,12 @@
 # ncclgo: see README.md. `make test` is the test command (CI runs it through .ci/run).
 SHELL := /bin/bash
 GO ?= go
-export NCCLGO_CACHE ?= $(HOME)/.cache/ncclgo
+# The one rule for the cache folder (headers/fetch.sh, tools/bindgen and the tests read
+# NCCLGO_CACHE): $NCCLGO_CACHE, else $XDG_CACHE_HOME/ncclgo, else ~/.cache/ncclgo.
+export NCCLGO_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ncclgo
 NCCL ?=
 
-.PHONY: all headers libs generate check-generated test test-load test-short bench lint kernels kernels-check gpu-bundle gpu-rehearsal clean
+.PHONY: all headers libs kernel-inputs generate check-generated tidy-check test test-load test-short bench lint kernels kernels-check gpu-bundle gpu-rehearsal clean
 
 all: lint test
 
@@ -26,14 +28,20 @@ generate: headers
 
 ## check-generated: regenerate and fail on any difference from what is committed
 check-generated: generate
-	@git diff --exit-code --stat -- raw gen kernels || { echo "generated files are stale: run make generate and commit" >&2; exit 1; }
-	@test -z "$$(git status --porcelain -- raw gen)" || { git status --porcelain -- raw gen; echo "generate left untracked files" >&2; exit 1; }
+	@git diff --exit-code --stat -- raw gen kernels docs || { echo "generated files are stale: run make generate and commit" >&2; exit 1; }
+	@test -z "$$(git status --porcelain -- raw gen docs)" || { git status --porcelain -- raw gen docs; echo "generate left untracked files" >&2; exit 1; }
 
-## test: everything CI checks: lint, fresh generated code, tests with -race, no-cgo build, gpu-tagged code compiles.
+## tidy-check: fail when go.mod or go.sum is not what `go mod tidy` makes
+tidy-check:
+	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy and commit" >&2; exit 1; }
+
+## test: everything CI checks: lint, tidy go.mod, fresh generated code, tests with -race (the kernel checks included),
+## no-cgo build, gpu-tagged code compiles. kernel-inputs comes before headers: it fetches the header sets too, so the
+## nvidia-cuda-dev .deb that cuda.h and the fp16 headers share is downloaded once.
 ## NCCLGO_STRICT=1 makes a test fail where it would skip for a missing library, header, cache entry or tool;
 ## tools/testreport keeps go test's closing lines and ends the log with the skipped tests per package.
 test: export NCCLGO_STRICT := 1
-test: lint headers libs check-generated
+test: lint tidy-check kernel-inputs headers libs check-generated
 	set -o pipefail; $(GO) test -race -count=1 -v ./... 2>&1 | $(GO) run ./tools/testreport
 	CGO_ENABLED=0 $(GO) build ./...
 	set -o pipefail; CGO_ENABLED=0 $(GO) test -count=1 -v ./raw/... 2>&1 | $(GO) run ./tools/testreport
@@ -65,9 +73,14 @@ lint:
 kernels:
 	kernels/build.sh ptx
 
-## kernels-check: assemble the committed PTX with ptxas for sm_80 and sm_90, fail if stale
-kernels-check:
-	kernels/build.sh check
+## kernel-inputs: fetch what the kernel checks need: ptxas 11.8, CUDA's fp16/bf16 headers, libcu++'s <nv/target>
+kernel-inputs:
+	headers/fetch.sh kernels
+
+## kernels-check: the kernel checks alone, no nvcc (make test runs them too): the PTX is add.cu's, ptxas assembles it
+## for every sm_8x/sm_9x with warnings as errors, add.cu run on the CPU gives the Go reference's bits
+kernels-check: kernel-inputs
+	NCCLGO_STRICT=1 $(GO) test -count=1 -run '^(TestPTX|TestKernelHostEmulation)' ./kernels/
 
 ## gpu-bundle: build everything a GPU run needs into gpu-bundle/ (see docs/gpu.md)
 gpu-bundle:

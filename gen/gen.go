@@ -4,4 +4,5 @@
 // (make generate) runs the generator from here.
 package gen
 
-//go:generate go run ../tools/bindgen nccl.json cuda.json mpi.json
+//go:generate go run ../tools/bindgen generate nccl.json cuda.json mpi.json
+//go:generate go run ../tools/bindgen history -o ../docs/nccl-api-history.md nccl.json

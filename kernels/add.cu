@@ -30,8 +30,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// 6 blocks of 256 threads per SM: 1536 threads, the most an SM holds on
+// compute capability 8.6, 8.7 and 8.9 (8.0 and 9.0 hold 2048). With 8, ptxas
+// rejects the launch bound for those GPUs (and the driver ignores it).
 #define NCCLGO_ADD_BLOCK 256
-#define NCCLGO_ADD_MIN_BLOCKS_PER_SM 8
+#define NCCLGO_ADD_MIN_BLOCKS_PER_SM 6
 
 namespace {
 

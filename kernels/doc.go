@@ -41,10 +41,14 @@
 // -ptx -arch=compute_80 from Debian bookworm's CUDA 11.8 toolkit, and
 // committed; the output holds no paths or dates, so regenerating gives the
 // same bytes. Its first line records the sha256 of the add.cu it came from,
-// and a Go test fails when they disagree (no nvcc needed). kernels/build.sh
-// check (make kernels-check) assembles it with ptxas for sm_80 and sm_90
-// and runs add.cu on the CPU against the Go reference. PTX returns the
-// embedded text; the CUDA driver JIT-compiles it for the GPU at hand.
+// and a Go test fails when they disagree (no nvcc needed). Two more tests
+// need no nvcc and no GPU, only what make kernel-inputs caches (ptxas 11.8,
+// CUDA 12.4's fp16/bf16 headers, libcu++'s <nv/target>) and g++; make test
+// runs them: TestPTXAssemblesForEveryArchitectureFrom80 assembles the PTX
+// with ptxas for sm_80, sm_86, sm_87, sm_89 and sm_90, warnings as errors,
+// and TestKernelHostEmulationMatchesReference runs add.cu on the CPU
+// (testdata/hostemu.cpp) against the Go reference, bit for bit. PTX returns
+// the embedded text; the CUDA driver JIT-compiles it for the GPU at hand.
 //
 // # Use
 //

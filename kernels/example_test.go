@@ -47,7 +47,7 @@ func ExampleLoad() {
 }
 
 // The launch configuration for 1 MiB and 1 GiB of bf16 on a GPU with 132
-// SMs: one thread per 16 bytes up to 8 blocks of 256 threads per SM.
+// SMs: one thread per 16 bytes up to 6 blocks of 256 threads per SM.
 func ExampleLaunchDims() {
 	for _, n := range []int{1 << 19, 1 << 29} {
 		grid, block, err := kernels.LaunchDims(n, 2, 132)
@@ -61,6 +61,6 @@ func ExampleLaunchDims() {
 	fmt.Println(err)
 	// Output:
 	// 524288 256 256
-	// 536870912 1056 256
+	// 536870912 792 256
 	// launch dims: negative element count -1: invalid add kernel launch
 }

@@ -12,7 +12,6 @@ package kernels
 // device-to-device copy in the same run. Without a usable GPU they skip.
 
 import (
-	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -21,22 +20,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-)
-
-// edgeBF16 and edgeF16 are the values where the arithmetic has special
-// cases: signed zeros, smallest and largest subnormals, smallest normal,
-// largest finite, infinities, NaNs with payloads and signs, values one
-// ulp apart that make ties.
-var (
-	edgeBF16 = []uint16{0x0000, 0x8000, 0x0001, 0x8001, 0x007f, 0x807f, 0x0080, 0x8080,
-		0x7f7f, 0xff7f, 0x7f7e, 0x7f80, 0xff80, 0x7fc0, 0xffc0, 0x7f81, 0xff81, 0x7fff, 0xffff,
-		0x3f80, 0xbf80, 0x3f81, 0x3b80, 0xbb80, 0x3b7f, 0x4000, 0x0040, 0x00ff, 0x0100}
-	edgeF16 = []uint16{0x0000, 0x8000, 0x0001, 0x8001, 0x03ff, 0x83ff, 0x0400, 0x8400,
-		0x7bff, 0xfbff, 0x7bfe, 0x7c00, 0xfc00, 0x7e00, 0xfe00, 0x7c01, 0xfc01, 0x7fff, 0xffff,
-		0x3c00, 0xbc00, 0x3c01, 0x1000, 0x9000, 0x4c00, 0x4800, 0x5000, 0x0200}
-	edgeF32 = []uint32{0, 0x80000000, 1, 0x80000001, 0x007fffff, 0x00800000, 0x7f7fffff, 0xff7fffff,
-		0x7f800000, 0xff800000, 0x7fc00000, 0xffc00000, 0x7f800001, 0x7fffffff, 0x3f800000,
-		0xbf800000, 0x33800000, 0x33800001, 0x3f800001}
 )
 
 // expand returns dst/src pairs: every 16-bit pattern against every edge
@@ -148,82 +131,14 @@ func TestGPUAddHandlesEveryAlignmentAndLength(t *testing.T) {
 	g := openGPU(t)
 	lengths := []int{0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 255, 256, 257, 2047, 2048, 2049, 4097, 100_003}
 	for _, k := range Kinds() {
-		size, _ := k.ElemSize()
-		per := 16 / size
 		t.Run(k.String(), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(10, uint64(k)))
-			for dOff := range per {
-				for sOff := range per {
-					for _, n := range lengths {
-						total := n + 2*per
-						dstAll := randomElems(rng, k, total)
-						srcAll := randomElems(rng, k, total)
-						got := g.addBytes(t, k, dstAll, srcAll, dOff, sOff, n)
-						want := append([]byte(nil), dstAll...)
-						refAdd(t, k, want[dOff*size:(dOff+n)*size], srcAll[sOff*size:(sOff+n)*size])
-						if !assert.Equal(t, want, got, "dst offset %d, src offset %d, n %d", dOff, sOff, n) {
-							return
-						}
-					}
-				}
-			}
+			alignmentCases(t, k, lengths, rng, func(dst, src, want []byte, doff, soff, n int) bool {
+				got := g.addBytes(t, k, dst, src, doff, soff, n)
+				return assert.Equal(t, want, got, "dst offset %d, src offset %d, n %d", doff, soff, n)
+			})
 		})
 	}
-}
-
-func randomElems(rng *rand.Rand, k Kind, n int) []byte {
-	size, _ := k.ElemSize()
-	b := make([]byte, n*size)
-	for i := 0; i < len(b); i += 4 {
-		var w [4]byte
-		binary.LittleEndian.PutUint32(w[:], rng.Uint32())
-		copy(b[i:], w[:])
-	}
-	return b
-}
-
-// refAdd applies the reference add of kind k to little-endian element bytes.
-func refAdd(t *testing.T, k Kind, dst, src []byte) {
-	t.Helper()
-	switch k {
-	case BF16, F16:
-		d, s := decode16(dst), decode16(src)
-		if k == BF16 {
-			require.NoError(t, AddBF16(d, s))
-		} else {
-			require.NoError(t, AddF16(d, s))
-		}
-		for i, v := range d {
-			binary.LittleEndian.PutUint16(dst[2*i:], v)
-		}
-	case F32:
-		d := make([]float32, len(dst)/4)
-		s := make([]float32, len(src)/4)
-		for i := range d {
-			d[i] = math.Float32frombits(binary.LittleEndian.Uint32(dst[4*i:]))
-			s[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
-		}
-		require.NoError(t, AddF32(d, s))
-		for i, v := range d {
-			binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(v))
-		}
-	}
-}
-
-func decode16(b []byte) []uint16 {
-	v := make([]uint16, len(b)/2)
-	for i := range v {
-		v[i] = binary.LittleEndian.Uint16(b[2*i:])
-	}
-	return v
-}
-
-func encode16(v []uint16) []byte {
-	b := make([]byte, 2*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint16(b[2*i:], x)
-	}
-	return b
 }
 
 // parallel runs f over [0, n) split across the CPUs.

@@ -24,10 +24,10 @@
 //
 // The header is read in several settings (default, ptds, internal) and the package holds the
 // union. A function is named after its spelling in the header source, and calls the symbol
-// that spelling expands to: MemAlloc calls cuMemAlloc_v2. A per-thread-default-stream symbol
-// (_ptds, _ptsz) adds Ptds or Ptsz to the name of the spelling (MemcpyHtoDPtds calls
-// cuMemcpyHtoD_v2_ptds). A legacy unversioned symbol whose name is already taken by the
-// current form adds Legacy (MemAllocLegacy calls cuMemAlloc).
+// that spelling expands to: MemAlloc calls cuMemAlloc_v2. A symbol with a setting's suffix
+// (_ptds, _ptsz) adds Ptds or Ptsz to the name of the spelling (EventRecordPtsz calls
+// cuEventRecord_ptsz). A symbol whose name is already taken by another setting's form adds
+// Legacy (MemAllocLegacy calls cuMemAlloc).
 //
 // # Types
 //

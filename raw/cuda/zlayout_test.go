@@ -3309,23 +3309,32 @@ func goLayout() []layoutEntry {
 	}
 }
 
+// layoutHeaderDir is the folder of header set cuda-12.4.1.
+func layoutHeaderDir(t *testing.T) string {
+	base := os.Getenv("NCCLGO_CACHE")
+	if base == "" {
+		if x := os.Getenv("XDG_CACHE_HOME"); x != "" {
+			base = filepath.Join(x, "ncclgo")
+		} else {
+			home, err := os.UserHomeDir()
+			require.NoError(t, err)
+			base = filepath.Join(home, ".cache", "ncclgo")
+		}
+	}
+	return filepath.Join(base, "header", "cuda-12.4.1")
+}
+
 /*
 TestLayoutMatchesGCC compiles layoutProgram against the cached cuda.h (set cuda-12.4.1) with gcc
 and checks every size, alignment, offset and constant against the Go declarations.
 */
 func TestLayoutMatchesGCC(t *testing.T) {
-	cache := os.Getenv("NCCLGO_CACHE")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		require.NoError(t, err)
-		cache = filepath.Join(home, ".cache", "ncclgo")
-	}
-	dir := filepath.Join(cache, "header", "cuda-12.4.1")
+	dir := layoutHeaderDir(t)
 	if _, err := os.Stat(filepath.Join(dir, "cuda.h")); err != nil {
 		if os.Getenv("NCCLGO_STRICT") != "" {
-			t.Fatalf("header cache %s is absent: run make headers (NCCLGO_STRICT is set)", dir)
+			t.Fatalf("header set cuda-12.4.1 is not in %s: run make headers (NCCLGO_STRICT is set)", dir)
 		}
-		t.Skipf("header cache %s is absent: run make headers", dir)
+		t.Skipf("header set cuda-12.4.1 is not in %s: run make headers", dir)
 	}
 	tmp := t.TempDir()
 	src := filepath.Join(tmp, "layout.c")

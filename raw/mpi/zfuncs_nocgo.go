@@ -5,7 +5,7 @@
 package mpi
 
 import (
-	dl "github.com/ncclgo/ncclgo/raw/internal/dl"
+	dl "github.com/ncclgo/ncclgo/raw/dl"
 	"unsafe"
 )
 

@@ -2,7 +2,7 @@
 
 package mpi
 
-import dl "github.com/ncclgo/ncclgo/raw/internal/dl"
+import dl "github.com/ncclgo/ncclgo/raw/dl"
 
 // The library globals whose addresses the macros below stand for.
 var (

@@ -2,7 +2,7 @@
 
 package mpi
 
-import dl "github.com/ncclgo/ncclgo/raw/internal/dl"
+import dl "github.com/ncclgo/ncclgo/raw/dl"
 
 // The symbols the functions call, each with the first pinned header version declaring it.
 var (

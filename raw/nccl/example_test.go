@@ -5,6 +5,7 @@ package nccl_test
 import (
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/ncclgo/ncclgo/raw/nccl"
 )
@@ -13,10 +14,10 @@ import (
 func ExampleNewConfig() {
 	c := nccl.NewConfig()
 	c.Blocking = 0 // non-blocking communicator
-	fmt.Println(c.Size, c.Magic == nccl.ApiMagic, c.Version == nccl.VersionCode)
+	fmt.Println(c.Size == uint64(unsafe.Sizeof(c)), c.Magic == nccl.ApiMagic, c.Version == nccl.VersionCode)
 	fmt.Println(c.Blocking, c.CgaClusterSize == nccl.ConfigUndefInt, c.NetName == nil)
 	// Output:
-	// 88 true true
+	// true true true
 	// 0 true true
 }
 
@@ -67,4 +68,50 @@ func ExampleError() {
 	// communicator ready
 	// CUDA failed inside NCCL: Cuda failure 'out of memory'
 	// true false
+}
+
+// A group of sends and receives to every peer (a mixture-of-experts all-to-all) made in
+// one cgo crossing: record ncclGroupStart, the calls and ncclGroupEnd into a Batch, then
+// Run it. The error names the first failing call with NCCL's own text; Result gives every
+// call's result. Reset keeps the memory, so the next step's group allocates nothing.
+func ExampleBatch() {
+	var (
+		comm        nccl.Comm                                    // from ncclCommInitRank
+		stream      nccl.CudaStream                              // the stream the group runs on
+		sendbuf                     = make([]unsafe.Pointer, 64) // device buffers, one per peer
+		recvbuf                     = make([]unsafe.Pointer, 64)
+		count       uint64          = 1 << 20
+		peers, rank int32           = 64, 0
+	)
+	var b nccl.Batch
+	record := func() error {
+		if err := b.GroupStart(); err != nil {
+			return err // libnccl could not be loaded, or lacks the function
+		}
+		for p := range peers {
+			if p == rank {
+				continue
+			}
+			_ = b.Send(sendbuf[p], count, nccl.Bfloat16, p, comm, stream)
+			_ = b.Recv(recvbuf[p], count, nccl.Bfloat16, p, comm, stream)
+		}
+		return b.GroupEnd()
+	}
+	b.Reset()
+	err := record()
+	if err == nil {
+		err = b.Run()
+	}
+	var be *nccl.BatchError
+	switch {
+	case errors.As(err, &be):
+		fmt.Println("call", be.Index, be.Func, "failed:", be.Result, be.Detail())
+	case errors.Is(err, nccl.ErrLibraryNotFound):
+		// As here: this test binary's library is /nonexistent (ExampleSetLibraryPath).
+		fmt.Println("no libnccl: nothing recorded, nothing run")
+	case err != nil:
+		fmt.Println(err)
+	}
+	// Output:
+	// no libnccl: nothing recorded, nothing run
 }

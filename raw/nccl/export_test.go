@@ -1,6 +1,6 @@
 package nccl
 
-import "github.com/ncclgo/ncclgo/raw/internal/dl"
+import "github.com/ncclgo/ncclgo/raw/dl"
 
 // ExportSymbols is the generated symbol table, for the external tests.
 var ExportSymbols = symbols

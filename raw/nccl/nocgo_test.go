@@ -27,3 +27,11 @@ func TestWithoutCgoCallsReturnErrNeedsCgo(t *testing.T) {
 	c := nccl.NewConfig()
 	assert.EqualValues(t, nccl.ConfigUndefInt, c.Blocking, "types and constants work without cgo")
 }
+
+func TestWithoutCgoABatchRecordsNothingAndRunsNothing(t *testing.T) {
+	var b nccl.Batch
+	assert.ErrorIs(t, b.GroupStart(), nccl.ErrNeedsCgo)
+	assert.Zero(t, b.Len())
+	assert.ErrorIs(t, b.Run(), nccl.ErrNeedsCgo)
+	assert.ErrorIs(t, b.RunUntilFailure(), nccl.ErrNeedsCgo)
+}

@@ -28,10 +28,30 @@ func (g *goPkg) emitDoc() *jen.File {
 	if len(g.cfg.Settings) > 1 {
 		fmt.Fprintf(&b, "\nThe header is read in several settings (%s) and the package\n", settingNames(g.cfg))
 		b.WriteString("holds the union. A function is named after its spelling in the header source, and\n")
-		b.WriteString("calls the symbol that spelling expands to: MemAlloc calls cuMemAlloc_v2.\n")
-		b.WriteString("A per-thread-default-stream symbol (_ptds, _ptsz) adds Ptds or Ptsz to the name of the\n")
-		b.WriteString("spelling (MemcpyHtoDPtds calls cuMemcpyHtoD_v2_ptds). A legacy unversioned symbol whose\n")
-		b.WriteString("name is already taken by the current form adds Legacy (MemAllocLegacy calls cuMemAlloc).\n")
+		b.WriteString("calls the symbol that spelling expands to")
+		if f := g.exampleFunc(func(f *Func) bool {
+			return f.Public != f.Symbol && !strings.HasSuffix(f.GoName, "Legacy") && !g.suffixed(f)
+		}); f != nil {
+			fmt.Fprintf(&b, ": %s calls %s", f.GoName, f.Symbol)
+		}
+		b.WriteString(".\n")
+		if len(g.cfg.SymbolSuffixes) > 0 {
+			var camels []string
+			for _, s := range g.cfg.SymbolSuffixes {
+				camels = append(camels, camel(s))
+			}
+			fmt.Fprintf(&b, "A symbol with a setting's suffix (%s) adds %s to the name of the spelling",
+				strings.Join(g.cfg.SymbolSuffixes, ", "), strings.Join(camels, " or "))
+			if f := g.exampleFunc(g.suffixed); f != nil {
+				fmt.Fprintf(&b, " (%s calls %s)", f.GoName, f.Symbol)
+			}
+			b.WriteString(". ")
+		}
+		b.WriteString("A symbol whose name is already taken by another setting's form adds Legacy")
+		if f := g.exampleFunc(func(f *Func) bool { return strings.HasSuffix(f.GoName, "Legacy") }); f != nil {
+			fmt.Fprintf(&b, " (%s calls %s)", f.GoName, f.Symbol)
+		}
+		b.WriteString(".\n")
 	}
 	b.WriteString("\n# Types\n\n")
 	b.WriteString("C types map to Go types mechanically:\n\n")
@@ -70,15 +90,65 @@ func (g *goPkg) emitDoc() *jen.File {
 	return f
 }
 
+// suffixed reports whether f's symbol carries one of the config's symbol suffixes that
+// its spelling does not.
+func (g *goPkg) suffixed(f *Func) bool {
+	for _, s := range g.cfg.SymbolSuffixes {
+		if strings.HasSuffix(f.Symbol, s) && !strings.HasSuffix(f.Public, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// exampleFunc picks a function for the doc: one named in docExamples first, else the
+// first in Go-name order.
+func (g *goPkg) exampleFunc(ok func(*Func) bool) *Func {
+	for _, c := range g.cfg.DocExamples {
+		for _, f := range g.api.Funcs {
+			if (f.Public == c || f.Symbol == c) && ok(f) {
+				return f
+			}
+		}
+	}
+	for _, f := range g.api.Funcs {
+		if ok(f) {
+			return f
+		}
+	}
+	return nil
+}
+
 // examples picks a few real names of the package for the naming table.
 func (g *goPkg) examples() [][2]string {
-	want := map[string]bool{
-		"ncclAllReduce": true, "ncclComm_t": true, "ncclResult_t": true, "ncclSuccess": true,
-		"NCCL_CONFIG_UNDEF_INT": true, "ncclDataType_t": true, "cudaStream_t": true,
-		"cuMemAlloc": true, "CUresult": true, "CUDA_ERROR_NO_DEVICE": true, "CUdevice_attribute": true,
-		"CU_STREAM_NON_BLOCKING": true, "CUDA_MEMCPY2D": true, "cuuint64_t": true, "CUdeviceptr": true,
-		"MPI_Allreduce": true, "MPI_Comm": true, "MPI_Status": true, "MPI_SUCCESS": true, "MPI_ANY_TAG": true,
-		"MPI_User_function": true,
+	want := map[string]bool{}
+	for _, c := range g.cfg.DocExamples {
+		want[c] = true
+	}
+	if len(want) == 0 {
+		// Without a list: the first two functions, types, enumerators and macros.
+		for i, f := range g.api.Funcs {
+			if i < 2 {
+				want[f.Public] = true
+			}
+		}
+		n := 0
+		for _, d := range g.api.Types {
+			if d.Kind == DeclTypedef && n < 2 {
+				want[d.CName] = true
+				n++
+			}
+		}
+		for i, e := range g.api.Enums {
+			if i < 2 {
+				want[e.Name] = true
+			}
+		}
+		for i, c := range g.api.Consts {
+			if i < 2 {
+				want[c.Name] = true
+			}
+		}
 	}
 	var out [][2]string
 	add := func(c, goname string) {

@@ -86,7 +86,7 @@ func cgoName(c string) string {
 }
 
 func (g *goPkg) plan(f *Func) (*crossing, error) {
-	cr := &crossing{f: f, name: "_ncclgo_tramp_" + f.Symbol}
+	cr := &crossing{f: f, name: g.cfg.CPrefix + "tramp_" + f.Symbol}
 	var tparams, targs []string
 	tparams = append(tparams, "uintptr_t fp")
 	used := map[string]bool{}

@@ -35,7 +35,7 @@ func (g *goPkg) emitGlobals() (*jen.File, error) {
 		}
 		seen[a.Global] = true
 		defs = append(defs, jen.Id(globalSymVar(a.Global)).Op("=").Qual(dlPath, "Symbol").Values(
-			jen.Id("Name").Op(":").Lit(a.Global), jen.Id("Since").Op(":").Lit(setVersion(g.api.Set))))
+			jen.Id("Name").Op(":").Lit(a.Global), jen.Id("Since").Op(":").Lit(g.cfg.setVersion(g.api.Set))))
 	}
 	f.Comment("The library globals whose addresses the macros below stand for.")
 	f.Var().Defs(defs...)

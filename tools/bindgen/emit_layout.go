@@ -160,22 +160,14 @@ func (g *goPkg) emitLayoutTest() (*jen.File, error) {
 	f.Func().Id("goLayout").Params().Index().Id("layoutEntry").Block(stmts...)
 
 	req := "github.com/stretchr/testify/require"
+	g.emitHeaderDir(f)
 	f.Comment(fmt.Sprintf("TestLayoutMatchesGCC compiles layoutProgram against the cached %s (set %s) with gcc\n"+
 		"and checks every size, alignment, offset and constant against the Go declarations.", g.api.Header, g.api.Set))
 	f.Func().Id("TestLayoutMatchesGCC").Params(jen.Id("t").Op("*").Qual("testing", "T")).Block(
-		jen.Id("cache").Op(":=").Qual("os", "Getenv").Call(jen.Lit("NCCLGO_CACHE")),
-		jen.If(jen.Id("cache").Op("==").Lit("")).Block(
-			jen.List(jen.Id("home"), jen.Id("err")).Op(":=").Qual("os", "UserHomeDir").Call(),
-			jen.Qual(req, "NoError").Call(jen.Id("t"), jen.Id("err")),
-			jen.Id("cache").Op("=").Qual("path/filepath", "Join").Call(jen.Id("home"), jen.Lit(".cache"), jen.Lit("ncclgo")),
-		),
-		jen.Id("dir").Op(":=").Qual("path/filepath", "Join").Call(jen.Id("cache"), jen.Lit("header"), jen.Lit(g.api.Set)),
+		jen.Id("dir").Op(":=").Id("layoutHeaderDir").Call(jen.Id("t")),
 		jen.If(jen.List(jen.Id("_"), jen.Id("err")).Op(":=").Qual("os", "Stat").Call(
 			jen.Qual("path/filepath", "Join").Call(jen.Id("dir"), jen.Lit(g.api.Header))), jen.Id("err").Op("!=").Nil()).Block(
-			jen.If(jen.Qual("os", "Getenv").Call(jen.Lit("NCCLGO_STRICT")).Op("!=").Lit("")).Block(
-				jen.Id("t").Dot("Fatalf").Call(jen.Lit("header cache %s is absent: run make headers (NCCLGO_STRICT is set)"), jen.Id("dir")),
-			),
-			jen.Id("t").Dot("Skipf").Call(jen.Lit("header cache %s is absent: run make headers"), jen.Id("dir")),
+			g.missingHeader()...,
 		),
 		jen.Id("tmp").Op(":=").Id("t").Dot("TempDir").Call(),
 		jen.Id("src").Op(":=").Qual("path/filepath", "Join").Call(jen.Id("tmp"), jen.Lit("layout.c")),
@@ -211,4 +203,65 @@ func (g *goPkg) emitLayoutTest() (*jen.File, error) {
 		),
 	)
 	return f, nil
+}
+
+// emitHeaderDir writes layoutHeaderDir: where the test finds the header set, by the
+// config's rule (headers.dir under the cache, or under the module root).
+func (g *goPkg) emitHeaderDir(f *jen.File) {
+	h := g.cfg.Headers
+	sub := strings.Split(strings.ReplaceAll(h.Dir, "{set}", g.api.Set), "/")
+	var body []jen.Code
+	if h.CacheEnv != "" || h.CacheName != "" {
+		name := h.CacheName
+		if name == "" {
+			name = g.cfg.Package
+		}
+		if h.CacheEnv != "" {
+			body = append(body, jen.Id("base").Op(":=").Qual("os", "Getenv").Call(jen.Lit(h.CacheEnv)))
+		} else {
+			body = append(body, jen.Id("base").Op(":=").Lit(""))
+		}
+		body = append(body,
+			jen.If(jen.Id("base").Op("==").Lit("")).Block(
+				jen.If(jen.Id("x").Op(":=").Qual("os", "Getenv").Call(jen.Lit("XDG_CACHE_HOME")), jen.Id("x").Op("!=").Lit("")).Block(
+					jen.Id("base").Op("=").Qual("path/filepath", "Join").Call(jen.Id("x"), jen.Lit(name)),
+				).Else().Block(
+					jen.List(jen.Id("home"), jen.Id("err")).Op(":=").Qual("os", "UserHomeDir").Call(),
+					jen.Qual("github.com/stretchr/testify/require", "NoError").Call(jen.Id("t"), jen.Id("err")),
+					jen.Id("base").Op("=").Qual("path/filepath", "Join").Call(jen.Id("home"), jen.Lit(".cache"), jen.Lit(name)),
+				),
+			))
+	} else {
+		rel, err := filepath.Rel(g.cfg.Out, ".")
+		if err != nil {
+			rel = "."
+		}
+		body = append(body, jen.Id("base").Op(":=").Lit(filepath.ToSlash(rel)))
+	}
+	args := []jen.Code{jen.Id("base")}
+	for _, s := range sub {
+		args = append(args, jen.Lit(s))
+	}
+	body = append(body, jen.Return(jen.Qual("path/filepath", "Join").Call(args...)))
+	f.Comment(fmt.Sprintf("layoutHeaderDir is the folder of header set %s.", g.api.Set))
+	f.Func().Id("layoutHeaderDir").Params(jen.Id("t").Op("*").Qual("testing", "T")).String().Block(body...)
+}
+
+// missingHeader is what the layout test does without its header: skip, saying what to
+// run; under the config's strict variable fail instead, unless the manifest says the set
+// comes from a source the strict run cannot reach (headers.optionalSources).
+func (g *goPkg) missingHeader() []jen.Code {
+	msg := fmt.Sprintf("header set %s is not in %%s: %s", g.api.Set, g.cfg.fetchHint())
+	skip := jen.Id("t").Dot("Skipf").Call(jen.Lit(msg), jen.Id("dir"))
+	if g.cfg.StrictEnv == "" || g.optionalHeader {
+		if g.optionalHeader {
+			return []jen.Code{jen.Comment(fmt.Sprintf("%s comes from %s, which a strict run (%s) may not reach: a skip, never a failure.", g.api.Set, g.headerSource, g.cfg.StrictEnv)), skip}
+		}
+		return []jen.Code{skip}
+	}
+	return []jen.Code{
+		jen.If(jen.Qual("os", "Getenv").Call(jen.Lit(g.cfg.StrictEnv)).Op("!=").Lit("")).Block(
+			jen.Id("t").Dot("Fatalf").Call(jen.Lit(msg+" ("+g.cfg.StrictEnv+" is set)"), jen.Id("dir"))),
+		skip,
+	}
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/dave/jennifer/jen"
 )
 
-const dlPath = "github.com/ncclgo/ncclgo/raw/internal/dl"
+const dlPath = "github.com/ncclgo/ncclgo/raw/dl"
 
 // comment adds a comment of several lines to f.
 func comment(f *jen.File, text string) {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"io"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -77,7 +78,7 @@ func TestScalarResultNeedsAGoResultType(t *testing.T) {
 	require.NoError(t, generate(cfg, root, cache, io.Discard))
 	funcs := readTree(t, root)[filepath.Join("raw", "fake", "zfuncs_cgo.go")]
 	assert.Contains(t, funcs, "func Status(flag int32) error {")
-	assert.Contains(t, funcs, "return resultError(Code(C._ncclgo_tramp_fakeStatus(")
+	assert.Contains(t, funcs, "return resultError(Code(C."+cfg.CPrefix+"tramp_fakeStatus(")
 }
 
 func TestEnumWithoutTagOrTypedefGivesUntypedConstants(t *testing.T) {
@@ -89,4 +90,54 @@ func TestEnumWithoutTagOrTypedefGivesUntypedConstants(t *testing.T) {
 	types := files[filepath.Join("raw", "fake", "ztypes.go")]
 	assert.Contains(t, types, "ModeB = 7")
 	assert.Contains(t, files[filepath.Join("raw", "fake", "zlayout_test.go")], `"FAKE_MODE_B"`, "checked against gcc")
+}
+
+// The API of an Open MPI style header (globals addressed by macros, function typedefs,
+// enumerators of an untagged enum) goes through the committed model whole: without the
+// header the package comes out byte for byte as from it.
+func TestGlobalsAndAnonymousEnumeratorsRoundTripThroughTheModel(t *testing.T) {
+	skip := Skip{Kind: "macro", Match: "^FAKE_GLOBAL$", Reason: "cast helper"}
+	cfg, root, cache := fakeSetup(t, globalsExtra+"\nenum { FAKE_MODE_A, FAKE_MODE_B = 7 };", skip)
+	api, err := parseSet(cfg, root, cache, cfg.Target())
+	require.NoError(t, err)
+	require.Len(t, api.Globals, 3)
+	b, err := encodeModel(cfg, api)
+	require.NoError(t, err)
+	back, err := decodeModel(cfg, b)
+	require.NoError(t, err)
+	assert.Equal(t, api.Globals, back.Globals)
+	var enumerators []string
+	for _, c := range back.Consts {
+		if c.Enumerator {
+			enumerators = append(enumerators, c.Name)
+		}
+	}
+	assert.Equal(t, []string{"FAKE_MODE_A", "FAKE_MODE_B"}, enumerators)
+
+	require.NoError(t, generate(cfg, root, cache, io.Discard))
+	want := readTree(t, root)
+	require.Contains(t, want, filepath.Join("raw", "fake", "zglobals.go"))
+	require.NoError(t, os.RemoveAll(filepath.Join(root, "raw")))
+	var out bytes.Buffer
+	require.NoError(t, generate(cfg, root, t.TempDir(), &out))
+	assert.Contains(t, out.String(), "generated from the committed model")
+	assert.Equal(t, want, readTree(t, root))
+}
+
+// A scalar result (MPI's int error codes) gets its Go type and resultError in zerrors.go;
+// a message function writing into a buffer of a macro's size gives the text.
+func TestScalarResultErrorsAreGenerated(t *testing.T) {
+	cfg, root, cache := fakeSetup(t, "int fakeStatus(int flag);\nint fakeErrText(int code, char *buf, int *len);\n#define FAKE_SUCCESS 0\n#define FAKE_MAX_TEXT 64")
+	cfg.Result, cfg.ResultType = "int", "Code"
+	cfg.Errors = &ErrorsConfig{Success: "FAKE_SUCCESS", Message: []string{"fakeErrText"}, Number: "code"}
+	require.NoError(t, cfg.validate())
+	require.ErrorContains(t, generate(cfg, root, cache, io.Discard), "or, with errors.buffer, int f(int, char *, int *)")
+	cfg.Errors.Buffer = "FAKE_MAX_TEXT"
+	require.NoError(t, generate(cfg, root, cache, io.Discard))
+	errs := readTree(t, root)[filepath.Join("raw", "fake", "zerrors.go")]
+	assert.Contains(t, errs, "\ntype Code int32\n")
+	assert.Contains(t, errs, "var buf [MaxText]byte")
+	assert.Contains(t, errs, "if ErrText(int32(r), &buf[0], &n) == nil && n > 0 && int(n) <= len(buf) {")
+	assert.Contains(t, errs, `return "fake: code " + strconv.Itoa(int(r))`)
+	assert.Contains(t, errs, "func resultError(r Code) error {\n\tif r == Success {")
 }

@@ -47,6 +47,9 @@ type goPkg struct {
 	absorb map[*TypeDecl]bool   // typedefs that only name an aggregate (emitted as the aggregate)
 	names  map[string]string    // Go name -> what declares it, for collisions
 	errs   []error
+
+	optionalHeader bool   // the target set's source is one of headers.optionalSources
+	headerSource   string // the target set's source in the manifest
 }
 
 func declKey(d *TypeDecl) string {
@@ -157,6 +160,9 @@ func newGoPkg(cfg *Config, api *API) (*goPkg, error) {
 				seen[f.GoName] = f.Name
 			}
 		}
+	}
+	for _, n := range g.reserved() {
+		g.claim(n, "the generated run-time support (zload.go, zerrors.go)")
 	}
 	if len(g.errs) > 0 {
 		return nil, joinErrors(g.errs)

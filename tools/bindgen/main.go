@@ -1,17 +1,24 @@
-// Command bindgen generates ncclgo's raw bindings (raw/nccl, raw/cuda, raw/mpi) and the
-// API snapshots in gen/snapshot from the pinned headers (NVIDIA's, Open MPI's).
+// Command bindgen generates Go bindings of a C library from its header: every function,
+// type and constant, called through cgo trampolines into a library opened at run time
+// (package github.com/ncclgo/ncclgo/raw/dl), plus an API snapshot per header version.
+// ncclgo generates raw/nccl, raw/cuda and raw/mpi (NVIDIA's and Open MPI's headers) with
+// it; any module can generate its own package.
 //
 // Usage:
 //
-//	bindgen [-root DIR] [-cache DIR] CONFIG.json...   generate (go generate runs this)
-//	bindgen diff OLD.txt NEW.txt                       print the API difference of two snapshots
+//	bindgen generate [-root DIR] [-cache DIR] CONFIG.json...   (also: bindgen CONFIG.json...)
+//	bindgen diff OLD.txt NEW.txt
+//	bindgen history [-o FILE] CONFIG.json
+//	bindgen help
 //
-// Each CONFIG (gen/nccl.json, gen/cuda.json) names a header, its header sets, the
-// preprocessor settings, the naming prefixes and a skip list in which every entry has a
-// reason. Headers are read from $NCCLGO_CACHE/header/<set>/ (default ~/.cache/ncclgo);
-// `make headers` puts them there.
+// Each CONFIG (gen/nccl.json, gen/cuda.json; fields in tools/bindgen/README.md) names a
+// header, its header sets, the preprocessor settings, the naming prefixes, the library to
+// load and a skip list in which every entry has a reason.
 //
-// Stages: parse (cc/v4, parse.go) -> model (model.go) -> emit (jennifer, emit_*.go).
+// Stages: header -> parse (cc/v4, parse.go) -> API model (model.go), written to the
+// snapshot folder as <set>.txt (for people and diff) and, for the generated set,
+// <set>.api.json -> emit (jennifer, emit_*.go). The Go code is always emitted from the
+// committed model, so it can be regenerated and checked where the header cannot be had.
 package main
 
 import (
@@ -20,6 +27,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -33,34 +41,91 @@ import (
 // ErrNoHeaders means the header cache lacks a header set.
 var ErrNoHeaders = errors.New("header cache is missing a header set")
 
+// errUsage marks a command line that bindgen does not understand.
+var errUsage = errors.New("usage")
+
+const usage = `bindgen generates Go bindings of a C library from its header.
+
+Usage:
+
+  bindgen generate [-root DIR] [-cache DIR] CONFIG.json...
+  bindgen CONFIG.json...                 same as generate (what go:generate runs)
+      Parse the header sets of each config, write their API snapshots
+      (<snapshots>/<set>.txt, and <set>.api.json for the generated set) and the Go
+      package (out). A set whose header is not cached is read from its committed
+      snapshot; the generated set then from its committed .api.json model.
+      -root DIR   folder the config's paths are relative to (default: the folder
+                  holding go.mod above the working directory)
+      -cache DIR  folder holding the header sets (default: the config's
+                  headers.cacheEnv / headers.cacheName rule, else -root)
+
+  bindgen diff OLD.txt NEW.txt
+      Print what changed between two API snapshots: functions, types (with layouts),
+      enumerators and macros added, removed or changed.
+
+  bindgen history [-root DIR] [-o FILE] CONFIG.json
+      Write the API history of the config's header sets as a Markdown table (to FILE,
+      default standard output): per set, the functions, types, enumerators and macros
+      added, removed or changed since the set before it, from the committed snapshots.
+
+  bindgen help
+      Print this text.
+
+The configuration fields are described in tools/bindgen/README.md.
+`
+
 func main() {
-	if err := run(os.Args[1:], os.Stdout); err != nil {
+	err := run(os.Args[1:], os.Stdout)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errUsage):
+		fmt.Fprintln(os.Stderr, "bindgen:", err)
+		fmt.Fprint(os.Stderr, "\n"+usage)
+		os.Exit(2)
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "bindgen:", err)
 		os.Exit(1)
 	}
 }
 
 func run(args []string, stdout io.Writer) error {
-	if len(args) > 0 && args[0] == "diff" {
-		return runDiff(args[1:], stdout)
+	if len(args) == 0 {
+		return fmt.Errorf("%w: no command", errUsage)
 	}
-	fs := flag.NewFlagSet("bindgen", flag.ContinueOnError)
-	root := fs.String("root", "", "repository root (default: the folder holding go.mod above the working directory)")
-	cache := fs.String("cache", "", "header cache (default $NCCLGO_CACHE or ~/.cache/ncclgo)")
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return flag.ErrHelp
+	case "diff":
+		return runDiff(args[1:], stdout)
+	case "generate":
+		return runGenerate(args[1:], stdout)
+	case "history":
+		return runHistory(args[1:], stdout)
+	}
+	return runGenerate(args, stdout)
+}
+
+func runGenerate(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("bindgen generate", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	root := fs.String("root", "", "")
+	cache := fs.String("cache", "", "")
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	if fs.NArg() == 0 {
-		return fmt.Errorf("usage: bindgen [-root DIR] [-cache DIR] CONFIG.json... | bindgen diff OLD NEW")
+		return fmt.Errorf("%w: generate needs at least one CONFIG.json", errUsage)
 	}
 	var err error
 	if *root == "" {
 		if *root, err = findRoot(); err != nil {
 			return err
 		}
-	}
-	if *cache == "" {
-		*cache = cacheDir()
 	}
 	start := time.Now()
 	for _, path := range fs.Args() {
@@ -78,7 +143,7 @@ func run(args []string, stdout io.Writer) error {
 
 func runDiff(args []string, stdout io.Writer) error {
 	if len(args) != 2 {
-		return fmt.Errorf("usage: bindgen diff OLD.txt NEW.txt")
+		return fmt.Errorf("%w: diff needs two snapshots, OLD.txt NEW.txt", errUsage)
 	}
 	var snaps [2]map[string]*entity
 	for i, p := range args {
@@ -94,17 +159,6 @@ func runDiff(args []string, stdout io.Writer) error {
 	}
 	diffSnapshots(stdout, args[0], args[1], snaps[0], snaps[1])
 	return nil
-}
-
-func cacheDir() string {
-	if c := os.Getenv("NCCLGO_CACHE"); c != "" {
-		return c
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return filepath.Join(".cache", "ncclgo")
-	}
-	return filepath.Join(home, ".cache", "ncclgo")
 }
 
 func findRoot() (string, error) {
@@ -127,10 +181,8 @@ func joinErrors(errs []error) error {
 	return errors.Join(errs...)
 }
 
-// setVersion is the version part of a header set name: nccl-2.22.3 -> 2.22.3.
-func setVersion(set string) string { return set[strings.LastIndex(set, "-")+1:] }
-
-// generate parses every header set of a config, writes the snapshots and the package.
+// generate parses every header set of a config, writes the snapshots and the model of
+// the target set, and emits the package from that model.
 func generate(cfg *Config, root, cache string, stdout io.Writer) error {
 	if err := checkManifest(cfg, root); err != nil {
 		return err
@@ -147,23 +199,25 @@ func generate(cfg *Config, root, cache string, stdout io.Writer) error {
 	}
 	wg.Wait()
 	multi := len(cfg.Settings) > 1
+	snapDir := filepath.Join(root, cfg.Headers.Snapshots)
 	snaps := make([]map[string]*entity, len(cfg.Sets))
+	var notCached []string
 	for i, set := range cfg.Sets {
-		snapPath := filepath.Join(root, "gen", "snapshot", set+".txt")
+		snapPath := filepath.Join(snapDir, set+".txt")
 		if errs[i] != nil {
-			// An older set whose header is not cached: use its committed snapshot.
-			if i < len(cfg.Sets)-1 && errors.Is(errs[i], ErrNoHeaders) {
-				b, err := os.ReadFile(snapPath)
-				if err != nil {
-					return errs[i]
-				}
-				if snaps[i], err = readSnapshot(bytes.NewReader(b)); err != nil {
-					return fmt.Errorf("%s: %w", snapPath, err)
-				}
-				fmt.Fprintf(stdout, "bindgen: %s not cached, using %s\n", set, snapPath)
-				continue
+			if !errors.Is(errs[i], ErrNoHeaders) {
+				return errs[i]
 			}
-			return errs[i]
+			// A set whose header is not cached: use its committed snapshot.
+			b, err := os.ReadFile(snapPath)
+			if err != nil {
+				return fmt.Errorf("%w, and it has no committed snapshot (%v)", errs[i], err)
+			}
+			if snaps[i], err = readSnapshot(bytes.NewReader(b)); err != nil {
+				return fmt.Errorf("%s: %w", snapPath, err)
+			}
+			notCached = append(notCached, set)
+			continue
 		}
 		b := writeSnapshot(apis[i], multi)
 		if err := writeIfChanged(snapPath, b); err != nil {
@@ -174,11 +228,44 @@ func generate(cfg *Config, root, cache string, stdout io.Writer) error {
 			return fmt.Errorf("snapshot of %s does not read back: %w", set, err)
 		}
 	}
-	api := apis[len(apis)-1]
+	if len(notCached) > 0 {
+		fmt.Fprintf(stdout, "bindgen: not cached, read from their committed snapshots: %s\n", strings.Join(notCached, " "))
+	}
+	target := cfg.Target()
+	modelPath := filepath.Join(snapDir, target+".api.json")
+	// Only the generated set has a model: an older target's model goes.
+	for _, set := range cfg.Sets[:len(cfg.Sets)-1] {
+		if err := os.Remove(filepath.Join(snapDir, set+".api.json")); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	relModel, err := filepath.Rel(root, modelPath)
+	if err != nil {
+		relModel = modelPath
+	}
+	if api := apis[len(apis)-1]; api != nil {
+		b, err := encodeModel(cfg, api)
+		if err != nil {
+			return err
+		}
+		if err := writeIfChanged(modelPath, b); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(stdout, "bindgen: %s not cached: the package is generated from the committed model %s\n", target, relModel)
+	}
+	b, err := os.ReadFile(modelPath)
+	if err != nil {
+		return fmt.Errorf("%s: %w", target, err)
+	}
+	api, err := decodeModel(cfg, b)
+	if err != nil {
+		return fmt.Errorf("%s: %w", modelPath, err)
+	}
 	for _, f := range api.Funcs {
 		for i, s := range snaps {
 			if snapshotSymbols(s)[f.Symbol] {
-				f.Since = setVersion(cfg.Sets[i])
+				f.Since = cfg.setVersion(cfg.Sets[i])
 				break
 			}
 		}
@@ -187,6 +274,10 @@ func generate(cfg *Config, root, cache string, stdout io.Writer) error {
 	g, err := newGoPkg(cfg, api)
 	if err != nil {
 		return err
+	}
+	if line := manifestLine(cfg, root, target); len(line) > 3 {
+		g.headerSource = line[3]
+		g.optionalHeader = contains(cfg.Headers.OptionalSources, line[3])
 	}
 	return g.write(filepath.Join(root, cfg.Out))
 }
@@ -218,6 +309,23 @@ func (g *goPkg) write(dir string) error {
 	}
 	if globals != nil {
 		files["zglobals.go"] = globals
+	}
+	if g.cfg.Library != nil {
+		files["zload.go"] = g.emitLoad()
+	}
+	if g.cfg.Errors != nil {
+		f, err := g.emitErrors()
+		if err != nil {
+			return err
+		}
+		files["zerrors.go"] = f
+	}
+	if g.cfg.Batch != nil {
+		batch, err := g.emitBatch()
+		if err != nil {
+			return fmt.Errorf("batch: %w", err)
+		}
+		maps.Copy(files, batch)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -286,10 +394,31 @@ func settingNames(cfg *Config) string {
 	return strings.Join(s, ", ")
 }
 
-// checkManifest checks that every header set of cfg is pinned in headers/manifest.tsv
-// (when the repository has one).
+// manifestLine returns the tab-separated fields of set's header line in the manifest, or nil.
+func manifestLine(cfg *Config, root, set string) []string {
+	if cfg.Headers.Manifest == "" {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(root, cfg.Headers.Manifest))
+	if err != nil {
+		return nil
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Split(line, "\t"); len(f) > 1 && f[0] == "header" && f[1] == set {
+			return f
+		}
+	}
+	return nil
+}
+
+// checkManifest checks that every header set of cfg is pinned in the manifest (when the
+// config names one and it exists).
 func checkManifest(cfg *Config, root string) error {
-	b, err := os.ReadFile(filepath.Join(root, "headers", "manifest.tsv"))
+	if cfg.Headers.Manifest == "" {
+		return nil
+	}
+	path := filepath.Join(root, cfg.Headers.Manifest)
+	b, err := os.ReadFile(path)
 	if os.IsNotExist(err) {
 		return nil
 	}
@@ -304,7 +433,7 @@ func checkManifest(cfg *Config, root string) error {
 	}
 	for _, set := range cfg.Sets {
 		if !pinned[set] {
-			return fmt.Errorf("header set %s is not pinned in headers/manifest.tsv: run make headers NCCL=<version> first", set)
+			return fmt.Errorf("header set %s is not pinned in %s: %s first", set, cfg.Headers.Manifest, cfg.fetchHint())
 		}
 	}
 	return nil

@@ -9,7 +9,7 @@ import (
 // (which is not available at build time): typedefs, forward declarations, and full
 // definitions of the aggregates passed by value, with the header's layout. Enums are
 // mirrored as the integer type of their size. Anonymous aggregates get a tag of the form
-// _ncclgo_<name>, which changes no layout.
+// <cPrefix><name>, which changes no layout.
 type mirror struct {
 	g    *goPkg
 	out  strings.Builder
@@ -31,7 +31,7 @@ func (m *mirror) tag(d *TypeDecl) string {
 	if !d.Anonymous {
 		return d.CName
 	}
-	return "_ncclgo_" + strings.NewReplacer(".", "_").Replace(d.CName)
+	return m.g.cfg.CPrefix + strings.NewReplacer(".", "_").Replace(d.CName)
 }
 
 // enumInt is the integer type an enum is mirrored as.
@@ -150,7 +150,7 @@ func (m *mirror) aggregate(d *TypeDecl, byValue bool) error {
 		}
 		name := f.Name
 		if name == "" {
-			name = fmt.Sprintf("_ncclgo_anon%d", i)
+			name = fmt.Sprintf("%sanon%d", m.g.cfg.CPrefix, i)
 		}
 		fmt.Fprintf(&body, "\t%s;\n", m.decl(f.Type, name))
 	}

@@ -20,38 +20,38 @@ const (
 
 // CType is a C type as written in a declaration, with its qualifiers.
 type CType struct {
-	Kind  Kind
-	Name  string
-	Const bool
-	Elem  *CType
-	Len   int64
-	Sig   *Signature
-	Size  int64
-	Align int64
+	Kind  Kind       `json:",omitempty"`
+	Name  string     `json:",omitempty"`
+	Const bool       `json:",omitempty"`
+	Elem  *CType     `json:",omitempty"`
+	Len   int64      `json:",omitempty"`
+	Sig   *Signature `json:",omitempty"`
+	Size  int64      `json:",omitempty"`
+	Align int64      `json:",omitempty"`
 }
 
 // Signature is a function prototype.
 type Signature struct {
-	Result   *CType
-	Params   []Param
-	Variadic bool
+	Result   *CType  `json:",omitempty"`
+	Params   []Param `json:",omitempty"`
+	Variadic bool    `json:",omitempty"`
 }
 
 // Param is one function parameter.
 type Param struct {
-	Name string
-	Type *CType
+	Name string `json:",omitempty"`
+	Type *CType `json:",omitempty"`
 }
 
 // Func is one function the header declares.
 type Func struct {
-	Symbol   string   // exported symbol that is called (cuMemAlloc_v2)
-	Public   string   // spelling in the header source (cuMemAlloc)
-	GoName   string   // Go name
-	Settings []string // settings that declare it
-	Sig      *Signature
-	Pos      string
-	Since    string // first header set declaring Symbol
+	Symbol   string     `json:",omitempty"` // exported symbol that is called (cuMemAlloc_v2)
+	Public   string     `json:",omitempty"` // spelling in the header source (cuMemAlloc)
+	GoName   string     `json:",omitempty"` // Go name
+	Settings []string   `json:",omitempty"` // settings that declare it
+	Sig      *Signature `json:",omitempty"`
+	Pos      string     `json:",omitempty"`
+	Since    string     `json:"-"` // first header set declaring Symbol (from the snapshots)
 }
 
 // DeclKind classifies a TypeDecl.
@@ -67,42 +67,43 @@ const (
 
 // TypeDecl is a type the header declares.
 type TypeDecl struct {
-	Kind       DeclKind
-	CName      string // typedef name, or tag ("CUstreamMemOpWaitValueParams_st"), or generated name
-	CSpell     string // how C code names it: "ncclConfig_t", "struct CUstream_st", "union CUx_union"
-	GoName     string
-	Underlying *CType // DeclTypedef
-	Size       int64
-	Align      int64
-	Fields     []*FieldDecl  // struct, union
-	Values     []*Enumerator // enum
-	Unsigned   bool          // enum: some value needs an unsigned type
-	Pos        string
-	Anonymous  bool      // struct/union/enum without tag
-	Handle     bool      // typedef of a pointer to an incomplete struct (an opaque handle)
-	Alias      bool      // typedef whose Underlying is another declared typedef
-	ParentDecl *TypeDecl // anonymous nested aggregate: the aggregate it is declared in
-	FieldName  string    // anonymous nested aggregate: the field it is the type of ("" for an anonymous member)
-	Order      int       // declaration order in the header
+	Kind       DeclKind      `json:",omitempty"`
+	CName      string        `json:",omitempty"` // typedef name, or tag ("CUstreamMemOpWaitValueParams_st"), or generated name
+	CSpell     string        `json:",omitempty"` // how C code names it: "ncclConfig_t", "struct CUstream_st", "union CUx_union"
+	GoName     string        `json:",omitempty"`
+	Underlying *CType        `json:",omitempty"` // DeclTypedef
+	Size       int64         `json:",omitempty"`
+	Align      int64         `json:",omitempty"`
+	Fields     []*FieldDecl  `json:",omitempty"` // struct, union
+	Values     []*Enumerator `json:",omitempty"` // enum
+	Unsigned   bool          `json:",omitempty"` // enum: some value needs an unsigned type
+	Pos        string        `json:",omitempty"`
+	Anonymous  bool          `json:",omitempty"` // struct/union/enum without tag
+	Handle     bool          `json:",omitempty"` // typedef of a pointer to an incomplete struct (an opaque handle)
+	Alias      bool          `json:",omitempty"` // typedef whose Underlying is another declared typedef
+	ParentDecl *TypeDecl     `json:"-"`          // anonymous nested aggregate: the aggregate it is declared in
+	Parent     string        `json:",omitempty"` // ParentDecl's declKey, in the JSON model
+	FieldName  string        `json:",omitempty"` // anonymous nested aggregate: the field it is the type of ("" for an anonymous member)
+	Order      int           `json:",omitempty"` // declaration order in the header
 }
 
 // FieldDecl is one member of a struct or union.
 type FieldDecl struct {
-	Name   string // "" for an anonymous member
-	GoName string
-	Type   *CType
-	Offset int64
-	Size   int64
-	Align  int64
+	Name   string `json:",omitempty"` // "" for an anonymous member
+	GoName string `json:",omitempty"`
+	Type   *CType `json:",omitempty"`
+	Offset int64  `json:",omitempty"`
+	Size   int64  `json:",omitempty"`
+	Align  int64  `json:",omitempty"`
 }
 
 // Enumerator is one enum constant.
 type Enumerator struct {
-	Name   string
-	GoName string
-	Value  int64
-	Enum   string // CName of its enum type (the typedef name if there is one)
-	Pos    string
+	Name   string `json:",omitempty"`
+	GoName string `json:",omitempty"`
+	Value  int64  `json:",omitempty"`
+	Enum   string `json:",omitempty"` // CName of its enum type (the typedef name if there is one)
+	Pos    string `json:",omitempty"`
 }
 
 // ConstKind classifies a Const.
@@ -119,18 +120,18 @@ const (
 
 // Const is a valued object-like macro.
 type Const struct {
-	Name   string
-	GoName string
-	Kind   ConstKind
-	Int    int64
-	Uint   uint64
-	Float  float64
-	Str    string
-	Type   string // ConstPointer: C typedef name of the pointer type ("CUstream"), or ""
+	Name   string    `json:",omitempty"`
+	GoName string    `json:",omitempty"`
+	Kind   ConstKind `json:",omitempty"`
+	Int    int64     `json:",omitempty"`
+	Uint   uint64    `json:",omitempty"`
+	Float  float64   `json:",omitempty"`
+	Str    string    `json:",omitempty"`
+	Type   string    `json:",omitempty"` // ConstPointer: C typedef name of the pointer type ("CUstream"), or ""
 	// Enumerator marks an enumerator of an enum without tag or typedef, kept as an
 	// untyped constant (parse_anonenum.go).
-	Enumerator bool
-	Pos        string
+	Enumerator bool   `json:",omitempty"`
+	Pos        string `json:",omitempty"`
 }
 
 // API is everything one header set declares, after the skip list.
@@ -151,9 +152,9 @@ type Counts map[string]*Count
 
 // Count is one line of the summary.
 type Count struct {
-	Found   int
-	Emitted int
-	Skipped map[string]int // reason -> count
+	Found   int            `json:",omitempty"`
+	Emitted int            `json:",omitempty"`
+	Skipped map[string]int `json:",omitempty"` // reason -> count
 }
 
 func (c Counts) add(kind string) *Count {

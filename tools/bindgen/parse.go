@@ -67,7 +67,7 @@ func translate(header string, includes []string, st Setting) (*cc.AST, error) {
 	return cc.Translate(ccfg, []cc.Source{
 		{Name: "<predefined>", Value: ccfg.Predefined},
 		{Name: "<builtin>", Value: cc.Builtin},
-		{Name: "ncclgo-" + st.Name + ".c", Value: pre.String()},
+		{Name: "bindgen-" + st.Name + ".c", Value: pre.String()},
 	})
 }
 
@@ -110,12 +110,12 @@ type parser struct {
 
 // parseSet parses the header of one set in every setting of cfg.
 func parseSet(cfg *Config, root, cache, set string) (*API, error) {
-	dir := filepath.Join(cache, "header", set)
+	dir := cfg.headerDir(root, cache, set)
 	hdr := filepath.Join(dir, cfg.Header)
 	src, err := os.ReadFile(hdr)
 	if err != nil {
 		if os.IsNotExist(err) {
-			return nil, fmt.Errorf("header %s of set %s is not in the cache (%s): run make headers: %w", cfg.Header, set, dir, ErrNoHeaders)
+			return nil, fmt.Errorf("header %s of set %s is not in the cache (%s): %s: %w", cfg.Header, set, dir, cfg.fetchHint(), ErrNoHeaders)
 		}
 		return nil, err
 	}
@@ -306,7 +306,7 @@ func (p *parser) function(dr *cc.Declarator, where string, line, col int) {
 		return
 	}
 	name := p.cfg.goName(public)
-	for _, suf := range []string{"_ptds", "_ptsz"} {
+	for _, suf := range p.cfg.SymbolSuffixes {
 		if strings.HasSuffix(sym, suf) && !strings.HasSuffix(public, suf) {
 			name += camel(suf)
 		}

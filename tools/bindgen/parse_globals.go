@@ -34,11 +34,11 @@ type Global struct {
 // GlobalAddr is an object-like macro whose value is the address of a Global, cast to a
 // typedef of the header (Type), or to void * (Type "").
 type GlobalAddr struct {
-	Name   string
-	GoName string
-	Global string // symbol of the object
-	Type   string // C typedef the address is cast to, or ""
-	Pos    string
+	Name   string `json:",omitempty"`
+	GoName string `json:",omitempty"`
+	Global string `json:",omitempty"` // symbol of the object
+	Type   string `json:",omitempty"` // C typedef the address is cast to, or ""
+	Pos    string `json:",omitempty"`
 }
 
 // variable records an extern object declaration.

@@ -44,7 +44,7 @@ func (p *parser) macros(ast *cc.AST) {
 			p.api.Counts.skip("macro", "empty definition (include guard, feature or attribute switch)")
 			continue
 		}
-		if target := functionAlias(toks); target != "" && p.fnSyms[target] || p.fnSyms[expandPT(toks)] {
+		if target := functionAlias(toks, p.cfg.SpellingMacros); target != "" && p.fnSyms[target] || p.fnSyms[expandSpelling(toks, p.cfg.SpellingMacros)] {
 			p.skipped["macro-noval "+name] = true
 			p.api.Counts.skip("macro", "names a function (gives the function its public name)")
 			continue
@@ -61,23 +61,23 @@ func (p *parser) macros(ast *cc.AST) {
 	}
 }
 
-// functionAlias returns the identifier a macro body consists of, or the argument of an
-// __CUDA_API_PTDS/PTSZ(x) body.
-func functionAlias(toks []cc.Token) string {
+// functionAlias returns the identifier a macro body consists of, or the argument x of a
+// body F(x) where F is one of the config's spelling macros.
+func functionAlias(toks []cc.Token, spelling map[string]string) string {
 	switch {
 	case len(toks) == 1 && toks[0].Ch == rune(cc.IDENTIFIER):
 		return toks[0].SrcStr()
-	case len(toks) == 4 && toks[1].SrcStr() == "(" && toks[3].SrcStr() == ")" && strings.HasPrefix(toks[0].SrcStr(), "__CUDA_API_PT"):
+	case len(toks) == 4 && toks[1].SrcStr() == "(" && toks[3].SrcStr() == ")" && spelling[toks[0].SrcStr()] != "":
 		return toks[2].SrcStr()
 	}
 	return ""
 }
 
-// expandPT spells what an __CUDA_API_PTDS/PTSZ(x) body names in a setting with the
-// per-thread default stream (x_ptds / x_ptsz).
-func expandPT(toks []cc.Token) string {
-	if len(toks) == 4 && strings.HasPrefix(toks[0].SrcStr(), "__CUDA_API_PT") {
-		return toks[2].SrcStr() + "_" + strings.ToLower(strings.TrimPrefix(toks[0].SrcStr(), "__CUDA_API_"))
+// expandSpelling spells what a body F(x) names when F is a spelling macro: x followed by
+// F's suffix (cuda.h's __CUDA_API_PTDS(x) is x_ptds in the per-thread setting).
+func expandSpelling(toks []cc.Token, spelling map[string]string) string {
+	if len(toks) == 4 && toks[1].SrcStr() == "(" && spelling[toks[0].SrcStr()] != "" {
+		return toks[2].SrcStr() + spelling[toks[0].SrcStr()]
 	}
 	return ""
 }

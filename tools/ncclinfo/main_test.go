@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -78,13 +79,12 @@ func decodeReport(t *testing.T, out string) Report {
 func TestReportWithRealLibraries(t *testing.T) {
 	cudaLib := cachedLib(t, "cuda-535.261.03", "libcuda.so.1")
 	tests := []struct {
-		set       string
-		version   string
-		code      int
-		wantAllIn bool // every raw/nccl function is in this library
+		set     string
+		version string
+		code    int
 	}{
-		{"nccl-2.29.7", "NCCL 2.29.7", 22907, true},
-		{"nccl-2.22.3", "NCCL 2.22.3", 22203, false},
+		{"nccl-2.29.7", "NCCL 2.29.7", 22907},
+		{"nccl-2.22.3", "NCCL 2.22.3", 22203},
 	}
 	for _, tc := range tests {
 		t.Run(tc.set, func(t *testing.T) {
@@ -121,11 +121,19 @@ func TestReportWithRealLibraries(t *testing.T) {
 				require.Empty(t, c.Error, c.Package)
 				require.NotZero(t, c.Functions, c.Package)
 				assert.Equal(t, c.Functions, c.Present+len(c.Missing), c.Package)
-				if c.Package == "raw/nccl" && tc.wantAllIn {
-					assert.Empty(t, c.Missing)
-				}
-				if c.Package == "raw/nccl" && !tc.wantAllIn {
-					assert.NotEmpty(t, c.Missing)
+				if c.Package == "raw/nccl" {
+					// Exactly the functions first declared by a newer nccl.h are missing.
+					for _, m := range c.Missing {
+						since := strings.Split(m.Since, ".")
+						require.Len(t, since, 3, m.Symbol)
+						mj, _ := strconv.Atoi(since[0])
+						mn, _ := strconv.Atoi(since[1])
+						pt, _ := strconv.Atoi(since[2])
+						assert.Greater(t, nccl.Version(mj, mn, pt), tc.code, "%s (since %s) is missing from %s", m.Symbol, m.Since, tc.version)
+					}
+					if tc.code < 22300 {
+						assert.NotEmpty(t, c.Missing, "functions newer than %s", tc.version)
+					}
 				}
 			}
 
@@ -407,4 +415,38 @@ func TestCoverageLinesWrapLongLists(t *testing.T) {
 		"  cuAlphaFunctionWithALongName (12.4.1), cuBetaFunctionWithALongName (12.4.1)",
 		"  cuGammaFunctionWithALongName (12.4.1), cuDelta (12.4.1)",
 	}, lines)
+}
+
+// When nothing loads, the report says where ncclgo's cache has the libraries (with the
+// variable to set) and how to get them on a real machine.
+func TestHintWhenNothingLoads(t *testing.T) {
+	s := fakeSources()
+	notFound := func() nccl.LoadInfo {
+		return nccl.LoadInfo{Library: "X", Err: errors.New("not found"),
+			Attempts: []nccl.Attempt{{Source: "soname", Path: "libx.so", Err: errors.New("libx.so: cannot open shared object file")}}}
+	}
+	s.nccl, s.cuda = notFound, notFound
+	s.environ = func() []string { return []string{"HOME=/home/u", "XDG_CACHE_HOME=/xdg"} }
+	var globbed []string
+	s.glob = func(p string) []string {
+		globbed = append(globbed, p)
+		if strings.Contains(p, "nccl-") {
+			return []string{"/xdg/ncclgo/lib/nccl-2.29.7/libnccl.so.2", "/xdg/ncclgo/lib/nccl-2.22.3/libnccl.so.2"}
+		}
+		return nil
+	}
+	r := gather(s)
+	assert.Equal(t, []string{"/xdg/ncclgo/lib/nccl-*/libnccl.so.2", "/xdg/ncclgo/lib/cuda-*/libcuda.so.1"}, globbed)
+	var b bytes.Buffer
+	require.NoError(t, writeText(&b, r))
+	text := b.String()
+	assert.Contains(t, text, "how to make it load:")
+	assert.Contains(t, text, "    NCCLGO_LIBNCCL=/xdg/ncclgo/lib/nccl-2.22.3/libnccl.so.2\n")
+	assert.Contains(t, text, "    NCCLGO_LIBNCCL=/xdg/ncclgo/lib/nccl-2.29.7/libnccl.so.2\n")
+	assert.Contains(t, text, "pip install nvidia-nccl-cu12")
+	assert.Contains(t, text, "ncclgo's cache (/xdg/ncclgo) has none; `make libs` fetches the copies the tests load")
+	assert.Contains(t, text, "libcuda.so.1 comes with the NVIDIA driver")
+
+	// A loaded library gets no hint.
+	assert.Empty(t, gather(fakeSources()).NCCL.Hint)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"sort"
@@ -56,6 +57,9 @@ type Library struct {
 	Attempts []Attempt `json:"attempts"`
 	// Error is the load error (with the loader's messages) when nothing was loaded.
 	Error string `json:"error,omitempty"`
+	// Hint says, when nothing was loaded, where ncclgo's cache has the library (and the
+	// variable to set) and how to get it on a real machine.
+	Hint []string `json:"hint,omitempty"`
 }
 
 // Attempt is one file the loader tried.
@@ -140,6 +144,7 @@ type sources struct {
 	cuda     func() nccl.LoadInfo
 	gpus     func() GPUs
 	coverage func() []Coverage
+	glob     func(pattern string) []string
 }
 
 // gather builds the report. Nothing in it fails: what cannot be found is reported.
@@ -149,6 +154,12 @@ func gather(s sources) Report {
 		NCCL:   library(s.nccl()),
 		CUDA:   library(s.cuda()),
 		Env:    environment(s.environ()),
+	}
+	if !r.NCCL.Loaded {
+		r.NCCL.Hint = hint(ncclHint, s.environ(), s.glob)
+	}
+	if !r.CUDA.Loaded {
+		r.CUDA.Hint = hint(cudaHint, s.environ(), s.glob)
 	}
 	if r.CUDA.Loaded {
 		r.GPUs = s.gpus()
@@ -243,5 +254,9 @@ func osSources() sources {
 		cuda:     cudaInfo,
 		gpus:     probeGPUs,
 		coverage: coverage,
+		glob: func(p string) []string {
+			m, _ := filepath.Glob(p) // the pattern is ours and well formed
+			return m
+		},
 	}
 }

@@ -64,8 +64,7 @@ func writeText(w io.Writer, r Report) error {
 }
 
 // libraryLines tells what was loaded, from where and why, and every file tried.
-func libraryLines(l Library) []string {
-	var out []string
+func libraryLines(l Library) (out []string) {
 	if l.Loaded {
 		version := l.Version
 		if version == "" {
@@ -77,6 +76,9 @@ func libraryLines(l Library) []string {
 	} else {
 		out = append(out, "not loaded: "+l.Error)
 	}
+	if len(l.Hint) > 0 {
+		defer func() { out = append(append(out, "how to make it load:"), indentAll(l.Hint)...) }()
+	}
 	if len(l.Attempts) == 0 {
 		return out
 	}
@@ -87,6 +89,14 @@ func libraryLines(l Library) []string {
 			result = strings.TrimPrefix(a.Error, a.Path+": ")
 		}
 		out = append(out, fmt.Sprintf("  %d. %-22s %s: %s", i+1, a.Source, a.Path, result))
+	}
+	return out
+}
+
+func indentAll(l []string) []string {
+	out := make([]string, len(l))
+	for i, s := range l {
+		out[i] = "  " + s
 	}
 	return out
 }

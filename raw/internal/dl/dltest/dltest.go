@@ -60,11 +60,7 @@ func cached(t testing.TB, kind, set, file string) string {
 	t.Helper()
 	p := filepath.Join(CacheDir(), kind, set, file)
 	if _, err := os.Stat(p); err != nil {
-		cmd := "make libs"
-		if kind == "header" {
-			cmd = "make headers"
-		}
-		Missing(t, "%s is not cached (%v): run %s", p, err, cmd)
+		Missing(t, "%s is not cached (%v): run make %ss", p, err, kind)
 	}
 	return p
 }

@@ -1,5 +1,7 @@
-// Package dl opens a shared library at run time and resolves its symbols lazily, for the
-// generated packages raw/nccl and raw/cuda.
+// Package dl is the run-time support of the packages tools/bindgen generates (raw/nccl,
+// raw/cuda here, and any package another module generates with bindgen): it opens a shared
+// library at run time and resolves its symbols lazily. Generated code imports it as
+// github.com/ncclgo/ncclgo/raw/dl, so bindgen's output builds in any module.
 //
 // A [Library] describes where its file may be found. The library is opened on first use,
 // following one search order (see [Library.Load]); each [Symbol] is looked up with dlsym
@@ -9,6 +11,15 @@
 // abort the process.
 //
 // Without cgo, or on a system without dlopen, every call returns [ErrNeedsCgo].
+//
+// # Stability
+//
+// Everything exported here is the contract between generated code and this package and
+// follows the module's semantic version: names are only added, never changed or removed,
+// within a major version. Generated code uses [Library], [Symbol], [Library.Resolve],
+// [Library.Loaded], [FormatVersion], [GoString] and the error values; the rest
+// ([Library.Info], [Library.Coverage], [LoadInfo]...) serves the functions a generated
+// package exports about its library.
 package dl
 
 import (
