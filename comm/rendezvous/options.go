@@ -33,6 +33,7 @@ type serverConfig struct {
 	idleTimeout      time.Duration
 	maxConns         int
 	maxStoreBytes    int64
+	torchClients     int8 // WithTorchClients: 1 allow, -1 refuse, 0 only without a token
 }
 
 type clientConfig struct {

@@ -46,6 +46,7 @@ type Server struct {
 	data      map[string][]byte
 	size      int64 // bytes of keys and values in data
 	watchers  map[string]map[*watcher]struct{}
+	torch     torchWaiters // waits of PyTorch TCPStore clients (tcpstore_core.go)
 }
 
 // watcher is a blocked Get or Wait.
@@ -257,6 +258,14 @@ func (c *serverConn) serve() {
 	defer s.wg.Done()
 	defer c.close()
 	c.br = bufio.NewReader(c.nc)
+	if gen, err := c.sniffTorch(); err != nil || gen != 0 {
+		if err != nil {
+			c.logEnd("handshake", err)
+		} else {
+			c.serveTorch(gen)
+		}
+		return
+	}
 	if err := c.handshake(); err != nil {
 		c.logEnd("handshake", err)
 		return
@@ -693,6 +702,7 @@ func (s *Server) storeLocked(key string, value []byte) bool {
 // notifyLocked wakes the watchers of a key that was just set and returns the replies
 // of those whose keys now all exist.
 func (s *Server) notifyLocked(key string) []delivery {
+	s.torch.notifyLocked(key, s.data)
 	set := s.watchers[key]
 	if len(set) == 0 {
 		return nil

@@ -1,0 +1,386 @@
+package rendezvous
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+)
+
+// maxTorchWaits bounds the waits one torch connection may have pending (a torch
+// client has at most one).
+const maxTorchWaits = 64
+
+// WithTorchClients says whether the server also answers clients that speak PyTorch's
+// TCPStore protocol (torch.distributed.TCPStore of torch 1.x and 2.x, torchrun's
+// workers) on its port, next to ncclgo's own protocol. torch's protocol has no
+// authentication: anyone who can reach the port can read and write every key. So
+// without the option a server answers torch clients only when it has no token; with a
+// token it refuses them (closing the connection, with a warning) unless
+// WithTorchClients(true) is given. WithTorchClients(false) refuses them always.
+func WithTorchClients(allow bool) ServerOption {
+	return serverOption(func(c *serverConfig) {
+		c.torchClients = -1
+		if allow {
+			c.torchClients = 1
+		}
+	})
+}
+
+func (s *Server) torchAllowed() bool {
+	switch s.cfg.torchClients {
+	case 1:
+		return true
+	case -1:
+		return false
+	}
+	return s.cfg.token == ""
+}
+
+// sniffTorch looks at a new connection's first bytes (within the handshake timeout)
+// and returns the TCPStore generation its client speaks, or 0 for ncclgo's protocol.
+func (c *serverConn) sniffTorch() (TorchProtocol, error) {
+	_ = c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.handshakeTimeout))
+	b, err := c.br.Peek(1)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case b[0] >= 1 && b[0] <= byte(tsCancelWait):
+		return TorchProtocol1, nil
+	case b[0] != 0:
+		return 0, nil
+	}
+	if b, err = c.br.Peek(5); err != nil {
+		if errors.Is(err, io.EOF) {
+			return 0, nil // too short for anyone: let the handshake report it
+		}
+		return 0, err
+	}
+	switch {
+	case binary.LittleEndian.Uint32(b[1:5]) == tsMagic:
+		return TorchProtocol2, nil
+	case b[1] == 0 && b[4] == byte(opHello):
+		return 0, nil
+	}
+	return TorchProtocol1, nil
+}
+
+// serveTorch serves a connection whose client speaks torch's protocol.
+func (c *serverConn) serveTorch(gen TorchProtocol) {
+	s := c.s
+	if !s.torchAllowed() {
+		s.log.Warn("rendezvous server: refusing a PyTorch TCPStore client: torch's protocol has no authentication and this store has a token (WithTorchClients(true) allows them)",
+			"remote", c.remote, "protocol", int(gen))
+		return
+	}
+	s.log.Debug("rendezvous server: PyTorch TCPStore client", "remote", c.remote, "protocol", int(gen))
+	t := &torchConn{c: c, core: s, gen: gen, rd: tsReader{r: c.br}, signal: make(chan struct{}, 1), waits: map[uint64]func() bool{}}
+	stage, err := t.serve()
+	c.logEnd("torch "+stage, err)
+}
+
+// torchConn is the state of one torch client's connection.
+type torchConn struct {
+	c    *serverConn
+	core torchCore
+	gen  TorchProtocol
+	rd   tsReader
+	w    tsWriter
+
+	mu     sync.Mutex
+	nextID uint64
+	waits  map[uint64]func() bool // cancels of the waits not yet answered
+	fired  int                    // waits whose keys came, not yet answered
+	signal chan struct{}          // a wait fired
+}
+
+// tsRequest is one parsed query.
+type tsRequest struct {
+	q      tsQuery
+	keys   []string
+	values [][]byte
+	num    int64
+	nonce  uint32
+}
+
+func (t *torchConn) serve() (stage string, err error) {
+	reqs := make(chan tsRequest)
+	readErr := make(chan error, 1)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		first := true
+		for {
+			r, err := t.read()
+			if err != nil {
+				readErr <- err
+				return
+			}
+			if first {
+				// A torch client sends its first query at once; after it, torch clients
+				// may stay silent for as long as the job runs (they send no keepalive).
+				first = false
+				_ = t.c.nc.SetReadDeadline(time.Time{})
+			}
+			select {
+			case reqs <- r:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		_ = t.c.nc.Close()
+		wg.Wait()
+		t.cancelAll()
+	}()
+	for {
+		select {
+		case r := <-reqs:
+			if err := t.handle(r); err != nil {
+				return r.q.String(), err
+			}
+		case <-t.signal:
+			if err := t.answerFired(); err != nil {
+				return "WAIT", err
+			}
+		case err := <-readErr:
+			return "read", err
+		}
+	}
+}
+
+// read parses one query.
+func (t *torchConn) read() (tsRequest, error) {
+	rd := &t.rd
+	b, err := rd.u8()
+	if err != nil {
+		return tsRequest{}, err
+	}
+	r := tsRequest{q: tsFromWire(t.gen, b)}
+	keys := func(n int) error {
+		r.keys = make([]string, n)
+		for i := range r.keys {
+			if r.keys[i], err = rd.key(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	switch r.q {
+	case tsValidate:
+		m, err := rd.u32()
+		if err != nil {
+			return r, err
+		}
+		if m != tsMagic {
+			return r, fmt.Errorf("%w: validation number %#x, want %#x", ErrProtocol, m, tsMagic)
+		}
+	case tsPing:
+		if t.gen != TorchProtocol2 {
+			return r, fmt.Errorf("%w: query %d unknown to protocol 1", ErrProtocol, b)
+		}
+		r.nonce, err = rd.u32()
+	case tsSet, tsAppend, tsCompareSet:
+		var k string
+		if k, err = rd.key(); err != nil {
+			return r, err
+		}
+		r.keys = []string{k}
+		n := 1
+		if r.q == tsCompareSet {
+			n = 2
+		}
+		for range n {
+			v, err := rd.vector("value", MaxValueLen)
+			if err != nil {
+				return r, err
+			}
+			r.values = append(r.values, v)
+		}
+	case tsGet, tsDelete:
+		err = keys(1)
+	case tsAdd:
+		if err = keys(1); err == nil {
+			var v uint64
+			v, err = rd.u64()
+			r.num = int64(v)
+		}
+	case tsCheck, tsWait, tsMultiGet:
+		var n int
+		if n, err = rd.count("keys", MaxKeysPerRequest); err == nil {
+			if n == 0 && r.q != tsMultiGet {
+				return r, fmt.Errorf("%w: %s of no keys", ErrProtocol, r.q)
+			}
+			err = keys(n)
+		}
+	case tsMultiSet:
+		var n int
+		if n, err = rd.count("keys", MaxKeysPerRequest); err != nil {
+			return r, err
+		}
+		total := 0
+		for range n {
+			k, err := rd.key()
+			if err != nil {
+				return r, err
+			}
+			v, err := rd.vector("value", MaxValueLen)
+			if err != nil {
+				return r, err
+			}
+			if total += len(k) + len(v); total > MaxFrameLen {
+				return r, fmt.Errorf("%w: MULTI_SET of more than %d bytes", ErrProtocol, MaxFrameLen)
+			}
+			r.keys, r.values = append(r.keys, k), append(r.values, v)
+		}
+	case tsNumKeys, tsCancelWait:
+	default:
+		return r, fmt.Errorf("%w: query %s (byte %d) is not served", ErrProtocol, r.q, b)
+	}
+	return r, err
+}
+
+func (t *torchConn) handle(r tsRequest) error {
+	w := &t.w
+	w.reset()
+	switch r.q {
+	case tsValidate:
+		return nil
+	case tsPing:
+		w.u32(r.nonce)
+	case tsSet:
+		return t.core.tcpSet(r.keys[0], r.values[0])
+	case tsAppend:
+		return t.core.tcpAppend(r.keys[0], r.values[0])
+	case tsMultiSet:
+		for i, k := range r.keys {
+			if err := t.core.tcpSet(k, r.values[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	case tsCompareSet:
+		v, err := t.core.tcpCompareSet(r.keys[0], r.values[0], r.values[1])
+		if err != nil {
+			return err
+		}
+		w.vec(v)
+	case tsGet, tsMultiGet:
+		for _, k := range r.keys {
+			v, ok := t.core.tcpGet(k)
+			if !ok {
+				// torch's server fails the same way; its clients wait before they get.
+				return fmt.Errorf("%w: %s of %q, which does not exist", ErrProtocol, r.q, k)
+			}
+			w.vec(v)
+		}
+	case tsAdd:
+		v, err := t.core.tcpAdd(r.keys[0], r.num)
+		if err != nil {
+			return err
+		}
+		w.i64(v)
+	case tsDelete:
+		var n int64
+		if t.core.tcpDelete(r.keys[0]) {
+			n = 1
+		}
+		w.i64(n)
+	case tsNumKeys:
+		w.i64(t.core.tcpNumKeys())
+	case tsCheck:
+		if t.core.tcpCheck(r.keys) {
+			w.u8(tsReady)
+		} else {
+			w.u8(tsNotReady)
+		}
+	case tsWait:
+		return t.wait(r.keys)
+	case tsCancelWait:
+		t.cancelAll()
+		for range t.takeFired() {
+			w.u8(tsStopWaiting)
+		}
+		w.u8(tsWaitCancel)
+	}
+	return t.flush()
+}
+
+func (t *torchConn) flush() error {
+	if len(t.w.bytes()) == 0 {
+		return nil
+	}
+	_ = t.c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	_, err := t.c.nc.Write(t.w.bytes())
+	return err
+}
+
+// wait registers a wait; its answer is written by the serve loop once it fires.
+func (t *torchConn) wait(keys []string) error {
+	t.mu.Lock()
+	if len(t.waits) >= maxTorchWaits {
+		t.mu.Unlock()
+		return fmt.Errorf("%w: more than %d waits pending on one connection", ErrProtocol, maxTorchWaits)
+	}
+	id := t.nextID
+	t.nextID++
+	t.waits[id] = nil // reserved until tcpWait returns the cancel
+	t.mu.Unlock()
+	cancel := t.core.tcpWait(keys, func() {
+		t.mu.Lock()
+		delete(t.waits, id)
+		t.fired++
+		t.mu.Unlock()
+		select {
+		case t.signal <- struct{}{}:
+		default:
+		}
+	})
+	t.mu.Lock()
+	if _, ok := t.waits[id]; ok {
+		t.waits[id] = cancel
+	}
+	t.mu.Unlock()
+	return nil
+}
+
+// takeFired returns how many fired waits are not answered yet, and zeroes it.
+func (t *torchConn) takeFired() []struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.fired
+	t.fired = 0
+	return make([]struct{}, n)
+}
+
+func (t *torchConn) answerFired() error {
+	t.w.reset()
+	for range t.takeFired() {
+		t.w.u8(tsStopWaiting)
+	}
+	return t.flush()
+}
+
+// cancelAll forgets every pending wait; waits that fired meanwhile stay counted in
+// fired, to be answered before WAIT_CANCELED as torch's server does.
+func (t *torchConn) cancelAll() {
+	t.mu.Lock()
+	cancels := make([]func() bool, 0, len(t.waits))
+	for id, c := range t.waits {
+		if c != nil {
+			cancels = append(cancels, c)
+			delete(t.waits, id)
+		}
+	}
+	t.mu.Unlock()
+	for _, c := range cancels {
+		c() // false: it fired, and fired counts it
+	}
+}
