@@ -64,7 +64,8 @@ type Job struct {
 	served chan struct{} // closed when the embedded server stopped serving
 
 	mu     sync.Mutex
-	store  *rendezvous.Client
+	store  rendezvous.Store
+	agent  string            // under torchrun's agent store: the key prefix (launcher.go)
 	broken bool              // store lost its connection: the next rendezvous dials again
 	next   map[string]uint64 // per group: the first generation this process may join
 	refs   int               // Close and the backends Connect made hold one each
@@ -82,7 +83,10 @@ func JoinJob(ctx context.Context, opts ...Option) (*Job, error) {
 		return nil, fmt.Errorf("join job: %w", err)
 	}
 	j := &Job{cfg: jc, opts: slices.Clone(opts), log: cfg.log, next: map[string]uint64{}, refs: 1}
-	if jc.Rank == 0 && !cfg.job.external {
+	if j.agent, err = agentStorePrefix(cfg); err != nil {
+		return nil, fmt.Errorf("join job: %w", err)
+	}
+	if jc.Rank == 0 && !cfg.job.external && j.agent == "" {
 		var lc net.ListenConfig
 		addr := listenAddr(jc)
 		l, err := lc.Listen(ctx, "tcp", addr)
@@ -154,20 +158,24 @@ func (j *Job) WorldSize() int { return j.cfg.WorldSize }
 func (j *Job) LocalRank() int { return j.cfg.LocalRank }
 
 // Store is the job's connection to its rendezvous store, for the engine's own keys
-// (keep clear of the "ncclgo/" prefix). After the connection was lost, the next
+// (keep clear of the "ncclgo/" prefix): a *rendezvous.Client, or under torchrun's agent
+// store a *rendezvous.TCPStoreClient. After the connection was lost, the next
 // rendezvous dials again and Store returns the new connection.
-func (j *Job) Store() *rendezvous.Client {
+func (j *Job) Store() rendezvous.Store {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.store
 }
 
-func (j *Job) dial(ctx context.Context) (*rendezvous.Client, error) {
+func (j *Job) dial(ctx context.Context) (rendezvous.Store, error) {
+	if j.agent != "" {
+		return dialAgentStore(ctx, j.cfg, j.agent, j.log)
+	}
 	return rendezvous.Dial(ctx, j.cfg.Addr(), rendezvous.WithToken(j.cfg.Token), rendezvous.WithLogger(j.log))
 }
 
 // client returns the store connection, dialing again if the last one was lost.
-func (j *Job) client(ctx context.Context) (*rendezvous.Client, error) {
+func (j *Job) client(ctx context.Context) (rendezvous.Store, error) {
 	j.mu.Lock()
 	s, broken, closed := j.store, j.broken, j.closed
 	j.mu.Unlock()
@@ -195,7 +203,7 @@ func (j *Job) client(ctx context.Context) (*rendezvous.Client, error) {
 }
 
 // lost marks s broken when err says its connection was lost.
-func (j *Job) lost(s *rendezvous.Client, err error) {
+func (j *Job) lost(s rendezvous.Store, err error) {
 	if err == nil || !errors.Is(err, rendezvous.ErrClosed) {
 		return
 	}

@@ -520,3 +520,7 @@ func (c *TCPStoreClient) Delete(ctx context.Context, key string) (bool, error) {
 func (c *TCPStoreClient) Barrier(ctx context.Context, key string, rank, world int) error {
 	return storeBarrier(ctx, c, key, rank, world)
 }
+
+// AgentStorePrefix is the key prefix torchrun's workers use in the agent's store in
+// the given restart (TORCHELASTIC_RESTART_COUNT): "/worker/attempt_<restart>".
+func AgentStorePrefix(restart int) string { return "/worker/attempt_" + strconv.Itoa(restart) }

@@ -59,13 +59,16 @@ func (c *serverConn) sniffTorch() (TorchProtocol, error) {
 		}
 		return 0, err
 	}
-	switch {
-	case binary.LittleEndian.Uint32(b[1:5]) == tsMagic:
+	// After a 0: generation 2's magic, or generation 1's SET and the low bytes of its
+	// key's length (1..MaxKeyLen+1), or ncclgo's frame length, whose fifth byte is a
+	// non-zero op (so read as a key length it is at least 2^24).
+	switch l := binary.LittleEndian.Uint32(b[1:5]); {
+	case l == tsMagic:
 		return TorchProtocol2, nil
-	case b[1] == 0 && b[4] == byte(opHello):
-		return 0, nil
+	case l >= 1 && l <= MaxKeyLen+1:
+		return TorchProtocol1, nil
 	}
-	return TorchProtocol1, nil
+	return 0, nil
 }
 
 // serveTorch serves a connection whose client speaks torch's protocol.
