@@ -171,7 +171,11 @@ func (j *Job) dial(ctx context.Context) (rendezvous.Store, error) {
 	if j.agent != "" {
 		return dialAgentStore(ctx, j.cfg, j.agent, j.log)
 	}
-	return rendezvous.Dial(ctx, j.cfg.Addr(), rendezvous.WithToken(j.cfg.Token), rendezvous.WithLogger(j.log))
+	c, err := rendezvous.Dial(ctx, j.cfg.Addr(), rendezvous.WithToken(j.cfg.Token), rendezvous.WithLogger(j.log))
+	if err != nil {
+		return nil, err // not a nil *Client in a non-nil Store
+	}
+	return c, nil
 }
 
 // client returns the store connection, dialing again if the last one was lost.

@@ -42,5 +42,9 @@ func agentStorePrefix(cfg config) (string, error) {
 
 // dialAgentStore connects to torchrun's agent store as a TCPStore client.
 func dialAgentStore(ctx context.Context, jc rendezvous.Config, prefix string, log *slog.Logger) (rendezvous.Store, error) {
-	return rendezvous.DialTCPStore(ctx, jc.Addr(), rendezvous.WithKeyPrefix(prefix), rendezvous.WithLogger(log))
+	c, err := rendezvous.DialTCPStore(ctx, jc.Addr(), rendezvous.WithKeyPrefix(prefix), rendezvous.WithLogger(log))
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }
