@@ -73,7 +73,8 @@ type Job struct {
 }
 
 // JoinJob reads who this process is and where the job's store is (the environment, or
-// WithJob), starts the store on rank 0 (unless WithExternalStore) and connects to it,
+// WithJob), starts the store on rank 0 (unless WithExternalStore, or under torchrun's
+// agent store, see EnvUseAgentStore) and connects to it,
 // retrying until ctx ends so that ranks may start in any order. The options also apply
 // to every backend the Job creates. Close the Job when its backends are closed.
 func JoinJob(ctx context.Context, opts ...Option) (*Job, error) {
@@ -110,8 +111,8 @@ func JoinJob(ctx context.Context, opts ...Option) (*Job, error) {
 	return j, nil
 }
 
-// EnvStorePort names the variable that moves ncclgo's store off MASTER_PORT: under
-// torchrun, whose agent serves its own store on MASTER_PORT, set it to a free port.
+// EnvStorePort names the variable that moves ncclgo's store off MASTER_PORT (and, under
+// torchrun's agent store, makes rank 0 serve ncclgo's own store there instead).
 const EnvStorePort = "NCCLGO_STORE_PORT"
 
 // jobEnv returns the job's description: WithJob's, or the environment's.
@@ -270,8 +271,9 @@ func (j *Job) NewNCCL(ctx context.Context, opts ...Option) (*NCCL, error) {
 // Connect brings up this process's rank of an NCCL job in one call: JoinJob (the
 // environment as torchrun sets it, or WithJob), then Job.NewNCCL. The backend owns the
 // Job: closing it closes the Job, and on rank 0 the store it serves. Under torchrun,
-// whose agent already serves a store of its own on MASTER_PORT, set NCCLGO_STORE_PORT
-// to another port for ncclgo's. A job started by hand, two processes on one machine
+// when its agent serves the store (TORCHELASTIC_USE_AGENT_STORE=True), every rank uses
+// the agent's store instead (see EnvUseAgentStore); NCCLGO_STORE_PORT asks for ncclgo's own
+// store on that port all the same. A job started by hand, two processes on one machine
 // with a GPU each:
 //
 //	MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 ./engine &
