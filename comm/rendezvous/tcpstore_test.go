@@ -128,8 +128,10 @@ func TestTCPStoreClientDetectsAndIsRefusedWithToken(t *testing.T) {
 	require.NoError(t, tc.Close())
 
 	_, addr = startServer(t, WithTorchClients(false))
-	_, err = DialTCPStore(short, addr, WithLogger(discardLogger()))
-	require.Error(t, err)
+	short2, cancel2 := context.WithTimeout(ctx, time.Second)
+	defer cancel2()
+	_, err = DialTCPStore(short2, addr, WithLogger(discardLogger()))
+	require.ErrorIs(t, err, context.DeadlineExceeded, "refused without a token too")
 }
 
 // The server's reading of torch's queries refuses what breaks the limits before
