@@ -129,3 +129,36 @@ func TestTorchrunRestartMeetsInTheNewAttempt(t *testing.T) {
 		})
 	}
 }
+
+// mpirun (Open MPI) launches 2 Go ranks on one machine: the ranks come from
+// OMPI_COMM_WORLD_*, the store from 127.0.0.1, and they reach the device step.
+func TestMpirunLaunchesGoRanks(t *testing.T) {
+	mpirun, err := exec.LookPath("mpirun")
+	if err != nil {
+		msg := "mpirun is missing (install it: apt-get install openmpi-bin)"
+		if torchtest.Strict() {
+			t.Fatalf("NCCLGO_STRICT is set and %s", msg)
+		}
+		t.Skip(msg)
+	}
+	bin := buildTorchrank(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2",
+		"-x", "MASTER_PORT="+strconv.Itoa(freePort(t)), bin)
+	for _, kv := range os.Environ() {
+		// A torchrun or Slurm environment around the test must not leak into the ranks.
+		if k, _, _ := strings.Cut(kv, "="); k == "RANK" || k == "WORLD_SIZE" || k == "LOCAL_RANK" || k == "MASTER_ADDR" || strings.HasPrefix(k, "SLURM_") || strings.HasPrefix(k, "TORCHELASTIC_") {
+			continue
+		}
+		cmd.Env = append(cmd.Env, kv)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("mpirun: %v\n%s", err, out)
+	}
+	checkRanks(t, string(out), 2)
+	if !strings.Contains(string(out), "store *rendezvous.Client") {
+		t.Errorf("ranks did not use ncclgo's store:\n%s", out)
+	}
+}
