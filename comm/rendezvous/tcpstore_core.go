@@ -29,9 +29,11 @@ type torchCore interface {
 	tcpWait(keys []string, fire func()) (cancel func() bool)
 }
 
-// torchWaiters are the waits of torch clients, by key; guarded by Server.mu.
+// torchWaiters are the waits of torch clients, by key; guarded by Server.mu. A wait is
+// listed once under each of its missing keys (a slice, not a set: 4,096 clients that
+// each wait for 4,096 keys cost 8 bytes per pair).
 type torchWaiters struct {
-	byKey map[string]map[*torchWaiter]struct{}
+	byKey map[string][]*torchWaiter
 }
 
 type torchWaiter struct {
@@ -177,32 +179,32 @@ func (s *Server) tcpWait(keys []string, fire func()) func() bool {
 // registerLocked registers w on each of its keys missing from data.
 func (t *torchWaiters) registerLocked(w *torchWaiter, data map[string][]byte) {
 	if t.byKey == nil {
-		t.byKey = make(map[string]map[*torchWaiter]struct{})
+		t.byKey = make(map[string][]*torchWaiter)
 	}
 	w.missing = 0
 	for _, k := range w.keys {
 		if _, ok := data[k]; ok {
 			continue
 		}
-		set := t.byKey[k]
-		if set == nil {
-			set = make(map[*torchWaiter]struct{})
-			t.byKey[k] = set
-		}
-		if _, dup := set[w]; !dup {
-			set[w] = struct{}{}
-			w.missing++
-		}
+		t.byKey[k] = append(t.byKey[k], w)
+		w.missing++
 	}
 }
 
 func (t *torchWaiters) dropLocked(w *torchWaiter) {
 	for _, k := range w.keys {
-		if set := t.byKey[k]; set != nil {
-			delete(set, w)
-			if len(set) == 0 {
-				delete(t.byKey, k)
+		list := t.byKey[k]
+		kept := list[:0]
+		for _, o := range list {
+			if o != w {
+				kept = append(kept, o)
 			}
+		}
+		clear(list[len(kept):])
+		if len(kept) == 0 {
+			delete(t.byKey, k)
+		} else {
+			t.byKey[k] = kept
 		}
 	}
 }
@@ -210,12 +212,15 @@ func (t *torchWaiters) dropLocked(w *torchWaiter) {
 // notifyLocked fires the torch waits that key, just set, completes. The server calls
 // it wherever it wakes its own watchers.
 func (t *torchWaiters) notifyLocked(key string, data map[string][]byte) {
-	set := t.byKey[key]
-	if len(set) == 0 {
+	list := t.byKey[key]
+	if len(list) == 0 {
 		return
 	}
 	delete(t.byKey, key)
-	for w := range set {
+	for _, w := range list {
+		if w.done {
+			continue
+		}
 		if w.missing--; w.missing > 0 {
 			continue
 		}
