@@ -80,12 +80,15 @@ func (c *serverConn) serveTorch(gen TorchProtocol) {
 		return
 	}
 	s.log.Debug("rendezvous server: PyTorch TCPStore client", "remote", c.remote, "protocol", int(gen))
-	t := &torchConn{c: c, core: s, gen: gen, rd: tsReader{r: c.br}, signal: make(chan struct{}, 1), waits: map[uint64]func() bool{}}
+	t := &torchConn{c: c, core: s, gen: gen, rd: tsReader{r: c.br}, waits: map[uint64]func() bool{}}
 	stage, err := t.serve()
 	c.logEnd("torch "+stage, err)
 }
 
-// torchConn is the state of one torch client's connection.
+// torchConn is the state of one torch client's connection. One goroutine reads and
+// answers its queries in order; the answer to a wait whose keys came later is written
+// by a short-lived goroutine, and t.wmu with the fired count keeps every STOP_WAITING
+// before the WAIT_CANCELED that follows it, as torch's clients expect.
 type torchConn struct {
 	c    *serverConn
 	core torchCore
@@ -93,11 +96,13 @@ type torchConn struct {
 	rd   tsReader
 	w    tsWriter
 
+	wmu sync.Mutex // held while writing
+
 	mu     sync.Mutex
 	nextID uint64
 	waits  map[uint64]func() bool // cancels of the waits not yet answered
 	fired  int                    // waits whose keys came, not yet answered
-	signal chan struct{}          // a wait fired
+	late   sync.WaitGroup         // goroutines answering fired waits
 }
 
 // tsRequest is one parsed query.
@@ -110,51 +115,23 @@ type tsRequest struct {
 }
 
 func (t *torchConn) serve() (stage string, err error) {
-	reqs := make(chan tsRequest)
-	readErr := make(chan error, 1)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		first := true
-		for {
-			r, err := t.read()
-			if err != nil {
-				readErr <- err
-				return
-			}
-			if first {
-				// A torch client sends its first query at once; after it, torch clients
-				// may stay silent for as long as the job runs (they send no keepalive).
-				first = false
-				_ = t.c.nc.SetReadDeadline(time.Time{})
-			}
-			select {
-			case reqs <- r:
-			case <-stop:
-				return
-			}
-		}
-	}()
 	defer func() {
-		close(stop)
-		_ = t.c.nc.Close()
-		wg.Wait()
 		t.cancelAll()
+		_ = t.c.nc.Close()
+		t.late.Wait()
 	}()
-	for {
-		select {
-		case r := <-reqs:
-			if err := t.handle(r); err != nil {
-				return r.q.String(), err
-			}
-		case <-t.signal:
-			if err := t.answerFired(); err != nil {
-				return "WAIT", err
-			}
-		case err := <-readErr:
+	for first := true; ; first = false {
+		r, err := t.read()
+		if err != nil {
 			return "read", err
+		}
+		if first {
+			// A torch client sends its first query at once; after it, torch clients may
+			// stay silent for as long as the job runs (they send no keepalive).
+			_ = t.c.nc.SetReadDeadline(time.Time{})
+		}
+		if err := t.handle(r); err != nil {
+			return r.q.String(), err
 		}
 	}
 }
@@ -308,20 +285,27 @@ func (t *torchConn) handle(r tsRequest) error {
 		return t.wait(r.keys)
 	case tsCancelWait:
 		t.cancelAll()
+		t.wmu.Lock()
+		defer t.wmu.Unlock()
+		var ans tsWriter
 		for range t.takeFired() {
-			w.u8(tsStopWaiting)
+			ans.u8(tsStopWaiting)
 		}
-		w.u8(tsWaitCancel)
+		ans.u8(tsWaitCancel)
+		return t.write(ans.bytes())
 	}
-	return t.flush()
-}
-
-func (t *torchConn) flush() error {
-	if len(t.w.bytes()) == 0 {
+	if len(w.bytes()) == 0 {
 		return nil
 	}
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	return t.write(w.bytes())
+}
+
+// write writes b; t.wmu must be held.
+func (t *torchConn) write(b []byte) error {
 	_ = t.c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
-	_, err := t.c.nc.Write(t.w.bytes())
+	_, err := t.c.nc.Write(b)
 	return err
 }
 
@@ -340,11 +324,9 @@ func (t *torchConn) wait(keys []string) error {
 		t.mu.Lock()
 		delete(t.waits, id)
 		t.fired++
+		t.late.Add(1)
 		t.mu.Unlock()
-		select {
-		case t.signal <- struct{}{}:
-		default:
-		}
+		go t.answerFired()
 	})
 	t.mu.Lock()
 	if _, ok := t.waits[id]; ok {
@@ -363,12 +345,20 @@ func (t *torchConn) takeFired() []struct{} {
 	return make([]struct{}, n)
 }
 
-func (t *torchConn) answerFired() error {
-	t.w.reset()
-	for range t.takeFired() {
-		t.w.u8(tsStopWaiting)
+// answerFired writes STOP_WAITING for every fired wait not answered yet (none when a
+// CANCEL_WAIT or an earlier answerFired took them).
+func (t *torchConn) answerFired() {
+	defer t.late.Done()
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	n := len(t.takeFired())
+	if n == 0 {
+		return
 	}
-	return t.flush()
+	b := make([]byte, n) // tsStopWaiting is 0
+	if err := t.write(b); err != nil {
+		_ = t.c.nc.Close() // the serve loop ends on its next read
+	}
 }
 
 // cancelAll forgets every pending wait; waits that fired meanwhile stay counted in
