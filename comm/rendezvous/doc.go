@@ -54,4 +54,15 @@
 // Requests are pipelined: a client may send more before the replies come, and replies
 // to blocked gets and waits arrive when their keys appear, in any order. Counters
 // written by add are stored as decimal text.
+//
+// # PyTorch's TCPStore protocol
+//
+// The server also answers clients of PyTorch's TCPStore (torch.distributed.TCPStore of
+// torch 1.x and 2.x, torchrun's workers) on the same port, telling them from ncclgo's
+// clients by their first bytes, with the same keys: a torch key "/k" is the store's
+// "k". TCPStoreClient is the Go client of such a store (torchrun's agent store, or a
+// Python process's), and Store is what both clients implement. torch's protocol has
+// no authentication: a server with a token refuses torch clients unless
+// WithTorchClients(true). Its queries, for both generations, are described in
+// tcpstore.go.
 package rendezvous
