@@ -20,6 +20,11 @@ const maxTorchWaits = 64
 // without the option a server answers torch clients only when it has no token; with a
 // token it refuses them (closing the connection, with a warning) unless
 // WithTorchClients(true) is given. WithTorchClients(false) refuses them always.
+//
+// A torch client must send its first query within the handshake timeout; after that
+// its connection is exempt from the idle timeout, since torch's clients send no
+// keepalive and may stay silent for as long as their job runs (TCP keepalives still
+// detect a dead peer). A torch connection counts against WithMaxConns like any other.
 func WithTorchClients(allow bool) ServerOption {
 	return serverOption(func(c *serverConfig) {
 		c.torchClients = -1
