@@ -262,9 +262,9 @@ type result struct {
 const timedOut = -2
 
 // measure runs n clients against srv: bring-up, idle memory, then the steady mix. A
-// bring-up that does not finish within deadline yields timedOut everywhere.
-func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, deadline time.Duration) result {
-	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+// bring-up that does not finish within limit yields timedOut everywhere.
+func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, limit time.Duration) result {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	quiet := rendezvous.WithLogger(slog.New(slog.DiscardHandler))
 	before := srv.settledRSS()
@@ -308,7 +308,7 @@ func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, deadlin
 	close(errs)
 	for err := range errs {
 		if ctx.Err() != nil {
-			fmt.Fprintf(os.Stderr, "storebench: bring-up of %d clients on %s did not finish within %s\n", n, srv.addr, deadline)
+			fmt.Fprintf(os.Stderr, "storebench: bring-up of %d clients on %s did not finish within %s\n", n, srv.addr, limit)
 			for _, c := range clients {
 				if c != nil {
 					_ = c.Close()
