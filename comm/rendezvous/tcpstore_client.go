@@ -423,7 +423,11 @@ func (c *TCPStoreClient) Wait(ctx context.Context, keys ...string) error {
 	if err := checkKeys(keys); err != nil {
 		return fmt.Errorf("wait: %w", err)
 	}
-	return c.do(ctx, fmt.Sprintf("wait for %q", keys), func(tc *tsConn) error { return c.waitOn(tc, keys) })
+	what := fmt.Sprintf("wait for %q", keys[0])
+	if len(keys) > 1 {
+		what = fmt.Sprintf("wait for %d keys (%q, ...)", len(keys), keys[0])
+	}
+	return c.do(ctx, what, func(tc *tsConn) error { return c.waitOn(tc, keys) })
 }
 
 // Check reports, for each key, whether it exists. torch's CHECK answers for all keys

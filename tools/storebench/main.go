@@ -61,6 +61,7 @@ func main() {
 	clientsFlag := flag.String("clients", "1024,4096", "comma-separated client counts")
 	python := flag.String("python", "/usr/bin/python3", "command that runs a python3 with torch (split on blanks)")
 	steady := flag.Duration("steady", 2*time.Second, "duration of the steady set/get phase")
+	deadline := flag.Duration("deadline", 3*time.Minute, "time a bring-up may take before the server is reported as timed out")
 	flag.Parse()
 	var counts []int
 	for _, f := range strings.Split(*clientsFlag, ",") {
@@ -79,7 +80,7 @@ func main() {
 		}
 		torchVersion = torch.version
 		proto := detect(torch.addr)
-		tr := measure(torch, n, proto, *steady)
+		tr := measure(torch, n, proto, *steady, *deadline)
 		torch.stop()
 		self, err := os.Executable()
 		if err != nil {
@@ -89,7 +90,7 @@ func main() {
 		if err != nil {
 			fatalf("start ncclgo's server: %v", err)
 		}
-		or := measure(ours, n, proto, *steady)
+		or := measure(ours, n, proto, *steady, *deadline)
 		own := bringUpOwn(ours.addr, n)
 		ours.stop()
 		rows = append(rows,
@@ -109,6 +110,16 @@ func main() {
 	fmt.Println("| clients | operation | ncclgo | PyTorch | ratio |")
 	fmt.Println("| ---: | --- | ---: | ---: | ---: |")
 	for _, r := range rows {
+		if r.ours == timedOut || r.torch == timedOut {
+			cell := func(v float64) string {
+				if v == timedOut {
+					return fmt.Sprintf("> %s", *deadline)
+				}
+				return fmt.Sprintf("%.1f", v)
+			}
+			fmt.Printf("| %d | %s | %s | %s | |\n", r.clients, r.op, cell(r.ours), cell(r.torch))
+			continue
+		}
 		if r.torch < 0 {
 			fmt.Printf("| %d | %s | %.1f | | |\n", r.clients, r.op, r.ours)
 			continue
@@ -247,9 +258,13 @@ type result struct {
 	kibPerClient                   float64
 }
 
-// measure runs n clients against srv: bring-up, idle memory, then the steady mix.
-func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady time.Duration) result {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+// timedOut marks a figure of a bring-up that did not finish within -deadline.
+const timedOut = -2
+
+// measure runs n clients against srv: bring-up, idle memory, then the steady mix. A
+// bring-up that does not finish within limit yields timedOut everywhere.
+func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, limit time.Duration) result {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	quiet := rendezvous.WithLogger(slog.New(slog.DiscardHandler))
 	before := srv.settledRSS()
@@ -292,8 +307,19 @@ func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady time.Dur
 	r.bringUp = float64(time.Since(start).Microseconds()) / 1000
 	close(errs)
 	for err := range errs {
+		if ctx.Err() != nil {
+			fmt.Fprintf(os.Stderr, "storebench: bring-up of %d clients on %s did not finish within %s\n", n, srv.addr, limit)
+			for _, c := range clients {
+				if c != nil {
+					_ = c.Close()
+				}
+			}
+			return result{timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut}
+		}
 		fatalf("bring-up of %d clients on %s: %v", n, srv.addr, err)
 	}
+	ctx, cancel = context.WithTimeout(context.Background(), steady+time.Minute)
+	defer cancel()
 	r.kibPerClient = (srv.settledRSS() - before) / float64(n)
 
 	var mu sync.Mutex
