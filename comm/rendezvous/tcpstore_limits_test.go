@@ -3,6 +3,7 @@ package rendezvous
 import (
 	"bytes"
 	"context"
+	"io"
 	"strconv"
 	"testing"
 	"time"
@@ -131,4 +132,34 @@ func TestTorchQueryMustArriveWhole(t *testing.T) {
 	_, err = r.nc.Write([]byte{0, 0xCE, 0xF7, 0x85, 0x3C, byte(tsSet), 1}) // VALIDATE; SET begun
 	require.NoError(t, err)
 	assert.True(t, r.closedByPeer(), "a query begun and never ended was not timed out")
+}
+
+// MULTI_GET answers every value in order, small and large (written from where the
+// store holds them), with the values an ncclgo client stored.
+func TestTorchMultiGet(t *testing.T) {
+	noLeaks(t)
+	_, addr := startServer(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	nc := dial(t, addr)
+	vals := [][]byte{[]byte("small"), bytes.Repeat([]byte{'L'}, 100<<10), {}, bytes.Repeat([]byte{'m'}, 513), []byte("end")}
+	var q tsWriter
+	q.u8(byte(tsValidate))
+	q.u32(tsMagic)
+	q.u8(byte(tsMultiGet))
+	q.u64(uint64(len(vals)))
+	var want tsWriter
+	for i, v := range vals {
+		k := "mg/" + strconv.Itoa(i)
+		require.NoError(t, nc.Set(ctx, k, v))
+		q.str("/" + k)
+		want.vec(v)
+	}
+	r := rawDial(t, addr)
+	_, err := r.nc.Write(q.bytes())
+	require.NoError(t, err)
+	_ = r.nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+	got := make([]byte, len(want.bytes()))
+	_, err = io.ReadFull(r.nc, got)
+	require.NoError(t, err)
+	assert.Equal(t, want.bytes(), got)
 }

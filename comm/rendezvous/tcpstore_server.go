@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -291,16 +292,18 @@ func (t *torchConn) handle(r tsRequest) error {
 		if err != nil {
 			return err
 		}
-		w.vec(v)
+		return t.writeVectors([][]byte{v})
 	case tsGet, tsMultiGet:
-		for _, k := range r.keys {
+		vals := make([][]byte, len(r.keys))
+		for i, k := range r.keys {
 			v, ok := t.core.tcpGet(k)
 			if !ok {
 				// torch's server fails the same way; its clients wait before they get.
 				return fmt.Errorf("%w: %s of %q, which does not exist", ErrProtocol, r.q, k)
 			}
-			w.vec(v)
+			vals[i] = v
 		}
+		return t.writeVectors(vals)
 	case tsAdd:
 		v, err := t.core.tcpAdd(r.keys[0], r.num)
 		if err != nil {
@@ -337,8 +340,31 @@ func (t *torchConn) handle(r tsRequest) error {
 	return t.write(w.bytes())
 }
 
-// write writes b; t.wmu must be held.
-func (t *torchConn) write(b []byte) error {
+// writeVectors writes vals as one reply of vectors, each large value from where the
+// store holds it (never copied, so a MULTI_GET of many large values costs no buffer).
+func (t *torchConn) writeVectors(vals [][]byte) error {
+	var bufs net.Buffers
+	var small []byte // lengths and small values, up to the next large value
+	for _, v := range vals {
+		small = binary.LittleEndian.AppendUint64(small, uint64(len(v)))
+		if len(v) <= 512 {
+			small = append(small, v...)
+			continue
+		}
+		bufs = append(bufs, small, v)
+		small = nil
+	}
+	if len(small) > 0 {
+		bufs = append(bufs, small)
+	}
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	t.setWriteDeadline()
+	_, err := bufs.WriteTo(t.c.nc)
+	return err
+}
+
+func (t *torchConn) setWriteDeadline() {
 	timeout := writeTimeout
 	select {
 	case <-t.c.s.done:
@@ -346,6 +372,11 @@ func (t *torchConn) write(b []byte) error {
 	default:
 	}
 	_ = t.c.nc.SetWriteDeadline(time.Now().Add(timeout))
+}
+
+// write writes b; t.wmu must be held.
+func (t *torchConn) write(b []byte) error {
+	t.setWriteDeadline()
 	_, err := t.c.nc.Write(b)
 	return err
 }
