@@ -79,7 +79,12 @@ func (c *Client) missingRanks(ctx context.Context, key string, world int) ([]int
 	if len(r.fields) != 3 || len(r.fields[0]) != 1 || len(r.fields[1]) != 8 {
 		return nil, fmt.Errorf("%w: malformed barrier state reply", ErrProtocol)
 	}
-	flags := r.fields[0][0]
+	return missingFromState(key, world, r.fields[0][0], binary.BigEndian.Uint64(r.fields[1]), r.fields[2])
+}
+
+// missingFromState lists the ranks of world missing from a barrier state: its flags
+// (1 some rank arrived, 2 done), its world and the bitmap of the ranks that arrived.
+func missingFromState(key string, world int, flags byte, w uint64, bitmap []byte) ([]int, error) {
 	missing := []int{}
 	switch {
 	case flags&1 == 0: // nobody arrived
@@ -89,11 +94,9 @@ func (c *Client) missingRanks(ctx context.Context, key string, world int) ([]int
 		return missing, nil
 	case flags&2 != 0: // completed
 		return missing, nil
-	}
-	if w := int(binary.BigEndian.Uint64(r.fields[1])); w != world {
+	case w != uint64(world):
 		return nil, fmt.Errorf("%w: barrier %q is for %d ranks, not %d", ErrInvalidArgument, key, w, world)
 	}
-	bitmap := r.fields[2]
 	for i := range world {
 		if i/8 >= len(bitmap) || bitmap[i/8]&(1<<(i%8)) == 0 {
 			missing = append(missing, i)

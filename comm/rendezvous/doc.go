@@ -145,7 +145,8 @@
 // the connection (torch's protocol has no error reply) and changes nothing, and a
 // panic while serving it closes it alone. After its first query a torch connection is
 // exempt from the idle timeout: torch's clients send no keepalive. torch's protocol
-// has no barrier query: TCPStoreClient.Barrier is built from keys (a marker per rank,
-// a counter, a "/done" key), so it meets other TCPStoreClients' barriers on the same
-// key, not the server-side barriers of Client.Barrier.
+// has no barrier query; ncclgo's server adds one (tcpstore.go), which
+// TCPStoreClient.Barrier uses once the server has said it serves it, so that its
+// barriers are the server's own and meet Client.Barrier's. On torch's own server
+// TCPStoreClient.Barrier is built from keys instead.
 package rendezvous

@@ -79,14 +79,47 @@ const (
 	tsWatchKey tsQuery = 0xff
 )
 
+// ncclgo's extensions of torch's protocol, the same byte in both generations and
+// used by no generation of torch's. Only ncclgo's server answers them, so a
+// TCPStoreClient sends them only after a CHECK of tsBarrierProbe, a key only ncclgo's
+// server reports (torch's says it does not exist), said so. They give a torch
+// connection the server's own barriers, the ones Client.Barrier uses:
+//
+//	query          arguments                     reply
+//	BARRIER        key, uint64 rank, world       uint8 0 once every rank arrived; or
+//	                                             uint8 code (1 invalid argument, 2
+//	                                             store full, 3 other) and a vector: why
+//	BARRIER_STATE  key                           uint8 flags (1 some rank arrived, 2
+//	                                             done), uint64 world, vector: bitmap of
+//	                                             the ranks that arrived
+const (
+	tsBarrier      tsQuery = 0x40
+	tsBarrierState tsQuery = 0x41
+)
+
+// tsBarrierProbe is the key whose CHECK tells ncclgo's server (ready) from torch's.
+const tsBarrierProbe = "\x00ncclgo/server-barriers"
+
+// Codes of a failed BARRIER.
+const (
+	tsBarrierInvalid = 1
+	tsBarrierFull    = 2
+	tsBarrierFailed  = 3
+)
+
 var tsQueryNames = [...]string{"VALIDATE", "SET", "COMPARE_SET", "GET", "ADD", "CHECK", "WAIT", "GETNUMKEYS", "DELETE_KEY", "APPEND", "MULTI_GET", "MULTI_SET", "CANCEL_WAIT", "PING"}
 
 func (q tsQuery) String() string {
 	if int(q) < len(tsQueryNames) {
 		return tsQueryNames[q]
 	}
-	if q == tsWatchKey {
+	switch q {
+	case tsWatchKey:
 		return "WATCH_KEY"
+	case tsBarrier:
+		return "BARRIER (ncclgo)"
+	case tsBarrierState:
+		return "BARRIER_STATE (ncclgo)"
 	}
 	return fmt.Sprintf("query(%d)", uint8(q))
 }
@@ -117,6 +150,9 @@ const (
 
 // tsWire is the query byte of q in generation gen, and whether gen has q.
 func tsWire(gen TorchProtocol, q tsQuery) (byte, bool) {
+	if q == tsBarrier || q == tsBarrierState {
+		return byte(q), true
+	}
 	if gen == TorchProtocol2 {
 		return byte(q), q <= tsPing
 	}

@@ -62,10 +62,11 @@ type TCPStoreClient struct {
 	protocol TorchProtocol
 	log      *slog.Logger
 
-	mu     sync.Mutex
-	closed bool
-	idle   []*tsConn
-	open   map[*tsConn]struct{}
+	mu       sync.Mutex
+	closed   bool
+	idle     []*tsConn
+	open     map[*tsConn]struct{}
+	barriers int8 // the server has its own barriers: 1 yes (ncclgo's), -1 no, 0 not asked yet
 }
 
 var _ Store = (*TCPStoreClient)(nil)
@@ -520,9 +521,132 @@ func (c *TCPStoreClient) Delete(ctx context.Context, key string) (bool, error) {
 	return n == 1, err
 }
 
-// Barrier is [Client.Barrier] over torch's store, with the same keys.
+// Barrier returns once every rank in [0, world) has called it with the same key, or
+// fails when ctx ends with a [*BarrierError] naming the ranks that never arrived.
+//
+// On ncclgo's server it is [Client.Barrier]: the server's own barriers (through an
+// extension of torch's protocol only ncclgo's server answers), with their checks, so
+// that ranks using either client meet. torch's own server has no barrier: there it is
+// built from keys (a marker per rank, a counter under key+"/count" and key+"/done"),
+// meeting the other TCPStoreClients.
 func (c *TCPStoreClient) Barrier(ctx context.Context, key string, rank, world int) error {
-	return storeBarrier(ctx, c, key, rank, world)
+	served, err := c.serverBarriers(ctx)
+	switch {
+	case err != nil:
+		return fmt.Errorf("barrier %q: %w", key, err)
+	case !served:
+		return storeBarrier(ctx, c, key, rank, world)
+	case world < 1 || world > maxBarrierWorld:
+		return fmt.Errorf("barrier %q: %w: world size %d, want 1..%d", key, ErrInvalidArgument, world, maxBarrierWorld)
+	case rank < 0 || rank >= world:
+		return fmt.Errorf("barrier %q: %w: rank %d outside [0, %d)", key, ErrInvalidArgument, rank, world)
+	}
+	if err := checkKey(key); err != nil {
+		return fmt.Errorf("barrier %q: %w", key, err)
+	}
+	err = c.do(ctx, "barrier "+strconv.Quote(key), func(tc *tsConn) error {
+		if err := c.query(tc, tsBarrier); err != nil {
+			return err
+		}
+		tc.w.str(c.wire(key))
+		tc.w.u64(uint64(rank))
+		tc.w.u64(uint64(world))
+		if err := tc.send(); err != nil {
+			return err
+		}
+		code, err := tc.rd.u8()
+		if err != nil || code == 0 {
+			return err
+		}
+		msg, err := tc.rd.vector("error", MaxValueLen)
+		if err != nil {
+			return err
+		}
+		switch code {
+		case tsBarrierInvalid:
+			return fmt.Errorf("%w: %s", ErrInvalidArgument, msg)
+		case tsBarrierFull:
+			return fmt.Errorf("%w: %s", ErrStoreFull, msg)
+		}
+		return fmt.Errorf("server: %s", msg)
+	})
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() == nil {
+		return fmt.Errorf("barrier %q on %s: %w", key, c.addr, err)
+	}
+	checkCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), missingCheckTimeout)
+	defer cancel()
+	missing, serr := c.missingRanks(checkCtx, key, world)
+	if serr != nil {
+		return fmt.Errorf("barrier %q on %s: %w (listing the missing ranks failed: %v)", key, c.addr, err, serr)
+	}
+	return &BarrierError{Key: key, World: world, Missing: missing, Err: ctx.Err()}
+}
+
+// serverBarriers reports whether the server has its own barriers (ncclgo's server),
+// asking it once: a CHECK of tsBarrierProbe, which only ncclgo's server reports.
+func (c *TCPStoreClient) serverBarriers(ctx context.Context) (bool, error) {
+	c.mu.Lock()
+	known := c.barriers
+	c.mu.Unlock()
+	if known != 0 {
+		return known > 0, nil
+	}
+	var served bool
+	err := c.do(ctx, "probe for barriers", func(tc *tsConn) error {
+		if err := c.query(tc, tsCheck); err != nil {
+			return err
+		}
+		tc.w.u64(1)
+		tc.w.str(tsBarrierProbe) // as it is: no prefix
+		if err := tc.send(); err != nil {
+			return err
+		}
+		r, err := tc.rd.u8()
+		served = r == tsReady
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	c.mu.Lock()
+	c.barriers = -1
+	if served {
+		c.barriers = 1
+	}
+	c.mu.Unlock()
+	return served, nil
+}
+
+// missingRanks asks ncclgo's server which ranks have not arrived at the barrier.
+func (c *TCPStoreClient) missingRanks(ctx context.Context, key string, world int) ([]int, error) {
+	var flags byte
+	var w uint64
+	var bitmap []byte
+	err := c.do(ctx, "barrier state "+strconv.Quote(key), func(tc *tsConn) error {
+		if err := c.query(tc, tsBarrierState); err != nil {
+			return err
+		}
+		tc.w.str(c.wire(key))
+		if err := tc.send(); err != nil {
+			return err
+		}
+		var err error
+		if flags, err = tc.rd.u8(); err != nil {
+			return err
+		}
+		if w, err = tc.rd.u64(); err != nil {
+			return err
+		}
+		bitmap, err = tc.rd.vector("bitmap", maxBarrierWorld/8)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return missingFromState(key, world, flags, w, bitmap)
 }
 
 // AgentStorePrefix is the key prefix torchrun's workers use in the agent's store in

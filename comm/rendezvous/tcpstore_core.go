@@ -26,6 +26,10 @@ type torchCore interface {
 	// release, to call once the answer is written. cancel forgets the wait and reports
 	// whether it did so before fire ran.
 	tcpWait(keys []string, fire func(release func())) (cancel func() bool, ready bool, err error)
+	// tcpArrive is the store's barrier (ncclgo's extension): done for the rank that
+	// completes it, else fire runs (like tcpWait's) once the others arrive.
+	tcpArrive(key string, rank, world int, fire func(release func())) (cancel func() bool, done bool, err error)
+	tcpBarrierState(key string) (world int, arrived []bool, done, found bool)
 }
 
 // torchStore is one torch connection's view of the server's store: every write and
@@ -97,4 +101,16 @@ func (t torchStore) tcpWait(keys []string, fire func(release func())) (func() bo
 		return nil, ready, err
 	}
 	return func() bool { return t.st.cancel(w) }, false, nil
+}
+
+func (t torchStore) tcpArrive(key string, rank, world int, fire func(release func())) (func() bool, bool, error) {
+	w, done, err := t.st.arrive(t.a, key, rank, world, fire)
+	if err != nil || done {
+		return nil, done, err
+	}
+	return func() bool { return t.st.cancelArrival(w) }, false, nil
+}
+
+func (t torchStore) tcpBarrierState(key string) (int, []bool, bool, bool) {
+	return t.st.barrierState(key)
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 )
@@ -143,6 +144,8 @@ type tsRequest struct {
 	values [][]byte
 	num    int64
 	nonce  uint32
+	rank   uint64 // BARRIER
+	world  uint64
 }
 
 func (t *torchConn) serve() (stage string, err error) {
@@ -261,6 +264,14 @@ func (t *torchConn) read() (tsRequest, error) {
 			}
 			r.keys, r.values = append(r.keys, k), append(r.values, v)
 		}
+	case tsBarrier:
+		if err = keys(1); err == nil {
+			if r.rank, err = rd.u64(); err == nil {
+				r.world, err = rd.u64()
+			}
+		}
+	case tsBarrierState:
+		err = keys(1)
 	case tsNumKeys, tsCancelWait:
 	default:
 		return r, fmt.Errorf("%w: query %s (byte %d) is not served", ErrProtocol, r.q, b)
@@ -319,13 +330,35 @@ func (t *torchConn) handle(r tsRequest) error {
 	case tsNumKeys:
 		w.i64(t.core.tcpNumKeys())
 	case tsCheck:
-		if t.core.tcpCheck(r.keys) {
+		if len(r.keys) == 1 && r.keys[0] == tsBarrierProbe {
+			w.u8(tsReady) // ncclgo's server: BARRIER is served
+		} else if t.core.tcpCheck(r.keys) {
 			w.u8(tsReady)
 		} else {
 			w.u8(tsNotReady)
 		}
 	case tsWait:
 		return t.wait(r.keys)
+	case tsBarrier:
+		return t.barrier(r.keys[0], r.rank, r.world)
+	case tsBarrierState:
+		world, arrived, done, found := t.core.tcpBarrierState(r.keys[0])
+		var flags byte
+		if found {
+			flags |= 1
+		}
+		if done {
+			flags |= 2
+		}
+		bitmap := make([]byte, (len(arrived)+7)/8)
+		for i, ok := range arrived {
+			if ok {
+				bitmap[i/8] |= 1 << (i % 8)
+			}
+		}
+		w.u8(flags)
+		w.u64(uint64(world))
+		w.vec(bitmap)
 	case tsCancelWait:
 		t.cancelAll()
 		t.wmu.Lock()
@@ -384,17 +417,75 @@ func (t *torchConn) write(b []byte) error {
 // wait registers a wait; its answer is written once it fires (at once when its keys
 // all exist).
 func (t *torchConn) wait(keys []string) error {
-	t.mu.Lock()
-	if len(t.waits) >= maxTorchWaits {
-		t.mu.Unlock()
-		return fmt.Errorf("%w: more than %d waits pending on one connection", ErrProtocol, maxTorchWaits)
+	id, fire, err := t.pend()
+	if err != nil {
+		return err
 	}
-	id := t.nextID
+	cancel, ready, err := t.core.tcpWait(keys, fire)
+	t.settle(id, cancel)
+	if err != nil || !ready {
+		return err // a wait over its bounds closes the connection: torch has no error reply
+	}
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	return t.writeAnswers(1, nil)
+}
+
+// barrier is ncclgo's BARRIER: the arrival's answer, like a wait's, is written once
+// every rank arrived; an arrival the store refuses is answered with why.
+func (t *torchConn) barrier(key string, rank, world uint64) error {
+	if rank > maxBarrierWorld || world > maxBarrierWorld {
+		return t.barrierFailed(fmt.Errorf("%w: barrier %q: rank %d or world %d out of range", ErrInvalidArgument, key, rank, world))
+	}
+	id, fire, err := t.pend()
+	if err != nil {
+		return err
+	}
+	cancel, done, err := t.core.tcpArrive(key, int(rank), int(world), fire)
+	t.settle(id, cancel)
+	switch {
+	case err != nil:
+		return t.barrierFailed(err)
+	case !done:
+		return nil
+	}
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	return t.writeAnswers(1, nil)
+}
+
+func (t *torchConn) barrierFailed(err error) error {
+	var w tsWriter
+	code, msg := byte(tsBarrierFailed), err.Error()
+	for _, s := range []struct {
+		sentinel error
+		code     byte
+	}{{ErrInvalidArgument, tsBarrierInvalid}, {ErrStoreFull, tsBarrierFull}} {
+		if errors.Is(err, s.sentinel) {
+			code, msg = s.code, strings.TrimPrefix(msg, s.sentinel.Error()+": ")
+			break
+		}
+	}
+	w.u8(code)
+	w.str(msg)
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	return t.write(w.bytes())
+}
+
+// pend reserves the answer of a blocked request (a wait or a barrier arrival) and
+// returns the fire the store calls, with its lock held, once it is due.
+func (t *torchConn) pend() (id uint64, fire func(release func()), err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.waits) >= maxTorchWaits {
+		return 0, nil, fmt.Errorf("%w: more than %d waits pending on one connection", ErrProtocol, maxTorchWaits)
+	}
+	id = t.nextID
 	t.nextID++
-	t.waits[id] = nil // reserved until tcpWait returns the cancel
-	t.mu.Unlock()
+	t.waits[id] = nil // reserved until settle
 	s := t.c.s
-	cancel, ready, err := t.core.tcpWait(keys, func(release func()) {
+	return id, func(release func()) {
 		// With the store's lock held: only note it and hand the answer on.
 		t.mu.Lock()
 		delete(t.waits, id)
@@ -403,8 +494,13 @@ func (t *torchConn) wait(keys []string) error {
 		t.mu.Unlock()
 		s.deliveries.Add(1)
 		go t.answerFired()
-	})
+	}, nil
+}
+
+// settle records the cancel of a blocked request still pending, or forgets it.
+func (t *torchConn) settle(id uint64, cancel func() bool) {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	if _, ok := t.waits[id]; ok {
 		if cancel != nil {
 			t.waits[id] = cancel
@@ -412,13 +508,6 @@ func (t *torchConn) wait(keys []string) error {
 			delete(t.waits, id)
 		}
 	}
-	t.mu.Unlock()
-	if err != nil || !ready {
-		return err // a wait over its bounds closes the connection: torch has no error reply
-	}
-	t.wmu.Lock()
-	defer t.wmu.Unlock()
-	return t.writeAnswers(1, nil)
 }
 
 // takeFired returns the releases of the fired waits not answered yet, and forgets

@@ -16,7 +16,7 @@ func TestTCPStoreClientAgainstServer(t *testing.T) {
 	for _, p := range []TorchProtocol{TorchProtocol1, TorchProtocol2} {
 		t.Run(torchName(p), func(t *testing.T) {
 			noLeaks(t)
-			_, addr := startServer(t)
+			srv, addr := startServer(t)
 			ctx := ctxTimeout(t, 30*time.Second)
 			tc, err := DialTCPStore(ctx, addr, WithTorchProtocol(p), WithLogger(discardLogger()))
 			require.NoError(t, err)
@@ -80,18 +80,26 @@ func TestTCPStoreClientAgainstServer(t *testing.T) {
 			_, err = tc.Get(ctx, "later")
 			require.NoError(t, err)
 
-			// Barriers of torch clients meet (torch's protocol has no barrier query: they
-			// are built from keys); ncclgo's server-side barriers are apart from the keys.
-			tc2, err := DialTCPStore(ctx, addr, WithTorchProtocol(p), WithLogger(discardLogger()))
-			require.NoError(t, err)
-			defer tc2.Close()
+			// Barriers of ncclgo clients and torch clients meet: on ncclgo's server both
+			// use its own barriers, with their checks.
 			done := make(chan error, 1)
-			go func() { done <- tc2.Barrier(ctx, "b", 0, 2) }()
+			go func() { done <- nc.Barrier(ctx, "b", 0, 2) }()
 			require.NoError(t, tc.Barrier(ctx, "b", 1, 2))
 			require.NoError(t, <-done)
-			done = make(chan error, 1)
-			go func() { done <- nc.Barrier(ctx, "b", 0, 2) }()
-			require.NoError(t, dial(t, addr).Barrier(ctx, "b", 1, 2), "ncclgo's barrier on the key a torch barrier used")
+			err = tc.Barrier(ctx, "b", 1, 2)
+			require.ErrorIs(t, err, ErrInvalidArgument, "a reused barrier key")
+			assert.Contains(t, err.Error(), "rank 1 arrived again after the barrier completed")
+			require.NoError(t, tc.Set(ctx, "b2/done", []byte{1}), "keys cannot complete a barrier")
+			go func() { done <- tc.Barrier(ctx, "b2", 0, 2) }()
+			eventually(t, "rank 0 waits at b2", func() bool {
+				_, arrived, _, found := srv.st.barrierState("b2")
+				return found && arrived[0]
+			})
+			short, cancel = context.WithTimeout(ctx, 10*time.Second)
+			err = tc.Barrier(short, "b2", 0, 2)
+			cancel()
+			require.ErrorIs(t, err, ErrInvalidArgument, "a duplicate rank")
+			require.NoError(t, dial(t, addr).Barrier(ctx, "b2", 1, 2))
 			require.NoError(t, <-done)
 
 			// A barrier whose peers never come names them.
