@@ -907,21 +907,8 @@ func (c *serverConn) handle(f frame) error {
 		if err != nil {
 			return err
 		}
-		world, arrived, done, found := st.barrierState(key)
-		var flags byte
-		if found {
-			flags |= 1
-		}
-		if done {
-			flags |= 2
-		}
-		bitmap := make([]byte, (len(arrived)+7)/8)
-		for r, ok := range arrived {
-			if ok {
-				bitmap[r/8] |= 1 << (r % 8)
-			}
-		}
-		return c.reply(f.id, f.op, statusOK, []byte{flags}, binary.BigEndian.AppendUint64(nil, uint64(world)), bitmap)
+		world, flags, bitmap := encodeBarrierState(st.barrierState(key))
+		return c.reply(f.id, f.op, statusOK, []byte{flags}, binary.BigEndian.AppendUint64(nil, world), bitmap)
 
 	case opCancel:
 		if len(f.fields) != 0 {

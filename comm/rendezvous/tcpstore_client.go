@@ -576,13 +576,7 @@ func (c *TCPStoreClient) Barrier(ctx context.Context, key string, rank, world in
 	if ctx.Err() == nil {
 		return fmt.Errorf("barrier %q on %s: %w", key, c.addr, err)
 	}
-	checkCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), missingCheckTimeout)
-	defer cancel()
-	missing, serr := c.missingRanks(checkCtx, key, world)
-	if serr != nil {
-		return fmt.Errorf("barrier %q on %s: %w (listing the missing ranks failed: %v)", key, c.addr, err, serr)
-	}
-	return &BarrierError{Key: key, World: world, Missing: missing, Err: ctx.Err()}
+	return barrierTimedOut(ctx, key, c.addr, world, err, c.missingRanks)
 }
 
 // serverBarriers reports whether the server has its own barriers (ncclgo's server),

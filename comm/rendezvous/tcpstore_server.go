@@ -342,22 +342,9 @@ func (t *torchConn) handle(r tsRequest) error {
 	case tsBarrier:
 		return t.barrier(r.keys[0], r.rank, r.world)
 	case tsBarrierState:
-		world, arrived, done, found := t.core.tcpBarrierState(r.keys[0])
-		var flags byte
-		if found {
-			flags |= 1
-		}
-		if done {
-			flags |= 2
-		}
-		bitmap := make([]byte, (len(arrived)+7)/8)
-		for i, ok := range arrived {
-			if ok {
-				bitmap[i/8] |= 1 << (i % 8)
-			}
-		}
+		world, flags, bitmap := encodeBarrierState(t.core.tcpBarrierState(r.keys[0]))
 		w.u8(flags)
-		w.u64(uint64(world))
+		w.u64(world)
 		w.vec(bitmap)
 	case tsCancelWait:
 		t.cancelAll()
