@@ -118,7 +118,7 @@ func (j *Job) advance(group string, next uint64) {
 }
 
 // firstOpen returns the first generation at or after from that has no state.
-func (m *member) firstOpen(ctx context.Context, s *rendezvous.Client, from uint64) (uint64, error) {
+func (m *member) firstOpen(ctx context.Context, s rendezvous.Store, from uint64) (uint64, error) {
 	const batch = 64
 	keys := make([]string, batch)
 	for g := from; ; g += batch {
@@ -145,7 +145,7 @@ func rankMarker(r int) string { return "rank/" + strconv.Itoa(r) }
 
 // join arrives in generation gen and waits until every rank has, then returns the id
 // rank 0 published. An error wrapping errGenerationClosed means: try the next one.
-func (m *member) join(ctx context.Context, s *rendezvous.Client, gen uint64) (UniqueID, error) {
+func (m *member) join(ctx context.Context, s rendezvous.Store, gen uint64) (UniqueID, error) {
 	var id UniqueID
 	if m.rank == 0 {
 		uid, err := m.newID()
@@ -202,7 +202,7 @@ func (m *member) join(ctx context.Context, s *rendezvous.Client, gen uint64) (Un
 
 // close closes generation gen with state (unless it has one already) and returns the
 // error that moves this rank on to the next generation.
-func (m *member) close(ctx context.Context, s *rendezvous.Client, gen uint64, state string) error {
+func (m *member) close(ctx context.Context, s rendezvous.Store, gen uint64, state string) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), missingCheckTimeout)
 	defer cancel()
 	if _, _, err := s.CompareAndSet(cctx, m.key(gen, "state"), nil, []byte(state)); err != nil {
@@ -214,7 +214,7 @@ func (m *member) close(ctx context.Context, s *rendezvous.Client, gen uint64, st
 // closedBy interprets the state that ended the wait: nil for "ok", errGenerationClosed
 // for a restart (join the next one), and for a rank that gave up the same error it
 // returned, naming the ranks that never arrived.
-func (m *member) closedBy(ctx context.Context, s *rendezvous.Client, gen uint64, state string) error {
+func (m *member) closedBy(ctx context.Context, s rendezvous.Store, gen uint64, state string) error {
 	switch {
 	case state == stateOK:
 		return nil
@@ -243,7 +243,7 @@ const missingCheckTimeout = 5 * time.Second
 // gaveUp handles an error of a store call. When the caller's context ended it, the rank
 // closes the generation so that no late rank completes it, and returns a
 // [*rendezvous.BarrierError] naming the ranks that never arrived.
-func (m *member) gaveUp(ctx context.Context, s *rendezvous.Client, gen uint64, cause error) error {
+func (m *member) gaveUp(ctx context.Context, s rendezvous.Store, gen uint64, cause error) error {
 	if ctx.Err() == nil {
 		return cause
 	}
@@ -261,7 +261,7 @@ func (m *member) gaveUp(ctx context.Context, s *rendezvous.Client, gen uint64, c
 }
 
 // missingError returns a BarrierError listing the ranks without a marker in gen.
-func (m *member) missingError(ctx context.Context, s *rendezvous.Client, gen uint64, cause error) error {
+func (m *member) missingError(ctx context.Context, s rendezvous.Store, gen uint64, cause error) error {
 	missing := []int{}
 	const batch = 1024
 	keys := make([]string, 0, batch)

@@ -57,7 +57,8 @@ type Job struct {
 	external bool          // WithExternalStore: rank 0 serves no store
 
 	mu     sync.Mutex
-	store  *rendezvous.Client
+	store  rendezvous.Store
+	agent  string            // under torchrun's agent store: the key prefix (launcher.go)
 	broken bool              // store lost its connection: the next rendezvous dials again
 	next   map[string]uint64 // per group: the first generation this process may join
 	refs   int               // Close and the backends Connect made hold one each
@@ -65,7 +66,8 @@ type Job struct {
 }
 
 // JoinJob reads who this process is and where the job's store is (the environment, or
-// WithJob), starts the store on rank 0 (unless WithExternalStore) and connects to it,
+// WithJob), starts the store on rank 0 (unless WithExternalStore, or under torchrun's
+// agent store, see EnvUseAgentStore) and connects to it,
 // retrying until ctx ends so that ranks may start in any order. The options also apply
 // to every backend the Job creates. Close the Job when its backends are closed.
 func JoinJob(ctx context.Context, opts ...Option) (*Job, error) {
@@ -75,7 +77,10 @@ func JoinJob(ctx context.Context, opts ...Option) (*Job, error) {
 		return nil, fmt.Errorf("join job: %w", err)
 	}
 	j := &Job{cfg: jc, opts: slices.Clone(opts), log: cfg.log, next: map[string]uint64{}, refs: 1, external: cfg.job.external}
-	if jc.Rank == 0 && !cfg.job.external {
+	if j.agent, err = agentStorePrefix(cfg); err != nil {
+		return nil, fmt.Errorf("join job: %w", err)
+	}
+	if jc.Rank == 0 && !cfg.job.external && j.agent == "" {
 		var lc net.ListenConfig
 		addr := listenAddr(jc)
 		l, err := lc.Listen(ctx, "tcp", addr)
@@ -99,8 +104,8 @@ func JoinJob(ctx context.Context, opts ...Option) (*Job, error) {
 	return j, nil
 }
 
-// EnvStorePort names the variable that moves ncclgo's store off MASTER_PORT: under
-// torchrun, whose agent serves its own store on MASTER_PORT, set it to a free port.
+// EnvStorePort names the variable that moves ncclgo's store off MASTER_PORT (and, under
+// torchrun's agent store, makes rank 0 serve ncclgo's own store there instead).
 const EnvStorePort = "NCCLGO_STORE_PORT"
 
 // jobEnv returns the job's description: WithJob's, or the environment's.
@@ -147,24 +152,32 @@ func (j *Job) WorldSize() int { return j.cfg.WorldSize }
 func (j *Job) LocalRank() int { return j.cfg.LocalRank }
 
 // Store is the job's connection to its rendezvous store, for the engine's own keys
-// (keep clear of the "ncclgo/" prefix). After the connection was lost, the next
+// (keep clear of the "ncclgo/" prefix): a *rendezvous.Client, or under torchrun's agent
+// store a *rendezvous.TCPStoreClient. After the connection was lost, the next
 // rendezvous dials again and Store returns the new connection.
-func (j *Job) Store() *rendezvous.Client {
+func (j *Job) Store() rendezvous.Store {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.store
 }
 
-func (j *Job) dial(ctx context.Context) (*rendezvous.Client, error) {
+func (j *Job) dial(ctx context.Context) (rendezvous.Store, error) {
+	if j.agent != "" {
+		return dialAgentStore(ctx, j.cfg, j.agent, j.log)
+	}
 	opts := []rendezvous.ClientOption{rendezvous.WithToken(j.cfg.Token), rendezvous.WithLogger(j.log)}
 	if !j.external {
 		opts = append(opts, rendezvous.WithServedBy("rank 0")) // "rank 0 never served the store at ADDR"
 	}
-	return rendezvous.Dial(ctx, j.cfg.Addr(), opts...)
+	c, err := rendezvous.Dial(ctx, j.cfg.Addr(), opts...)
+	if err != nil {
+		return nil, err // not a nil *Client in a non-nil Store
+	}
+	return c, nil
 }
 
 // client returns the store connection, dialing again if the last one was lost.
-func (j *Job) client(ctx context.Context) (*rendezvous.Client, error) {
+func (j *Job) client(ctx context.Context) (rendezvous.Store, error) {
 	j.mu.Lock()
 	s, broken, closed := j.store, j.broken, j.closed
 	j.mu.Unlock()
@@ -192,7 +205,7 @@ func (j *Job) client(ctx context.Context) (*rendezvous.Client, error) {
 }
 
 // lost marks s broken when err says its connection was lost.
-func (j *Job) lost(s *rendezvous.Client, err error) {
+func (j *Job) lost(s rendezvous.Store, err error) {
 	if err == nil || !errors.Is(err, rendezvous.ErrClosed) {
 		return
 	}
@@ -252,8 +265,9 @@ func (j *Job) NewNCCL(ctx context.Context, opts ...Option) (*NCCL, error) {
 // Connect brings up this process's rank of an NCCL job in one call: JoinJob (the
 // environment as torchrun sets it, or WithJob), then Job.NewNCCL. The backend owns the
 // Job: closing it closes the Job, and on rank 0 the store it serves. Under torchrun,
-// whose agent already serves a store of its own on MASTER_PORT, set NCCLGO_STORE_PORT
-// to another port for ncclgo's. A job started by hand, two processes on one machine
+// when its agent serves the store (TORCHELASTIC_USE_AGENT_STORE=True), every rank uses
+// the agent's store instead (see EnvUseAgentStore); NCCLGO_STORE_PORT asks for ncclgo's own
+// store on that port all the same. A job started by hand, two processes on one machine
 // with a GPU each:
 //
 //	MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 ./engine &

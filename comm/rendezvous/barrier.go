@@ -61,13 +61,37 @@ func (c *Client) barrierFailed(ctx context.Context, key string, world int, cause
 	if ctx.Err() == nil || !errors.Is(cause, ctx.Err()) {
 		return fmt.Errorf("barrier %q on %s: %w", key, c.addr, cause)
 	}
+	return barrierTimedOut(ctx, key, c.addr, world, cause, c.missingRanks)
+}
+
+// barrierTimedOut is the [*BarrierError] of a barrier whose ctx ended, listing the
+// missing ranks (asked for under a context of its own).
+func barrierTimedOut(ctx context.Context, key, addr string, world int, cause error, missingRanks func(ctx context.Context, key string, world int) ([]int, error)) error {
 	checkCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), missingCheckTimeout)
 	defer cancel()
-	missing, err := c.missingRanks(checkCtx, key, world)
+	missing, err := missingRanks(checkCtx, key, world)
 	if err != nil {
-		return fmt.Errorf("barrier %q on %s: %w (listing the missing ranks failed: %v)", key, c.addr, cause, err)
+		return fmt.Errorf("barrier %q on %s: %w (listing the missing ranks failed: %v)", key, addr, cause, err)
 	}
 	return &BarrierError{Key: key, World: world, Missing: missing, Err: ctx.Err()}
+}
+
+// encodeBarrierState is what a server answers about a barrier: its world, flags (1
+// some rank arrived, 2 done) and the bitmap of the ranks that arrived.
+func encodeBarrierState(world int, arrived []bool, done, found bool) (w uint64, flags byte, bitmap []byte) {
+	if found {
+		flags |= 1
+	}
+	if done {
+		flags |= 2
+	}
+	bitmap = make([]byte, (len(arrived)+7)/8)
+	for r, ok := range arrived {
+		if ok {
+			bitmap[r/8] |= 1 << (r % 8)
+		}
+	}
+	return uint64(world), flags, bitmap
 }
 
 // missingRanks asks the server which ranks have not arrived at the barrier.
@@ -79,7 +103,12 @@ func (c *Client) missingRanks(ctx context.Context, key string, world int) ([]int
 	if len(r.fields) != 3 || len(r.fields[0]) != 1 || len(r.fields[1]) != 8 {
 		return nil, fmt.Errorf("%w: malformed barrier state reply", ErrProtocol)
 	}
-	flags := r.fields[0][0]
+	return missingFromState(key, world, r.fields[0][0], binary.BigEndian.Uint64(r.fields[1]), r.fields[2])
+}
+
+// missingFromState lists the ranks of world missing from a barrier state: its flags
+// (1 some rank arrived, 2 done), its world and the bitmap of the ranks that arrived.
+func missingFromState(key string, world int, flags byte, w uint64, bitmap []byte) ([]int, error) {
 	missing := []int{}
 	switch {
 	case flags&1 == 0: // nobody arrived
@@ -89,11 +118,9 @@ func (c *Client) missingRanks(ctx context.Context, key string, world int) ([]int
 		return missing, nil
 	case flags&2 != 0: // completed
 		return missing, nil
-	}
-	if w := int(binary.BigEndian.Uint64(r.fields[1])); w != world {
+	case w != uint64(world):
 		return nil, fmt.Errorf("%w: barrier %q is for %d ranks, not %d", ErrInvalidArgument, key, w, world)
 	}
-	bitmap := r.fields[2]
 	for i := range world {
 		if i/8 >= len(bitmap) || bitmap[i/8]&(1<<(i%8)) == 0 {
 			missing = append(missing, i)

@@ -94,7 +94,9 @@ func Dial(ctx context.Context, addr string, opts ...ClientOption) (*Client, erro
 		if !errors.As(err, &de) {
 			reached = true
 		}
-		if ctx.Err() == nil || last == nil {
+		// An attempt cut short by ctx's deadline may end before ctx.Err() says so.
+		dl, hasDeadline := ctx.Deadline()
+		if cut := ctx.Err() != nil || (hasDeadline && !time.Now().Before(dl)); !cut || last == nil {
 			last = err
 		}
 		if ctx.Err() != nil {

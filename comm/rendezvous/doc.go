@@ -125,4 +125,28 @@
 // cross untrusted networks, WithTLS wraps every connection in TLS (crypto/tls, a
 // certificate and key given by the user; tools/rendezvous -tls-cert and -tls-key).
 // Without a token, anyone who reaches the port is a client.
+//
+// # PyTorch's TCPStore protocol
+//
+// The server also answers clients of PyTorch's TCPStore (torch.distributed.TCPStore of
+// torch 1.x and 2.x, torchrun's workers) on the same port, telling them from ncclgo's
+// clients by their first bytes, with the same keys: a torch key "/k" is the store's
+// "k". TCPStoreClient is the Go client of such a store (torchrun's agent store, or a
+// Python process's), and Store is what both clients implement. torch's protocol has
+// no authentication: a server with a token refuses torch clients unless
+// WithTorchClients(true). Its queries, for both generations, are described in
+// tcpstore.go.
+//
+// A torch connection is held to what the server's own are: it waits in a handshake
+// slot (and may be evicted from it) until its first query has arrived whole, within
+// the handshake timeout; it then takes an authenticated slot (WithMaxConns) and its
+// connection's cost from the budget. Its keys, counters and blocked waits are charged
+// to its own share of the budget like any client's, a write that does not fit closes
+// the connection (torch's protocol has no error reply) and changes nothing, and a
+// panic while serving it closes it alone. After its first query a torch connection is
+// exempt from the idle timeout: torch's clients send no keepalive. torch's protocol
+// has no barrier query; ncclgo's server adds one (tcpstore.go), which
+// TCPStoreClient.Barrier uses once the server has said it serves it, so that its
+// barriers are the server's own and meet Client.Barrier's. On torch's own server
+// TCPStoreClient.Barrier is built from keys instead.
 package rendezvous

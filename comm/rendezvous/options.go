@@ -44,6 +44,7 @@ type serverConfig struct {
 	maxClientBytes   int64
 	tls              *tls.Config
 	onRequest        func(op, [][]byte) // for tests: runs before each request is handled
+	torchClients     int8               // WithTorchClients: 1 allow, -1 refuse, 0 only without a token
 }
 
 type clientConfig struct {

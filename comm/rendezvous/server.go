@@ -357,6 +357,14 @@ func (c *serverConn) serve() {
 		}
 	}()
 	c.br = bufio.NewReaderSize(heardReader{c}, smallFrame)
+	if gen, err := c.sniffTorch(); err != nil || gen != 0 {
+		if err != nil {
+			c.logEnd("handshake", err)
+		} else {
+			c.serveTorch(gen)
+		}
+		return
+	}
 	c.small = make([]byte, smallFrame)
 	if err := c.handshake(); err != nil {
 		c.logEnd("handshake", err)
@@ -618,31 +626,40 @@ func (c *serverConn) handshake() error {
 
 // takeSlot moves c from the handshake slots to an authenticated one, or answers busy.
 func (c *serverConn) takeSlot(o op) error {
+	busy, err := c.claimSlot()
+	if busy != "" {
+		_ = c.reply(0, o, statusBusy, []byte(busy))
+	}
+	return err
+}
+
+// claimSlot moves c from the handshake slots to an authenticated one and charges the
+// connection to its account. When there is no room it returns what to tell the client
+// (busy) with the error; a connection of either protocol takes its slot this way.
+func (c *serverConn) claimSlot() (busy string, err error) {
 	s := c.s
 	s.mu.Lock()
 	if s.authed >= s.cfg.maxConns {
 		s.mu.Unlock()
 		msg := "server at its limit of " + strconv.Itoa(s.cfg.maxConns) + " connections"
 		s.warn("rendezvous server: connection refused: limit reached", "remote", c.remote, "limit", s.cfg.maxConns)
-		_ = c.reply(0, o, statusBusy, []byte(msg))
-		return fmt.Errorf("%w: %s", ErrBusy, msg)
+		return msg, fmt.Errorf("%w: %s", ErrBusy, msg)
 	}
 	if err := c.acct.reserve("a connection", connOverhead); err != nil {
 		s.mu.Unlock()
 		s.warn("rendezvous server: connection refused: memory budget exhausted", "remote", c.remote, "err", err)
-		_ = c.reply(0, o, statusBusy, []byte(err.Error()))
-		return fmt.Errorf("%w: %v", ErrBusy, err)
+		return err.Error(), fmt.Errorf("%w: %v", ErrBusy, err)
 	}
 	if !s.leaveHandshakeLocked(c) {
 		// Evicted while authenticating; it is being closed.
 		s.mu.Unlock()
 		c.acct.release(connOverhead)
-		return fmt.Errorf("%w: evicted during the handshake", ErrClosed)
+		return "", fmt.Errorf("%w: evicted during the handshake", ErrClosed)
 	}
 	s.authed++
 	c.authed = true
 	s.mu.Unlock()
-	return nil
+	return "", nil
 }
 
 // reply writes one frame; safe from any goroutine. Large fields (values) are written
@@ -890,21 +907,8 @@ func (c *serverConn) handle(f frame) error {
 		if err != nil {
 			return err
 		}
-		world, arrived, done, found := st.barrierState(key)
-		var flags byte
-		if found {
-			flags |= 1
-		}
-		if done {
-			flags |= 2
-		}
-		bitmap := make([]byte, (len(arrived)+7)/8)
-		for r, ok := range arrived {
-			if ok {
-				bitmap[r/8] |= 1 << (r % 8)
-			}
-		}
-		return c.reply(f.id, f.op, statusOK, []byte{flags}, binary.BigEndian.AppendUint64(nil, uint64(world)), bitmap)
+		world, flags, bitmap := encodeBarrierState(st.barrierState(key))
+		return c.reply(f.id, f.op, statusOK, []byte{flags}, binary.BigEndian.AppendUint64(nil, world), bitmap)
 
 	case opCancel:
 		if len(f.fields) != 0 {

@@ -1,0 +1,288 @@
+package rendezvous
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// PyTorch's TCPStore protocol (torch.distributed.TCPStore, the store torchrun's agent
+// serves), as read from PyTorch's TCPStore.cpp and TCPStoreBackend.{hpp,cpp}. There are
+// no frames and no authentication: a request is a query byte followed by its
+// arguments, integers in the host's byte order (little-endian on every machine torch
+// runs on), strings and byte vectors as a uint64 length and that many bytes. One
+// connection carries one request at a time, except that a waiting client may send
+// CANCEL_WAIT.
+//
+//	query        arguments                        reply
+//	SET          key, value                       (none)
+//	COMPARE_SET  key, expected, desired           vector: the value now stored, or
+//	                                              expected when the key is absent and
+//	                                              expected is not empty
+//	GET          key                              vector (the key must exist)
+//	ADD          key, int64 delta                 int64: the new value (stored as
+//	                                              decimal text)
+//	CHECK        uint64 n, n keys                 uint8: 0 all exist, 1 not
+//	WAIT         uint64 n, n keys                 uint8 0, once all exist
+//	GETNUMKEYS   (none)                           int64
+//	DELETE_KEY   key                              int64: keys deleted (0 or 1)
+//	APPEND       key, value                       (none)
+//	MULTI_GET    uint64 n, n keys                 n vectors
+//	MULTI_SET    uint64 n, n (key, value)         (none)
+//	CANCEL_WAIT  (none)                           uint8 1 (after a pending wait's 0,
+//	                                              if the keys came first)
+//	VALIDATE     uint32 0x3C85F7CE                (none)
+//	PING         uint32 nonce                     uint32: the nonce
+//
+// Two generations number the queries differently:
+//
+//	generation 1 (torch 1.x, and 2.x before the validation query):
+//	  SET 0, COMPARE_SET 1, GET 2, ADD 3, CHECK 4, WAIT 5, GETNUMKEYS 6, WATCH_KEY 7,
+//	  DELETE_KEY 8, then (2.x only) APPEND 9, MULTI_GET 10, MULTI_SET 11, CANCEL_WAIT 12
+//	generation 2 (torch 2.x with the validation query, 2.6 among them):
+//	  VALIDATE 0, SET 1, COMPARE_SET 2, GET 3, ADD 4, CHECK 5, WAIT 6, GETNUMKEYS 7,
+//	  DELETE_KEY 8, APPEND 9, MULTI_GET 10, MULTI_SET 11, CANCEL_WAIT 12, PING 13
+//
+// A generation 2 client opens every connection with VALIDATE and the magic number,
+// then PING; so a server tells them apart from the first five bytes: a 0 followed by
+// the magic (CE F7 85 3C) is generation 2, any other first query is generation 1, and
+// ncclgo's own hello starts with a frame length whose first two bytes are 0 and whose
+// fifth byte is the hello op.
+//
+// torch's Python TCPStore puts "/" before every key it sends, and a PrefixStore puts
+// its prefix and "/" before that ("/" + prefix + "/" + key). ncclgo's server maps a
+// torch key "/k" to its store key "k", so that Python's store.set("k", v) and Go's
+// Client.Get(ctx, "k") meet; a key sent without the "/" is used as it is.
+
+// tsQuery is a query in generation 2's numbering, which the server and client use
+// for both generations.
+type tsQuery uint8
+
+const (
+	tsValidate tsQuery = iota
+	tsSet
+	tsCompareSet
+	tsGet
+	tsAdd
+	tsCheck
+	tsWait
+	tsNumKeys
+	tsDelete
+	tsAppend
+	tsMultiGet
+	tsMultiSet
+	tsCancelWait
+	tsPing
+	// tsWatchKey is generation 1's WATCH_KEY, which ncclgo does not serve.
+	tsWatchKey tsQuery = 0xff
+)
+
+// ncclgo's extensions of torch's protocol, the same byte in both generations and
+// used by no generation of torch's. Only ncclgo's server answers them, so a
+// TCPStoreClient sends them only after a CHECK of tsBarrierProbe, a key only ncclgo's
+// server reports (torch's says it does not exist), said so. They give a torch
+// connection the server's own barriers, the ones Client.Barrier uses:
+//
+//	query          arguments                     reply
+//	BARRIER        key, uint64 rank, world       uint8 0 once every rank arrived; or
+//	                                             uint8 code (1 invalid argument, 2
+//	                                             store full, 3 other) and a vector: why
+//	BARRIER_STATE  key                           uint8 flags (1 some rank arrived, 2
+//	                                             done), uint64 world, vector: bitmap of
+//	                                             the ranks that arrived
+const (
+	tsBarrier      tsQuery = 0x40
+	tsBarrierState tsQuery = 0x41
+)
+
+// tsBarrierProbe is the key whose CHECK tells ncclgo's server (ready) from torch's.
+const tsBarrierProbe = "\x00ncclgo/server-barriers"
+
+// Codes of a failed BARRIER.
+const (
+	tsBarrierInvalid = 1
+	tsBarrierFull    = 2
+	tsBarrierFailed  = 3
+)
+
+var tsQueryNames = [...]string{"VALIDATE", "SET", "COMPARE_SET", "GET", "ADD", "CHECK", "WAIT", "GETNUMKEYS", "DELETE_KEY", "APPEND", "MULTI_GET", "MULTI_SET", "CANCEL_WAIT", "PING"}
+
+func (q tsQuery) String() string {
+	if int(q) < len(tsQueryNames) {
+		return tsQueryNames[q]
+	}
+	switch q {
+	case tsWatchKey:
+		return "WATCH_KEY"
+	case tsBarrier:
+		return "BARRIER (ncclgo)"
+	case tsBarrierState:
+		return "BARRIER_STATE (ncclgo)"
+	}
+	return fmt.Sprintf("query(%d)", uint8(q))
+}
+
+// tsMagic is the number a generation 2 client sends with VALIDATE.
+const tsMagic uint32 = 0x3C85F7CE
+
+// Replies of CHECK and WAIT.
+const (
+	tsReady       = 0 // CHECK: all keys exist
+	tsNotReady    = 1 // CHECK: some key does not
+	tsStopWaiting = 0 // WAIT: all keys exist
+	tsWaitCancel  = 1 // CANCEL_WAIT done
+)
+
+// TorchProtocol selects a generation of PyTorch's TCPStore protocol.
+type TorchProtocol int
+
+const (
+	// TorchProtocolAuto tries generation 2 and falls back to generation 1 when the
+	// server closes the connection on the validation query.
+	TorchProtocolAuto TorchProtocol = 0
+	// TorchProtocol1 is torch 1.x's protocol (no validation query, SET is 0).
+	TorchProtocol1 TorchProtocol = 1
+	// TorchProtocol2 is torch >= 2.x's protocol (VALIDATE first, SET is 1).
+	TorchProtocol2 TorchProtocol = 2
+)
+
+// tsWire is the query byte of q in generation gen, and whether gen has q.
+func tsWire(gen TorchProtocol, q tsQuery) (byte, bool) {
+	if q == tsBarrier || q == tsBarrierState {
+		return byte(q), true
+	}
+	if gen == TorchProtocol2 {
+		return byte(q), q <= tsPing
+	}
+	switch {
+	case q == tsValidate || q == tsPing:
+		return 0, false
+	case q <= tsNumKeys:
+		return byte(q) - 1, true
+	case q <= tsCancelWait:
+		return byte(q), true
+	}
+	return 0, false
+}
+
+// tsFromWire is the query that byte b means in generation gen.
+func tsFromWire(gen TorchProtocol, b byte) tsQuery {
+	if gen == TorchProtocol2 {
+		return tsQuery(b)
+	}
+	switch {
+	case b <= 6:
+		return tsQuery(b + 1)
+	case b == 7:
+		return tsWatchKey
+	}
+	return tsQuery(b)
+}
+
+// tsKeyToStore maps a key as a torch client sends it to the store's key.
+func tsKeyToStore(k string) string { return strings.TrimPrefix(k, "/") }
+
+// tsReader reads the protocol's integers, strings and vectors with limits checked
+// before anything is allocated; a long vector's buffer grows as its bytes arrive.
+type tsReader struct {
+	r       *bufio.Reader
+	scratch [8]byte
+	// charge, when set (the server's side), takes n more bytes of vector buffers
+	// (n < 0: gives them back) from the connection's share of the budget; held is what
+	// it holds, for the caller to give back once the request is handled.
+	charge func(n int64) error
+	held   int64
+}
+
+// reserve charges n bytes of buffer, when the reader charges.
+func (t *tsReader) reserve(n int64) error {
+	if t.charge == nil || n == 0 {
+		return nil
+	}
+	if err := t.charge(n); err != nil {
+		return err
+	}
+	t.held += n
+	return nil
+}
+
+func (t *tsReader) u8() (byte, error) { return t.r.ReadByte() }
+
+func (t *tsReader) u32() (uint32, error) {
+	if _, err := io.ReadFull(t.r, t.scratch[:4]); err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint32(t.scratch[:4]), nil
+}
+
+func (t *tsReader) u64() (uint64, error) {
+	if _, err := io.ReadFull(t.r, t.scratch[:8]); err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint64(t.scratch[:8]), nil
+}
+
+// count reads a number of arguments, at most limit.
+func (t *tsReader) count(what string, limit int) (int, error) {
+	n, err := t.u64()
+	if err != nil {
+		return 0, err
+	}
+	if n > uint64(limit) {
+		return 0, fmt.Errorf("%w: %d %s, over the limit of %d", ErrProtocol, n, what, limit)
+	}
+	return int(n), nil
+}
+
+// vector reads a length and that many bytes, the length at most limit.
+func (t *tsReader) vector(what string, limit int) ([]byte, error) {
+	n, err := t.count(what+" bytes", limit)
+	if err != nil {
+		return nil, err
+	}
+	var b []byte
+	for len(b) < n || b == nil {
+		m := min(n-len(b), readChunk)
+		if b == nil || len(b)+m > cap(b) {
+			size := min(n, max(2*cap(b), len(b)+m))
+			if err := t.reserve(allocSize(size) - allocSize(cap(b))); err != nil {
+				return nil, fmt.Errorf("reading a %s of %d bytes: %w", what, n, err)
+			}
+			grown := make([]byte, len(b), size)
+			copy(grown, b)
+			b = grown
+		}
+		b = b[:len(b)+m]
+		if _, err := io.ReadFull(t.r, b[len(b)-m:]); err != nil {
+			return nil, fmt.Errorf("%w: %s cut short: %w", ErrProtocol, what, err)
+		}
+	}
+	return b, nil
+}
+
+// key reads a key: 1 to MaxKeyLen bytes after the optional "/".
+func (t *tsReader) key() (string, error) {
+	b, err := t.vector("key", MaxKeyLen+1)
+	if err != nil {
+		return "", err
+	}
+	k := tsKeyToStore(string(b))
+	if len(k) == 0 || len(k) > MaxKeyLen {
+		return "", fmt.Errorf("%w: key %q (want 1..%d bytes after the leading /)", ErrProtocol, b, MaxKeyLen)
+	}
+	return k, nil
+}
+
+// tsWriter builds the protocol's requests and replies.
+type tsWriter struct{ b []byte }
+
+func (w *tsWriter) u8(v byte)     { w.b = append(w.b, v) }
+func (w *tsWriter) u32(v uint32)  { w.b = binary.LittleEndian.AppendUint32(w.b, v) }
+func (w *tsWriter) u64(v uint64)  { w.b = binary.LittleEndian.AppendUint64(w.b, v) }
+func (w *tsWriter) i64(v int64)   { w.u64(uint64(v)) }
+func (w *tsWriter) str(s string)  { w.u64(uint64(len(s))); w.b = append(w.b, s...) }
+func (w *tsWriter) vec(p []byte)  { w.u64(uint64(len(p))); w.b = append(w.b, p...) }
+func (w *tsWriter) reset()        { w.b = w.b[:0] }
+func (w *tsWriter) bytes() []byte { return w.b }

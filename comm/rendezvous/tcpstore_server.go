@@ -1,0 +1,560 @@
+package rendezvous
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+)
+
+// maxTorchWaits bounds the waits one torch connection may have pending (a torch
+// client has at most one).
+const maxTorchWaits = 64
+
+// WithTorchClients says whether the server also answers clients that speak PyTorch's
+// TCPStore protocol (torch.distributed.TCPStore of torch 1.x and 2.x, torchrun's
+// workers) on its port, next to ncclgo's own protocol. torch's protocol has no
+// authentication: anyone who can reach the port can read and write every key. So
+// without the option a server answers torch clients only when it has no token; with a
+// token it refuses them (closing the connection, with a warning) unless
+// WithTorchClients(true) is given. WithTorchClients(false) refuses them always.
+//
+// A torch client must send its first query within the handshake timeout, in a
+// handshake slot (WithMaxHandshakes) like any new connection; it then takes a slot of
+// WithMaxConns and its connection's cost from the memory budget, and its keys and
+// waits count against its share (WithMaxClientBytes). A query that has begun must
+// arrive whole within the handshake timeout. Between queries a torch connection is
+// exempt from the idle timeout, since torch's clients send no keepalive and may stay
+// silent for as long as their job runs (TCP keepalives still detect a dead peer).
+func WithTorchClients(allow bool) ServerOption {
+	return serverOption(func(c *serverConfig) {
+		c.torchClients = -1
+		if allow {
+			c.torchClients = 1
+		}
+	})
+}
+
+func (s *Server) torchAllowed() bool {
+	switch s.cfg.torchClients {
+	case 1:
+		return true
+	case -1:
+		return false
+	}
+	return s.cfg.token == ""
+}
+
+// sniffTorch looks at a new connection's first bytes (within the handshake timeout)
+// and returns the TCPStore generation its client speaks, or 0 for ncclgo's protocol.
+func (c *serverConn) sniffTorch() (TorchProtocol, error) {
+	_ = c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.handshakeTimeout))
+	b, err := c.br.Peek(1)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case b[0] >= 1 && b[0] <= byte(tsCancelWait):
+		return TorchProtocol1, nil
+	case b[0] != 0:
+		return 0, nil
+	}
+	if b, err = c.br.Peek(5); err != nil {
+		if errors.Is(err, io.EOF) {
+			return 0, nil // too short for anyone: let the handshake report it
+		}
+		return 0, err
+	}
+	// After a 0: generation 2's magic, or generation 1's SET and the low bytes of its
+	// key's length (1..MaxKeyLen+1), or ncclgo's frame length, whose fifth byte is a
+	// non-zero op (so read as a key length it is at least 2^24).
+	switch l := binary.LittleEndian.Uint32(b[1:5]); {
+	case l == tsMagic:
+		return TorchProtocol2, nil
+	case l >= 1 && l <= MaxKeyLen+1:
+		return TorchProtocol1, nil
+	}
+	return 0, nil
+}
+
+// serveTorch serves a connection whose client speaks torch's protocol.
+func (c *serverConn) serveTorch(gen TorchProtocol) {
+	s := c.s
+	if !s.torchAllowed() {
+		s.warn("rendezvous server: refusing a PyTorch TCPStore client: torch's protocol has no authentication and this store has a token (WithTorchClients(true) allows them)",
+			"remote", c.remote, "protocol", int(gen))
+		return
+	}
+	s.log.Debug("rendezvous server: PyTorch TCPStore client", "remote", c.remote, "protocol", int(gen))
+	t := &torchConn{c: c, core: torchStore{st: s.st, a: c.acct}, gen: gen, waits: map[uint64]func() bool{}}
+	t.rd = tsReader{r: c.br, charge: t.chargeBuf}
+	stage, err := t.serve()
+	c.logEnd("torch "+stage, err)
+}
+
+// chargeBuf takes n bytes of the buffers of the query being read (n < 0: gives them
+// back) from the connection's share and the server's bytes in flight.
+func (t *torchConn) chargeBuf(n int64) error {
+	if n <= 0 {
+		t.c.acct.release(-n)
+		t.c.s.inflight.release(-n)
+		return nil
+	}
+	return t.c.reserveBuf(n, int(n))
+}
+
+// releaseBufs gives back what the buffers of the last query held; the values it
+// stored are charged to the store's keys now.
+func (t *torchConn) releaseBufs() {
+	if t.rd.held != 0 {
+		_ = t.chargeBuf(-t.rd.held)
+		t.rd.held = 0
+	}
+}
+
+// torchConn is the state of one torch client's connection. One goroutine reads and
+// answers its queries in order; the answer to a wait whose keys came later is written
+// by a short-lived goroutine, and t.wmu with the fired count keeps every STOP_WAITING
+// before the WAIT_CANCELED that follows it, as torch's clients expect.
+type torchConn struct {
+	c    *serverConn
+	core torchCore
+	gen  TorchProtocol
+	rd   tsReader
+	w    tsWriter
+
+	wmu sync.Mutex // held while writing
+
+	mu     sync.Mutex
+	nextID uint64
+	waits  map[uint64]func() bool // cancels of the waits not yet answered
+	fired  []func()               // releases of the waits whose keys came, not yet answered
+	late   sync.WaitGroup         // goroutines answering fired waits
+}
+
+// tsRequest is one parsed query.
+type tsRequest struct {
+	q      tsQuery
+	keys   []string
+	values [][]byte
+	num    int64
+	nonce  uint32
+	rank   uint64 // BARRIER
+	world  uint64
+}
+
+func (t *torchConn) serve() (stage string, err error) {
+	defer func() {
+		t.cancelAll()
+		_ = t.c.nc.Close()
+		t.late.Wait()
+		t.releaseBufs()
+	}()
+	for first := true; ; first = false {
+		r, err := t.read()
+		if err != nil {
+			return "read", err
+		}
+		// A query has arrived whole; until the next begins, torch clients may stay
+		// silent for as long as the job runs (they send no keepalive).
+		_ = t.c.nc.SetReadDeadline(time.Time{})
+		if first {
+			// Out of the handshake slots: the client spoke torch's protocol.
+			if _, err := t.c.claimSlot(); err != nil {
+				return "slot", err
+			}
+		}
+		err = t.handle(r)
+		t.releaseBufs()
+		if err != nil {
+			return r.q.String(), err
+		}
+	}
+}
+
+// read parses one query.
+func (t *torchConn) read() (tsRequest, error) {
+	rd := &t.rd
+	b, err := rd.u8()
+	if err != nil {
+		return tsRequest{}, err
+	}
+	// A query that has begun must arrive whole within the handshake timeout, so that a
+	// peer cannot hold its slot and buffers by dripping bytes.
+	_ = t.c.nc.SetReadDeadline(time.Now().Add(t.c.s.cfg.handshakeTimeout))
+	r := tsRequest{q: tsFromWire(t.gen, b)}
+	keys := func(n int) error {
+		r.keys = make([]string, n)
+		for i := range r.keys {
+			if r.keys[i], err = rd.key(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	switch r.q {
+	case tsValidate:
+		m, err := rd.u32()
+		if err != nil {
+			return r, err
+		}
+		if m != tsMagic {
+			return r, fmt.Errorf("%w: validation number %#x, want %#x", ErrProtocol, m, tsMagic)
+		}
+	case tsPing:
+		if t.gen != TorchProtocol2 {
+			return r, fmt.Errorf("%w: query %d unknown to protocol 1", ErrProtocol, b)
+		}
+		r.nonce, err = rd.u32()
+	case tsSet, tsAppend, tsCompareSet:
+		var k string
+		if k, err = rd.key(); err != nil {
+			return r, err
+		}
+		r.keys = []string{k}
+		n := 1
+		if r.q == tsCompareSet {
+			n = 2
+		}
+		for range n {
+			v, err := rd.vector("value", MaxValueLen)
+			if err != nil {
+				return r, err
+			}
+			r.values = append(r.values, v)
+		}
+	case tsGet, tsDelete:
+		err = keys(1)
+	case tsAdd:
+		if err = keys(1); err == nil {
+			var v uint64
+			v, err = rd.u64()
+			r.num = int64(v)
+		}
+	case tsCheck, tsWait, tsMultiGet:
+		var n int
+		if n, err = rd.count("keys", MaxKeysPerRequest); err == nil {
+			if n == 0 && r.q != tsMultiGet {
+				return r, fmt.Errorf("%w: %s of no keys", ErrProtocol, r.q)
+			}
+			err = keys(n)
+		}
+	case tsMultiSet:
+		var n int
+		if n, err = rd.count("keys", MaxKeysPerRequest); err != nil {
+			return r, err
+		}
+		total := 0
+		for range n {
+			k, err := rd.key()
+			if err != nil {
+				return r, err
+			}
+			v, err := rd.vector("value", MaxValueLen)
+			if err != nil {
+				return r, err
+			}
+			if total += len(k) + len(v); total > MaxFrameLen {
+				return r, fmt.Errorf("%w: MULTI_SET of more than %d bytes", ErrProtocol, MaxFrameLen)
+			}
+			r.keys, r.values = append(r.keys, k), append(r.values, v)
+		}
+	case tsBarrier:
+		if err = keys(1); err == nil {
+			if r.rank, err = rd.u64(); err == nil {
+				r.world, err = rd.u64()
+			}
+		}
+	case tsBarrierState:
+		err = keys(1)
+	case tsNumKeys, tsCancelWait:
+	default:
+		return r, fmt.Errorf("%w: query %s (byte %d) is not served", ErrProtocol, r.q, b)
+	}
+	return r, err
+}
+
+func (t *torchConn) handle(r tsRequest) error {
+	w := &t.w
+	w.reset()
+	switch r.q {
+	case tsValidate:
+		return nil
+	case tsPing:
+		w.u32(r.nonce)
+	case tsSet:
+		return t.core.tcpSet(r.keys[0], r.values[0])
+	case tsAppend:
+		return t.core.tcpAppend(r.keys[0], r.values[0])
+	case tsMultiSet:
+		for i, k := range r.keys {
+			if err := t.core.tcpSet(k, r.values[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	case tsCompareSet:
+		v, err := t.core.tcpCompareSet(r.keys[0], r.values[0], r.values[1])
+		if err != nil {
+			return err
+		}
+		return t.writeVectors([][]byte{v})
+	case tsGet, tsMultiGet:
+		vals := make([][]byte, len(r.keys))
+		for i, k := range r.keys {
+			v, ok := t.core.tcpGet(k)
+			if !ok {
+				// torch's server fails the same way; its clients wait before they get.
+				return fmt.Errorf("%w: %s of %q, which does not exist", ErrProtocol, r.q, k)
+			}
+			vals[i] = v
+		}
+		return t.writeVectors(vals)
+	case tsAdd:
+		v, err := t.core.tcpAdd(r.keys[0], r.num)
+		if err != nil {
+			return err
+		}
+		w.i64(v)
+	case tsDelete:
+		var n int64
+		if t.core.tcpDelete(r.keys[0]) {
+			n = 1
+		}
+		w.i64(n)
+	case tsNumKeys:
+		w.i64(t.core.tcpNumKeys())
+	case tsCheck:
+		if len(r.keys) == 1 && r.keys[0] == tsBarrierProbe {
+			w.u8(tsReady) // ncclgo's server: BARRIER is served
+		} else if t.core.tcpCheck(r.keys) {
+			w.u8(tsReady)
+		} else {
+			w.u8(tsNotReady)
+		}
+	case tsWait:
+		return t.wait(r.keys)
+	case tsBarrier:
+		return t.barrier(r.keys[0], r.rank, r.world)
+	case tsBarrierState:
+		world, flags, bitmap := encodeBarrierState(t.core.tcpBarrierState(r.keys[0]))
+		w.u8(flags)
+		w.u64(world)
+		w.vec(bitmap)
+	case tsCancelWait:
+		t.cancelAll()
+		t.wmu.Lock()
+		defer t.wmu.Unlock()
+		return t.writeAnswers(0, []byte{tsWaitCancel})
+	}
+	if len(w.bytes()) == 0 {
+		return nil
+	}
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	return t.write(w.bytes())
+}
+
+// writeVectors writes vals as one reply of vectors, each large value from where the
+// store holds it (never copied, so a MULTI_GET of many large values costs no buffer).
+func (t *torchConn) writeVectors(vals [][]byte) error {
+	var bufs net.Buffers
+	var small []byte // lengths and small values, up to the next large value
+	for _, v := range vals {
+		small = binary.LittleEndian.AppendUint64(small, uint64(len(v)))
+		if len(v) <= 512 {
+			small = append(small, v...)
+			continue
+		}
+		bufs = append(bufs, small, v)
+		small = nil
+	}
+	if len(small) > 0 {
+		bufs = append(bufs, small)
+	}
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	t.setWriteDeadline()
+	_, err := bufs.WriteTo(t.c.nc)
+	return err
+}
+
+func (t *torchConn) setWriteDeadline() {
+	timeout := writeTimeout
+	select {
+	case <-t.c.s.done:
+		timeout = closeFlushTimeout
+	default:
+	}
+	_ = t.c.nc.SetWriteDeadline(time.Now().Add(timeout))
+}
+
+// write writes b; t.wmu must be held.
+func (t *torchConn) write(b []byte) error {
+	t.setWriteDeadline()
+	_, err := t.c.nc.Write(b)
+	return err
+}
+
+// wait registers a wait; its answer is written once it fires (at once when its keys
+// all exist).
+func (t *torchConn) wait(keys []string) error {
+	id, fire, err := t.pend()
+	if err != nil {
+		return err
+	}
+	cancel, ready, err := t.core.tcpWait(keys, fire)
+	t.settle(id, cancel)
+	if err != nil || !ready {
+		return err // a wait over its bounds closes the connection: torch has no error reply
+	}
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	return t.writeAnswers(1, nil)
+}
+
+// barrier is ncclgo's BARRIER: the arrival's answer, like a wait's, is written once
+// every rank arrived; an arrival the store refuses is answered with why.
+func (t *torchConn) barrier(key string, rank, world uint64) error {
+	if rank > maxBarrierWorld || world > maxBarrierWorld {
+		return t.barrierFailed(fmt.Errorf("%w: barrier %q: rank %d or world %d out of range", ErrInvalidArgument, key, rank, world))
+	}
+	id, fire, err := t.pend()
+	if err != nil {
+		return err
+	}
+	cancel, done, err := t.core.tcpArrive(key, int(rank), int(world), fire)
+	t.settle(id, cancel)
+	switch {
+	case err != nil:
+		return t.barrierFailed(err)
+	case !done:
+		return nil
+	}
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	return t.writeAnswers(1, nil)
+}
+
+func (t *torchConn) barrierFailed(err error) error {
+	var w tsWriter
+	code, msg := byte(tsBarrierFailed), err.Error()
+	for _, s := range []struct {
+		sentinel error
+		code     byte
+	}{{ErrInvalidArgument, tsBarrierInvalid}, {ErrStoreFull, tsBarrierFull}} {
+		if errors.Is(err, s.sentinel) {
+			code, msg = s.code, strings.TrimPrefix(msg, s.sentinel.Error()+": ")
+			break
+		}
+	}
+	w.u8(code)
+	w.str(msg)
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	return t.write(w.bytes())
+}
+
+// pend reserves the answer of a blocked request (a wait or a barrier arrival) and
+// returns the fire the store calls, with its lock held, once it is due.
+func (t *torchConn) pend() (id uint64, fire func(release func()), err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.waits) >= maxTorchWaits {
+		return 0, nil, fmt.Errorf("%w: more than %d waits pending on one connection", ErrProtocol, maxTorchWaits)
+	}
+	id = t.nextID
+	t.nextID++
+	t.waits[id] = nil // reserved until settle
+	s := t.c.s
+	return id, func(release func()) {
+		// With the store's lock held: only note it and hand the answer on.
+		t.mu.Lock()
+		delete(t.waits, id)
+		t.fired = append(t.fired, release)
+		t.late.Add(1)
+		t.mu.Unlock()
+		s.deliveries.Add(1)
+		go t.answerFired()
+	}, nil
+}
+
+// settle records the cancel of a blocked request still pending, or forgets it.
+func (t *torchConn) settle(id uint64, cancel func() bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.waits[id]; ok {
+		if cancel != nil {
+			t.waits[id] = cancel
+		} else {
+			delete(t.waits, id)
+		}
+	}
+}
+
+// takeFired returns the releases of the fired waits not answered yet, and forgets
+// them.
+func (t *torchConn) takeFired() []func() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f := t.fired
+	t.fired = nil
+	return f
+}
+
+// writeAnswers writes STOP_WAITING for every fired wait not answered yet and for
+// extra more, then tail, and gives back what the fired waits held; t.wmu must be held.
+func (t *torchConn) writeAnswers(extra int, tail []byte) error {
+	releases := t.takeFired()
+	b := make([]byte, len(releases)+extra, len(releases)+extra+len(tail)) // tsStopWaiting is 0
+	b = append(b, tail...)
+	var err error
+	if len(b) > 0 {
+		err = t.write(b)
+	}
+	for _, release := range releases {
+		release()
+	}
+	return err
+}
+
+// answerFired writes STOP_WAITING for every fired wait not answered yet (none when a
+// CANCEL_WAIT or an earlier answerFired took them).
+func (t *torchConn) answerFired() {
+	s := t.c.s
+	defer s.deliveries.Done()
+	defer t.late.Done()
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("rendezvous server: panic while answering a PyTorch TCPStore wait; closing the connection", "remote", t.c.remote, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			_ = t.c.nc.Close()
+		}
+	}()
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	if err := t.writeAnswers(0, nil); err != nil {
+		_ = t.c.nc.Close() // the serve loop ends on its next read
+	}
+}
+
+// cancelAll forgets every pending wait; waits that fired meanwhile stay in fired, to
+// be answered before WAIT_CANCELED as torch's server does.
+func (t *torchConn) cancelAll() {
+	t.mu.Lock()
+	cancels := make([]func() bool, 0, len(t.waits))
+	for id, c := range t.waits {
+		if c != nil {
+			cancels = append(cancels, c)
+			delete(t.waits, id)
+		}
+	}
+	t.mu.Unlock()
+	for _, c := range cancels {
+		c() // false: it fired, and fired holds it
+	}
+}
