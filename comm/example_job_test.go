@@ -49,7 +49,8 @@ func ExampleConnect() {
 		}
 	}
 	// Output:
-	// join job: MASTER_ADDR is not set
+	// join job: invalid configuration: no launcher describes this process (torchrun, srun, mpirun); looked for RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK, SLURM_PROCID, WORLD_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_NTASKS, LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MASTER_ADDR, MASTER_PORT, SLURM_JOB_NODELIST, SLURM_LAUNCH_NODE_IPADDR, OMPI_COMM_WORLD_LOCAL_SIZE
+	// MASTER_ADDR is not set
 	// MASTER_PORT is not set
 	// WORLD_SIZE is not set
 	// RANK is not set

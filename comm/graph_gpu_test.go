@@ -19,6 +19,7 @@ import (
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/comm/internal/pairbench"
 	"github.com/ncclgo/ncclgo/raw/cuda"
+	"github.com/ncclgo/ncclgo/raw/cuda/cudatest"
 )
 
 // gpuGraphRank is a one-rank communicator on device 0 with a caller stream, for the
@@ -119,7 +120,7 @@ func TestGPUGraphAllReduce(t *testing.T) {
 		for i := range count {
 			binary.LittleEndian.PutUint32(host[4*i:], math.Float32bits(float32(k*count+i)))
 		}
-		require.NoError(t, cuda.MemcpyHtoD(cuda.Deviceptr(in), unsafe.Pointer(&host[0]), bytes))
+		require.NoError(t, cudatest.Upload(cuda.Deviceptr(in), host))
 		require.NoError(t, cuda.GraphLaunch(exec, cuda.Stream(g.s)))
 		require.NoError(t, g.v.Sync(ctx))
 		require.NoError(t, cuda.MemcpyDtoH(unsafe.Pointer(&out[0]), cuda.Deviceptr(recv), bytes))
@@ -144,8 +145,7 @@ func BenchmarkGPUGraphAllReduce(b *testing.B) {
 	const ops = 8
 	const maxBytes = 64 << 10
 	buf := g.alloc(b, maxBytes)
-	require.NoError(b, cuda.MemsetD8(cuda.Deviceptr(buf), 0, maxBytes))
-	require.NoError(b, cuda.CtxSynchronize())
+	require.NoError(b, cudatest.Fill(cuda.Deviceptr(buf), 0, maxBytes))
 	for _, size := range []int{8, 4 << 10, 64 << 10} {
 		b.Run(fmt.Sprintf("%dB", size), func(b *testing.B) {
 			count := size / 4

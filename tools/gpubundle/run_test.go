@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -142,7 +143,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-var testreport = sync1(func() (string, error) {
+var testreport = sync.OnceValues(func() (string, error) {
 	out := filepath.Join(filepath.Dir(fixture), "testreport")
 	cmd := exec.Command("go", "build", "-o", out, "../testreport")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -152,22 +153,6 @@ var testreport = sync1(func() (string, error) {
 	}
 	return out, nil
 })
-
-// sync1 runs f once and returns its results ever after.
-func sync1(f func() (string, error)) func() (string, error) {
-	var (
-		done bool
-		s    string
-		err  error
-	)
-	return func() (string, error) {
-		if !done {
-			s, err = f()
-			done = true
-		}
-		return s, err
-	}
-}
 
 // bundle lays out a fake GPU bundle: one test binary per package (a link to the fixture
 // named after its behaviour), shell scripts as ncclinfo (reporting ncclVersion) and
