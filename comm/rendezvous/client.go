@@ -136,7 +136,7 @@ func dialGaveUp(ctx context.Context, addr string, cfg clientConfig, attempts int
 }
 
 func dialOnce(ctx context.Context, addr string, cfg clientConfig) (*Client, error) {
-	var d net.Dialer
+	d := net.Dialer{LocalAddr: cfg.localAddr}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, &dialError{err}

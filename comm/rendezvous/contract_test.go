@@ -235,7 +235,7 @@ func TestOneClientCannotFillTheStoreForTheOthers(t *testing.T) {
 	const budget = 8 << 20
 	_, addr := startServer(t, WithMaxStoreBytes(budget))
 	ctx := ctxTimeout(t, 60*time.Second)
-	hog := dial(t, addr)
+	hog := dial(t, addr, fromHost(2)) // the others are on 127.0.0.1
 	value := make([]byte, 64<<10)
 	var full error
 	for i := 0; full == nil && i < 1000; i++ {

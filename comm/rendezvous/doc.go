@@ -89,10 +89,17 @@
 // and the buffers of requests being read, which grow with the bytes that arrived, not
 // with the length a frame announces. At most a quarter of the budget may be in large
 // frames being read at once; a connection may have 1,024 blocked requests holding at
-// most 4 MiB, and the server 65,536. One client (connection) may hold at most its
-// share of the budget (WithMaxClientBytes, an eighth by default), so one client cannot
-// fill the store for the others; the keys a client was last to write stay charged to
-// it after it disconnects, until deleted or overwritten. At the cap, the write that
+// most 4 MiB, and the server 65,536. One client may hold at most its share of the
+// budget (WithMaxClientBytes, an eighth by default), so one client cannot fill the
+// store for the others. A client is a source host (an IPv4 address, an IPv6 /64), not a
+// connection: every connection from it, of either protocol, draws on the same share, so
+// a client with many connections gets no more than one with one. The token cannot be
+// the unit (every rank proves the same one) and nothing a client declares can (it could
+// declare many); ranks of one job on one host share their host's share, which their
+// unique ids and barriers use little of. A store key outlives its writer, so its cost
+// stays charged to the host that wrote it last after that host's connections close,
+// until the key is deleted or another client overwrites it: a client that reconnects
+// finds its share as full as it left it. At the cap, the write that
 // does not fit fails with ErrStoreFull ("store full") and changes nothing; a request
 // too large for what is left is read, discarded and refused the same way; a blocked
 // request over its bounds is refused; a new connection that does not fit is told the

@@ -117,10 +117,28 @@ type rawConn struct {
 
 func rawDial(t testing.TB, addr string) *rawConn {
 	t.Helper()
-	nc, err := net.Dial("tcp", addr)
+	return rawDialFrom(t, addr, 1)
+}
+
+// loopbackHost is the loopback address 127.0.0.host: the server counts each as a
+// client of its own (clientIdentity), so tests play several hosts with them.
+func loopbackHost(host int) *net.TCPAddr {
+	return &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(host))}
+}
+
+// rawDialFrom is rawDial from the loopback address 127.0.0.host.
+func rawDialFrom(t testing.TB, addr string, host int) *rawConn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: loopbackHost(host)}
+	nc, err := d.Dial("tcp", addr)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = nc.Close() })
 	return &rawConn{t: t, nc: nc}
+}
+
+// fromHost makes a Client dial from the loopback address 127.0.0.host.
+func fromHost(host int) ClientOption {
+	return clientOption(func(c *clientConfig) { c.localAddr = loopbackHost(host) })
 }
 
 func (r *rawConn) send(o op, id uint32, fields ...[]byte) {

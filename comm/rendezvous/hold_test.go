@@ -94,10 +94,20 @@ func runLegit(t testing.TB, addr, token string) (stop func() legitStats) {
 
 var legitRuns atomic.Int64
 
-// authedConn is a hand-driven connection past its handshake.
+// attacker is the loopback host the attacks come from (the legitimate client is on
+// 127.0.0.1): the server counts clients by their host (clientIdentity).
+const attacker = 2
+
+// authedConn is a hand-driven connection past its handshake, from the attacker's host.
 func authedConn(t testing.TB, addr, token string) *rawConn {
 	t.Helper()
-	r := rawDial(t, addr)
+	return authedConnFrom(t, addr, token, attacker)
+}
+
+// authedConnFrom is authedConn from the loopback address 127.0.0.host.
+func authedConnFrom(t testing.TB, addr, token string, host int) *rawConn {
+	t.Helper()
+	r := rawDialFrom(t, addr, host)
 	nonce, hello := r.hello(ProtocolVersion)
 	require.Equal(t, statusOK, hello.status)
 	r.send(opAuth, 0, proof(token, clientLabel, nonce, hello.fields[2]))
@@ -190,9 +200,9 @@ func holdServer(t *testing.T) (*serverProc, time.Duration) {
 	return p, st.quantile(0.99)
 }
 
-// attackSmallKeys has six clients fill their shares with 9-byte keys and empty values:
-// the old limit counted 9 bytes for each, the process held more than ten times that.
-// It returns how many of the clients were refused as store full.
+// attackSmallKeys has six connections from one host fill its share with 9-byte keys
+// and empty values: the old limit counted 9 bytes for each, the process held more than
+// ten times that. It returns how many of the connections were refused as store full.
 func attackSmallKeys(tb testing.TB, addr string) (refused int) {
 	var wg sync.WaitGroup
 	fulls := make([]int, 6)
@@ -220,13 +230,16 @@ func attackSmallKeys(tb testing.TB, addr string) (refused int) {
 	return refused
 }
 
-// attackWaits has 16 clients send 64 waits each that name 4,096 keys (or one key
+// attackWaits has 16 connections from one host send 64 waits each that name 4,096 keys (or one key
 // 4,096 times); it returns how many waits were refused.
 func attackWaits(tb testing.TB, addr string) (refused int) {
 	var wg sync.WaitGroup
 	var n atomic.Int64
-	for a := range 16 {
-		r := authedConn(tb, addr, holdToken)
+	rs := make([]*rawConn, 16)
+	for a := range rs { // all connected first: the waits fill the host's share
+		rs[a] = authedConn(tb, addr, holdToken)
+	}
+	for a, r := range rs {
 		wg.Go(func() {
 			var e encoder
 			for i := range 64 {
@@ -272,8 +285,9 @@ func attackWaits(tb testing.TB, addr string) (refused int) {
 	return int(n.Load())
 }
 
-// attackPartialFrames has 400 clients announce a maximum-size frame and send all of it
-// but its last byte: what arrived is real, but only so much of it may be in flight.
+// attackPartialFrames has 400 connections (from four hosts, so that each host's share
+// has room for the connections) announce a maximum-size frame and send all of it but
+// its last byte: what arrived is real, but only so much of it may be in flight.
 func attackPartialFrames(tb testing.TB, addr string) int {
 	const conns = 400
 	frame := make([]byte, 4+MaxFrameLen-1)
@@ -282,7 +296,7 @@ func attackPartialFrames(tb testing.TB, addr string) int {
 	var wg sync.WaitGroup
 	rs := make([]*rawConn, conns)
 	for i := range rs {
-		rs[i] = authedConn(tb, addr, holdToken)
+		rs[i] = authedConnFrom(tb, addr, holdToken, attacker+i%4)
 	}
 	for _, r := range rs {
 		wg.Go(func() {
@@ -429,7 +443,7 @@ func BenchmarkLegitimateProcessUnderAbuse(b *testing.B) {
 		{"partial-frames", attackPartialFrames},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			var ratios, medians []float64
+			var ratios, medians, bases, loads []float64
 			for b.Loop() {
 				p := startServerProc(b, holdToken, "-max-store-bytes", fmt.Sprint(holdBudget))
 				stop := legitProcess(b, p.addr)
@@ -444,7 +458,11 @@ func BenchmarkLegitimateProcessUnderAbuse(b *testing.B) {
 				}
 				ratios = append(ratios, float64(p99)/float64(base99))
 				medians = append(medians, float64(p50)/float64(base50))
+				bases = append(bases, float64(base99.Microseconds()))
+				loads = append(loads, float64(p99.Microseconds()))
 			}
+			b.ReportMetric(medianOf(bases), "unloaded-p99-us")
+			b.ReportMetric(medianOf(loads), "abused-p99-us")
 			b.ReportMetric(medianOf(ratios), "p99-ratio")
 			b.ReportMetric(medianOf(medians), "p50-ratio")
 		})
@@ -595,7 +613,7 @@ func TestOneValueWaitedForByManyIsNotCopiedPerWaiter(t *testing.T) {
 	const waiters = 400
 	rs := make([]*rawConn, waiters)
 	for i := range rs {
-		rs[i] = authedConn(t, p.addr, holdToken)
+		rs[i] = authedConnFrom(t, p.addr, holdToken, attacker+i%4)
 		rs[i].send(opGet, 1, []byte("big"))
 		rs[i].send(opPing, 2) // answered at once: the get before it is registered
 		f, err := rs[i].recv()

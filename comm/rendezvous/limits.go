@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,20 +80,77 @@ func (b *budget) reserve(n int64) bool {
 
 func (b *budget) release(n int64) { b.used.Add(-n) }
 
-// account is one client's share of the budget: what its connection holds (buffers,
-// blocked requests) and the keys it wrote last. Keys stay charged to it after its
-// connection closed.
-type account struct {
+// share is one client's part of the budget. The client is an identity, not a
+// connection (see clientIdentity): every connection from it reserves from the same
+// share, so opening more connections gives it no more memory, and the keys it was last
+// to write stay charged to it after its connections close, so reconnecting does not
+// reset its quota either.
+type share struct {
 	b     *budget
+	id    string
 	limit int64
 	used  atomic.Int64
+	conns int // connections open from it; guarded by Server.mu
+}
+
+// reserve takes n bytes from the share and the server's budget.
+func (a *share) reserve(what string, n int64) error {
+	return a.reserveFor(func() string { return what }, n)
+}
+
+// reserveFor is reserve that says what only when it fails.
+func (a *share) reserveFor(what func() string, n int64) error {
+	if n <= 0 {
+		a.used.Add(n)
+		a.b.release(-n)
+		return nil
+	}
+	if u := a.used.Add(n); u > a.limit && a.limit < a.b.limit {
+		a.used.Add(-n)
+		return &errFull{what: what(), n: n, share: a.limit, used: u - n}
+	}
+	if !a.b.reserve(n) {
+		a.used.Add(-n)
+		return &errFull{what: what(), n: n, limit: a.b.limit, used: a.b.used.Load()}
+	}
+	return nil
+}
+
+func (a *share) release(n int64) {
+	a.used.Add(-n)
+	a.b.release(n)
+}
+
+// account is one connection's handle on its client's share, with the bounds of that
+// connection's blocked requests.
+type account struct {
+	*share
 
 	// Guarded by the store's mutex.
 	pending      int   // blocked requests
 	pendingBytes int64 // what they cost
 }
 
-func newAccount(b *budget, limit int64) *account { return &account{b: b, limit: limit} }
+// clientIdentity is the unit of the shares and of fair scheduling: the source host of
+// a connection. An IPv4 address is one client (each loopback address too), an IPv6
+// address counts by its /64 prefix (what one host is usually given), and a connection
+// that is not TCP counts under its address's network. It is neither the token (every
+// rank of a job proves the same one, so it tells no rank from another) nor anything a
+// client declares (which a client could vary at will): a client gets more shares only
+// by having more hosts.
+func clientIdentity(addr net.Addr) string {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok {
+		if addr == nil {
+			return "unknown"
+		}
+		return addr.Network()
+	}
+	if ip4 := tcp.IP.To4(); ip4 != nil {
+		return ip4.String()
+	}
+	return tcp.IP.Mask(net.CIDRMask(64, 128)).String() + "/64"
+}
 
 // errFull says why a reservation failed.
 type errFull struct {
@@ -110,29 +168,6 @@ func (e *errFull) Error() string {
 }
 
 func (e *errFull) Unwrap() error { return ErrStoreFull }
-
-// reserve takes n bytes from the client's share and the server's budget.
-func (a *account) reserve(what string, n int64) error {
-	if n <= 0 {
-		a.used.Add(n)
-		a.b.release(-n)
-		return nil
-	}
-	if u := a.used.Add(n); u > a.limit && a.limit < a.b.limit {
-		a.used.Add(-n)
-		return &errFull{what: what, n: n, share: a.limit, used: u - n}
-	}
-	if !a.b.reserve(n) {
-		a.used.Add(-n)
-		return &errFull{what: what, n: n, limit: a.b.limit, used: a.b.used.Load()}
-	}
-	return nil
-}
-
-func (a *account) release(n int64) {
-	a.used.Add(-n)
-	a.b.release(n)
-}
 
 // authLimiter rate-limits failed authentications per source address: each address
 // may fail authFailBurst times at once, then once every 1/authFailRate seconds. Proofs

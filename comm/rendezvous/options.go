@@ -3,6 +3,7 @@ package rendezvous
 import (
 	"crypto/tls"
 	"log/slog"
+	"net"
 	"time"
 )
 
@@ -52,6 +53,9 @@ type clientConfig struct {
 	log      *slog.Logger
 	tls      *tls.Config
 	servedBy string
+	// localAddr, for tests, is the address dialled from: the server tells clients
+	// apart by their source host.
+	localAddr net.Addr
 }
 
 type serverOption func(*serverConfig)
@@ -148,11 +152,15 @@ func WithMaxStoreBytes(n int64) ServerOption {
 	})
 }
 
-// WithMaxClientBytes sets how much of the memory budget one client (one connection)
-// may hold: the keys it was the last to write, its blocked requests, its connection
-// and its request buffers (default: an eighth of the budget, at least 1 MiB). Over it,
-// that client's writes fail with ErrStoreFull while the others go on. Keys stay
-// charged to the client that wrote them after it disconnects. Zero or negative keeps
+// WithMaxClientBytes sets how much of the memory budget one client may hold: the keys
+// it was the last to write, its blocked requests, its connections and its request
+// buffers (default: an eighth of the budget, at least 1 MiB). A client is a source
+// host, not a connection: all connections from one IPv4 address (or one IPv6 /64)
+// share one share, whatever protocol they speak, so opening more connections gives a
+// client no more. Over it, that client's writes fail with ErrStoreFull (and its new
+// connections are refused as busy) while the others go on. Keys stay charged to the
+// host that wrote them last after its connections close, until deleted or overwritten
+// by another client, so reconnecting does not reset a quota. Zero or negative keeps
 // the default.
 func WithMaxClientBytes(n int64) ServerOption {
 	return serverOption(func(c *serverConfig) {

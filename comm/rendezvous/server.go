@@ -59,8 +59,9 @@ type Server struct {
 	closed    bool
 	listeners map[net.Listener]struct{}
 	conns     map[*serverConn]struct{}
-	unauth    []*serverConn // connections still in their handshake, oldest first
-	authed    int           // connections past their handshake
+	unauth    []*serverConn     // connections still in their handshake, oldest first
+	authed    int               // connections past their handshake
+	clients   map[string]*share // by clientIdentity: those with connections or charges
 }
 
 // NewServer returns a server configured by opts; it listens nowhere until Serve or
@@ -95,6 +96,7 @@ func (s *Server) init(opts []ServerOption) {
 		s.done = make(chan struct{})
 		s.listeners = make(map[net.Listener]struct{})
 		s.conns = make(map[*serverConn]struct{})
+		s.clients = make(map[string]*share)
 		s.budget = &budget{limit: s.cfg.maxStoreBytes}
 		s.inflight = &budget{limit: max(s.cfg.maxStoreBytes/4, 2*MaxFrameLen)}
 		s.st = newStore(s.budget)
@@ -258,7 +260,6 @@ func (s *Server) accept(nc net.Conn) {
 		nc = tls.Server(nc, s.cfg.tls)
 	}
 	c := &serverConn{s: s, nc: nc, remote: nc.RemoteAddr().String(), pending: make(map[uint32]func() bool)}
-	c.acct = s.newAccount()
 	var evict *serverConn
 	s.mu.Lock()
 	if s.closed {
@@ -266,6 +267,7 @@ func (s *Server) accept(nc net.Conn) {
 		_ = nc.Close()
 		return
 	}
+	c.acct = &account{share: s.shareLocked(clientIdentity(nc.RemoteAddr()))}
 	if len(s.unauth) >= s.cfg.maxUnauth {
 		evict = s.evictLocked()
 	}
@@ -280,9 +282,37 @@ func (s *Server) accept(nc net.Conn) {
 	go c.serve()
 }
 
-// newAccount is a new client's share of the budget; every connection, whatever
-// protocol it speaks, has one.
-func (s *Server) newAccount() *account { return newAccount(s.budget, s.cfg.maxClientBytes) }
+// maxIdleClients is how many clients without connections the server remembers
+// before it forgets those that hold nothing.
+const maxIdleClients = 4096
+
+// shareLocked returns the share of the client id and counts a new connection of it;
+// every connection, whatever protocol it speaks, has one. A client is remembered while
+// it has connections or holds anything (its keys), so that its quota outlives its
+// connections.
+func (s *Server) shareLocked(id string) *share {
+	a := s.clients[id]
+	if a == nil {
+		if len(s.clients) >= maxIdleClients {
+			for k, v := range s.clients {
+				if v.conns == 0 && v.used.Load() == 0 {
+					delete(s.clients, k)
+				}
+			}
+		}
+		a = &share{b: s.budget, id: id, limit: s.cfg.maxClientBytes}
+		s.clients[id] = a
+	}
+	a.conns++
+	return a
+}
+
+// leaveLocked counts a closed connection of a, and forgets a when it holds nothing.
+func (s *Server) leaveLocked(a *share) {
+	if a.conns--; a.conns == 0 && a.used.Load() == 0 {
+		delete(s.clients, a.id)
+	}
+}
 
 // evictLocked takes the connection to drop for a newcomer out of the handshake slots:
 // the oldest that has sent nothing, else the oldest.
@@ -544,6 +574,7 @@ func (c *serverConn) close() {
 		s.authed--
 		c.acct.release(connOverhead)
 	}
+	s.leaveLocked(c.acct.share)
 	delete(s.conns, c)
 	s.mu.Unlock()
 	_ = c.nc.Close()

@@ -12,7 +12,8 @@ import (
 // store is the key space of a Server and everything that waits on it. Every protocol
 // a server speaks calls these methods, so all of them share the same keys, the same
 // memory budget, the same per-client shares and the same barriers. Each method takes
-// the account of the client making the call (its share of the budget, see newAccount)
+// the account of the connection making the call (its client's share of the budget,
+// see Server.shareLocked)
 // where it may hold memory. Values passed in become the store's (callers copy what they
 // reuse); values returned are shared and must not be modified.
 type store struct {
@@ -27,7 +28,7 @@ type store struct {
 
 type entry struct {
 	value []byte
-	owner *account
+	owner *share // the client that wrote it last
 	cost  int64
 }
 
@@ -48,7 +49,7 @@ type barrier struct {
 	n       int
 	done    bool
 	live    map[int]*arrival // arrivals still waiting, by rank
-	owner   *account
+	owner   *share
 	cost    int64
 }
 
@@ -78,20 +79,20 @@ func entryCost(key string, value []byte) int64 {
 func (st *store) putLocked(a *account, key string, value []byte) error {
 	cost := entryCost(key, value)
 	old := st.data[key]
-	what := fmt.Sprintf("storing %d bytes under %q", len(value), key)
-	if old != nil && old.owner == a {
-		if err := a.reserve(what, cost-old.cost); err != nil {
+	what := func() string { return fmt.Sprintf("storing %d bytes under %q", len(value), key) }
+	if old != nil && old.owner == a.share {
+		if err := a.reserveFor(what, cost-old.cost); err != nil {
 			return err
 		}
 		old.value, old.cost = value, cost
 	} else {
-		if err := a.reserve(what, cost); err != nil {
+		if err := a.reserveFor(what, cost); err != nil {
 			return err
 		}
 		if old != nil {
 			old.owner.release(old.cost)
 		}
-		st.data[key] = &entry{value: value, owner: a, cost: cost}
+		st.data[key] = &entry{value: value, owner: a.share, cost: cost}
 	}
 	st.notifyLocked(key)
 	return nil
@@ -429,7 +430,7 @@ func (st *store) arrive(a *account, key string, rank, world int, fire func(relea
 		if err := a.reserve(fmt.Sprintf("barrier %q of %d ranks", key, world), cost); err != nil {
 			return nil, false, err
 		}
-		b = &barrier{world: world, arrived: make([]uint64, (world+63)/64), live: map[int]*arrival{}, owner: a, cost: cost}
+		b = &barrier{world: world, arrived: make([]uint64, (world+63)/64), live: map[int]*arrival{}, owner: a.share, cost: cost}
 		st.barriers[key] = b
 	case b.world != world:
 		return nil, false, fmt.Errorf("%w: barrier %q: rank %d arrived for a world of %d, the barrier is for %d", ErrInvalidArgument, key, rank, world, b.world)

@@ -38,7 +38,7 @@ func TestTorchClientKeysCountAgainstItsShare(t *testing.T) {
 	}
 	require.Error(t, failed, "%d values of %d bytes were all stored within a share of %d", tries, value, share)
 
-	nc := dial(t, addr)
+	nc := dial(t, addr, fromHost(2)) // another host: a share of its own
 	present, err := nc.Check(ctx, keys...)
 	require.NoError(t, err)
 	n := 0
