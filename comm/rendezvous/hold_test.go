@@ -206,8 +206,11 @@ func holdServer(t *testing.T) (*serverProc, time.Duration) {
 func attackSmallKeys(tb testing.TB, addr string) (refused int) {
 	var wg sync.WaitGroup
 	fulls := make([]int, 6)
-	for a := range fulls {
-		r := authedConn(tb, addr, holdToken)
+	rs := make([]*rawConn, len(fulls))
+	for a := range rs { // all connected first: the keys fill the host's share
+		rs[a] = authedConn(tb, addr, holdToken)
+	}
+	for a, r := range rs {
 		wg.Go(func() {
 			counts := pipeline(tb, r, 200_000, func(i int, e *encoder) {
 				e.begin(opSet, statusOK, uint32(i+1))

@@ -91,6 +91,8 @@ type share struct {
 	limit int64
 	used  atomic.Int64
 	conns int // connections open from it; guarded by Server.mu
+
+	waiting []*serverConn // its connections waiting for a turn; guarded by turns.mu
 }
 
 // reserve takes n bytes from the share and the server's budget.

@@ -48,6 +48,7 @@ type Server struct {
 	st       *store
 	budget   *budget
 	inflight *budget // bytes of large frames being read, across all connections
+	turns    *turns  // fair scheduling of requests between clients
 	auth     authLimiter
 	warns    warnLimiter
 
@@ -100,6 +101,7 @@ func (s *Server) init(opts []ServerOption) {
 		s.budget = &budget{limit: s.cfg.maxStoreBytes}
 		s.inflight = &budget{limit: max(s.cfg.maxStoreBytes/4, 2*MaxFrameLen)}
 		s.st = newStore(s.budget)
+		s.turns = newTurns()
 		if s.cfg.token != "" && len(s.cfg.token) < minTokenLen {
 			s.log.Warn("rendezvous server: the token is short and may be guessed; use NewToken or tools/rendezvous -new-token", "len", len(s.cfg.token), "want_at_least", minTokenLen)
 		}
@@ -358,8 +360,11 @@ type serverConn struct {
 	evicted atomic.Bool // closed to make room for a newer connection
 	authed  bool        // holds an authenticated slot
 
-	wmu sync.Mutex
-	hdr []byte // reply header scratch, guarded by wmu
+	turn chan struct{} // receives the turn this connection waits for (turns)
+
+	wmu      sync.Mutex
+	out      replies // guarded by wmu
+	queueing bool    // replies wait in out until flush; guarded by wmu
 
 	pmu     sync.Mutex
 	pending map[uint32]func() bool // cancel of each blocked request, by id
@@ -400,19 +405,15 @@ func (c *serverConn) serve() {
 		c.logEnd("handshake", err)
 		return
 	}
+	c.turn = make(chan struct{}, 1)
 	for {
 		f, refused, err := c.readRequest()
 		if err != nil {
+			_ = c.flush()
 			c.logEnd("read", err)
 			return
 		}
-		if refused != nil {
-			err = c.fail(f, statusStoreFull, "%v", refused)
-		} else {
-			err = c.handle(f)
-		}
-		c.dropBig()
-		if err != nil {
+		if err = c.handleInTurn(f, refused); err != nil {
 			c.logEnd(f.op.String(), err)
 			return
 		}
@@ -694,7 +695,9 @@ func (c *serverConn) claimSlot() (busy string, err error) {
 }
 
 // reply writes one frame; safe from any goroutine. Large fields (values) are written
-// from where they are, not copied into the frame.
+// from where they are, not copied into the frame. While the connection's goroutine
+// handles requests in a turn (c.queueing), replies are queued instead, to be written
+// together once the turn has ended (flush).
 func (c *serverConn) reply(id uint32, o op, st status, fields ...[]byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -705,32 +708,53 @@ func (c *serverConn) reply(id uint32, o op, st status, fields ...[]byte) error {
 	if body > MaxFrameLen || len(fields) > MaxKeysPerRequest+1 {
 		return fmt.Errorf("%w: reply of %d bytes in %d fields exceeds the frame limit", ErrInvalidArgument, body, len(fields))
 	}
-	h := c.hdr[:0]
+	q := &c.out
+	h := q.small
 	h = binary.BigEndian.AppendUint32(h, uint32(body))
 	h = append(h, byte(o), byte(st))
 	h = binary.BigEndian.AppendUint32(h, id)
 	h = binary.BigEndian.AppendUint16(h, uint16(len(fields)))
-	var cuts []int // where in h each large field goes
-	var large [][]byte
 	for _, f := range fields {
 		h = binary.BigEndian.AppendUint32(h, uint32(len(f)))
 		if len(f) <= 512 {
 			h = append(h, f...)
 			continue
 		}
-		cuts = append(cuts, len(h))
-		large = append(large, f)
+		q.cuts = append(q.cuts, len(h))
+		q.large = append(q.large, f)
 	}
-	bufs := make(net.Buffers, 0, 2*len(large)+1)
+	q.small = h
+	q.n += 4 + body
+	if c.queueing {
+		return nil
+	}
+	return c.writeOutLocked()
+}
+
+// replies is what a connection has to write: the headers and small fields of its
+// replies in one buffer, and the large fields to put in it at cuts.
+type replies struct {
+	small []byte
+	cuts  []int
+	large [][]byte
+	n     int // bytes in all
+	bufs  net.Buffers
+}
+
+// writeOutLocked writes the queued replies; c.wmu must be held.
+func (c *serverConn) writeOutLocked() error {
+	q := &c.out
+	if q.n == 0 {
+		return nil
+	}
+	bufs := q.bufs[:0]
 	start := 0
-	for i, cut := range cuts {
-		bufs = append(bufs, h[start:cut], large[i])
+	for i, cut := range q.cuts {
+		bufs = append(bufs, q.small[start:cut], q.large[i])
 		start = cut
 	}
-	bufs = append(bufs, h[start:])
-	if cap(h) <= smallFrame {
-		c.hdr = h
-	}
+	bufs = append(bufs, q.small[start:])
+	q.bufs = bufs
 	timeout := writeTimeout
 	select {
 	case <-c.s.done:
@@ -739,6 +763,63 @@ func (c *serverConn) reply(id uint32, o op, st status, fields ...[]byte) error {
 	}
 	_ = c.nc.SetWriteDeadline(time.Now().Add(timeout))
 	_, err := bufs.WriteTo(c.nc)
+	clear(q.bufs[:cap(q.bufs)])
+	clear(q.large)
+	q.large, q.cuts, q.n = q.large[:0], q.cuts[:0], 0
+	if cap(q.small) > smallFrame {
+		q.small, q.bufs = nil, nil
+	} else {
+		q.small = q.small[:0]
+	}
+	return err
+}
+
+// flush writes the replies queued during turns and ends the queueing.
+func (c *serverConn) flush() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.queueing = false
+	return c.writeOutLocked()
+}
+
+// nextBuffered reports whether the next request has arrived whole already, so that
+// the replies queued may wait to be written with its own.
+func (c *serverConn) nextBuffered() bool {
+	if c.br.Buffered() < 4 {
+		return false
+	}
+	lb, err := c.br.Peek(4)
+	return err == nil && 4+int(binary.BigEndian.Uint32(lb)) <= c.br.Buffered()
+}
+
+// handleInTurn handles one request in a turn (see turns) and writes its reply, with
+// those of the requests before it while they arrived together.
+func (c *serverConn) handleInTurn(f frame, refused error) (err error) {
+	s := c.s
+	s.turns.acquire(c)
+	c.wmu.Lock()
+	c.queueing = true
+	c.wmu.Unlock()
+	func() {
+		defer s.turns.release()
+		if refused != nil {
+			err = c.fail(f, statusStoreFull, "%v", refused)
+		} else {
+			err = c.handle(f)
+		}
+	}()
+	c.dropBig()
+	if err == nil && c.nextBuffered() {
+		c.wmu.Lock()
+		n := c.out.n
+		c.wmu.Unlock()
+		if n < smallFrame {
+			return nil
+		}
+	}
+	if ferr := c.flush(); err == nil {
+		err = ferr
+	}
 	return err
 }
 
@@ -781,14 +862,25 @@ func keyField(b []byte) (string, error) {
 	return string(b), nil
 }
 
+// keyFields copies key fields into one string, in one allocation whatever their
+// number, and returns them as slices of it.
 func keyFields(fs [][]byte) ([]string, error) {
-	keys := make([]string, len(fs))
-	for i, b := range fs {
-		k, err := keyField(b)
-		if err != nil {
+	n := 0
+	for _, b := range fs {
+		if err := keyOK(b); err != nil {
 			return nil, err
 		}
-		keys[i] = k
+		n += len(b)
+	}
+	var all strings.Builder
+	all.Grow(n)
+	for _, b := range fs {
+		all.Write(b)
+	}
+	joined := all.String()
+	keys := make([]string, len(fs))
+	for i, b := range fs {
+		keys[i], joined = joined[:len(b)], joined[len(b):]
 	}
 	return keys, nil
 }

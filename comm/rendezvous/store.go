@@ -20,7 +20,7 @@ type store struct {
 	mu       sync.Mutex
 	budget   *budget
 	data     map[string]*entry
-	watchers map[string]map[*watcher]struct{}
+	watchers map[string]*watchNode // the blocked requests waiting for each missing key
 	barriers map[string]*barrier
 	pending  int  // blocked requests (watchers and barrier arrivals) in total
 	closed   bool // no more callbacks fire
@@ -35,11 +35,22 @@ type entry struct {
 // watcher is a blocked get or wait.
 type watcher struct {
 	owner   *account
-	keys    []string // distinct
-	missing int      // registered keys not yet set
+	keys    []string    // as requested, duplicates too
+	nodes   []watchNode // one per missing key it waits on; never grown, so never moved
+	missing int         // registered keys not yet set
 	cost    int64
 	value   bool // a get: fire receives the value of keys[0]
 	fire    func(value []byte, release func())
+}
+
+// watchNode is a watcher's place in the list of those waiting for one key, so that a
+// set visits only the waiters of its key, and registering or forgetting a watcher
+// costs a constant per key, whatever the number of other waiters.
+type watchNode struct {
+	w          *watcher
+	key        string
+	prev, next *watchNode
+	linked     bool
 }
 
 // barrier counts the ranks that arrived under one key.
@@ -65,7 +76,7 @@ func newStore(b *budget) *store {
 	return &store{
 		budget:   b,
 		data:     make(map[string]*entry),
-		watchers: make(map[string]map[*watcher]struct{}),
+		watchers: make(map[string]*watchNode),
 		barriers: make(map[string]*barrier),
 	}
 }
@@ -293,18 +304,7 @@ func (st *store) wait(a *account, keys []string, wantValue bool, fire func(value
 	if err := st.chargePendingLocked(a, cost); err != nil {
 		return nil, nil, false, err
 	}
-	distinct := keys
-	if len(keys) > 1 {
-		seen := make(map[string]struct{}, len(keys))
-		distinct = make([]string, 0, len(keys))
-		for _, k := range keys {
-			if _, dup := seen[k]; !dup {
-				seen[k] = struct{}{}
-				distinct = append(distinct, k)
-			}
-		}
-	}
-	w = &watcher{owner: a, keys: distinct, cost: cost, value: wantValue, fire: fire}
+	w = &watcher{owner: a, keys: keys, nodes: make([]watchNode, 0, len(keys)), cost: cost, value: wantValue, fire: fire}
 	st.watchMissingLocked(w)
 	return w, nil, false, nil
 }
@@ -324,42 +324,60 @@ func (st *store) cancel(w *watcher) bool {
 }
 
 func (st *store) unwatchLocked(w *watcher) {
-	for _, k := range w.keys {
-		if set := st.watchers[k]; set != nil {
-			delete(set, w)
-			if len(set) == 0 {
-				delete(st.watchers, k)
-			}
+	for i := range w.nodes {
+		n := &w.nodes[i]
+		if !n.linked {
+			continue
 		}
+		switch {
+		case n.prev != nil:
+			n.prev.next = n.next
+		case n.next != nil:
+			st.watchers[n.key] = n.next
+		default:
+			delete(st.watchers, n.key)
+		}
+		if n.next != nil {
+			n.next.prev = n.prev
+		}
+		*n = watchNode{}
 	}
 }
 
 // watchMissingLocked registers w on each of its keys that does not exist yet and sets
-// w.missing to their number.
+// w.missing to their number. w's nodes must all be unlinked.
 func (st *store) watchMissingLocked(w *watcher) {
 	w.missing = 0
+	w.nodes = w.nodes[:0]
 	for _, k := range w.keys {
 		if _, ok := st.data[k]; ok {
 			continue
 		}
-		set := st.watchers[k]
-		if set == nil {
-			set = make(map[*watcher]struct{})
-			st.watchers[k] = set
+		head := st.watchers[k]
+		if head != nil && head.w == w {
+			continue // a duplicate of a key registered just before: the head is w's
 		}
-		set[w] = struct{}{}
+		w.nodes = append(w.nodes, watchNode{w: w, key: k, next: head, linked: true})
+		n := &w.nodes[len(w.nodes)-1]
+		if head != nil {
+			head.prev = n
+		}
+		st.watchers[k] = n
 		w.missing++
 	}
 }
 
 // notifyLocked fires the watchers of a key that was just set whose keys now all exist.
 func (st *store) notifyLocked(key string) {
-	set := st.watchers[key]
-	if len(set) == 0 {
+	head := st.watchers[key]
+	if head == nil {
 		return
 	}
 	delete(st.watchers, key)
-	for w := range set {
+	for n, next := head, (*watchNode)(nil); n != nil; n = next {
+		next = n.next
+		w := n.w
+		n.linked, n.prev, n.next = false, nil, nil
 		if w.missing--; w.missing > 0 {
 			continue
 		}
