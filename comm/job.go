@@ -18,9 +18,10 @@ import (
 
 // jobConfig holds the settings of Connect and JoinJob.
 type jobConfig struct {
-	job      *rendezvous.Config // WithJob; nil: torchrun's environment
-	external bool               // WithExternalStore
-	member   *member            // set by Job.NewNCCL: the rank's place in its group
+	job      *rendezvous.Config        // WithJob; nil: torchrun's environment
+	external bool                      // WithExternalStore
+	torch    []rendezvous.ServerOption // WithTorchClients
+	member   *member                   // set by Job.NewNCCL: the rank's place in its group
 }
 
 // WithJob describes the job (store address, rank, world size, local rank, token) for
@@ -36,6 +37,20 @@ func WithJob(j rendezvous.Config) Option {
 // restarted rank 0 rejoins the job; with the embedded one the job ends with rank 0.
 func WithExternalStore() Option {
 	return func(c *config) { c.job.external = true }
+}
+
+// WithTorchClients says whether the store that rank 0 serves also answers clients of
+// PyTorch's TCPStore protocol (torch.distributed.TCPStore of torch 1.x and 2.x, e.g. a
+// Python trainer that shares the job's store with a Go engine), next to ncclgo's own
+// clients. torch's protocol has no authentication: once they are allowed, anyone who
+// reaches the store's port can read and write every key, whatever the job's token. So
+// without this option rank 0's store answers torch clients only when the job has no
+// token (NCCLGO_TOKEN); WithTorchClients(true) lets them in on a token-protected store
+// too, and WithTorchClients(false) refuses them always. It changes nothing where rank 0
+// serves no store (WithExternalStore, torchrun's agent store). See
+// rendezvous.WithTorchClients.
+func WithTorchClients(allow bool) Option {
+	return func(c *config) { c.job.torch = []rendezvous.ServerOption{rendezvous.WithTorchClients(allow)} }
 }
 
 // defaultGroup names the store keys of communicators made without WithName.
@@ -87,7 +102,7 @@ func JoinJob(ctx context.Context, opts ...Option) (*Job, error) {
 		if err != nil {
 			return nil, fmt.Errorf("join job as rank 0 of %d: serve the store: %w", jc.WorldSize, err)
 		}
-		j.server = rendezvous.NewServer(rendezvous.WithToken(jc.Token), rendezvous.WithLogger(cfg.log))
+		j.server = rendezvous.NewServer(append([]rendezvous.ServerOption{rendezvous.WithToken(jc.Token), rendezvous.WithLogger(cfg.log)}, cfg.job.torch...)...)
 		j.served = make(chan struct{})
 		go func() {
 			defer close(j.served)

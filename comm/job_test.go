@@ -492,3 +492,64 @@ func TestShrunkRank(t *testing.T) {
 		assert.Equal(t, tt.want, ShrunkRank(tt.rank, tt.exclude), fmt.Sprint(tt.rank, tt.exclude))
 	}
 }
+
+// A token-protected job's store refuses torch clients (torch's protocol has no
+// authentication) unless WithTorchClients(true); with it a torch client sets and gets
+// keys that the job's ranks see.
+func TestJobStoreAnswersTorchClientsOnlyWhenAllowed(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		opts []Option
+		want bool
+	}{
+		{"token, no option", nil, false},
+		{"token, WithTorchClients(true)", []Option{WithTorchClients(true)}, true},
+		{"token, WithTorchClients(false)", []Option{WithTorchClients(false)}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			port := freePort(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cfg := jobOf(port, 0, 1)
+			cfg.Token = "a-token-long-enough-for-the-server"
+			j, err := JoinJob(ctx, append([]Option{WithJob(cfg), quiet}, tt.opts...)...)
+			require.NoError(t, err)
+			defer j.Close()
+			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+			for _, gen := range []rendezvous.TorchProtocol{rendezvous.TorchProtocol1, rendezvous.TorchProtocol2} {
+				wait := 10 * time.Second
+				if !tt.want {
+					wait = time.Second // refused at every attempt
+				}
+				tctx, tcancel := context.WithTimeout(ctx, wait)
+				tc, err := rendezvous.DialTCPStore(tctx, addr, rendezvous.WithTorchProtocol(gen), rendezvous.WithLogger(quietLog))
+				key := "torch/" + strconv.Itoa(int(gen))
+				if err == nil {
+					err = tc.Set(tctx, key, []byte("from python"))
+					if err == nil {
+						var v []byte
+						v, err = tc.Get(tctx, key)
+						if err == nil {
+							assert.Equal(t, "from python", string(v))
+						}
+					}
+					_ = tc.Close()
+				}
+				tcancel()
+				if !tt.want {
+					require.Error(t, err, "a torch client (protocol %d) used a token-protected store", gen)
+					assert.Contains(t, err.Error(), "handshake with "+addr+": EOF", "the store closed the torch client's connection")
+					continue
+				}
+				require.NoError(t, err, "protocol %d", gen)
+				// The job's own client (with the token) sees the torch client's key.
+				c, err := rendezvous.Dial(ctx, addr, rendezvous.WithToken(cfg.Token))
+				require.NoError(t, err)
+				v, err := c.Get(ctx, key)
+				require.NoError(t, err)
+				assert.Equal(t, "from python", string(v))
+				require.NoError(t, c.Close())
+			}
+		})
+	}
+}
