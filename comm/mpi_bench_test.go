@@ -41,8 +41,9 @@ const mpiBenchRounds = 15
 // keeps the others): go/c, the ratio of the Communicator's time to the C loop's in the
 // same round, the target; go-ns/op and c-ns/op; raw/c, the same ratio for the generated
 // binding (mpi.Allreduce called from Go, no Communicator), which splits the overhead
-// between the binding and comm; cgo-ns/call, one cgo call of an empty C function (the
-// floor any Go caller pays per MPI call). allocs/op counts the Go sides' allocations (the
+// between the binding and comm; floor/c, the same ratio for the C loop called once per
+// MPI call from Go (one cgo crossing per call and nothing else: the best any Go caller
+// can do); cgo-ns/call, one cgo call of an empty C function. allocs/op counts the Go sides' allocations (the
 // C loop makes none).
 func BenchmarkMPIRankAllReduceOverhead(b *testing.B) {
 	if os.Getenv("NCCLGO_MPI_RANK_TEST") != b.Name() {
@@ -84,16 +85,38 @@ func BenchmarkMPIRankAllReduceOverhead(b *testing.B) {
 					keep(&rawErr, mpi.Allreduce(c.p.inPlace, unsafe.Pointer(&buf[0]), int32(count), dt, op, c.comm))
 				}
 			}
-			cSide := func(n int) {
+			floorSide := func(n int) {
+				for range n {
+					keep(&rawErr, mpibench.AllReduceLoop(1, unsafe.Pointer(&buf[0]), count, uintptr(dt), uintptr(op), uintptr(c.comm)))
+				}
+			}
+			cLoop := func(n int) {
 				keep(&cErr, mpibench.AllReduceLoop(n, unsafe.Pointer(&buf[0]), count, uintptr(dt), uintptr(op), uintptr(c.comm)))
 			}
 			barrier := func() { keep(&syncErr, mpibench.Barrier(uintptr(c.comm))) }
+			// The C loop runs in chunks of about a millisecond of calls, one cgo call each:
+			// the crossing costs nothing measurable against a millisecond, and no cgo
+			// call lasts long enough for Go's scheduler to act on it (after 10 ms sysmon
+			// takes the P away even when others are idle), which made single C loops
+			// of hundreds of milliseconds several times slower than the same calls
+			// from Go on this machine. Every rank makes the same MPI calls whatever its
+			// chunk size.
+			barrier()
+			t0 := time.Now()
+			cLoop(8)
+			chunk := max(1, int(time.Millisecond/max(time.Since(t0)/8, 1)))
+			cSide := func(n int) {
+				for ; n > 0; n -= chunk {
+					cLoop(min(n, chunk))
+				}
+			}
 			rounds := min(mpiBenchRounds, b.N)
 			b.ReportAllocs()
 			b.ResetTimer()
 			comm := pairbench.AlternateMedian(rounds, b.N/rounds, barrier, goSide, cSide)
 			b.StopTimer()
 			raw := pairbench.AlternateMedian(rounds, b.N/rounds, barrier, rawSide, cSide)
+			floor := pairbench.AlternateMedian(rounds, b.N/rounds, barrier, floorSide, cSide)
 			cgo := pairbench.AlternateMedian(rounds, b.N/rounds, nil, func(n int) {
 				for i := range n {
 					mpibench.Nop(uintptr(i))
@@ -106,6 +129,7 @@ func BenchmarkMPIRankAllReduceOverhead(b *testing.B) {
 			b.ReportMetric(float64(comm.B.Nanoseconds()), "c-ns/op")
 			b.ReportMetric(comm.Ratio, "go/c")
 			b.ReportMetric(raw.Ratio, "raw/c")
+			b.ReportMetric(floor.Ratio, "floor/c")
 			b.ReportMetric(float64(cgo.A)/float64(time.Nanosecond), "cgo-ns/call")
 		})
 	}

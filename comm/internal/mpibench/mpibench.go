@@ -10,10 +10,12 @@ package mpibench
 typedef int (*ncclgo_allreduce_fn)(const void *, void *, int, void *, void *, void *);
 typedef int (*ncclgo_barrier_fn)(void *);
 
+// buf is char * so that cgo does not check it (as raw/mpi's message buffers): the loop
+// called once per MPI call is the floor of a Go caller's cost.
 // The libmpi that raw/mpi loaded (RTLD_NOLOAD: never a second copy), then n calls of
 // MPI_Allreduce(MPI_IN_PLACE, buf, count, dt, op, comm). Returns the first error code,
 // -1 when libmpi is not loaded, -2 without the symbol.
-static int mpibench_allreduce(int n, void *buf, int count, uintptr_t dt, uintptr_t op, uintptr_t comm) {
+static int mpibench_allreduce(int n, char *buf, int count, uintptr_t dt, uintptr_t op, uintptr_t comm) {
 	static ncclgo_allreduce_fn f;
 	if (!f) {
 		void *h = dlopen("libmpi.so.40", RTLD_NOW | RTLD_NOLOAD);
@@ -57,7 +59,7 @@ import (
 // AllReduceLoop calls MPI_Allreduce(MPI_IN_PLACE, buf, count, dt, op, comm) n times in C.
 // dt, op and comm are Open MPI handles (raw/mpi's Datatype, Op, Comm values).
 func AllReduceLoop(n int, buf unsafe.Pointer, count int, dt, op, comm uintptr) error {
-	return check("MPI_Allreduce", C.mpibench_allreduce(C.int(n), buf, C.int(count), C.uintptr_t(dt), C.uintptr_t(op), C.uintptr_t(comm)))
+	return check("MPI_Allreduce", C.mpibench_allreduce(C.int(n), (*C.char)(buf), C.int(count), C.uintptr_t(dt), C.uintptr_t(op), C.uintptr_t(comm)))
 }
 
 // Barrier calls MPI_Barrier(comm) in C; comm is an Open MPI handle.
