@@ -77,7 +77,7 @@ func checkPtr(op, arg string, p DevicePtr, bytes int) error {
 
 // checkAlign fails when p is not aligned to the size of element type t.
 func checkAlign(op, arg string, p DevicePtr, t DType) error {
-	if s := t.Size(); s > 1 && p%DevicePtr(s) != 0 {
+	if s := t.Size(); s > 1 && p&DevicePtr(s-1) != 0 { // element sizes are powers of two
 		return &ArgError{Op: op, Arg: arg, Value: p, Err: ErrMisaligned,
 			Reason: fmt.Sprintf("not a multiple of %d (%s)", s, t)}
 	}

@@ -59,7 +59,7 @@ type MPICommunicator struct {
 	world int
 	reqs  []mpi.Request // pending Isend/Irecv/Ibarrier, guarded by p.mu
 	tmp   []byte        // scratch of the pre-multiplied Avg contributions, guarded by p.mu
-	calls atomic.Int64  // MPI calls made, see MPICalls
+	calls int64         // MPI calls made, see MPICalls; guarded by p.mu (a plain add under the lock costs less than an atomic one)
 }
 
 var _ Communicator = (*MPICommunicator)(nil)
@@ -324,7 +324,11 @@ func (c *MPICommunicator) WorldSize() int { return c.world }
 
 // MPICalls is the number of MPI calls the communicator has made (for diagnostics and
 // for tests proving that bad input never reaches MPI).
-func (c *MPICommunicator) MPICalls() int64 { return c.calls.Load() }
+func (c *MPICommunicator) MPICalls() int64 {
+	c.p.mu.Lock()
+	defer c.p.mu.Unlock()
+	return c.calls
+}
 
 // lock takes the process lock for an MPI call, failing when MPI was finalised.
 func (c *MPICommunicator) lock(op string) error {
@@ -333,7 +337,7 @@ func (c *MPICommunicator) lock(op string) error {
 		c.p.mu.Unlock()
 		return &ArgError{Op: op, Arg: "rank", Value: c.rank, Err: ErrClosed, Reason: "mpi was finalized"}
 	}
-	c.calls.Add(1)
+	c.calls++
 	return nil
 }
 
@@ -364,18 +368,27 @@ func (c *MPICommunicator) AllReduce(ptr DevicePtr, count int, t DType, op Reduce
 	if err := c.lock(opAllReduce); err != nil {
 		return err
 	}
-	defer c.p.mu.Unlock()
 	buf := hostPtr(ptr)
-	mop := op
 	if op == Avg {
-		c.premultiply(buf, buf, count, t)
-		mop = Sum
+		err = c.allReduceAvg(buf, count, t)
+	} else {
+		// No defer on this path: it is the call BenchmarkMPIRankAllReduceOverhead times, and
+		// nothing between Lock and Unlock can panic.
+		err = mpi.Allreduce(c.p.inPlace, buf, int32(count), c.p.types[t], c.p.ops[t][op], c.comm)
 	}
-	err = mpi.Allreduce(c.p.inPlace, buf, int32(count), c.p.types[t], c.p.ops[t][mop], c.comm)
-	if err == nil && op == Avg {
+	c.p.mu.Unlock()
+	return c.opErr(opAllReduce, bytes, err)
+}
+
+// allReduceAvg is AllReduce with Avg, under the process lock: NCCL's average composed
+// from a pre-multiplied (or, for integers, divided) Sum.
+func (c *MPICommunicator) allReduceAvg(buf unsafe.Pointer, count int, t DType) error {
+	c.premultiply(buf, buf, count, t)
+	err := mpi.Allreduce(c.p.inPlace, buf, int32(count), c.p.types[t], c.p.ops[t][Sum], c.comm)
+	if err == nil {
 		c.divide(buf, count, t)
 	}
-	return c.opErr(opAllReduce, bytes, err)
+	return err
 }
 
 // ReduceScatter reduces count*WorldSize() elements at send across ranks and leaves block
@@ -604,8 +617,10 @@ func (c *MPICommunicator) Split(_ context.Context, color, key int) (Communicator
 	}
 	c.p.refs++
 	mpiMu.Unlock()
-	c.calls.Add(1)
-	child, err := c.p.newCommunicator(c.cfg, func(out *mpi.Comm) error { return mpi.CommSplit(c.comm, col, int32(key), out) })
+	child, err := c.p.newCommunicator(c.cfg, func(out *mpi.Comm) error {
+		c.calls++ // newCommunicator holds p.mu
+		return mpi.CommSplit(c.comm, col, int32(key), out)
+	})
 	if child == nil {
 		c.p.release(c.cfg)
 		if err != nil {

@@ -71,7 +71,7 @@ static int _ncclgo_tramp_MPI_Abort(uintptr_t fp, uintptr_t a0, int a1) {
 }
 #cgo noescape _ncclgo_tramp_MPI_Accumulate
 #cgo nocallback _ncclgo_tramp_MPI_Accumulate
-static int _ncclgo_tramp_MPI_Accumulate(uintptr_t fp, void *a0, int a1, uintptr_t a2, int a3, ptrdiff_t a4, int a5, uintptr_t a6, uintptr_t a7, uintptr_t a8) {
+static int _ncclgo_tramp_MPI_Accumulate(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, ptrdiff_t a4, int a5, uintptr_t a6, uintptr_t a7, uintptr_t a8) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Op, MPI_Win))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (MPI_Aint)a4, (int)a5, (MPI_Datatype)a6, (MPI_Op)a7, (MPI_Win)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Add_error_class
@@ -91,12 +91,12 @@ static int _ncclgo_tramp_MPI_Add_error_string(uintptr_t fp, int a0, char *a1) {
 }
 #cgo noescape _ncclgo_tramp_MPI_Allgather
 #cgo nocallback _ncclgo_tramp_MPI_Allgather
-static int _ncclgo_tramp_MPI_Allgather(uintptr_t fp, void *a0, int a1, uintptr_t a2, void *a3, int a4, uintptr_t a5, uintptr_t a6) {
+static int _ncclgo_tramp_MPI_Allgather(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, uintptr_t a6) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (MPI_Comm)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Allgatherv
 #cgo nocallback _ncclgo_tramp_MPI_Allgatherv
-static int _ncclgo_tramp_MPI_Allgatherv(uintptr_t fp, void *a0, int a1, uintptr_t a2, void *a3, int *a4, int *a5, uintptr_t a6, uintptr_t a7) {
+static int _ncclgo_tramp_MPI_Allgatherv(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int *a4, int *a5, uintptr_t a6, uintptr_t a7) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (const int *)a4, (const int *)a5, (MPI_Datatype)a6, (MPI_Comm)a7);
 }
 #cgo noescape _ncclgo_tramp_MPI_Alloc_mem
@@ -106,22 +106,22 @@ static int _ncclgo_tramp_MPI_Alloc_mem(uintptr_t fp, ptrdiff_t a0, uintptr_t a1,
 }
 #cgo noescape _ncclgo_tramp_MPI_Allreduce
 #cgo nocallback _ncclgo_tramp_MPI_Allreduce
-static int _ncclgo_tramp_MPI_Allreduce(uintptr_t fp, void *a0, void *a1, int a2, uintptr_t a3, uintptr_t a4, uintptr_t a5) {
+static int _ncclgo_tramp_MPI_Allreduce(uintptr_t fp, char *a0, char *a1, int a2, uintptr_t a3, uintptr_t a4, uintptr_t a5) {
 	return (int)((int (*)(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm))fp)((const void *)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Op)a4, (MPI_Comm)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_Alltoall
 #cgo nocallback _ncclgo_tramp_MPI_Alltoall
-static int _ncclgo_tramp_MPI_Alltoall(uintptr_t fp, void *a0, int a1, uintptr_t a2, void *a3, int a4, uintptr_t a5, uintptr_t a6) {
+static int _ncclgo_tramp_MPI_Alltoall(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, uintptr_t a6) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (MPI_Comm)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Alltoallv
 #cgo nocallback _ncclgo_tramp_MPI_Alltoallv
-static int _ncclgo_tramp_MPI_Alltoallv(uintptr_t fp, void *a0, int *a1, int *a2, uintptr_t a3, void *a4, int *a5, int *a6, uintptr_t a7, uintptr_t a8) {
+static int _ncclgo_tramp_MPI_Alltoallv(uintptr_t fp, char *a0, int *a1, int *a2, uintptr_t a3, char *a4, int *a5, int *a6, uintptr_t a7, uintptr_t a8) {
 	return (int)((int (*)(const void *, const int *, const int *, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, MPI_Comm))fp)((const void *)a0, (const int *)a1, (const int *)a2, (MPI_Datatype)a3, (void *)a4, (const int *)a5, (const int *)a6, (MPI_Datatype)a7, (MPI_Comm)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Alltoallw
 #cgo nocallback _ncclgo_tramp_MPI_Alltoallw
-static int _ncclgo_tramp_MPI_Alltoallw(uintptr_t fp, void *a0, int *a1, int *a2, MPI_Datatype *a3, void *a4, int *a5, int *a6, MPI_Datatype *a7, uintptr_t a8) {
+static int _ncclgo_tramp_MPI_Alltoallw(uintptr_t fp, char *a0, int *a1, int *a2, MPI_Datatype *a3, char *a4, int *a5, int *a6, MPI_Datatype *a7, uintptr_t a8) {
 	return (int)((int (*)(const void *, const int *, const int *, const MPI_Datatype *, void *, const int *, const int *, const MPI_Datatype *, MPI_Comm))fp)((const void *)a0, (const int *)a1, (const int *)a2, (const MPI_Datatype *)a3, (void *)a4, (const int *)a5, (const int *)a6, (const MPI_Datatype *)a7, (MPI_Comm)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Attr_delete
@@ -146,27 +146,27 @@ static int _ncclgo_tramp_MPI_Barrier(uintptr_t fp, uintptr_t a0) {
 }
 #cgo noescape _ncclgo_tramp_MPI_Bcast
 #cgo nocallback _ncclgo_tramp_MPI_Bcast
-static int _ncclgo_tramp_MPI_Bcast(uintptr_t fp, void *a0, int a1, uintptr_t a2, int a3, uintptr_t a4) {
+static int _ncclgo_tramp_MPI_Bcast(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, uintptr_t a4) {
 	return (int)((int (*)(void *, int, MPI_Datatype, int, MPI_Comm))fp)((void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (MPI_Comm)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_Bsend
 #cgo nocallback _ncclgo_tramp_MPI_Bsend
-static int _ncclgo_tramp_MPI_Bsend(uintptr_t fp, void *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5) {
+static int _ncclgo_tramp_MPI_Bsend(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, int, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_Bsend_init
 #cgo nocallback _ncclgo_tramp_MPI_Bsend_init
-static int _ncclgo_tramp_MPI_Bsend_init(uintptr_t fp, void *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
+static int _ncclgo_tramp_MPI_Bsend_init(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Buffer_attach
 #cgo nocallback _ncclgo_tramp_MPI_Buffer_attach
-static int _ncclgo_tramp_MPI_Buffer_attach(uintptr_t fp, void *a0, int a1) {
+static int _ncclgo_tramp_MPI_Buffer_attach(uintptr_t fp, char *a0, int a1) {
 	return (int)((int (*)(void *, int))fp)((void *)a0, (int)a1);
 }
 #cgo noescape _ncclgo_tramp_MPI_Buffer_detach
 #cgo nocallback _ncclgo_tramp_MPI_Buffer_detach
-static int _ncclgo_tramp_MPI_Buffer_detach(uintptr_t fp, void *a0, int *a1) {
+static int _ncclgo_tramp_MPI_Buffer_detach(uintptr_t fp, char *a0, int *a1) {
 	return (int)((int (*)(void *, int *))fp)((void *)a0, (int *)a1);
 }
 #cgo noescape _ncclgo_tramp_OMPI_C_MPI_COMM_DUP_FN
@@ -466,7 +466,7 @@ static int _ncclgo_tramp_MPI_Comm_test_inter(uintptr_t fp, uintptr_t a0, int *a1
 }
 #cgo noescape _ncclgo_tramp_MPI_Compare_and_swap
 #cgo nocallback _ncclgo_tramp_MPI_Compare_and_swap
-static int _ncclgo_tramp_MPI_Compare_and_swap(uintptr_t fp, void *a0, void *a1, void *a2, uintptr_t a3, int a4, ptrdiff_t a5, uintptr_t a6) {
+static int _ncclgo_tramp_MPI_Compare_and_swap(uintptr_t fp, char *a0, char *a1, char *a2, uintptr_t a3, int a4, ptrdiff_t a5, uintptr_t a6) {
 	return (int)((int (*)(const void *, const void *, void *, MPI_Datatype, int, MPI_Aint, MPI_Win))fp)((const void *)a0, (const void *)a1, (void *)a2, (MPI_Datatype)a3, (int)a4, (MPI_Aint)a5, (MPI_Win)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Dims_create
@@ -521,12 +521,12 @@ static int _ncclgo_tramp_MPI_Error_string(uintptr_t fp, int a0, char *a1, int *a
 }
 #cgo noescape _ncclgo_tramp_MPI_Exscan
 #cgo nocallback _ncclgo_tramp_MPI_Exscan
-static int _ncclgo_tramp_MPI_Exscan(uintptr_t fp, void *a0, void *a1, int a2, uintptr_t a3, uintptr_t a4, uintptr_t a5) {
+static int _ncclgo_tramp_MPI_Exscan(uintptr_t fp, char *a0, char *a1, int a2, uintptr_t a3, uintptr_t a4, uintptr_t a5) {
 	return (int)((int (*)(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm))fp)((const void *)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Op)a4, (MPI_Comm)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_Fetch_and_op
 #cgo nocallback _ncclgo_tramp_MPI_Fetch_and_op
-static int _ncclgo_tramp_MPI_Fetch_and_op(uintptr_t fp, void *a0, void *a1, uintptr_t a2, int a3, ptrdiff_t a4, uintptr_t a5, uintptr_t a6) {
+static int _ncclgo_tramp_MPI_Fetch_and_op(uintptr_t fp, char *a0, char *a1, uintptr_t a2, int a3, ptrdiff_t a4, uintptr_t a5, uintptr_t a6) {
 	return (int)((int (*)(const void *, void *, MPI_Datatype, int, MPI_Aint, MPI_Op, MPI_Win))fp)((const void *)a0, (void *)a1, (MPI_Datatype)a2, (int)a3, (MPI_Aint)a4, (MPI_Op)a5, (MPI_Win)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_c2f
@@ -616,52 +616,52 @@ static int _ncclgo_tramp_MPI_File_get_view(uintptr_t fp, uintptr_t a0, MPI_Offse
 }
 #cgo noescape _ncclgo_tramp_MPI_File_iread
 #cgo nocallback _ncclgo_tramp_MPI_File_iread
-static int _ncclgo_tramp_MPI_File_iread(uintptr_t fp, uintptr_t a0, void *a1, int a2, uintptr_t a3, MPI_Request *a4) {
+static int _ncclgo_tramp_MPI_File_iread(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Request *a4) {
 	return (int)((int (*)(MPI_File, void *, int, MPI_Datatype, MPI_Request *))fp)((MPI_File)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Request *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_iread_all
 #cgo nocallback _ncclgo_tramp_MPI_File_iread_all
-static int _ncclgo_tramp_MPI_File_iread_all(uintptr_t fp, uintptr_t a0, void *a1, int a2, uintptr_t a3, MPI_Request *a4) {
+static int _ncclgo_tramp_MPI_File_iread_all(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Request *a4) {
 	return (int)((int (*)(MPI_File, void *, int, MPI_Datatype, MPI_Request *))fp)((MPI_File)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Request *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_iread_at
 #cgo nocallback _ncclgo_tramp_MPI_File_iread_at
-static int _ncclgo_tramp_MPI_File_iread_at(uintptr_t fp, uintptr_t a0, long long a1, void *a2, int a3, uintptr_t a4, MPI_Request *a5) {
+static int _ncclgo_tramp_MPI_File_iread_at(uintptr_t fp, uintptr_t a0, long long a1, char *a2, int a3, uintptr_t a4, MPI_Request *a5) {
 	return (int)((int (*)(MPI_File, MPI_Offset, void *, int, MPI_Datatype, MPI_Request *))fp)((MPI_File)a0, (MPI_Offset)a1, (void *)a2, (int)a3, (MPI_Datatype)a4, (MPI_Request *)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_iread_at_all
 #cgo nocallback _ncclgo_tramp_MPI_File_iread_at_all
-static int _ncclgo_tramp_MPI_File_iread_at_all(uintptr_t fp, uintptr_t a0, long long a1, void *a2, int a3, uintptr_t a4, MPI_Request *a5) {
+static int _ncclgo_tramp_MPI_File_iread_at_all(uintptr_t fp, uintptr_t a0, long long a1, char *a2, int a3, uintptr_t a4, MPI_Request *a5) {
 	return (int)((int (*)(MPI_File, MPI_Offset, void *, int, MPI_Datatype, MPI_Request *))fp)((MPI_File)a0, (MPI_Offset)a1, (void *)a2, (int)a3, (MPI_Datatype)a4, (MPI_Request *)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_iread_shared
 #cgo nocallback _ncclgo_tramp_MPI_File_iread_shared
-static int _ncclgo_tramp_MPI_File_iread_shared(uintptr_t fp, uintptr_t a0, void *a1, int a2, uintptr_t a3, MPI_Request *a4) {
+static int _ncclgo_tramp_MPI_File_iread_shared(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Request *a4) {
 	return (int)((int (*)(MPI_File, void *, int, MPI_Datatype, MPI_Request *))fp)((MPI_File)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Request *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_iwrite
 #cgo nocallback _ncclgo_tramp_MPI_File_iwrite
-static int _ncclgo_tramp_MPI_File_iwrite(uintptr_t fp, uintptr_t a0, void *a1, int a2, uintptr_t a3, MPI_Request *a4) {
+static int _ncclgo_tramp_MPI_File_iwrite(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Request *a4) {
 	return (int)((int (*)(MPI_File, const void *, int, MPI_Datatype, MPI_Request *))fp)((MPI_File)a0, (const void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Request *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_iwrite_all
 #cgo nocallback _ncclgo_tramp_MPI_File_iwrite_all
-static int _ncclgo_tramp_MPI_File_iwrite_all(uintptr_t fp, uintptr_t a0, void *a1, int a2, uintptr_t a3, MPI_Request *a4) {
+static int _ncclgo_tramp_MPI_File_iwrite_all(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Request *a4) {
 	return (int)((int (*)(MPI_File, const void *, int, MPI_Datatype, MPI_Request *))fp)((MPI_File)a0, (const void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Request *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_iwrite_at
 #cgo nocallback _ncclgo_tramp_MPI_File_iwrite_at
-static int _ncclgo_tramp_MPI_File_iwrite_at(uintptr_t fp, uintptr_t a0, long long a1, void *a2, int a3, uintptr_t a4, MPI_Request *a5) {
+static int _ncclgo_tramp_MPI_File_iwrite_at(uintptr_t fp, uintptr_t a0, long long a1, char *a2, int a3, uintptr_t a4, MPI_Request *a5) {
 	return (int)((int (*)(MPI_File, MPI_Offset, const void *, int, MPI_Datatype, MPI_Request *))fp)((MPI_File)a0, (MPI_Offset)a1, (const void *)a2, (int)a3, (MPI_Datatype)a4, (MPI_Request *)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_iwrite_at_all
 #cgo nocallback _ncclgo_tramp_MPI_File_iwrite_at_all
-static int _ncclgo_tramp_MPI_File_iwrite_at_all(uintptr_t fp, uintptr_t a0, long long a1, void *a2, int a3, uintptr_t a4, MPI_Request *a5) {
+static int _ncclgo_tramp_MPI_File_iwrite_at_all(uintptr_t fp, uintptr_t a0, long long a1, char *a2, int a3, uintptr_t a4, MPI_Request *a5) {
 	return (int)((int (*)(MPI_File, MPI_Offset, const void *, int, MPI_Datatype, MPI_Request *))fp)((MPI_File)a0, (MPI_Offset)a1, (const void *)a2, (int)a3, (MPI_Datatype)a4, (MPI_Request *)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_iwrite_shared
 #cgo nocallback _ncclgo_tramp_MPI_File_iwrite_shared
-static int _ncclgo_tramp_MPI_File_iwrite_shared(uintptr_t fp, uintptr_t a0, void *a1, int a2, uintptr_t a3, MPI_Request *a4) {
+static int _ncclgo_tramp_MPI_File_iwrite_shared(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Request *a4) {
 	return (int)((int (*)(MPI_File, const void *, int, MPI_Datatype, MPI_Request *))fp)((MPI_File)a0, (const void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Request *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_open
@@ -676,62 +676,62 @@ static int _ncclgo_tramp_MPI_File_preallocate(uintptr_t fp, uintptr_t a0, long l
 }
 #cgo noescape _ncclgo_tramp_MPI_File_read
 #cgo nocallback _ncclgo_tramp_MPI_File_read
-static int _ncclgo_tramp_MPI_File_read(uintptr_t fp, uintptr_t a0, void *a1, int a2, uintptr_t a3, MPI_Status *a4) {
+static int _ncclgo_tramp_MPI_File_read(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Status *a4) {
 	return (int)((int (*)(MPI_File, void *, int, MPI_Datatype, MPI_Status *))fp)((MPI_File)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Status *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_read_all
 #cgo nocallback _ncclgo_tramp_MPI_File_read_all
-static int _ncclgo_tramp_MPI_File_read_all(uintptr_t fp, uintptr_t a0, void *a1, int a2, uintptr_t a3, MPI_Status *a4) {
+static int _ncclgo_tramp_MPI_File_read_all(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Status *a4) {
 	return (int)((int (*)(MPI_File, void *, int, MPI_Datatype, MPI_Status *))fp)((MPI_File)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Status *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_read_all_begin
 #cgo nocallback _ncclgo_tramp_MPI_File_read_all_begin
-static int _ncclgo_tramp_MPI_File_read_all_begin(uintptr_t fp, uintptr_t a0, void *a1, int a2, uintptr_t a3) {
+static int _ncclgo_tramp_MPI_File_read_all_begin(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3) {
 	return (int)((int (*)(MPI_File, void *, int, MPI_Datatype))fp)((MPI_File)a0, (void *)a1, (int)a2, (MPI_Datatype)a3);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_read_all_end
 #cgo nocallback _ncclgo_tramp_MPI_File_read_all_end
-static int _ncclgo_tramp_MPI_File_read_all_end(uintptr_t fp, uintptr_t a0, void *a1, MPI_Status *a2) {
+static int _ncclgo_tramp_MPI_File_read_all_end(uintptr_t fp, uintptr_t a0, char *a1, MPI_Status *a2) {
 	return (int)((int (*)(MPI_File, void *, MPI_Status *))fp)((MPI_File)a0, (void *)a1, (MPI_Status *)a2);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_read_at
 #cgo nocallback _ncclgo_tramp_MPI_File_read_at
-static int _ncclgo_tramp_MPI_File_read_at(uintptr_t fp, uintptr_t a0, long long a1, void *a2, int a3, uintptr_t a4, MPI_Status *a5) {
+static int _ncclgo_tramp_MPI_File_read_at(uintptr_t fp, uintptr_t a0, long long a1, char *a2, int a3, uintptr_t a4, MPI_Status *a5) {
 	return (int)((int (*)(MPI_File, MPI_Offset, void *, int, MPI_Datatype, MPI_Status *))fp)((MPI_File)a0, (MPI_Offset)a1, (void *)a2, (int)a3, (MPI_Datatype)a4, (MPI_Status *)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_read_at_all
 #cgo nocallback _ncclgo_tramp_MPI_File_read_at_all
-static int _ncclgo_tramp_MPI_File_read_at_all(uintptr_t fp, uintptr_t a0, long long a1, void *a2, int a3, uintptr_t a4, MPI_Status *a5) {
+static int _ncclgo_tramp_MPI_File_read_at_all(uintptr_t fp, uintptr_t a0, long long a1, char *a2, int a3, uintptr_t a4, MPI_Status *a5) {
 	return (int)((int (*)(MPI_File, MPI_Offset, void *, int, MPI_Datatype, MPI_Status *))fp)((MPI_File)a0, (MPI_Offset)a1, (void *)a2, (int)a3, (MPI_Datatype)a4, (MPI_Status *)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_read_at_all_begin
 #cgo nocallback _ncclgo_tramp_MPI_File_read_at_all_begin
-static int _ncclgo_tramp_MPI_File_read_at_all_begin(uintptr_t fp, uintptr_t a0, long long a1, void *a2, int a3, uintptr_t a4) {
+static int _ncclgo_tramp_MPI_File_read_at_all_begin(uintptr_t fp, uintptr_t a0, long long a1, char *a2, int a3, uintptr_t a4) {
 	return (int)((int (*)(MPI_File, MPI_Offset, void *, int, MPI_Datatype))fp)((MPI_File)a0, (MPI_Offset)a1, (void *)a2, (int)a3, (MPI_Datatype)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_read_at_all_end
 #cgo nocallback _ncclgo_tramp_MPI_File_read_at_all_end
-static int _ncclgo_tramp_MPI_File_read_at_all_end(uintptr_t fp, uintptr_t a0, void *a1, MPI_Status *a2) {
+static int _ncclgo_tramp_MPI_File_read_at_all_end(uintptr_t fp, uintptr_t a0, char *a1, MPI_Status *a2) {
 	return (int)((int (*)(MPI_File, void *, MPI_Status *))fp)((MPI_File)a0, (void *)a1, (MPI_Status *)a2);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_read_ordered
 #cgo nocallback _ncclgo_tramp_MPI_File_read_ordered
-static int _ncclgo_tramp_MPI_File_read_ordered(uintptr_t fp, uintptr_t a0, void *a1, int a2, uintptr_t a3, MPI_Status *a4) {
+static int _ncclgo_tramp_MPI_File_read_ordered(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Status *a4) {
 	return (int)((int (*)(MPI_File, void *, int, MPI_Datatype, MPI_Status *))fp)((MPI_File)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Status *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_read_ordered_begin
 #cgo nocallback _ncclgo_tramp_MPI_File_read_ordered_begin
-static int _ncclgo_tramp_MPI_File_read_ordered_begin(uintptr_t fp, uintptr_t a0, void *a1, int a2, uintptr_t a3) {
+static int _ncclgo_tramp_MPI_File_read_ordered_begin(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3) {
 	return (int)((int (*)(MPI_File, void *, int, MPI_Datatype))fp)((MPI_File)a0, (void *)a1, (int)a2, (MPI_Datatype)a3);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_read_ordered_end
 #cgo nocallback _ncclgo_tramp_MPI_File_read_ordered_end
-static int _ncclgo_tramp_MPI_File_read_ordered_end(uintptr_t fp, uintptr_t a0, void *a1, MPI_Status *a2) {
+static int _ncclgo_tramp_MPI_File_read_ordered_end(uintptr_t fp, uintptr_t a0, char *a1, MPI_Status *a2) {
 	return (int)((int (*)(MPI_File, void *, MPI_Status *))fp)((MPI_File)a0, (void *)a1, (MPI_Status *)a2);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_read_shared
 #cgo nocallback _ncclgo_tramp_MPI_File_read_shared
-static int _ncclgo_tramp_MPI_File_read_shared(uintptr_t fp, uintptr_t a0, void *a1, int a2, uintptr_t a3, MPI_Status *a4) {
+static int _ncclgo_tramp_MPI_File_read_shared(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Status *a4) {
 	return (int)((int (*)(MPI_File, void *, int, MPI_Datatype, MPI_Status *))fp)((MPI_File)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Status *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_seek
@@ -776,62 +776,62 @@ static int _ncclgo_tramp_MPI_File_sync(uintptr_t fp, uintptr_t a0) {
 }
 #cgo noescape _ncclgo_tramp_MPI_File_write
 #cgo nocallback _ncclgo_tramp_MPI_File_write
-static int _ncclgo_tramp_MPI_File_write(uintptr_t fp, uintptr_t a0, void *a1, int a2, uintptr_t a3, MPI_Status *a4) {
+static int _ncclgo_tramp_MPI_File_write(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Status *a4) {
 	return (int)((int (*)(MPI_File, const void *, int, MPI_Datatype, MPI_Status *))fp)((MPI_File)a0, (const void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Status *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_write_all
 #cgo nocallback _ncclgo_tramp_MPI_File_write_all
-static int _ncclgo_tramp_MPI_File_write_all(uintptr_t fp, uintptr_t a0, void *a1, int a2, uintptr_t a3, MPI_Status *a4) {
+static int _ncclgo_tramp_MPI_File_write_all(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Status *a4) {
 	return (int)((int (*)(MPI_File, const void *, int, MPI_Datatype, MPI_Status *))fp)((MPI_File)a0, (const void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Status *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_write_all_begin
 #cgo nocallback _ncclgo_tramp_MPI_File_write_all_begin
-static int _ncclgo_tramp_MPI_File_write_all_begin(uintptr_t fp, uintptr_t a0, void *a1, int a2, uintptr_t a3) {
+static int _ncclgo_tramp_MPI_File_write_all_begin(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3) {
 	return (int)((int (*)(MPI_File, const void *, int, MPI_Datatype))fp)((MPI_File)a0, (const void *)a1, (int)a2, (MPI_Datatype)a3);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_write_all_end
 #cgo nocallback _ncclgo_tramp_MPI_File_write_all_end
-static int _ncclgo_tramp_MPI_File_write_all_end(uintptr_t fp, uintptr_t a0, void *a1, MPI_Status *a2) {
+static int _ncclgo_tramp_MPI_File_write_all_end(uintptr_t fp, uintptr_t a0, char *a1, MPI_Status *a2) {
 	return (int)((int (*)(MPI_File, const void *, MPI_Status *))fp)((MPI_File)a0, (const void *)a1, (MPI_Status *)a2);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_write_at
 #cgo nocallback _ncclgo_tramp_MPI_File_write_at
-static int _ncclgo_tramp_MPI_File_write_at(uintptr_t fp, uintptr_t a0, long long a1, void *a2, int a3, uintptr_t a4, MPI_Status *a5) {
+static int _ncclgo_tramp_MPI_File_write_at(uintptr_t fp, uintptr_t a0, long long a1, char *a2, int a3, uintptr_t a4, MPI_Status *a5) {
 	return (int)((int (*)(MPI_File, MPI_Offset, const void *, int, MPI_Datatype, MPI_Status *))fp)((MPI_File)a0, (MPI_Offset)a1, (const void *)a2, (int)a3, (MPI_Datatype)a4, (MPI_Status *)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_write_at_all
 #cgo nocallback _ncclgo_tramp_MPI_File_write_at_all
-static int _ncclgo_tramp_MPI_File_write_at_all(uintptr_t fp, uintptr_t a0, long long a1, void *a2, int a3, uintptr_t a4, MPI_Status *a5) {
+static int _ncclgo_tramp_MPI_File_write_at_all(uintptr_t fp, uintptr_t a0, long long a1, char *a2, int a3, uintptr_t a4, MPI_Status *a5) {
 	return (int)((int (*)(MPI_File, MPI_Offset, const void *, int, MPI_Datatype, MPI_Status *))fp)((MPI_File)a0, (MPI_Offset)a1, (const void *)a2, (int)a3, (MPI_Datatype)a4, (MPI_Status *)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_write_at_all_begin
 #cgo nocallback _ncclgo_tramp_MPI_File_write_at_all_begin
-static int _ncclgo_tramp_MPI_File_write_at_all_begin(uintptr_t fp, uintptr_t a0, long long a1, void *a2, int a3, uintptr_t a4) {
+static int _ncclgo_tramp_MPI_File_write_at_all_begin(uintptr_t fp, uintptr_t a0, long long a1, char *a2, int a3, uintptr_t a4) {
 	return (int)((int (*)(MPI_File, MPI_Offset, const void *, int, MPI_Datatype))fp)((MPI_File)a0, (MPI_Offset)a1, (const void *)a2, (int)a3, (MPI_Datatype)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_write_at_all_end
 #cgo nocallback _ncclgo_tramp_MPI_File_write_at_all_end
-static int _ncclgo_tramp_MPI_File_write_at_all_end(uintptr_t fp, uintptr_t a0, void *a1, MPI_Status *a2) {
+static int _ncclgo_tramp_MPI_File_write_at_all_end(uintptr_t fp, uintptr_t a0, char *a1, MPI_Status *a2) {
 	return (int)((int (*)(MPI_File, const void *, MPI_Status *))fp)((MPI_File)a0, (const void *)a1, (MPI_Status *)a2);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_write_ordered
 #cgo nocallback _ncclgo_tramp_MPI_File_write_ordered
-static int _ncclgo_tramp_MPI_File_write_ordered(uintptr_t fp, uintptr_t a0, void *a1, int a2, uintptr_t a3, MPI_Status *a4) {
+static int _ncclgo_tramp_MPI_File_write_ordered(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Status *a4) {
 	return (int)((int (*)(MPI_File, const void *, int, MPI_Datatype, MPI_Status *))fp)((MPI_File)a0, (const void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Status *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_write_ordered_begin
 #cgo nocallback _ncclgo_tramp_MPI_File_write_ordered_begin
-static int _ncclgo_tramp_MPI_File_write_ordered_begin(uintptr_t fp, uintptr_t a0, void *a1, int a2, uintptr_t a3) {
+static int _ncclgo_tramp_MPI_File_write_ordered_begin(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3) {
 	return (int)((int (*)(MPI_File, const void *, int, MPI_Datatype))fp)((MPI_File)a0, (const void *)a1, (int)a2, (MPI_Datatype)a3);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_write_ordered_end
 #cgo nocallback _ncclgo_tramp_MPI_File_write_ordered_end
-static int _ncclgo_tramp_MPI_File_write_ordered_end(uintptr_t fp, uintptr_t a0, void *a1, MPI_Status *a2) {
+static int _ncclgo_tramp_MPI_File_write_ordered_end(uintptr_t fp, uintptr_t a0, char *a1, MPI_Status *a2) {
 	return (int)((int (*)(MPI_File, const void *, MPI_Status *))fp)((MPI_File)a0, (const void *)a1, (MPI_Status *)a2);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_write_shared
 #cgo nocallback _ncclgo_tramp_MPI_File_write_shared
-static int _ncclgo_tramp_MPI_File_write_shared(uintptr_t fp, uintptr_t a0, void *a1, int a2, uintptr_t a3, MPI_Status *a4) {
+static int _ncclgo_tramp_MPI_File_write_shared(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Status *a4) {
 	return (int)((int (*)(MPI_File, const void *, int, MPI_Datatype, MPI_Status *))fp)((MPI_File)a0, (const void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Status *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_Finalize
@@ -851,22 +851,22 @@ static int _ncclgo_tramp_MPI_Free_mem(uintptr_t fp, void *a0) {
 }
 #cgo noescape _ncclgo_tramp_MPI_Gather
 #cgo nocallback _ncclgo_tramp_MPI_Gather
-static int _ncclgo_tramp_MPI_Gather(uintptr_t fp, void *a0, int a1, uintptr_t a2, void *a3, int a4, uintptr_t a5, int a6, uintptr_t a7) {
+static int _ncclgo_tramp_MPI_Gather(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, int a6, uintptr_t a7) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (int)a6, (MPI_Comm)a7);
 }
 #cgo noescape _ncclgo_tramp_MPI_Gatherv
 #cgo nocallback _ncclgo_tramp_MPI_Gatherv
-static int _ncclgo_tramp_MPI_Gatherv(uintptr_t fp, void *a0, int a1, uintptr_t a2, void *a3, int *a4, int *a5, uintptr_t a6, int a7, uintptr_t a8) {
+static int _ncclgo_tramp_MPI_Gatherv(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int *a4, int *a5, uintptr_t a6, int a7, uintptr_t a8) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, int, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (const int *)a4, (const int *)a5, (MPI_Datatype)a6, (int)a7, (MPI_Comm)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Get
 #cgo nocallback _ncclgo_tramp_MPI_Get
-static int _ncclgo_tramp_MPI_Get(uintptr_t fp, void *a0, int a1, uintptr_t a2, int a3, ptrdiff_t a4, int a5, uintptr_t a6, uintptr_t a7) {
+static int _ncclgo_tramp_MPI_Get(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, ptrdiff_t a4, int a5, uintptr_t a6, uintptr_t a7) {
 	return (int)((int (*)(void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Win))fp)((void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (MPI_Aint)a4, (int)a5, (MPI_Datatype)a6, (MPI_Win)a7);
 }
 #cgo noescape _ncclgo_tramp_MPI_Get_accumulate
 #cgo nocallback _ncclgo_tramp_MPI_Get_accumulate
-static int _ncclgo_tramp_MPI_Get_accumulate(uintptr_t fp, void *a0, int a1, uintptr_t a2, void *a3, int a4, uintptr_t a5, int a6, ptrdiff_t a7, int a8, uintptr_t a9, uintptr_t a10, uintptr_t a11) {
+static int _ncclgo_tramp_MPI_Get_accumulate(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, int a6, ptrdiff_t a7, int a8, uintptr_t a9, uintptr_t a10, uintptr_t a11) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Op, MPI_Win))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (int)a6, (MPI_Aint)a7, (int)a8, (MPI_Datatype)a9, (MPI_Op)a10, (MPI_Win)a11);
 }
 #cgo noescape _ncclgo_tramp_MPI_Get_address
@@ -1016,32 +1016,32 @@ static int _ncclgo_tramp_MPI_Group_union(uintptr_t fp, uintptr_t a0, uintptr_t a
 }
 #cgo noescape _ncclgo_tramp_MPI_Iallgather
 #cgo nocallback _ncclgo_tramp_MPI_Iallgather
-static int _ncclgo_tramp_MPI_Iallgather(uintptr_t fp, void *a0, int a1, uintptr_t a2, void *a3, int a4, uintptr_t a5, uintptr_t a6, MPI_Request *a7) {
+static int _ncclgo_tramp_MPI_Iallgather(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, uintptr_t a6, MPI_Request *a7) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (MPI_Comm)a6, (MPI_Request *)a7);
 }
 #cgo noescape _ncclgo_tramp_MPI_Iallgatherv
 #cgo nocallback _ncclgo_tramp_MPI_Iallgatherv
-static int _ncclgo_tramp_MPI_Iallgatherv(uintptr_t fp, void *a0, int a1, uintptr_t a2, void *a3, int *a4, int *a5, uintptr_t a6, uintptr_t a7, MPI_Request *a8) {
+static int _ncclgo_tramp_MPI_Iallgatherv(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int *a4, int *a5, uintptr_t a6, uintptr_t a7, MPI_Request *a8) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (const int *)a4, (const int *)a5, (MPI_Datatype)a6, (MPI_Comm)a7, (MPI_Request *)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Iallreduce
 #cgo nocallback _ncclgo_tramp_MPI_Iallreduce
-static int _ncclgo_tramp_MPI_Iallreduce(uintptr_t fp, void *a0, void *a1, int a2, uintptr_t a3, uintptr_t a4, uintptr_t a5, MPI_Request *a6) {
+static int _ncclgo_tramp_MPI_Iallreduce(uintptr_t fp, char *a0, char *a1, int a2, uintptr_t a3, uintptr_t a4, uintptr_t a5, MPI_Request *a6) {
 	return (int)((int (*)(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Request *))fp)((const void *)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Op)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ialltoall
 #cgo nocallback _ncclgo_tramp_MPI_Ialltoall
-static int _ncclgo_tramp_MPI_Ialltoall(uintptr_t fp, void *a0, int a1, uintptr_t a2, void *a3, int a4, uintptr_t a5, uintptr_t a6, MPI_Request *a7) {
+static int _ncclgo_tramp_MPI_Ialltoall(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, uintptr_t a6, MPI_Request *a7) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (MPI_Comm)a6, (MPI_Request *)a7);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ialltoallv
 #cgo nocallback _ncclgo_tramp_MPI_Ialltoallv
-static int _ncclgo_tramp_MPI_Ialltoallv(uintptr_t fp, void *a0, int *a1, int *a2, uintptr_t a3, void *a4, int *a5, int *a6, uintptr_t a7, uintptr_t a8, MPI_Request *a9) {
+static int _ncclgo_tramp_MPI_Ialltoallv(uintptr_t fp, char *a0, int *a1, int *a2, uintptr_t a3, char *a4, int *a5, int *a6, uintptr_t a7, uintptr_t a8, MPI_Request *a9) {
 	return (int)((int (*)(const void *, const int *, const int *, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, MPI_Comm, MPI_Request *))fp)((const void *)a0, (const int *)a1, (const int *)a2, (MPI_Datatype)a3, (void *)a4, (const int *)a5, (const int *)a6, (MPI_Datatype)a7, (MPI_Comm)a8, (MPI_Request *)a9);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ialltoallw
 #cgo nocallback _ncclgo_tramp_MPI_Ialltoallw
-static int _ncclgo_tramp_MPI_Ialltoallw(uintptr_t fp, void *a0, int *a1, int *a2, MPI_Datatype *a3, void *a4, int *a5, int *a6, MPI_Datatype *a7, uintptr_t a8, MPI_Request *a9) {
+static int _ncclgo_tramp_MPI_Ialltoallw(uintptr_t fp, char *a0, int *a1, int *a2, MPI_Datatype *a3, char *a4, int *a5, int *a6, MPI_Datatype *a7, uintptr_t a8, MPI_Request *a9) {
 	return (int)((int (*)(const void *, const int *, const int *, const MPI_Datatype *, void *, const int *, const int *, const MPI_Datatype *, MPI_Comm, MPI_Request *))fp)((const void *)a0, (const int *)a1, (const int *)a2, (const MPI_Datatype *)a3, (void *)a4, (const int *)a5, (const int *)a6, (const MPI_Datatype *)a7, (MPI_Comm)a8, (MPI_Request *)a9);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ibarrier
@@ -1051,27 +1051,27 @@ static int _ncclgo_tramp_MPI_Ibarrier(uintptr_t fp, uintptr_t a0, MPI_Request *a
 }
 #cgo noescape _ncclgo_tramp_MPI_Ibcast
 #cgo nocallback _ncclgo_tramp_MPI_Ibcast
-static int _ncclgo_tramp_MPI_Ibcast(uintptr_t fp, void *a0, int a1, uintptr_t a2, int a3, uintptr_t a4, MPI_Request *a5) {
+static int _ncclgo_tramp_MPI_Ibcast(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, uintptr_t a4, MPI_Request *a5) {
 	return (int)((int (*)(void *, int, MPI_Datatype, int, MPI_Comm, MPI_Request *))fp)((void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (MPI_Comm)a4, (MPI_Request *)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ibsend
 #cgo nocallback _ncclgo_tramp_MPI_Ibsend
-static int _ncclgo_tramp_MPI_Ibsend(uintptr_t fp, void *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
+static int _ncclgo_tramp_MPI_Ibsend(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Iexscan
 #cgo nocallback _ncclgo_tramp_MPI_Iexscan
-static int _ncclgo_tramp_MPI_Iexscan(uintptr_t fp, void *a0, void *a1, int a2, uintptr_t a3, uintptr_t a4, uintptr_t a5, MPI_Request *a6) {
+static int _ncclgo_tramp_MPI_Iexscan(uintptr_t fp, char *a0, char *a1, int a2, uintptr_t a3, uintptr_t a4, uintptr_t a5, MPI_Request *a6) {
 	return (int)((int (*)(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Request *))fp)((const void *)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Op)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Igather
 #cgo nocallback _ncclgo_tramp_MPI_Igather
-static int _ncclgo_tramp_MPI_Igather(uintptr_t fp, void *a0, int a1, uintptr_t a2, void *a3, int a4, uintptr_t a5, int a6, uintptr_t a7, MPI_Request *a8) {
+static int _ncclgo_tramp_MPI_Igather(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, int a6, uintptr_t a7, MPI_Request *a8) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (int)a6, (MPI_Comm)a7, (MPI_Request *)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Igatherv
 #cgo nocallback _ncclgo_tramp_MPI_Igatherv
-static int _ncclgo_tramp_MPI_Igatherv(uintptr_t fp, void *a0, int a1, uintptr_t a2, void *a3, int *a4, int *a5, uintptr_t a6, int a7, uintptr_t a8, MPI_Request *a9) {
+static int _ncclgo_tramp_MPI_Igatherv(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int *a4, int *a5, uintptr_t a6, int a7, uintptr_t a8, MPI_Request *a9) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, int, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (const int *)a4, (const int *)a5, (MPI_Datatype)a6, (int)a7, (MPI_Comm)a8, (MPI_Request *)a9);
 }
 #cgo noescape _ncclgo_tramp_MPI_Improbe
@@ -1081,32 +1081,32 @@ static int _ncclgo_tramp_MPI_Improbe(uintptr_t fp, int a0, int a1, uintptr_t a2,
 }
 #cgo noescape _ncclgo_tramp_MPI_Imrecv
 #cgo nocallback _ncclgo_tramp_MPI_Imrecv
-static int _ncclgo_tramp_MPI_Imrecv(uintptr_t fp, void *a0, int a1, uintptr_t a2, MPI_Message *a3, MPI_Request *a4) {
+static int _ncclgo_tramp_MPI_Imrecv(uintptr_t fp, char *a0, int a1, uintptr_t a2, MPI_Message *a3, MPI_Request *a4) {
 	return (int)((int (*)(void *, int, MPI_Datatype, MPI_Message *, MPI_Request *))fp)((void *)a0, (int)a1, (MPI_Datatype)a2, (MPI_Message *)a3, (MPI_Request *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ineighbor_allgather
 #cgo nocallback _ncclgo_tramp_MPI_Ineighbor_allgather
-static int _ncclgo_tramp_MPI_Ineighbor_allgather(uintptr_t fp, void *a0, int a1, uintptr_t a2, void *a3, int a4, uintptr_t a5, uintptr_t a6, MPI_Request *a7) {
+static int _ncclgo_tramp_MPI_Ineighbor_allgather(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, uintptr_t a6, MPI_Request *a7) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (MPI_Comm)a6, (MPI_Request *)a7);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ineighbor_allgatherv
 #cgo nocallback _ncclgo_tramp_MPI_Ineighbor_allgatherv
-static int _ncclgo_tramp_MPI_Ineighbor_allgatherv(uintptr_t fp, void *a0, int a1, uintptr_t a2, void *a3, int *a4, int *a5, uintptr_t a6, uintptr_t a7, MPI_Request *a8) {
+static int _ncclgo_tramp_MPI_Ineighbor_allgatherv(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int *a4, int *a5, uintptr_t a6, uintptr_t a7, MPI_Request *a8) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (const int *)a4, (const int *)a5, (MPI_Datatype)a6, (MPI_Comm)a7, (MPI_Request *)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ineighbor_alltoall
 #cgo nocallback _ncclgo_tramp_MPI_Ineighbor_alltoall
-static int _ncclgo_tramp_MPI_Ineighbor_alltoall(uintptr_t fp, void *a0, int a1, uintptr_t a2, void *a3, int a4, uintptr_t a5, uintptr_t a6, MPI_Request *a7) {
+static int _ncclgo_tramp_MPI_Ineighbor_alltoall(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, uintptr_t a6, MPI_Request *a7) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (MPI_Comm)a6, (MPI_Request *)a7);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ineighbor_alltoallv
 #cgo nocallback _ncclgo_tramp_MPI_Ineighbor_alltoallv
-static int _ncclgo_tramp_MPI_Ineighbor_alltoallv(uintptr_t fp, void *a0, int *a1, int *a2, uintptr_t a3, void *a4, int *a5, int *a6, uintptr_t a7, uintptr_t a8, MPI_Request *a9) {
+static int _ncclgo_tramp_MPI_Ineighbor_alltoallv(uintptr_t fp, char *a0, int *a1, int *a2, uintptr_t a3, char *a4, int *a5, int *a6, uintptr_t a7, uintptr_t a8, MPI_Request *a9) {
 	return (int)((int (*)(const void *, const int *, const int *, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, MPI_Comm, MPI_Request *))fp)((const void *)a0, (const int *)a1, (const int *)a2, (MPI_Datatype)a3, (void *)a4, (const int *)a5, (const int *)a6, (MPI_Datatype)a7, (MPI_Comm)a8, (MPI_Request *)a9);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ineighbor_alltoallw
 #cgo nocallback _ncclgo_tramp_MPI_Ineighbor_alltoallw
-static int _ncclgo_tramp_MPI_Ineighbor_alltoallw(uintptr_t fp, void *a0, int *a1, MPI_Aint *a2, MPI_Datatype *a3, void *a4, int *a5, MPI_Aint *a6, MPI_Datatype *a7, uintptr_t a8, MPI_Request *a9) {
+static int _ncclgo_tramp_MPI_Ineighbor_alltoallw(uintptr_t fp, char *a0, int *a1, MPI_Aint *a2, MPI_Datatype *a3, char *a4, int *a5, MPI_Aint *a6, MPI_Datatype *a7, uintptr_t a8, MPI_Request *a9) {
 	return (int)((int (*)(const void *, const int *, const MPI_Aint *, const MPI_Datatype *, void *, const int *, const MPI_Aint *, const MPI_Datatype *, MPI_Comm, MPI_Request *))fp)((const void *)a0, (const int *)a1, (const MPI_Aint *)a2, (const MPI_Datatype *)a3, (void *)a4, (const int *)a5, (const MPI_Aint *)a6, (const MPI_Datatype *)a7, (MPI_Comm)a8, (MPI_Request *)a9);
 }
 #cgo noescape _ncclgo_tramp_MPI_Info_c2f
@@ -1196,27 +1196,27 @@ static int _ncclgo_tramp_MPI_Iprobe(uintptr_t fp, int a0, int a1, uintptr_t a2, 
 }
 #cgo noescape _ncclgo_tramp_MPI_Irecv
 #cgo nocallback _ncclgo_tramp_MPI_Irecv
-static int _ncclgo_tramp_MPI_Irecv(uintptr_t fp, void *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
+static int _ncclgo_tramp_MPI_Irecv(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
 	return (int)((int (*)(void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *))fp)((void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ireduce
 #cgo nocallback _ncclgo_tramp_MPI_Ireduce
-static int _ncclgo_tramp_MPI_Ireduce(uintptr_t fp, void *a0, void *a1, int a2, uintptr_t a3, uintptr_t a4, int a5, uintptr_t a6, MPI_Request *a7) {
+static int _ncclgo_tramp_MPI_Ireduce(uintptr_t fp, char *a0, char *a1, int a2, uintptr_t a3, uintptr_t a4, int a5, uintptr_t a6, MPI_Request *a7) {
 	return (int)((int (*)(const void *, void *, int, MPI_Datatype, MPI_Op, int, MPI_Comm, MPI_Request *))fp)((const void *)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Op)a4, (int)a5, (MPI_Comm)a6, (MPI_Request *)a7);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ireduce_scatter
 #cgo nocallback _ncclgo_tramp_MPI_Ireduce_scatter
-static int _ncclgo_tramp_MPI_Ireduce_scatter(uintptr_t fp, void *a0, void *a1, int *a2, uintptr_t a3, uintptr_t a4, uintptr_t a5, MPI_Request *a6) {
+static int _ncclgo_tramp_MPI_Ireduce_scatter(uintptr_t fp, char *a0, char *a1, int *a2, uintptr_t a3, uintptr_t a4, uintptr_t a5, MPI_Request *a6) {
 	return (int)((int (*)(const void *, void *, const int *, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Request *))fp)((const void *)a0, (void *)a1, (const int *)a2, (MPI_Datatype)a3, (MPI_Op)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ireduce_scatter_block
 #cgo nocallback _ncclgo_tramp_MPI_Ireduce_scatter_block
-static int _ncclgo_tramp_MPI_Ireduce_scatter_block(uintptr_t fp, void *a0, void *a1, int a2, uintptr_t a3, uintptr_t a4, uintptr_t a5, MPI_Request *a6) {
+static int _ncclgo_tramp_MPI_Ireduce_scatter_block(uintptr_t fp, char *a0, char *a1, int a2, uintptr_t a3, uintptr_t a4, uintptr_t a5, MPI_Request *a6) {
 	return (int)((int (*)(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Request *))fp)((const void *)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Op)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Irsend
 #cgo nocallback _ncclgo_tramp_MPI_Irsend
-static int _ncclgo_tramp_MPI_Irsend(uintptr_t fp, void *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
+static int _ncclgo_tramp_MPI_Irsend(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Is_thread_main
@@ -1226,27 +1226,27 @@ static int _ncclgo_tramp_MPI_Is_thread_main(uintptr_t fp, int *a0) {
 }
 #cgo noescape _ncclgo_tramp_MPI_Iscan
 #cgo nocallback _ncclgo_tramp_MPI_Iscan
-static int _ncclgo_tramp_MPI_Iscan(uintptr_t fp, void *a0, void *a1, int a2, uintptr_t a3, uintptr_t a4, uintptr_t a5, MPI_Request *a6) {
+static int _ncclgo_tramp_MPI_Iscan(uintptr_t fp, char *a0, char *a1, int a2, uintptr_t a3, uintptr_t a4, uintptr_t a5, MPI_Request *a6) {
 	return (int)((int (*)(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Request *))fp)((const void *)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Op)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Iscatter
 #cgo nocallback _ncclgo_tramp_MPI_Iscatter
-static int _ncclgo_tramp_MPI_Iscatter(uintptr_t fp, void *a0, int a1, uintptr_t a2, void *a3, int a4, uintptr_t a5, int a6, uintptr_t a7, MPI_Request *a8) {
+static int _ncclgo_tramp_MPI_Iscatter(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, int a6, uintptr_t a7, MPI_Request *a8) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (int)a6, (MPI_Comm)a7, (MPI_Request *)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Iscatterv
 #cgo nocallback _ncclgo_tramp_MPI_Iscatterv
-static int _ncclgo_tramp_MPI_Iscatterv(uintptr_t fp, void *a0, int *a1, int *a2, uintptr_t a3, void *a4, int a5, uintptr_t a6, int a7, uintptr_t a8, MPI_Request *a9) {
+static int _ncclgo_tramp_MPI_Iscatterv(uintptr_t fp, char *a0, int *a1, int *a2, uintptr_t a3, char *a4, int a5, uintptr_t a6, int a7, uintptr_t a8, MPI_Request *a9) {
 	return (int)((int (*)(const void *, const int *, const int *, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Comm, MPI_Request *))fp)((const void *)a0, (const int *)a1, (const int *)a2, (MPI_Datatype)a3, (void *)a4, (int)a5, (MPI_Datatype)a6, (int)a7, (MPI_Comm)a8, (MPI_Request *)a9);
 }
 #cgo noescape _ncclgo_tramp_MPI_Isend
 #cgo nocallback _ncclgo_tramp_MPI_Isend
-static int _ncclgo_tramp_MPI_Isend(uintptr_t fp, void *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
+static int _ncclgo_tramp_MPI_Isend(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Issend
 #cgo nocallback _ncclgo_tramp_MPI_Issend
-static int _ncclgo_tramp_MPI_Issend(uintptr_t fp, void *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
+static int _ncclgo_tramp_MPI_Issend(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Keyval_create
@@ -1281,32 +1281,32 @@ static int _ncclgo_tramp_MPI_Mprobe(uintptr_t fp, int a0, int a1, uintptr_t a2, 
 }
 #cgo noescape _ncclgo_tramp_MPI_Mrecv
 #cgo nocallback _ncclgo_tramp_MPI_Mrecv
-static int _ncclgo_tramp_MPI_Mrecv(uintptr_t fp, void *a0, int a1, uintptr_t a2, MPI_Message *a3, MPI_Status *a4) {
+static int _ncclgo_tramp_MPI_Mrecv(uintptr_t fp, char *a0, int a1, uintptr_t a2, MPI_Message *a3, MPI_Status *a4) {
 	return (int)((int (*)(void *, int, MPI_Datatype, MPI_Message *, MPI_Status *))fp)((void *)a0, (int)a1, (MPI_Datatype)a2, (MPI_Message *)a3, (MPI_Status *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_Neighbor_allgather
 #cgo nocallback _ncclgo_tramp_MPI_Neighbor_allgather
-static int _ncclgo_tramp_MPI_Neighbor_allgather(uintptr_t fp, void *a0, int a1, uintptr_t a2, void *a3, int a4, uintptr_t a5, uintptr_t a6) {
+static int _ncclgo_tramp_MPI_Neighbor_allgather(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, uintptr_t a6) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (MPI_Comm)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Neighbor_allgatherv
 #cgo nocallback _ncclgo_tramp_MPI_Neighbor_allgatherv
-static int _ncclgo_tramp_MPI_Neighbor_allgatherv(uintptr_t fp, void *a0, int a1, uintptr_t a2, void *a3, int *a4, int *a5, uintptr_t a6, uintptr_t a7) {
+static int _ncclgo_tramp_MPI_Neighbor_allgatherv(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int *a4, int *a5, uintptr_t a6, uintptr_t a7) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (const int *)a4, (const int *)a5, (MPI_Datatype)a6, (MPI_Comm)a7);
 }
 #cgo noescape _ncclgo_tramp_MPI_Neighbor_alltoall
 #cgo nocallback _ncclgo_tramp_MPI_Neighbor_alltoall
-static int _ncclgo_tramp_MPI_Neighbor_alltoall(uintptr_t fp, void *a0, int a1, uintptr_t a2, void *a3, int a4, uintptr_t a5, uintptr_t a6) {
+static int _ncclgo_tramp_MPI_Neighbor_alltoall(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, uintptr_t a6) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (MPI_Comm)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Neighbor_alltoallv
 #cgo nocallback _ncclgo_tramp_MPI_Neighbor_alltoallv
-static int _ncclgo_tramp_MPI_Neighbor_alltoallv(uintptr_t fp, void *a0, int *a1, int *a2, uintptr_t a3, void *a4, int *a5, int *a6, uintptr_t a7, uintptr_t a8) {
+static int _ncclgo_tramp_MPI_Neighbor_alltoallv(uintptr_t fp, char *a0, int *a1, int *a2, uintptr_t a3, char *a4, int *a5, int *a6, uintptr_t a7, uintptr_t a8) {
 	return (int)((int (*)(const void *, const int *, const int *, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, MPI_Comm))fp)((const void *)a0, (const int *)a1, (const int *)a2, (MPI_Datatype)a3, (void *)a4, (const int *)a5, (const int *)a6, (MPI_Datatype)a7, (MPI_Comm)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Neighbor_alltoallw
 #cgo nocallback _ncclgo_tramp_MPI_Neighbor_alltoallw
-static int _ncclgo_tramp_MPI_Neighbor_alltoallw(uintptr_t fp, void *a0, int *a1, MPI_Aint *a2, MPI_Datatype *a3, void *a4, int *a5, MPI_Aint *a6, MPI_Datatype *a7, uintptr_t a8) {
+static int _ncclgo_tramp_MPI_Neighbor_alltoallw(uintptr_t fp, char *a0, int *a1, MPI_Aint *a2, MPI_Datatype *a3, char *a4, int *a5, MPI_Aint *a6, MPI_Datatype *a7, uintptr_t a8) {
 	return (int)((int (*)(const void *, const int *, const MPI_Aint *, const MPI_Datatype *, void *, const int *, const MPI_Aint *, const MPI_Datatype *, MPI_Comm))fp)((const void *)a0, (const int *)a1, (const MPI_Aint *)a2, (const MPI_Datatype *)a3, (void *)a4, (const int *)a5, (const MPI_Aint *)a6, (const MPI_Datatype *)a7, (MPI_Comm)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Op_c2f
@@ -1341,12 +1341,12 @@ static int _ncclgo_tramp_MPI_Open_port(uintptr_t fp, uintptr_t a0, char *a1) {
 }
 #cgo noescape _ncclgo_tramp_MPI_Pack
 #cgo nocallback _ncclgo_tramp_MPI_Pack
-static int _ncclgo_tramp_MPI_Pack(uintptr_t fp, void *a0, int a1, uintptr_t a2, void *a3, int a4, int *a5, uintptr_t a6) {
+static int _ncclgo_tramp_MPI_Pack(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, int *a5, uintptr_t a6) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, int *, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (int *)a5, (MPI_Comm)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Pack_external
 #cgo nocallback _ncclgo_tramp_MPI_Pack_external
-static int _ncclgo_tramp_MPI_Pack_external(uintptr_t fp, char *a0, void *a1, int a2, uintptr_t a3, void *a4, ptrdiff_t a5, MPI_Aint *a6) {
+static int _ncclgo_tramp_MPI_Pack_external(uintptr_t fp, char *a0, char *a1, int a2, uintptr_t a3, char *a4, ptrdiff_t a5, MPI_Aint *a6) {
 	return (int)((int (*)(const char *, const void *, int, MPI_Datatype, void *, MPI_Aint, MPI_Aint *))fp)((const char *)a0, (const void *)a1, (int)a2, (MPI_Datatype)a3, (void *)a4, (MPI_Aint)a5, (MPI_Aint *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Pack_external_size
@@ -1371,7 +1371,7 @@ static int _ncclgo_tramp_MPI_Publish_name(uintptr_t fp, char *a0, uintptr_t a1, 
 }
 #cgo noescape _ncclgo_tramp_MPI_Put
 #cgo nocallback _ncclgo_tramp_MPI_Put
-static int _ncclgo_tramp_MPI_Put(uintptr_t fp, void *a0, int a1, uintptr_t a2, int a3, ptrdiff_t a4, int a5, uintptr_t a6, uintptr_t a7) {
+static int _ncclgo_tramp_MPI_Put(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, ptrdiff_t a4, int a5, uintptr_t a6, uintptr_t a7) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Win))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (MPI_Aint)a4, (int)a5, (MPI_Datatype)a6, (MPI_Win)a7);
 }
 #cgo noescape _ncclgo_tramp_MPI_Query_thread
@@ -1381,37 +1381,37 @@ static int _ncclgo_tramp_MPI_Query_thread(uintptr_t fp, int *a0) {
 }
 #cgo noescape _ncclgo_tramp_MPI_Raccumulate
 #cgo nocallback _ncclgo_tramp_MPI_Raccumulate
-static int _ncclgo_tramp_MPI_Raccumulate(uintptr_t fp, void *a0, int a1, uintptr_t a2, int a3, ptrdiff_t a4, int a5, uintptr_t a6, uintptr_t a7, uintptr_t a8, MPI_Request *a9) {
+static int _ncclgo_tramp_MPI_Raccumulate(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, ptrdiff_t a4, int a5, uintptr_t a6, uintptr_t a7, uintptr_t a8, MPI_Request *a9) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Op, MPI_Win, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (MPI_Aint)a4, (int)a5, (MPI_Datatype)a6, (MPI_Op)a7, (MPI_Win)a8, (MPI_Request *)a9);
 }
 #cgo noescape _ncclgo_tramp_MPI_Recv
 #cgo nocallback _ncclgo_tramp_MPI_Recv
-static int _ncclgo_tramp_MPI_Recv(uintptr_t fp, void *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Status *a6) {
+static int _ncclgo_tramp_MPI_Recv(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Status *a6) {
 	return (int)((int (*)(void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Status *))fp)((void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5, (MPI_Status *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Recv_init
 #cgo nocallback _ncclgo_tramp_MPI_Recv_init
-static int _ncclgo_tramp_MPI_Recv_init(uintptr_t fp, void *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
+static int _ncclgo_tramp_MPI_Recv_init(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
 	return (int)((int (*)(void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *))fp)((void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Reduce
 #cgo nocallback _ncclgo_tramp_MPI_Reduce
-static int _ncclgo_tramp_MPI_Reduce(uintptr_t fp, void *a0, void *a1, int a2, uintptr_t a3, uintptr_t a4, int a5, uintptr_t a6) {
+static int _ncclgo_tramp_MPI_Reduce(uintptr_t fp, char *a0, char *a1, int a2, uintptr_t a3, uintptr_t a4, int a5, uintptr_t a6) {
 	return (int)((int (*)(const void *, void *, int, MPI_Datatype, MPI_Op, int, MPI_Comm))fp)((const void *)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Op)a4, (int)a5, (MPI_Comm)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Reduce_local
 #cgo nocallback _ncclgo_tramp_MPI_Reduce_local
-static int _ncclgo_tramp_MPI_Reduce_local(uintptr_t fp, void *a0, void *a1, int a2, uintptr_t a3, uintptr_t a4) {
+static int _ncclgo_tramp_MPI_Reduce_local(uintptr_t fp, char *a0, char *a1, int a2, uintptr_t a3, uintptr_t a4) {
 	return (int)((int (*)(const void *, void *, int, MPI_Datatype, MPI_Op))fp)((const void *)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Op)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_Reduce_scatter
 #cgo nocallback _ncclgo_tramp_MPI_Reduce_scatter
-static int _ncclgo_tramp_MPI_Reduce_scatter(uintptr_t fp, void *a0, void *a1, int *a2, uintptr_t a3, uintptr_t a4, uintptr_t a5) {
+static int _ncclgo_tramp_MPI_Reduce_scatter(uintptr_t fp, char *a0, char *a1, int *a2, uintptr_t a3, uintptr_t a4, uintptr_t a5) {
 	return (int)((int (*)(const void *, void *, const int *, MPI_Datatype, MPI_Op, MPI_Comm))fp)((const void *)a0, (void *)a1, (const int *)a2, (MPI_Datatype)a3, (MPI_Op)a4, (MPI_Comm)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_Reduce_scatter_block
 #cgo nocallback _ncclgo_tramp_MPI_Reduce_scatter_block
-static int _ncclgo_tramp_MPI_Reduce_scatter_block(uintptr_t fp, void *a0, void *a1, int a2, uintptr_t a3, uintptr_t a4, uintptr_t a5) {
+static int _ncclgo_tramp_MPI_Reduce_scatter_block(uintptr_t fp, char *a0, char *a1, int a2, uintptr_t a3, uintptr_t a4, uintptr_t a5) {
 	return (int)((int (*)(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm))fp)((const void *)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Op)a4, (MPI_Comm)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_Register_datarep
@@ -1441,72 +1441,72 @@ static int _ncclgo_tramp_MPI_Request_get_status(uintptr_t fp, uintptr_t a0, int 
 }
 #cgo noescape _ncclgo_tramp_MPI_Rget
 #cgo nocallback _ncclgo_tramp_MPI_Rget
-static int _ncclgo_tramp_MPI_Rget(uintptr_t fp, void *a0, int a1, uintptr_t a2, int a3, ptrdiff_t a4, int a5, uintptr_t a6, uintptr_t a7, MPI_Request *a8) {
+static int _ncclgo_tramp_MPI_Rget(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, ptrdiff_t a4, int a5, uintptr_t a6, uintptr_t a7, MPI_Request *a8) {
 	return (int)((int (*)(void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Win, MPI_Request *))fp)((void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (MPI_Aint)a4, (int)a5, (MPI_Datatype)a6, (MPI_Win)a7, (MPI_Request *)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Rget_accumulate
 #cgo nocallback _ncclgo_tramp_MPI_Rget_accumulate
-static int _ncclgo_tramp_MPI_Rget_accumulate(uintptr_t fp, void *a0, int a1, uintptr_t a2, void *a3, int a4, uintptr_t a5, int a6, ptrdiff_t a7, int a8, uintptr_t a9, uintptr_t a10, uintptr_t a11, MPI_Request *a12) {
+static int _ncclgo_tramp_MPI_Rget_accumulate(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, int a6, ptrdiff_t a7, int a8, uintptr_t a9, uintptr_t a10, uintptr_t a11, MPI_Request *a12) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Op, MPI_Win, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (int)a6, (MPI_Aint)a7, (int)a8, (MPI_Datatype)a9, (MPI_Op)a10, (MPI_Win)a11, (MPI_Request *)a12);
 }
 #cgo noescape _ncclgo_tramp_MPI_Rput
 #cgo nocallback _ncclgo_tramp_MPI_Rput
-static int _ncclgo_tramp_MPI_Rput(uintptr_t fp, void *a0, int a1, uintptr_t a2, int a3, ptrdiff_t a4, int a5, uintptr_t a6, uintptr_t a7, MPI_Request *a8) {
+static int _ncclgo_tramp_MPI_Rput(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, ptrdiff_t a4, int a5, uintptr_t a6, uintptr_t a7, MPI_Request *a8) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Win, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (MPI_Aint)a4, (int)a5, (MPI_Datatype)a6, (MPI_Win)a7, (MPI_Request *)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Rsend
 #cgo nocallback _ncclgo_tramp_MPI_Rsend
-static int _ncclgo_tramp_MPI_Rsend(uintptr_t fp, void *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5) {
+static int _ncclgo_tramp_MPI_Rsend(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, int, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_Rsend_init
 #cgo nocallback _ncclgo_tramp_MPI_Rsend_init
-static int _ncclgo_tramp_MPI_Rsend_init(uintptr_t fp, void *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
+static int _ncclgo_tramp_MPI_Rsend_init(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Scan
 #cgo nocallback _ncclgo_tramp_MPI_Scan
-static int _ncclgo_tramp_MPI_Scan(uintptr_t fp, void *a0, void *a1, int a2, uintptr_t a3, uintptr_t a4, uintptr_t a5) {
+static int _ncclgo_tramp_MPI_Scan(uintptr_t fp, char *a0, char *a1, int a2, uintptr_t a3, uintptr_t a4, uintptr_t a5) {
 	return (int)((int (*)(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm))fp)((const void *)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Op)a4, (MPI_Comm)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_Scatter
 #cgo nocallback _ncclgo_tramp_MPI_Scatter
-static int _ncclgo_tramp_MPI_Scatter(uintptr_t fp, void *a0, int a1, uintptr_t a2, void *a3, int a4, uintptr_t a5, int a6, uintptr_t a7) {
+static int _ncclgo_tramp_MPI_Scatter(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, int a6, uintptr_t a7) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (int)a6, (MPI_Comm)a7);
 }
 #cgo noescape _ncclgo_tramp_MPI_Scatterv
 #cgo nocallback _ncclgo_tramp_MPI_Scatterv
-static int _ncclgo_tramp_MPI_Scatterv(uintptr_t fp, void *a0, int *a1, int *a2, uintptr_t a3, void *a4, int a5, uintptr_t a6, int a7, uintptr_t a8) {
+static int _ncclgo_tramp_MPI_Scatterv(uintptr_t fp, char *a0, int *a1, int *a2, uintptr_t a3, char *a4, int a5, uintptr_t a6, int a7, uintptr_t a8) {
 	return (int)((int (*)(const void *, const int *, const int *, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Comm))fp)((const void *)a0, (const int *)a1, (const int *)a2, (MPI_Datatype)a3, (void *)a4, (int)a5, (MPI_Datatype)a6, (int)a7, (MPI_Comm)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Send
 #cgo nocallback _ncclgo_tramp_MPI_Send
-static int _ncclgo_tramp_MPI_Send(uintptr_t fp, void *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5) {
+static int _ncclgo_tramp_MPI_Send(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, int, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_Send_init
 #cgo nocallback _ncclgo_tramp_MPI_Send_init
-static int _ncclgo_tramp_MPI_Send_init(uintptr_t fp, void *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
+static int _ncclgo_tramp_MPI_Send_init(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Sendrecv
 #cgo nocallback _ncclgo_tramp_MPI_Sendrecv
-static int _ncclgo_tramp_MPI_Sendrecv(uintptr_t fp, void *a0, int a1, uintptr_t a2, int a3, int a4, void *a5, int a6, uintptr_t a7, int a8, int a9, uintptr_t a10, MPI_Status *a11) {
+static int _ncclgo_tramp_MPI_Sendrecv(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, char *a5, int a6, uintptr_t a7, int a8, int a9, uintptr_t a10, MPI_Status *a11) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, int, void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Status *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (void *)a5, (int)a6, (MPI_Datatype)a7, (int)a8, (int)a9, (MPI_Comm)a10, (MPI_Status *)a11);
 }
 #cgo noescape _ncclgo_tramp_MPI_Sendrecv_replace
 #cgo nocallback _ncclgo_tramp_MPI_Sendrecv_replace
-static int _ncclgo_tramp_MPI_Sendrecv_replace(uintptr_t fp, void *a0, int a1, uintptr_t a2, int a3, int a4, int a5, int a6, uintptr_t a7, MPI_Status *a8) {
+static int _ncclgo_tramp_MPI_Sendrecv_replace(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, int a5, int a6, uintptr_t a7, MPI_Status *a8) {
 	return (int)((int (*)(void *, int, MPI_Datatype, int, int, int, int, MPI_Comm, MPI_Status *))fp)((void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (int)a5, (int)a6, (MPI_Comm)a7, (MPI_Status *)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ssend
 #cgo nocallback _ncclgo_tramp_MPI_Ssend
-static int _ncclgo_tramp_MPI_Ssend(uintptr_t fp, void *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5) {
+static int _ncclgo_tramp_MPI_Ssend(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, int, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ssend_init
 #cgo nocallback _ncclgo_tramp_MPI_Ssend_init
-static int _ncclgo_tramp_MPI_Ssend_init(uintptr_t fp, void *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
+static int _ncclgo_tramp_MPI_Ssend_init(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Start
@@ -1606,12 +1606,12 @@ static int _ncclgo_tramp_MPI_T_cvar_handle_free(uintptr_t fp, MPI_T_cvar_handle 
 }
 #cgo noescape _ncclgo_tramp_MPI_T_cvar_read
 #cgo nocallback _ncclgo_tramp_MPI_T_cvar_read
-static int _ncclgo_tramp_MPI_T_cvar_read(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_MPI_T_cvar_read(uintptr_t fp, uintptr_t a0, char *a1) {
 	return (int)((int (*)(MPI_T_cvar_handle, void *))fp)((MPI_T_cvar_handle)a0, (void *)a1);
 }
 #cgo noescape _ncclgo_tramp_MPI_T_cvar_write
 #cgo nocallback _ncclgo_tramp_MPI_T_cvar_write
-static int _ncclgo_tramp_MPI_T_cvar_write(uintptr_t fp, uintptr_t a0, void *a1) {
+static int _ncclgo_tramp_MPI_T_cvar_write(uintptr_t fp, uintptr_t a0, char *a1) {
 	return (int)((int (*)(MPI_T_cvar_handle, const void *))fp)((MPI_T_cvar_handle)a0, (const void *)a1);
 }
 #cgo noescape _ncclgo_tramp_MPI_T_enum_get_info
@@ -1661,12 +1661,12 @@ static int _ncclgo_tramp_MPI_T_pvar_handle_free(uintptr_t fp, uintptr_t a0, MPI_
 }
 #cgo noescape _ncclgo_tramp_MPI_T_pvar_read
 #cgo nocallback _ncclgo_tramp_MPI_T_pvar_read
-static int _ncclgo_tramp_MPI_T_pvar_read(uintptr_t fp, uintptr_t a0, uintptr_t a1, void *a2) {
+static int _ncclgo_tramp_MPI_T_pvar_read(uintptr_t fp, uintptr_t a0, uintptr_t a1, char *a2) {
 	return (int)((int (*)(MPI_T_pvar_session, MPI_T_pvar_handle, void *))fp)((MPI_T_pvar_session)a0, (MPI_T_pvar_handle)a1, (void *)a2);
 }
 #cgo noescape _ncclgo_tramp_MPI_T_pvar_readreset
 #cgo nocallback _ncclgo_tramp_MPI_T_pvar_readreset
-static int _ncclgo_tramp_MPI_T_pvar_readreset(uintptr_t fp, uintptr_t a0, uintptr_t a1, void *a2) {
+static int _ncclgo_tramp_MPI_T_pvar_readreset(uintptr_t fp, uintptr_t a0, uintptr_t a1, char *a2) {
 	return (int)((int (*)(MPI_T_pvar_session, MPI_T_pvar_handle, void *))fp)((MPI_T_pvar_session)a0, (MPI_T_pvar_handle)a1, (void *)a2);
 }
 #cgo noescape _ncclgo_tramp_MPI_T_pvar_reset
@@ -1696,7 +1696,7 @@ static int _ncclgo_tramp_MPI_T_pvar_stop(uintptr_t fp, uintptr_t a0, uintptr_t a
 }
 #cgo noescape _ncclgo_tramp_MPI_T_pvar_write
 #cgo nocallback _ncclgo_tramp_MPI_T_pvar_write
-static int _ncclgo_tramp_MPI_T_pvar_write(uintptr_t fp, uintptr_t a0, uintptr_t a1, void *a2) {
+static int _ncclgo_tramp_MPI_T_pvar_write(uintptr_t fp, uintptr_t a0, uintptr_t a1, char *a2) {
 	return (int)((int (*)(MPI_T_pvar_session, MPI_T_pvar_handle, const void *))fp)((MPI_T_pvar_session)a0, (MPI_T_pvar_handle)a1, (const void *)a2);
 }
 #cgo noescape _ncclgo_tramp_MPI_Test
@@ -1906,12 +1906,12 @@ static int _ncclgo_tramp_MPI_Type_vector(uintptr_t fp, int a0, int a1, int a2, u
 }
 #cgo noescape _ncclgo_tramp_MPI_Unpack
 #cgo nocallback _ncclgo_tramp_MPI_Unpack
-static int _ncclgo_tramp_MPI_Unpack(uintptr_t fp, void *a0, int a1, int *a2, void *a3, int a4, uintptr_t a5, uintptr_t a6) {
+static int _ncclgo_tramp_MPI_Unpack(uintptr_t fp, char *a0, int a1, int *a2, char *a3, int a4, uintptr_t a5, uintptr_t a6) {
 	return (int)((int (*)(const void *, int, int *, void *, int, MPI_Datatype, MPI_Comm))fp)((const void *)a0, (int)a1, (int *)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (MPI_Comm)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Unpack_external
 #cgo nocallback _ncclgo_tramp_MPI_Unpack_external
-static int _ncclgo_tramp_MPI_Unpack_external(uintptr_t fp, char *a0, void *a1, ptrdiff_t a2, MPI_Aint *a3, void *a4, int a5, uintptr_t a6) {
+static int _ncclgo_tramp_MPI_Unpack_external(uintptr_t fp, char *a0, char *a1, ptrdiff_t a2, MPI_Aint *a3, char *a4, int a5, uintptr_t a6) {
 	return (int)((int (*)(const char *, const void *, MPI_Aint, MPI_Aint *, void *, int, MPI_Datatype))fp)((const char *)a0, (const void *)a1, (MPI_Aint)a2, (MPI_Aint *)a3, (void *)a4, (int)a5, (MPI_Datatype)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Unpublish_name
@@ -2165,12 +2165,14 @@ func Abort(comm Comm, errorcode int32) error {
 //	int MPI_Accumulate(const void *origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Op op, MPI_Win win)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Accumulate(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, op Op, win Win) error {
 	fp, err := lib.Resolve(&_sym_MPI_Accumulate)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Accumulate(C.uintptr_t(fp), unsafe.Pointer(origin_addr), C.int(origin_count), C.uintptr_t(origin_datatype), C.int(target_rank), C.ptrdiff_t(target_disp), C.int(target_count), C.uintptr_t(target_datatype), C.uintptr_t(op), C.uintptr_t(win))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Accumulate(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(origin_addr)), C.int(origin_count), C.uintptr_t(origin_datatype), C.int(target_rank), C.ptrdiff_t(target_disp), C.int(target_count), C.uintptr_t(target_datatype), C.uintptr_t(op), C.uintptr_t(win))))
 }
 
 // AddErrorClass calls MPI_Add_error_class:
@@ -2217,12 +2219,14 @@ func AddErrorString(errorcode int32, stringArg *byte) error {
 //	int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Allgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Allgather)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Allgather(C.uintptr_t(fp), unsafe.Pointer(sendbuf), C.int(sendcount), C.uintptr_t(sendtype), unsafe.Pointer(recvbuf), C.int(recvcount), C.uintptr_t(recvtype), C.uintptr_t(comm))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Allgather(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), C.int(sendcount), C.uintptr_t(sendtype), (*C.char)(unsafe.Pointer(recvbuf)), C.int(recvcount), C.uintptr_t(recvtype), C.uintptr_t(comm))))
 }
 
 // Allgatherv calls MPI_Allgatherv:
@@ -2230,12 +2234,14 @@ func Allgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvb
 //	int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, const int *recvcounts, const int *displs, MPI_Datatype recvtype, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Allgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, displs *int32, recvtype Datatype, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Allgatherv)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Allgatherv(C.uintptr_t(fp), unsafe.Pointer(sendbuf), C.int(sendcount), C.uintptr_t(sendtype), unsafe.Pointer(recvbuf), (*C.int)(unsafe.Pointer(recvcounts)), (*C.int)(unsafe.Pointer(displs)), C.uintptr_t(recvtype), C.uintptr_t(comm))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Allgatherv(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), C.int(sendcount), C.uintptr_t(sendtype), (*C.char)(unsafe.Pointer(recvbuf)), (*C.int)(unsafe.Pointer(recvcounts)), (*C.int)(unsafe.Pointer(displs)), C.uintptr_t(recvtype), C.uintptr_t(comm))))
 }
 
 // AllocMem calls MPI_Alloc_mem:
@@ -2256,12 +2262,14 @@ func AllocMem(size Aint, info Info, baseptr unsafe.Pointer) error {
 //	int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Allreduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Allreduce)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Allreduce(C.uintptr_t(fp), unsafe.Pointer(sendbuf), unsafe.Pointer(recvbuf), C.int(count), C.uintptr_t(datatype), C.uintptr_t(op), C.uintptr_t(comm))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Allreduce(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), (*C.char)(unsafe.Pointer(recvbuf)), C.int(count), C.uintptr_t(datatype), C.uintptr_t(op), C.uintptr_t(comm))))
 }
 
 // Alltoall calls MPI_Alltoall:
@@ -2269,12 +2277,14 @@ func Allreduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, data
 //	int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Alltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Alltoall)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Alltoall(C.uintptr_t(fp), unsafe.Pointer(sendbuf), C.int(sendcount), C.uintptr_t(sendtype), unsafe.Pointer(recvbuf), C.int(recvcount), C.uintptr_t(recvtype), C.uintptr_t(comm))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Alltoall(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), C.int(sendcount), C.uintptr_t(sendtype), (*C.char)(unsafe.Pointer(recvbuf)), C.int(recvcount), C.uintptr_t(recvtype), C.uintptr_t(comm))))
 }
 
 // Alltoallv calls MPI_Alltoallv:
@@ -2282,12 +2292,14 @@ func Alltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbu
 //	int MPI_Alltoallv(const void *sendbuf, const int *sendcounts, const int *sdispls, MPI_Datatype sendtype, void *recvbuf, const int *recvcounts, const int *rdispls, MPI_Datatype recvtype, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Alltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *int32, recvtype Datatype, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Alltoallv)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Alltoallv(C.uintptr_t(fp), unsafe.Pointer(sendbuf), (*C.int)(unsafe.Pointer(sendcounts)), (*C.int)(unsafe.Pointer(sdispls)), C.uintptr_t(sendtype), unsafe.Pointer(recvbuf), (*C.int)(unsafe.Pointer(recvcounts)), (*C.int)(unsafe.Pointer(rdispls)), C.uintptr_t(recvtype), C.uintptr_t(comm))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Alltoallv(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), (*C.int)(unsafe.Pointer(sendcounts)), (*C.int)(unsafe.Pointer(sdispls)), C.uintptr_t(sendtype), (*C.char)(unsafe.Pointer(recvbuf)), (*C.int)(unsafe.Pointer(recvcounts)), (*C.int)(unsafe.Pointer(rdispls)), C.uintptr_t(recvtype), C.uintptr_t(comm))))
 }
 
 // Alltoallw calls MPI_Alltoallw:
@@ -2295,12 +2307,14 @@ func Alltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendty
 //	int MPI_Alltoallw(const void *sendbuf, const int *sendcounts, const int *sdispls, const MPI_Datatype *sendtypes, void *recvbuf, const int *recvcounts, const int *rdispls, const MPI_Datatype *recvtypes, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Alltoallw(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendtypes *Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *int32, recvtypes *Datatype, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Alltoallw)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Alltoallw(C.uintptr_t(fp), unsafe.Pointer(sendbuf), (*C.int)(unsafe.Pointer(sendcounts)), (*C.int)(unsafe.Pointer(sdispls)), (*C.MPI_Datatype)(unsafe.Pointer(sendtypes)), unsafe.Pointer(recvbuf), (*C.int)(unsafe.Pointer(recvcounts)), (*C.int)(unsafe.Pointer(rdispls)), (*C.MPI_Datatype)(unsafe.Pointer(recvtypes)), C.uintptr_t(comm))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Alltoallw(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), (*C.int)(unsafe.Pointer(sendcounts)), (*C.int)(unsafe.Pointer(sdispls)), (*C.MPI_Datatype)(unsafe.Pointer(sendtypes)), (*C.char)(unsafe.Pointer(recvbuf)), (*C.int)(unsafe.Pointer(recvcounts)), (*C.int)(unsafe.Pointer(rdispls)), (*C.MPI_Datatype)(unsafe.Pointer(recvtypes)), C.uintptr_t(comm))))
 }
 
 // AttrDelete calls MPI_Attr_delete:
@@ -2360,12 +2374,14 @@ func Barrier(comm Comm) error {
 //	int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buffer is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Bcast(buffer unsafe.Pointer, count int32, datatype Datatype, root int32, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Bcast)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Bcast(C.uintptr_t(fp), unsafe.Pointer(buffer), C.int(count), C.uintptr_t(datatype), C.int(root), C.uintptr_t(comm))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Bcast(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(buffer)), C.int(count), C.uintptr_t(datatype), C.int(root), C.uintptr_t(comm))))
 }
 
 // Bsend calls MPI_Bsend:
@@ -2373,12 +2389,14 @@ func Bcast(buffer unsafe.Pointer, count int32, datatype Datatype, root int32, co
 //	int MPI_Bsend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Bsend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Bsend)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Bsend(C.uintptr_t(fp), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), C.int(dest), C.int(tag), C.uintptr_t(comm))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Bsend(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), C.int(dest), C.int(tag), C.uintptr_t(comm))))
 }
 
 // BsendInit calls MPI_Bsend_init:
@@ -2386,12 +2404,14 @@ func Bsend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag i
 //	int MPI_Bsend_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func BsendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Bsend_init)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Bsend_init(C.uintptr_t(fp), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), C.int(dest), C.int(tag), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Bsend_init(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), C.int(dest), C.int(tag), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // BufferAttach calls MPI_Buffer_attach:
@@ -2399,12 +2419,14 @@ func BsendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, t
 //	int MPI_Buffer_attach(void *buffer, int size)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buffer is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func BufferAttach(buffer unsafe.Pointer, size int32) error {
 	fp, err := lib.Resolve(&_sym_MPI_Buffer_attach)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Buffer_attach(C.uintptr_t(fp), unsafe.Pointer(buffer), C.int(size))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Buffer_attach(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(buffer)), C.int(size))))
 }
 
 // BufferDetach calls MPI_Buffer_detach:
@@ -2412,12 +2434,14 @@ func BufferAttach(buffer unsafe.Pointer, size int32) error {
 //	int MPI_Buffer_detach(void *buffer, int *size)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buffer is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func BufferDetach(buffer unsafe.Pointer, size *int32) error {
 	fp, err := lib.Resolve(&_sym_MPI_Buffer_detach)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Buffer_detach(C.uintptr_t(fp), unsafe.Pointer(buffer), (*C.int)(unsafe.Pointer(size)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Buffer_detach(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(buffer)), (*C.int)(unsafe.Pointer(size)))))
 }
 
 // CMpiCommDupFn calls OMPI_C_MPI_COMM_DUP_FN:
@@ -3192,12 +3216,14 @@ func CommTestInter(comm Comm, flag *int32) error {
 //	int MPI_Compare_and_swap(const void *origin_addr, const void *compare_addr, void *result_addr, MPI_Datatype datatype, int target_rank, MPI_Aint target_disp, MPI_Win win)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// origin_addr, compare_addr and result_addr are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func CompareAndSwap(origin_addr unsafe.Pointer, compare_addr unsafe.Pointer, result_addr unsafe.Pointer, datatype Datatype, target_rank int32, target_disp Aint, win Win) error {
 	fp, err := lib.Resolve(&_sym_MPI_Compare_and_swap)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Compare_and_swap(C.uintptr_t(fp), unsafe.Pointer(origin_addr), unsafe.Pointer(compare_addr), unsafe.Pointer(result_addr), C.uintptr_t(datatype), C.int(target_rank), C.ptrdiff_t(target_disp), C.uintptr_t(win))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Compare_and_swap(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(origin_addr)), (*C.char)(unsafe.Pointer(compare_addr)), (*C.char)(unsafe.Pointer(result_addr)), C.uintptr_t(datatype), C.int(target_rank), C.ptrdiff_t(target_disp), C.uintptr_t(win))))
 }
 
 // DimsCreate calls MPI_Dims_create:
@@ -3335,12 +3361,14 @@ func ErrorString(errorcode int32, stringArg *byte, resultlen *int32) error {
 //	int MPI_Exscan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Exscan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Exscan)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Exscan(C.uintptr_t(fp), unsafe.Pointer(sendbuf), unsafe.Pointer(recvbuf), C.int(count), C.uintptr_t(datatype), C.uintptr_t(op), C.uintptr_t(comm))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Exscan(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), (*C.char)(unsafe.Pointer(recvbuf)), C.int(count), C.uintptr_t(datatype), C.uintptr_t(op), C.uintptr_t(comm))))
 }
 
 // FetchAndOp calls MPI_Fetch_and_op:
@@ -3348,12 +3376,14 @@ func Exscan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatyp
 //	int MPI_Fetch_and_op(const void *origin_addr, void *result_addr, MPI_Datatype datatype, int target_rank, MPI_Aint target_disp, MPI_Op op, MPI_Win win)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// origin_addr and result_addr are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FetchAndOp(origin_addr unsafe.Pointer, result_addr unsafe.Pointer, datatype Datatype, target_rank int32, target_disp Aint, op Op, win Win) error {
 	fp, err := lib.Resolve(&_sym_MPI_Fetch_and_op)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Fetch_and_op(C.uintptr_t(fp), unsafe.Pointer(origin_addr), unsafe.Pointer(result_addr), C.uintptr_t(datatype), C.int(target_rank), C.ptrdiff_t(target_disp), C.uintptr_t(op), C.uintptr_t(win))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Fetch_and_op(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(origin_addr)), (*C.char)(unsafe.Pointer(result_addr)), C.uintptr_t(datatype), C.int(target_rank), C.ptrdiff_t(target_disp), C.uintptr_t(op), C.uintptr_t(win))))
 }
 
 // FileC2f calls MPI_File_c2f:
@@ -3582,12 +3612,14 @@ func FileGetView(fh File, disp *Offset, etype *Datatype, filetype *Datatype, dat
 //	int MPI_File_iread(MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileIread(fh File, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_iread)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_iread(C.uintptr_t(fp), C.uintptr_t(fh), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_iread(C.uintptr_t(fp), C.uintptr_t(fh), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // FileIreadAll calls MPI_File_iread_all:
@@ -3595,12 +3627,14 @@ func FileIread(fh File, buf unsafe.Pointer, count int32, datatype Datatype, requ
 //	int MPI_File_iread_all(MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileIreadAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_iread_all)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_iread_all(C.uintptr_t(fp), C.uintptr_t(fh), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_iread_all(C.uintptr_t(fp), C.uintptr_t(fh), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // FileIreadAt calls MPI_File_iread_at:
@@ -3608,12 +3642,14 @@ func FileIreadAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, r
 //	int MPI_File_iread_at(MPI_File fh, MPI_Offset offset, void *buf, int count, MPI_Datatype datatype, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileIreadAt(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_iread_at)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_iread_at(C.uintptr_t(fp), C.uintptr_t(fh), C.longlong(offset), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_iread_at(C.uintptr_t(fp), C.uintptr_t(fh), C.longlong(offset), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // FileIreadAtAll calls MPI_File_iread_at_all:
@@ -3621,12 +3657,14 @@ func FileIreadAt(fh File, offset Offset, buf unsafe.Pointer, count int32, dataty
 //	int MPI_File_iread_at_all(MPI_File fh, MPI_Offset offset, void *buf, int count, MPI_Datatype datatype, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileIreadAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_iread_at_all)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_iread_at_all(C.uintptr_t(fp), C.uintptr_t(fh), C.longlong(offset), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_iread_at_all(C.uintptr_t(fp), C.uintptr_t(fh), C.longlong(offset), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // FileIreadShared calls MPI_File_iread_shared:
@@ -3634,12 +3672,14 @@ func FileIreadAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, dat
 //	int MPI_File_iread_shared(MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileIreadShared(fh File, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_iread_shared)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_iread_shared(C.uintptr_t(fp), C.uintptr_t(fh), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_iread_shared(C.uintptr_t(fp), C.uintptr_t(fh), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // FileIwrite calls MPI_File_iwrite:
@@ -3647,12 +3687,14 @@ func FileIreadShared(fh File, buf unsafe.Pointer, count int32, datatype Datatype
 //	int MPI_File_iwrite(MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileIwrite(fh File, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_iwrite)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_iwrite(C.uintptr_t(fp), C.uintptr_t(fh), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_iwrite(C.uintptr_t(fp), C.uintptr_t(fh), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // FileIwriteAll calls MPI_File_iwrite_all:
@@ -3660,12 +3702,14 @@ func FileIwrite(fh File, buf unsafe.Pointer, count int32, datatype Datatype, req
 //	int MPI_File_iwrite_all(MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileIwriteAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_iwrite_all)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_iwrite_all(C.uintptr_t(fp), C.uintptr_t(fh), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_iwrite_all(C.uintptr_t(fp), C.uintptr_t(fh), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // FileIwriteAt calls MPI_File_iwrite_at:
@@ -3673,12 +3717,14 @@ func FileIwriteAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, 
 //	int MPI_File_iwrite_at(MPI_File fh, MPI_Offset offset, const void *buf, int count, MPI_Datatype datatype, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileIwriteAt(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_iwrite_at)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_iwrite_at(C.uintptr_t(fp), C.uintptr_t(fh), C.longlong(offset), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_iwrite_at(C.uintptr_t(fp), C.uintptr_t(fh), C.longlong(offset), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // FileIwriteAtAll calls MPI_File_iwrite_at_all:
@@ -3686,12 +3732,14 @@ func FileIwriteAt(fh File, offset Offset, buf unsafe.Pointer, count int32, datat
 //	int MPI_File_iwrite_at_all(MPI_File fh, MPI_Offset offset, const void *buf, int count, MPI_Datatype datatype, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileIwriteAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_iwrite_at_all)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_iwrite_at_all(C.uintptr_t(fp), C.uintptr_t(fh), C.longlong(offset), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_iwrite_at_all(C.uintptr_t(fp), C.uintptr_t(fh), C.longlong(offset), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // FileIwriteShared calls MPI_File_iwrite_shared:
@@ -3699,12 +3747,14 @@ func FileIwriteAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, da
 //	int MPI_File_iwrite_shared(MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileIwriteShared(fh File, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_iwrite_shared)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_iwrite_shared(C.uintptr_t(fp), C.uintptr_t(fh), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_iwrite_shared(C.uintptr_t(fp), C.uintptr_t(fh), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // FileOpen calls MPI_File_open:
@@ -3738,12 +3788,14 @@ func FilePreallocate(fh File, size Offset) error {
 //	int MPI_File_read(MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileRead(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_read)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_read(C.uintptr_t(fp), C.uintptr_t(fh), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), (*C.MPI_Status)(unsafe.Pointer(status)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_read(C.uintptr_t(fp), C.uintptr_t(fh), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), (*C.MPI_Status)(unsafe.Pointer(status)))))
 }
 
 // FileReadAll calls MPI_File_read_all:
@@ -3751,12 +3803,14 @@ func FileRead(fh File, buf unsafe.Pointer, count int32, datatype Datatype, statu
 //	int MPI_File_read_all(MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileReadAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_read_all)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_read_all(C.uintptr_t(fp), C.uintptr_t(fh), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), (*C.MPI_Status)(unsafe.Pointer(status)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_read_all(C.uintptr_t(fp), C.uintptr_t(fh), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), (*C.MPI_Status)(unsafe.Pointer(status)))))
 }
 
 // FileReadAllBegin calls MPI_File_read_all_begin:
@@ -3764,12 +3818,14 @@ func FileReadAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, st
 //	int MPI_File_read_all_begin(MPI_File fh, void *buf, int count, MPI_Datatype datatype)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileReadAllBegin(fh File, buf unsafe.Pointer, count int32, datatype Datatype) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_read_all_begin)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_read_all_begin(C.uintptr_t(fp), C.uintptr_t(fh), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_read_all_begin(C.uintptr_t(fp), C.uintptr_t(fh), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype))))
 }
 
 // FileReadAllEnd calls MPI_File_read_all_end:
@@ -3777,12 +3833,14 @@ func FileReadAllBegin(fh File, buf unsafe.Pointer, count int32, datatype Datatyp
 //	int MPI_File_read_all_end(MPI_File fh, void *buf, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileReadAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_read_all_end)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_read_all_end(C.uintptr_t(fp), C.uintptr_t(fh), unsafe.Pointer(buf), (*C.MPI_Status)(unsafe.Pointer(status)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_read_all_end(C.uintptr_t(fp), C.uintptr_t(fh), (*C.char)(unsafe.Pointer(buf)), (*C.MPI_Status)(unsafe.Pointer(status)))))
 }
 
 // FileReadAt calls MPI_File_read_at:
@@ -3790,12 +3848,14 @@ func FileReadAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 //	int MPI_File_read_at(MPI_File fh, MPI_Offset offset, void *buf, int count, MPI_Datatype datatype, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileReadAt(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_read_at)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_read_at(C.uintptr_t(fp), C.uintptr_t(fh), C.longlong(offset), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), (*C.MPI_Status)(unsafe.Pointer(status)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_read_at(C.uintptr_t(fp), C.uintptr_t(fh), C.longlong(offset), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), (*C.MPI_Status)(unsafe.Pointer(status)))))
 }
 
 // FileReadAtAll calls MPI_File_read_at_all:
@@ -3803,12 +3863,14 @@ func FileReadAt(fh File, offset Offset, buf unsafe.Pointer, count int32, datatyp
 //	int MPI_File_read_at_all(MPI_File fh, MPI_Offset offset, void *buf, int count, MPI_Datatype datatype, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileReadAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_read_at_all)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_read_at_all(C.uintptr_t(fp), C.uintptr_t(fh), C.longlong(offset), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), (*C.MPI_Status)(unsafe.Pointer(status)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_read_at_all(C.uintptr_t(fp), C.uintptr_t(fh), C.longlong(offset), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), (*C.MPI_Status)(unsafe.Pointer(status)))))
 }
 
 // FileReadAtAllBegin calls MPI_File_read_at_all_begin:
@@ -3816,12 +3878,14 @@ func FileReadAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, data
 //	int MPI_File_read_at_all_begin(MPI_File fh, MPI_Offset offset, void *buf, int count, MPI_Datatype datatype)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileReadAtAllBegin(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_read_at_all_begin)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_read_at_all_begin(C.uintptr_t(fp), C.uintptr_t(fh), C.longlong(offset), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_read_at_all_begin(C.uintptr_t(fp), C.uintptr_t(fh), C.longlong(offset), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype))))
 }
 
 // FileReadAtAllEnd calls MPI_File_read_at_all_end:
@@ -3829,12 +3893,14 @@ func FileReadAtAllBegin(fh File, offset Offset, buf unsafe.Pointer, count int32,
 //	int MPI_File_read_at_all_end(MPI_File fh, void *buf, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileReadAtAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_read_at_all_end)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_read_at_all_end(C.uintptr_t(fp), C.uintptr_t(fh), unsafe.Pointer(buf), (*C.MPI_Status)(unsafe.Pointer(status)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_read_at_all_end(C.uintptr_t(fp), C.uintptr_t(fh), (*C.char)(unsafe.Pointer(buf)), (*C.MPI_Status)(unsafe.Pointer(status)))))
 }
 
 // FileReadOrdered calls MPI_File_read_ordered:
@@ -3842,12 +3908,14 @@ func FileReadAtAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 //	int MPI_File_read_ordered(MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileReadOrdered(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_read_ordered)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_read_ordered(C.uintptr_t(fp), C.uintptr_t(fh), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), (*C.MPI_Status)(unsafe.Pointer(status)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_read_ordered(C.uintptr_t(fp), C.uintptr_t(fh), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), (*C.MPI_Status)(unsafe.Pointer(status)))))
 }
 
 // FileReadOrderedBegin calls MPI_File_read_ordered_begin:
@@ -3855,12 +3923,14 @@ func FileReadOrdered(fh File, buf unsafe.Pointer, count int32, datatype Datatype
 //	int MPI_File_read_ordered_begin(MPI_File fh, void *buf, int count, MPI_Datatype datatype)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileReadOrderedBegin(fh File, buf unsafe.Pointer, count int32, datatype Datatype) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_read_ordered_begin)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_read_ordered_begin(C.uintptr_t(fp), C.uintptr_t(fh), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_read_ordered_begin(C.uintptr_t(fp), C.uintptr_t(fh), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype))))
 }
 
 // FileReadOrderedEnd calls MPI_File_read_ordered_end:
@@ -3868,12 +3938,14 @@ func FileReadOrderedBegin(fh File, buf unsafe.Pointer, count int32, datatype Dat
 //	int MPI_File_read_ordered_end(MPI_File fh, void *buf, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileReadOrderedEnd(fh File, buf unsafe.Pointer, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_read_ordered_end)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_read_ordered_end(C.uintptr_t(fp), C.uintptr_t(fh), unsafe.Pointer(buf), (*C.MPI_Status)(unsafe.Pointer(status)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_read_ordered_end(C.uintptr_t(fp), C.uintptr_t(fh), (*C.char)(unsafe.Pointer(buf)), (*C.MPI_Status)(unsafe.Pointer(status)))))
 }
 
 // FileReadShared calls MPI_File_read_shared:
@@ -3881,12 +3953,14 @@ func FileReadOrderedEnd(fh File, buf unsafe.Pointer, status *Status) error {
 //	int MPI_File_read_shared(MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileReadShared(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_read_shared)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_read_shared(C.uintptr_t(fp), C.uintptr_t(fh), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), (*C.MPI_Status)(unsafe.Pointer(status)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_read_shared(C.uintptr_t(fp), C.uintptr_t(fh), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), (*C.MPI_Status)(unsafe.Pointer(status)))))
 }
 
 // FileSeek calls MPI_File_seek:
@@ -3998,12 +4072,14 @@ func FileSync(fh File) error {
 //	int MPI_File_write(MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileWrite(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_write)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_write(C.uintptr_t(fp), C.uintptr_t(fh), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), (*C.MPI_Status)(unsafe.Pointer(status)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_write(C.uintptr_t(fp), C.uintptr_t(fh), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), (*C.MPI_Status)(unsafe.Pointer(status)))))
 }
 
 // FileWriteAll calls MPI_File_write_all:
@@ -4011,12 +4087,14 @@ func FileWrite(fh File, buf unsafe.Pointer, count int32, datatype Datatype, stat
 //	int MPI_File_write_all(MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileWriteAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_write_all)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_write_all(C.uintptr_t(fp), C.uintptr_t(fh), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), (*C.MPI_Status)(unsafe.Pointer(status)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_write_all(C.uintptr_t(fp), C.uintptr_t(fh), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), (*C.MPI_Status)(unsafe.Pointer(status)))))
 }
 
 // FileWriteAllBegin calls MPI_File_write_all_begin:
@@ -4024,12 +4102,14 @@ func FileWriteAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, s
 //	int MPI_File_write_all_begin(MPI_File fh, const void *buf, int count, MPI_Datatype datatype)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileWriteAllBegin(fh File, buf unsafe.Pointer, count int32, datatype Datatype) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_write_all_begin)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_write_all_begin(C.uintptr_t(fp), C.uintptr_t(fh), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_write_all_begin(C.uintptr_t(fp), C.uintptr_t(fh), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype))))
 }
 
 // FileWriteAllEnd calls MPI_File_write_all_end:
@@ -4037,12 +4117,14 @@ func FileWriteAllBegin(fh File, buf unsafe.Pointer, count int32, datatype Dataty
 //	int MPI_File_write_all_end(MPI_File fh, const void *buf, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileWriteAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_write_all_end)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_write_all_end(C.uintptr_t(fp), C.uintptr_t(fh), unsafe.Pointer(buf), (*C.MPI_Status)(unsafe.Pointer(status)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_write_all_end(C.uintptr_t(fp), C.uintptr_t(fh), (*C.char)(unsafe.Pointer(buf)), (*C.MPI_Status)(unsafe.Pointer(status)))))
 }
 
 // FileWriteAt calls MPI_File_write_at:
@@ -4050,12 +4132,14 @@ func FileWriteAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 //	int MPI_File_write_at(MPI_File fh, MPI_Offset offset, const void *buf, int count, MPI_Datatype datatype, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileWriteAt(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_write_at)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_write_at(C.uintptr_t(fp), C.uintptr_t(fh), C.longlong(offset), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), (*C.MPI_Status)(unsafe.Pointer(status)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_write_at(C.uintptr_t(fp), C.uintptr_t(fh), C.longlong(offset), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), (*C.MPI_Status)(unsafe.Pointer(status)))))
 }
 
 // FileWriteAtAll calls MPI_File_write_at_all:
@@ -4063,12 +4147,14 @@ func FileWriteAt(fh File, offset Offset, buf unsafe.Pointer, count int32, dataty
 //	int MPI_File_write_at_all(MPI_File fh, MPI_Offset offset, const void *buf, int count, MPI_Datatype datatype, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileWriteAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_write_at_all)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_write_at_all(C.uintptr_t(fp), C.uintptr_t(fh), C.longlong(offset), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), (*C.MPI_Status)(unsafe.Pointer(status)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_write_at_all(C.uintptr_t(fp), C.uintptr_t(fh), C.longlong(offset), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), (*C.MPI_Status)(unsafe.Pointer(status)))))
 }
 
 // FileWriteAtAllBegin calls MPI_File_write_at_all_begin:
@@ -4076,12 +4162,14 @@ func FileWriteAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, dat
 //	int MPI_File_write_at_all_begin(MPI_File fh, MPI_Offset offset, const void *buf, int count, MPI_Datatype datatype)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileWriteAtAllBegin(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_write_at_all_begin)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_write_at_all_begin(C.uintptr_t(fp), C.uintptr_t(fh), C.longlong(offset), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_write_at_all_begin(C.uintptr_t(fp), C.uintptr_t(fh), C.longlong(offset), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype))))
 }
 
 // FileWriteAtAllEnd calls MPI_File_write_at_all_end:
@@ -4089,12 +4177,14 @@ func FileWriteAtAllBegin(fh File, offset Offset, buf unsafe.Pointer, count int32
 //	int MPI_File_write_at_all_end(MPI_File fh, const void *buf, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileWriteAtAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_write_at_all_end)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_write_at_all_end(C.uintptr_t(fp), C.uintptr_t(fh), unsafe.Pointer(buf), (*C.MPI_Status)(unsafe.Pointer(status)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_write_at_all_end(C.uintptr_t(fp), C.uintptr_t(fh), (*C.char)(unsafe.Pointer(buf)), (*C.MPI_Status)(unsafe.Pointer(status)))))
 }
 
 // FileWriteOrdered calls MPI_File_write_ordered:
@@ -4102,12 +4192,14 @@ func FileWriteAtAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 //	int MPI_File_write_ordered(MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileWriteOrdered(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_write_ordered)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_write_ordered(C.uintptr_t(fp), C.uintptr_t(fh), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), (*C.MPI_Status)(unsafe.Pointer(status)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_write_ordered(C.uintptr_t(fp), C.uintptr_t(fh), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), (*C.MPI_Status)(unsafe.Pointer(status)))))
 }
 
 // FileWriteOrderedBegin calls MPI_File_write_ordered_begin:
@@ -4115,12 +4207,14 @@ func FileWriteOrdered(fh File, buf unsafe.Pointer, count int32, datatype Datatyp
 //	int MPI_File_write_ordered_begin(MPI_File fh, const void *buf, int count, MPI_Datatype datatype)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileWriteOrderedBegin(fh File, buf unsafe.Pointer, count int32, datatype Datatype) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_write_ordered_begin)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_write_ordered_begin(C.uintptr_t(fp), C.uintptr_t(fh), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_write_ordered_begin(C.uintptr_t(fp), C.uintptr_t(fh), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype))))
 }
 
 // FileWriteOrderedEnd calls MPI_File_write_ordered_end:
@@ -4128,12 +4222,14 @@ func FileWriteOrderedBegin(fh File, buf unsafe.Pointer, count int32, datatype Da
 //	int MPI_File_write_ordered_end(MPI_File fh, const void *buf, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileWriteOrderedEnd(fh File, buf unsafe.Pointer, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_write_ordered_end)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_write_ordered_end(C.uintptr_t(fp), C.uintptr_t(fh), unsafe.Pointer(buf), (*C.MPI_Status)(unsafe.Pointer(status)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_write_ordered_end(C.uintptr_t(fp), C.uintptr_t(fh), (*C.char)(unsafe.Pointer(buf)), (*C.MPI_Status)(unsafe.Pointer(status)))))
 }
 
 // FileWriteShared calls MPI_File_write_shared:
@@ -4141,12 +4237,14 @@ func FileWriteOrderedEnd(fh File, buf unsafe.Pointer, status *Status) error {
 //	int MPI_File_write_shared(MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileWriteShared(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_write_shared)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_write_shared(C.uintptr_t(fp), C.uintptr_t(fh), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), (*C.MPI_Status)(unsafe.Pointer(status)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_File_write_shared(C.uintptr_t(fp), C.uintptr_t(fh), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), (*C.MPI_Status)(unsafe.Pointer(status)))))
 }
 
 // Finalize calls MPI_Finalize:
@@ -4193,12 +4291,14 @@ func FreeMem(base unsafe.Pointer) error {
 //	int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Gather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, root int32, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Gather)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Gather(C.uintptr_t(fp), unsafe.Pointer(sendbuf), C.int(sendcount), C.uintptr_t(sendtype), unsafe.Pointer(recvbuf), C.int(recvcount), C.uintptr_t(recvtype), C.int(root), C.uintptr_t(comm))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Gather(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), C.int(sendcount), C.uintptr_t(sendtype), (*C.char)(unsafe.Pointer(recvbuf)), C.int(recvcount), C.uintptr_t(recvtype), C.int(root), C.uintptr_t(comm))))
 }
 
 // Gatherv calls MPI_Gatherv:
@@ -4206,12 +4306,14 @@ func Gather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf 
 //	int MPI_Gatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, const int *recvcounts, const int *displs, MPI_Datatype recvtype, int root, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Gatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, displs *int32, recvtype Datatype, root int32, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Gatherv)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Gatherv(C.uintptr_t(fp), unsafe.Pointer(sendbuf), C.int(sendcount), C.uintptr_t(sendtype), unsafe.Pointer(recvbuf), (*C.int)(unsafe.Pointer(recvcounts)), (*C.int)(unsafe.Pointer(displs)), C.uintptr_t(recvtype), C.int(root), C.uintptr_t(comm))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Gatherv(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), C.int(sendcount), C.uintptr_t(sendtype), (*C.char)(unsafe.Pointer(recvbuf)), (*C.int)(unsafe.Pointer(recvcounts)), (*C.int)(unsafe.Pointer(displs)), C.uintptr_t(recvtype), C.int(root), C.uintptr_t(comm))))
 }
 
 // Get calls MPI_Get:
@@ -4219,12 +4321,14 @@ func Gatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf
 //	int MPI_Get(void *origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Win win)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Get(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, win Win) error {
 	fp, err := lib.Resolve(&_sym_MPI_Get)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Get(C.uintptr_t(fp), unsafe.Pointer(origin_addr), C.int(origin_count), C.uintptr_t(origin_datatype), C.int(target_rank), C.ptrdiff_t(target_disp), C.int(target_count), C.uintptr_t(target_datatype), C.uintptr_t(win))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Get(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(origin_addr)), C.int(origin_count), C.uintptr_t(origin_datatype), C.int(target_rank), C.ptrdiff_t(target_disp), C.int(target_count), C.uintptr_t(target_datatype), C.uintptr_t(win))))
 }
 
 // GetAccumulate calls MPI_Get_accumulate:
@@ -4232,12 +4336,14 @@ func Get(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatyp
 //	int MPI_Get_accumulate(const void *origin_addr, int origin_count, MPI_Datatype origin_datatype, void *result_addr, int result_count, MPI_Datatype result_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Op op, MPI_Win win)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// origin_addr and result_addr are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func GetAccumulate(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, result_addr unsafe.Pointer, result_count int32, result_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, op Op, win Win) error {
 	fp, err := lib.Resolve(&_sym_MPI_Get_accumulate)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Get_accumulate(C.uintptr_t(fp), unsafe.Pointer(origin_addr), C.int(origin_count), C.uintptr_t(origin_datatype), unsafe.Pointer(result_addr), C.int(result_count), C.uintptr_t(result_datatype), C.int(target_rank), C.ptrdiff_t(target_disp), C.int(target_count), C.uintptr_t(target_datatype), C.uintptr_t(op), C.uintptr_t(win))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Get_accumulate(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(origin_addr)), C.int(origin_count), C.uintptr_t(origin_datatype), (*C.char)(unsafe.Pointer(result_addr)), C.int(result_count), C.uintptr_t(result_datatype), C.int(target_rank), C.ptrdiff_t(target_disp), C.int(target_count), C.uintptr_t(target_datatype), C.uintptr_t(op), C.uintptr_t(win))))
 }
 
 // GetAddress calls MPI_Get_address:
@@ -4622,12 +4728,14 @@ func GroupUnion(group1 Group, group2 Group, newgroup *Group) error {
 //	int MPI_Iallgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Iallgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Iallgather)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Iallgather(C.uintptr_t(fp), unsafe.Pointer(sendbuf), C.int(sendcount), C.uintptr_t(sendtype), unsafe.Pointer(recvbuf), C.int(recvcount), C.uintptr_t(recvtype), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Iallgather(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), C.int(sendcount), C.uintptr_t(sendtype), (*C.char)(unsafe.Pointer(recvbuf)), C.int(recvcount), C.uintptr_t(recvtype), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // Iallgatherv calls MPI_Iallgatherv:
@@ -4635,12 +4743,14 @@ func Iallgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recv
 //	int MPI_Iallgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, const int *recvcounts, const int *displs, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Iallgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, displs *int32, recvtype Datatype, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Iallgatherv)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Iallgatherv(C.uintptr_t(fp), unsafe.Pointer(sendbuf), C.int(sendcount), C.uintptr_t(sendtype), unsafe.Pointer(recvbuf), (*C.int)(unsafe.Pointer(recvcounts)), (*C.int)(unsafe.Pointer(displs)), C.uintptr_t(recvtype), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Iallgatherv(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), C.int(sendcount), C.uintptr_t(sendtype), (*C.char)(unsafe.Pointer(recvbuf)), (*C.int)(unsafe.Pointer(recvcounts)), (*C.int)(unsafe.Pointer(displs)), C.uintptr_t(recvtype), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // Iallreduce calls MPI_Iallreduce:
@@ -4648,12 +4758,14 @@ func Iallgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, rec
 //	int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Iallreduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Iallreduce)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Iallreduce(C.uintptr_t(fp), unsafe.Pointer(sendbuf), unsafe.Pointer(recvbuf), C.int(count), C.uintptr_t(datatype), C.uintptr_t(op), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Iallreduce(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), (*C.char)(unsafe.Pointer(recvbuf)), C.int(count), C.uintptr_t(datatype), C.uintptr_t(op), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // Ialltoall calls MPI_Ialltoall:
@@ -4661,12 +4773,14 @@ func Iallreduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, dat
 //	int MPI_Ialltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Ialltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ialltoall)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ialltoall(C.uintptr_t(fp), unsafe.Pointer(sendbuf), C.int(sendcount), C.uintptr_t(sendtype), unsafe.Pointer(recvbuf), C.int(recvcount), C.uintptr_t(recvtype), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ialltoall(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), C.int(sendcount), C.uintptr_t(sendtype), (*C.char)(unsafe.Pointer(recvbuf)), C.int(recvcount), C.uintptr_t(recvtype), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // Ialltoallv calls MPI_Ialltoallv:
@@ -4674,12 +4788,14 @@ func Ialltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvb
 //	int MPI_Ialltoallv(const void *sendbuf, const int *sendcounts, const int *sdispls, MPI_Datatype sendtype, void *recvbuf, const int *recvcounts, const int *rdispls, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Ialltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *int32, recvtype Datatype, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ialltoallv)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ialltoallv(C.uintptr_t(fp), unsafe.Pointer(sendbuf), (*C.int)(unsafe.Pointer(sendcounts)), (*C.int)(unsafe.Pointer(sdispls)), C.uintptr_t(sendtype), unsafe.Pointer(recvbuf), (*C.int)(unsafe.Pointer(recvcounts)), (*C.int)(unsafe.Pointer(rdispls)), C.uintptr_t(recvtype), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ialltoallv(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), (*C.int)(unsafe.Pointer(sendcounts)), (*C.int)(unsafe.Pointer(sdispls)), C.uintptr_t(sendtype), (*C.char)(unsafe.Pointer(recvbuf)), (*C.int)(unsafe.Pointer(recvcounts)), (*C.int)(unsafe.Pointer(rdispls)), C.uintptr_t(recvtype), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // Ialltoallw calls MPI_Ialltoallw:
@@ -4687,12 +4803,14 @@ func Ialltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendt
 //	int MPI_Ialltoallw(const void *sendbuf, const int *sendcounts, const int *sdispls, const MPI_Datatype *sendtypes, void *recvbuf, const int *recvcounts, const int *rdispls, const MPI_Datatype *recvtypes, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Ialltoallw(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendtypes *Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *int32, recvtypes *Datatype, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ialltoallw)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ialltoallw(C.uintptr_t(fp), unsafe.Pointer(sendbuf), (*C.int)(unsafe.Pointer(sendcounts)), (*C.int)(unsafe.Pointer(sdispls)), (*C.MPI_Datatype)(unsafe.Pointer(sendtypes)), unsafe.Pointer(recvbuf), (*C.int)(unsafe.Pointer(recvcounts)), (*C.int)(unsafe.Pointer(rdispls)), (*C.MPI_Datatype)(unsafe.Pointer(recvtypes)), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ialltoallw(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), (*C.int)(unsafe.Pointer(sendcounts)), (*C.int)(unsafe.Pointer(sdispls)), (*C.MPI_Datatype)(unsafe.Pointer(sendtypes)), (*C.char)(unsafe.Pointer(recvbuf)), (*C.int)(unsafe.Pointer(recvcounts)), (*C.int)(unsafe.Pointer(rdispls)), (*C.MPI_Datatype)(unsafe.Pointer(recvtypes)), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // Ibarrier calls MPI_Ibarrier:
@@ -4713,12 +4831,14 @@ func Ibarrier(comm Comm, request *Request) error {
 //	int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buffer is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Ibcast(buffer unsafe.Pointer, count int32, datatype Datatype, root int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ibcast)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ibcast(C.uintptr_t(fp), unsafe.Pointer(buffer), C.int(count), C.uintptr_t(datatype), C.int(root), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ibcast(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(buffer)), C.int(count), C.uintptr_t(datatype), C.int(root), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // Ibsend calls MPI_Ibsend:
@@ -4726,12 +4846,14 @@ func Ibcast(buffer unsafe.Pointer, count int32, datatype Datatype, root int32, c
 //	int MPI_Ibsend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Ibsend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ibsend)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ibsend(C.uintptr_t(fp), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), C.int(dest), C.int(tag), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ibsend(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), C.int(dest), C.int(tag), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // Iexscan calls MPI_Iexscan:
@@ -4739,12 +4861,14 @@ func Ibsend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag 
 //	int MPI_Iexscan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Iexscan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Iexscan)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Iexscan(C.uintptr_t(fp), unsafe.Pointer(sendbuf), unsafe.Pointer(recvbuf), C.int(count), C.uintptr_t(datatype), C.uintptr_t(op), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Iexscan(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), (*C.char)(unsafe.Pointer(recvbuf)), C.int(count), C.uintptr_t(datatype), C.uintptr_t(op), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // Igather calls MPI_Igather:
@@ -4752,12 +4876,14 @@ func Iexscan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, dataty
 //	int MPI_Igather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Igather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, root int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Igather)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Igather(C.uintptr_t(fp), unsafe.Pointer(sendbuf), C.int(sendcount), C.uintptr_t(sendtype), unsafe.Pointer(recvbuf), C.int(recvcount), C.uintptr_t(recvtype), C.int(root), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Igather(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), C.int(sendcount), C.uintptr_t(sendtype), (*C.char)(unsafe.Pointer(recvbuf)), C.int(recvcount), C.uintptr_t(recvtype), C.int(root), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // Igatherv calls MPI_Igatherv:
@@ -4765,12 +4891,14 @@ func Igather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf
 //	int MPI_Igatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, const int *recvcounts, const int *displs, MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Igatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, displs *int32, recvtype Datatype, root int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Igatherv)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Igatherv(C.uintptr_t(fp), unsafe.Pointer(sendbuf), C.int(sendcount), C.uintptr_t(sendtype), unsafe.Pointer(recvbuf), (*C.int)(unsafe.Pointer(recvcounts)), (*C.int)(unsafe.Pointer(displs)), C.uintptr_t(recvtype), C.int(root), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Igatherv(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), C.int(sendcount), C.uintptr_t(sendtype), (*C.char)(unsafe.Pointer(recvbuf)), (*C.int)(unsafe.Pointer(recvcounts)), (*C.int)(unsafe.Pointer(displs)), C.uintptr_t(recvtype), C.int(root), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // Improbe calls MPI_Improbe:
@@ -4791,12 +4919,14 @@ func Improbe(source int32, tag int32, comm Comm, flag *int32, message *Message, 
 //	int MPI_Imrecv(void *buf, int count, MPI_Datatype type, MPI_Message *message, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Imrecv(buf unsafe.Pointer, count int32, typeArg Datatype, message *Message, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Imrecv)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Imrecv(C.uintptr_t(fp), unsafe.Pointer(buf), C.int(count), C.uintptr_t(typeArg), (*C.MPI_Message)(unsafe.Pointer(message)), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Imrecv(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(typeArg), (*C.MPI_Message)(unsafe.Pointer(message)), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // IneighborAllgather calls MPI_Ineighbor_allgather:
@@ -4804,12 +4934,14 @@ func Imrecv(buf unsafe.Pointer, count int32, typeArg Datatype, message *Message,
 //	int MPI_Ineighbor_allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func IneighborAllgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ineighbor_allgather)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ineighbor_allgather(C.uintptr_t(fp), unsafe.Pointer(sendbuf), C.int(sendcount), C.uintptr_t(sendtype), unsafe.Pointer(recvbuf), C.int(recvcount), C.uintptr_t(recvtype), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ineighbor_allgather(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), C.int(sendcount), C.uintptr_t(sendtype), (*C.char)(unsafe.Pointer(recvbuf)), C.int(recvcount), C.uintptr_t(recvtype), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // IneighborAllgatherv calls MPI_Ineighbor_allgatherv:
@@ -4817,12 +4949,14 @@ func IneighborAllgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Dataty
 //	int MPI_Ineighbor_allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, const int *recvcounts, const int *displs, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func IneighborAllgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, displs *int32, recvtype Datatype, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ineighbor_allgatherv)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ineighbor_allgatherv(C.uintptr_t(fp), unsafe.Pointer(sendbuf), C.int(sendcount), C.uintptr_t(sendtype), unsafe.Pointer(recvbuf), (*C.int)(unsafe.Pointer(recvcounts)), (*C.int)(unsafe.Pointer(displs)), C.uintptr_t(recvtype), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ineighbor_allgatherv(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), C.int(sendcount), C.uintptr_t(sendtype), (*C.char)(unsafe.Pointer(recvbuf)), (*C.int)(unsafe.Pointer(recvcounts)), (*C.int)(unsafe.Pointer(displs)), C.uintptr_t(recvtype), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // IneighborAlltoall calls MPI_Ineighbor_alltoall:
@@ -4830,12 +4964,14 @@ func IneighborAllgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datat
 //	int MPI_Ineighbor_alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func IneighborAlltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ineighbor_alltoall)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ineighbor_alltoall(C.uintptr_t(fp), unsafe.Pointer(sendbuf), C.int(sendcount), C.uintptr_t(sendtype), unsafe.Pointer(recvbuf), C.int(recvcount), C.uintptr_t(recvtype), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ineighbor_alltoall(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), C.int(sendcount), C.uintptr_t(sendtype), (*C.char)(unsafe.Pointer(recvbuf)), C.int(recvcount), C.uintptr_t(recvtype), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // IneighborAlltoallv calls MPI_Ineighbor_alltoallv:
@@ -4843,12 +4979,14 @@ func IneighborAlltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatyp
 //	int MPI_Ineighbor_alltoallv(const void *sendbuf, const int *sendcounts, const int *sdispls, MPI_Datatype sendtype, void *recvbuf, const int *recvcounts, const int *rdispls, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func IneighborAlltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *int32, recvtype Datatype, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ineighbor_alltoallv)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ineighbor_alltoallv(C.uintptr_t(fp), unsafe.Pointer(sendbuf), (*C.int)(unsafe.Pointer(sendcounts)), (*C.int)(unsafe.Pointer(sdispls)), C.uintptr_t(sendtype), unsafe.Pointer(recvbuf), (*C.int)(unsafe.Pointer(recvcounts)), (*C.int)(unsafe.Pointer(rdispls)), C.uintptr_t(recvtype), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ineighbor_alltoallv(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), (*C.int)(unsafe.Pointer(sendcounts)), (*C.int)(unsafe.Pointer(sdispls)), C.uintptr_t(sendtype), (*C.char)(unsafe.Pointer(recvbuf)), (*C.int)(unsafe.Pointer(recvcounts)), (*C.int)(unsafe.Pointer(rdispls)), C.uintptr_t(recvtype), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // IneighborAlltoallw calls MPI_Ineighbor_alltoallw:
@@ -4856,12 +4994,14 @@ func IneighborAlltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int3
 //	int MPI_Ineighbor_alltoallw(const void *sendbuf, const int *sendcounts, const MPI_Aint *sdispls, const MPI_Datatype *sendtypes, void *recvbuf, const int *recvcounts, const MPI_Aint *rdispls, const MPI_Datatype *recvtypes, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func IneighborAlltoallw(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *Aint, sendtypes *Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *Aint, recvtypes *Datatype, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ineighbor_alltoallw)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ineighbor_alltoallw(C.uintptr_t(fp), unsafe.Pointer(sendbuf), (*C.int)(unsafe.Pointer(sendcounts)), (*C.MPI_Aint)(unsafe.Pointer(sdispls)), (*C.MPI_Datatype)(unsafe.Pointer(sendtypes)), unsafe.Pointer(recvbuf), (*C.int)(unsafe.Pointer(recvcounts)), (*C.MPI_Aint)(unsafe.Pointer(rdispls)), (*C.MPI_Datatype)(unsafe.Pointer(recvtypes)), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ineighbor_alltoallw(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), (*C.int)(unsafe.Pointer(sendcounts)), (*C.MPI_Aint)(unsafe.Pointer(sdispls)), (*C.MPI_Datatype)(unsafe.Pointer(sendtypes)), (*C.char)(unsafe.Pointer(recvbuf)), (*C.int)(unsafe.Pointer(recvcounts)), (*C.MPI_Aint)(unsafe.Pointer(rdispls)), (*C.MPI_Datatype)(unsafe.Pointer(recvtypes)), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // InfoC2f calls MPI_Info_c2f:
@@ -5090,12 +5230,14 @@ func Iprobe(source int32, tag int32, comm Comm, flag *int32, status *Status) err
 //	int MPI_Irecv(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Irecv(buf unsafe.Pointer, count int32, datatype Datatype, source int32, tag int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Irecv)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Irecv(C.uintptr_t(fp), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), C.int(source), C.int(tag), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Irecv(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), C.int(source), C.int(tag), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // Ireduce calls MPI_Ireduce:
@@ -5103,12 +5245,14 @@ func Irecv(buf unsafe.Pointer, count int32, datatype Datatype, source int32, tag
 //	int MPI_Ireduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Ireduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, root int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ireduce)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ireduce(C.uintptr_t(fp), unsafe.Pointer(sendbuf), unsafe.Pointer(recvbuf), C.int(count), C.uintptr_t(datatype), C.uintptr_t(op), C.int(root), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ireduce(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), (*C.char)(unsafe.Pointer(recvbuf)), C.int(count), C.uintptr_t(datatype), C.uintptr_t(op), C.int(root), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // IreduceScatter calls MPI_Ireduce_scatter:
@@ -5116,12 +5260,14 @@ func Ireduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, dataty
 //	int MPI_Ireduce_scatter(const void *sendbuf, void *recvbuf, const int *recvcounts, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func IreduceScatter(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcounts *int32, datatype Datatype, op Op, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ireduce_scatter)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ireduce_scatter(C.uintptr_t(fp), unsafe.Pointer(sendbuf), unsafe.Pointer(recvbuf), (*C.int)(unsafe.Pointer(recvcounts)), C.uintptr_t(datatype), C.uintptr_t(op), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ireduce_scatter(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), (*C.char)(unsafe.Pointer(recvbuf)), (*C.int)(unsafe.Pointer(recvcounts)), C.uintptr_t(datatype), C.uintptr_t(op), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // IreduceScatterBlock calls MPI_Ireduce_scatter_block:
@@ -5129,12 +5275,14 @@ func IreduceScatter(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcounts *
 //	int MPI_Ireduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func IreduceScatterBlock(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcount int32, datatype Datatype, op Op, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ireduce_scatter_block)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ireduce_scatter_block(C.uintptr_t(fp), unsafe.Pointer(sendbuf), unsafe.Pointer(recvbuf), C.int(recvcount), C.uintptr_t(datatype), C.uintptr_t(op), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ireduce_scatter_block(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), (*C.char)(unsafe.Pointer(recvbuf)), C.int(recvcount), C.uintptr_t(datatype), C.uintptr_t(op), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // Irsend calls MPI_Irsend:
@@ -5142,12 +5290,14 @@ func IreduceScatterBlock(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcou
 //	int MPI_Irsend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Irsend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Irsend)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Irsend(C.uintptr_t(fp), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), C.int(dest), C.int(tag), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Irsend(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), C.int(dest), C.int(tag), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // IsThreadMain calls MPI_Is_thread_main:
@@ -5168,12 +5318,14 @@ func IsThreadMain(flag *int32) error {
 //	int MPI_Iscan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Iscan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Iscan)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Iscan(C.uintptr_t(fp), unsafe.Pointer(sendbuf), unsafe.Pointer(recvbuf), C.int(count), C.uintptr_t(datatype), C.uintptr_t(op), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Iscan(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), (*C.char)(unsafe.Pointer(recvbuf)), C.int(count), C.uintptr_t(datatype), C.uintptr_t(op), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // Iscatter calls MPI_Iscatter:
@@ -5181,12 +5333,14 @@ func Iscan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype
 //	int MPI_Iscatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Iscatter(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, root int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Iscatter)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Iscatter(C.uintptr_t(fp), unsafe.Pointer(sendbuf), C.int(sendcount), C.uintptr_t(sendtype), unsafe.Pointer(recvbuf), C.int(recvcount), C.uintptr_t(recvtype), C.int(root), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Iscatter(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), C.int(sendcount), C.uintptr_t(sendtype), (*C.char)(unsafe.Pointer(recvbuf)), C.int(recvcount), C.uintptr_t(recvtype), C.int(root), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // Iscatterv calls MPI_Iscatterv:
@@ -5194,12 +5348,14 @@ func Iscatter(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbu
 //	int MPI_Iscatterv(const void *sendbuf, const int *sendcounts, const int *displs, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Iscatterv(sendbuf unsafe.Pointer, sendcounts *int32, displs *int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, root int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Iscatterv)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Iscatterv(C.uintptr_t(fp), unsafe.Pointer(sendbuf), (*C.int)(unsafe.Pointer(sendcounts)), (*C.int)(unsafe.Pointer(displs)), C.uintptr_t(sendtype), unsafe.Pointer(recvbuf), C.int(recvcount), C.uintptr_t(recvtype), C.int(root), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Iscatterv(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), (*C.int)(unsafe.Pointer(sendcounts)), (*C.int)(unsafe.Pointer(displs)), C.uintptr_t(sendtype), (*C.char)(unsafe.Pointer(recvbuf)), C.int(recvcount), C.uintptr_t(recvtype), C.int(root), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // Isend calls MPI_Isend:
@@ -5207,12 +5363,14 @@ func Iscatterv(sendbuf unsafe.Pointer, sendcounts *int32, displs *int32, sendtyp
 //	int MPI_Isend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Isend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Isend)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Isend(C.uintptr_t(fp), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), C.int(dest), C.int(tag), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Isend(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), C.int(dest), C.int(tag), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // Issend calls MPI_Issend:
@@ -5220,12 +5378,14 @@ func Isend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag i
 //	int MPI_Issend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Issend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Issend)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Issend(C.uintptr_t(fp), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), C.int(dest), C.int(tag), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Issend(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), C.int(dest), C.int(tag), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // KeyvalCreate calls MPI_Keyval_create:
@@ -5311,12 +5471,14 @@ func Mprobe(source int32, tag int32, comm Comm, message *Message, status *Status
 //	int MPI_Mrecv(void *buf, int count, MPI_Datatype type, MPI_Message *message, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Mrecv(buf unsafe.Pointer, count int32, typeArg Datatype, message *Message, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_Mrecv)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Mrecv(C.uintptr_t(fp), unsafe.Pointer(buf), C.int(count), C.uintptr_t(typeArg), (*C.MPI_Message)(unsafe.Pointer(message)), (*C.MPI_Status)(unsafe.Pointer(status)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Mrecv(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(typeArg), (*C.MPI_Message)(unsafe.Pointer(message)), (*C.MPI_Status)(unsafe.Pointer(status)))))
 }
 
 // NeighborAllgather calls MPI_Neighbor_allgather:
@@ -5324,12 +5486,14 @@ func Mrecv(buf unsafe.Pointer, count int32, typeArg Datatype, message *Message, 
 //	int MPI_Neighbor_allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func NeighborAllgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Neighbor_allgather)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Neighbor_allgather(C.uintptr_t(fp), unsafe.Pointer(sendbuf), C.int(sendcount), C.uintptr_t(sendtype), unsafe.Pointer(recvbuf), C.int(recvcount), C.uintptr_t(recvtype), C.uintptr_t(comm))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Neighbor_allgather(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), C.int(sendcount), C.uintptr_t(sendtype), (*C.char)(unsafe.Pointer(recvbuf)), C.int(recvcount), C.uintptr_t(recvtype), C.uintptr_t(comm))))
 }
 
 // NeighborAllgatherv calls MPI_Neighbor_allgatherv:
@@ -5337,12 +5501,14 @@ func NeighborAllgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatyp
 //	int MPI_Neighbor_allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, const int *recvcounts, const int *displs, MPI_Datatype recvtype, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func NeighborAllgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, displs *int32, recvtype Datatype, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Neighbor_allgatherv)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Neighbor_allgatherv(C.uintptr_t(fp), unsafe.Pointer(sendbuf), C.int(sendcount), C.uintptr_t(sendtype), unsafe.Pointer(recvbuf), (*C.int)(unsafe.Pointer(recvcounts)), (*C.int)(unsafe.Pointer(displs)), C.uintptr_t(recvtype), C.uintptr_t(comm))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Neighbor_allgatherv(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), C.int(sendcount), C.uintptr_t(sendtype), (*C.char)(unsafe.Pointer(recvbuf)), (*C.int)(unsafe.Pointer(recvcounts)), (*C.int)(unsafe.Pointer(displs)), C.uintptr_t(recvtype), C.uintptr_t(comm))))
 }
 
 // NeighborAlltoall calls MPI_Neighbor_alltoall:
@@ -5350,12 +5516,14 @@ func NeighborAllgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Dataty
 //	int MPI_Neighbor_alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func NeighborAlltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Neighbor_alltoall)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Neighbor_alltoall(C.uintptr_t(fp), unsafe.Pointer(sendbuf), C.int(sendcount), C.uintptr_t(sendtype), unsafe.Pointer(recvbuf), C.int(recvcount), C.uintptr_t(recvtype), C.uintptr_t(comm))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Neighbor_alltoall(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), C.int(sendcount), C.uintptr_t(sendtype), (*C.char)(unsafe.Pointer(recvbuf)), C.int(recvcount), C.uintptr_t(recvtype), C.uintptr_t(comm))))
 }
 
 // NeighborAlltoallv calls MPI_Neighbor_alltoallv:
@@ -5363,12 +5531,14 @@ func NeighborAlltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype
 //	int MPI_Neighbor_alltoallv(const void *sendbuf, const int *sendcounts, const int *sdispls, MPI_Datatype sendtype, void *recvbuf, const int *recvcounts, const int *rdispls, MPI_Datatype recvtype, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func NeighborAlltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *int32, recvtype Datatype, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Neighbor_alltoallv)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Neighbor_alltoallv(C.uintptr_t(fp), unsafe.Pointer(sendbuf), (*C.int)(unsafe.Pointer(sendcounts)), (*C.int)(unsafe.Pointer(sdispls)), C.uintptr_t(sendtype), unsafe.Pointer(recvbuf), (*C.int)(unsafe.Pointer(recvcounts)), (*C.int)(unsafe.Pointer(rdispls)), C.uintptr_t(recvtype), C.uintptr_t(comm))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Neighbor_alltoallv(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), (*C.int)(unsafe.Pointer(sendcounts)), (*C.int)(unsafe.Pointer(sdispls)), C.uintptr_t(sendtype), (*C.char)(unsafe.Pointer(recvbuf)), (*C.int)(unsafe.Pointer(recvcounts)), (*C.int)(unsafe.Pointer(rdispls)), C.uintptr_t(recvtype), C.uintptr_t(comm))))
 }
 
 // NeighborAlltoallw calls MPI_Neighbor_alltoallw:
@@ -5376,12 +5546,14 @@ func NeighborAlltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32
 //	int MPI_Neighbor_alltoallw(const void *sendbuf, const int *sendcounts, const MPI_Aint *sdispls, const MPI_Datatype *sendtypes, void *recvbuf, const int *recvcounts, const MPI_Aint *rdispls, const MPI_Datatype *recvtypes, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func NeighborAlltoallw(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *Aint, sendtypes *Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *Aint, recvtypes *Datatype, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Neighbor_alltoallw)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Neighbor_alltoallw(C.uintptr_t(fp), unsafe.Pointer(sendbuf), (*C.int)(unsafe.Pointer(sendcounts)), (*C.MPI_Aint)(unsafe.Pointer(sdispls)), (*C.MPI_Datatype)(unsafe.Pointer(sendtypes)), unsafe.Pointer(recvbuf), (*C.int)(unsafe.Pointer(recvcounts)), (*C.MPI_Aint)(unsafe.Pointer(rdispls)), (*C.MPI_Datatype)(unsafe.Pointer(recvtypes)), C.uintptr_t(comm))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Neighbor_alltoallw(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), (*C.int)(unsafe.Pointer(sendcounts)), (*C.MPI_Aint)(unsafe.Pointer(sdispls)), (*C.MPI_Datatype)(unsafe.Pointer(sendtypes)), (*C.char)(unsafe.Pointer(recvbuf)), (*C.int)(unsafe.Pointer(recvcounts)), (*C.MPI_Aint)(unsafe.Pointer(rdispls)), (*C.MPI_Datatype)(unsafe.Pointer(recvtypes)), C.uintptr_t(comm))))
 }
 
 // OpC2f calls MPI_Op_c2f:
@@ -5467,12 +5639,14 @@ func OpenPort(info Info, port_name *byte) error {
 //	int MPI_Pack(const void *inbuf, int incount, MPI_Datatype datatype, void *outbuf, int outsize, int *position, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// inbuf and outbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Pack(inbuf unsafe.Pointer, incount int32, datatype Datatype, outbuf unsafe.Pointer, outsize int32, position *int32, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Pack)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Pack(C.uintptr_t(fp), unsafe.Pointer(inbuf), C.int(incount), C.uintptr_t(datatype), unsafe.Pointer(outbuf), C.int(outsize), (*C.int)(unsafe.Pointer(position)), C.uintptr_t(comm))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Pack(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(inbuf)), C.int(incount), C.uintptr_t(datatype), (*C.char)(unsafe.Pointer(outbuf)), C.int(outsize), (*C.int)(unsafe.Pointer(position)), C.uintptr_t(comm))))
 }
 
 // PackExternal calls MPI_Pack_external:
@@ -5480,12 +5654,14 @@ func Pack(inbuf unsafe.Pointer, incount int32, datatype Datatype, outbuf unsafe.
 //	int MPI_Pack_external(const char *datarep, const void *inbuf, int incount, MPI_Datatype datatype, void *outbuf, MPI_Aint outsize, MPI_Aint *position)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// inbuf and outbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func PackExternal(datarep *byte, inbuf unsafe.Pointer, incount int32, datatype Datatype, outbuf unsafe.Pointer, outsize Aint, position *Aint) error {
 	fp, err := lib.Resolve(&_sym_MPI_Pack_external)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Pack_external(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(datarep)), unsafe.Pointer(inbuf), C.int(incount), C.uintptr_t(datatype), unsafe.Pointer(outbuf), C.ptrdiff_t(outsize), (*C.MPI_Aint)(unsafe.Pointer(position)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Pack_external(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(datarep)), (*C.char)(unsafe.Pointer(inbuf)), C.int(incount), C.uintptr_t(datatype), (*C.char)(unsafe.Pointer(outbuf)), C.ptrdiff_t(outsize), (*C.MPI_Aint)(unsafe.Pointer(position)))))
 }
 
 // PackExternalSize calls MPI_Pack_external_size:
@@ -5545,12 +5721,14 @@ func PublishName(service_name *byte, info Info, port_name *byte) error {
 //	int MPI_Put(const void *origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Win win)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Put(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, win Win) error {
 	fp, err := lib.Resolve(&_sym_MPI_Put)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Put(C.uintptr_t(fp), unsafe.Pointer(origin_addr), C.int(origin_count), C.uintptr_t(origin_datatype), C.int(target_rank), C.ptrdiff_t(target_disp), C.int(target_count), C.uintptr_t(target_datatype), C.uintptr_t(win))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Put(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(origin_addr)), C.int(origin_count), C.uintptr_t(origin_datatype), C.int(target_rank), C.ptrdiff_t(target_disp), C.int(target_count), C.uintptr_t(target_datatype), C.uintptr_t(win))))
 }
 
 // QueryThread calls MPI_Query_thread:
@@ -5571,12 +5749,14 @@ func QueryThread(provided *int32) error {
 //	int MPI_Raccumulate(const void *origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Op op, MPI_Win win, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Raccumulate(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, op Op, win Win, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Raccumulate)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Raccumulate(C.uintptr_t(fp), unsafe.Pointer(origin_addr), C.int(origin_count), C.uintptr_t(origin_datatype), C.int(target_rank), C.ptrdiff_t(target_disp), C.int(target_count), C.uintptr_t(target_datatype), C.uintptr_t(op), C.uintptr_t(win), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Raccumulate(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(origin_addr)), C.int(origin_count), C.uintptr_t(origin_datatype), C.int(target_rank), C.ptrdiff_t(target_disp), C.int(target_count), C.uintptr_t(target_datatype), C.uintptr_t(op), C.uintptr_t(win), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // Recv calls MPI_Recv:
@@ -5584,12 +5764,14 @@ func Raccumulate(origin_addr unsafe.Pointer, origin_count int32, origin_datatype
 //	int MPI_Recv(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Recv(buf unsafe.Pointer, count int32, datatype Datatype, source int32, tag int32, comm Comm, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_Recv)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Recv(C.uintptr_t(fp), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), C.int(source), C.int(tag), C.uintptr_t(comm), (*C.MPI_Status)(unsafe.Pointer(status)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Recv(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), C.int(source), C.int(tag), C.uintptr_t(comm), (*C.MPI_Status)(unsafe.Pointer(status)))))
 }
 
 // RecvInit calls MPI_Recv_init:
@@ -5597,12 +5779,14 @@ func Recv(buf unsafe.Pointer, count int32, datatype Datatype, source int32, tag 
 //	int MPI_Recv_init(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func RecvInit(buf unsafe.Pointer, count int32, datatype Datatype, source int32, tag int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Recv_init)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Recv_init(C.uintptr_t(fp), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), C.int(source), C.int(tag), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Recv_init(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), C.int(source), C.int(tag), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // Reduce calls MPI_Reduce:
@@ -5610,12 +5794,14 @@ func RecvInit(buf unsafe.Pointer, count int32, datatype Datatype, source int32, 
 //	int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Reduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, root int32, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Reduce)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Reduce(C.uintptr_t(fp), unsafe.Pointer(sendbuf), unsafe.Pointer(recvbuf), C.int(count), C.uintptr_t(datatype), C.uintptr_t(op), C.int(root), C.uintptr_t(comm))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Reduce(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), (*C.char)(unsafe.Pointer(recvbuf)), C.int(count), C.uintptr_t(datatype), C.uintptr_t(op), C.int(root), C.uintptr_t(comm))))
 }
 
 // ReduceLocal calls MPI_Reduce_local:
@@ -5623,12 +5809,14 @@ func Reduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatyp
 //	int MPI_Reduce_local(const void *inbuf, void *inoutbuf, int count, MPI_Datatype datatype, MPI_Op op)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// inbuf and inoutbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func ReduceLocal(inbuf unsafe.Pointer, inoutbuf unsafe.Pointer, count int32, datatype Datatype, op Op) error {
 	fp, err := lib.Resolve(&_sym_MPI_Reduce_local)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Reduce_local(C.uintptr_t(fp), unsafe.Pointer(inbuf), unsafe.Pointer(inoutbuf), C.int(count), C.uintptr_t(datatype), C.uintptr_t(op))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Reduce_local(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(inbuf)), (*C.char)(unsafe.Pointer(inoutbuf)), C.int(count), C.uintptr_t(datatype), C.uintptr_t(op))))
 }
 
 // ReduceScatter calls MPI_Reduce_scatter:
@@ -5636,12 +5824,14 @@ func ReduceLocal(inbuf unsafe.Pointer, inoutbuf unsafe.Pointer, count int32, dat
 //	int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int *recvcounts, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func ReduceScatter(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcounts *int32, datatype Datatype, op Op, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Reduce_scatter)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Reduce_scatter(C.uintptr_t(fp), unsafe.Pointer(sendbuf), unsafe.Pointer(recvbuf), (*C.int)(unsafe.Pointer(recvcounts)), C.uintptr_t(datatype), C.uintptr_t(op), C.uintptr_t(comm))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Reduce_scatter(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), (*C.char)(unsafe.Pointer(recvbuf)), (*C.int)(unsafe.Pointer(recvcounts)), C.uintptr_t(datatype), C.uintptr_t(op), C.uintptr_t(comm))))
 }
 
 // ReduceScatterBlock calls MPI_Reduce_scatter_block:
@@ -5649,12 +5839,14 @@ func ReduceScatter(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcounts *i
 //	int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func ReduceScatterBlock(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcount int32, datatype Datatype, op Op, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Reduce_scatter_block)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Reduce_scatter_block(C.uintptr_t(fp), unsafe.Pointer(sendbuf), unsafe.Pointer(recvbuf), C.int(recvcount), C.uintptr_t(datatype), C.uintptr_t(op), C.uintptr_t(comm))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Reduce_scatter_block(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), (*C.char)(unsafe.Pointer(recvbuf)), C.int(recvcount), C.uintptr_t(datatype), C.uintptr_t(op), C.uintptr_t(comm))))
 }
 
 // RegisterDatarep calls MPI_Register_datarep:
@@ -5727,12 +5919,14 @@ func RequestGetStatus(request Request, flag *int32, status *Status) error {
 //	int MPI_Rget(void *origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Win win, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Rget(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, win Win, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Rget)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Rget(C.uintptr_t(fp), unsafe.Pointer(origin_addr), C.int(origin_count), C.uintptr_t(origin_datatype), C.int(target_rank), C.ptrdiff_t(target_disp), C.int(target_count), C.uintptr_t(target_datatype), C.uintptr_t(win), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Rget(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(origin_addr)), C.int(origin_count), C.uintptr_t(origin_datatype), C.int(target_rank), C.ptrdiff_t(target_disp), C.int(target_count), C.uintptr_t(target_datatype), C.uintptr_t(win), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // RgetAccumulate calls MPI_Rget_accumulate:
@@ -5740,12 +5934,14 @@ func Rget(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Dataty
 //	int MPI_Rget_accumulate(const void *origin_addr, int origin_count, MPI_Datatype origin_datatype, void *result_addr, int result_count, MPI_Datatype result_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Op op, MPI_Win win, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// origin_addr and result_addr are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func RgetAccumulate(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, result_addr unsafe.Pointer, result_count int32, result_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, op Op, win Win, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Rget_accumulate)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Rget_accumulate(C.uintptr_t(fp), unsafe.Pointer(origin_addr), C.int(origin_count), C.uintptr_t(origin_datatype), unsafe.Pointer(result_addr), C.int(result_count), C.uintptr_t(result_datatype), C.int(target_rank), C.ptrdiff_t(target_disp), C.int(target_count), C.uintptr_t(target_datatype), C.uintptr_t(op), C.uintptr_t(win), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Rget_accumulate(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(origin_addr)), C.int(origin_count), C.uintptr_t(origin_datatype), (*C.char)(unsafe.Pointer(result_addr)), C.int(result_count), C.uintptr_t(result_datatype), C.int(target_rank), C.ptrdiff_t(target_disp), C.int(target_count), C.uintptr_t(target_datatype), C.uintptr_t(op), C.uintptr_t(win), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // Rput calls MPI_Rput:
@@ -5753,12 +5949,14 @@ func RgetAccumulate(origin_addr unsafe.Pointer, origin_count int32, origin_datat
 //	int MPI_Rput(const void *origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank, MPI_Aint target_disp, int target_cout, MPI_Datatype target_datatype, MPI_Win win, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Rput(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, target_rank int32, target_disp Aint, target_cout int32, target_datatype Datatype, win Win, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Rput)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Rput(C.uintptr_t(fp), unsafe.Pointer(origin_addr), C.int(origin_count), C.uintptr_t(origin_datatype), C.int(target_rank), C.ptrdiff_t(target_disp), C.int(target_cout), C.uintptr_t(target_datatype), C.uintptr_t(win), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Rput(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(origin_addr)), C.int(origin_count), C.uintptr_t(origin_datatype), C.int(target_rank), C.ptrdiff_t(target_disp), C.int(target_cout), C.uintptr_t(target_datatype), C.uintptr_t(win), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // Rsend calls MPI_Rsend:
@@ -5766,12 +5964,14 @@ func Rput(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Dataty
 //	int MPI_Rsend(const void *ibuf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// ibuf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Rsend(ibuf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Rsend)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Rsend(C.uintptr_t(fp), unsafe.Pointer(ibuf), C.int(count), C.uintptr_t(datatype), C.int(dest), C.int(tag), C.uintptr_t(comm))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Rsend(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(ibuf)), C.int(count), C.uintptr_t(datatype), C.int(dest), C.int(tag), C.uintptr_t(comm))))
 }
 
 // RsendInit calls MPI_Rsend_init:
@@ -5779,12 +5979,14 @@ func Rsend(ibuf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag 
 //	int MPI_Rsend_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func RsendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Rsend_init)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Rsend_init(C.uintptr_t(fp), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), C.int(dest), C.int(tag), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Rsend_init(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), C.int(dest), C.int(tag), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // Scan calls MPI_Scan:
@@ -5792,12 +5994,14 @@ func RsendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, t
 //	int MPI_Scan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Scan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Scan)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Scan(C.uintptr_t(fp), unsafe.Pointer(sendbuf), unsafe.Pointer(recvbuf), C.int(count), C.uintptr_t(datatype), C.uintptr_t(op), C.uintptr_t(comm))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Scan(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), (*C.char)(unsafe.Pointer(recvbuf)), C.int(count), C.uintptr_t(datatype), C.uintptr_t(op), C.uintptr_t(comm))))
 }
 
 // Scatter calls MPI_Scatter:
@@ -5805,12 +6009,14 @@ func Scan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype 
 //	int MPI_Scatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Scatter(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, root int32, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Scatter)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Scatter(C.uintptr_t(fp), unsafe.Pointer(sendbuf), C.int(sendcount), C.uintptr_t(sendtype), unsafe.Pointer(recvbuf), C.int(recvcount), C.uintptr_t(recvtype), C.int(root), C.uintptr_t(comm))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Scatter(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), C.int(sendcount), C.uintptr_t(sendtype), (*C.char)(unsafe.Pointer(recvbuf)), C.int(recvcount), C.uintptr_t(recvtype), C.int(root), C.uintptr_t(comm))))
 }
 
 // Scatterv calls MPI_Scatterv:
@@ -5818,12 +6024,14 @@ func Scatter(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf
 //	int MPI_Scatterv(const void *sendbuf, const int *sendcounts, const int *displs, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Scatterv(sendbuf unsafe.Pointer, sendcounts *int32, displs *int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, root int32, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Scatterv)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Scatterv(C.uintptr_t(fp), unsafe.Pointer(sendbuf), (*C.int)(unsafe.Pointer(sendcounts)), (*C.int)(unsafe.Pointer(displs)), C.uintptr_t(sendtype), unsafe.Pointer(recvbuf), C.int(recvcount), C.uintptr_t(recvtype), C.int(root), C.uintptr_t(comm))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Scatterv(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), (*C.int)(unsafe.Pointer(sendcounts)), (*C.int)(unsafe.Pointer(displs)), C.uintptr_t(sendtype), (*C.char)(unsafe.Pointer(recvbuf)), C.int(recvcount), C.uintptr_t(recvtype), C.int(root), C.uintptr_t(comm))))
 }
 
 // Send calls MPI_Send:
@@ -5831,12 +6039,14 @@ func Scatterv(sendbuf unsafe.Pointer, sendcounts *int32, displs *int32, sendtype
 //	int MPI_Send(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Send(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Send)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Send(C.uintptr_t(fp), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), C.int(dest), C.int(tag), C.uintptr_t(comm))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Send(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), C.int(dest), C.int(tag), C.uintptr_t(comm))))
 }
 
 // SendInit calls MPI_Send_init:
@@ -5844,12 +6054,14 @@ func Send(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag in
 //	int MPI_Send_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func SendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Send_init)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Send_init(C.uintptr_t(fp), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), C.int(dest), C.int(tag), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Send_init(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), C.int(dest), C.int(tag), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // Sendrecv calls MPI_Sendrecv:
@@ -5857,12 +6069,14 @@ func SendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, ta
 //	int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void *recvbuf, int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Sendrecv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, dest int32, sendtag int32, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, source int32, recvtag int32, comm Comm, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_Sendrecv)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Sendrecv(C.uintptr_t(fp), unsafe.Pointer(sendbuf), C.int(sendcount), C.uintptr_t(sendtype), C.int(dest), C.int(sendtag), unsafe.Pointer(recvbuf), C.int(recvcount), C.uintptr_t(recvtype), C.int(source), C.int(recvtag), C.uintptr_t(comm), (*C.MPI_Status)(unsafe.Pointer(status)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Sendrecv(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(sendbuf)), C.int(sendcount), C.uintptr_t(sendtype), C.int(dest), C.int(sendtag), (*C.char)(unsafe.Pointer(recvbuf)), C.int(recvcount), C.uintptr_t(recvtype), C.int(source), C.int(recvtag), C.uintptr_t(comm), (*C.MPI_Status)(unsafe.Pointer(status)))))
 }
 
 // SendrecvReplace calls MPI_Sendrecv_replace:
@@ -5870,12 +6084,14 @@ func Sendrecv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, dest i
 //	int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype datatype, int dest, int sendtag, int source, int recvtag, MPI_Comm comm, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func SendrecvReplace(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, sendtag int32, source int32, recvtag int32, comm Comm, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_Sendrecv_replace)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Sendrecv_replace(C.uintptr_t(fp), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), C.int(dest), C.int(sendtag), C.int(source), C.int(recvtag), C.uintptr_t(comm), (*C.MPI_Status)(unsafe.Pointer(status)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Sendrecv_replace(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), C.int(dest), C.int(sendtag), C.int(source), C.int(recvtag), C.uintptr_t(comm), (*C.MPI_Status)(unsafe.Pointer(status)))))
 }
 
 // Ssend calls MPI_Ssend:
@@ -5883,12 +6099,14 @@ func SendrecvReplace(buf unsafe.Pointer, count int32, datatype Datatype, dest in
 //	int MPI_Ssend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Ssend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ssend)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ssend(C.uintptr_t(fp), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), C.int(dest), C.int(tag), C.uintptr_t(comm))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ssend(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), C.int(dest), C.int(tag), C.uintptr_t(comm))))
 }
 
 // SsendInit calls MPI_Ssend_init:
@@ -5896,12 +6114,14 @@ func Ssend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag i
 //	int MPI_Ssend_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func SsendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ssend_init)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ssend_init(C.uintptr_t(fp), unsafe.Pointer(buf), C.int(count), C.uintptr_t(datatype), C.int(dest), C.int(tag), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Ssend_init(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(buf)), C.int(count), C.uintptr_t(datatype), C.int(dest), C.int(tag), C.uintptr_t(comm), (*C.MPI_Request)(unsafe.Pointer(request)))))
 }
 
 // Start calls MPI_Start:
@@ -6156,12 +6376,14 @@ func TCvarHandleFree(handle *TCvarHandle) error {
 //	int MPI_T_cvar_read(MPI_T_cvar_handle handle, void *buf)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func TCvarRead(handle TCvarHandle, buf unsafe.Pointer) error {
 	fp, err := lib.Resolve(&_sym_MPI_T_cvar_read)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_T_cvar_read(C.uintptr_t(fp), C.uintptr_t(handle), unsafe.Pointer(buf))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_T_cvar_read(C.uintptr_t(fp), C.uintptr_t(handle), (*C.char)(unsafe.Pointer(buf)))))
 }
 
 // TCvarWrite calls MPI_T_cvar_write:
@@ -6169,12 +6391,14 @@ func TCvarRead(handle TCvarHandle, buf unsafe.Pointer) error {
 //	int MPI_T_cvar_write(MPI_T_cvar_handle handle, const void *buf)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func TCvarWrite(handle TCvarHandle, buf unsafe.Pointer) error {
 	fp, err := lib.Resolve(&_sym_MPI_T_cvar_write)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_T_cvar_write(C.uintptr_t(fp), C.uintptr_t(handle), unsafe.Pointer(buf))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_T_cvar_write(C.uintptr_t(fp), C.uintptr_t(handle), (*C.char)(unsafe.Pointer(buf)))))
 }
 
 // TEnumGetInfo calls MPI_T_enum_get_info:
@@ -6299,12 +6523,14 @@ func TPvarHandleFree(session TPvarSession, handle *TPvarHandle) error {
 //	int MPI_T_pvar_read(MPI_T_pvar_session session, MPI_T_pvar_handle handle, void *buf)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func TPvarRead(session TPvarSession, handle TPvarHandle, buf unsafe.Pointer) error {
 	fp, err := lib.Resolve(&_sym_MPI_T_pvar_read)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_T_pvar_read(C.uintptr_t(fp), C.uintptr_t(session), C.uintptr_t(handle), unsafe.Pointer(buf))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_T_pvar_read(C.uintptr_t(fp), C.uintptr_t(session), C.uintptr_t(handle), (*C.char)(unsafe.Pointer(buf)))))
 }
 
 // TPvarReadreset calls MPI_T_pvar_readreset:
@@ -6312,12 +6538,14 @@ func TPvarRead(session TPvarSession, handle TPvarHandle, buf unsafe.Pointer) err
 //	int MPI_T_pvar_readreset(MPI_T_pvar_session session, MPI_T_pvar_handle handle, void *buf)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func TPvarReadreset(session TPvarSession, handle TPvarHandle, buf unsafe.Pointer) error {
 	fp, err := lib.Resolve(&_sym_MPI_T_pvar_readreset)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_T_pvar_readreset(C.uintptr_t(fp), C.uintptr_t(session), C.uintptr_t(handle), unsafe.Pointer(buf))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_T_pvar_readreset(C.uintptr_t(fp), C.uintptr_t(session), C.uintptr_t(handle), (*C.char)(unsafe.Pointer(buf)))))
 }
 
 // TPvarReset calls MPI_T_pvar_reset:
@@ -6390,12 +6618,14 @@ func TPvarStop(session TPvarSession, handle TPvarHandle) error {
 //	int MPI_T_pvar_write(MPI_T_pvar_session session, MPI_T_pvar_handle handle, const void *buf)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func TPvarWrite(session TPvarSession, handle TPvarHandle, buf unsafe.Pointer) error {
 	fp, err := lib.Resolve(&_sym_MPI_T_pvar_write)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_T_pvar_write(C.uintptr_t(fp), C.uintptr_t(session), C.uintptr_t(handle), unsafe.Pointer(buf))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_T_pvar_write(C.uintptr_t(fp), C.uintptr_t(session), C.uintptr_t(handle), (*C.char)(unsafe.Pointer(buf)))))
 }
 
 // Test calls MPI_Test:
@@ -6936,12 +7166,14 @@ func TypeVector(count int32, blocklength int32, stride int32, oldtype Datatype, 
 //	int MPI_Unpack(const void *inbuf, int insize, int *position, void *outbuf, int outcount, MPI_Datatype datatype, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// inbuf and outbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Unpack(inbuf unsafe.Pointer, insize int32, position *int32, outbuf unsafe.Pointer, outcount int32, datatype Datatype, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Unpack)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Unpack(C.uintptr_t(fp), unsafe.Pointer(inbuf), C.int(insize), (*C.int)(unsafe.Pointer(position)), unsafe.Pointer(outbuf), C.int(outcount), C.uintptr_t(datatype), C.uintptr_t(comm))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Unpack(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(inbuf)), C.int(insize), (*C.int)(unsafe.Pointer(position)), (*C.char)(unsafe.Pointer(outbuf)), C.int(outcount), C.uintptr_t(datatype), C.uintptr_t(comm))))
 }
 
 // UnpackExternal calls MPI_Unpack_external:
@@ -6949,12 +7181,14 @@ func Unpack(inbuf unsafe.Pointer, insize int32, position *int32, outbuf unsafe.P
 //	int MPI_Unpack_external(const char *datarep, const void *inbuf, MPI_Aint insize, MPI_Aint *position, void *outbuf, int outcount, MPI_Datatype datatype)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// inbuf and outbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func UnpackExternal(datarep *byte, inbuf unsafe.Pointer, insize Aint, position *Aint, outbuf unsafe.Pointer, outcount int32, datatype Datatype) error {
 	fp, err := lib.Resolve(&_sym_MPI_Unpack_external)
 	if err != nil {
 		return err
 	}
-	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Unpack_external(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(datarep)), unsafe.Pointer(inbuf), C.ptrdiff_t(insize), (*C.MPI_Aint)(unsafe.Pointer(position)), unsafe.Pointer(outbuf), C.int(outcount), C.uintptr_t(datatype))))
+	return resultError(ErrorCode(C._ncclgo_tramp_MPI_Unpack_external(C.uintptr_t(fp), (*C.char)(unsafe.Pointer(datarep)), (*C.char)(unsafe.Pointer(inbuf)), C.ptrdiff_t(insize), (*C.MPI_Aint)(unsafe.Pointer(position)), (*C.char)(unsafe.Pointer(outbuf)), C.int(outcount), C.uintptr_t(datatype))))
 }
 
 // UnpublishName calls MPI_Unpublish_name:

@@ -23,6 +23,8 @@ func Abort(comm Comm, errorcode int32) error {
 //	int MPI_Accumulate(const void *origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Op op, MPI_Win win)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Accumulate(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, op Op, win Win) error {
 	return dl.ErrNeedsCgo
 }
@@ -59,6 +61,8 @@ func AddErrorString(errorcode int32, stringArg *byte) error {
 //	int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Allgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -68,6 +72,8 @@ func Allgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvb
 //	int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, const int *recvcounts, const int *displs, MPI_Datatype recvtype, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Allgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, displs *int32, recvtype Datatype, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -86,6 +92,8 @@ func AllocMem(size Aint, info Info, baseptr unsafe.Pointer) error {
 //	int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Allreduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -95,6 +103,8 @@ func Allreduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, data
 //	int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Alltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -104,6 +114,8 @@ func Alltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbu
 //	int MPI_Alltoallv(const void *sendbuf, const int *sendcounts, const int *sdispls, MPI_Datatype sendtype, void *recvbuf, const int *recvcounts, const int *rdispls, MPI_Datatype recvtype, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Alltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *int32, recvtype Datatype, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -113,6 +125,8 @@ func Alltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendty
 //	int MPI_Alltoallw(const void *sendbuf, const int *sendcounts, const int *sdispls, const MPI_Datatype *sendtypes, void *recvbuf, const int *recvcounts, const int *rdispls, const MPI_Datatype *recvtypes, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Alltoallw(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendtypes *Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *int32, recvtypes *Datatype, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -158,6 +172,8 @@ func Barrier(comm Comm) error {
 //	int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buffer is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Bcast(buffer unsafe.Pointer, count int32, datatype Datatype, root int32, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -167,6 +183,8 @@ func Bcast(buffer unsafe.Pointer, count int32, datatype Datatype, root int32, co
 //	int MPI_Bsend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Bsend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -176,6 +194,8 @@ func Bsend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag i
 //	int MPI_Bsend_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func BsendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -185,6 +205,8 @@ func BsendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, t
 //	int MPI_Buffer_attach(void *buffer, int size)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buffer is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func BufferAttach(buffer unsafe.Pointer, size int32) error {
 	return dl.ErrNeedsCgo
 }
@@ -194,6 +216,8 @@ func BufferAttach(buffer unsafe.Pointer, size int32) error {
 //	int MPI_Buffer_detach(void *buffer, int *size)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buffer is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func BufferDetach(buffer unsafe.Pointer, size *int32) error {
 	return dl.ErrNeedsCgo
 }
@@ -734,6 +758,8 @@ func CommTestInter(comm Comm, flag *int32) error {
 //	int MPI_Compare_and_swap(const void *origin_addr, const void *compare_addr, void *result_addr, MPI_Datatype datatype, int target_rank, MPI_Aint target_disp, MPI_Win win)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// origin_addr, compare_addr and result_addr are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func CompareAndSwap(origin_addr unsafe.Pointer, compare_addr unsafe.Pointer, result_addr unsafe.Pointer, datatype Datatype, target_rank int32, target_disp Aint, win Win) error {
 	return dl.ErrNeedsCgo
 }
@@ -833,6 +859,8 @@ func ErrorString(errorcode int32, stringArg *byte, resultlen *int32) error {
 //	int MPI_Exscan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Exscan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -842,6 +870,8 @@ func Exscan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatyp
 //	int MPI_Fetch_and_op(const void *origin_addr, void *result_addr, MPI_Datatype datatype, int target_rank, MPI_Aint target_disp, MPI_Op op, MPI_Win win)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// origin_addr and result_addr are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FetchAndOp(origin_addr unsafe.Pointer, result_addr unsafe.Pointer, datatype Datatype, target_rank int32, target_disp Aint, op Op, win Win) error {
 	return dl.ErrNeedsCgo
 }
@@ -1004,6 +1034,8 @@ func FileGetView(fh File, disp *Offset, etype *Datatype, filetype *Datatype, dat
 //	int MPI_File_iread(MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileIread(fh File, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1013,6 +1045,8 @@ func FileIread(fh File, buf unsafe.Pointer, count int32, datatype Datatype, requ
 //	int MPI_File_iread_all(MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileIreadAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1022,6 +1056,8 @@ func FileIreadAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, r
 //	int MPI_File_iread_at(MPI_File fh, MPI_Offset offset, void *buf, int count, MPI_Datatype datatype, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileIreadAt(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1031,6 +1067,8 @@ func FileIreadAt(fh File, offset Offset, buf unsafe.Pointer, count int32, dataty
 //	int MPI_File_iread_at_all(MPI_File fh, MPI_Offset offset, void *buf, int count, MPI_Datatype datatype, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileIreadAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1040,6 +1078,8 @@ func FileIreadAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, dat
 //	int MPI_File_iread_shared(MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileIreadShared(fh File, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1049,6 +1089,8 @@ func FileIreadShared(fh File, buf unsafe.Pointer, count int32, datatype Datatype
 //	int MPI_File_iwrite(MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileIwrite(fh File, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1058,6 +1100,8 @@ func FileIwrite(fh File, buf unsafe.Pointer, count int32, datatype Datatype, req
 //	int MPI_File_iwrite_all(MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileIwriteAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1067,6 +1111,8 @@ func FileIwriteAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, 
 //	int MPI_File_iwrite_at(MPI_File fh, MPI_Offset offset, const void *buf, int count, MPI_Datatype datatype, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileIwriteAt(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1076,6 +1122,8 @@ func FileIwriteAt(fh File, offset Offset, buf unsafe.Pointer, count int32, datat
 //	int MPI_File_iwrite_at_all(MPI_File fh, MPI_Offset offset, const void *buf, int count, MPI_Datatype datatype, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileIwriteAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1085,6 +1133,8 @@ func FileIwriteAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, da
 //	int MPI_File_iwrite_shared(MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileIwriteShared(fh File, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1112,6 +1162,8 @@ func FilePreallocate(fh File, size Offset) error {
 //	int MPI_File_read(MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileRead(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1121,6 +1173,8 @@ func FileRead(fh File, buf unsafe.Pointer, count int32, datatype Datatype, statu
 //	int MPI_File_read_all(MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileReadAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1130,6 +1184,8 @@ func FileReadAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, st
 //	int MPI_File_read_all_begin(MPI_File fh, void *buf, int count, MPI_Datatype datatype)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileReadAllBegin(fh File, buf unsafe.Pointer, count int32, datatype Datatype) error {
 	return dl.ErrNeedsCgo
 }
@@ -1139,6 +1195,8 @@ func FileReadAllBegin(fh File, buf unsafe.Pointer, count int32, datatype Datatyp
 //	int MPI_File_read_all_end(MPI_File fh, void *buf, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileReadAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1148,6 +1206,8 @@ func FileReadAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 //	int MPI_File_read_at(MPI_File fh, MPI_Offset offset, void *buf, int count, MPI_Datatype datatype, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileReadAt(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1157,6 +1217,8 @@ func FileReadAt(fh File, offset Offset, buf unsafe.Pointer, count int32, datatyp
 //	int MPI_File_read_at_all(MPI_File fh, MPI_Offset offset, void *buf, int count, MPI_Datatype datatype, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileReadAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1166,6 +1228,8 @@ func FileReadAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, data
 //	int MPI_File_read_at_all_begin(MPI_File fh, MPI_Offset offset, void *buf, int count, MPI_Datatype datatype)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileReadAtAllBegin(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype) error {
 	return dl.ErrNeedsCgo
 }
@@ -1175,6 +1239,8 @@ func FileReadAtAllBegin(fh File, offset Offset, buf unsafe.Pointer, count int32,
 //	int MPI_File_read_at_all_end(MPI_File fh, void *buf, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileReadAtAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1184,6 +1250,8 @@ func FileReadAtAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 //	int MPI_File_read_ordered(MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileReadOrdered(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1193,6 +1261,8 @@ func FileReadOrdered(fh File, buf unsafe.Pointer, count int32, datatype Datatype
 //	int MPI_File_read_ordered_begin(MPI_File fh, void *buf, int count, MPI_Datatype datatype)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileReadOrderedBegin(fh File, buf unsafe.Pointer, count int32, datatype Datatype) error {
 	return dl.ErrNeedsCgo
 }
@@ -1202,6 +1272,8 @@ func FileReadOrderedBegin(fh File, buf unsafe.Pointer, count int32, datatype Dat
 //	int MPI_File_read_ordered_end(MPI_File fh, void *buf, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileReadOrderedEnd(fh File, buf unsafe.Pointer, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1211,6 +1283,8 @@ func FileReadOrderedEnd(fh File, buf unsafe.Pointer, status *Status) error {
 //	int MPI_File_read_shared(MPI_File fh, void *buf, int count, MPI_Datatype datatype, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileReadShared(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1292,6 +1366,8 @@ func FileSync(fh File) error {
 //	int MPI_File_write(MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileWrite(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1301,6 +1377,8 @@ func FileWrite(fh File, buf unsafe.Pointer, count int32, datatype Datatype, stat
 //	int MPI_File_write_all(MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileWriteAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1310,6 +1388,8 @@ func FileWriteAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, s
 //	int MPI_File_write_all_begin(MPI_File fh, const void *buf, int count, MPI_Datatype datatype)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileWriteAllBegin(fh File, buf unsafe.Pointer, count int32, datatype Datatype) error {
 	return dl.ErrNeedsCgo
 }
@@ -1319,6 +1399,8 @@ func FileWriteAllBegin(fh File, buf unsafe.Pointer, count int32, datatype Dataty
 //	int MPI_File_write_all_end(MPI_File fh, const void *buf, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileWriteAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1328,6 +1410,8 @@ func FileWriteAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 //	int MPI_File_write_at(MPI_File fh, MPI_Offset offset, const void *buf, int count, MPI_Datatype datatype, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileWriteAt(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1337,6 +1421,8 @@ func FileWriteAt(fh File, offset Offset, buf unsafe.Pointer, count int32, dataty
 //	int MPI_File_write_at_all(MPI_File fh, MPI_Offset offset, const void *buf, int count, MPI_Datatype datatype, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileWriteAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1346,6 +1432,8 @@ func FileWriteAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, dat
 //	int MPI_File_write_at_all_begin(MPI_File fh, MPI_Offset offset, const void *buf, int count, MPI_Datatype datatype)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileWriteAtAllBegin(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype) error {
 	return dl.ErrNeedsCgo
 }
@@ -1355,6 +1443,8 @@ func FileWriteAtAllBegin(fh File, offset Offset, buf unsafe.Pointer, count int32
 //	int MPI_File_write_at_all_end(MPI_File fh, const void *buf, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileWriteAtAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1364,6 +1454,8 @@ func FileWriteAtAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 //	int MPI_File_write_ordered(MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileWriteOrdered(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1373,6 +1465,8 @@ func FileWriteOrdered(fh File, buf unsafe.Pointer, count int32, datatype Datatyp
 //	int MPI_File_write_ordered_begin(MPI_File fh, const void *buf, int count, MPI_Datatype datatype)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileWriteOrderedBegin(fh File, buf unsafe.Pointer, count int32, datatype Datatype) error {
 	return dl.ErrNeedsCgo
 }
@@ -1382,6 +1476,8 @@ func FileWriteOrderedBegin(fh File, buf unsafe.Pointer, count int32, datatype Da
 //	int MPI_File_write_ordered_end(MPI_File fh, const void *buf, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileWriteOrderedEnd(fh File, buf unsafe.Pointer, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1391,6 +1487,8 @@ func FileWriteOrderedEnd(fh File, buf unsafe.Pointer, status *Status) error {
 //	int MPI_File_write_shared(MPI_File fh, const void *buf, int count, MPI_Datatype datatype, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func FileWriteShared(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1427,6 +1525,8 @@ func FreeMem(base unsafe.Pointer) error {
 //	int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Gather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, root int32, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -1436,6 +1536,8 @@ func Gather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf 
 //	int MPI_Gatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, const int *recvcounts, const int *displs, MPI_Datatype recvtype, int root, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Gatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, displs *int32, recvtype Datatype, root int32, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -1445,6 +1547,8 @@ func Gatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf
 //	int MPI_Get(void *origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Win win)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Get(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, win Win) error {
 	return dl.ErrNeedsCgo
 }
@@ -1454,6 +1558,8 @@ func Get(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatyp
 //	int MPI_Get_accumulate(const void *origin_addr, int origin_count, MPI_Datatype origin_datatype, void *result_addr, int result_count, MPI_Datatype result_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Op op, MPI_Win win)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// origin_addr and result_addr are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func GetAccumulate(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, result_addr unsafe.Pointer, result_count int32, result_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, op Op, win Win) error {
 	return dl.ErrNeedsCgo
 }
@@ -1724,6 +1830,8 @@ func GroupUnion(group1 Group, group2 Group, newgroup *Group) error {
 //	int MPI_Iallgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Iallgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1733,6 +1841,8 @@ func Iallgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recv
 //	int MPI_Iallgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, const int *recvcounts, const int *displs, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Iallgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, displs *int32, recvtype Datatype, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1742,6 +1852,8 @@ func Iallgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, rec
 //	int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Iallreduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1751,6 +1863,8 @@ func Iallreduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, dat
 //	int MPI_Ialltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Ialltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1760,6 +1874,8 @@ func Ialltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvb
 //	int MPI_Ialltoallv(const void *sendbuf, const int *sendcounts, const int *sdispls, MPI_Datatype sendtype, void *recvbuf, const int *recvcounts, const int *rdispls, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Ialltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *int32, recvtype Datatype, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1769,6 +1885,8 @@ func Ialltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendt
 //	int MPI_Ialltoallw(const void *sendbuf, const int *sendcounts, const int *sdispls, const MPI_Datatype *sendtypes, void *recvbuf, const int *recvcounts, const int *rdispls, const MPI_Datatype *recvtypes, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Ialltoallw(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendtypes *Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *int32, recvtypes *Datatype, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1787,6 +1905,8 @@ func Ibarrier(comm Comm, request *Request) error {
 //	int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buffer is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Ibcast(buffer unsafe.Pointer, count int32, datatype Datatype, root int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1796,6 +1916,8 @@ func Ibcast(buffer unsafe.Pointer, count int32, datatype Datatype, root int32, c
 //	int MPI_Ibsend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Ibsend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1805,6 +1927,8 @@ func Ibsend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag 
 //	int MPI_Iexscan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Iexscan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1814,6 +1938,8 @@ func Iexscan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, dataty
 //	int MPI_Igather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Igather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, root int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1823,6 +1949,8 @@ func Igather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf
 //	int MPI_Igatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, const int *recvcounts, const int *displs, MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Igatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, displs *int32, recvtype Datatype, root int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1841,6 +1969,8 @@ func Improbe(source int32, tag int32, comm Comm, flag *int32, message *Message, 
 //	int MPI_Imrecv(void *buf, int count, MPI_Datatype type, MPI_Message *message, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Imrecv(buf unsafe.Pointer, count int32, typeArg Datatype, message *Message, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1850,6 +1980,8 @@ func Imrecv(buf unsafe.Pointer, count int32, typeArg Datatype, message *Message,
 //	int MPI_Ineighbor_allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func IneighborAllgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1859,6 +1991,8 @@ func IneighborAllgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Dataty
 //	int MPI_Ineighbor_allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, const int *recvcounts, const int *displs, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func IneighborAllgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, displs *int32, recvtype Datatype, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1868,6 +2002,8 @@ func IneighborAllgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datat
 //	int MPI_Ineighbor_alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func IneighborAlltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1877,6 +2013,8 @@ func IneighborAlltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatyp
 //	int MPI_Ineighbor_alltoallv(const void *sendbuf, const int *sendcounts, const int *sdispls, MPI_Datatype sendtype, void *recvbuf, const int *recvcounts, const int *rdispls, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func IneighborAlltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *int32, recvtype Datatype, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1886,6 +2024,8 @@ func IneighborAlltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int3
 //	int MPI_Ineighbor_alltoallw(const void *sendbuf, const int *sendcounts, const MPI_Aint *sdispls, const MPI_Datatype *sendtypes, void *recvbuf, const int *recvcounts, const MPI_Aint *rdispls, const MPI_Datatype *recvtypes, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func IneighborAlltoallw(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *Aint, sendtypes *Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *Aint, recvtypes *Datatype, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2048,6 +2188,8 @@ func Iprobe(source int32, tag int32, comm Comm, flag *int32, status *Status) err
 //	int MPI_Irecv(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Irecv(buf unsafe.Pointer, count int32, datatype Datatype, source int32, tag int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2057,6 +2199,8 @@ func Irecv(buf unsafe.Pointer, count int32, datatype Datatype, source int32, tag
 //	int MPI_Ireduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Ireduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, root int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2066,6 +2210,8 @@ func Ireduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, dataty
 //	int MPI_Ireduce_scatter(const void *sendbuf, void *recvbuf, const int *recvcounts, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func IreduceScatter(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcounts *int32, datatype Datatype, op Op, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2075,6 +2221,8 @@ func IreduceScatter(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcounts *
 //	int MPI_Ireduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func IreduceScatterBlock(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcount int32, datatype Datatype, op Op, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2084,6 +2232,8 @@ func IreduceScatterBlock(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcou
 //	int MPI_Irsend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Irsend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2102,6 +2252,8 @@ func IsThreadMain(flag *int32) error {
 //	int MPI_Iscan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Iscan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2111,6 +2263,8 @@ func Iscan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype
 //	int MPI_Iscatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Iscatter(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, root int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2120,6 +2274,8 @@ func Iscatter(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbu
 //	int MPI_Iscatterv(const void *sendbuf, const int *sendcounts, const int *displs, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Iscatterv(sendbuf unsafe.Pointer, sendcounts *int32, displs *int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, root int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2129,6 +2285,8 @@ func Iscatterv(sendbuf unsafe.Pointer, sendcounts *int32, displs *int32, sendtyp
 //	int MPI_Isend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Isend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2138,6 +2296,8 @@ func Isend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag i
 //	int MPI_Issend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Issend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2201,6 +2361,8 @@ func Mprobe(source int32, tag int32, comm Comm, message *Message, status *Status
 //	int MPI_Mrecv(void *buf, int count, MPI_Datatype type, MPI_Message *message, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Mrecv(buf unsafe.Pointer, count int32, typeArg Datatype, message *Message, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -2210,6 +2372,8 @@ func Mrecv(buf unsafe.Pointer, count int32, typeArg Datatype, message *Message, 
 //	int MPI_Neighbor_allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func NeighborAllgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2219,6 +2383,8 @@ func NeighborAllgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatyp
 //	int MPI_Neighbor_allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, const int *recvcounts, const int *displs, MPI_Datatype recvtype, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func NeighborAllgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, displs *int32, recvtype Datatype, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2228,6 +2394,8 @@ func NeighborAllgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Dataty
 //	int MPI_Neighbor_alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func NeighborAlltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2237,6 +2405,8 @@ func NeighborAlltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype
 //	int MPI_Neighbor_alltoallv(const void *sendbuf, const int *sendcounts, const int *sdispls, MPI_Datatype sendtype, void *recvbuf, const int *recvcounts, const int *rdispls, MPI_Datatype recvtype, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func NeighborAlltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *int32, recvtype Datatype, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2246,6 +2416,8 @@ func NeighborAlltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32
 //	int MPI_Neighbor_alltoallw(const void *sendbuf, const int *sendcounts, const MPI_Aint *sdispls, const MPI_Datatype *sendtypes, void *recvbuf, const int *recvcounts, const MPI_Aint *rdispls, const MPI_Datatype *recvtypes, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func NeighborAlltoallw(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *Aint, sendtypes *Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *Aint, recvtypes *Datatype, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2309,6 +2481,8 @@ func OpenPort(info Info, port_name *byte) error {
 //	int MPI_Pack(const void *inbuf, int incount, MPI_Datatype datatype, void *outbuf, int outsize, int *position, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// inbuf and outbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Pack(inbuf unsafe.Pointer, incount int32, datatype Datatype, outbuf unsafe.Pointer, outsize int32, position *int32, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2318,6 +2492,8 @@ func Pack(inbuf unsafe.Pointer, incount int32, datatype Datatype, outbuf unsafe.
 //	int MPI_Pack_external(const char *datarep, const void *inbuf, int incount, MPI_Datatype datatype, void *outbuf, MPI_Aint outsize, MPI_Aint *position)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// inbuf and outbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func PackExternal(datarep *byte, inbuf unsafe.Pointer, incount int32, datatype Datatype, outbuf unsafe.Pointer, outsize Aint, position *Aint) error {
 	return dl.ErrNeedsCgo
 }
@@ -2363,6 +2539,8 @@ func PublishName(service_name *byte, info Info, port_name *byte) error {
 //	int MPI_Put(const void *origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Win win)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Put(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, win Win) error {
 	return dl.ErrNeedsCgo
 }
@@ -2381,6 +2559,8 @@ func QueryThread(provided *int32) error {
 //	int MPI_Raccumulate(const void *origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Op op, MPI_Win win, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Raccumulate(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, op Op, win Win, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2390,6 +2570,8 @@ func Raccumulate(origin_addr unsafe.Pointer, origin_count int32, origin_datatype
 //	int MPI_Recv(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Recv(buf unsafe.Pointer, count int32, datatype Datatype, source int32, tag int32, comm Comm, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -2399,6 +2581,8 @@ func Recv(buf unsafe.Pointer, count int32, datatype Datatype, source int32, tag 
 //	int MPI_Recv_init(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func RecvInit(buf unsafe.Pointer, count int32, datatype Datatype, source int32, tag int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2408,6 +2592,8 @@ func RecvInit(buf unsafe.Pointer, count int32, datatype Datatype, source int32, 
 //	int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Reduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, root int32, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2417,6 +2603,8 @@ func Reduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatyp
 //	int MPI_Reduce_local(const void *inbuf, void *inoutbuf, int count, MPI_Datatype datatype, MPI_Op op)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// inbuf and inoutbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func ReduceLocal(inbuf unsafe.Pointer, inoutbuf unsafe.Pointer, count int32, datatype Datatype, op Op) error {
 	return dl.ErrNeedsCgo
 }
@@ -2426,6 +2614,8 @@ func ReduceLocal(inbuf unsafe.Pointer, inoutbuf unsafe.Pointer, count int32, dat
 //	int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int *recvcounts, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func ReduceScatter(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcounts *int32, datatype Datatype, op Op, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2435,6 +2625,8 @@ func ReduceScatter(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcounts *i
 //	int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func ReduceScatterBlock(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcount int32, datatype Datatype, op Op, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2489,6 +2681,8 @@ func RequestGetStatus(request Request, flag *int32, status *Status) error {
 //	int MPI_Rget(void *origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Win win, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Rget(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, win Win, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2498,6 +2692,8 @@ func Rget(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Dataty
 //	int MPI_Rget_accumulate(const void *origin_addr, int origin_count, MPI_Datatype origin_datatype, void *result_addr, int result_count, MPI_Datatype result_datatype, int target_rank, MPI_Aint target_disp, int target_count, MPI_Datatype target_datatype, MPI_Op op, MPI_Win win, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// origin_addr and result_addr are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func RgetAccumulate(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, result_addr unsafe.Pointer, result_count int32, result_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, op Op, win Win, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2507,6 +2703,8 @@ func RgetAccumulate(origin_addr unsafe.Pointer, origin_count int32, origin_datat
 //	int MPI_Rput(const void *origin_addr, int origin_count, MPI_Datatype origin_datatype, int target_rank, MPI_Aint target_disp, int target_cout, MPI_Datatype target_datatype, MPI_Win win, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Rput(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, target_rank int32, target_disp Aint, target_cout int32, target_datatype Datatype, win Win, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2516,6 +2714,8 @@ func Rput(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Dataty
 //	int MPI_Rsend(const void *ibuf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// ibuf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Rsend(ibuf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2525,6 +2725,8 @@ func Rsend(ibuf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag 
 //	int MPI_Rsend_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func RsendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2534,6 +2736,8 @@ func RsendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, t
 //	int MPI_Scan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Scan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2543,6 +2747,8 @@ func Scan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype 
 //	int MPI_Scatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Scatter(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, root int32, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2552,6 +2758,8 @@ func Scatter(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf
 //	int MPI_Scatterv(const void *sendbuf, const int *sendcounts, const int *displs, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Scatterv(sendbuf unsafe.Pointer, sendcounts *int32, displs *int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, root int32, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2561,6 +2769,8 @@ func Scatterv(sendbuf unsafe.Pointer, sendcounts *int32, displs *int32, sendtype
 //	int MPI_Send(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Send(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2570,6 +2780,8 @@ func Send(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag in
 //	int MPI_Send_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func SendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2579,6 +2791,8 @@ func SendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, ta
 //	int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void *recvbuf, int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Sendrecv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, dest int32, sendtag int32, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, source int32, recvtag int32, comm Comm, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -2588,6 +2802,8 @@ func Sendrecv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, dest i
 //	int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype datatype, int dest, int sendtag, int source, int recvtag, MPI_Comm comm, MPI_Status *status)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func SendrecvReplace(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, sendtag int32, source int32, recvtag int32, comm Comm, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -2597,6 +2813,8 @@ func SendrecvReplace(buf unsafe.Pointer, count int32, datatype Datatype, dest in
 //	int MPI_Ssend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Ssend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2606,6 +2824,8 @@ func Ssend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag i
 //	int MPI_Ssend_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func SsendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2786,6 +3006,8 @@ func TCvarHandleFree(handle *TCvarHandle) error {
 //	int MPI_T_cvar_read(MPI_T_cvar_handle handle, void *buf)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func TCvarRead(handle TCvarHandle, buf unsafe.Pointer) error {
 	return dl.ErrNeedsCgo
 }
@@ -2795,6 +3017,8 @@ func TCvarRead(handle TCvarHandle, buf unsafe.Pointer) error {
 //	int MPI_T_cvar_write(MPI_T_cvar_handle handle, const void *buf)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func TCvarWrite(handle TCvarHandle, buf unsafe.Pointer) error {
 	return dl.ErrNeedsCgo
 }
@@ -2885,6 +3109,8 @@ func TPvarHandleFree(session TPvarSession, handle *TPvarHandle) error {
 //	int MPI_T_pvar_read(MPI_T_pvar_session session, MPI_T_pvar_handle handle, void *buf)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func TPvarRead(session TPvarSession, handle TPvarHandle, buf unsafe.Pointer) error {
 	return dl.ErrNeedsCgo
 }
@@ -2894,6 +3120,8 @@ func TPvarRead(session TPvarSession, handle TPvarHandle, buf unsafe.Pointer) err
 //	int MPI_T_pvar_readreset(MPI_T_pvar_session session, MPI_T_pvar_handle handle, void *buf)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func TPvarReadreset(session TPvarSession, handle TPvarHandle, buf unsafe.Pointer) error {
 	return dl.ErrNeedsCgo
 }
@@ -2948,6 +3176,8 @@ func TPvarStop(session TPvarSession, handle TPvarHandle) error {
 //	int MPI_T_pvar_write(MPI_T_pvar_session session, MPI_T_pvar_handle handle, const void *buf)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func TPvarWrite(session TPvarSession, handle TPvarHandle, buf unsafe.Pointer) error {
 	return dl.ErrNeedsCgo
 }
@@ -3326,6 +3556,8 @@ func TypeVector(count int32, blocklength int32, stride int32, oldtype Datatype, 
 //	int MPI_Unpack(const void *inbuf, int insize, int *position, void *outbuf, int outcount, MPI_Datatype datatype, MPI_Comm comm)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// inbuf and outbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func Unpack(inbuf unsafe.Pointer, insize int32, position *int32, outbuf unsafe.Pointer, outcount int32, datatype Datatype, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -3335,6 +3567,8 @@ func Unpack(inbuf unsafe.Pointer, insize int32, position *int32, outbuf unsafe.P
 //	int MPI_Unpack_external(const char *datarep, const void *inbuf, MPI_Aint insize, MPI_Aint *position, void *outbuf, int outcount, MPI_Datatype datatype)
 //
 // First pinned header declaring it: 4.1.4.
+//
+// inbuf and outbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
 func UnpackExternal(datarep *byte, inbuf unsafe.Pointer, insize Aint, position *Aint, outbuf unsafe.Pointer, outcount int32, datatype Datatype) error {
 	return dl.ErrNeedsCgo
 }

@@ -59,6 +59,9 @@ type Config struct {
 	// Batch lists the functions a Batch records and runs in one crossing (emit_batch.go).
 	Batch *BatchConfig `json:"batch"`
 
+	// Unchecked are void * parameters passed to C without cgo's pointer check (unchecked.go).
+	Unchecked []UncheckedPointers `json:"uncheckedPointers"`
+
 	file    string
 	skip    []*regexp.Regexp
 	version *regexp.Regexp
@@ -236,7 +239,7 @@ func (c *Config) validate() error {
 			return fmt.Errorf("rename entry %d (%q -> %q) needs c, go and a reason", i, r.C, r.Go)
 		}
 	}
-	return nil
+	return c.compileUnchecked()
 }
 
 // renamed returns the Go name chosen by hand for a C name, or "".

@@ -37,8 +37,10 @@ type crossing struct {
 	res     resultKind
 	resType *jen.Statement
 	tramp   string // C trampoline definition
-	name    string // trampoline name
-	doc     string
+	// unchecked are the Go names of the parameters passed without cgo's pointer check.
+	unchecked []string
+	name      string // trampoline name
+	doc       string
 }
 
 func (g *goPkg) argOf(t *CType) (argKind, string, error) {
@@ -123,6 +125,13 @@ func (g *goPkg) plan(f *Func) (*crossing, error) {
 				cr.args = append(cr.args, jen.Parens(jen.Op("*").Qual("C", cgoTypeName(cgoName(cBase(el))))).Call(
 					jen.Qual("unsafe", "Pointer").Call(jen.Id(name))))
 				tparams = append(tparams, g.mirrorDecl(&CType{Kind: Pointer, Elem: unconst(el)}, a))
+			} else if g.cfg.unchecked(f.Symbol, p.Name) {
+				// A data buffer (uncheckedPointers): the same pointer, typed so that cgo
+				// does not check it (see unchecked.go for why that is sound).
+				cr.args = append(cr.args, jen.Parens(jen.Op("*").Qual("C", "char")).Call(
+					jen.Qual("unsafe", "Pointer").Call(jen.Id(name))))
+				tparams = append(tparams, "char *"+a)
+				cr.unchecked = append(cr.unchecked, name)
 			} else {
 				cr.args = append(cr.args, jen.Qual("unsafe", "Pointer").Call(jen.Id(name)))
 				tparams = append(tparams, "void *"+a)
@@ -181,6 +190,13 @@ func (g *goPkg) plan(f *Func) (*crossing, error) {
 	}
 	cr.tramp = fmt.Sprintf("static %s %s(%s) {\n\t%s\n}\n", tret, cr.name, strings.Join(tparams, ", "), body)
 	cr.doc = g.funcDoc(f)
+	if n := len(cr.unchecked); n > 0 {
+		what := cr.unchecked[0] + " is"
+		if n > 1 {
+			what = strings.Join(cr.unchecked[:n-1], ", ") + " and " + cr.unchecked[n-1] + " are"
+		}
+		cr.doc += "\n\n" + what + " passed without cgo's pointer check: never pass Go memory that holds Go pointers."
+	}
 	return cr, nil
 }
 
@@ -243,6 +259,9 @@ func (g *goPkg) emitFuncs() (cgoFile, nocgoFile *jen.File, err error) {
 			return nil, nil, fmt.Errorf("function %s (%s): %w", f.Symbol, f.Pos, err)
 		}
 		crs = append(crs, cr)
+	}
+	if err := g.cfg.unusedUnchecked(); err != nil {
+		return nil, nil, err
 	}
 	// Preamble: mirror declarations, then trampolines.
 	m := newMirror(g)

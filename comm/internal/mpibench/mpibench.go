@@ -8,11 +8,14 @@ package mpibench
 #include <stdint.h>
 
 typedef int (*ncclgo_allreduce_fn)(const void *, void *, int, void *, void *, void *);
+typedef int (*ncclgo_barrier_fn)(void *);
 
+// buf is char * so that cgo does not check it (as raw/mpi's message buffers): the loop
+// called once per MPI call is the floor of a Go caller's cost.
 // The libmpi that raw/mpi loaded (RTLD_NOLOAD: never a second copy), then n calls of
 // MPI_Allreduce(MPI_IN_PLACE, buf, count, dt, op, comm). Returns the first error code,
 // -1 when libmpi is not loaded, -2 without the symbol.
-static int mpibench_allreduce(int n, void *buf, int count, uintptr_t dt, uintptr_t op, uintptr_t comm) {
+static int mpibench_allreduce(int n, char *buf, int count, uintptr_t dt, uintptr_t op, uintptr_t comm) {
 	static ncclgo_allreduce_fn f;
 	if (!f) {
 		void *h = dlopen("libmpi.so.40", RTLD_NOW | RTLD_NOLOAD);
@@ -28,6 +31,23 @@ static int mpibench_allreduce(int n, void *buf, int count, uintptr_t dt, uintptr
 }
 #cgo noescape mpibench_allreduce
 #cgo nocallback mpibench_allreduce
+
+// MPI_Barrier(comm) of the loaded libmpi; the same codes as mpibench_allreduce.
+static int mpibench_barrier(uintptr_t comm) {
+	static ncclgo_barrier_fn f;
+	if (!f) {
+		void *h = dlopen("libmpi.so.40", RTLD_NOW | RTLD_NOLOAD);
+		if (!h) return -1;
+		f = (ncclgo_barrier_fn)dlsym(h, "MPI_Barrier");
+		if (!f) return -2;
+	}
+	return f((void *)comm);
+}
+
+// An empty C function: what one cgo call costs with nothing on the C side.
+static void mpibench_nop(uintptr_t a) { (void)a; }
+#cgo noescape mpibench_nop
+#cgo nocallback mpibench_nop
 */
 import "C"
 
@@ -39,14 +59,26 @@ import (
 // AllReduceLoop calls MPI_Allreduce(MPI_IN_PLACE, buf, count, dt, op, comm) n times in C.
 // dt, op and comm are Open MPI handles (raw/mpi's Datatype, Op, Comm values).
 func AllReduceLoop(n int, buf unsafe.Pointer, count int, dt, op, comm uintptr) error {
-	switch r := C.mpibench_allreduce(C.int(n), buf, C.int(count), C.uintptr_t(dt), C.uintptr_t(op), C.uintptr_t(comm)); r {
+	return check("MPI_Allreduce", C.mpibench_allreduce(C.int(n), (*C.char)(buf), C.int(count), C.uintptr_t(dt), C.uintptr_t(op), C.uintptr_t(comm)))
+}
+
+// Barrier calls MPI_Barrier(comm) in C; comm is an Open MPI handle.
+func Barrier(comm uintptr) error {
+	return check("MPI_Barrier", C.mpibench_barrier(C.uintptr_t(comm)))
+}
+
+// Nop makes one cgo call of an empty C function, the floor of any cgo binding's cost.
+func Nop(a uintptr) { C.mpibench_nop(C.uintptr_t(a)) }
+
+func check(fn string, r C.int) error {
+	switch r {
 	case 0:
 		return nil
 	case -1:
 		return fmt.Errorf("mpibench: libmpi.so.40 is not loaded")
 	case -2:
-		return fmt.Errorf("mpibench: libmpi.so.40 has no MPI_Allreduce")
+		return fmt.Errorf("mpibench: libmpi.so.40 has no %s", fn)
 	default:
-		return fmt.Errorf("mpibench: MPI_Allreduce returned %d", int(r))
+		return fmt.Errorf("mpibench: %s returned %d", fn, int(r))
 	}
 }

@@ -2,6 +2,7 @@ package pairbench
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 )
@@ -13,4 +14,32 @@ func TestAlternateRunsEachSideExactlyNTimes(t *testing.T) {
 		assert.Equal(t, tc.n, na, "a, n=%d block=%d", tc.n, tc.block)
 		assert.Equal(t, tc.n, nb, "b, n=%d block=%d", tc.n, tc.block)
 	}
+}
+
+func TestAlternateMedianRunsBothSidesAndSyncsEveryBlock(t *testing.T) {
+	var na, nb, syncs int
+	var order []byte
+	m := AlternateMedian(4, 3, func() { syncs++ },
+		func(n int) { na += n; order = append(order, 'a') },
+		func(n int) { nb += n; order = append(order, 'b') })
+	assert.Equal(t, 12, na)
+	assert.Equal(t, 12, nb)
+	assert.Equal(t, 8, syncs, "one sync before every block")
+	assert.Equal(t, "abbaabba", string(order), "the first side alternates")
+	assert.Equal(t, 4, m.Rounds)
+}
+
+func TestSummarizeKeepsTheUndisturbedRounds(t *testing.T) {
+	ms := time.Millisecond
+	// Round 2 of side a was disturbed (100x); round 4 of side b (ratio 0.1).
+	ta := []time.Duration{10 * ms, 11 * ms, 1000 * ms, 10 * ms, 10 * ms}
+	tb := []time.Duration{5 * ms, 5 * ms, 5 * ms, 6 * ms, 100 * ms}
+	m := summarize(ta, tb, 10)
+	assert.Equal(t, 5, m.Rounds)
+	assert.Equal(t, ms, m.A, "median of a's rounds per call")
+	assert.Equal(t, ms/2, m.B, "median of b's rounds per call")
+	assert.InDelta(t, 2.0, m.Ratio, 1e-9, "median of the ratios 2, 2.2, 200, 1.67, 0.1")
+	assert.Equal(t, 1000*ms, ta[2], "the caller's slices are not reordered")
+	even := summarize(ta[:4], tb[:4], 1)
+	assert.Equal(t, 10500*time.Microsecond, even.A, "an even count takes the mean of the middle two")
 }
