@@ -242,10 +242,13 @@ func TestNCCLGroupBatchesAndWaitsAtEnd(t *testing.T) {
 	assert.Empty(t, f.named("StreamQuery"), "no wait inside a group")
 	require.NoError(t, b.GroupEnd())
 	assert.Empty(t, f.named("StreamQuery"), "the inner GroupEnd launches nothing")
+	assert.Empty(t, f.named("Submit", "GroupStart", "GroupEnd", "AllReduce", "Send", "Recv"),
+		"nothing reaches NCCL before the outermost GroupEnd")
 	require.NoError(t, b.GroupEnd())
 	assert.NotEmpty(t, f.named("StreamQuery"), "the outermost GroupEnd waits for the all-reduce")
-	assert.Equal(t, []string{"GroupStart", "GroupStart", "AllReduce(4,9,0,7)", "Send(8,1,1,0)", "Recv(8,1,1,0)", "GroupEnd", "GroupEnd"},
-		f.named("GroupStart", "GroupEnd", "AllReduce", "Send", "Recv"))
+	assert.Equal(t, []string{"Submit(3)", "GroupStart", "AllReduce(4,9,0,7)", "Send(8,1,1,0)", "Recv(8,1,1,0)", "GroupEnd"},
+		f.named("Submit", "GroupStart", "GroupEnd", "AllReduce", "Send", "Recv"),
+		"one submit: NCCL's group around every recorded call, in order; the inner levels never reach it")
 	assert.ErrorIs(t, b.GroupEnd(), ErrGroupNotOpen)
 }
 

@@ -15,9 +15,10 @@ type Driver struct {
 	w   *World
 	dev *device
 
-	mu    sync.Mutex // guards the fields below; taken before World.mu, never after
-	calls map[string]int64
-	total int64
+	mu      sync.Mutex // guards the fields below; taken before World.mu, never after
+	calls   map[string]int64
+	total   int64
+	submits int64
 	fails map[string][]error
 }
 
@@ -684,6 +685,24 @@ func (d *Driver) GroupEnd() error {
 		return err
 	}
 	return d.groupEnd()
+}
+
+// Submit makes a recorded group as NCCL makes the same calls one by one on the calling
+// thread: ncclGroupStart, each call through the driver it was recorded on (a group may
+// span the communicators of several devices), ncclGroupEnd. Each call is counted as
+// itself (Calls), the submission once (Submits).
+func (d *Driver) Submit(calls []gpulib.Call) (int, error) {
+	d.mu.Lock()
+	d.submits++
+	d.mu.Unlock()
+	return gpulib.SubmitEach(d, calls)
+}
+
+// Submits returns how many groups were submitted through this driver (Submit).
+func (d *Driver) Submits() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.submits
 }
 
 // CommRegister is ncclCommRegister.
