@@ -215,7 +215,7 @@ func (f *fakeDriver) Submit(calls []gpulib.Call) (int, error) {
 	if err := f.rec("Submit", len(calls)); err != nil {
 		return gpulib.SubmitGroupStart, err
 	}
-	return gpulib.SubmitEach(f, calls)
+	return gpulib.SubmitEach(f, calls, nil)
 }
 func (f *fakeDriver) CommRegister(c gpulib.Comm, buf gpulib.Ptr, bytes uint64) (gpulib.Handle, error) {
 	return 0xabc, f.rec("CommRegister", bytes)

@@ -179,7 +179,9 @@ func (v StreamComm) exchange(to ncclOps, peer int, send DevicePtr, sendCount uin
 		if selfBytes == 0 || send == recv {
 			return nil
 		}
-		return c.d.MemcpyDtoDAsync(gpulib.Ptr(recv), gpulib.Ptr(send), uint64(selfBytes), v.s)
+		return c.locked(to, func() error {
+			return c.d.MemcpyDtoDAsync(gpulib.Ptr(recv), gpulib.Ptr(send), uint64(selfBytes), v.s)
+		})
 	}
 	if sendCount > 0 {
 		if err := pending(to.Send(gpulib.Ptr(send), sendCount, dt, peer, c.comm, v.s)); err != nil {
@@ -194,7 +196,8 @@ func (v StreamComm) exchange(to ncclOps, peer int, send DevicePtr, sendCount uin
 
 // p2pGroup runs post between ncclGroupStart and ncclGroupEnd on the calling OS thread
 // (NCCL keeps group state per thread); inside a group the caller opened (to records)
-// post's calls join that group, as a nested NCCL group's would. The caller holds c.mu.
+// post's calls join that group, as a nested NCCL group's would. The caller holds c.mu
+// unless to records.
 // A failed call inside the group makes ncclGroupEnd drop the group.
 func (c *NCCLCommunicator) p2pGroup(to ncclOps, post func() error) error {
 	if grouped(to) {

@@ -250,7 +250,6 @@ type recorder struct {
 // add records one call on behalf of the current operation.
 func (r *recorder) add(call gpulib.Call) error {
 	tg := r.tg
-	call.Driver = r.c.d
 	tg.calls = append(tg.calls, call)
 	tg.meta = append(tg.meta, callMeta{c: r.c, op: r.op, bytes: r.bytes, peer: call.Peer})
 	return nil
@@ -378,7 +377,8 @@ func (c *NCCLCommunicator) GroupEnd() error {
 	return errors.Join(errs...)
 }
 
-// submit makes the group's recorded calls through the driver of its first member,
+// submit makes the group's recorded calls through the driver of the first call's
+// communicator,
 // holding every member (its lifecycle shared, its driver lock) so that none is closed
 // or re-created, and none makes another NCCL call, meanwhile. A member that ended since
 // it joined (closed, failed, re-created) fails the group before anything is called. It
@@ -408,7 +408,7 @@ func (tg *threadGroup) submit() (int, error) {
 	for _, m := range ms {
 		m.c.mu.Lock()
 	}
-	failed, err := tg.calls[0].Driver.Submit(tg.calls)
+	failed, err := tg.meta[0].c.d.Submit(tg.calls)
 	for _, m := range ms {
 		m.c.mu.Unlock()
 		m.c.life.RUnlock()

@@ -90,18 +90,28 @@ func (c *NCCLCommunicator) enqueue(op string, bytes int, kind opKind, call func(
 
 // record runs a grouped operation's call with the group's recorder: its NCCL calls
 // join the group, and c becomes a member (wait: a blocking operation, whose wait the
-// outermost GroupEnd does). Other driver calls of the operation (a device copy, an
-// event) are made at once, under the driver lock, as outside a group.
+// outermost GroupEnd does). Recording needs no driver lock; other driver calls of the
+// operation (a registration, an event, a device copy) are made at once, taking it
+// (locked), as outside a group.
 func (c *NCCLCommunicator) record(tg *threadGroup, op string, bytes int, wait bool, call func(to ncclOps) error) error {
-	tg.rec = recorder{tg: tg, c: c, op: op, bytes: bytes}
-	c.mu.Lock()
-	err := call(&tg.rec)
-	c.mu.Unlock()
+	r := &tg.rec
+	r.tg, r.c, r.op, r.bytes = tg, c, op, bytes
+	err := call(r)
 	if err != nil {
 		return c.result(op, bytes, err)
 	}
 	tg.join(c, wait)
 	return nil
+}
+
+// locked runs f, which calls the driver itself, under the driver lock: enqueue holds it
+// for calls made on the driver, record does not (to records).
+func (c *NCCLCommunicator) locked(to ncclOps, f func() error) error {
+	if grouped(to) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+	}
+	return f()
 }
 
 // groupOpenErr is the error of an operation that cannot be part of a group, on a
@@ -460,11 +470,13 @@ func (c *NCCLCommunicator) order(op string, from, to gpulib.Stream, ev gpulib.Ev
 		}
 		defer runtime.UnlockOSThread()
 	}
-	return c.enqueue(op, -1, queued, func(ncclOps) error {
-		if err := c.d.EventRecord(ev, from); err != nil {
-			return err
-		}
-		return c.d.StreamWaitEvent(to, ev)
+	return c.enqueue(op, -1, queued, func(calls ncclOps) error {
+		return c.locked(calls, func() error {
+			if err := c.d.EventRecord(ev, from); err != nil {
+				return err
+			}
+			return c.d.StreamWaitEvent(to, ev)
+		})
 	})
 }
 

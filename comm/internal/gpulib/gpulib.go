@@ -252,8 +252,8 @@ type Driver interface {
 	GroupStart() error
 	GroupEnd() error
 	// Submit makes a whole group: ncclGroupStart, every call in order, ncclGroupEnd,
-	// with the semantics of making them one by one on the calling thread (each through
-	// calls[i].Driver where that matters), in one crossing into the library where the
+	// with the semantics of making them one by one on the calling thread (each on the
+	// device of its communicator), in one crossing into the library where the
 	// driver can. It reports the first failure as (index, error): the index of the first
 	// call whose result was neither ncclSuccess nor ncclInProgress (NCCL then drops the
 	// group and ncclGroupEnd fails too), len(calls) for ncclGroupEnd's own result

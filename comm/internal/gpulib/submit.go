@@ -35,9 +35,9 @@ func (f Fn) String() string {
 // Call is one recorded NCCL communication call, with the arguments of the Driver method
 // its Fn names: Send, Recv, Count (the count argument of that method), Type, Op, Peer
 // (the peer of Send and Recv, the root of Broadcast, Reduce, Gather and Scatter), Comm
-// and Stream. Send and Recv use Send as their buffer. Driver is the driver the call was
-// issued through: a group may hold calls of several communicators, each bound to its
-// own device.
+// and Stream. Send and Recv use Send as their buffer. A group may hold calls of several
+// communicators, each bound to its own device: a driver that needs the device of a
+// call finds it from Comm.
 type Call struct {
 	Fn     Fn
 	Peer   int
@@ -48,7 +48,6 @@ type Call struct {
 	Op     RedOp
 	Comm   Comm
 	Stream Stream
-	Driver Driver
 }
 
 // SubmitGroupStart is the index Submit reports when ncclGroupStart itself failed.
@@ -82,19 +81,19 @@ func (c *Call) Make(d Driver) error {
 }
 
 // SubmitEach is Submit made of one Driver call per function, for drivers without a
-// batched path: GroupStart on d, every call through its own Driver (d where it has
-// none), then GroupEnd on d, with Submit's results. Every call is made whatever the
+// batched path: GroupStart on d, every call through driverOf(call) (d when driverOf is
+// nil), then GroupEnd on d, with Submit's results. Every call is made whatever the
 // earlier ones returned (NCCL defers errors inside a group to ncclGroupEnd, which must
 // still be called).
-func SubmitEach(d Driver, calls []Call) (int, error) {
+func SubmitEach(d Driver, calls []Call, driverOf func(*Call) Driver) (int, error) {
 	if err := d.GroupStart(); err != nil {
 		return SubmitGroupStart, err
 	}
 	failed, first := len(calls), error(nil)
 	for i := range calls {
-		cd := calls[i].Driver
-		if cd == nil {
-			cd = d
+		cd := d
+		if driverOf != nil {
+			cd = driverOf(&calls[i])
 		}
 		err := calls[i].Make(cd)
 		if err != nil && first == nil && !isInProgress(err) {
