@@ -84,10 +84,23 @@ type callMeta struct {
 
 // groups is the process's group scope.
 var groups struct {
-	open     atomic.Int32 // goroutines with a group open
-	mu       sync.Mutex
-	byThread map[uintptr]*threadGroup // by goid.Key
-	free     []*threadGroup           // ended groups, for reuse
+	open  atomic.Int32 // goroutines with a group open
+	mu    sync.Mutex
+	byKey []*threadGroup // the open groups (a handful: one per goroutine inside a group)
+	free  []*threadGroup // ended groups, for reuse
+	// spare is the group ended last, reused without the lock.
+	spare atomic.Pointer[threadGroup]
+}
+
+// openLocked returns the open group of the goroutine with key me and its index in
+// groups.byKey, (nil, -1) without one. Caller holds groups.mu.
+func openLocked(me uintptr) (*threadGroup, int) {
+	for i, tg := range groups.byKey {
+		if tg.owner.Load() == me {
+			return tg, i
+		}
+	}
+	return nil, -1
 }
 
 // lookupGroup returns the calling goroutine's open group, nil without one.
@@ -97,7 +110,7 @@ func lookupGroup() *threadGroup {
 	}
 	me := goid.Key()
 	groups.mu.Lock()
-	tg := groups.byThread[me]
+	tg, _ := openLocked(me)
 	groups.mu.Unlock()
 	return tg
 }
@@ -151,21 +164,25 @@ func (tg *threadGroup) join(c *NCCLCommunicator, wait bool) {
 // pushGroup opens one level on the calling (locked) goroutine's thread.
 func pushGroup(c *NCCLCommunicator) {
 	me := goid.Key()
+	spare := groups.spare.Swap(nil)
 	groups.mu.Lock()
 	defer groups.mu.Unlock()
-	if groups.byThread == nil {
-		groups.byThread = make(map[uintptr]*threadGroup)
-	}
-	tg := groups.byThread[me]
+	tg, _ := openLocked(me)
 	if tg == nil {
-		if n := len(groups.free); n > 0 { // reuse: a group allocates nothing once warm
+		switch n := len(groups.free); { // reuse: a group allocates nothing once warm
+		case spare != nil:
+			tg, spare = spare, nil
+		case n > 0:
 			tg, groups.free = groups.free[n-1], groups.free[:n-1]
-		} else {
+		default:
 			tg = &threadGroup{}
 		}
 		tg.owner.Store(me)
-		groups.byThread[me] = tg
+		groups.byKey = append(groups.byKey, tg)
 		groups.open.Add(1)
+	}
+	if spare != nil {
+		groups.free = append(groups.free, spare)
 	}
 	tg.openers = append(tg.openers, c)
 }
@@ -177,7 +194,7 @@ func popGroup() (ended *threadGroup, ok bool) {
 	me := goid.Key()
 	groups.mu.Lock()
 	defer groups.mu.Unlock()
-	tg := groups.byThread[me]
+	tg, i := openLocked(me)
 	if tg == nil {
 		return nil, false
 	}
@@ -185,7 +202,10 @@ func popGroup() (ended *threadGroup, ok bool) {
 	if len(tg.openers) > 0 {
 		return nil, true
 	}
-	delete(groups.byThread, me)
+	last := len(groups.byKey) - 1
+	groups.byKey[i] = groups.byKey[last]
+	groups.byKey[last] = nil
+	groups.byKey = groups.byKey[:last]
 	groups.open.Add(-1)
 	tg.owner.Store(0)
 	return tg, true
@@ -199,13 +219,15 @@ func recycle(tg *threadGroup) {
 	clear(tg.members)
 	tg.members = tg.members[:0]
 	tg.last = 0
-	clear(tg.calls)
-	tg.calls = tg.calls[:0]
+	tg.calls = tg.calls[:0] // no pointers to clear
 	clear(tg.meta)
 	tg.meta = tg.meta[:0]
 	tg.rec = recorder{}
 	clear(tg.openers)
 	tg.openers = tg.openers[:0]
+	if groups.spare.CompareAndSwap(nil, tg) {
+		return
+	}
 	groups.mu.Lock()
 	groups.free = append(groups.free, tg)
 	groups.mu.Unlock()
@@ -220,7 +242,7 @@ func groupsOpenedBy(c *NCCLCommunicator) (here, elsewhere int) {
 	me := goid.Key()
 	groups.mu.Lock()
 	defer groups.mu.Unlock()
-	for t, tg := range groups.byThread {
+	for _, tg := range groups.byKey {
 		n := 0
 		for _, o := range tg.openers {
 			if o == c {
@@ -229,7 +251,7 @@ func groupsOpenedBy(c *NCCLCommunicator) (here, elsewhere int) {
 		}
 		switch {
 		case n == 0:
-		case t == me:
+		case tg.owner.Load() == me:
 			here = len(tg.openers) // ending c's levels ends the whole group
 		default:
 			elsewhere += n

@@ -4,19 +4,25 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/raw/nccl"
 )
 
 // batches are the nccl.Batch values of groups being submitted, kept for reuse so that a
-// warm Submit allocates nothing (a sync.Pool would drop them at each GC).
+// warm Submit allocates nothing (a sync.Pool would drop them at each GC): spare holds
+// the last one, taken without the lock, free the others.
 var batches struct {
-	mu   sync.Mutex
-	free []*nccl.Batch
+	spare atomic.Pointer[nccl.Batch]
+	mu    sync.Mutex
+	free  []*nccl.Batch
 }
 
 func getBatch() *nccl.Batch {
+	if b := batches.spare.Swap(nil); b != nil {
+		return b
+	}
 	batches.mu.Lock()
 	defer batches.mu.Unlock()
 	if n := len(batches.free); n > 0 {
@@ -28,6 +34,9 @@ func getBatch() *nccl.Batch {
 }
 
 func putBatch(b *nccl.Batch) {
+	if batches.spare.CompareAndSwap(nil, b) {
+		return
+	}
 	batches.mu.Lock()
 	batches.free = append(batches.free, b)
 	batches.mu.Unlock()
