@@ -76,9 +76,11 @@ type Backend interface {
 	// GroupEnd must be called from the same goroutine. On NCCL the group covers every
 	// NCCL operation that goroutine issues, on any backend or communicator of the
 	// process (NCCL keeps group state per OS thread), and blocking collectives inside
-	// it complete at the outermost GroupEnd.
+	// it complete at the outermost GroupEnd. On NCCL the operations' NCCL calls are
+	// recorded and made by the outermost GroupEnd in one cgo crossing.
 	GroupStart() error
-	// GroupEnd closes the group opened by GroupStart.
+	// GroupEnd closes the group opened by GroupStart. On NCCL a call NCCL rejects inside
+	// the group is reported here, naming the operation (see NCCLCommunicator.GroupEnd).
 	GroupEnd() error
 	// IsHealthy is false after the backend saw a transport error or a completion
 	// timeout, until a successful AttemptReconnect, and after Close.

@@ -73,7 +73,8 @@ type Communicator interface {
 	// fail with ErrGroupOpen inside it. One-rank communicators count levels only.
 	GroupStart() error
 	// GroupEnd closes the innermost group opened by GroupStart; the outermost one
-	// submits the group's operations. Without a group open it fails with
+	// submits the group's operations (on NCCL in one cgo crossing, reporting there a
+	// call NCCL rejects, naming its operation). Without a group open it fails with
 	// ErrGroupNotOpen.
 	GroupEnd() error
 	// Close releases the communicator.

@@ -27,6 +27,14 @@
 // all and, for blocking Backend collectives, waits for them. Operations that cannot be
 // grouped (Sync, Barrier, RecvCommandU32, AllReduceAsync, SymmetricAlloc, Split, ...)
 // fail with ErrGroupOpen there. Other goroutines are not affected by the group.
+// Inside a group an operation makes comm's checks and returns their errors at once, but
+// only records its NCCL calls: the outermost GroupEnd submits ncclGroupStart, every
+// recorded call in issue order and ncclGroupEnd in one cgo crossing (a 128-call
+// all-to-all costs one crossing, not 130). NCCL sees the same calls in the same order on
+// the same thread, so its semantics are unchanged, with one difference: an argument
+// NCCL itself rejects (not one comm checks) is reported by GroupEnd instead of by the
+// operation, as an [*OpError] whose Err is the failing operation's own *OpError (its
+// name, rank, size and peer, NCCL's result and text).
 //
 // Waiting: operations that wait (Backend.AllReduce and the other collectives without a
 // stream argument, Communicator.Sync and Barrier, initialisation) poll the device and

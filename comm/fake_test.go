@@ -208,6 +208,15 @@ func (f *fakeDriver) Recv(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer
 }
 func (f *fakeDriver) GroupStart() error { return f.rec("GroupStart") }
 func (f *fakeDriver) GroupEnd() error   { return f.rec("GroupEnd") }
+
+// Submit records "Submit(n)" and then makes the group call by call, so that the log
+// shows what NCCL would see.
+func (f *fakeDriver) Submit(calls []gpulib.Call) (int, error) {
+	if err := f.rec("Submit", len(calls)); err != nil {
+		return gpulib.SubmitGroupStart, err
+	}
+	return gpulib.SubmitEach(f, calls, nil)
+}
 func (f *fakeDriver) CommRegister(c gpulib.Comm, buf gpulib.Ptr, bytes uint64) (gpulib.Handle, error) {
 	return 0xabc, f.rec("CommRegister", bytes)
 }
@@ -236,6 +245,6 @@ func (f *fakeDriver) CommUserRank(c gpulib.Comm) (int, error) {
 
 // nccl operation names: calls that must never happen on bad input.
 var ncclCalls = []string{"AllReduce", "Broadcast", "AllGather", "ReduceScatter", "Send", "Recv",
-	"GroupStart", "GroupEnd", "CommRegister", "CommDeregister", "MemAllocNCCL", "MemFreeNCCL",
+	"GroupStart", "GroupEnd", "Submit", "CommRegister", "CommDeregister", "MemAllocNCCL", "MemFreeNCCL",
 	"CommWindowRegister", "CommWindowDeregister", "CommSplit", "CommAbort", "CommFinalize",
 	"CommDestroy", "EventRecord", "StreamWaitEvent", "LaunchKernel", "CommInitRank"}

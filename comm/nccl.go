@@ -148,6 +148,10 @@ type NCCLCommunicator struct {
 	// grouped counts the open thread groups holding operations of this communicator
 	// (nccl_group.go); the watchdog does not abort while it is non-zero.
 	grouped atomic.Int32
+	// group caches the open group the last grouped operation found (nccl_group.go).
+	group atomic.Pointer[threadGroup]
+	// direct is d as the calls an operation makes outside a group (nccl_ops.go).
+	direct ncclOps
 
 	// onClose runs in Close before the communicator ends (the Backend's cleanup).
 	onClose func(ctx context.Context, note func(string, error))
@@ -245,7 +249,7 @@ func newNCCLCommunicator(ctx context.Context, d gpulib.Driver, id UniqueID, rank
 	if err := checkConfig(cfg.nccl, version); err != nil {
 		return nil, err
 	}
-	c := &NCCLCommunicator{d: d, cfg: cfg, rank: rank, world: world, version: version}
+	c := &NCCLCommunicator{d: d, direct: d, cfg: cfg, rank: rank, world: world, version: version}
 	comm, err := c.initComm(ctx, id)
 	if err != nil {
 		return nil, err

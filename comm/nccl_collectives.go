@@ -23,8 +23,8 @@ func (v StreamComm) AllReduceInto(send, recv DevicePtr, count int, t DType, op R
 	if err != nil {
 		return err
 	}
-	return c.enqueue(opAllReduceInto, bytes, queued, func(bool) error {
-		return c.d.AllReduce(c.buf(send), c.buf(recv), uint64(count), gpulib.DataType(t), gpulib.RedOp(op), c.comm, v.s)
+	return c.enqueue(opAllReduceInto, bytes, queued, func(to ncclOps) error {
+		return to.AllReduce(c.buf(send), c.buf(recv), uint64(count), gpulib.DataType(t), gpulib.RedOp(op), c.comm, v.s)
 	})
 }
 
@@ -36,8 +36,8 @@ func (v StreamComm) BroadcastInto(send, recv DevicePtr, count int, t DType, root
 	if err != nil {
 		return err
 	}
-	return c.enqueue(opBroadcastInto, bytes, queued, func(bool) error {
-		return c.d.Broadcast(c.buf(send), c.buf(recv), uint64(count), gpulib.DataType(t), root, c.comm, v.s)
+	return c.enqueue(opBroadcastInto, bytes, queued, func(to ncclOps) error {
+		return to.Broadcast(c.buf(send), c.buf(recv), uint64(count), gpulib.DataType(t), root, c.comm, v.s)
 	})
 }
 
@@ -48,8 +48,8 @@ func (v StreamComm) Reduce(send, recv DevicePtr, count int, t DType, op ReduceOp
 	if err != nil {
 		return err
 	}
-	return c.enqueue(opReduce, bytes, queued, func(bool) error {
-		return c.d.Reduce(c.buf(send), c.buf(recv), uint64(count), gpulib.DataType(t), gpulib.RedOp(op), root, c.comm, v.s)
+	return c.enqueue(opReduce, bytes, queued, func(to ncclOps) error {
+		return to.Reduce(c.buf(send), c.buf(recv), uint64(count), gpulib.DataType(t), gpulib.RedOp(op), root, c.comm, v.s)
 	})
 }
 
@@ -62,18 +62,18 @@ func (v StreamComm) AllToAll(send, recv DevicePtr, count int, t DType) error {
 	if err != nil {
 		return err
 	}
-	return c.enqueue(opAllToAll, bytes*c.world, queued, func(bool) error {
+	return c.enqueue(opAllToAll, bytes*c.world, queued, func(to ncclOps) error {
 		dt, n := gpulib.DataType(t), uint64(count)
 		if c.nativeAlltoAll() {
-			return c.d.AlltoAll(c.buf(send), c.buf(recv), n, dt, c.comm, v.s)
+			return to.AlltoAll(c.buf(send), c.buf(recv), n, dt, c.comm, v.s)
 		}
 		if count == 0 {
 			return nil
 		}
-		return c.p2pGroup(func() error {
+		return c.p2pGroup(to, func() error {
 			for p := range c.world {
 				at := DevicePtr(p * bytes)
-				if err := v.exchange(p, send+at, n, recv+at, n, dt, bytes); err != nil {
+				if err := v.exchange(to, p, send+at, n, recv+at, n, dt, bytes); err != nil {
 					return err
 				}
 			}
@@ -90,16 +90,16 @@ func (v StreamComm) AllToAllv(send DevicePtr, sendCounts, sendDispls []int, recv
 	if err != nil {
 		return err
 	}
-	return c.enqueue(opAllToAllv, bytes, queued, func(bool) error {
+	return c.enqueue(opAllToAllv, bytes, queued, func(to ncclOps) error {
 		if bytes == 0 {
 			return nil
 		}
 		es := t.Size()
-		return c.p2pGroup(func() error {
+		return c.p2pGroup(to, func() error {
 			for p := range c.world {
 				s := send + DevicePtr(sendDispls[p]*es)
 				r := recv + DevicePtr(recvDispls[p]*es)
-				if err := v.exchange(p, s, uint64(sendCounts[p]), r, uint64(recvCounts[p]), gpulib.DataType(t), sendCounts[p]*es); err != nil {
+				if err := v.exchange(to, p, s, uint64(sendCounts[p]), r, uint64(recvCounts[p]), gpulib.DataType(t), sendCounts[p]*es); err != nil {
 					return err
 				}
 			}
@@ -116,20 +116,20 @@ func (v StreamComm) Gather(send, recv DevicePtr, count int, t DType, root int) e
 	if err != nil {
 		return err
 	}
-	return c.enqueue(opGather, bytes, queued, func(bool) error {
+	return c.enqueue(opGather, bytes, queued, func(to ncclOps) error {
 		dt, n := gpulib.DataType(t), uint64(count)
 		if c.nativeAlltoAll() {
-			return c.d.Gather(c.buf(send), c.buf(recv), n, dt, root, c.comm, v.s)
+			return to.Gather(c.buf(send), c.buf(recv), n, dt, root, c.comm, v.s)
 		}
 		if count == 0 {
 			return nil
 		}
-		return c.p2pGroup(func() error {
+		return c.p2pGroup(to, func() error {
 			if c.rank != root {
-				return pending(c.d.Send(gpulib.Ptr(send), n, dt, root, c.comm, v.s))
+				return pending(to.Send(gpulib.Ptr(send), n, dt, root, c.comm, v.s))
 			}
 			for p := range c.world {
-				if err := v.exchange(p, send, 0, recv+DevicePtr(p*bytes), n, dt, bytes); err != nil {
+				if err := v.exchange(to, p, send, 0, recv+DevicePtr(p*bytes), n, dt, bytes); err != nil {
 					return err
 				}
 			}
@@ -146,20 +146,20 @@ func (v StreamComm) Scatter(send, recv DevicePtr, count int, t DType, root int) 
 	if err != nil {
 		return err
 	}
-	return c.enqueue(opScatter, bytes, queued, func(bool) error {
+	return c.enqueue(opScatter, bytes, queued, func(to ncclOps) error {
 		dt, n := gpulib.DataType(t), uint64(count)
 		if c.nativeAlltoAll() {
-			return c.d.Scatter(c.buf(send), c.buf(recv), n, dt, root, c.comm, v.s)
+			return to.Scatter(c.buf(send), c.buf(recv), n, dt, root, c.comm, v.s)
 		}
 		if count == 0 {
 			return nil
 		}
-		return c.p2pGroup(func() error {
+		return c.p2pGroup(to, func() error {
 			if c.rank != root {
-				return pending(c.d.Recv(gpulib.Ptr(recv), n, dt, root, c.comm, v.s))
+				return pending(to.Recv(gpulib.Ptr(recv), n, dt, root, c.comm, v.s))
 			}
 			for p := range c.world {
-				if err := v.exchange(p, send+DevicePtr(p*bytes), n, recv, 0, dt, bytes); err != nil {
+				if err := v.exchange(to, p, send+DevicePtr(p*bytes), n, recv, 0, dt, bytes); err != nil {
 					return err
 				}
 			}
@@ -173,29 +173,36 @@ func (v StreamComm) Scatter(send, recv DevicePtr, count int, t DType, root int) 
 // copies selfBytes from send to recv on the stream instead, unless they are the same.
 // Gather passes a recvCount of 0 for peers' sends (root only receives), Scatter the
 // reverse; for this rank both sides are its own block.
-func (v StreamComm) exchange(peer int, send DevicePtr, sendCount uint64, recv DevicePtr, recvCount uint64, dt gpulib.DataType, selfBytes int) error {
+func (v StreamComm) exchange(to ncclOps, peer int, send DevicePtr, sendCount uint64, recv DevicePtr, recvCount uint64, dt gpulib.DataType, selfBytes int) error {
 	c := v.c
 	if peer == c.rank {
 		if selfBytes == 0 || send == recv {
 			return nil
 		}
-		return c.d.MemcpyDtoDAsync(gpulib.Ptr(recv), gpulib.Ptr(send), uint64(selfBytes), v.s)
+		return c.locked(to, func() error {
+			return c.d.MemcpyDtoDAsync(gpulib.Ptr(recv), gpulib.Ptr(send), uint64(selfBytes), v.s)
+		})
 	}
 	if sendCount > 0 {
-		if err := pending(c.d.Send(gpulib.Ptr(send), sendCount, dt, peer, c.comm, v.s)); err != nil {
+		if err := pending(to.Send(gpulib.Ptr(send), sendCount, dt, peer, c.comm, v.s)); err != nil {
 			return err
 		}
 	}
 	if recvCount > 0 {
-		return pending(c.d.Recv(gpulib.Ptr(recv), recvCount, dt, peer, c.comm, v.s))
+		return pending(to.Recv(gpulib.Ptr(recv), recvCount, dt, peer, c.comm, v.s))
 	}
 	return nil
 }
 
 // p2pGroup runs post between ncclGroupStart and ncclGroupEnd on the calling OS thread
-// (NCCL keeps group state per thread); inside a group the caller opened it nests. The
-// caller holds c.mu. A failed call inside the group makes ncclGroupEnd drop the group.
-func (c *NCCLCommunicator) p2pGroup(post func() error) error {
+// (NCCL keeps group state per thread); inside a group the caller opened (to records)
+// post's calls join that group, as a nested NCCL group's would. The caller holds c.mu
+// unless to records.
+// A failed call inside the group makes ncclGroupEnd drop the group.
+func (c *NCCLCommunicator) p2pGroup(to ncclOps, post func() error) error {
+	if grouped(to) {
+		return post()
+	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := c.d.GroupStart(); err != nil {

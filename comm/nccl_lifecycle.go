@@ -151,13 +151,13 @@ func (c *NCCLCommunicator) Close() error {
 // it down; before runs first (the Backend's deregistrations), on the bound thread.
 func (c *NCCLCommunicator) shutdown(before func(ctx context.Context, note func(string, error))) error {
 	here, elsewhere := groupsOpenedBy(c)
-	for range here { // balance NCCL's per-thread group state
+	for range here { // end the group as GroupEnd would: its recorded calls are launched
 		if ended, ok := popGroup(); ok {
 			if ended != nil {
+				if _, err := ended.submit(); err != nil {
+					c.cfg.log.Error("comm: close", "rank", c.rank, "step", "group-end", "err", err)
+				}
 				recycle(ended)
-			}
-			if err := c.d.GroupEnd(); err != nil {
-				c.cfg.log.Error("comm: close", "rank", c.rank, "step", "group-end", "err", err)
 			}
 			runtime.UnlockOSThread()
 		}

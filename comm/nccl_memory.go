@@ -21,10 +21,12 @@ func (b *NCCL) RegisterBuffer(ptr DevicePtr, bytes int) (BufferHandle, error) {
 		return 0, unsupported(opRegister, "ncclCommRegister", versionRegister, c.version)
 	}
 	var h gpulib.Handle
-	err := c.enqueue(opRegister, bytes, queued, func(bool) error {
-		return c.bound(func() (err error) {
-			h, err = c.d.CommRegister(c.comm, gpulib.Ptr(ptr), uint64(bytes))
-			return err
+	err := c.enqueue(opRegister, bytes, queued, func(to ncclOps) error {
+		return c.locked(to, func() error {
+			return c.bound(func() (err error) {
+				h, err = c.d.CommRegister(c.comm, gpulib.Ptr(ptr), uint64(bytes))
+				return err
+			})
 		})
 	})
 	if err != nil {
@@ -52,8 +54,10 @@ func (b *NCCL) DeregisterBuffer(h BufferHandle) error {
 	b.regMu.Lock()
 	nh := b.regs[h]
 	b.regMu.Unlock()
-	err = c.enqueue(opDeregister, -1, queued, func(bool) error {
-		return c.bound(func() error { return c.d.CommDeregister(c.comm, nh) })
+	err = c.enqueue(opDeregister, -1, queued, func(to ncclOps) error {
+		return c.locked(to, func() error {
+			return c.bound(func() error { return c.d.CommDeregister(c.comm, nh) })
+		})
 	})
 	if err != nil {
 		undo()
@@ -77,7 +81,7 @@ func (b *NCCL) SymmetricAlloc(bytes int) (DevicePtr, error) {
 		return 0, unsupported(opSymmetricAlloc, "ncclMemAlloc", versionRegister, c.version)
 	}
 	var p gpulib.Ptr
-	err := c.enqueue(opSymmetricAlloc, bytes, ungroupable, func(bool) error {
+	err := c.enqueue(opSymmetricAlloc, bytes, ungroupable, func(ncclOps) error {
 		return c.bound(func() (err error) {
 			p, err = c.d.MemAllocNCCL(uint64(bytes))
 			return err
@@ -115,7 +119,7 @@ func (b *NCCL) SymmetricFree(p DevicePtr) error {
 	inside := b.userWins.within(p, bytes)
 	b.regMu.Unlock()
 	freed := false
-	err = c.enqueue(opSymmetricFree, bytes, cleanup, func(bool) error {
+	err = c.enqueue(opSymmetricFree, bytes, cleanup, func(ncclOps) error {
 		return c.bound(func() error {
 			for _, h := range inside {
 				b.regMu.Lock()

@@ -32,13 +32,31 @@ const (
 	untimed
 )
 
+// ncclOps are the NCCL communication calls an operation makes: the driver's
+// (NCCLCommunicator.direct), or, inside a group, the group's recorder, which records them
+// for the outermost GroupEnd.
+type ncclOps interface {
+	AllReduce(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, op gpulib.RedOp, c gpulib.Comm, s gpulib.Stream) error
+	Broadcast(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error
+	AllGather(send, recv gpulib.Ptr, sendCount uint64, dt gpulib.DataType, c gpulib.Comm, s gpulib.Stream) error
+	ReduceScatter(send, recv gpulib.Ptr, recvCount uint64, dt gpulib.DataType, op gpulib.RedOp, c gpulib.Comm, s gpulib.Stream) error
+	Reduce(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, op gpulib.RedOp, root int, c gpulib.Comm, s gpulib.Stream) error
+	AlltoAll(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, c gpulib.Comm, s gpulib.Stream) error
+	Gather(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error
+	Scatter(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error
+	Send(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, c gpulib.Comm, s gpulib.Stream) error
+	Recv(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, c gpulib.Comm, s gpulib.Stream) error
+}
+
 // enqueue is the one sequence every operation of the NCCL types follows once its
 // arguments are valid: the lifecycle lock (shared), the usability check (not closed,
-// not failed), the group scope of the calling thread, the driver lock, the call, its
+// not failed), the group scope of the calling goroutine, the driver lock, the call, its
 // result (ncclInProgress waited out, fatal results recorded), and for a blocking
-// operation the wait. call gets whether the operation is grouped. The closure does not
-// escape, so the sequence allocates nothing.
-func (c *NCCLCommunicator) enqueue(op string, bytes int, kind opKind, call func(grouped bool) error) error {
+// operation the wait. call makes its NCCL calls on to: the driver, or inside a group
+// the group's recorder (grouped(to)), and then the group's outermost GroupEnd makes
+// them, reports their results and does the wait. The closure does not escape, so the
+// sequence allocates nothing.
+func (c *NCCLCommunicator) enqueue(op string, bytes int, kind opKind, call func(to ncclOps) error) error {
 	c.life.RLock()
 	defer c.life.RUnlock()
 	if err := c.usable(op, bytes); err != nil && (kind != cleanup || c.g.isClosed()) {
@@ -49,13 +67,14 @@ func (c *NCCLCommunicator) enqueue(op string, bytes int, kind opKind, call func(
 			return err
 		}
 	}
-	tid, depth := groupThread()
-	grouped := tid >= 0
-	if grouped && kind >= ungroupable {
-		return groupOpenErr(op, depth)
+	if tg := c.groupOf(); tg != nil {
+		if kind >= ungroupable {
+			return groupOpenErr(op, groupDepth())
+		}
+		return c.record(tg, op, bytes, kind == blocking, call)
 	}
 	c.mu.Lock()
-	err := call(grouped)
+	err := call(c.direct)
 	c.mu.Unlock()
 	if c.wd != nil && kind != untimed {
 		c.wd.enqueued()
@@ -63,14 +82,36 @@ func (c *NCCLCommunicator) enqueue(op string, bytes int, kind opKind, call func(
 	if err := c.result(op, bytes, err); err != nil {
 		return err
 	}
-	if grouped {
-		joinGroup(tid, c, kind == blocking)
-		return nil
-	}
 	if kind == blocking {
 		return c.wait(bg, op, bytes, bounded)
 	}
 	return nil
+}
+
+// record runs a grouped operation's call with the group's recorder: its NCCL calls
+// join the group, and c becomes a member (wait: a blocking operation, whose wait the
+// outermost GroupEnd does). Recording needs no driver lock; other driver calls of the
+// operation (a registration, an event, a device copy) are made at once, taking it
+// (locked), as outside a group.
+func (c *NCCLCommunicator) record(tg *threadGroup, op string, bytes int, wait bool, call func(to ncclOps) error) error {
+	r := &tg.rec
+	r.tg, r.c, r.op, r.bytes = tg, c, op, bytes
+	err := call(r)
+	if err != nil {
+		return c.result(op, bytes, err)
+	}
+	tg.join(c, wait)
+	return nil
+}
+
+// locked runs f, which calls the driver itself, under the driver lock: enqueue holds it
+// for calls made on the driver, record does not (to records).
+func (c *NCCLCommunicator) locked(to ncclOps, f func() error) error {
+	if grouped(to) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+	}
+	return f()
 }
 
 // groupOpenErr is the error of an operation that cannot be part of a group, on a
@@ -83,7 +124,7 @@ func groupOpenErr(op string, depth int) error {
 // outsideGroup fails on a thread with a group open (for the operations that check it
 // before taking the communicator).
 func outsideGroup(op string) error {
-	if tid, depth := groupThread(); tid >= 0 {
+	if depth := groupDepth(); depth > 0 {
 		return groupOpenErr(op, depth)
 	}
 	return nil
@@ -104,12 +145,12 @@ func (b *NCCL) AllReduce(ptr DevicePtr, bytes int) error {
 	if err := c.g.reduce(opAllReduce, ptr, bytes); err != nil {
 		return err
 	}
-	return c.enqueue(opAllReduce, bytes, blocking, func(grouped bool) error {
+	return c.enqueue(opAllReduce, bytes, blocking, func(to ncclOps) error {
 		p := c.buf(ptr)
-		if f := b.twoRankKernel(bytes, grouped); f != 0 {
+		if f := b.twoRankKernel(bytes, grouped(to)); f != 0 {
 			return b.exchangeAdd(f, p, bytes)
 		}
-		return c.d.AllReduce(p, p, uint64(bytes/b.size), gpulib.DataType(b.elem), gpulib.Sum, c.comm, c.stream)
+		return to.AllReduce(p, p, uint64(bytes/b.size), gpulib.DataType(b.elem), gpulib.Sum, c.comm, c.stream)
 	})
 }
 
@@ -119,8 +160,8 @@ func (b *NCCL) AllGather(send, recv DevicePtr, bytes int) error {
 	if err := c.g.gather(opAllGather, send, recv, bytes, false); err != nil {
 		return err
 	}
-	return c.enqueue(opAllGather, bytes, blocking, func(bool) error {
-		return c.d.AllGather(c.buf(send), c.buf(recv), uint64(bytes), gpulib.Uint8, c.comm, c.stream)
+	return c.enqueue(opAllGather, bytes, blocking, func(to ncclOps) error {
+		return to.AllGather(c.buf(send), c.buf(recv), uint64(bytes), gpulib.Uint8, c.comm, c.stream)
 	})
 }
 
@@ -131,8 +172,8 @@ func (b *NCCL) ReduceScatter(send, recv DevicePtr, bytes int) error {
 	if err := c.g.gather(opReduceScatter, send, recv, bytes, true); err != nil {
 		return err
 	}
-	return c.enqueue(opReduceScatter, bytes, blocking, func(bool) error {
-		return c.d.ReduceScatter(c.buf(send), c.buf(recv), uint64(bytes/b.size), gpulib.DataType(b.elem), gpulib.Sum, c.comm, c.stream)
+	return c.enqueue(opReduceScatter, bytes, blocking, func(to ncclOps) error {
+		return to.ReduceScatter(c.buf(send), c.buf(recv), uint64(bytes/b.size), gpulib.DataType(b.elem), gpulib.Sum, c.comm, c.stream)
 	})
 }
 
@@ -142,9 +183,9 @@ func (b *NCCL) Broadcast(ptr DevicePtr, bytes, root int) error {
 	if err := c.g.broadcast(ptr, bytes, root); err != nil {
 		return err
 	}
-	return c.enqueue(opBroadcast, bytes, blocking, func(bool) error {
+	return c.enqueue(opBroadcast, bytes, blocking, func(to ncclOps) error {
 		p := c.buf(ptr)
-		return c.d.Broadcast(p, p, uint64(bytes), gpulib.Uint8, root, c.comm, c.stream)
+		return to.Broadcast(p, p, uint64(bytes), gpulib.Uint8, root, c.comm, c.stream)
 	})
 }
 
@@ -156,8 +197,8 @@ func (b *NCCL) Barrier() error {
 	if err := c.g.open(opBarrier); err != nil {
 		return err
 	}
-	return c.enqueue(opBarrier, 0, queued, func(bool) error {
-		return c.d.AllReduce(c.scratch, c.scratch, 0, gpulib.DataType(b.elem), gpulib.Sum, c.comm, c.stream)
+	return c.enqueue(opBarrier, 0, queued, func(to ncclOps) error {
+		return to.AllReduce(c.scratch, c.scratch, 0, gpulib.DataType(b.elem), gpulib.Sum, c.comm, c.stream)
 	})
 }
 
@@ -215,7 +256,7 @@ func (b *NCCL) RecvCommandU32(ctx context.Context, ptr DevicePtr, root int) erro
 			Reason: fmt.Sprintf("a command receive from root %d is pending (its wait was canceled): complete it first", m.root)}
 	}
 	from := m.ptr
-	err := c.enqueue(opRecvCommand, 4, untimed, func(bool) error {
+	err := c.enqueue(opRecvCommand, 4, untimed, func(ncclOps) error {
 		if m.pending && m.comm != c.comm { // the receive ended with its communicator (reconnect)
 			m.pending = false
 		}
@@ -272,7 +313,7 @@ func (b *NCCL) AllReduceAsync(ptr DevicePtr, bytes int, compute Stream) error {
 		defer runtime.UnlockOSThread()
 	}
 	s := gpulib.Stream(compute)
-	return c.enqueue(opAllReduceAsync, bytes, ungroupable, func(bool) error {
+	return c.enqueue(opAllReduceAsync, bytes, ungroupable, func(ncclOps) error {
 		if err := c.d.EventRecord(c.evIn, s); err != nil {
 			return err
 		}
@@ -352,11 +393,11 @@ func (c *NCCLCommunicator) Recv(ptr DevicePtr, count int, t DType, src int, _ ui
 // p2p enqueues a validated send or recv on stream s (the typed API passes the
 // communication stream, the Backend the caller's).
 func (c *NCCLCommunicator) p2p(op string, ptr DevicePtr, bytes int, count uint64, t gpulib.DataType, peer int, s gpulib.Stream, send bool) error {
-	err := c.enqueue(op, bytes, queued, func(bool) error {
+	err := c.enqueue(op, bytes, queued, func(to ncclOps) error {
 		if send {
-			return c.d.Send(c.buf(ptr), count, t, peer, c.comm, s)
+			return to.Send(c.buf(ptr), count, t, peer, c.comm, s)
 		}
-		return c.d.Recv(c.buf(ptr), count, t, peer, c.comm, s)
+		return to.Recv(c.buf(ptr), count, t, peer, c.comm, s)
 	})
 	if err != nil {
 		return withPeer(err, peer)
@@ -394,7 +435,7 @@ func (c *NCCLCommunicator) Barrier(ctx context.Context) error {
 	if err := c.refuseCapture(opBarrier, -1, c.stream); err != nil {
 		return err
 	}
-	err := c.enqueue(opBarrier, -1, ungroupable, func(bool) error {
+	err := c.enqueue(opBarrier, -1, ungroupable, func(ncclOps) error {
 		return c.d.AllReduce(c.scratch, c.scratch, 1, gpulib.Int32, gpulib.Sum, c.comm, c.stream)
 	})
 	if err != nil {
@@ -429,11 +470,13 @@ func (c *NCCLCommunicator) order(op string, from, to gpulib.Stream, ev gpulib.Ev
 		}
 		defer runtime.UnlockOSThread()
 	}
-	return c.enqueue(op, -1, queued, func(bool) error {
-		if err := c.d.EventRecord(ev, from); err != nil {
-			return err
-		}
-		return c.d.StreamWaitEvent(to, ev)
+	return c.enqueue(op, -1, queued, func(calls ncclOps) error {
+		return c.locked(calls, func() error {
+			if err := c.d.EventRecord(ev, from); err != nil {
+				return err
+			}
+			return c.d.StreamWaitEvent(to, ev)
+		})
 	})
 }
 

@@ -262,7 +262,7 @@ func (c *NCCLCommunicator) split(ctx context.Context, color, key int) (*NCCLComm
 	if err == nil {
 		var world int
 		if world, err = info.CommCount(comm); err == nil {
-			child := &NCCLCommunicator{d: c.d, cfg: c.cfg, version: c.version}
+			child := &NCCLCommunicator{d: c.d, direct: c.d, cfg: c.cfg, version: c.version}
 			if err = child.adopt(comm, rank, world); err == nil {
 				return child, nil
 			}
@@ -359,7 +359,7 @@ func (c *NCCLCommunicator) Shrink(ctx context.Context, exclude []int, abort bool
 		}
 		return nil, &OpError{Op: op, Bytes: -1, Rank: c.rank, Err: err}
 	}
-	child := &NCCLCommunicator{d: c.d, cfg: c.cfg, version: c.version}
+	child := &NCCLCommunicator{d: c.d, direct: c.d, cfg: c.cfg, version: c.version}
 	if err := child.adopt(comm, rank, world); err != nil {
 		return nil, err
 	}

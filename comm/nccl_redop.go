@@ -146,7 +146,7 @@ func (c *NCCLCommunicator) PreMulSumDevice(t DType, scalar DevicePtr) (ReduceOp,
 
 func (c *NCCLCommunicator) createOp(t DType, scalar uint64, device bool) (ReduceOp, error) {
 	var op gpulib.RedOp
-	err := c.enqueue(opPreMulSum, -1, ungroupable, func(bool) error {
+	err := c.enqueue(opPreMulSum, -1, ungroupable, func(ncclOps) error {
 		var err error
 		op, err = c.d.RedOpCreatePreMulSum(c.comm, gpulib.DataType(t), scalar, device)
 		return err
@@ -168,7 +168,7 @@ func (c *NCCLCommunicator) DestroyReduceOp(op ReduceOp) error {
 	if err := c.g.removeOp(op); err != nil {
 		return err
 	}
-	return c.enqueue("destroy-reduce-op", -1, cleanup, func(bool) error {
+	return c.enqueue("destroy-reduce-op", -1, cleanup, func(ncclOps) error {
 		return c.d.RedOpDestroy(c.comm, gpulib.RedOp(op))
 	})
 }

@@ -82,7 +82,7 @@ func (b *NCCL) RegisterWindow(ctx context.Context, ptr DevicePtr, bytes int) (Wi
 		return h, nil
 	}
 	var w gpulib.Handle
-	err := c.enqueue(opRegisterWindow, bytes, ungroupable, func(bool) error {
+	err := c.enqueue(opRegisterWindow, bytes, ungroupable, func(ncclOps) error {
 		return c.bound(func() (err error) {
 			w, err = c.d.CommWindowRegister(c.comm, gpulib.Ptr(ptr), uint64(bytes), gpulib.WinCollSymmetric)
 			if err == nil || code(err) == gpulib.InProgress { // registered once every rank has joined
@@ -119,7 +119,7 @@ func (b *NCCL) DeregisterWindow(h WindowHandle) error {
 		return &ArgError{Op: opDeregisterWindow, Arg: "handle", Value: h, Err: ErrUnknownHandle,
 			Reason: "not returned by register-window or already deregistered"}
 	}
-	err := c.enqueue(opDeregisterWindow, w.bytes, cleanup, func(bool) error {
+	err := c.enqueue(opDeregisterWindow, w.bytes, cleanup, func(ncclOps) error {
 		return c.bound(func() error { return c.d.CommWindowDeregister(c.comm, w.h) })
 	})
 	if err != nil {

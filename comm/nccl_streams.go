@@ -87,7 +87,7 @@ func (v StreamComm) Barrier(ctx context.Context) error {
 	if err := c.refuseCapture(opBarrier, -1, v.s); err != nil {
 		return err
 	}
-	err := c.enqueue(opBarrier, -1, ungroupable, func(bool) error {
+	err := c.enqueue(opBarrier, -1, ungroupable, func(ncclOps) error {
 		return c.d.AllReduce(c.scratch, c.scratch, 1, gpulib.Int32, gpulib.Sum, c.comm, v.s)
 	})
 	if err != nil {
@@ -118,9 +118,9 @@ func (v StreamComm) AllReduce(ptr DevicePtr, count int, t DType, op ReduceOp) er
 	if err != nil {
 		return err
 	}
-	return c.enqueue(opAllReduce, bytes, queued, func(bool) error {
+	return c.enqueue(opAllReduce, bytes, queued, func(to ncclOps) error {
 		p := c.buf(ptr)
-		return c.d.AllReduce(p, p, uint64(count), gpulib.DataType(t), gpulib.RedOp(op), c.comm, v.s)
+		return to.AllReduce(p, p, uint64(count), gpulib.DataType(t), gpulib.RedOp(op), c.comm, v.s)
 	})
 }
 
@@ -131,9 +131,9 @@ func (v StreamComm) Broadcast(ptr DevicePtr, count int, t DType, root int) error
 	if err != nil {
 		return err
 	}
-	return c.enqueue(opBroadcast, bytes, queued, func(bool) error {
+	return c.enqueue(opBroadcast, bytes, queued, func(to ncclOps) error {
 		p := c.buf(ptr)
-		return c.d.Broadcast(p, p, uint64(count), gpulib.DataType(t), root, c.comm, v.s)
+		return to.Broadcast(p, p, uint64(count), gpulib.DataType(t), root, c.comm, v.s)
 	})
 }
 
@@ -144,8 +144,8 @@ func (v StreamComm) AllGather(send, recv DevicePtr, count int, t DType) error {
 	if err != nil {
 		return err
 	}
-	return c.enqueue(opAllGather, bytes, queued, func(bool) error {
-		return c.d.AllGather(c.buf(send), c.buf(recv), uint64(count), gpulib.DataType(t), c.comm, v.s)
+	return c.enqueue(opAllGather, bytes, queued, func(to ncclOps) error {
+		return to.AllGather(c.buf(send), c.buf(recv), uint64(count), gpulib.DataType(t), c.comm, v.s)
 	})
 }
 
@@ -156,8 +156,8 @@ func (v StreamComm) ReduceScatter(send, recv DevicePtr, count int, t DType, op R
 	if err != nil {
 		return err
 	}
-	return c.enqueue(opReduceScatter, bytes, queued, func(bool) error {
-		return c.d.ReduceScatter(c.buf(send), c.buf(recv), uint64(count), gpulib.DataType(t), gpulib.RedOp(op), c.comm, v.s)
+	return c.enqueue(opReduceScatter, bytes, queued, func(to ncclOps) error {
+		return to.ReduceScatter(c.buf(send), c.buf(recv), uint64(count), gpulib.DataType(t), gpulib.RedOp(op), c.comm, v.s)
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
+	"github.com/ncclgo/ncclgo/raw/nccl"
 )
 
 var quiet = WithLogger(slog.New(slog.DiscardHandler))
@@ -242,10 +244,13 @@ func TestNCCLGroupBatchesAndWaitsAtEnd(t *testing.T) {
 	assert.Empty(t, f.named("StreamQuery"), "no wait inside a group")
 	require.NoError(t, b.GroupEnd())
 	assert.Empty(t, f.named("StreamQuery"), "the inner GroupEnd launches nothing")
+	assert.Empty(t, f.named("Submit", "GroupStart", "GroupEnd", "AllReduce", "Send", "Recv"),
+		"nothing reaches NCCL before the outermost GroupEnd")
 	require.NoError(t, b.GroupEnd())
 	assert.NotEmpty(t, f.named("StreamQuery"), "the outermost GroupEnd waits for the all-reduce")
-	assert.Equal(t, []string{"GroupStart", "GroupStart", "AllReduce(4,9,0,7)", "Send(8,1,1,0)", "Recv(8,1,1,0)", "GroupEnd", "GroupEnd"},
-		f.named("GroupStart", "GroupEnd", "AllReduce", "Send", "Recv"))
+	assert.Equal(t, []string{"Submit(3)", "GroupStart", "AllReduce(4,9,0,7)", "Send(8,1,1,0)", "Recv(8,1,1,0)", "GroupEnd"},
+		f.named("Submit", "GroupStart", "GroupEnd", "AllReduce", "Send", "Recv"),
+		"one submit: NCCL's group around every recorded call, in order; the inner levels never reach it")
 	assert.ErrorIs(t, b.GroupEnd(), ErrGroupNotOpen)
 }
 
@@ -473,4 +478,77 @@ func TestNCCLShrinkAndRevoke(t *testing.T) {
 	old.version = 22703
 	c2 := newFakeNCCL(t, old, 0, 2, quiet).Communicator()
 	assert.ErrorIs(t, c2.Revoke(), ErrUnsupported)
+}
+
+// TestNCCLGroupReportsTheFailingCallAtEnd checks that the call NCCL fails inside a group
+// is reported by the outermost GroupEnd (the operation itself only recorded it), naming
+// the operation, its rank and peer, with NCCL's result: errors.Is matches it, and a
+// fatal result leaves every communicator of the group unhealthy (ErrUnhealthy).
+func TestNCCLGroupReportsTheFailingCallAtEnd(t *testing.T) {
+	f := newFake()
+	b := newFakeNCCL(t, f, 0, 2, quiet)
+	other := newFakeNCCL(t, f, 0, 2, quiet)
+	f.fail("Recv", &gpulib.Error{Code: gpulib.RemoteError, Detail: "peer 1 hung up"})
+	require.NoError(t, b.GroupStart())
+	require.NoError(t, other.SendTo(p, 8, 1, 0), "another communicator's send joins the group")
+	require.NoError(t, b.RecvFrom(p+8, 8, 1, 0), "the failure comes at GroupEnd")
+	require.NoError(t, b.SendTo(p, 16, 1, 0))
+	err := b.GroupEnd()
+	require.Error(t, err)
+	assert.ErrorIs(t, err, nccl.RemoteError)
+	assert.ErrorIs(t, err, ErrUnhealthy)
+	var outer *OpError
+	require.ErrorAs(t, err, &outer)
+	assert.Equal(t, opGroupEnd, outer.Op)
+	var op *OpError
+	require.ErrorAs(t, outer.Err, &op)
+	assert.Equal(t, OpError{Op: opRecv, Bytes: 8, Rank: 0, Peer: 1}, OpError{Op: op.Op, Bytes: op.Bytes, Rank: op.Rank, Peer: op.Peer})
+	assert.Contains(t, err.Error(), "recv of 8 bytes on rank 0 from rank 1")
+	assert.Contains(t, err.Error(), "peer 1 hung up")
+	assert.False(t, b.IsHealthy(), "a fatal result inside a group poisons its communicators")
+	assert.False(t, other.IsHealthy())
+	assert.Equal(t, []string{"Submit(3)", "GroupStart", "Send(8,1,1,0)", "Recv(8,1,1,0)", "Send(16,1,1,0)", "GroupEnd"},
+		f.named("Submit", "GroupStart", "GroupEnd", "Send", "Recv"),
+		"one submission of both communicators' calls, in issue order, every call made")
+}
+
+// TestNCCLGroupSubmitsNothingForAClosedMember checks that a communicator closed by
+// another goroutine while the group holds its operations fails the GroupEnd (its NCCL
+// handle has ended) and that nothing of the group reaches NCCL.
+func TestNCCLGroupSubmitsNothingForAClosedMember(t *testing.T) {
+	f := newFake()
+	b := newFakeNCCL(t, f, 0, 2, quiet)
+	other := newFakeNCCL(t, f, 0, 2, quiet)
+	require.NoError(t, b.GroupStart())
+	require.NoError(t, b.SendTo(p, 8, 1, 0))
+	require.NoError(t, other.RecvFrom(p, 8, 1, 0))
+	done := make(chan error)
+	go func() { done <- other.Close() }()
+	_ = <-done
+	f.log()
+	err := b.GroupEnd()
+	assert.ErrorIs(t, err, ErrClosed)
+	assert.Empty(t, f.named("Submit", "Send", "Recv"), "nothing is submitted for a closed communicator")
+	require.NoError(t, b.SendTo(p, 8, 1, 0), "the goroutine's group is over")
+}
+
+// TestGroupedOperationsDoNotAllocate checks that a warm group of 64 recorded
+// operations allocates nothing, per operation or per group.
+func TestGroupedOperationsDoNotAllocate(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	b := newStubNCCL(t, stubDriver{})
+	group := func() {
+		_ = b.GroupStart()
+		for i := range 64 {
+			if i%2 == 0 {
+				_ = b.SendTo(p, 64, 1, 3)
+			} else {
+				_ = b.RecvFrom(p+64, 64, 1, 3)
+			}
+		}
+		_ = b.GroupEnd()
+	}
+	group()
+	assert.Zero(t, testing.AllocsPerRun(100, group))
 }

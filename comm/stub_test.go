@@ -69,6 +69,9 @@ func (stubDriver) Recv(gpulib.Ptr, uint64, gpulib.DataType, int, gpulib.Comm, gp
 }
 func (stubDriver) GroupStart() error { return nil }
 func (stubDriver) GroupEnd() error   { return nil }
+func (d stubDriver) Submit(calls []gpulib.Call) (int, error) {
+	return len(calls), nil
+}
 func (stubDriver) CommRegister(gpulib.Comm, gpulib.Ptr, uint64) (gpulib.Handle, error) {
 	return 5, nil
 }

@@ -251,6 +251,17 @@ type Driver interface {
 	// the outermost GroupEnd. The caller keeps its goroutine locked to the thread.
 	GroupStart() error
 	GroupEnd() error
+	// Submit makes a whole group: ncclGroupStart, every call in order, ncclGroupEnd,
+	// with the semantics of making them one by one on the calling thread (each on the
+	// device of its communicator), in one crossing into the library where the
+	// driver can. It reports the first failure as (index, error): the index of the first
+	// call whose result was neither ncclSuccess nor ncclInProgress (NCCL then drops the
+	// group and ncclGroupEnd fails too), len(calls) for ncclGroupEnd's own result
+	// (ncclInProgress while a non-blocking communicator launches), or SubmitGroupStart
+	// when ncclGroupStart failed and nothing was called. NCCL failures are *Error with
+	// NCCL's text. With every call successful it returns (len(calls), nil). The caller
+	// keeps its goroutine locked to the thread.
+	Submit(calls []Call) (int, error)
 
 	CommRegister(c Comm, buf Ptr, bytes uint64) (Handle, error)
 	CommDeregister(c Comm, h Handle) error

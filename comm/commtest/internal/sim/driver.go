@@ -15,10 +15,11 @@ type Driver struct {
 	w   *World
 	dev *device
 
-	mu    sync.Mutex // guards the fields below; taken before World.mu, never after
-	calls map[string]int64
-	total int64
-	fails map[string][]error
+	mu      sync.Mutex // guards the fields below; taken before World.mu, never after
+	calls   map[string]int64
+	total   int64
+	submits int64
+	fails   map[string][]error
 }
 
 var (
@@ -684,6 +685,36 @@ func (d *Driver) GroupEnd() error {
 		return err
 	}
 	return d.groupEnd()
+}
+
+// Submit makes a recorded group as NCCL makes the same calls one by one on the calling
+// thread: ncclGroupStart, each call through the driver of its communicator's device (a
+// group may span the communicators of several devices; an unknown communicator's call
+// goes through d, which rejects it), ncclGroupEnd. Each call is counted as itself
+// (Calls), the submission once (Submits).
+func (d *Driver) Submit(calls []gpulib.Call) (int, error) {
+	d.mu.Lock()
+	d.submits++
+	d.mu.Unlock()
+	return gpulib.SubmitEach(d, calls, d.driverOf)
+}
+
+// driverOf returns the driver of the device c's communicator lives on, d if unknown.
+func (d *Driver) driverOf(c *gpulib.Call) gpulib.Driver {
+	w := d.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if rc, ok := w.comms[c.Comm]; ok && rc.dev != nil && rc.dev.idx < len(w.drivers) {
+		return w.drivers[rc.dev.idx]
+	}
+	return d
+}
+
+// Submits returns how many groups were submitted through this driver (Submit).
+func (d *Driver) Submits() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.submits
 }
 
 // CommRegister is ncclCommRegister.

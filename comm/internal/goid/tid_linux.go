@@ -1,4 +1,4 @@
-package comm
+package goid
 
 import "syscall"
 

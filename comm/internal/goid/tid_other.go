@@ -1,6 +1,6 @@
 //go:build !linux
 
-package comm
+package goid
 
 // threadID returns 0 where thread ids are not available: group ownership is not checked.
 func threadID() int { return 0 }
