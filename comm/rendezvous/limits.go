@@ -129,6 +129,15 @@ func (a *account) reserve(what string, n int64) error {
 	return nil
 }
 
+// named fills in what a refused reservation (made with an empty what) was for,
+// computed only now that it failed.
+func named(err error, what func() string) error {
+	if e, ok := err.(*errFull); ok && e.what == "" {
+		e.what = what()
+	}
+	return err
+}
+
 func (a *account) release(n int64) {
 	a.used.Add(-n)
 	a.b.release(n)

@@ -19,7 +19,7 @@ type store struct {
 	mu       sync.Mutex
 	budget   *budget
 	data     map[string]*entry
-	watchers map[string]map[*watcher]struct{}
+	watchers map[string]watchList // blocked requests by the key each waits for now
 	barriers map[string]*barrier
 	pending  int  // blocked requests (watchers and barrier arrivals) in total
 	closed   bool // no more callbacks fire
@@ -31,15 +31,22 @@ type entry struct {
 	cost  int64
 }
 
-// watcher is a blocked get or wait.
+// watcher is a blocked get or wait. It waits for one missing key at a time,
+// keys[at], linked into that key's watchList; when that key is set it moves on to the
+// next missing one, so that a wait for N keys costs O(N) however the keys arrive, and
+// a key holds one list entry per watcher waiting for it now, not per watcher naming it.
 type watcher struct {
-	owner   *account
-	keys    []string // distinct
-	missing int      // registered keys not yet set
-	cost    int64
-	value   bool // a get: fire receives the value of keys[0]
-	fire    func(value []byte, release func())
+	owner      *account
+	keys       []string // as named (duplicates cost nothing more)
+	at         int      // index in keys of the key waited for now
+	prev, next *watcher // neighbours in the watchList of keys[at]
+	cost       int64
+	value      bool // a get: fire receives the value of keys[0]
+	fire       func(value []byte, release func())
 }
+
+// watchList is the watchers waiting for one key, oldest first.
+type watchList struct{ head, tail *watcher }
 
 // barrier counts the ranks that arrived under one key.
 type barrier struct {
@@ -64,7 +71,7 @@ func newStore(b *budget) *store {
 	return &store{
 		budget:   b,
 		data:     make(map[string]*entry),
-		watchers: make(map[string]map[*watcher]struct{}),
+		watchers: make(map[string]watchList),
 		barriers: make(map[string]*barrier),
 	}
 }
@@ -78,15 +85,16 @@ func entryCost(key string, value []byte) int64 {
 func (st *store) putLocked(a *account, key string, value []byte) error {
 	cost := entryCost(key, value)
 	old := st.data[key]
-	what := fmt.Sprintf("storing %d bytes under %q", len(value), key)
+	// What a refusal names is written only when it happens (not on every Set).
+	what := func() string { return fmt.Sprintf("storing %d bytes under %q", len(value), key) }
 	if old != nil && old.owner == a {
-		if err := a.reserve(what, cost-old.cost); err != nil {
-			return err
+		if err := a.reserve("", cost-old.cost); err != nil {
+			return named(err, what)
 		}
 		old.value, old.cost = value, cost
 	} else {
-		if err := a.reserve(what, cost); err != nil {
-			return err
+		if err := a.reserve("", cost); err != nil {
+			return named(err, what)
 		}
 		if old != nil {
 			old.owner.release(old.cost)
@@ -274,14 +282,8 @@ func (st *store) releasePending(a *account, cost int64) {
 func (st *store) wait(a *account, keys []string, wantValue bool, fire func(value []byte, release func())) (w *watcher, value []byte, ready bool, err error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	all := true
-	for _, k := range keys {
-		if _, ok := st.data[k]; !ok {
-			all = false
-			break
-		}
-	}
-	if all {
+	at := st.missingFromLocked(keys, 0, len(keys))
+	if at == len(keys) {
 		if wantValue {
 			value = st.data[keys[0]].value
 		}
@@ -292,20 +294,34 @@ func (st *store) wait(a *account, keys []string, wantValue bool, fire func(value
 	if err := st.chargePendingLocked(a, cost); err != nil {
 		return nil, nil, false, err
 	}
-	distinct := keys
-	if len(keys) > 1 {
-		seen := make(map[string]struct{}, len(keys))
-		distinct = make([]string, 0, len(keys))
-		for _, k := range keys {
-			if _, dup := seen[k]; !dup {
-				seen[k] = struct{}{}
-				distinct = append(distinct, k)
-			}
+	w = &watcher{owner: a, keys: keys, cost: cost, value: wantValue, fire: fire}
+	st.linkLocked(w, at)
+	return w, nil, false, nil
+}
+
+// missingFromLocked returns the index of the first of keys[from:to] that does not
+// exist, or len(keys) when they all do.
+func (st *store) missingFromLocked(keys []string, from, to int) int {
+	for i := from; i < to; i++ {
+		if _, ok := st.data[keys[i]]; !ok {
+			return i
 		}
 	}
-	w = &watcher{owner: a, keys: distinct, cost: cost, value: wantValue, fire: fire}
-	st.watchMissingLocked(w)
-	return w, nil, false, nil
+	return len(keys)
+}
+
+// linkLocked makes w wait for keys[at], at the end of that key's list.
+func (st *store) linkLocked(w *watcher, at int) {
+	w.at = at
+	l := st.watchers[w.keys[at]]
+	w.prev, w.next = l.tail, nil
+	if l.tail != nil {
+		l.tail.next = w
+	} else {
+		l.head = w
+	}
+	l.tail = w
+	st.watchers[w.keys[at]] = l
 }
 
 // cancel forgets a watcher that has not fired and reports whether it was pending.
@@ -322,57 +338,56 @@ func (st *store) cancel(w *watcher) bool {
 	return true
 }
 
+// unwatchLocked takes w out of the list of the key it waits for.
 func (st *store) unwatchLocked(w *watcher) {
-	for _, k := range w.keys {
-		if set := st.watchers[k]; set != nil {
-			delete(set, w)
-			if len(set) == 0 {
-				delete(st.watchers, k)
-			}
-		}
+	key := w.keys[w.at]
+	l := st.watchers[key]
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		l.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		l.tail = w.prev
+	}
+	w.prev, w.next = nil, nil
+	if l.head == nil {
+		delete(st.watchers, key)
+	} else {
+		st.watchers[key] = l
 	}
 }
 
-// watchMissingLocked registers w on each of its keys that does not exist yet and sets
-// w.missing to their number.
-func (st *store) watchMissingLocked(w *watcher) {
-	w.missing = 0
-	for _, k := range w.keys {
-		if _, ok := st.data[k]; ok {
-			continue
-		}
-		set := st.watchers[k]
-		if set == nil {
-			set = make(map[*watcher]struct{})
-			st.watchers[k] = set
-		}
-		set[w] = struct{}{}
-		w.missing++
-	}
-}
-
-// notifyLocked fires the watchers of a key that was just set whose keys now all exist.
+// notifyLocked moves each watcher of a key that was just set on to its next missing
+// key, and fires those whose keys now all exist.
 func (st *store) notifyLocked(key string) {
-	set := st.watchers[key]
-	if len(set) == 0 {
+	l, ok := st.watchers[key]
+	if !ok {
 		return
 	}
 	delete(st.watchers, key)
-	for w := range set {
-		if w.missing--; w.missing > 0 {
-			continue
+	for w := l.head; w != nil; {
+		next := w.next
+		w.prev, w.next = nil, nil
+		at := st.missingFromLocked(w.keys, w.at+1, len(w.keys))
+		if at == len(w.keys) {
+			// A key seen earlier may have been deleted since: look again.
+			at = st.missingFromLocked(w.keys, 0, w.at)
 		}
-		// A key seen earlier may have been deleted since: look again.
-		if st.watchMissingLocked(w); w.missing > 0 {
-			continue
+		if at < len(w.keys) {
+			st.linkLocked(w, at)
+		} else {
+			fire := w.fire
+			w.fire = nil
+			var v []byte
+			if w.value {
+				v = st.data[w.keys[0]].value
+			}
+			st.firePendingLocked(w.owner, w.cost, func(release func()) { fire(v, release) })
 		}
-		fire := w.fire
-		w.fire = nil
-		var v []byte
-		if w.value {
-			v = st.data[w.keys[0]].value
-		}
-		st.firePendingLocked(w.owner, w.cost, func(release func()) { fire(v, release) })
+		w = next
 	}
 }
 

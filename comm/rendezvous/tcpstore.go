@@ -3,6 +3,7 @@ package rendezvous
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -262,17 +263,31 @@ func (t *tsReader) vector(what string, limit int) ([]byte, error) {
 	return b, nil
 }
 
-// key reads a key: 1 to MaxKeyLen bytes after the optional "/".
+// key reads a key: 1 to MaxKeyLen bytes after the optional "/". Its bytes are
+// looked at in the reader's buffer (which holds more than the longest key), so a key
+// costs one allocation, its string, and no buffer of its own.
 func (t *tsReader) key() (string, error) {
-	b, err := t.vector("key", MaxKeyLen+1)
+	n, err := t.count("key bytes", MaxKeyLen+1)
 	if err != nil {
 		return "", err
 	}
-	k := tsKeyToStore(string(b))
+	b, err := t.r.Peek(n)
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return "", fmt.Errorf("%w: key cut short: %w", ErrProtocol, err)
+	}
+	k := b
+	if len(k) > 0 && k[0] == '/' {
+		k = k[1:]
+	}
 	if len(k) == 0 || len(k) > MaxKeyLen {
 		return "", fmt.Errorf("%w: key %q (want 1..%d bytes after the leading /)", ErrProtocol, b, MaxKeyLen)
 	}
-	return k, nil
+	key := string(k)
+	_, _ = t.r.Discard(n) // n bytes are buffered: Discard cannot fail
+	return key, nil
 }
 
 // tsWriter builds the protocol's requests and replies.
