@@ -440,7 +440,6 @@ func (t *torchConn) setWriteDeadline() {
 	_ = t.c.nc.SetWriteDeadline(time.Now().Add(timeout))
 }
 
-
 // wait registers a wait; its answer is written once it fires (at once when its keys
 // all exist).
 func (t *torchConn) wait(keys []string) error {
