@@ -325,11 +325,12 @@ type serverConn struct {
 	fields  [][]byte
 	acct    *account
 	heard   atomic.Bool // some byte arrived
+	evicted atomic.Bool // closed to make room for a newer connection
+	authed  bool        // holds an authenticated slot
+
 	// beforeRead, when set, runs on the serving goroutine before it waits for more
 	// bytes from the network (a protocol writes the answers it queued).
 	beforeRead func() error
-	evicted    atomic.Bool // closed to make room for a newer connection
-	authed     bool        // holds an authenticated slot
 
 	wmu sync.Mutex
 	hdr []byte // reply header scratch, guarded by wmu
