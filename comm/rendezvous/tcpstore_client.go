@@ -468,9 +468,23 @@ func (c *TCPStoreClient) Check(ctx context.Context, keys ...string) ([]bool, err
 // exist; it returns the value now stored and whether this call stored it. torch's
 // COMPARE_SET only returns the value now stored, so a key that already held new
 // reports swapped, and an empty old means "absent" to torch as it does nil.
+//
+// torch's own server (1.x and 2.x) does not wake the Gets and Waits of a key that a
+// COMPARE_SET creates, so on it a CompareAndSet that may have created key follows
+// with a query that does wake them: an APPEND of nothing (protocol 2), which leaves
+// the value as it is, or (protocol 1, which has no APPEND) a SET of new, which
+// overwrites any change another client made to key in between.
 func (c *TCPStoreClient) CompareAndSet(ctx context.Context, key string, old, new []byte) (current []byte, swapped bool, err error) {
 	if err := checkKey(key); err != nil {
 		return nil, false, fmt.Errorf("compare-and-set %q: %w", key, err)
+	}
+	wake := false
+	if len(old) == 0 {
+		served, err := c.serverBarriers(ctx) // ncclgo's server wakes them itself
+		if err != nil {
+			return nil, false, fmt.Errorf("compare-and-set %q: %w", key, err)
+		}
+		wake = !served
 	}
 	err = c.do(ctx, "compare-and-set "+strconv.Quote(key), func(tc *tsConn) error {
 		if old == nil {
@@ -495,7 +509,23 @@ func (c *TCPStoreClient) CompareAndSet(ctx context.Context, key string, old, new
 		}
 		current, err = tc.rd.vector("value", MaxFrameLen)
 		swapped = err == nil && bytes.Equal(current, new)
-		return err
+		if !swapped || !wake {
+			return err
+		}
+		if c.protocol == TorchProtocol2 {
+			if err := c.query(tc, tsAppend); err != nil {
+				return err
+			}
+			tc.w.str(c.wire(key))
+			tc.w.vec(nil)
+		} else {
+			if err := c.query(tc, tsSet); err != nil {
+				return err
+			}
+			tc.w.str(c.wire(key))
+			tc.w.vec(new)
+		}
+		return c.checkOn(tc, key) // neither answers: a CHECK orders it before the return
 	})
 	return current, swapped, err
 }
