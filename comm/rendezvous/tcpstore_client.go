@@ -198,15 +198,25 @@ func (c *TCPStoreClient) dialConn(ctx context.Context, p TorchProtocol) (*tsConn
 	return tc, nil
 }
 
-// do runs one exchange on a pooled connection within ctx.
-func (c *TCPStoreClient) do(ctx context.Context, what string, fn func(tc *tsConn) error) error {
+// do runs one exchange on a pooled connection within ctx. Its errors say what failed:
+// verb, and key quoted unless it is empty (built only on failure).
+func (c *TCPStoreClient) do(ctx context.Context, verb, key string, fn func(tc *tsConn) error) (err error) {
+	defer func() {
+		if err != nil {
+			what := verb
+			if key != "" {
+				what += " " + strconv.Quote(key)
+			}
+			err = fmt.Errorf("tcpstore %s: %w", what, err)
+		}
+	}()
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("tcpstore %s: %w", what, err)
+		return err
 	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return fmt.Errorf("tcpstore %s: %w", what, ErrClosed)
+		return ErrClosed
 	}
 	var tc *tsConn
 	if n := len(c.idle); n > 0 {
@@ -216,13 +226,13 @@ func (c *TCPStoreClient) do(ctx context.Context, what string, fn func(tc *tsConn
 	if tc == nil {
 		var err error
 		if tc, err = c.dialConn(ctx, c.protocol); err != nil {
-			return fmt.Errorf("tcpstore %s: %w: %w", what, ErrClosed, err)
+			return fmt.Errorf("%w: %w", ErrClosed, err)
 		}
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
 			_ = tc.nc.Close()
-			return fmt.Errorf("tcpstore %s: %w", what, ErrClosed)
+			return ErrClosed
 		}
 		c.open[tc] = struct{}{}
 		c.mu.Unlock()
@@ -232,7 +242,7 @@ func (c *TCPStoreClient) do(ctx context.Context, what string, fn func(tc *tsConn
 	}
 	stop := context.AfterFunc(ctx, func() { _ = tc.nc.SetDeadline(time.Unix(1, 0)) })
 	tc.w.reset()
-	err := fn(tc)
+	err = fn(tc)
 	interrupted := !stop()
 	if err == nil && !interrupted {
 		_ = tc.nc.SetDeadline(time.Time{})
@@ -255,11 +265,11 @@ func (c *TCPStoreClient) do(ctx context.Context, what string, fn func(tc *tsConn
 	case err == nil:
 		return nil
 	case ctx.Err() != nil:
-		return fmt.Errorf("tcpstore %s: %w", what, ctx.Err())
+		return ctx.Err()
 	case errors.Is(err, ErrProtocol) || errors.Is(err, ErrInvalidArgument):
-		return fmt.Errorf("tcpstore %s: %w", what, err)
+		return err
 	}
-	return fmt.Errorf("tcpstore %s: %w: %w", what, ErrClosed, err)
+	return fmt.Errorf("%w: %w", ErrClosed, err)
 }
 
 func (c *TCPStoreClient) drop(tc *tsConn) {
@@ -311,7 +321,7 @@ func (c *TCPStoreClient) Set(ctx context.Context, key string, value []byte) erro
 	if err := checkKey(key); err != nil {
 		return fmt.Errorf("set %q: %w", key, err)
 	}
-	return c.do(ctx, "set "+strconv.Quote(key), func(tc *tsConn) error {
+	return c.do(ctx, "set", key, func(tc *tsConn) error {
 		if err := c.query(tc, tsSet); err != nil {
 			return err
 		}
@@ -386,7 +396,7 @@ func (c *TCPStoreClient) Get(ctx context.Context, key string) ([]byte, error) {
 		return nil, fmt.Errorf("get %q: %w", key, err)
 	}
 	var v []byte
-	err := c.do(ctx, "get "+strconv.Quote(key), func(tc *tsConn) error {
+	err := c.do(ctx, "get", key, func(tc *tsConn) error {
 		if err := c.waitOn(tc, []string{key}); err != nil {
 			return err
 		}
@@ -403,7 +413,7 @@ func (c *TCPStoreClient) Add(ctx context.Context, key string, delta int64) (int6
 		return 0, fmt.Errorf("add to %q: %w", key, err)
 	}
 	var n int64
-	err := c.do(ctx, "add to "+strconv.Quote(key), func(tc *tsConn) error {
+	err := c.do(ctx, "add to", key, func(tc *tsConn) error {
 		if err := c.query(tc, tsAdd); err != nil {
 			return err
 		}
@@ -424,11 +434,11 @@ func (c *TCPStoreClient) Wait(ctx context.Context, keys ...string) error {
 	if err := checkKeys(keys); err != nil {
 		return fmt.Errorf("wait: %w", err)
 	}
-	what := fmt.Sprintf("wait for %q", keys[0])
+	verb := "wait for"
 	if len(keys) > 1 {
-		what = fmt.Sprintf("wait for %d keys (%q, ...)", len(keys), keys[0])
+		verb = fmt.Sprintf("wait for %d keys, the first", len(keys))
 	}
-	return c.do(ctx, what, func(tc *tsConn) error { return c.waitOn(tc, keys) })
+	return c.do(ctx, verb, keys[0], func(tc *tsConn) error { return c.waitOn(tc, keys) })
 }
 
 // Check reports, for each key, whether it exists. torch's CHECK answers for all keys
@@ -438,7 +448,7 @@ func (c *TCPStoreClient) Check(ctx context.Context, keys ...string) ([]bool, err
 		return nil, fmt.Errorf("check: %w", err)
 	}
 	out := make([]bool, len(keys))
-	err := c.do(ctx, "check", func(tc *tsConn) error {
+	err := c.do(ctx, "check", "", func(tc *tsConn) error {
 		for _, k := range keys {
 			if err := c.query(tc, tsCheck); err != nil {
 				return err
@@ -486,7 +496,7 @@ func (c *TCPStoreClient) CompareAndSet(ctx context.Context, key string, old, new
 		}
 		wake = !served
 	}
-	err = c.do(ctx, "compare-and-set "+strconv.Quote(key), func(tc *tsConn) error {
+	err = c.do(ctx, "compare-and-set", key, func(tc *tsConn) error {
 		if old == nil {
 			// Look first, so that an existing key equal to new is not taken for a swap.
 			exists, err := c.checkKeys(tc, []string{key})
@@ -536,7 +546,7 @@ func (c *TCPStoreClient) Delete(ctx context.Context, key string) (bool, error) {
 		return false, fmt.Errorf("delete %q: %w", key, err)
 	}
 	var n uint64
-	err := c.do(ctx, "delete "+strconv.Quote(key), func(tc *tsConn) error {
+	err := c.do(ctx, "delete", key, func(tc *tsConn) error {
 		if err := c.query(tc, tsDelete); err != nil {
 			return err
 		}
@@ -574,7 +584,7 @@ func (c *TCPStoreClient) Barrier(ctx context.Context, key string, rank, world in
 	if err := checkKey(key); err != nil {
 		return fmt.Errorf("barrier %q: %w", key, err)
 	}
-	err = c.do(ctx, "barrier "+strconv.Quote(key), func(tc *tsConn) error {
+	err = c.do(ctx, "barrier", key, func(tc *tsConn) error {
 		if err := c.query(tc, tsBarrier); err != nil {
 			return err
 		}
@@ -619,7 +629,7 @@ func (c *TCPStoreClient) serverBarriers(ctx context.Context) (bool, error) {
 		return known > 0, nil
 	}
 	var served bool
-	err := c.do(ctx, "probe for barriers", func(tc *tsConn) error {
+	err := c.do(ctx, "probe for barriers", "", func(tc *tsConn) error {
 		if err := c.query(tc, tsCheck); err != nil {
 			return err
 		}
@@ -649,7 +659,7 @@ func (c *TCPStoreClient) missingRanks(ctx context.Context, key string, world int
 	var flags byte
 	var w uint64
 	var bitmap []byte
-	err := c.do(ctx, "barrier state "+strconv.Quote(key), func(tc *tsConn) error {
+	err := c.do(ctx, "barrier state", key, func(tc *tsConn) error {
 		if err := c.query(tc, tsBarrierState); err != nil {
 			return err
 		}

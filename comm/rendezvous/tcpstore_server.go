@@ -95,7 +95,7 @@ func (c *serverConn) serveTorch(gen TorchProtocol) {
 	t.rd = tsReader{r: c.br, charge: t.chargeBuf}
 	// Answers wait in t.out until the connection has no more query bytes buffered, so
 	// that queries sent together (a CHECK per key) are answered in one write.
-	c.beforeRead = t.flush
+	c.beforeRead = t.beforeRead
 	stage, err := t.serve()
 	c.logEnd("torch "+stage, err)
 }
@@ -136,6 +136,10 @@ type torchConn struct {
 	wmu sync.Mutex // held while queueing or writing
 	out []byte     // answers not written yet, guarded by wmu
 
+	// Of the serving goroutine: a query has begun (its first byte was read), and the
+	// read deadline is set (the handshake's, or a query's that had to wait for bytes).
+	inQuery, armed bool
+
 	mu     sync.Mutex
 	nextID uint64
 	waits  map[uint64]func() bool // cancels of the waits not yet answered
@@ -162,6 +166,7 @@ func (t *torchConn) serve() (stage string, err error) {
 		t.late.Wait()
 		t.releaseBufs()
 	}()
+	t.armed = true // by sniffTorch: the first query must come within the handshake timeout
 	for first := true; ; first = false {
 		r, err := t.read()
 		if err != nil {
@@ -169,7 +174,11 @@ func (t *torchConn) serve() (stage string, err error) {
 		}
 		// A query has arrived whole; until the next begins, torch clients may stay
 		// silent for as long as the job runs (they send no keepalive).
-		_ = t.c.nc.SetReadDeadline(time.Time{})
+		t.inQuery = false
+		if t.armed {
+			_ = t.c.nc.SetReadDeadline(time.Time{})
+			t.armed = false
+		}
 		if first {
 			// Out of the handshake slots: the client spoke torch's protocol.
 			if _, err := t.c.claimSlot(); err != nil {
@@ -192,8 +201,9 @@ func (t *torchConn) read() (tsRequest, error) {
 		return tsRequest{}, err
 	}
 	// A query that has begun must arrive whole within the handshake timeout, so that a
-	// peer cannot hold its slot and buffers by dripping bytes.
-	_ = t.c.nc.SetReadDeadline(time.Now().Add(t.c.s.cfg.handshakeTimeout))
+	// peer cannot hold its slot and buffers by dripping bytes: beforeRead sets that
+	// deadline when the rest is not in the buffer already.
+	t.inQuery = true
 	r := tsRequest{q: tsFromWire(t.gen, b)}
 	keys := func(n int) error {
 		r.keys = make([]string, n)
@@ -368,6 +378,20 @@ func (t *torchConn) handle(r tsRequest) error {
 		return nil
 	}
 	t.queue(w.bytes())
+	return nil
+}
+
+// beforeRead runs before the connection's reader waits for bytes from the network: it
+// writes the queued answers, and gives a query that has begun the handshake timeout
+// to arrive whole.
+func (t *torchConn) beforeRead() error {
+	if err := t.flush(); err != nil {
+		return err
+	}
+	if t.inQuery && !t.armed {
+		_ = t.c.nc.SetReadDeadline(time.Now().Add(t.c.s.cfg.handshakeTimeout))
+		t.armed = true
+	}
 	return nil
 }
 

@@ -71,8 +71,19 @@ func main() {
 	python := flag.String("python", "/usr/bin/python3", "command that runs a python3 with torch (split on blanks)")
 	steady := flag.Duration("steady", 2*time.Second, "duration of the steady set/get phase")
 	deadline := flag.Duration("deadline", 3*time.Minute, "time a bring-up may take before the server is reported as timed out")
+	ownOnly := flag.Bool("own-only", false, "measure only the bring-ups through ncclgo's own protocol (no PyTorch, no TCPStore protocol): for quick iterations")
 	profile := flag.String("profile", "", "directory where ncclgo's server writes a CPU profile (cpu-N.pprof) and an allocation profile (allocs-N.pprof) for each client count N")
 	flag.Parse()
+	if *profile != "" {
+		f, err := os.Create(filepath.Join(*profile, "load.pprof"))
+		if err != nil {
+			fatalf("%v", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fatalf("%v", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	var counts []int
 	for _, f := range strings.Split(*clientsFlag, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -84,6 +95,10 @@ func main() {
 	var rows []row
 	torchVersion := ""
 	for _, n := range counts {
+		if *ownOnly {
+			rows = append(rows, ownRows(n, *deadline, *profile)...)
+			continue
+		}
 		torch, err := startServer(strings.Fields(*python), "-c", torchServer)
 		if err != nil {
 			fatalf("start PyTorch's server: %v", err)
@@ -92,19 +107,9 @@ func main() {
 		proto := detect(torch.addr)
 		tr := measure(torch, n, proto, *steady, *deadline)
 		torch.stop()
-		self, err := os.Executable()
-		if err != nil {
-			fatalf("%v", err)
-		}
-		serveArgs := []string{"serve-ncclgo"}
-		if *profile != "" {
-			serveArgs = append(serveArgs, *profile, strconv.Itoa(n))
-		}
-		ours, err := startServer([]string{self}, serveArgs...)
-		if err != nil {
-			fatalf("start ncclgo's server: %v", err)
-		}
+		ours := startOurs(n, *profile)
 		or := measure(ours, n, proto, *steady, *deadline)
+		bare := floor(ours, n, *deadline)
 		ownJoin := bringUp(ours, n, *deadline, dialOwn(ours.addr), joinLikeComm)
 		ownAll := bringUp(ours, n, *deadline, dialOwn(ours.addr), allKeys)
 		ours.stop()
@@ -120,6 +125,7 @@ func main() {
 			row{n, "steady ops/s", or.opsPerSec, tr.opsPerSec, false},
 			row{n, "server CPU per steady op (µs)", or.cpuPerOp, tr.cpuPerOp, true},
 			row{n, "server KiB per idle client", or.kibPerClient, tr.kibPerClient, true},
+			row{n, floorOp, bare.ms, -1, true},
 			row{n, "bring-up, comm's join, ncclgo protocol (ms)", ownJoin.ms, -1, true},
 			row{n, "  server CPU for it (ms)", ownJoin.cpuMs, -1, true},
 			row{n, "bring-up, all-keys pattern, ncclgo protocol (ms)", ownAll.ms, -1, true},
@@ -149,6 +155,43 @@ func main() {
 			ratio = fmt.Sprintf("%.2f", r.ours/r.torch)
 		}
 		fmt.Printf("| %d | %s | %s | %s | %s | %s |\n", r.clients, r.op, cell(r.ours), cell(r.torch), ratio, better)
+	}
+}
+
+const floorOp = "floor: plain TCP connect, one 16-byte round trip, close (ms)"
+
+// startOurs starts ncclgo's server in a process of its own.
+func startOurs(n int, profile string) *server {
+	self, err := os.Executable()
+	if err != nil {
+		fatalf("%v", err)
+	}
+	serveArgs := []string{"serve-ncclgo"}
+	if profile != "" {
+		serveArgs = append(serveArgs, profile, strconv.Itoa(n))
+	}
+	ours, err := startServer([]string{self}, serveArgs...)
+	if err != nil {
+		fatalf("start ncclgo's server: %v", err)
+	}
+	return ours
+}
+
+// ownRows measures only the bring-ups through ncclgo's own protocol (-own-only).
+func ownRows(n int, deadline time.Duration, profile string) []row {
+	ours := startOurs(n, profile)
+	defer ours.stop()
+	bare := floor(ours, n, deadline)
+	join := bringUp(ours, n, deadline, dialOwn(ours.addr), joinLikeComm)
+	all := failed
+	if n <= 1024 || os.Getenv("STOREBENCH_ALLKEYS") != "" {
+		all = bringUp(ours, n, deadline, dialOwn(ours.addr), allKeys)
+	}
+	return []row{
+		{n, floorOp, bare.ms, -1, true},
+		{n, "bring-up, comm's join, ncclgo protocol (ms)", join.ms, -1, true},
+		{n, "  server CPU for it (ms)", join.cpuMs, -1, true},
+		{n, "bring-up, all-keys pattern, ncclgo protocol (ms)", all.ms, -1, true},
 	}
 }
 
@@ -198,7 +241,12 @@ func serveNcclgo(args []string) {
 	s := rendezvous.NewServer(rendezvous.WithLogger(slog.New(slog.DiscardHandler)), rendezvous.WithMaxConns(3*rendezvous.MaxKeysPerRequest),
 		rendezvous.WithMaxStoreBytes(16<<30))
 	go func() { _ = s.Serve(context.Background(), l) }()
-	fmt.Printf("PORT %d TORCH -\n", l.Addr().(*net.TCPAddr).Port)
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fatalf("%v", err)
+	}
+	go serveEcho(echo)
+	fmt.Printf("PORT %d TORCH - ECHO %d\n", l.Addr().(*net.TCPAddr).Port, echo.Addr().(*net.TCPAddr).Port)
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		// Before a memory reading: return the garbage of the bring-up to the system,
@@ -210,11 +258,81 @@ func serveNcclgo(args []string) {
 	_ = s.Close()
 }
 
+// serveEcho answers each connection's messages (a 4-byte length and that many bytes)
+// with themselves: the floor under a bring-up.
+func serveEcho(l net.Listener) {
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer nc.Close()
+			br := bufio.NewReader(nc)
+			buf := make([]byte, 64)
+			for {
+				if _, err := io.ReadFull(br, buf[:4]); err != nil {
+					return
+				}
+				n := 4 + int(buf[3])
+				if _, err := io.ReadFull(br, buf[4:n]); err != nil {
+					return
+				}
+				if _, err := nc.Write(buf[:n]); err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+// floor is what n clients take to connect to the echo server, each with one round
+// trip of a 16-byte message, and close: what any store's bring-up costs at least on
+// this machine.
+func floor(srv *server, n int, limit time.Duration) phase {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	cpu0 := cpuMs(srv.cmd.Process.Pid)
+	start := time.Now()
+	for range n {
+		wg.Go(func() {
+			d := net.Dialer{KeepAlive: -1}
+			nc, err := d.DialContext(ctx, "tcp", srv.echo)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer nc.Close()
+			msg := []byte{0, 0, 0, 12, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+			if _, err := nc.Write(msg); err != nil {
+				errs <- err
+				return
+			}
+			if _, err := io.ReadFull(nc, msg); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	ph := phase{ms: float64(time.Since(start).Microseconds()) / 1000, cpuMs: cpuMs(srv.cmd.Process.Pid) - cpu0}
+	close(errs)
+	for err := range errs {
+		if ctx.Err() != nil {
+			return failed
+		}
+		fatalf("floor of %d connections: %v", n, err)
+	}
+	return ph
+}
+
 type server struct {
 	cmd     *exec.Cmd
 	stdin   io.WriteCloser
 	out     *bufio.Reader
 	addr    string
+	echo    string // ncclgo's: the echo server's address
 	version string
 }
 
@@ -253,7 +371,11 @@ func startServer(argv []string, args ...string) (*server, error) {
 		_ = cmd.Wait()
 		return nil, fmt.Errorf("%s printed %q (%v)", argv[0], line, errors.Join(err, serr))
 	}
-	return &server{cmd: cmd, stdin: in, out: br, addr: "127.0.0.1:" + strconv.Itoa(port), version: version}, nil
+	srv := &server{cmd: cmd, stdin: in, out: br, addr: "127.0.0.1:" + strconv.Itoa(port), version: version}
+	if f := strings.Fields(line); len(f) == 6 && f[4] == "ECHO" {
+		srv.echo = "127.0.0.1:" + f[5]
+	}
+	return srv, nil
 }
 
 func (s *server) stop() {
@@ -427,7 +549,7 @@ func bringUpKeep(srv *server, world int, limit time.Duration, dial dialer, p pat
 	clients := make([]rendezvous.Store, world)
 	var wg sync.WaitGroup
 	errs := make(chan error, world)
-	cpu0 := cpuMs(srv.cmd.Process.Pid)
+	cpu0, drops0 := cpuMs(srv.cmd.Process.Pid), listenDrops()
 	start := time.Now()
 	for i := range world {
 		wg.Go(func() {
@@ -443,6 +565,9 @@ func bringUpKeep(srv *server, world int, limit time.Duration, dial dialer, p pat
 	}
 	wg.Wait()
 	ph := phase{ms: float64(time.Since(start).Microseconds()) / 1000, cpuMs: cpuMs(srv.cmd.Process.Pid) - cpu0}
+	if d := listenDrops() - drops0; d > 0 {
+		fmt.Fprintf(os.Stderr, "storebench: %d connections dropped by full accept queues on this machine during a bring-up of %d clients (they retry after a second or more)\n", d, world)
+	}
 	close(errs)
 	for err := range errs {
 		if ctx.Err() != nil {
@@ -452,6 +577,26 @@ func bringUpKeep(srv *server, world int, limit time.Duration, dial dialer, p pat
 		fatalf("bring-up of %d clients on %s: %v", world, srv.addr, err)
 	}
 	return ph, clients
+}
+
+// listenDrops is the machine's count of connections dropped because a listener's
+// accept queue was full (ListenDrops in /proc/net/netstat), -1 if unknown.
+func listenDrops() int64 {
+	b, err := os.ReadFile("/proc/net/netstat")
+	if err != nil {
+		return -1
+	}
+	lines := strings.Split(string(b), "\n")
+	for i := 0; i+1 < len(lines); i += 2 {
+		names, values := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+		for j, name := range names {
+			if name == "ListenDrops" && j < len(values) {
+				n, _ := strconv.ParseInt(values[j], 10, 64)
+				return n
+			}
+		}
+	}
+	return -1
 }
 
 // cpuMs is the CPU time (user and system) the process has used so far.
