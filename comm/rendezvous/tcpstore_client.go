@@ -295,8 +295,6 @@ func (tc *tsConn) send() error {
 	return err
 }
 
-func (c *TCPStoreClient) wire(key string) string { return c.prefix + key }
-
 // Close closes every connection; calls in flight fail with ErrClosed.
 func (c *TCPStoreClient) Close() error {
 	c.mu.Lock()
@@ -325,7 +323,7 @@ func (c *TCPStoreClient) Set(ctx context.Context, key string, value []byte) erro
 		if err := c.query(tc, tsSet); err != nil {
 			return err
 		}
-		tc.w.str(c.wire(key))
+		tc.w.prefixed(c.prefix, key)
 		tc.w.vec(value)
 		return c.checkOn(tc, key)
 	})
@@ -343,7 +341,7 @@ func (c *TCPStoreClient) checkKeys(tc *tsConn, keys []string) (bool, error) {
 	}
 	tc.w.u64(uint64(len(keys)))
 	for _, k := range keys {
-		tc.w.str(c.wire(k))
+		tc.w.prefixed(c.prefix, k)
 	}
 	if err := tc.send(); err != nil {
 		return false, err
@@ -367,7 +365,7 @@ func (c *TCPStoreClient) waitOn(tc *tsConn, keys []string) error {
 	}
 	tc.w.u64(uint64(len(keys)))
 	for _, k := range keys {
-		tc.w.str(c.wire(k))
+		tc.w.prefixed(c.prefix, k)
 	}
 	if err := tc.send(); err != nil {
 		return err
@@ -383,7 +381,7 @@ func (c *TCPStoreClient) getOn(tc *tsConn, key string) ([]byte, error) {
 	if err := c.query(tc, tsGet); err != nil {
 		return nil, err
 	}
-	tc.w.str(c.wire(key))
+	tc.w.prefixed(c.prefix, key)
 	if err := tc.send(); err != nil {
 		return nil, err
 	}
@@ -417,7 +415,7 @@ func (c *TCPStoreClient) Add(ctx context.Context, key string, delta int64) (int6
 		if err := c.query(tc, tsAdd); err != nil {
 			return err
 		}
-		tc.w.str(c.wire(key))
+		tc.w.prefixed(c.prefix, key)
 		tc.w.i64(delta)
 		if err := tc.send(); err != nil {
 			return err
@@ -454,7 +452,7 @@ func (c *TCPStoreClient) Check(ctx context.Context, keys ...string) ([]bool, err
 				return err
 			}
 			tc.w.u64(1)
-			tc.w.str(c.wire(k))
+			tc.w.prefixed(c.prefix, k)
 		}
 		if err := tc.send(); err != nil {
 			return err
@@ -511,7 +509,7 @@ func (c *TCPStoreClient) CompareAndSet(ctx context.Context, key string, old, new
 		if err := c.query(tc, tsCompareSet); err != nil {
 			return err
 		}
-		tc.w.str(c.wire(key))
+		tc.w.prefixed(c.prefix, key)
 		tc.w.vec(old)
 		tc.w.vec(new)
 		if err := tc.send(); err != nil {
@@ -526,13 +524,13 @@ func (c *TCPStoreClient) CompareAndSet(ctx context.Context, key string, old, new
 			if err := c.query(tc, tsAppend); err != nil {
 				return err
 			}
-			tc.w.str(c.wire(key))
+			tc.w.prefixed(c.prefix, key)
 			tc.w.vec(nil)
 		} else {
 			if err := c.query(tc, tsSet); err != nil {
 				return err
 			}
-			tc.w.str(c.wire(key))
+			tc.w.prefixed(c.prefix, key)
 			tc.w.vec(new)
 		}
 		return c.checkOn(tc, key) // neither answers: a CHECK orders it before the return
@@ -550,7 +548,7 @@ func (c *TCPStoreClient) Delete(ctx context.Context, key string) (bool, error) {
 		if err := c.query(tc, tsDelete); err != nil {
 			return err
 		}
-		tc.w.str(c.wire(key))
+		tc.w.prefixed(c.prefix, key)
 		if err := tc.send(); err != nil {
 			return err
 		}
@@ -588,7 +586,7 @@ func (c *TCPStoreClient) Barrier(ctx context.Context, key string, rank, world in
 		if err := c.query(tc, tsBarrier); err != nil {
 			return err
 		}
-		tc.w.str(c.wire(key))
+		tc.w.prefixed(c.prefix, key)
 		tc.w.u64(uint64(rank))
 		tc.w.u64(uint64(world))
 		if err := tc.send(); err != nil {
@@ -663,7 +661,7 @@ func (c *TCPStoreClient) missingRanks(ctx context.Context, key string, world int
 		if err := c.query(tc, tsBarrierState); err != nil {
 			return err
 		}
-		tc.w.str(c.wire(key))
+		tc.w.prefixed(c.prefix, key)
 		if err := tc.send(); err != nil {
 			return err
 		}

@@ -151,6 +151,7 @@ type torchConn struct {
 type tsRequest struct {
 	q      tsQuery
 	keys   []string
+	list   keyList // the keys of a CHECK or WAIT
 	values [][]byte
 	num    int64
 	nonce  uint32
@@ -256,10 +257,14 @@ func (t *torchConn) read() (tsRequest, error) {
 	case tsCheck, tsWait, tsMultiGet:
 		var n int
 		if n, err = rd.count("keys", MaxKeysPerRequest); err == nil {
-			if n == 0 && r.q != tsMultiGet {
+			switch {
+			case n == 0 && r.q != tsMultiGet:
 				return r, fmt.Errorf("%w: %s of no keys", ErrProtocol, r.q)
+			case r.q == tsMultiGet:
+				err = keys(n)
+			default:
+				r.list, err = rd.keyList(n)
 			}
-			err = keys(n)
 		}
 	case tsMultiSet:
 		var n int
@@ -354,15 +359,15 @@ func (t *torchConn) handle(r tsRequest) error {
 	case tsNumKeys:
 		w.i64(t.core.tcpNumKeys())
 	case tsCheck:
-		if len(r.keys) == 1 && r.keys[0] == tsBarrierProbe {
+		if r.list.len() == 1 && string(r.list.key(0)) == tsBarrierProbe {
 			w.u8(tsReady) // ncclgo's server: BARRIER is served
-		} else if t.core.tcpCheck(r.keys) {
+		} else if t.core.tcpCheck(r.list) {
 			w.u8(tsReady)
 		} else {
 			w.u8(tsNotReady)
 		}
 	case tsWait:
-		return t.wait(r.keys)
+		return t.wait(r.list)
 	case tsBarrier:
 		return t.barrier(r.keys[0], r.rank, r.world)
 	case tsBarrierState:
@@ -466,7 +471,7 @@ func (t *torchConn) setWriteDeadline() {
 
 // wait registers a wait; its answer is written once it fires (at once when its keys
 // all exist).
-func (t *torchConn) wait(keys []string) error {
+func (t *torchConn) wait(keys keyList) error {
 	id, fire, err := t.pend()
 	if err != nil {
 		return err
