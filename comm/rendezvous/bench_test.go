@@ -222,3 +222,67 @@ func startEcho(b *testing.B) (string, func()) {
 	})
 	return l.Addr().String(), func() { _ = l.Close(); wg.Wait() }
 }
+
+// BenchmarkTCPStoreRoundTrip is BenchmarkRoundTrip for PyTorch's TCPStore protocol:
+// a TCPStoreClient's Set (SET and CHECK in one write, one answer) and Get (WAIT, then
+// GET: two round trips, as torch's own client does) of a 128-byte value on ncclgo's
+// server, interleaved with a bare TCP echo of a message of the Set's size. It reports
+// the medians (echo-ns, set-ns, get-ns) and their ratios to the echo (set/echo,
+// get/echo); allocs/op counts client and server together.
+func BenchmarkTCPStoreRoundTrip(b *testing.B) {
+	_, addr := startServer(b)
+	ctx := context.Background()
+	c, err := DialTCPStore(ctx, addr, WithLogger(discardLogger()))
+	require.NoError(b, err)
+	defer c.Close()
+	key, value := "ncclgo/bench/gen/0/uid", make([]byte, 128)
+	require.NoError(b, c.Set(ctx, key, value))
+
+	echoAddr, stopEcho := startEcho(b)
+	defer stopEcho()
+	ec, err := net.Dial("tcp", echoAddr)
+	require.NoError(b, err)
+	defer ec.Close()
+	msg := make([]byte, 4+1+8+1+len(key)+8+len(value)) // a length-prefixed frame of the Set's size
+	binary.BigEndian.PutUint32(msg, uint32(len(msg)-4))
+	echoBuf := make([]byte, len(msg))
+	echo := func() {
+		if _, err := ec.Write(msg); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(ec, echoBuf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range 100 { // warm up both paths
+		echo()
+		_, _ = c.Get(ctx, key)
+	}
+
+	var echoes, sets, gets []time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		t0 := time.Now()
+		echo()
+		t1 := time.Now()
+		if err := c.Set(ctx, key, value); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		if _, err := c.Get(ctx, key); err != nil {
+			b.Fatal(err)
+		}
+		t3 := time.Now()
+		echoes = append(echoes, t1.Sub(t0))
+		sets = append(sets, t2.Sub(t1))
+		gets = append(gets, t3.Sub(t2))
+	}
+	b.StopTimer()
+	me, ms, mg := median(echoes), median(sets), median(gets)
+	b.ReportMetric(float64(me.Nanoseconds()), "echo-ns")
+	b.ReportMetric(float64(ms.Nanoseconds()), "set-ns")
+	b.ReportMetric(float64(mg.Nanoseconds()), "get-ns")
+	b.ReportMetric(float64(ms)/float64(me), "set/echo")
+	b.ReportMetric(float64(mg)/float64(me), "get/echo")
+}

@@ -136,7 +136,10 @@ func dialGaveUp(ctx context.Context, addr string, cfg clientConfig, attempts int
 }
 
 func dialOnce(ctx context.Context, addr string, cfg clientConfig) (*Client, error) {
-	d := net.Dialer{LocalAddr: cfg.localAddr}
+	// No TCP keepalives: the client pings the server itself (keepaliveEvery) and
+	// declares it dead after silentAfter, and the setsockopt calls they take are a good
+	// part of what a connection costs when thousands of ranks dial at once.
+	d := net.Dialer{LocalAddr: cfg.localAddr, KeepAlive: -1}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, &dialError{err}

@@ -362,6 +362,10 @@ type serverConn struct {
 
 	turn chan struct{} // receives the turn this connection waits for (turns)
 
+	// beforeRead, when set, runs on the serving goroutine before it waits for more
+	// bytes from the network (a protocol writes the answers it queued).
+	beforeRead func() error
+
 	wmu      sync.Mutex
 	out      replies // guarded by wmu
 	queueing bool    // replies wait in out until flush; guarded by wmu
@@ -375,6 +379,11 @@ type serverConn struct {
 type heardReader struct{ c *serverConn }
 
 func (r heardReader) Read(p []byte) (int, error) {
+	if f := r.c.beforeRead; f != nil {
+		if err := f(); err != nil {
+			return 0, err
+		}
+	}
 	n, err := r.c.nc.Read(p)
 	if n > 0 && !r.c.heard.Load() {
 		r.c.heard.Store(true)
@@ -515,11 +524,11 @@ func (c *serverConn) readBig(size int) (body []byte, refused, err error) {
 // reserveBuf reserves a frame buffer from the client's share and from the bytes in
 // flight.
 func (c *serverConn) reserveBuf(cost int64, size int) error {
-	what := fmt.Sprintf("a request of %d bytes", size)
+	what := func() string { return fmt.Sprintf("a request of %d bytes", size) }
 	if !c.s.inflight.reserve(cost) {
-		return &errFull{what: what, n: int64(size), limit: c.s.inflight.limit, used: c.s.inflight.used.Load()}
+		return &errFull{what: what(), n: int64(size), limit: c.s.inflight.limit, used: c.s.inflight.used.Load()}
 	}
-	if err := c.acct.reserve(what, cost); err != nil {
+	if err := c.acct.reserveFor(what, cost); err != nil {
 		c.s.inflight.release(cost)
 		return err
 	}

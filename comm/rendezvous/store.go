@@ -20,7 +20,7 @@ type store struct {
 	mu       sync.Mutex
 	budget   *budget
 	data     map[string]*entry
-	watchers map[string]*watchNode // the blocked requests waiting for each missing key
+	watchers map[string]watchList // blocked requests by the key each waits for now
 	barriers map[string]*barrier
 	pending  int  // blocked requests (watchers and barrier arrivals) in total
 	closed   bool // no more callbacks fire
@@ -32,26 +32,22 @@ type entry struct {
 	cost  int64
 }
 
-// watcher is a blocked get or wait.
+// watcher is a blocked get or wait. It waits for one missing key at a time,
+// keys[at], linked into that key's watchList; when that key is set it moves on to the
+// next missing one, so that a wait for N keys costs O(N) however the keys arrive, and
+// a key holds one list entry per watcher waiting for it now, not per watcher naming it.
 type watcher struct {
-	owner   *account
-	keys    []string    // as requested, duplicates too
-	nodes   []watchNode // one per missing key it waits on; never grown, so never moved
-	missing int         // registered keys not yet set
-	cost    int64
-	value   bool // a get: fire receives the value of keys[0]
-	fire    func(value []byte, release func())
+	owner      *account
+	keys       []string // as named (duplicates cost nothing more)
+	at         int      // index in keys of the key waited for now
+	prev, next *watcher // neighbours in the watchList of keys[at]
+	cost       int64
+	value      bool // a get: fire receives the value of keys[0]
+	fire       func(value []byte, release func())
 }
 
-// watchNode is a watcher's place in the list of those waiting for one key, so that a
-// set visits only the waiters of its key, and registering or forgetting a watcher
-// costs a constant per key, whatever the number of other waiters.
-type watchNode struct {
-	w          *watcher
-	key        string
-	prev, next *watchNode
-	linked     bool
-}
+// watchList is the watchers waiting for one key, oldest first.
+type watchList struct{ head, tail *watcher }
 
 // barrier counts the ranks that arrived under one key.
 type barrier struct {
@@ -76,7 +72,7 @@ func newStore(b *budget) *store {
 	return &store{
 		budget:   b,
 		data:     make(map[string]*entry),
-		watchers: make(map[string]*watchNode),
+		watchers: make(map[string]watchList),
 		barriers: make(map[string]*barrier),
 	}
 }
@@ -90,6 +86,7 @@ func entryCost(key string, value []byte) int64 {
 func (st *store) putLocked(a *account, key string, value []byte) error {
 	cost := entryCost(key, value)
 	old := st.data[key]
+	// What a refusal names is written only when it happens (not on every Set).
 	what := func() string { return fmt.Sprintf("storing %d bytes under %q", len(value), key) }
 	if old != nil && old.owner == a.share {
 		if err := a.reserveFor(what, cost-old.cost); err != nil {
@@ -286,14 +283,8 @@ func (st *store) releasePending(a *account, cost int64) {
 func (st *store) wait(a *account, keys []string, wantValue bool, fire func(value []byte, release func())) (w *watcher, value []byte, ready bool, err error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	all := true
-	for _, k := range keys {
-		if _, ok := st.data[k]; !ok {
-			all = false
-			break
-		}
-	}
-	if all {
+	at := st.missingFromLocked(keys, 0, len(keys))
+	if at == len(keys) {
 		if wantValue {
 			value = st.data[keys[0]].value
 		}
@@ -304,9 +295,34 @@ func (st *store) wait(a *account, keys []string, wantValue bool, fire func(value
 	if err := st.chargePendingLocked(a, cost); err != nil {
 		return nil, nil, false, err
 	}
-	w = &watcher{owner: a, keys: keys, nodes: make([]watchNode, 0, len(keys)), cost: cost, value: wantValue, fire: fire}
-	st.watchMissingLocked(w)
+	w = &watcher{owner: a, keys: keys, cost: cost, value: wantValue, fire: fire}
+	st.linkLocked(w, at)
 	return w, nil, false, nil
+}
+
+// missingFromLocked returns the index of the first of keys[from:to] that does not
+// exist, or len(keys) when they all do.
+func (st *store) missingFromLocked(keys []string, from, to int) int {
+	for i := from; i < to; i++ {
+		if _, ok := st.data[keys[i]]; !ok {
+			return i
+		}
+	}
+	return len(keys)
+}
+
+// linkLocked makes w wait for keys[at], at the end of that key's list.
+func (st *store) linkLocked(w *watcher, at int) {
+	w.at = at
+	l := st.watchers[w.keys[at]]
+	w.prev, w.next = l.tail, nil
+	if l.tail != nil {
+		l.tail.next = w
+	} else {
+		l.head = w
+	}
+	l.tail = w
+	st.watchers[w.keys[at]] = l
 }
 
 // cancel forgets a watcher that has not fired and reports whether it was pending.
@@ -323,75 +339,56 @@ func (st *store) cancel(w *watcher) bool {
 	return true
 }
 
+// unwatchLocked takes w out of the list of the key it waits for.
 func (st *store) unwatchLocked(w *watcher) {
-	for i := range w.nodes {
-		n := &w.nodes[i]
-		if !n.linked {
-			continue
-		}
-		switch {
-		case n.prev != nil:
-			n.prev.next = n.next
-		case n.next != nil:
-			st.watchers[n.key] = n.next
-		default:
-			delete(st.watchers, n.key)
-		}
-		if n.next != nil {
-			n.next.prev = n.prev
-		}
-		*n = watchNode{}
+	key := w.keys[w.at]
+	l := st.watchers[key]
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		l.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		l.tail = w.prev
+	}
+	w.prev, w.next = nil, nil
+	if l.head == nil {
+		delete(st.watchers, key)
+	} else {
+		st.watchers[key] = l
 	}
 }
 
-// watchMissingLocked registers w on each of its keys that does not exist yet and sets
-// w.missing to their number. w's nodes must all be unlinked.
-func (st *store) watchMissingLocked(w *watcher) {
-	w.missing = 0
-	w.nodes = w.nodes[:0]
-	for _, k := range w.keys {
-		if _, ok := st.data[k]; ok {
-			continue
-		}
-		head := st.watchers[k]
-		if head != nil && head.w == w {
-			continue // a duplicate of a key registered just before: the head is w's
-		}
-		w.nodes = append(w.nodes, watchNode{w: w, key: k, next: head, linked: true})
-		n := &w.nodes[len(w.nodes)-1]
-		if head != nil {
-			head.prev = n
-		}
-		st.watchers[k] = n
-		w.missing++
-	}
-}
-
-// notifyLocked fires the watchers of a key that was just set whose keys now all exist.
+// notifyLocked moves each watcher of a key that was just set on to its next missing
+// key, and fires those whose keys now all exist.
 func (st *store) notifyLocked(key string) {
-	head := st.watchers[key]
-	if head == nil {
+	l, ok := st.watchers[key]
+	if !ok {
 		return
 	}
 	delete(st.watchers, key)
-	for n, next := head, (*watchNode)(nil); n != nil; n = next {
-		next = n.next
-		w := n.w
-		n.linked, n.prev, n.next = false, nil, nil
-		if w.missing--; w.missing > 0 {
-			continue
+	for w := l.head; w != nil; {
+		next := w.next
+		w.prev, w.next = nil, nil
+		at := st.missingFromLocked(w.keys, w.at+1, len(w.keys))
+		if at == len(w.keys) {
+			// A key seen earlier may have been deleted since: look again.
+			at = st.missingFromLocked(w.keys, 0, w.at)
 		}
-		// A key seen earlier may have been deleted since: look again.
-		if st.watchMissingLocked(w); w.missing > 0 {
-			continue
+		if at < len(w.keys) {
+			st.linkLocked(w, at)
+		} else {
+			fire := w.fire
+			w.fire = nil
+			var v []byte
+			if w.value {
+				v = st.data[w.keys[0]].value
+			}
+			st.firePendingLocked(w.owner, w.cost, func(release func()) { fire(v, release) })
 		}
-		fire := w.fire
-		w.fire = nil
-		var v []byte
-		if w.value {
-			v = st.data[w.keys[0]].value
-		}
-		st.firePendingLocked(w.owner, w.cost, func(release func()) { fire(v, release) })
+		w = next
 	}
 }
 

@@ -3,6 +3,7 @@ package rendezvous
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -262,27 +263,81 @@ func (t *tsReader) vector(what string, limit int) ([]byte, error) {
 	return b, nil
 }
 
-// key reads a key: 1 to MaxKeyLen bytes after the optional "/".
+// peekKey reads a key's length and looks at its bytes in the reader's buffer (which
+// holds more than the longest key): it returns the key, 1 to MaxKeyLen bytes after the
+// optional "/", and n, the bytes to Discard once the key has been used.
+func (t *tsReader) peekKey() (key []byte, n int, err error) {
+	if n, err = t.count("key bytes", MaxKeyLen+1); err != nil {
+		return nil, 0, err
+	}
+	b, err := t.r.Peek(n)
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, 0, fmt.Errorf("%w: key cut short: %w", ErrProtocol, err)
+	}
+	key = b
+	if len(key) > 0 && key[0] == '/' {
+		key = key[1:]
+	}
+	if len(key) == 0 || len(key) > MaxKeyLen {
+		return nil, 0, fmt.Errorf("%w: key %q (want 1..%d bytes after the leading /)", ErrProtocol, b, MaxKeyLen)
+	}
+	return key, n, nil
+}
+
+// key reads a key; it costs one allocation, its string, and no buffer of its own.
 func (t *tsReader) key() (string, error) {
-	b, err := t.vector("key", MaxKeyLen+1)
+	b, n, err := t.peekKey()
 	if err != nil {
 		return "", err
 	}
-	k := tsKeyToStore(string(b))
-	if len(k) == 0 || len(k) > MaxKeyLen {
-		return "", fmt.Errorf("%w: key %q (want 1..%d bytes after the leading /)", ErrProtocol, b, MaxKeyLen)
-	}
+	k := string(b)
+	_, _ = t.r.Discard(n) // n bytes are buffered: Discard cannot fail
 	return k, nil
+}
+
+// keyList reads n keys into one buffer, which grows, charged, as they arrive.
+func (t *tsReader) keyList(n int) (keyList, error) {
+	var l keyList
+	if err := t.reserve(allocSize(8 * n)); err != nil {
+		return l, fmt.Errorf("reading %d keys: %w", n, err)
+	}
+	l.ends = make([]int, 0, n)
+	for range n {
+		k, m, err := t.peekKey()
+		if err != nil {
+			return l, err
+		}
+		if len(l.buf)+len(k) > cap(l.buf) {
+			size := max(2*cap(l.buf), len(l.buf)+len(k), 64)
+			if err := t.reserve(allocSize(size) - allocSize(cap(l.buf))); err != nil {
+				return l, fmt.Errorf("reading %d keys: %w", n, err)
+			}
+			l.buf = append(make([]byte, 0, size), l.buf...)
+		}
+		l.buf = append(l.buf, k...)
+		l.ends = append(l.ends, len(l.buf))
+		_, _ = t.r.Discard(m)
+	}
+	return l, nil
 }
 
 // tsWriter builds the protocol's requests and replies.
 type tsWriter struct{ b []byte }
 
-func (w *tsWriter) u8(v byte)     { w.b = append(w.b, v) }
-func (w *tsWriter) u32(v uint32)  { w.b = binary.LittleEndian.AppendUint32(w.b, v) }
-func (w *tsWriter) u64(v uint64)  { w.b = binary.LittleEndian.AppendUint64(w.b, v) }
-func (w *tsWriter) i64(v int64)   { w.u64(uint64(v)) }
-func (w *tsWriter) str(s string)  { w.u64(uint64(len(s))); w.b = append(w.b, s...) }
-func (w *tsWriter) vec(p []byte)  { w.u64(uint64(len(p))); w.b = append(w.b, p...) }
+func (w *tsWriter) u8(v byte)    { w.b = append(w.b, v) }
+func (w *tsWriter) u32(v uint32) { w.b = binary.LittleEndian.AppendUint32(w.b, v) }
+func (w *tsWriter) u64(v uint64) { w.b = binary.LittleEndian.AppendUint64(w.b, v) }
+func (w *tsWriter) i64(v int64)  { w.u64(uint64(v)) }
+func (w *tsWriter) str(s string) { w.u64(uint64(len(s))); w.b = append(w.b, s...) }
+func (w *tsWriter) vec(p []byte) { w.u64(uint64(len(p))); w.b = append(w.b, p...) }
+
+// prefixed writes the string prefix+s without building it.
+func (w *tsWriter) prefixed(prefix, s string) {
+	w.u64(uint64(len(prefix) + len(s)))
+	w.b = append(append(w.b, prefix...), s...)
+}
 func (w *tsWriter) reset()        { w.b = w.b[:0] }
 func (w *tsWriter) bytes() []byte { return w.b }

@@ -198,15 +198,25 @@ func (c *TCPStoreClient) dialConn(ctx context.Context, p TorchProtocol) (*tsConn
 	return tc, nil
 }
 
-// do runs one exchange on a pooled connection within ctx.
-func (c *TCPStoreClient) do(ctx context.Context, what string, fn func(tc *tsConn) error) error {
+// do runs one exchange on a pooled connection within ctx. Its errors say what failed:
+// verb, and key quoted unless it is empty (built only on failure).
+func (c *TCPStoreClient) do(ctx context.Context, verb, key string, fn func(tc *tsConn) error) (err error) {
+	defer func() {
+		if err != nil {
+			what := verb
+			if key != "" {
+				what += " " + strconv.Quote(key)
+			}
+			err = fmt.Errorf("tcpstore %s: %w", what, err)
+		}
+	}()
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("tcpstore %s: %w", what, err)
+		return err
 	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return fmt.Errorf("tcpstore %s: %w", what, ErrClosed)
+		return ErrClosed
 	}
 	var tc *tsConn
 	if n := len(c.idle); n > 0 {
@@ -216,13 +226,13 @@ func (c *TCPStoreClient) do(ctx context.Context, what string, fn func(tc *tsConn
 	if tc == nil {
 		var err error
 		if tc, err = c.dialConn(ctx, c.protocol); err != nil {
-			return fmt.Errorf("tcpstore %s: %w: %w", what, ErrClosed, err)
+			return fmt.Errorf("%w: %w", ErrClosed, err)
 		}
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
 			_ = tc.nc.Close()
-			return fmt.Errorf("tcpstore %s: %w", what, ErrClosed)
+			return ErrClosed
 		}
 		c.open[tc] = struct{}{}
 		c.mu.Unlock()
@@ -232,7 +242,7 @@ func (c *TCPStoreClient) do(ctx context.Context, what string, fn func(tc *tsConn
 	}
 	stop := context.AfterFunc(ctx, func() { _ = tc.nc.SetDeadline(time.Unix(1, 0)) })
 	tc.w.reset()
-	err := fn(tc)
+	err = fn(tc)
 	interrupted := !stop()
 	if err == nil && !interrupted {
 		_ = tc.nc.SetDeadline(time.Time{})
@@ -255,11 +265,11 @@ func (c *TCPStoreClient) do(ctx context.Context, what string, fn func(tc *tsConn
 	case err == nil:
 		return nil
 	case ctx.Err() != nil:
-		return fmt.Errorf("tcpstore %s: %w", what, ctx.Err())
+		return ctx.Err()
 	case errors.Is(err, ErrProtocol) || errors.Is(err, ErrInvalidArgument):
-		return fmt.Errorf("tcpstore %s: %w", what, err)
+		return err
 	}
-	return fmt.Errorf("tcpstore %s: %w: %w", what, ErrClosed, err)
+	return fmt.Errorf("%w: %w", ErrClosed, err)
 }
 
 func (c *TCPStoreClient) drop(tc *tsConn) {
@@ -285,8 +295,6 @@ func (tc *tsConn) send() error {
 	return err
 }
 
-func (c *TCPStoreClient) wire(key string) string { return c.prefix + key }
-
 // Close closes every connection; calls in flight fail with ErrClosed.
 func (c *TCPStoreClient) Close() error {
 	c.mu.Lock()
@@ -311,11 +319,11 @@ func (c *TCPStoreClient) Set(ctx context.Context, key string, value []byte) erro
 	if err := checkKey(key); err != nil {
 		return fmt.Errorf("set %q: %w", key, err)
 	}
-	return c.do(ctx, "set "+strconv.Quote(key), func(tc *tsConn) error {
+	return c.do(ctx, "set", key, func(tc *tsConn) error {
 		if err := c.query(tc, tsSet); err != nil {
 			return err
 		}
-		tc.w.str(c.wire(key))
+		tc.w.prefixed(c.prefix, key)
 		tc.w.vec(value)
 		return c.checkOn(tc, key)
 	})
@@ -333,7 +341,7 @@ func (c *TCPStoreClient) checkKeys(tc *tsConn, keys []string) (bool, error) {
 	}
 	tc.w.u64(uint64(len(keys)))
 	for _, k := range keys {
-		tc.w.str(c.wire(k))
+		tc.w.prefixed(c.prefix, k)
 	}
 	if err := tc.send(); err != nil {
 		return false, err
@@ -357,7 +365,7 @@ func (c *TCPStoreClient) waitOn(tc *tsConn, keys []string) error {
 	}
 	tc.w.u64(uint64(len(keys)))
 	for _, k := range keys {
-		tc.w.str(c.wire(k))
+		tc.w.prefixed(c.prefix, k)
 	}
 	if err := tc.send(); err != nil {
 		return err
@@ -373,7 +381,7 @@ func (c *TCPStoreClient) getOn(tc *tsConn, key string) ([]byte, error) {
 	if err := c.query(tc, tsGet); err != nil {
 		return nil, err
 	}
-	tc.w.str(c.wire(key))
+	tc.w.prefixed(c.prefix, key)
 	if err := tc.send(); err != nil {
 		return nil, err
 	}
@@ -386,7 +394,7 @@ func (c *TCPStoreClient) Get(ctx context.Context, key string) ([]byte, error) {
 		return nil, fmt.Errorf("get %q: %w", key, err)
 	}
 	var v []byte
-	err := c.do(ctx, "get "+strconv.Quote(key), func(tc *tsConn) error {
+	err := c.do(ctx, "get", key, func(tc *tsConn) error {
 		if err := c.waitOn(tc, []string{key}); err != nil {
 			return err
 		}
@@ -403,11 +411,11 @@ func (c *TCPStoreClient) Add(ctx context.Context, key string, delta int64) (int6
 		return 0, fmt.Errorf("add to %q: %w", key, err)
 	}
 	var n int64
-	err := c.do(ctx, "add to "+strconv.Quote(key), func(tc *tsConn) error {
+	err := c.do(ctx, "add to", key, func(tc *tsConn) error {
 		if err := c.query(tc, tsAdd); err != nil {
 			return err
 		}
-		tc.w.str(c.wire(key))
+		tc.w.prefixed(c.prefix, key)
 		tc.w.i64(delta)
 		if err := tc.send(); err != nil {
 			return err
@@ -424,11 +432,11 @@ func (c *TCPStoreClient) Wait(ctx context.Context, keys ...string) error {
 	if err := checkKeys(keys); err != nil {
 		return fmt.Errorf("wait: %w", err)
 	}
-	what := fmt.Sprintf("wait for %q", keys[0])
+	verb := "wait for"
 	if len(keys) > 1 {
-		what = fmt.Sprintf("wait for %d keys (%q, ...)", len(keys), keys[0])
+		verb = fmt.Sprintf("wait for %d keys, the first", len(keys))
 	}
-	return c.do(ctx, what, func(tc *tsConn) error { return c.waitOn(tc, keys) })
+	return c.do(ctx, verb, keys[0], func(tc *tsConn) error { return c.waitOn(tc, keys) })
 }
 
 // Check reports, for each key, whether it exists. torch's CHECK answers for all keys
@@ -438,13 +446,13 @@ func (c *TCPStoreClient) Check(ctx context.Context, keys ...string) ([]bool, err
 		return nil, fmt.Errorf("check: %w", err)
 	}
 	out := make([]bool, len(keys))
-	err := c.do(ctx, "check", func(tc *tsConn) error {
+	err := c.do(ctx, "check", "", func(tc *tsConn) error {
 		for _, k := range keys {
 			if err := c.query(tc, tsCheck); err != nil {
 				return err
 			}
 			tc.w.u64(1)
-			tc.w.str(c.wire(k))
+			tc.w.prefixed(c.prefix, k)
 		}
 		if err := tc.send(); err != nil {
 			return err
@@ -468,11 +476,25 @@ func (c *TCPStoreClient) Check(ctx context.Context, keys ...string) ([]bool, err
 // exist; it returns the value now stored and whether this call stored it. torch's
 // COMPARE_SET only returns the value now stored, so a key that already held new
 // reports swapped, and an empty old means "absent" to torch as it does nil.
+//
+// torch's own server (1.x and 2.x) does not wake the Gets and Waits of a key that a
+// COMPARE_SET creates, so on it a CompareAndSet that may have created key follows
+// with a query that does wake them: an APPEND of nothing (protocol 2), which leaves
+// the value as it is, or (protocol 1, which has no APPEND) a SET of new, which
+// overwrites any change another client made to key in between.
 func (c *TCPStoreClient) CompareAndSet(ctx context.Context, key string, old, new []byte) (current []byte, swapped bool, err error) {
 	if err := checkKey(key); err != nil {
 		return nil, false, fmt.Errorf("compare-and-set %q: %w", key, err)
 	}
-	err = c.do(ctx, "compare-and-set "+strconv.Quote(key), func(tc *tsConn) error {
+	wake := false
+	if len(old) == 0 {
+		served, err := c.serverBarriers(ctx) // ncclgo's server wakes them itself
+		if err != nil {
+			return nil, false, fmt.Errorf("compare-and-set %q: %w", key, err)
+		}
+		wake = !served
+	}
+	err = c.do(ctx, "compare-and-set", key, func(tc *tsConn) error {
 		if old == nil {
 			// Look first, so that an existing key equal to new is not taken for a swap.
 			exists, err := c.checkKeys(tc, []string{key})
@@ -487,7 +509,7 @@ func (c *TCPStoreClient) CompareAndSet(ctx context.Context, key string, old, new
 		if err := c.query(tc, tsCompareSet); err != nil {
 			return err
 		}
-		tc.w.str(c.wire(key))
+		tc.w.prefixed(c.prefix, key)
 		tc.w.vec(old)
 		tc.w.vec(new)
 		if err := tc.send(); err != nil {
@@ -495,7 +517,23 @@ func (c *TCPStoreClient) CompareAndSet(ctx context.Context, key string, old, new
 		}
 		current, err = tc.rd.vector("value", MaxFrameLen)
 		swapped = err == nil && bytes.Equal(current, new)
-		return err
+		if !swapped || !wake {
+			return err
+		}
+		if c.protocol == TorchProtocol2 {
+			if err := c.query(tc, tsAppend); err != nil {
+				return err
+			}
+			tc.w.prefixed(c.prefix, key)
+			tc.w.vec(nil)
+		} else {
+			if err := c.query(tc, tsSet); err != nil {
+				return err
+			}
+			tc.w.prefixed(c.prefix, key)
+			tc.w.vec(new)
+		}
+		return c.checkOn(tc, key) // neither answers: a CHECK orders it before the return
 	})
 	return current, swapped, err
 }
@@ -506,11 +544,11 @@ func (c *TCPStoreClient) Delete(ctx context.Context, key string) (bool, error) {
 		return false, fmt.Errorf("delete %q: %w", key, err)
 	}
 	var n uint64
-	err := c.do(ctx, "delete "+strconv.Quote(key), func(tc *tsConn) error {
+	err := c.do(ctx, "delete", key, func(tc *tsConn) error {
 		if err := c.query(tc, tsDelete); err != nil {
 			return err
 		}
-		tc.w.str(c.wire(key))
+		tc.w.prefixed(c.prefix, key)
 		if err := tc.send(); err != nil {
 			return err
 		}
@@ -544,11 +582,11 @@ func (c *TCPStoreClient) Barrier(ctx context.Context, key string, rank, world in
 	if err := checkKey(key); err != nil {
 		return fmt.Errorf("barrier %q: %w", key, err)
 	}
-	err = c.do(ctx, "barrier "+strconv.Quote(key), func(tc *tsConn) error {
+	err = c.do(ctx, "barrier", key, func(tc *tsConn) error {
 		if err := c.query(tc, tsBarrier); err != nil {
 			return err
 		}
-		tc.w.str(c.wire(key))
+		tc.w.prefixed(c.prefix, key)
 		tc.w.u64(uint64(rank))
 		tc.w.u64(uint64(world))
 		if err := tc.send(); err != nil {
@@ -589,7 +627,7 @@ func (c *TCPStoreClient) serverBarriers(ctx context.Context) (bool, error) {
 		return known > 0, nil
 	}
 	var served bool
-	err := c.do(ctx, "probe for barriers", func(tc *tsConn) error {
+	err := c.do(ctx, "probe for barriers", "", func(tc *tsConn) error {
 		if err := c.query(tc, tsCheck); err != nil {
 			return err
 		}
@@ -619,11 +657,11 @@ func (c *TCPStoreClient) missingRanks(ctx context.Context, key string, world int
 	var flags byte
 	var w uint64
 	var bitmap []byte
-	err := c.do(ctx, "barrier state "+strconv.Quote(key), func(tc *tsConn) error {
+	err := c.do(ctx, "barrier state", key, func(tc *tsConn) error {
 		if err := c.query(tc, tsBarrierState); err != nil {
 			return err
 		}
-		tc.w.str(c.wire(key))
+		tc.w.prefixed(c.prefix, key)
 		if err := tc.send(); err != nil {
 			return err
 		}

@@ -19,17 +19,57 @@ type torchCore interface {
 	tcpCompareSet(key string, expected, desired []byte) ([]byte, error)
 	tcpAppend(key string, value []byte) error
 	tcpDelete(key string) bool
-	tcpCheck(keys []string) bool
+	tcpCheck(keys keyList) bool
 	tcpNumKeys() int64
 	// tcpWait calls fire once every key exists, or reports ready when they all do
 	// already. fire must not block: it runs with the store's lock held; it is given
 	// release, to call once the answer is written. cancel forgets the wait and reports
 	// whether it did so before fire ran.
-	tcpWait(keys []string, fire func(release func())) (cancel func() bool, ready bool, err error)
+	tcpWait(keys keyList, fire func(release func())) (cancel func() bool, ready bool, err error)
 	// tcpArrive is the store's barrier (ncclgo's extension): done for the rank that
 	// completes it, else fire runs (like tcpWait's) once the others arrive.
 	tcpArrive(key string, rank, world int, fire func(release func())) (cancel func() bool, done bool, err error)
 	tcpBarrierState(key string) (world int, arrived []bool, done, found bool)
+}
+
+// keyList is the keys of one query, read into one buffer: key i is
+// buf[ends[i-1]:ends[i]]. Looking them up costs no allocation; strings makes them
+// strings, in one.
+type keyList struct {
+	buf  []byte
+	ends []int
+}
+
+func (l keyList) len() int { return len(l.ends) }
+
+func (l keyList) key(i int) []byte {
+	start := 0
+	if i > 0 {
+		start = l.ends[i-1]
+	}
+	return l.buf[start:l.ends[i]]
+}
+
+// allIn reports whether every key is in m.
+func (l keyList) allIn(m map[string]*entry) bool {
+	for i := range l.ends {
+		if _, ok := m[string(l.key(i))]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// strings returns the keys as strings, sharing one allocation.
+func (l keyList) strings() []string {
+	all := string(l.buf)
+	out := make([]string, len(l.ends))
+	start := 0
+	for i, end := range l.ends {
+		out[i] = all[start:end]
+		start = end
+	}
+	return out
 }
 
 // torchStore is one torch connection's view of the server's store: every write and
@@ -84,19 +124,21 @@ func (t torchStore) tcpAppend(key string, value []byte) error {
 
 func (t torchStore) tcpDelete(key string) bool { return t.st.delete(key) }
 
-func (t torchStore) tcpCheck(keys []string) bool {
-	for _, ok := range t.st.check(keys...) {
-		if !ok {
-			return false
-		}
-	}
-	return true
+func (t torchStore) tcpCheck(keys keyList) bool {
+	st := t.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return keys.allIn(st.data)
 }
 
 func (t torchStore) tcpNumKeys() int64 { return int64(t.st.numKeys()) }
 
-func (t torchStore) tcpWait(keys []string, fire func(release func())) (func() bool, bool, error) {
-	w, _, ready, err := t.st.wait(t.a, keys, false, func(_ []byte, release func()) { fire(release) })
+func (t torchStore) tcpWait(keys keyList, fire func(release func())) (func() bool, bool, error) {
+	// The keys become strings only for a wait that blocks.
+	if t.tcpCheck(keys) {
+		return nil, true, nil
+	}
+	w, _, ready, err := t.st.wait(t.a, keys.strings(), false, func(_ []byte, release func()) { fire(release) })
 	if err != nil || ready {
 		return nil, ready, err
 	}

@@ -93,6 +93,9 @@ func (c *serverConn) serveTorch(gen TorchProtocol) {
 	s.log.Debug("rendezvous server: PyTorch TCPStore client", "remote", c.remote, "protocol", int(gen))
 	t := &torchConn{c: c, core: torchStore{st: s.st, a: c.acct}, gen: gen, waits: map[uint64]func() bool{}}
 	t.rd = tsReader{r: c.br, charge: t.chargeBuf}
+	// Answers wait in t.out until the connection has no more query bytes buffered, so
+	// that queries sent together (a CHECK per key) are answered in one write.
+	c.beforeRead = t.beforeRead
 	stage, err := t.serve()
 	c.logEnd("torch "+stage, err)
 }
@@ -118,9 +121,11 @@ func (t *torchConn) releaseBufs() {
 }
 
 // torchConn is the state of one torch client's connection. One goroutine reads and
-// answers its queries in order; the answer to a wait whose keys came later is written
-// by a short-lived goroutine, and t.wmu with the fired count keeps every STOP_WAITING
-// before the WAIT_CANCELED that follows it, as torch's clients expect.
+// answers its queries in order, queueing the answers in out, which is written before
+// the connection's reader waits for more bytes; the answer to a wait whose keys came
+// later is queued and written by a short-lived goroutine, and t.wmu with the fired
+// count keeps every STOP_WAITING before the WAIT_CANCELED that follows it, as torch's
+// clients expect.
 type torchConn struct {
 	c    *serverConn
 	core torchCore
@@ -128,7 +133,12 @@ type torchConn struct {
 	rd   tsReader
 	w    tsWriter
 
-	wmu sync.Mutex // held while writing
+	wmu sync.Mutex // held while queueing or writing
+	out []byte     // answers not written yet, guarded by wmu
+
+	// Of the serving goroutine: a query has begun (its first byte was read), and the
+	// read deadline is set (the handshake's, or a query's that had to wait for bytes).
+	inQuery, armed bool
 
 	mu     sync.Mutex
 	nextID uint64
@@ -141,6 +151,7 @@ type torchConn struct {
 type tsRequest struct {
 	q      tsQuery
 	keys   []string
+	list   keyList // the keys of a CHECK or WAIT
 	values [][]byte
 	num    int64
 	nonce  uint32
@@ -151,10 +162,12 @@ type tsRequest struct {
 func (t *torchConn) serve() (stage string, err error) {
 	defer func() {
 		t.cancelAll()
+		_ = t.flush() // the answers to the queries before the one that ended it
 		_ = t.c.nc.Close()
 		t.late.Wait()
 		t.releaseBufs()
 	}()
+	t.armed = true // by sniffTorch: the first query must come within the handshake timeout
 	for first := true; ; first = false {
 		r, err := t.read()
 		if err != nil {
@@ -162,7 +175,11 @@ func (t *torchConn) serve() (stage string, err error) {
 		}
 		// A query has arrived whole; until the next begins, torch clients may stay
 		// silent for as long as the job runs (they send no keepalive).
-		_ = t.c.nc.SetReadDeadline(time.Time{})
+		t.inQuery = false
+		if t.armed {
+			_ = t.c.nc.SetReadDeadline(time.Time{})
+			t.armed = false
+		}
 		if first {
 			// Out of the handshake slots: the client spoke torch's protocol.
 			if _, err := t.c.claimSlot(); err != nil {
@@ -185,8 +202,9 @@ func (t *torchConn) read() (tsRequest, error) {
 		return tsRequest{}, err
 	}
 	// A query that has begun must arrive whole within the handshake timeout, so that a
-	// peer cannot hold its slot and buffers by dripping bytes.
-	_ = t.c.nc.SetReadDeadline(time.Now().Add(t.c.s.cfg.handshakeTimeout))
+	// peer cannot hold its slot and buffers by dripping bytes: beforeRead sets that
+	// deadline when the rest is not in the buffer already.
+	t.inQuery = true
 	r := tsRequest{q: tsFromWire(t.gen, b)}
 	keys := func(n int) error {
 		r.keys = make([]string, n)
@@ -239,10 +257,14 @@ func (t *torchConn) read() (tsRequest, error) {
 	case tsCheck, tsWait, tsMultiGet:
 		var n int
 		if n, err = rd.count("keys", MaxKeysPerRequest); err == nil {
-			if n == 0 && r.q != tsMultiGet {
+			switch {
+			case n == 0 && r.q != tsMultiGet:
 				return r, fmt.Errorf("%w: %s of no keys", ErrProtocol, r.q)
+			case r.q == tsMultiGet:
+				err = keys(n)
+			default:
+				r.list, err = rd.keyList(n)
 			}
-			err = keys(n)
 		}
 	case tsMultiSet:
 		var n int
@@ -303,8 +325,15 @@ func (t *torchConn) handle(r tsRequest) error {
 		if err != nil {
 			return err
 		}
-		return t.writeVectors([][]byte{v})
-	case tsGet, tsMultiGet:
+		return t.writeVectors(v)
+	case tsGet:
+		v, ok := t.core.tcpGet(r.keys[0])
+		if !ok {
+			// torch's server fails the same way; its clients wait before they get.
+			return fmt.Errorf("%w: %s of %q, which does not exist", ErrProtocol, r.q, r.keys[0])
+		}
+		return t.writeVectors(v)
+	case tsMultiGet:
 		vals := make([][]byte, len(r.keys))
 		for i, k := range r.keys {
 			v, ok := t.core.tcpGet(k)
@@ -314,7 +343,7 @@ func (t *torchConn) handle(r tsRequest) error {
 			}
 			vals[i] = v
 		}
-		return t.writeVectors(vals)
+		return t.writeVectors(vals...)
 	case tsAdd:
 		v, err := t.core.tcpAdd(r.keys[0], r.num)
 		if err != nil {
@@ -330,15 +359,15 @@ func (t *torchConn) handle(r tsRequest) error {
 	case tsNumKeys:
 		w.i64(t.core.tcpNumKeys())
 	case tsCheck:
-		if len(r.keys) == 1 && r.keys[0] == tsBarrierProbe {
+		if r.list.len() == 1 && string(r.list.key(0)) == tsBarrierProbe {
 			w.u8(tsReady) // ncclgo's server: BARRIER is served
-		} else if t.core.tcpCheck(r.keys) {
+		} else if t.core.tcpCheck(r.list) {
 			w.u8(tsReady)
 		} else {
 			w.u8(tsNotReady)
 		}
 	case tsWait:
-		return t.wait(r.keys)
+		return t.wait(r.list)
 	case tsBarrier:
 		return t.barrier(r.keys[0], r.rank, r.world)
 	case tsBarrierState:
@@ -350,35 +379,81 @@ func (t *torchConn) handle(r tsRequest) error {
 		t.cancelAll()
 		t.wmu.Lock()
 		defer t.wmu.Unlock()
-		return t.writeAnswers(0, []byte{tsWaitCancel})
-	}
-	if len(w.bytes()) == 0 {
+		t.queueAnswers(0, []byte{tsWaitCancel})
 		return nil
 	}
-	t.wmu.Lock()
-	defer t.wmu.Unlock()
-	return t.write(w.bytes())
+	t.queue(w.bytes())
+	return nil
 }
 
-// writeVectors writes vals as one reply of vectors, each large value from where the
-// store holds it (never copied, so a MULTI_GET of many large values costs no buffer).
-func (t *torchConn) writeVectors(vals [][]byte) error {
-	var bufs net.Buffers
-	var small []byte // lengths and small values, up to the next large value
-	for _, v := range vals {
-		small = binary.LittleEndian.AppendUint64(small, uint64(len(v)))
-		if len(v) <= 512 {
-			small = append(small, v...)
-			continue
-		}
-		bufs = append(bufs, small, v)
-		small = nil
+// beforeRead runs before the connection's reader waits for bytes from the network: it
+// writes the queued answers, and gives a query that has begun the handshake timeout
+// to arrive whole.
+func (t *torchConn) beforeRead() error {
+	if err := t.flush(); err != nil {
+		return err
 	}
-	if len(small) > 0 {
-		bufs = append(bufs, small)
+	if t.inQuery && !t.armed {
+		_ = t.c.nc.SetReadDeadline(time.Now().Add(t.c.s.cfg.handshakeTimeout))
+		t.armed = true
+	}
+	return nil
+}
+
+// queue adds b to the answers to write.
+func (t *torchConn) queue(b []byte) {
+	if len(b) == 0 {
+		return
 	}
 	t.wmu.Lock()
+	t.out = append(t.out, b...)
+	t.wmu.Unlock()
+}
+
+// flush writes the queued answers.
+func (t *torchConn) flush() error {
+	t.wmu.Lock()
 	defer t.wmu.Unlock()
+	return t.flushLocked()
+}
+
+// flushLocked writes the queued answers; t.wmu must be held.
+func (t *torchConn) flushLocked() error {
+	if len(t.out) == 0 {
+		return nil
+	}
+	t.setWriteDeadline()
+	_, err := t.c.nc.Write(t.out)
+	t.out = t.out[:0]
+	if cap(t.out) > smallFrame {
+		t.out = nil // an idle connection keeps no large buffer
+	}
+	return err
+}
+
+// writeVectors queues vals as one reply of vectors. Small values are copied into the
+// queue; large ones are written, after what is queued, from where the store holds them
+// (never copied, so a MULTI_GET of many large values costs no buffer).
+func (t *torchConn) writeVectors(vals ...[]byte) error {
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	var bufs net.Buffers
+	for _, v := range vals {
+		t.out = binary.LittleEndian.AppendUint64(t.out, uint64(len(v)))
+		if len(v) <= 512 {
+			t.out = append(t.out, v...)
+			continue
+		}
+		bufs = append(bufs, t.out, v)
+		t.out = nil
+	}
+	if bufs == nil {
+		return nil
+	}
+	if len(t.out) > 0 {
+		bufs = append(bufs, t.out)
+	}
+	t.out = nil
 	t.setWriteDeadline()
 	_, err := bufs.WriteTo(t.c.nc)
 	return err
@@ -394,16 +469,9 @@ func (t *torchConn) setWriteDeadline() {
 	_ = t.c.nc.SetWriteDeadline(time.Now().Add(timeout))
 }
 
-// write writes b; t.wmu must be held.
-func (t *torchConn) write(b []byte) error {
-	t.setWriteDeadline()
-	_, err := t.c.nc.Write(b)
-	return err
-}
-
 // wait registers a wait; its answer is written once it fires (at once when its keys
 // all exist).
-func (t *torchConn) wait(keys []string) error {
+func (t *torchConn) wait(keys keyList) error {
 	id, fire, err := t.pend()
 	if err != nil {
 		return err
@@ -415,7 +483,8 @@ func (t *torchConn) wait(keys []string) error {
 	}
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
-	return t.writeAnswers(1, nil)
+	t.queueAnswers(1, nil)
+	return nil
 }
 
 // barrier is ncclgo's BARRIER: the arrival's answer, like a wait's, is written once
@@ -438,7 +507,8 @@ func (t *torchConn) barrier(key string, rank, world uint64) error {
 	}
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
-	return t.writeAnswers(1, nil)
+	t.queueAnswers(1, nil)
+	return nil
 }
 
 func (t *torchConn) barrierFailed(err error) error {
@@ -455,9 +525,8 @@ func (t *torchConn) barrierFailed(err error) error {
 	}
 	w.u8(code)
 	w.str(msg)
-	t.wmu.Lock()
-	defer t.wmu.Unlock()
-	return t.write(w.bytes())
+	t.queue(w.bytes())
+	return nil
 }
 
 // pend reserves the answer of a blocked request (a wait or a barrier arrival) and
@@ -507,20 +576,18 @@ func (t *torchConn) takeFired() []func() {
 	return f
 }
 
-// writeAnswers writes STOP_WAITING for every fired wait not answered yet and for
-// extra more, then tail, and gives back what the fired waits held; t.wmu must be held.
-func (t *torchConn) writeAnswers(extra int, tail []byte) error {
+// queueAnswers queues STOP_WAITING for every fired wait not answered yet and for
+// extra more, then tail, and gives back what the fired waits held (their answers are
+// now in t.out, which the connection's own buffer budget covers); t.wmu must be held.
+func (t *torchConn) queueAnswers(extra int, tail []byte) {
 	releases := t.takeFired()
-	b := make([]byte, len(releases)+extra, len(releases)+extra+len(tail)) // tsStopWaiting is 0
-	b = append(b, tail...)
-	var err error
-	if len(b) > 0 {
-		err = t.write(b)
+	for range len(releases) + extra {
+		t.out = append(t.out, tsStopWaiting)
 	}
+	t.out = append(t.out, tail...)
 	for _, release := range releases {
 		release()
 	}
-	return err
 }
 
 // answerFired writes STOP_WAITING for every fired wait not answered yet (none when a
@@ -537,7 +604,8 @@ func (t *torchConn) answerFired() {
 	}()
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
-	if err := t.writeAnswers(0, nil); err != nil {
+	t.queueAnswers(0, nil)
+	if err := t.flushLocked(); err != nil {
 		_ = t.c.nc.Close() // the serve loop ends on its next read
 	}
 }

@@ -3,6 +3,8 @@ package rendezvous
 import (
 	"bufio"
 	"context"
+	"io"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -133,10 +135,42 @@ func TestTCPStoreClientAgainstTorch(t *testing.T) {
 			n, err = c.Add(ctx, "go/n", 7)
 			require.NoError(t, err)
 			require.EqualValues(t, 12, n)
+			// A WAIT registered before a CompareAndSet creates its key is answered
+			// (torch's server wakes no one on a COMPARE_SET: the client follows it with a
+			// query that does). A raw connection sends the WAIT and then a CHECK of a
+			// missing key: torch answers them in order, so the CHECK's answer (1) says
+			// the WAIT is registered.
+			raw, err := net.Dial("tcp", addr)
+			require.NoError(t, err)
+			defer raw.Close()
+			var w tsWriter
+			gen := TorchProtocol(env.Major())
+			if gen == TorchProtocol2 {
+				w.u8(byte(tsValidate))
+				w.u32(tsMagic)
+			}
+			for _, q := range []tsQuery{tsWait, tsCheck} {
+				b, _ := tsWire(gen, q)
+				w.u8(b)
+				w.u64(1)
+				w.str(map[tsQuery]string{tsWait: "/go/c", tsCheck: "/go/absent"}[q])
+			}
+			_, err = raw.Write(w.bytes())
+			require.NoError(t, err)
+			answer := make([]byte, 1)
+			_, err = io.ReadFull(raw, answer)
+			require.NoError(t, err)
+			require.Equal(t, byte(tsNotReady), answer[0], "CHECK of a missing key")
 			cur, swapped, err := c.CompareAndSet(ctx, "go/c", nil, []byte("first"))
 			require.NoError(t, err)
 			require.True(t, swapped)
 			require.Equal(t, "first", string(cur))
+			// Only a missing wake-up waits here (the deadline is the failure's, not a
+			// margin the answer needs).
+			_ = raw.SetReadDeadline(time.Now().Add(time.Minute))
+			_, err = io.ReadFull(raw, answer)
+			require.NoError(t, err, "the WAIT registered before CompareAndSet created the key was never answered")
+			require.Equal(t, byte(tsStopWaiting), answer[0])
 			cur, swapped, err = c.CompareAndSet(ctx, "go/c", nil, []byte("first"))
 			require.NoError(t, err)
 			require.False(t, swapped, "create of an existing key")

@@ -1,16 +1,23 @@
 // Command storebench drives PyTorch's own C++ TCPStore server and ncclgo's
 // rendezvous server with the same Go load generator, over the same protocol
 // (PyTorch's TCPStore protocol, whichever generation the torch installation speaks),
-// in one run, and prints a table of clients x operation with both figures and their
-// ratio. Each server runs in a process of its own, started afresh for every client
-// count, so that memory is measured per server: resident memory with every client
-// connected and idle, less what it was before they came, per client (ncclgo's server
-// first returns its garbage to the system; PyTorch's frees as it goes).
+// in one run, and prints one table of clients x operation with both figures and their
+// ratio, ncclgo / PyTorch, with the direction that favours ncclgo. Each server runs in
+// a process of its own, started afresh for every client count, so that memory and CPU
+// are measured per server: resident memory with every client connected and idle, less
+// what it was before they came, per client (ncclgo's server first returns its garbage
+// to the system; PyTorch's frees as it goes), and the CPU time the server process used.
 //
-// Every client does the bring-up pattern of a rank (connect, set its own key, add to a
-// counter, wait for every rank's key, get rank 0's key, barrier), then a steady mix of
-// set and get until -steady has passed. ncclgo's own protocol is measured for the
-// bring-up as well.
+// For each client count N, against each server:
+//   - the all-keys bring-up: every client connects, sets its own key, adds to a
+//     counter, waits for all N keys (O(N^2) keys in all), gets rank 0's key and meets
+//     the others in a barrier;
+//   - a steady mix of set and get on those clients until -steady has passed;
+//   - comm's join: N fresh clients make the store calls comm's own bring-up makes
+//     (comm/generation.go: O(1) calls per rank).
+//
+// On ncclgo's server the two bring-ups also run through ncclgo's own protocol
+// (rendezvous.Client), the one comm uses with its embedded store.
 //
 //	go run ./tools/storebench -clients 1024,4096
 //	go run ./tools/storebench -python '.ci/torch-chroot.sh run python3'   # torch 2.x
@@ -27,8 +34,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,14 +64,26 @@ for line in sys.stdin:
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "serve-ncclgo" {
-		serveNcclgo()
+		serveNcclgo(os.Args[2:])
 		return
 	}
 	clientsFlag := flag.String("clients", "1024,4096", "comma-separated client counts")
 	python := flag.String("python", "/usr/bin/python3", "command that runs a python3 with torch (split on blanks)")
 	steady := flag.Duration("steady", 2*time.Second, "duration of the steady set/get phase")
 	deadline := flag.Duration("deadline", 3*time.Minute, "time a bring-up may take before the server is reported as timed out")
+	ownOnly := flag.Bool("own-only", false, "measure only the bring-ups through ncclgo's own protocol (no PyTorch, no TCPStore protocol): for quick iterations")
+	profile := flag.String("profile", "", "directory where ncclgo's server writes a CPU profile (cpu-N.pprof) and an allocation profile (allocs-N.pprof) for each client count N")
 	flag.Parse()
+	if *profile != "" {
+		f, err := os.Create(filepath.Join(*profile, "load.pprof"))
+		if err != nil {
+			fatalf("%v", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fatalf("%v", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	var counts []int
 	for _, f := range strings.Split(*clientsFlag, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -74,6 +95,10 @@ func main() {
 	var rows []row
 	torchVersion := ""
 	for _, n := range counts {
+		if *ownOnly {
+			rows = append(rows, ownRows(n, *deadline, *profile)...)
+			continue
+		}
 		torch, err := startServer(strings.Fields(*python), "-c", torchServer)
 		if err != nil {
 			fatalf("start PyTorch's server: %v", err)
@@ -82,53 +107,91 @@ func main() {
 		proto := detect(torch.addr)
 		tr := measure(torch, n, proto, *steady, *deadline)
 		torch.stop()
-		self, err := os.Executable()
-		if err != nil {
-			fatalf("%v", err)
-		}
-		ours, err := startServer([]string{self}, "serve-ncclgo")
-		if err != nil {
-			fatalf("start ncclgo's server: %v", err)
-		}
+		ours := startOurs(n, *profile)
 		or := measure(ours, n, proto, *steady, *deadline)
-		own := bringUpOwn(ours.addr, n)
+		bare := floor(ours, n, *deadline)
+		ownJoin := bringUp(ours, n, *deadline, dialOwn(ours.addr), joinLikeComm)
+		ownAll := bringUp(ours, n, *deadline, dialOwn(ours.addr), allKeys)
 		ours.stop()
 		rows = append(rows,
-			row{n, "bring-up (ms)", or.bringUp, tr.bringUp, true},
+			row{n, "bring-up, all-keys pattern, TCPStore protocol (ms)", or.allKeys.ms, tr.allKeys.ms, true},
+			row{n, "  server CPU for it (ms)", or.allKeys.cpuMs, tr.allKeys.cpuMs, true},
+			row{n, "bring-up, comm's join, TCPStore protocol (ms)", or.join.ms, tr.join.ms, true},
+			row{n, "  server CPU for it (ms)", or.join.cpuMs, tr.join.cpuMs, true},
 			row{n, "set p50 (µs)", or.setP50, tr.setP50, true},
 			row{n, "set p99 (µs)", or.setP99, tr.setP99, true},
 			row{n, "get p50 (µs)", or.getP50, tr.getP50, true},
 			row{n, "get p99 (µs)", or.getP99, tr.getP99, true},
 			row{n, "steady ops/s", or.opsPerSec, tr.opsPerSec, false},
+			row{n, "server CPU per steady op (µs)", or.cpuPerOp, tr.cpuPerOp, true},
 			row{n, "server KiB per idle client", or.kibPerClient, tr.kibPerClient, true},
-			row{n, "bring-up, ncclgo protocol (ms)", own, -1, true},
+			row{n, floorOp, bare.ms, -1, true},
+			row{n, "bring-up, comm's join, ncclgo protocol (ms)", ownJoin.ms, -1, true},
+			row{n, "  server CPU for it (ms)", ownJoin.cpuMs, -1, true},
+			row{n, "bring-up, all-keys pattern, ncclgo protocol (ms)", ownAll.ms, -1, true},
 		)
 		fmt.Fprintf(os.Stderr, "storebench: %d clients done\n", n)
 	}
-	fmt.Printf("storebench: PyTorch %s's C++ TCPStore server vs ncclgo's server, TCPStore protocol %d, steady %s; ratio = PyTorch / ncclgo for times and memory, ncclgo / PyTorch for ops/s (above 1: ncclgo better)\n\n",
-		torchVersion, detectedProto, *steady)
-	fmt.Println("| clients | operation | ncclgo | PyTorch | ratio |")
-	fmt.Println("| ---: | --- | ---: | ---: | ---: |")
+	fmt.Printf("storebench: PyTorch %s's C++ TCPStore server vs ncclgo's server, TCPStore protocol %d, steady %s.\n", torchVersion, detectedProto, *steady)
+	fmt.Printf("ratio = ncclgo / PyTorch; \"better\" says which way favours ncclgo (times, CPU and memory: below 1; ops/s: above 1).\n\n")
+	fmt.Println("| clients | operation | ncclgo | PyTorch | ncclgo / PyTorch | better |")
+	fmt.Println("| ---: | --- | ---: | ---: | ---: | --- |")
 	for _, r := range rows {
-		if r.ours == timedOut || r.torch == timedOut {
-			cell := func(v float64) string {
-				if v == timedOut {
-					return fmt.Sprintf("> %s", *deadline)
-				}
-				return fmt.Sprintf("%.1f", v)
-			}
-			fmt.Printf("| %d | %s | %s | %s | |\n", r.clients, r.op, cell(r.ours), cell(r.torch))
-			continue
-		}
-		if r.torch < 0 {
-			fmt.Printf("| %d | %s | %.1f | | |\n", r.clients, r.op, r.ours)
-			continue
-		}
-		ratio := r.torch / r.ours
+		better := "lower"
 		if !r.lowerIsBetter {
-			ratio = r.ours / r.torch
+			better = "higher"
 		}
-		fmt.Printf("| %d | %s | %.1f | %.1f | %.2fx |\n", r.clients, r.op, r.ours, r.torch, ratio)
+		cell := func(v float64) string {
+			switch {
+			case v == timedOut:
+				return fmt.Sprintf("> %s", *deadline)
+			case v < 0:
+				return ""
+			}
+			return fmt.Sprintf("%.1f", v)
+		}
+		ratio := ""
+		if r.ours >= 0 && r.torch > 0 {
+			ratio = fmt.Sprintf("%.2f", r.ours/r.torch)
+		}
+		fmt.Printf("| %d | %s | %s | %s | %s | %s |\n", r.clients, r.op, cell(r.ours), cell(r.torch), ratio, better)
+	}
+}
+
+const floorOp = "floor: plain TCP connect, one 16-byte round trip, close (ms)"
+
+// startOurs starts ncclgo's server in a process of its own.
+func startOurs(n int, profile string) *server {
+	self, err := os.Executable()
+	if err != nil {
+		fatalf("%v", err)
+	}
+	serveArgs := []string{"serve-ncclgo"}
+	if profile != "" {
+		serveArgs = append(serveArgs, profile, strconv.Itoa(n))
+	}
+	ours, err := startServer([]string{self}, serveArgs...)
+	if err != nil {
+		fatalf("start ncclgo's server: %v", err)
+	}
+	return ours
+}
+
+// ownRows measures only the bring-ups through ncclgo's own protocol (-own-only).
+func ownRows(n int, deadline time.Duration, profile string) []row {
+	ours := startOurs(n, profile)
+	defer ours.stop()
+	bare := floor(ours, n, deadline)
+	join := bringUp(ours, n, deadline, dialOwn(ours.addr), joinLikeComm)
+	all := failed
+	if n <= 1024 || os.Getenv("STOREBENCH_ALLKEYS") != "" {
+		all = bringUp(ours, n, deadline, dialOwn(ours.addr), allKeys)
+	}
+	return []row{
+		{n, floorOp, bare.ms, -1, true},
+		{n, "bring-up, comm's join, ncclgo protocol (ms)", join.ms, -1, true},
+		{n, "  server CPU for it (ms)", join.cpuMs, -1, true},
+		{n, "bring-up, all-keys pattern, ncclgo protocol (ms)", all.ms, -1, true},
 	}
 }
 
@@ -144,8 +207,28 @@ func fatalf(format string, args ...any) {
 	os.Exit(1)
 }
 
-// serveNcclgo runs ncclgo's server on a loopback port until stdin closes.
-func serveNcclgo() {
+// serveNcclgo runs ncclgo's server on a loopback port until stdin closes; args, when
+// given, are the directory of its profiles and the client count that names them.
+func serveNcclgo(args []string) {
+	if len(args) == 2 {
+		f, err := os.Create(filepath.Join(args[0], "cpu-"+args[1]+".pprof"))
+		if err != nil {
+			fatalf("%v", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fatalf("%v", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+			a, err := os.Create(filepath.Join(args[0], "allocs-"+args[1]+".pprof"))
+			if err != nil {
+				fatalf("%v", err)
+			}
+			_ = pprof.Lookup("allocs").WriteTo(a, 0)
+			_ = a.Close()
+		}()
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		fatalf("%v", err)
@@ -158,7 +241,12 @@ func serveNcclgo() {
 	s := rendezvous.NewServer(rendezvous.WithLogger(slog.New(slog.DiscardHandler)), rendezvous.WithMaxConns(3*rendezvous.MaxKeysPerRequest),
 		rendezvous.WithMaxStoreBytes(16<<30))
 	go func() { _ = s.Serve(context.Background(), l) }()
-	fmt.Printf("PORT %d TORCH -\n", l.Addr().(*net.TCPAddr).Port)
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fatalf("%v", err)
+	}
+	go serveEcho(echo)
+	fmt.Printf("PORT %d TORCH - ECHO %d\n", l.Addr().(*net.TCPAddr).Port, echo.Addr().(*net.TCPAddr).Port)
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		// Before a memory reading: return the garbage of the bring-up to the system,
@@ -170,11 +258,81 @@ func serveNcclgo() {
 	_ = s.Close()
 }
 
+// serveEcho answers each connection's messages (a 4-byte length and that many bytes)
+// with themselves: the floor under a bring-up.
+func serveEcho(l net.Listener) {
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer nc.Close()
+			br := bufio.NewReader(nc)
+			buf := make([]byte, 64)
+			for {
+				if _, err := io.ReadFull(br, buf[:4]); err != nil {
+					return
+				}
+				n := 4 + int(buf[3])
+				if _, err := io.ReadFull(br, buf[4:n]); err != nil {
+					return
+				}
+				if _, err := nc.Write(buf[:n]); err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+// floor is what n clients take to connect to the echo server, each with one round
+// trip of a 16-byte message, and close: what any store's bring-up costs at least on
+// this machine.
+func floor(srv *server, n int, limit time.Duration) phase {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	cpu0 := cpuMs(srv.cmd.Process.Pid)
+	start := time.Now()
+	for range n {
+		wg.Go(func() {
+			d := net.Dialer{KeepAlive: -1}
+			nc, err := d.DialContext(ctx, "tcp", srv.echo)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer nc.Close()
+			msg := []byte{0, 0, 0, 12, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+			if _, err := nc.Write(msg); err != nil {
+				errs <- err
+				return
+			}
+			if _, err := io.ReadFull(nc, msg); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	ph := phase{ms: float64(time.Since(start).Microseconds()) / 1000, cpuMs: cpuMs(srv.cmd.Process.Pid) - cpu0}
+	close(errs)
+	for err := range errs {
+		if ctx.Err() != nil {
+			return failed
+		}
+		fatalf("floor of %d connections: %v", n, err)
+	}
+	return ph
+}
+
 type server struct {
 	cmd     *exec.Cmd
 	stdin   io.WriteCloser
 	out     *bufio.Reader
 	addr    string
+	echo    string // ncclgo's: the echo server's address
 	version string
 }
 
@@ -213,7 +371,11 @@ func startServer(argv []string, args ...string) (*server, error) {
 		_ = cmd.Wait()
 		return nil, fmt.Errorf("%s printed %q (%v)", argv[0], line, errors.Join(err, serr))
 	}
-	return &server{cmd: cmd, stdin: in, out: br, addr: "127.0.0.1:" + strconv.Itoa(port), version: version}, nil
+	srv := &server{cmd: cmd, stdin: in, out: br, addr: "127.0.0.1:" + strconv.Itoa(port), version: version}
+	if f := strings.Fields(line); len(f) == 6 && f[4] == "ECHO" {
+		srv.echo = "127.0.0.1:" + f[5]
+	}
+	return srv, nil
 }
 
 func (s *server) stop() {
@@ -258,84 +420,232 @@ func detect(addr string) rendezvous.TorchProtocol {
 }
 
 type result struct {
-	bringUp                        float64 // ms
+	allKeys, join                  phase
 	setP50, setP99, getP50, getP99 float64 // µs
 	opsPerSec                      float64
+	cpuPerOp                       float64 // µs of server CPU per steady op
 	kibPerClient                   float64
 }
+
+// phase is a bring-up: how long it took and the server CPU it used.
+type phase struct{ ms, cpuMs float64 }
 
 // timedOut marks a figure of a bring-up that did not finish within -deadline.
 const timedOut = -2
 
-// measure runs n clients against srv: bring-up, idle memory, then the steady mix. A
-// bring-up that does not finish within limit yields timedOut everywhere.
-func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, limit time.Duration) result {
+var failed = phase{timedOut, timedOut}
+
+// dialer connects one rank.
+type dialer func(ctx context.Context) (rendezvous.Store, error)
+
+func dialTorch(addr string, proto rendezvous.TorchProtocol) dialer {
+	return func(ctx context.Context) (rendezvous.Store, error) {
+		return rendezvous.DialTCPStore(ctx, addr, rendezvous.WithTorchProtocol(proto), quiet)
+	}
+}
+
+func dialOwn(addr string) dialer {
+	return func(ctx context.Context) (rendezvous.Store, error) { return rendezvous.Dial(ctx, addr, quiet) }
+}
+
+var quiet = rendezvous.WithLogger(slog.New(slog.DiscardHandler))
+
+// pattern is what each of world ranks does in a bring-up; keys names this bring-up's
+// keys.
+type pattern func(ctx context.Context, s rendezvous.Store, keys func(string) string, rank, world int) error
+
+// allKeys is the bring-up pattern: set its own key, add to a counter, wait for
+// every rank's key (O(world) keys per rank, O(world^2) in all), get rank 0's key,
+// barrier.
+func allKeys(ctx context.Context, s rendezvous.Store, keys func(string) string, rank, world int) error {
+	all := make([]string, world)
+	for i := range all {
+		all[i] = keys("rank/" + strconv.Itoa(i))
+	}
+	if err := s.Set(ctx, all[rank], []byte("value of "+all[rank])); err != nil {
+		return err
+	}
+	if _, err := s.Add(ctx, keys("count"), 1); err != nil {
+		return err
+	}
+	if err := s.Wait(ctx, all...); err != nil {
+		return err
+	}
+	if _, err := s.Get(ctx, all[0]); err != nil {
+		return err
+	}
+	return s.Barrier(ctx, keys("barrier"), rank, world)
+}
+
+// joinLikeComm makes the store calls comm's bring-up makes for a rank (member.firstOpen
+// and member.join in comm/generation.go, generation 0 of a fresh group): look for the
+// first open generation (a Check of 64 state keys), rank 0 publishes the 128-byte
+// unique id if absent, each rank creates its marker if absent and adds itself to the
+// count, the last one sets the state, every rank gets the state (waiting for the last
+// one) and the others get the id. O(1) calls per rank, O(world) in all.
+func joinLikeComm(ctx context.Context, s rendezvous.Store, keys func(string) string, rank, world int) error {
+	gen := func(g int, name string) string { return keys(rendezvous.GenerationKey("bench", uint64(g), name)) }
+	states := make([]string, 64)
+	for i := range states {
+		states[i] = gen(i, "state")
+	}
+	present, err := s.Check(ctx, states...)
+	if err != nil {
+		return err
+	}
+	if present[0] {
+		return fmt.Errorf("generation 0 is closed already")
+	}
+	if rank == 0 {
+		if _, fresh, err := s.CompareAndSet(ctx, gen(0, "uid"), nil, make([]byte, 128)); err != nil || !fresh {
+			return fmt.Errorf("publish the id: fresh %v, %w", fresh, err)
+		}
+	}
+	if _, fresh, err := s.CompareAndSet(ctx, gen(0, "rank/"+strconv.Itoa(rank)), nil, []byte{1}); err != nil || !fresh {
+		return fmt.Errorf("marker: fresh %v, %w", fresh, err)
+	}
+	n, err := s.Add(ctx, gen(0, "count"), 1)
+	if err != nil {
+		return err
+	}
+	if n == int64(world) {
+		if _, _, err := s.CompareAndSet(ctx, gen(0, "state"), nil, []byte("ok")); err != nil {
+			return err
+		}
+	}
+	if st, err := s.Get(ctx, gen(0, "state")); err != nil || string(st) != "ok" {
+		return fmt.Errorf("state %q, %w", st, err)
+	}
+	if rank != 0 {
+		if id, err := s.Get(ctx, gen(0, "uid")); err != nil || len(id) != 128 {
+			return fmt.Errorf("id of %d bytes, %w", len(id), err)
+		}
+	}
+	return nil
+}
+
+// bringUps counts bring-ups, so that each uses keys of its own.
+var bringUps int
+
+// bringUp runs world ranks of pattern against srv, each dialing its own client, and
+// closes them. A bring-up that does not finish within limit yields failed.
+func bringUp(srv *server, world int, limit time.Duration, dial dialer, p pattern) phase {
+	ph, clients := bringUpKeep(srv, world, limit, dial, p)
+	for _, c := range clients {
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+	return ph
+}
+
+// bringUpKeep is bringUp that leaves the clients open (nil where one did not dial).
+func bringUpKeep(srv *server, world int, limit time.Duration, dial dialer, p pattern) (phase, []rendezvous.Store) {
+	bringUps++
+	prefix := "b" + strconv.Itoa(bringUps) + "/"
+	keys := func(k string) string { return prefix + k }
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	quiet := rendezvous.WithLogger(slog.New(slog.DiscardHandler))
-	before := srv.settledRSS()
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = "rank/" + strconv.Itoa(i)
-	}
-	clients := make([]*rendezvous.TCPStoreClient, n)
+	clients := make([]rendezvous.Store, world)
 	var wg sync.WaitGroup
-	errs := make(chan error, n)
+	errs := make(chan error, world)
+	cpu0, drops0 := cpuMs(srv.cmd.Process.Pid), listenDrops()
 	start := time.Now()
-	for i := range n {
+	for i := range world {
 		wg.Go(func() {
-			c, err := rendezvous.DialTCPStore(ctx, srv.addr, rendezvous.WithTorchProtocol(proto), quiet)
-			if err != nil {
-				errs <- err
-				return
-			}
-			clients[i] = c
-			err = c.Set(ctx, keys[i], []byte("value of "+keys[i]))
+			c, err := dial(ctx)
 			if err == nil {
-				_, err = c.Add(ctx, "count", 1)
-			}
-			if err == nil {
-				err = c.Wait(ctx, keys...)
-			}
-			if err == nil {
-				_, err = c.Get(ctx, keys[0])
-			}
-			if err == nil {
-				err = c.Barrier(ctx, "barrier", i, n)
+				clients[i] = c
+				err = p(ctx, c, keys, i, world)
 			}
 			if err != nil {
-				errs <- fmt.Errorf("client %d: %w", i, err)
+				errs <- fmt.Errorf("rank %d: %w", i, err)
 			}
 		})
 	}
 	wg.Wait()
-	var r result
-	r.bringUp = float64(time.Since(start).Microseconds()) / 1000
+	ph := phase{ms: float64(time.Since(start).Microseconds()) / 1000, cpuMs: cpuMs(srv.cmd.Process.Pid) - cpu0}
+	if d := listenDrops() - drops0; d > 0 {
+		fmt.Fprintf(os.Stderr, "storebench: %d connections dropped by full accept queues on this machine during a bring-up of %d clients (they retry after a second or more)\n", d, world)
+	}
 	close(errs)
 	for err := range errs {
 		if ctx.Err() != nil {
-			fmt.Fprintf(os.Stderr, "storebench: bring-up of %d clients on %s did not finish within %s\n", n, srv.addr, limit)
-			for _, c := range clients {
-				if c != nil {
-					_ = c.Close()
-				}
-			}
-			return result{timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut}
+			fmt.Fprintf(os.Stderr, "storebench: bring-up of %d clients on %s did not finish within %s\n", world, srv.addr, limit)
+			return failed, clients
 		}
-		fatalf("bring-up of %d clients on %s: %v", n, srv.addr, err)
+		fatalf("bring-up of %d clients on %s: %v", world, srv.addr, err)
 	}
-	ctx, cancel = context.WithTimeout(context.Background(), steady+time.Minute)
-	defer cancel()
+	return ph, clients
+}
+
+// listenDrops is the machine's count of connections dropped because a listener's
+// accept queue was full (ListenDrops in /proc/net/netstat), -1 if unknown.
+func listenDrops() int64 {
+	b, err := os.ReadFile("/proc/net/netstat")
+	if err != nil {
+		return -1
+	}
+	lines := strings.Split(string(b), "\n")
+	for i := 0; i+1 < len(lines); i += 2 {
+		names, values := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+		for j, name := range names {
+			if name == "ListenDrops" && j < len(values) {
+				n, _ := strconv.ParseInt(values[j], 10, 64)
+				return n
+			}
+		}
+	}
+	return -1
+}
+
+// cpuMs is the CPU time (user and system) the process has used so far.
+func cpuMs(pid int) float64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (which is in parentheses): utime is the 12th, stime
+	// the 13th, in clock ticks (100 per second on Linux).
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.Atoi(f[11])
+	s, _ := strconv.Atoi(f[12])
+	return float64(u+s) * 10
+}
+
+// measure runs n clients against srv: the all-keys bring-up, idle memory, the steady
+// mix, then comm's join. A bring-up that does not finish within limit yields failed
+// figures.
+func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, limit time.Duration) result {
+	var r result
+	before := srv.settledRSS()
+	var stores []rendezvous.Store
+	r.allKeys, stores = bringUpKeep(srv, n, limit, dialTorch(srv.addr, proto), allKeys)
+	if r.allKeys == failed {
+		for _, c := range stores {
+			if c != nil {
+				_ = c.Close()
+			}
+		}
+		return result{failed, failed, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut}
+	}
 	r.kibPerClient = (srv.settledRSS() - before) / float64(n)
 
+	ctx, cancel := context.WithTimeout(context.Background(), steady+time.Minute)
+	defer cancel()
 	var mu sync.Mutex
+	var wg sync.WaitGroup
 	var sets, gets []time.Duration
+	cpu0 := cpuMs(srv.cmd.Process.Pid)
 	deadline := time.Now().Add(steady)
 	for i := range n {
 		wg.Go(func() {
-			c := clients[i]
+			c := stores[i]
 			var s, g []time.Duration
-			mine, other := "steady/"+strconv.Itoa(i), keys[(i+1)%n]
+			mine, other := "steady/"+strconv.Itoa(i), "b"+strconv.Itoa(bringUps)+"/rank/"+strconv.Itoa((i+1)%n)
 			for time.Now().Before(deadline) {
 				t0 := time.Now()
 				if err := c.Set(ctx, mine, []byte("x")); err != nil {
@@ -353,12 +663,16 @@ func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, limit t
 		})
 	}
 	wg.Wait()
-	for _, c := range clients {
+	cpu := cpuMs(srv.cmd.Process.Pid) - cpu0
+	for _, c := range stores {
 		_ = c.Close()
 	}
 	r.setP50, r.setP99 = pct(sets, 50), pct(sets, 99)
 	r.getP50, r.getP99 = pct(gets, 50), pct(gets, 99)
-	r.opsPerSec = float64(len(sets)+len(gets)) / steady.Seconds()
+	ops := len(sets) + len(gets)
+	r.opsPerSec = float64(ops) / steady.Seconds()
+	r.cpuPerOp = cpu * 1000 / float64(max(ops, 1))
+	r.join = bringUp(srv, n, limit, dialTorch(srv.addr, proto), joinLikeComm)
 	return r
 }
 
@@ -368,56 +682,4 @@ func pct(d []time.Duration, p int) float64 {
 	}
 	slices.Sort(d)
 	return float64(d[(len(d)-1)*p/100].Nanoseconds()) / 1000
-}
-
-// bringUpOwn brings up n ranks through ncclgo's own protocol (rendezvous.Client) on
-// ncclgo's server and returns the milliseconds it took.
-func bringUpOwn(addr string, n int) float64 {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	quiet := rendezvous.WithLogger(slog.New(slog.DiscardHandler))
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = "own/rank/" + strconv.Itoa(i)
-	}
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	clients := make([]*rendezvous.Client, n)
-	start := time.Now()
-	for i := range n {
-		wg.Go(func() {
-			c, err := rendezvous.Dial(ctx, addr, quiet)
-			if err != nil {
-				errs <- err
-				return
-			}
-			clients[i] = c
-			err = c.Set(ctx, keys[i], []byte("v"))
-			if err == nil {
-				_, err = c.Add(ctx, "own/count", 1)
-			}
-			if err == nil {
-				err = c.Wait(ctx, keys...)
-			}
-			if err == nil {
-				_, err = c.Get(ctx, keys[0])
-			}
-			if err == nil {
-				err = c.Barrier(ctx, "own/barrier", i, n)
-			}
-			if err != nil {
-				errs <- err
-			}
-		})
-	}
-	wg.Wait()
-	ms := float64(time.Since(start).Microseconds()) / 1000
-	close(errs)
-	for err := range errs {
-		fatalf("ncclgo-protocol bring-up of %d: %v", n, err)
-	}
-	for _, c := range clients {
-		_ = c.Close()
-	}
-	return ms
 }
