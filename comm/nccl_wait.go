@@ -39,9 +39,14 @@ func bind(d gpulib.Driver) error {
 
 // code returns the NCCL result carried by err, or Success when err carries none.
 func code(err error) gpulib.Result {
-	if err == nil {
+	if err == nil { // inlined: no error costs one test
 		return gpulib.Success
 	}
+	return codeOf(err)
+}
+
+// codeOf is code for a non-nil error.
+func codeOf(err error) gpulib.Result {
 	var se *gpulib.Error
 	if errors.As(err, &se) {
 		return se.Code
