@@ -56,6 +56,9 @@ func (g *guard) outsideGroup(op string) error {
 		return &ArgError{Op: op, Arg: "rank", Value: g.rank, Err: ErrClosed}
 	}
 	if g.threads {
+		if groups.open.Load() == 0 { // no group open in the process: one load
+			return nil
+		}
 		return outsideGroup(op)
 	}
 	if d := g.depth.Load(); d > 0 {
