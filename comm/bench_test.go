@@ -3,6 +3,8 @@
 package comm
 
 import (
+	"errors"
+	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -155,4 +157,61 @@ func BenchmarkAllReduceAsyncVsRaw(b *testing.B) {
 		_ = cuda.StreamWaitEvent(0, 0, 0)
 	}
 	compareWithRaw(b, func() error { return nb.AllReduceAsync(p, bytes, 3) }, func() error { return ob.AllReduceAsync(p, bytes, 3) }, raw)
+}
+
+// floorComm holds what the success path of Backend.AllReduce cannot drop without
+// changing what it guarantees: the lifecycle lock held shared across the operation,
+// the driver lock around the enqueue, and the four driver calls (cuStreamIsCapturing,
+// ncclAllReduce, cuStreamQuery, ncclCommGetAsyncError) through the gpulib.Driver
+// interface.
+type floorComm struct {
+	life   sync.RWMutex
+	mu     sync.Mutex
+	d      gpulib.Driver
+	stream gpulib.Stream
+	comm   gpulib.Comm
+}
+
+//go:noinline
+func (f *floorComm) allReduce(p gpulib.Ptr, count uint64) error {
+	f.life.RLock()
+	defer f.life.RUnlock()
+	if capturing, err := f.d.StreamIsCapturing(f.stream); err != nil || capturing {
+		return errors.New("capturing")
+	}
+	f.mu.Lock()
+	err := f.d.AllReduce(p, p, count, gpulib.Bfloat16, gpulib.Sum, f.comm, f.stream)
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if done, err := f.d.StreamQuery(f.stream); err != nil || !done {
+		return errors.New("not done")
+	}
+	if res, err := f.d.CommGetAsyncError(f.comm); err != nil || res != gpulib.Success {
+		return errors.New("async error")
+	}
+	return nil
+}
+
+// BenchmarkOverheadFloor compares comm's own cost on the success path of
+// Backend.AllReduce (over stubDriver, which calls nothing) with floorComm, the locks and
+// driver calls that path needs and nothing else, in rotating blocks of the same run:
+// own-above-floor-ns/op is what comm's checks and state (arguments, closed, health,
+// group scope, two-rank path, watchdog, result handling) add to that floor.
+func BenchmarkOverheadFloor(b *testing.B) {
+	nb := newStubNCCL(b, stubDriver{})
+	f := &floorComm{d: stubDriver{}, stream: 7, comm: 1}
+	own := func() { _ = nb.AllReduce(p, 4096) }
+	floor := func() { _ = f.allReduce(gpulib.Ptr(p), 2048) }
+	b.ResetTimer()
+	per := pairbench.Blocks(b.N, 256, pairbench.Repeat(own), pairbench.Repeat(floor))
+	b.StopTimer()
+	above := make([]float64, len(per[0]))
+	for j := range above {
+		above[j] = per[0][j] - per[1][j]
+	}
+	b.ReportMetric(pairbench.Median(per[0]), "own-ns/op")
+	b.ReportMetric(pairbench.Median(per[1]), "floor-ns/op")
+	b.ReportMetric(pairbench.Median(above), "own-above-floor-ns/op")
 }

@@ -118,7 +118,7 @@ func checkTotal(op string, bytes, world int) error {
 // ptr aligned to the element size; anything else takes reduceChecks, which makes the
 // same checks one by one and says which failed.
 func (g *guard) reduce(op string, ptr DevicePtr, bytes int) error {
-	if a := g.align; a >= 0 && bytes >= 0 && (bytes|int(ptr))&a == 0 && (ptr != 0 || bytes == 0) && !g.closed.Load() {
+	if a := g.align; (a|bytes) >= 0 && (bytes|int(ptr))&a == 0 && (ptr != 0 || bytes == 0) && !g.closed.Load() {
 		return nil
 	}
 	return g.reduceChecks(op, ptr, bytes)

@@ -460,10 +460,10 @@ func (c *NCCLCommunicator) IsHealthy() bool {
 // usable is checked by every operation once it holds life: not closed meanwhile, not
 // failed.
 func (c *NCCLCommunicator) usable(op string, bytes int) error {
-	if !c.g.closed.Load() && !c.faulted.Load() { // inlined: the usual case, two loads
-		return nil
+	if c.g.closed.Load() || c.faulted.Load() { // inlined: the usual case is two loads
+		return c.unusable(op, bytes)
 	}
-	return c.unusable(op, bytes)
+	return nil
 }
 
 // unusable is usable's error: closed, else the recorded fault (none when a reconnect
