@@ -70,30 +70,47 @@ func report(b *testing.B, call, base time.Duration, baseName string, callAllocs,
 
 // compareWithRaw measures an operation through comm (call, over realCalls) against the
 // same raw calls made directly (raw) and against the operation over stubDriver (own,
-// which calls no library), in blocks of 256 calls that rotate which goes first. It
-// checks first that call succeeds (comm's success path is what is measured, not an
-// early return) and reports, as medians over the blocks: comm-ns/op, raw-ns/op, the
-// difference above-raw-ns/op (comm's own cost in the same run), the ratio comm/raw,
-// own-ns/op, and the allocations of each.
-func compareWithRaw(b *testing.B, call, own func() error, raw func()) {
+// which calls no library), in blocks of 256 calls that rotate which goes first; floor,
+// when not nil, is floorComm over realCalls, run in the same rotation. It checks first
+// that call succeeds (comm's success path is what is measured, not an early return)
+// and reports, as medians over the blocks: comm-ns/op, raw-ns/op, the difference
+// above-raw-ns/op (comm's own cost in the same run), the ratio comm/raw, own-ns/op,
+// floor-above-raw-ns/op, and the allocations of each.
+func compareWithRaw(b *testing.B, call, own, floor func() error, raw func()) {
 	b.Helper()
-	if err := call(); err != nil {
-		b.Fatalf("the measured call failed: %v", err)
-	}
-	if err := own(); err != nil {
-		b.Fatalf("the call over a driver that calls nothing failed: %v", err)
+	for what, f := range map[string]func() error{"the measured call": call, "the call over a driver that calls nothing": own, "the floor": floor} {
+		if f == nil {
+			continue
+		}
+		if err := f(); err != nil {
+			b.Fatalf("%s failed: %v", what, err)
+		}
 	}
 	do := func(f func() error) func() { return func() { _ = f() } }
 	ca, ra, oa := testing.AllocsPerRun(100, do(call)), testing.AllocsPerRun(100, raw), testing.AllocsPerRun(100, do(own))
+	fns := []func(int){pairbench.Repeat(do(call)), pairbench.Repeat(raw), pairbench.Repeat(do(own))}
+	if floor != nil {
+		fns = append(fns, pairbench.Repeat(do(floor)))
+	}
 	b.ResetTimer()
-	per := pairbench.Blocks(b.N, 256, pairbench.Repeat(do(call)), pairbench.Repeat(raw), pairbench.Repeat(do(own)))
+	per := pairbench.Blocks(b.N, 256, fns...)
 	b.StopTimer()
-	above, ratio := make([]float64, len(per[0])), make([]float64, 0, len(per[0]))
+	diff := func(i int) []float64 {
+		d := make([]float64, len(per[i]))
+		for j := range d {
+			d[j] = per[i][j] - per[1][j]
+		}
+		return d
+	}
+	ratio := make([]float64, 0, len(per[0]))
 	for j := range per[0] {
-		above[j] = per[0][j] - per[1][j]
 		if per[1][j] > 0 {
 			ratio = append(ratio, per[0][j]/per[1][j])
 		}
+	}
+	above := diff(0)
+	if floor != nil {
+		b.ReportMetric(pairbench.Median(diff(3)), "floor-above-raw-ns/op")
 	}
 	b.ReportMetric(pairbench.Median(per[0]), "comm-ns/op")
 	b.ReportMetric(pairbench.Median(per[1]), "raw-ns/op")
@@ -137,7 +154,9 @@ func BenchmarkAllReduceVsRaw(b *testing.B) {
 		var r nccl.Result
 		_ = nccl.CommGetAsyncError(0, &r)
 	}
-	compareWithRaw(b, func() error { return nb.AllReduce(p, bytes) }, func() error { return ob.AllReduce(p, bytes) }, raw)
+	f := &floorComm{d: realCalls{}}
+	compareWithRaw(b, func() error { return nb.AllReduce(p, bytes) }, func() error { return ob.AllReduce(p, bytes) },
+		func() error { return f.allReduce(gpulib.Ptr(p), bytes/2) }, raw)
 }
 
 // BenchmarkAllReduceAsyncVsRaw is BenchmarkAllReduceVsRaw for Backend.AllReduceAsync on
@@ -156,7 +175,7 @@ func BenchmarkAllReduceAsyncVsRaw(b *testing.B) {
 		_ = cuda.EventRecord(0, 0)
 		_ = cuda.StreamWaitEvent(0, 0, 0)
 	}
-	compareWithRaw(b, func() error { return nb.AllReduceAsync(p, bytes, 3) }, func() error { return ob.AllReduceAsync(p, bytes, 3) }, raw)
+	compareWithRaw(b, func() error { return nb.AllReduceAsync(p, bytes, 3) }, func() error { return ob.AllReduceAsync(p, bytes, 3) }, nil, raw)
 }
 
 // floorComm holds what the success path of Backend.AllReduce cannot drop without
