@@ -15,6 +15,10 @@ import (
 type guard struct {
 	rank, world int
 	elem        DType
+	// align is the element size minus one when elem is valid and its size a power of
+	// two (every element type's is), else -1: reduce's one-test fast path uses it as a
+	// mask for the multiple-of-size and alignment checks.
+	align int
 
 	// closed and depth change under mu; the hot paths read them without it.
 	closed atomic.Bool
@@ -30,7 +34,11 @@ type guard struct {
 }
 
 func newGuard(rank, world int, elem DType) *guard {
-	return &guard{rank: rank, world: world, elem: elem}
+	align := -1
+	if s := elem.Size(); s > 0 && s&(s-1) == 0 {
+		align = s - 1
+	}
+	return &guard{rank: rank, world: world, elem: elem, align: align}
 }
 
 func (g *guard) isClosed() bool { return g.closed.Load() }
@@ -48,6 +56,9 @@ func (g *guard) outsideGroup(op string) error {
 		return &ArgError{Op: op, Arg: "rank", Value: g.rank, Err: ErrClosed}
 	}
 	if g.threads {
+		if groups.open.Load() == 0 { // no group open in the process: one load
+			return nil
+		}
 		return outsideGroup(op)
 	}
 	if d := g.depth.Load(); d > 0 {
@@ -101,8 +112,20 @@ func checkTotal(op string, bytes, world int) error {
 	return nil
 }
 
-// reduce checks an element-typed in-place operation of the backend's element type.
+// reduce checks an element-typed in-place operation of the backend's element type. The
+// valid case passes in one test (inlined into the caller): not closed, a valid element
+// type, bytes a non-negative multiple of its size, ptr non-null unless bytes is 0, and
+// ptr aligned to the element size; anything else takes reduceChecks, which makes the
+// same checks one by one and says which failed.
 func (g *guard) reduce(op string, ptr DevicePtr, bytes int) error {
+	if a := g.align; (a|bytes) >= 0 && (bytes|int(ptr))&a == 0 && (ptr != 0 || bytes == 0) && !g.closed.Load() {
+		return nil
+	}
+	return g.reduceChecks(op, ptr, bytes)
+}
+
+// reduceChecks is reduce's checks in order, each with its own error.
+func (g *guard) reduceChecks(op string, ptr DevicePtr, bytes int) error {
 	if err := g.open(op); err != nil {
 		return err
 	}
@@ -120,11 +143,17 @@ func (g *guard) reduce(op string, ptr DevicePtr, bytes int) error {
 
 // reduceAsync is reduce for AllReduceAsync, which cannot sit inside a group (its events
 // would be recorded before the group launches the reduction).
+// The valid case passes in one test, as in reduce, with no group open (in the process
+// for NCCL's per-thread groups, else on this guard).
 func (g *guard) reduceAsync(ptr DevicePtr, bytes int) error {
+	if a := g.align; (a|bytes) >= 0 && (bytes|int(ptr))&a == 0 && (ptr != 0 || bytes == 0) && !g.closed.Load() &&
+		((g.threads && groups.open.Load() == 0) || (!g.threads && g.depth.Load() == 0)) {
+		return nil
+	}
 	if err := g.outsideGroup(opAllReduceAsync); err != nil {
 		return err
 	}
-	return g.reduce(opAllReduceAsync, ptr, bytes)
+	return g.reduceChecks(opAllReduceAsync, ptr, bytes)
 }
 
 // gather checks AllGather (reduce false: bytes in any number) and ReduceScatter (reduce

@@ -48,6 +48,14 @@ func (c *NCCLCommunicator) refuseCapture(op string, bytes int, s gpulib.Stream) 
 		return nil
 	}
 	capturing, err := c.d.StreamIsCapturing(s)
+	if err == nil && !capturing {
+		return nil
+	}
+	return c.captureErr(op, bytes, s, capturing, err)
+}
+
+// captureErr is refuseCapture's error: the query failed, or s is capturing.
+func (c *NCCLCommunicator) captureErr(op string, bytes int, s gpulib.Stream, capturing bool, err error) error {
 	switch {
 	case err != nil:
 		return &OpError{Op: op, Bytes: bytes, Rank: c.rank, Err: fmt.Errorf("cuStreamIsCapturing: %w", err)}

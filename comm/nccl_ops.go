@@ -503,6 +503,15 @@ func (c *NCCLCommunicator) IsHealthy() bool {
 // usable is checked by every operation once it holds life: not closed meanwhile, not
 // failed.
 func (c *NCCLCommunicator) usable(op string, bytes int) error {
+	if c.g.closed.Load() || c.faulted.Load() { // inlined: the usual case is two loads
+		return c.unusable(op, bytes)
+	}
+	return nil
+}
+
+// unusable is usable's error: closed, else the recorded fault (none when a reconnect
+// cleared it meanwhile).
+func (c *NCCLCommunicator) unusable(op string, bytes int) error {
 	if c.g.isClosed() {
 		return &ArgError{Op: op, Arg: "rank", Value: c.rank, Err: ErrClosed}
 	}
@@ -515,9 +524,14 @@ func (c *NCCLCommunicator) usable(op string, bytes int) error {
 // result turns a driver error of an enqueue into comm's error: ncclInProgress is waited
 // out, fatal NCCL results make the communicator unhealthy.
 func (c *NCCLCommunicator) result(op string, bytes int, err error) error {
-	if err == nil {
+	if err == nil { // inlined: success costs one test
 		return nil
 	}
+	return c.failed(op, bytes, err)
+}
+
+// failed is result for a driver error.
+func (c *NCCLCommunicator) failed(op string, bytes int, err error) error {
 	switch r := code(err); {
 	case r == gpulib.InProgress:
 		if err = c.settle(bg, c.comm, bounded); err == nil {

@@ -39,9 +39,14 @@ func bind(d gpulib.Driver) error {
 
 // code returns the NCCL result carried by err, or Success when err carries none.
 func code(err error) gpulib.Result {
-	if err == nil {
+	if err == nil { // inlined: no error costs one test
 		return gpulib.Success
 	}
+	return codeOf(err)
+}
+
+// codeOf is code for a non-nil error.
+func codeOf(err error) gpulib.Result {
 	var se *gpulib.Error
 	if errors.As(err, &se) {
 		return se.Code
@@ -148,8 +153,12 @@ func (c *NCCLCommunicator) drainOn(ctx context.Context, s gpulib.Stream, m waitM
 		if err != nil {
 			return c.fail(err)
 		}
-		if done {
-			return c.asyncError(c.comm)
+		if done { // asyncError, its success path here: one call fewer
+			res, err := c.d.CommGetAsyncError(c.comm)
+			if err == nil && (res == gpulib.Success || res == gpulib.InProgress) {
+				return nil
+			}
+			return c.asyncFailure(c.comm, res, err)
 		}
 		if i == 0 { // the clock is read only when the work is not done at once
 			deadline = c.deadline(m)
@@ -164,13 +173,19 @@ func (c *NCCLCommunicator) drainOn(ctx context.Context, s gpulib.Stream, m waitM
 // asyncError returns the communicator's recorded asynchronous error, if any.
 func (c *NCCLCommunicator) asyncError(comm gpulib.Comm) error {
 	res, err := c.d.CommGetAsyncError(comm)
+	if err == nil && (res == gpulib.Success || res == gpulib.InProgress) {
+		return nil
+	}
+	return c.asyncFailure(comm, res, err)
+}
+
+// asyncFailure is asyncError's error: the query's own failure, else the asynchronous
+// error res, which makes the communicator unhealthy.
+func (c *NCCLCommunicator) asyncFailure(comm gpulib.Comm, res gpulib.Result, err error) error {
 	if err != nil {
 		return err
 	}
-	if res != gpulib.Success && res != gpulib.InProgress {
-		return c.fail(c.asyncErr(comm, res))
-	}
-	return nil
+	return c.fail(c.asyncErr(comm, res))
 }
 
 // asyncErr is the error of an asynchronous NCCL failure: the result and NCCL's text

@@ -3,7 +3,10 @@
 // machine (another process, frequency changes) slows both sides alike.
 package pairbench
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Alternate calls a and b with block-sized counts until each has run n times,
 // alternating which goes first, and returns the time each took in total.
@@ -38,4 +41,42 @@ func Repeat(f func()) func(n int) {
 			f()
 		}
 	}
+}
+
+// Blocks calls each of fns with block-sized counts until each has run n times,
+// rotating which goes first, and returns every block's time per call of each: per[i][j]
+// is the nanoseconds per call of fns[i] in block j. Per-block figures let a benchmark
+// take medians (of each side, of their difference, of their ratio), so that a block the
+// machine interrupted does not decide the figure.
+func Blocks(n, block int, fns ...func(n int)) (per [][]float64) {
+	if block < 1 {
+		block = 1
+	}
+	blocks := (n + block - 1) / block
+	per = make([][]float64, len(fns))
+	for i := range per {
+		per[i] = make([]float64, 0, blocks)
+	}
+	for done, j := 0, 0; done < n; done, j = done+block, j+1 {
+		m := min(block, n-done)
+		for k := range fns {
+			i := (j + k) % len(fns)
+			t0 := time.Now()
+			fns[i](m)
+			per[i] = append(per[i], float64(time.Since(t0).Nanoseconds())/float64(m))
+		}
+	}
+	return per
+}
+
+// Median returns the median of v, 0 for none; v is left as it was.
+func Median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(v))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

@@ -1,0 +1,96 @@
+package comm
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// same checks that got is what want is: nil, or an error with the same text.
+func same(t *testing.T, want, got error, name string) {
+	t.Helper()
+	if want == nil {
+		assert.NoError(t, got, name)
+	} else if assert.Error(t, got, name) {
+		assert.Equal(t, want.Error(), got.Error(), name)
+	}
+}
+
+// TestReduceFastPathMatchesChecks checks that guard.reduce's one-test fast path accepts
+// exactly what its checks one by one accept, and that every rejection is theirs, for
+// every element type (and invalid ones), on an open and a closed guard.
+func TestReduceFastPathMatchesChecks(t *testing.T) {
+	types := []DType{-1, DType(len(dtypeInfo))}
+	for i := range dtypeInfo {
+		types = append(types, DType(i))
+	}
+	ptrs := []DevicePtr{0, 1, 2, 3, 4, 6, 8, 0x10000, 0x10001, 0x10002, 0x10004, 1 << 63, 1<<63 + 2, ^DevicePtr(0), ^DevicePtr(0) - 7}
+	sizes := []int{-8, -2, -1, 0, 1, 2, 3, 4, 6, 8, 12, 16, 4096, 4097, 1 << 40, -1 << 62}
+	for _, elem := range types {
+		for _, closed := range []bool{false, true} {
+			g := newGuard(0, 2, elem)
+			g.closed.Store(closed)
+			for _, ptr := range ptrs {
+				for _, bytes := range sizes {
+					name := fmt.Sprintf("%s closed=%v ptr=%#x bytes=%d", elem, closed, uint64(ptr), bytes)
+					same(t, g.reduceChecks(opAllReduce, ptr, bytes), g.reduce(opAllReduce, ptr, bytes), name)
+				}
+			}
+		}
+	}
+}
+
+// TestReduceAsyncFastPathMatchesChecks is TestReduceFastPathMatchesChecks for
+// reduceAsync, which also fails with a group open: on the guard (Single, the Validate
+// wrapper) or, for the NCCL types, on the calling thread; another goroutine's group
+// does not count.
+func TestReduceAsyncFastPathMatchesChecks(t *testing.T) {
+	ptrs := []DevicePtr{0, 2, 3, 0x10000, 0x10001}
+	sizes := []int{-2, 0, 1, 2, 4096}
+	c := newStubNCCL(t, stubDriver{}).Communicator()
+	for _, elem := range []DType{-1, Uint8, BFloat16, Float32, Float64} {
+		for _, state := range []string{"open", "closed", "guard group", "thread group", "group elsewhere"} {
+			g := newGuard(0, 2, elem)
+			g.threads = state == "thread group" || state == "group elsewhere"
+			done, opened := make(chan struct{}), make(chan error)
+			switch state {
+			case "closed":
+				g.closed.Store(true)
+			case "guard group":
+				g.depth.Store(1)
+			case "thread group":
+				require.NoError(t, c.GroupStart())
+			case "group elsewhere":
+				go func() {
+					err := c.GroupStart()
+					opened <- err
+					<-done
+					if err == nil {
+						_ = c.GroupEnd()
+					}
+					close(opened)
+				}()
+				require.NoError(t, <-opened)
+			}
+			for _, ptr := range ptrs {
+				for _, bytes := range sizes {
+					name := fmt.Sprintf("%s %s ptr=%#x bytes=%d", elem, state, uint64(ptr), bytes)
+					want := g.outsideGroup(opAllReduceAsync)
+					if want == nil {
+						want = g.reduceChecks(opAllReduceAsync, ptr, bytes)
+					}
+					same(t, want, g.reduceAsync(ptr, bytes), name)
+				}
+			}
+			switch state {
+			case "thread group":
+				require.NoError(t, c.GroupEnd())
+			case "group elsewhere":
+				close(done)
+				<-opened
+			}
+		}
+	}
+}
