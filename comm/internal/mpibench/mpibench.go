@@ -10,19 +10,24 @@ package mpibench
 typedef int (*ncclgo_allreduce_fn)(const void *, void *, int, void *, void *, void *);
 typedef int (*ncclgo_barrier_fn)(void *);
 
-// buf is char * so that cgo does not check it (as raw/mpi's message buffers): the loop
-// called once per MPI call is the floor of a Go caller's cost.
-// The libmpi that raw/mpi loaded (RTLD_NOLOAD: never a second copy), then n calls of
-// MPI_Allreduce(MPI_IN_PLACE, buf, count, dt, op, comm). Returns the first error code,
-// -1 when libmpi is not loaded, -2 without the symbol.
+// mpibench_sym resolves name into *f once, in the libmpi that raw/mpi loaded (RTLD_NOLOAD:
+// never a second copy): 0, or -1 when libmpi is not loaded, -2 without the symbol.
+static int mpibench_sym(void **f, const char *name) {
+	if (*f) return 0;
+	void *h = dlopen("libmpi.so.40", RTLD_NOW | RTLD_NOLOAD);
+	if (!h) return -1;
+	*f = dlsym(h, name);
+	return *f ? 0 : -2;
+}
+
+// n calls of MPI_Allreduce(MPI_IN_PLACE, buf, count, dt, op, comm); returns the first
+// error code, or mpibench_sym's. buf is char * so that cgo does not check it (as raw/mpi's
+// message buffers): the loop called once per MPI call is the floor of a Go caller's cost.
 static int mpibench_allreduce(int n, char *buf, int count, uintptr_t dt, uintptr_t op, uintptr_t comm) {
-	static ncclgo_allreduce_fn f;
-	if (!f) {
-		void *h = dlopen("libmpi.so.40", RTLD_NOW | RTLD_NOLOAD);
-		if (!h) return -1;
-		f = (ncclgo_allreduce_fn)dlsym(h, "MPI_Allreduce");
-		if (!f) return -2;
-	}
+	static void *sym;
+	int e = mpibench_sym(&sym, "MPI_Allreduce");
+	if (e) return e;
+	ncclgo_allreduce_fn f = (ncclgo_allreduce_fn)sym;
 	for (int i = 0; i < n; i++) {
 		int r = f((void *)1, buf, count, (void *)dt, (void *)op, (void *)comm);
 		if (r != 0) return r;
@@ -34,14 +39,10 @@ static int mpibench_allreduce(int n, char *buf, int count, uintptr_t dt, uintptr
 
 // MPI_Barrier(comm) of the loaded libmpi; the same codes as mpibench_allreduce.
 static int mpibench_barrier(uintptr_t comm) {
-	static ncclgo_barrier_fn f;
-	if (!f) {
-		void *h = dlopen("libmpi.so.40", RTLD_NOW | RTLD_NOLOAD);
-		if (!h) return -1;
-		f = (ncclgo_barrier_fn)dlsym(h, "MPI_Barrier");
-		if (!f) return -2;
-	}
-	return f((void *)comm);
+	static void *sym;
+	int e = mpibench_sym(&sym, "MPI_Barrier");
+	if (e) return e;
+	return ((ncclgo_barrier_fn)sym)((void *)comm);
 }
 
 // An empty C function: what one cgo call costs with nothing on the C side.
