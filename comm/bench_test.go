@@ -132,15 +132,21 @@ func compareWithRaw(b *testing.B, call, own, floor func() error, raw func()) {
 // succeeds without a device and a communicator, and the rejection would make comm take
 // its error path (an *OpError wrapping raw's error, which carries ncclGetLastError's
 // text), which is not the path to measure. So the comm side runs over realCalls, which
-// makes each real call and answers success: comm runs its whole success path (argument
-// checks, the lifecycle and driver locks, the health, group and capture state, the
-// wait). The raw side makes the same calls directly, rejected the same way (raw builds
-// its *nccl.Error with ncclGetLastError's text for each NCCL call, on both sides), so the
-// difference of the two, above-raw-ns/op, is comm's own work plus the driver interface
-// it calls through; comm/raw is relative to these rejected calls, which cost more than
-// a real enqueue's host side would not, so the absolute difference is the figure to
-// judge. own-ns/op cross-checks it without dropping any library answer: the same call
-// over stubDriver, which calls nothing; above-raw and own agree within the noise.
+// makes each real call and answers success, as the production driver does when the
+// library succeeds: comm runs its whole success path (argument checks, the lifecycle
+// and driver locks, the health, group and capture state, the wait). The raw side makes
+// the same calls directly, rejected the same way (raw builds its *nccl.Error with
+// ncclGetLastError's text for each NCCL call, on both sides, so each side pays the same
+// for the library). Their difference, above-raw-ns/op, is comm's own work plus the
+// driver interface it calls through, with comm's code run between the library's, as in
+// use. comm/raw is relative to these rejected calls, whose error path costs far more
+// than comm does, so the absolute difference is the figure to judge.
+//
+// Two more sides, in the same rotation, check that figure without dropping any library
+// answer or reading comm's code: own-ns/op is the call over stubDriver, which calls
+// nothing (comm's work alone, its code hot; above-raw exceeds it because between the
+// library's calls comm's code and branches run colder), and floor-above-raw-ns/op is
+// floorComm over realCalls: the locks and driver calls the path needs and nothing else.
 func BenchmarkAllReduceVsRaw(b *testing.B) {
 	libcache.Load(b)
 	nb := newStubNCCL(b, realCalls{})

@@ -113,15 +113,21 @@ func checkTotal(op string, bytes, world int) error {
 }
 
 // reduce checks an element-typed in-place operation of the backend's element type. The
-// valid case passes in one test (inlined into the caller): not closed, a valid element
-// type, bytes a non-negative multiple of its size, ptr non-null unless bytes is 0, and
-// ptr aligned to the element size; anything else takes reduceChecks, which makes the
-// same checks one by one and says which failed.
+// valid case passes in one test (valid); anything else takes reduceChecks, which makes
+// the same checks one by one and says which failed.
 func (g *guard) reduce(op string, ptr DevicePtr, bytes int) error {
-	if a := g.align; (a|bytes) >= 0 && (bytes|int(ptr))&a == 0 && (ptr != 0 || bytes == 0) && !g.closed.Load() {
+	if g.valid(ptr, bytes) {
 		return nil
 	}
 	return g.reduceChecks(op, ptr, bytes)
+}
+
+// valid reports, in one test, whether reduceChecks passes: not closed, a valid element
+// type, bytes a non-negative multiple of its size, ptr non-null unless bytes is 0, and
+// ptr aligned to the element size.
+func (g *guard) valid(ptr DevicePtr, bytes int) bool {
+	a := g.align
+	return (a|bytes) >= 0 && (bytes|int(ptr))&a == 0 && (ptr != 0 || bytes == 0) && !g.closed.Load()
 }
 
 // reduceChecks is reduce's checks in order, each with its own error.
@@ -142,12 +148,11 @@ func (g *guard) reduceChecks(op string, ptr DevicePtr, bytes int) error {
 }
 
 // reduceAsync is reduce for AllReduceAsync, which cannot sit inside a group (its events
-// would be recorded before the group launches the reduction).
-// The valid case passes in one test, as in reduce, with no group open (in the process
-// for NCCL's per-thread groups, else on this guard).
+// would be recorded before the group launches the reduction). The valid case passes in
+// one test, as in reduce, when no group is open: in the process for NCCL's per-thread
+// groups, else on this guard.
 func (g *guard) reduceAsync(ptr DevicePtr, bytes int) error {
-	if a := g.align; (a|bytes) >= 0 && (bytes|int(ptr))&a == 0 && (ptr != 0 || bytes == 0) && !g.closed.Load() &&
-		((g.threads && groups.open.Load() == 0) || (!g.threads && g.depth.Load() == 0)) {
+	if g.valid(ptr, bytes) && ((g.threads && groups.open.Load() == 0) || (!g.threads && g.depth.Load() == 0)) {
 		return nil
 	}
 	if err := g.outsideGroup(opAllReduceAsync); err != nil {

@@ -503,7 +503,7 @@ func (c *NCCLCommunicator) IsHealthy() bool {
 // usable is checked by every operation once it holds life: not closed meanwhile, not
 // failed.
 func (c *NCCLCommunicator) usable(op string, bytes int) error {
-	if c.g.closed.Load() || c.faulted.Load() { // inlined: the usual case is two loads
+	if c.g.closed.Load() || c.faulted.Load() { // the usual case: two loads, no call
 		return c.unusable(op, bytes)
 	}
 	return nil

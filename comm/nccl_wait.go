@@ -39,7 +39,7 @@ func bind(d gpulib.Driver) error {
 
 // code returns the NCCL result carried by err, or Success when err carries none.
 func code(err error) gpulib.Result {
-	if err == nil { // inlined: no error costs one test
+	if err == nil { // no error: one test, no call
 		return gpulib.Success
 	}
 	return codeOf(err)
@@ -153,9 +153,9 @@ func (c *NCCLCommunicator) drainOn(ctx context.Context, s gpulib.Stream, m waitM
 		if err != nil {
 			return c.fail(err)
 		}
-		if done { // asyncError, its success path here: one call fewer
+		if done { // asyncError, with its success path here: one call fewer
 			res, err := c.d.CommGetAsyncError(c.comm)
-			if err == nil && (res == gpulib.Success || res == gpulib.InProgress) {
+			if asyncOK(res, err) {
 				return nil
 			}
 			return c.asyncFailure(c.comm, res, err)
@@ -173,10 +173,15 @@ func (c *NCCLCommunicator) drainOn(ctx context.Context, s gpulib.Stream, m waitM
 // asyncError returns the communicator's recorded asynchronous error, if any.
 func (c *NCCLCommunicator) asyncError(comm gpulib.Comm) error {
 	res, err := c.d.CommGetAsyncError(comm)
-	if err == nil && (res == gpulib.Success || res == gpulib.InProgress) {
+	if asyncOK(res, err) {
 		return nil
 	}
 	return c.asyncFailure(comm, res, err)
+}
+
+// asyncOK reports whether ncclCommGetAsyncError's answer says no error.
+func asyncOK(res gpulib.Result, err error) bool {
+	return err == nil && (res == gpulib.Success || res == gpulib.InProgress)
 }
 
 // asyncFailure is asyncError's error: the query's own failure, else the asynchronous
