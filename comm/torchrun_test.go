@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -57,14 +58,23 @@ func torchrun(t *testing.T, env torchtest.Env, nproc int, backend string, restar
 	dir := torchtest.Stage(t, filepath.Join("testdata", "torchrun_launch.py"))
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	cmd := env.Command(ctx, filepath.Join(dir, "torchrun_launch.py"), strconv.Itoa(nproc), backend,
-		strconv.Itoa(freePort(t)), strconv.Itoa(restarts), bin)
-	cmd.Env = append(os.Environ(), extraEnv...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("torchrun %d ranks, %s rendezvous, torch %s: %v\n%s", nproc, backend, env.Version, err, out)
+	// freePort's port may be taken by another process before torchrun's agent binds it
+	// (other tests run at the same time): then the agent fails with EADDRINUSE, and the
+	// launch is tried again on another port.
+	for try := 1; ; try++ {
+		cmd := env.Command(ctx, filepath.Join(dir, "torchrun_launch.py"), strconv.Itoa(nproc), backend,
+			strconv.Itoa(freePort(t)), strconv.Itoa(restarts), bin)
+		cmd.Env = append(os.Environ(), extraEnv...)
+		out, err := cmd.CombinedOutput()
+		if try < 3 && bytes.Contains(out, []byte("ddress already in use")) {
+			t.Logf("torchrun attempt %d: its port was taken, trying another:\n%s", try, out)
+			continue
+		}
+		if err != nil {
+			t.Fatalf("torchrun %d ranks, %s rendezvous, torch %s: %v\n%s", nproc, backend, env.Version, err, out)
+		}
+		return string(out)
 	}
-	return string(out)
 }
 
 // checkRanks checks that every rank passed the rendezvous and the unique id exchange

@@ -814,7 +814,9 @@ func idleWorker(t *testing.T, h Harness) {
 	if h.World < 2 {
 		t.Skip("one rank: no worker to wait for commands")
 	}
-	const timeout = 50 * time.Millisecond
+	// The operation timeout must exceed what one simulated operation can take on a
+	// loaded machine under -race, or the AllReduce at the end is judged hung.
+	const timeout = 250 * time.Millisecond
 	inst, err := h.StartWatched(comm.BFloat16, timeout)
 	require.NoError(t, err, "start %s with a watchdog", h.Name)
 	t.Cleanup(func() { _ = inst.Close() })
@@ -824,7 +826,7 @@ func idleWorker(t *testing.T, h Harness) {
 	defer cancel()
 	e.all(t, func(r int) error {
 		if r == 0 {
-			time.Sleep(6 * timeout) // the workers idle for several operation timeouts
+			time.Sleep(4 * timeout) // the workers idle for several operation timeouts
 			return e.b[0].Broadcast(ps[0], 4, 0)
 		}
 		return e.b[r].RecvCommandU32(ctx, ps[r], 0)
