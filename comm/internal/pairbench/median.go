@@ -58,6 +58,8 @@ func summarize(ta, tb []time.Duration, n int) Medians {
 	return Medians{A: median(ta) / time.Duration(n), B: median(tb) / time.Duration(n), Ratio: median(ratio), Rounds: len(ta)}
 }
 
+// median returns the middle of sorted s (the mean of the middle two for an even
+// count); s must not be empty.
 func median[T time.Duration | float64](s []T) T {
 	if len(s)%2 == 1 {
 		return s[len(s)/2]

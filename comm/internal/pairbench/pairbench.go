@@ -74,9 +74,5 @@ func Median(v []float64) float64 {
 	if len(v) == 0 {
 		return 0
 	}
-	s := slices.Sorted(slices.Values(v))
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	return median(slices.Sorted(slices.Values(v)))
 }
