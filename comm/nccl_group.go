@@ -392,6 +392,9 @@ func (c *NCCLCommunicator) GroupEnd() error {
 	}
 	var errs []error
 	for _, m := range members {
+		if err == nil && !m.wait && len(ended.calls) > 0 {
+			continue // submit did its part
+		}
 		if err := m.c.launched(m.wait, err != nil); err != nil {
 			errs = append(errs, err)
 		}
@@ -400,11 +403,11 @@ func (c *NCCLCommunicator) GroupEnd() error {
 }
 
 // submit makes the group's recorded calls through the driver of the first call's
-// communicator,
-// holding every member (its lifecycle shared, its driver lock) so that none is closed
+// communicator, holding every member (its lifecycle shared, its driver lock) so that none is closed
 // or re-created, and none makes another NCCL call, meanwhile. A member that ended since
 // it joined (closed, failed, re-created) fails the group before anything is called. It
-// returns Driver.Submit's results.
+// returns Driver.Submit's results; after a success it tells the watchdog of the members
+// that GroupEnd does not wait for that their work is enqueued.
 func (tg *threadGroup) submit() (int, error) {
 	if len(tg.calls) == 0 {
 		return 0, nil
@@ -433,6 +436,9 @@ func (tg *threadGroup) submit() (int, error) {
 	failed, err := tg.meta[0].c.d.Submit(tg.calls)
 	for _, m := range ms {
 		m.c.mu.Unlock()
+		if err == nil && !m.wait && m.c.wd != nil { // launched has nothing else to do for it
+			m.c.wd.enqueued()
+		}
 		m.c.life.RUnlock()
 	}
 	return failed, err
