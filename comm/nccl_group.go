@@ -142,22 +142,19 @@ func groupDepth() int {
 	return len(tg.openers)
 }
 
-// join records that c has an operation in tg (wait: a blocking one) and returns its
-// member entry.
-func (tg *threadGroup) join(c *NCCLCommunicator, wait bool) {
+// join makes c a member of tg, once, and tg.last its index.
+func (tg *threadGroup) join(c *NCCLCommunicator) {
 	if tg.last < len(tg.members) && tg.members[tg.last].c == c {
-		tg.members[tg.last].wait = tg.members[tg.last].wait || wait
 		return
 	}
 	for i := range tg.members {
 		if tg.members[i].c == c {
 			tg.last = i
-			tg.members[i].wait = tg.members[i].wait || wait
 			return
 		}
 	}
 	tg.last = len(tg.members)
-	tg.members = append(tg.members, groupMember{c: c, comm: c.comm, wait: wait})
+	tg.members = append(tg.members, groupMember{c: c, comm: c.comm})
 	c.grouped.Add(1)
 }
 
