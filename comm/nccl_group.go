@@ -29,8 +29,8 @@ import (
 //     (goid.Key, no system call).
 //   - comm tracks open groups process-wide. Every operation of every NCCL communicator
 //     asks whether its goroutine has a group open (a single atomic load while no
-//     goroutine of the process has one; then the communicator's cached group, or one
-//     map lookup). If one is open, the operation is grouped, whichever communicator
+//     goroutine of the process has one; then the communicator's cached group, or a
+//     scan of the open groups under a lock). If one is open, the operation is grouped, whichever communicator
 //     opened the group, and a blocking Backend collective leaves its wait to the
 //     outermost GroupEnd, which waits for every communicator whose blocking operations
 //     it launched.
@@ -41,7 +41,9 @@ import (
 //     NCCL sees the same calls in the same order, on the same thread, as if they had
 //     been made one by one inside its group; inner GroupStart/GroupEnd levels only
 //     count. An error NCCL finds in one call (an argument it rejects) therefore
-//     surfaces at GroupEnd, naming the operation.
+//     surfaces at GroupEnd, naming the operation. GroupEnd holds every member (its
+//     lifecycle lock shared, its driver lock) while it submits, and submits nothing
+//     when a member was closed or re-created meanwhile by another goroutine.
 //   - Operations that cannot be part of a group (they wait, allocate, order streams
 //     with events or re-create the communicator: Sync, Barrier, RecvCommandU32,
 //     AllReduceAsync, SymmetricAlloc, Split, ...) fail with ErrGroupOpen on a
