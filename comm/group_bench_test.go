@@ -160,7 +160,7 @@ func BenchmarkGroupOverhead(b *testing.B) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	nb := newStubNCCL(b, stubDriver{})
-	for _, ops := range []int{8, 64} {
+	for _, ops := range []int{1, 8, 64} {
 		b.Run("ops="+strconv.Itoa(ops), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

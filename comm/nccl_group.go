@@ -29,8 +29,8 @@ import (
 //     (goid.Key, no system call).
 //   - comm tracks open groups process-wide. Every operation of every NCCL communicator
 //     asks whether its goroutine has a group open (a single atomic load while no
-//     goroutine of the process has one; then the communicator's cached group, or one
-//     map lookup). If one is open, the operation is grouped, whichever communicator
+//     goroutine of the process has one; then the communicator's cached group, or a
+//     scan of the open groups under a lock). If one is open, the operation is grouped, whichever communicator
 //     opened the group, and a blocking Backend collective leaves its wait to the
 //     outermost GroupEnd, which waits for every communicator whose blocking operations
 //     it launched.
@@ -41,7 +41,9 @@ import (
 //     NCCL sees the same calls in the same order, on the same thread, as if they had
 //     been made one by one inside its group; inner GroupStart/GroupEnd levels only
 //     count. An error NCCL finds in one call (an argument it rejects) therefore
-//     surfaces at GroupEnd, naming the operation.
+//     surfaces at GroupEnd, naming the operation. GroupEnd holds every member (its
+//     lifecycle lock shared, its driver lock) while it submits, and submits nothing
+//     when a member was closed or re-created meanwhile by another goroutine.
 //   - Operations that cannot be part of a group (they wait, allocate, order streams
 //     with events or re-create the communicator: Sync, Barrier, RecvCommandU32,
 //     AllReduceAsync, SymmetricAlloc, Split, ...) fail with ErrGroupOpen on a
@@ -142,22 +144,19 @@ func groupDepth() int {
 	return len(tg.openers)
 }
 
-// join records that c has an operation in tg (wait: a blocking one) and returns its
-// member entry.
-func (tg *threadGroup) join(c *NCCLCommunicator, wait bool) {
+// join makes c a member of tg, once, and tg.last its index.
+func (tg *threadGroup) join(c *NCCLCommunicator) {
 	if tg.last < len(tg.members) && tg.members[tg.last].c == c {
-		tg.members[tg.last].wait = tg.members[tg.last].wait || wait
 		return
 	}
 	for i := range tg.members {
 		if tg.members[i].c == c {
 			tg.last = i
-			tg.members[i].wait = tg.members[i].wait || wait
 			return
 		}
 	}
 	tg.last = len(tg.members)
-	tg.members = append(tg.members, groupMember{c: c, comm: c.comm, wait: wait})
+	tg.members = append(tg.members, groupMember{c: c, comm: c.comm})
 	c.grouped.Add(1)
 }
 
@@ -392,6 +391,9 @@ func (c *NCCLCommunicator) GroupEnd() error {
 	}
 	var errs []error
 	for _, m := range members {
+		if err == nil && !m.wait && len(ended.calls) > 0 {
+			continue // submit did its part
+		}
 		if err := m.c.launched(m.wait, err != nil); err != nil {
 			errs = append(errs, err)
 		}
@@ -400,11 +402,11 @@ func (c *NCCLCommunicator) GroupEnd() error {
 }
 
 // submit makes the group's recorded calls through the driver of the first call's
-// communicator,
-// holding every member (its lifecycle shared, its driver lock) so that none is closed
+// communicator, holding every member (its lifecycle shared, its driver lock) so that none is closed
 // or re-created, and none makes another NCCL call, meanwhile. A member that ended since
 // it joined (closed, failed, re-created) fails the group before anything is called. It
-// returns Driver.Submit's results.
+// returns Driver.Submit's results; after a success it tells the watchdog of the members
+// that GroupEnd does not wait for that their work is enqueued.
 func (tg *threadGroup) submit() (int, error) {
 	if len(tg.calls) == 0 {
 		return 0, nil
@@ -433,6 +435,9 @@ func (tg *threadGroup) submit() (int, error) {
 	failed, err := tg.meta[0].c.d.Submit(tg.calls)
 	for _, m := range ms {
 		m.c.mu.Unlock()
+		if err == nil && !m.wait && m.c.wd != nil { // launched has nothing else to do for it
+			m.c.wd.enqueued()
+		}
 		m.c.life.RUnlock()
 	}
 	return failed, err

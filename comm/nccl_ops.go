@@ -94,13 +94,15 @@ func (c *NCCLCommunicator) enqueue(op string, bytes int, kind opKind, call func(
 // operation (a registration, an event, a device copy) are made at once, taking it
 // (locked), as outside a group.
 func (c *NCCLCommunicator) record(tg *threadGroup, op string, bytes int, wait bool, call func(to ncclOps) error) error {
+	tg.join(c) // first: what call records before a failure is submitted with c held
 	r := &tg.rec
 	r.tg, r.c, r.op, r.bytes = tg, c, op, bytes
-	err := call(r)
-	if err != nil {
+	if err := call(r); err != nil {
 		return c.result(op, bytes, err)
 	}
-	tg.join(c, wait)
+	if wait {
+		tg.members[tg.last].wait = true
+	}
 	return nil
 }
 
