@@ -71,7 +71,7 @@ func main() {
 	python := flag.String("python", "/usr/bin/python3", "command that runs a python3 with torch (split on blanks)")
 	steady := flag.Duration("steady", 2*time.Second, "duration of the steady set/get phase")
 	deadline := flag.Duration("deadline", 3*time.Minute, "time a bring-up may take before the server is reported as timed out")
-	ownOnly := flag.Bool("own-only", false, "measure only the bring-ups through ncclgo's own protocol (no PyTorch, no TCPStore protocol): for quick iterations")
+	ownOnly := flag.Bool("own-only", false, "measure only the floor and the bring-ups through ncclgo's own protocol (no PyTorch, no TCPStore protocol; the all-keys one only up to 1,024 ranks unless STOREBENCH_ALLKEYS is set): for quick iterations")
 	profile := flag.String("profile", "", "directory where ncclgo's server writes a CPU profile (cpu-N.pprof) and an allocation profile (allocs-N.pprof) for each client count N")
 	flag.Parse()
 	if *profile != "" {
@@ -152,6 +152,8 @@ func main() {
 			switch {
 			case v == timedOut:
 				return fmt.Sprintf("> %s", *deadline)
+			case v == skipped:
+				return "skipped"
 			case v < 0:
 				return ""
 			}
@@ -190,7 +192,7 @@ func ownRows(n int, deadline time.Duration, profile string) []row {
 	defer ours.stop()
 	bare := floor(ours, n, deadline)
 	join := bringUp(ours, n, deadline, dialOwn(ours.addr), joinLikeComm)
-	all := failed
+	all := phase{skipped, skipped}
 	if n <= 1024 || os.Getenv("STOREBENCH_ALLKEYS") != "" {
 		all = bringUp(ours, n, deadline, dialOwn(ours.addr), allKeys)
 	}
@@ -437,8 +439,13 @@ type result struct {
 // phase is a bring-up: how long it took and the server CPU it used.
 type phase struct{ ms, cpuMs float64 }
 
-// timedOut marks a figure of a bring-up that did not finish within -deadline.
-const timedOut = -2
+// timedOut marks a figure of a bring-up that did not finish within -deadline; skipped
+// one that -own-only does not measure (the all-keys bring-up of more than 1,024 ranks,
+// unless STOREBENCH_ALLKEYS is set).
+const (
+	timedOut = -2
+	skipped  = -3
+)
 
 var failed = phase{timedOut, timedOut}
 
