@@ -135,6 +135,14 @@ func BenchmarkRoundTrip(b *testing.B) {
 	e.bytes(value)
 	msg, err := e.finish()
 	require.NoError(b, err)
+	timeRoundTrips(b, ec, msg, c, key, value)
+}
+
+// timeRoundTrips runs the loop of BenchmarkRoundTrip and BenchmarkTCPStoreRoundTrip:
+// after warming up, an echo of msg on ec, a Set and a Get of key through s, in turn,
+// timed one by one; it reports their medians and the ratios to the echo.
+func timeRoundTrips(b *testing.B, ec net.Conn, msg []byte, s Store, key string, value []byte) {
+	ctx := context.Background()
 	echoBuf := make([]byte, len(msg))
 	echo := func() {
 		if _, err := ec.Write(msg); err != nil {
@@ -146,7 +154,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 	}
 	for range 100 { // warm up both paths
 		echo()
-		_, _ = c.Get(ctx, key)
+		_, _ = s.Get(ctx, key)
 	}
 
 	var echoes, sets, gets []time.Duration
@@ -156,11 +164,11 @@ func BenchmarkRoundTrip(b *testing.B) {
 		t0 := time.Now()
 		echo()
 		t1 := time.Now()
-		if err := c.Set(ctx, key, value); err != nil {
+		if err := s.Set(ctx, key, value); err != nil {
 			b.Fatal(err)
 		}
 		t2 := time.Now()
-		if _, err := c.Get(ctx, key); err != nil {
+		if _, err := s.Get(ctx, key); err != nil {
 			b.Fatal(err)
 		}
 		t3 := time.Now()
@@ -245,44 +253,5 @@ func BenchmarkTCPStoreRoundTrip(b *testing.B) {
 	defer ec.Close()
 	msg := make([]byte, 4+1+8+1+len(key)+8+len(value)) // a length-prefixed frame of the Set's size
 	binary.BigEndian.PutUint32(msg, uint32(len(msg)-4))
-	echoBuf := make([]byte, len(msg))
-	echo := func() {
-		if _, err := ec.Write(msg); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.ReadFull(ec, echoBuf); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for range 100 { // warm up both paths
-		echo()
-		_, _ = c.Get(ctx, key)
-	}
-
-	var echoes, sets, gets []time.Duration
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		t0 := time.Now()
-		echo()
-		t1 := time.Now()
-		if err := c.Set(ctx, key, value); err != nil {
-			b.Fatal(err)
-		}
-		t2 := time.Now()
-		if _, err := c.Get(ctx, key); err != nil {
-			b.Fatal(err)
-		}
-		t3 := time.Now()
-		echoes = append(echoes, t1.Sub(t0))
-		sets = append(sets, t2.Sub(t1))
-		gets = append(gets, t3.Sub(t2))
-	}
-	b.StopTimer()
-	me, ms, mg := median(echoes), median(sets), median(gets)
-	b.ReportMetric(float64(me.Nanoseconds()), "echo-ns")
-	b.ReportMetric(float64(ms.Nanoseconds()), "set-ns")
-	b.ReportMetric(float64(mg.Nanoseconds()), "get-ns")
-	b.ReportMetric(float64(ms)/float64(me), "set/echo")
-	b.ReportMetric(float64(mg)/float64(me), "get/echo")
+	timeRoundTrips(b, ec, msg, c, key, value)
 }

@@ -468,3 +468,38 @@ func TestZeroValuesDoNotPanic(t *testing.T) {
 	require.ErrorIs(t, err, ErrClosed)
 	require.NoError(t, zero.Close())
 }
+
+// A wait for many keys waits for one missing key at a time: the store holds one entry
+// for it however many keys it names, it fires once, when the last key comes, whatever
+// order the keys come in, and a key deleted after it was seen is waited for again.
+func TestWaitForManyKeysHoldsOneEntry(t *testing.T) {
+	b := &budget{limit: 1 << 30}
+	st := newStore(b)
+	a := &account{share: &share{b: b, id: "test", limit: b.limit}}
+	const n = 1000
+	keys := make([]string, 0, n+2)
+	for i := range n {
+		keys = append(keys, "k/"+strconv.Itoa(i))
+	}
+	keys = append(keys, "k/7", "k/999") // duplicates
+	fired := 0
+	var releases []func() // called after the store's lock is released, as replies are
+	_, _, ready, err := st.wait(a, keys, false, func(_ []byte, release func()) { fired++; releases = append(releases, release) })
+	require.NoError(t, err)
+	require.False(t, ready)
+	require.Len(t, st.watchers, 1, "a wait for %d keys registered on more than one", n)
+	require.Equal(t, 1, st.numPending())
+	for i := n - 1; i >= 1; i-- { // every key but k/0, in reverse order
+		require.NoError(t, st.set(a, "k/"+strconv.Itoa(i), nil))
+		require.LessOrEqual(t, len(st.watchers), 1)
+	}
+	require.True(t, st.delete("k/500"))
+	require.NoError(t, st.set(a, "k/0", nil))
+	require.Zero(t, fired, "fired although k/500 was deleted")
+	require.Contains(t, st.watchers, "k/500")
+	require.NoError(t, st.set(a, "k/500", nil))
+	require.Equal(t, 1, fired)
+	require.Empty(t, st.watchers)
+	releases[0]()
+	require.Zero(t, st.numPending())
+}

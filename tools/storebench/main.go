@@ -71,7 +71,7 @@ func main() {
 	python := flag.String("python", "/usr/bin/python3", "command that runs a python3 with torch (split on blanks)")
 	steady := flag.Duration("steady", 2*time.Second, "duration of the steady set/get phase")
 	deadline := flag.Duration("deadline", 3*time.Minute, "time a bring-up may take before the server is reported as timed out")
-	ownOnly := flag.Bool("own-only", false, "measure only the bring-ups through ncclgo's own protocol (no PyTorch, no TCPStore protocol): for quick iterations")
+	ownOnly := flag.Bool("own-only", false, "measure only the floor and the bring-ups through ncclgo's own protocol (no PyTorch, no TCPStore protocol; the all-keys one only up to 1,024 ranks unless STOREBENCH_ALLKEYS is set): for quick iterations")
 	profile := flag.String("profile", "", "directory where ncclgo's server writes a CPU profile (cpu-N.pprof) and an allocation profile (allocs-N.pprof) for each client count N")
 	flag.Parse()
 	if *profile != "" {
@@ -105,10 +105,17 @@ func main() {
 		}
 		torchVersion = torch.version
 		proto := detect(torch.addr)
-		tr := measure(torch, n, proto, *steady, *deadline)
+		tr := measure(torch, n, proto, *steady, *deadline, func() *server {
+			// After a bring-up that timed out: a fresh server for the rest.
+			torch.stop()
+			if torch, err = startServer(strings.Fields(*python), "-c", torchServer); err != nil {
+				fatalf("restart PyTorch's server: %v", err)
+			}
+			return torch
+		})
 		torch.stop()
 		ours := startOurs(n, *profile)
-		or := measure(ours, n, proto, *steady, *deadline)
+		or := measure(ours, n, proto, *steady, *deadline, func() *server { return ours })
 		bare := floor(ours, n, *deadline)
 		ownJoin := bringUp(ours, n, *deadline, dialOwn(ours.addr), joinLikeComm)
 		ownAll := bringUp(ours, n, *deadline, dialOwn(ours.addr), allKeys)
@@ -145,6 +152,8 @@ func main() {
 			switch {
 			case v == timedOut:
 				return fmt.Sprintf("> %s", *deadline)
+			case v == skipped:
+				return "skipped"
 			case v < 0:
 				return ""
 			}
@@ -183,7 +192,7 @@ func ownRows(n int, deadline time.Duration, profile string) []row {
 	defer ours.stop()
 	bare := floor(ours, n, deadline)
 	join := bringUp(ours, n, deadline, dialOwn(ours.addr), joinLikeComm)
-	all := failed
+	all := phase{skipped, skipped}
 	if n <= 1024 || os.Getenv("STOREBENCH_ALLKEYS") != "" {
 		all = bringUp(ours, n, deadline, dialOwn(ours.addr), allKeys)
 	}
@@ -430,8 +439,13 @@ type result struct {
 // phase is a bring-up: how long it took and the server CPU it used.
 type phase struct{ ms, cpuMs float64 }
 
-// timedOut marks a figure of a bring-up that did not finish within -deadline.
-const timedOut = -2
+// timedOut marks a figure of a bring-up that did not finish within -deadline; skipped
+// one that -own-only does not measure (the all-keys bring-up of more than 1,024 ranks,
+// unless STOREBENCH_ALLKEYS is set).
+const (
+	timedOut = -2
+	skipped  = -3
+)
 
 var failed = phase{timedOut, timedOut}
 
@@ -475,6 +489,12 @@ func allKeys(ctx context.Context, s rendezvous.Store, keys func(string) string, 
 		return err
 	}
 	return s.Barrier(ctx, keys("barrier"), rank, world)
+}
+
+// ownKey only sets the rank's own key, as allKeys does first.
+func ownKey(ctx context.Context, s rendezvous.Store, keys func(string) string, rank, world int) error {
+	k := keys("rank/" + strconv.Itoa(rank))
+	return s.Set(ctx, k, []byte("value of "+k))
 }
 
 // joinLikeComm makes the store calls comm's bring-up makes for a rank (member.firstOpen
@@ -617,9 +637,10 @@ func cpuMs(pid int) float64 {
 }
 
 // measure runs n clients against srv: the all-keys bring-up, idle memory, the steady
-// mix, then comm's join. A bring-up that does not finish within limit yields failed
-// figures.
-func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, limit time.Duration) result {
+// mix, then comm's join. An all-keys bring-up that does not finish within limit is
+// reported as such; then restart gives a fresh server, n clients connect and set their
+// key (the steady mix gets them), and the rest is measured on it.
+func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, limit time.Duration, restart func() *server) result {
 	var r result
 	before := srv.settledRSS()
 	var stores []rendezvous.Store
@@ -630,7 +651,17 @@ func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, limit t
 				_ = c.Close()
 			}
 		}
-		return result{failed, failed, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut}
+		srv = restart()
+		before = srv.settledRSS()
+		var ph phase
+		if ph, stores = bringUpKeep(srv, n, limit, dialTorch(srv.addr, proto), ownKey); ph == failed {
+			for _, c := range stores {
+				if c != nil {
+					_ = c.Close()
+				}
+			}
+			return result{failed, failed, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut}
+		}
 	}
 	r.kibPerClient = (srv.settledRSS() - before) / float64(n)
 
