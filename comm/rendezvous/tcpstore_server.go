@@ -155,11 +155,14 @@ func (t *torchConn) serve() (stage string, err error) {
 		t.late.Wait()
 		t.releaseBufs()
 	}()
+	turns := t.c.s.turns
 	for first := true; ; first = false {
+		turns.pace(t.c)
 		r, err := t.read()
 		if err != nil {
 			return "read", err
 		}
+		start := turns.now()
 		// A query has arrived whole; until the next begins, torch clients may stay
 		// silent for as long as the job runs (they send no keepalive).
 		_ = t.c.nc.SetReadDeadline(time.Time{})
@@ -170,6 +173,7 @@ func (t *torchConn) serve() (stage string, err error) {
 			}
 		}
 		err = t.handle(r)
+		turns.charge(t.c, start)
 		t.releaseBufs()
 		if err != nil {
 			return r.q.String(), err

@@ -35,8 +35,13 @@ type turns struct {
 // turnContention, each may spend at most turnQuota of every turnWindow in turns, and
 // waits for the next window once it has. A client alone is never held back, and a
 // client whose requests are few never reaches its quota; one that floods the server
-// while others use it gets a quarter of a processor, so that the server, the network
+// while others use it gets a tenth of a processor, so that the server, the network
 // stack and the other clients' processes keep time to answer the others promptly.
+// The time counted is the turn's and, before it, the reading and decoding of the
+// request; a client over its quota also reads nothing more until its next window
+// (pace). The quota is deliberately not work-conserving: a flood is slowed even when
+// the processor has time left, since what delays the others then is not the store's
+// lock but the kernel's and the runtime's work on the flood's bytes.
 const (
 	turnWindow     = 10 * time.Millisecond
 	turnQuota      = turnWindow / 10
@@ -85,14 +90,19 @@ func (t *turns) noteLocked(a *share, now int64) {
 	}
 }
 
-// overQuotaLocked returns how long a must wait for its next turn while clients compete.
-func (t *turns) overQuotaLocked(a *share, now int64) time.Duration {
+// rollLocked moves to the window of now, and a's count to it.
+func (t *turns) rollLocked(a *share, now int64) {
 	if now-t.window >= int64(turnWindow) {
 		t.window = now - (now-t.window)%int64(turnWindow)
 	}
 	if a.window != t.window {
 		a.window, a.spent = t.window, 0
 	}
+}
+
+// overQuotaLocked returns how long a must wait for its next turn while clients compete.
+func (t *turns) overQuotaLocked(a *share, now int64) time.Duration {
+	t.rollLocked(a, now)
 	contended := t.recent[1] != nil && now-t.recentAt[1] < int64(turnContention)
 	if !contended || a.spent < int64(turnQuota) {
 		return 0
@@ -159,4 +169,18 @@ func (t *turns) release(c *serverConn) {
 	}
 	t.mu.Unlock()
 	next.turn <- struct{}{}
+}
+
+// charge counts the time since start as spent by c's client, for a request handled
+// without a turn: torch's connections write their answers as they handle a query, and
+// a turn must never wait on the network. They are held to the same quotas (pace), but
+// not served in round robin.
+func (t *turns) charge(c *serverConn, start int64) {
+	a := c.acct.share
+	t.mu.Lock()
+	now := t.now()
+	t.noteLocked(a, now)
+	t.rollLocked(a, now)
+	a.spent += now - max(start, t.window)
+	t.mu.Unlock()
 }
