@@ -96,6 +96,7 @@ type share struct {
 	waiting []*serverConn // its connections waiting for a turn
 	window  int64         // the quota window spent is counted in
 	spent   int64         // ns spent in turns in it
+	noted   bool          // counted among the clients active in it
 }
 
 // reserve takes n bytes from the share and the server's budget.

@@ -27,15 +27,17 @@ type turns struct {
 	ring  []*share // clients with connections waiting, in the order they are served
 
 	window   int64     // start of the current quota window, ns since epoch
+	active   [2]int    // clients that took turns in the current window and the one before
 	recent   [2]*share // the last two clients that took turns, most recent first
 	recentAt [2]int64  // when
 }
 
 // Quotas while clients compete: when more than one client took turns within
-// turnContention, each may spend at most turnQuota of every turnWindow in turns, and
-// waits for the next window once it has. A client alone is never held back, and a
-// client whose requests are few never reaches its quota; one that floods the server
-// while others use it gets a tenth of a processor, so that the server, the network
+// turnContention, each may spend at most turnQuota of every turnWindow in turns,
+// shared by the clients active in this window or the one before (less one, for the
+// clients whose requests are few, which never reach any quota), and waits for the next
+// window once it has. A client alone is never held back. Clients that flood the server
+// while others use it get a tenth of a processor between them, so that the server, the network
 // stack and the other clients' processes keep time to answer the others promptly.
 // The time counted is the turn's and, before it, the reading and decoding of the
 // request; a client over its quota also reads nothing more until its next window
@@ -78,6 +80,11 @@ func (t *turns) pace(c *serverConn) {
 
 // noteLocked records that a asked for a turn at now.
 func (t *turns) noteLocked(a *share, now int64) {
+	t.rollLocked(a, now)
+	if !a.noted {
+		a.noted = true
+		t.active[0]++
+	}
 	switch {
 	case t.recent[0] == a:
 		t.recentAt[0] = now
@@ -92,11 +99,16 @@ func (t *turns) noteLocked(a *share, now int64) {
 
 // rollLocked moves to the window of now, and a's count to it.
 func (t *turns) rollLocked(a *share, now int64) {
-	if now-t.window >= int64(turnWindow) {
-		t.window = now - (now-t.window)%int64(turnWindow)
+	if d := now - t.window; d >= int64(turnWindow) {
+		t.active[1] = t.active[0]
+		if d >= 2*int64(turnWindow) {
+			t.active[1] = 0
+		}
+		t.active[0] = 0
+		t.window = now - d%int64(turnWindow)
 	}
 	if a.window != t.window {
-		a.window, a.spent = t.window, 0
+		a.window, a.spent, a.noted = t.window, 0, false
 	}
 }
 
@@ -104,7 +116,7 @@ func (t *turns) rollLocked(a *share, now int64) {
 func (t *turns) overQuotaLocked(a *share, now int64) time.Duration {
 	t.rollLocked(a, now)
 	contended := t.recent[1] != nil && now-t.recentAt[1] < int64(turnContention)
-	if !contended || a.spent < int64(turnQuota) {
+	if !contended || a.spent < int64(turnQuota)/int64(max(2, t.active[0], t.active[1])-1) {
 		return 0
 	}
 	return time.Duration(t.window + int64(turnWindow) - now)
