@@ -417,8 +417,13 @@ func (c *serverConn) serve() {
 		return
 	}
 	c.turn = make(chan struct{}, 1)
+	flush := func() {
+		if err := c.flush(); err != nil {
+			_ = c.nc.Close() // the next read ends the loop
+		}
+	}
 	for {
-		s.turns.pace(c)
+		s.turns.pace(c, flush)
 		f, refused, err := c.readRequest()
 		if err != nil {
 			_ = c.flush()

@@ -157,7 +157,7 @@ func (t *torchConn) serve() (stage string, err error) {
 	}()
 	turns := t.c.s.turns
 	for first := true; ; first = false {
-		turns.pace(t.c)
+		turns.pace(t.c, nil)
 		r, err := t.read()
 		if err != nil {
 			return "read", err

@@ -65,7 +65,8 @@ func (t *turns) holdBackLocked(a *share, now int64) time.Duration {
 // pace returns once c's client is within its quota, before c reads its next request:
 // a client over its quota reads nothing more until the next window, so that the
 // peer's further requests wait in the network, not in the server.
-func (t *turns) pace(c *serverConn) {
+// Before it waits it calls idle (when not nil), which writes what c has queued.
+func (t *turns) pace(c *serverConn, idle func()) {
 	a := c.acct.share
 	for {
 		t.mu.Lock()
@@ -73,6 +74,10 @@ func (t *turns) pace(c *serverConn) {
 		t.mu.Unlock()
 		if d <= 0 {
 			return
+		}
+		if idle != nil {
+			idle()
+			idle = nil
 		}
 		time.Sleep(d)
 	}
