@@ -111,6 +111,21 @@
 // under the budget plus 64 MiB; a server embedded in a larger process shares that
 // process's runtime and limit.
 //
+// Fairness. A client (its source host, as for the shares) cannot slow the others
+// down by keeping the server busy. Each request is handled in a turn; the turns go
+// round robin between the clients waiting for one, and within a client between its
+// connections, so a request waits for at most one request of each other client, however
+// many connections or requests another client has. A turn covers the request's work on
+// the store and the encoding of its reply, not the write: replies are written after
+// it, those of pipelined requests together. While more than one client is active
+// (within 100 ms), each may spend at most a tenth of every 10 ms in turns, reading and
+// decoding its requests included; a client over that reads nothing more until the next
+// 10 ms, and each connection's kernel receive buffer is 64 KiB, so a flood waits in the
+// flooder's own socket. A client alone is never held back. A set visits only the
+// waiters of its key, and registering or cancelling a wait costs a constant per key.
+// torch connections write their answers as they handle a query, so they take no turn
+// (a turn never waits on the network), but their time counts against the same quota.
+//
 // Connections. Connections still in their handshake have slots of their own
 // (WithMaxHandshakes, 64), apart from the authenticated ones (WithMaxConns, 1,024);
 // when they are all taken, a new connection takes the slot of the oldest one that has
@@ -141,7 +156,7 @@
 // "k". TCPStoreClient is the Go client of such a store (torchrun's agent store, or a
 // Python process's), and Store is what both clients implement. torch's protocol has
 // no authentication: a server with a token refuses torch clients unless
-// WithTorchClients(true). Its queries, for both generations, are described in
+// WithTorchClients(true) (comm.WithTorchClients for the store rank 0 serves). Its queries, for both generations, are described in
 // tcpstore.go.
 //
 // A torch connection is held to what the server's own are: it waits in a handshake

@@ -92,7 +92,11 @@ type share struct {
 	used  atomic.Int64
 	conns int // connections open from it; guarded by Server.mu
 
-	waiting []*serverConn // its connections waiting for a turn; guarded by turns.mu
+	// Guarded by turns.mu.
+	waiting []*serverConn // its connections waiting for a turn
+	window  int64         // the quota window spent is counted in
+	spent   int64         // ns spent in turns in it
+	noted   bool          // counted among the clients active in it
 }
 
 // reserve takes n bytes from the share and the server's budget.

@@ -23,6 +23,12 @@ import (
 // closeFlushTimeout bounds how long Close spends writing each reply already due.
 const closeFlushTimeout = time.Second
 
+// recvWindow is the kernel's receive buffer of each connection, the most a peer can
+// have sent that the server has not read: small, so that a client the server holds
+// back (turns) cannot queue megabytes in the kernel, whose processing would delay
+// everyone's packets.
+const recvWindow = 64 << 10
+
 // smallFrame is the size of each connection's own frame buffer (counted in
 // connOverhead); larger frames reserve their buffer from the budget as they arrive.
 const smallFrame = 4 << 10
@@ -258,6 +264,9 @@ func (s *Server) releaseMemory() {
 }
 
 func (s *Server) accept(nc net.Conn) {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(recvWindow)
+	}
 	if s.cfg.tls != nil {
 		nc = tls.Server(nc, s.cfg.tls)
 	}
@@ -360,7 +369,9 @@ type serverConn struct {
 	evicted atomic.Bool // closed to make room for a newer connection
 	authed  bool        // holds an authenticated slot
 
-	turn chan struct{} // receives the turn this connection waits for (turns)
+	turn   chan struct{} // receives the turn this connection waits for (turns)
+	turnAt int64         // when its turn began (turns.now)
+	readAt int64         // when its request began to arrive (turns.now)
 
 	// beforeRead, when set, runs on the serving goroutine before it waits for more
 	// bytes from the network (a protocol writes the answers it queued).
@@ -415,7 +426,13 @@ func (c *serverConn) serve() {
 		return
 	}
 	c.turn = make(chan struct{}, 1)
+	flush := func() {
+		if err := c.flush(); err != nil {
+			_ = c.nc.Close() // the next read ends the loop
+		}
+	}
 	for {
+		s.turns.pace(c, flush)
 		f, refused, err := c.readRequest()
 		if err != nil {
 			_ = c.flush()
@@ -446,6 +463,7 @@ func (c *serverConn) readRequest() (f frame, refused error, err error) {
 	if _, err := io.ReadFull(c.br, lb[:1]); err != nil {
 		return frame{}, nil, err
 	}
+	c.readAt = s.turns.now()
 	// A frame that has begun must arrive whole within the handshake timeout, so that
 	// a peer cannot hold its slot by dripping bytes.
 	_ = c.nc.SetReadDeadline(time.Now().Add(s.cfg.handshakeTimeout))
@@ -810,7 +828,7 @@ func (c *serverConn) handleInTurn(f frame, refused error) (err error) {
 	c.queueing = true
 	c.wmu.Unlock()
 	func() {
-		defer s.turns.release()
+		defer s.turns.release(c)
 		if refused != nil {
 			err = c.fail(f, statusStoreFull, "%v", refused)
 		} else {

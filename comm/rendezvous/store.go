@@ -13,9 +13,9 @@ import (
 // a server speaks calls these methods, so all of them share the same keys, the same
 // memory budget, the same per-client shares and the same barriers. Each method takes
 // the account of the connection making the call (its client's share of the budget,
-// see Server.shareLocked)
-// where it may hold memory. Values passed in become the store's (callers copy what they
-// reuse); values returned are shared and must not be modified.
+// see Server.shareLocked) where it may hold memory. Values passed in become the
+// store's (callers copy what they reuse); values returned are shared and must not be
+// modified.
 type store struct {
 	mu       sync.Mutex
 	budget   *budget

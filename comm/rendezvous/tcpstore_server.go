@@ -168,11 +168,19 @@ func (t *torchConn) serve() (stage string, err error) {
 		t.releaseBufs()
 	}()
 	t.armed = true // by sniffTorch: the first query must come within the handshake timeout
+	turns := t.c.s.turns
+	idle := func() { // a client held back first gets the answers it has queued
+		if err := t.flush(); err != nil {
+			_ = t.c.nc.Close() // the next read ends the loop
+		}
+	}
 	for first := true; ; first = false {
+		turns.pace(t.c, idle)
 		r, err := t.read()
 		if err != nil {
 			return "read", err
 		}
+		start := turns.now()
 		// A query has arrived whole; until the next begins, torch clients may stay
 		// silent for as long as the job runs (they send no keepalive).
 		t.inQuery = false
@@ -187,6 +195,7 @@ func (t *torchConn) serve() (stage string, err error) {
 			}
 		}
 		err = t.handle(r)
+		turns.charge(t.c, start)
 		t.releaseBufs()
 		if err != nil {
 			return r.q.String(), err
