@@ -63,8 +63,9 @@ func (c *NCCLCommunicator) enqueue(op string, bytes int, kind opKind, call func(
 		return err
 	}
 	if kind == blocking { // the host would wait for captured work (nccl_graph.go)
-		if err := c.refuseCapture(op, bytes, c.stream); err != nil {
-			return err
+		// refuseCapture without its closed check, which usable just made under life
+		if capturing, err := c.d.StreamIsCapturing(c.stream); err != nil || capturing {
+			return c.captureErr(op, bytes, c.stream, capturing, err)
 		}
 	}
 	if tg := c.groupOf(); tg != nil {
