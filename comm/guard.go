@@ -209,6 +209,16 @@ func (g *guard) broadcast(ptr DevicePtr, bytes, root int) error {
 }
 
 func (g *guard) p2p(op, peerArg string, ptr DevicePtr, bytes, peer int) error {
+	// p2pChecks' passing case in one test: bytes >= 0, ptr non-null unless bytes is 0,
+	// 0 <= peer < world, not closed.
+	if bytes >= 0 && (ptr != 0 || bytes == 0) && peer >= 0 && peer < g.world && !g.closed.Load() {
+		return nil
+	}
+	return g.p2pChecks(op, peerArg, ptr, bytes, peer)
+}
+
+// p2pChecks is p2p's checks in order, each with its own error.
+func (g *guard) p2pChecks(op, peerArg string, ptr DevicePtr, bytes, peer int) error {
 	if err := g.open(op); err != nil {
 		return err
 	}

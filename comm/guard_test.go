@@ -42,6 +42,29 @@ func TestReduceFastPathMatchesChecks(t *testing.T) {
 	}
 }
 
+// TestP2PFastPathMatchesChecks checks that guard.p2p's one-test fast path accepts
+// exactly what its checks one by one accept, with their errors, on open and closed
+// guards of several world sizes.
+func TestP2PFastPathMatchesChecks(t *testing.T) {
+	ptrs := []DevicePtr{0, 1, 0x10000, ^DevicePtr(0)}
+	sizes := []int{-1 << 62, -1, 0, 1, 8, 4097}
+	peers := []int{-1 << 62, -2, -1, 0, 1, 2, 3, 7, 8, 1 << 40}
+	for _, world := range []int{-1, 0, 1, 2, 8} {
+		for _, closed := range []bool{false, true} {
+			g := newGuard(0, world, Uint8)
+			g.closed.Store(closed)
+			for _, ptr := range ptrs {
+				for _, bytes := range sizes {
+					for _, peer := range peers {
+						name := fmt.Sprintf("world=%d closed=%v ptr=%#x bytes=%d peer=%d", world, closed, uint64(ptr), bytes, peer)
+						same(t, g.p2pChecks(opSend, "dest", ptr, bytes, peer), g.p2p(opSend, "dest", ptr, bytes, peer), name)
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestReduceAsyncFastPathMatchesChecks is TestReduceFastPathMatchesChecks for
 // reduceAsync, which also fails with a group open: on the guard (Single, the Validate
 // wrapper) or, for the NCCL types, on the calling thread; another goroutine's group

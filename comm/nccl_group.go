@@ -120,9 +120,14 @@ func lookupGroup() *threadGroup {
 // groupOf is lookupGroup for an operation of c: c caches the group its last grouped
 // operation found, which is the calling goroutine's own while its owner is the caller.
 func (c *NCCLCommunicator) groupOf() *threadGroup {
-	if groups.open.Load() == 0 {
+	if groups.open.Load() == 0 { // inlined: outside groups the check is one load
 		return nil
 	}
+	return c.openGroup()
+}
+
+// openGroup is groupOf while some goroutine of the process has a group open.
+func (c *NCCLCommunicator) openGroup() *threadGroup {
 	if tg := c.group.Load(); tg != nil && tg.owner.Load() == goid.Key() {
 		return tg
 	}

@@ -59,12 +59,15 @@ type ncclOps interface {
 func (c *NCCLCommunicator) enqueue(op string, bytes int, kind opKind, call func(to ncclOps) error) error {
 	c.life.RLock()
 	defer c.life.RUnlock()
-	if err := c.usable(op, bytes); err != nil && (kind != cleanup || c.g.isClosed()) {
-		return err
+	if c.g.closed.Load() || c.faulted.Load() { // usable, its test inline
+		if err := c.unusable(op, bytes); err != nil && (kind != cleanup || c.g.isClosed()) {
+			return err
+		}
 	}
 	if kind == blocking { // the host would wait for captured work (nccl_graph.go)
-		if err := c.refuseCapture(op, bytes, c.stream); err != nil {
-			return err
+		// refuseCapture without its closed check, which usable just made under life
+		if capturing, err := c.d.StreamIsCapturing(c.stream); err != nil || capturing {
+			return c.captureErr(op, bytes, c.stream, capturing, err)
 		}
 	}
 	if tg := c.groupOf(); tg != nil {
@@ -82,8 +85,10 @@ func (c *NCCLCommunicator) enqueue(op string, bytes int, kind opKind, call func(
 	if err := c.result(op, bytes, err); err != nil {
 		return err
 	}
-	if kind == blocking {
-		return c.wait(bg, op, bytes, bounded)
+	if kind == blocking { // wait, written out: one call fewer
+		if err := c.drain(bg, bounded); err != nil {
+			return c.opErr(op, bytes, err)
+		}
 	}
 	return nil
 }

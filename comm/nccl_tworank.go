@@ -118,11 +118,14 @@ func (b *NCCL) useAddKernel(k Kernel) error {
 // has already rejected pointers not aligned to the element size (ErrMisaligned), so the
 // add kernel's element loads are aligned on every rank that gets here.
 func (b *NCCL) twoRankKernel(bytes int, grouped bool) gpulib.Function {
-	c := b.c
-	if grouped || bytes <= 0 || bytes > c.cfg.twoRankMax || c.world != 2 {
+	f := gpulib.Function(b.addKernel.Load())
+	if f == 0 { // the usual case: no kernel set, one load
 		return 0
 	}
-	return gpulib.Function(b.addKernel.Load())
+	if c := b.c; grouped || bytes <= 0 || bytes > c.cfg.twoRankMax || c.world != 2 {
+		return 0
+	}
+	return f
 }
 
 // exchangeAdd enqueues the path on the communication stream: in one NCCL group, send

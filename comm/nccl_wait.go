@@ -73,9 +73,14 @@ const (
 // wait wraps a wait's error with the operation.
 func (c *NCCLCommunicator) wait(ctx context.Context, op string, bytes int, m waitMode) error {
 	if err := c.drain(ctx, m); err != nil {
-		return &OpError{Op: op, Bytes: bytes, Rank: c.rank, Err: err}
+		return c.opErr(op, bytes, err)
 	}
 	return nil
+}
+
+// opErr is the *OpError of op on this rank.
+func (c *NCCLCommunicator) opErr(op string, bytes int, err error) error {
+	return &OpError{Op: op, Bytes: bytes, Rank: c.rank, Err: err}
 }
 
 // waitShared is wait for operations that hold nothing yet: it takes the communicator
