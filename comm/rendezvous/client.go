@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -437,6 +438,10 @@ func (c *Client) write(ctx context.Context, build func(*encoder)) error {
 		return c.failure()
 	}
 	c.writing = true
+	// Let the calls started together with this one queue their frames first.
+	c.qmu.Unlock()
+	runtime.Gosched()
+	c.qmu.Lock()
 	for c.sent < c.queued {
 		buf, upTo, dl := c.queue, c.queued, c.qdl
 		c.queue, c.spare, c.qdl = c.spare[:0], nil, time.Time{}
