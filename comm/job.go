@@ -102,7 +102,10 @@ func JoinJob(ctx context.Context, opts ...Option) (*Job, error) {
 		if err != nil {
 			return nil, fmt.Errorf("join job as rank 0 of %d: serve the store: %w", jc.WorldSize, err)
 		}
-		j.server = rendezvous.NewServer(append([]rendezvous.ServerOption{rendezvous.WithToken(jc.Token), rendezvous.WithLogger(cfg.log)}, cfg.job.torch...)...)
+		// Every rank holds a connection for as long as the job runs, and one more while
+		// it reconnects: the server takes them all, however many ranks the job has.
+		conns := rendezvous.WithMaxConns(max(rendezvous.DefaultMaxConns, 2*jc.WorldSize))
+		j.server = rendezvous.NewServer(append([]rendezvous.ServerOption{rendezvous.WithToken(jc.Token), rendezvous.WithLogger(cfg.log), conns}, cfg.job.torch...)...)
 		j.served = make(chan struct{})
 		go func() {
 			defer close(j.served)

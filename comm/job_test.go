@@ -553,3 +553,35 @@ func TestJobStoreAnswersTorchClientsOnlyWhenAllowed(t *testing.T) {
 		})
 	}
 }
+
+// The store rank 0 serves takes a connection from every rank of a job larger than a
+// server's default limit of connections.
+func TestJobOfMoreRanksThanTheDefaultConnectionLimit(t *testing.T) {
+	noLeaks(t)
+	world := rendezvous.DefaultMaxConns + 64
+	port := freePort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ranks := make([]int, world)
+	for r := range ranks {
+		ranks[r] = r
+	}
+	jobs, errs := onRanks(ranks, func(r int) (*Job, error) {
+		return JoinJob(ctx, WithJob(jobOf(port, r, world)), withDevice(newIDFake()), quiet)
+	})
+	for r, j := range jobs {
+		if j != nil {
+			defer func() { assert.NoError(t, j.Close(), "close rank %d", r) }()
+		}
+	}
+	for r := range world {
+		require.NoError(t, errs[r], "rank %d", r)
+	}
+	for r := range world {
+		_, err := jobs[r].Store().Add(ctx, "joined", 1)
+		require.NoError(t, err, "rank %d", r)
+	}
+	n, err := jobs[0].Store().Add(ctx, "joined", 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(world), n)
+}

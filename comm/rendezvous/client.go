@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,8 +39,18 @@ type Client struct {
 
 	nextID atomic.Uint32
 
-	wmu sync.Mutex
-	enc encoder
+	wmu  sync.Mutex // held while writing to the connection
+	ping encoder    // the keepalive's, under wmu
+
+	qmu     sync.Mutex // guards the frames waiting for the writer
+	qcond   *sync.Cond // on qmu: a write ended
+	enc     encoder    // under qmu
+	queue   []byte     // whole frames not yet handed to the connection
+	spare   []byte     // the buffer of the last write, for reuse
+	qdl     time.Time  // the earliest deadline among the queued frames (zero: none)
+	queued  uint64     // frames queued so far
+	sent    uint64     // frames whose write has ended
+	writing bool       // a call is writing the queue
 
 	mu      sync.Mutex
 	err     error // why the client stopped; nil while it works
@@ -159,6 +170,7 @@ func dialOnce(ctx context.Context, addr string, cfg clientConfig) (*Client, erro
 	}
 	_ = nc.SetDeadline(deadline)
 	c := &Client{addr: addr, nc: nc, log: cfg.log, pending: make(map[uint32]chan reply)}
+	c.qcond = sync.NewCond(&c.qmu)
 	br := bufio.NewReader(heardConn{c})
 	idle, err := clientHandshake(nc, br, cfg.token)
 	if err != nil {
@@ -337,8 +349,8 @@ func (c *Client) keepalive() {
 		return // a request is being written; the next tick pings
 	}
 	defer c.wmu.Unlock()
-	c.enc.begin(opPing, statusOK, 0)
-	b, err := c.enc.finish()
+	c.ping.begin(opPing, statusOK, 0)
+	b, err := c.ping.finish()
 	if err != nil {
 		return
 	}
@@ -396,29 +408,68 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// write encodes and sends one frame. A write that fails or times out may have sent
-// part of a frame, so it ends the client.
+// write encodes and sends one frame. Frames of calls made while another call writes
+// wait in a queue, and that call sends them all in one write once its own is out: the
+// requests a caller makes together (a rank's join) cost one system call, not one each.
+// A write gets the earliest deadline of the frames it carries. A write that fails or
+// times out may have sent part of a frame, so it ends the client.
 func (c *Client) write(ctx context.Context, build func(*encoder)) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
+	c.qmu.Lock()
 	build(&c.enc)
 	b, err := c.enc.finish()
 	if err != nil {
+		c.qmu.Unlock()
 		return err
 	}
-	dl, _ := ctx.Deadline()
-	_ = c.nc.SetWriteDeadline(dl)
-	if _, err := c.nc.Write(b); err != nil {
-		c.fail(err)
-		c.mu.Lock()
-		err = c.err
-		c.mu.Unlock()
-		return err
-	}
+	c.queue = append(c.queue, b...)
 	if cap(c.enc.b) > readChunk {
 		c.enc.b = nil
 	}
-	return nil
+	if dl, ok := ctx.Deadline(); ok && (c.qdl.IsZero() || dl.Before(c.qdl)) {
+		c.qdl = dl
+	}
+	c.queued++
+	mine := c.queued
+	if c.writing {
+		for c.sent < mine {
+			c.qcond.Wait()
+		}
+		c.qmu.Unlock()
+		return c.failure()
+	}
+	c.writing = true
+	// Let the calls started together with this one queue their frames first.
+	c.qmu.Unlock()
+	runtime.Gosched()
+	c.qmu.Lock()
+	for c.sent < c.queued {
+		buf, upTo, dl := c.queue, c.queued, c.qdl
+		c.queue, c.spare, c.qdl = c.spare[:0], nil, time.Time{}
+		c.qmu.Unlock()
+		c.wmu.Lock()
+		_ = c.nc.SetWriteDeadline(dl)
+		_, err := c.nc.Write(buf)
+		c.wmu.Unlock()
+		if err != nil {
+			c.fail(err)
+		}
+		c.qmu.Lock()
+		if cap(buf) <= readChunk {
+			c.spare = buf[:0]
+		}
+		c.sent = upTo
+		c.qcond.Broadcast()
+	}
+	c.writing = false
+	c.qmu.Unlock()
+	return c.failure()
+}
+
+// failure is why the client stopped, nil while it works.
+func (c *Client) failure() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
 }
 
 // call sends one request and waits for its reply. blocking marks a Get or Wait, which

@@ -127,9 +127,11 @@ func WithMaxConns(n int) ServerOption {
 
 // WithMaxHandshakes limits connections that have not finished their handshake yet
 // (default 64). When a new connection arrives with every such slot taken, the oldest
-// connection that has sent nothing (else the oldest one) is closed to make room, so
-// that connections that hold a slot without completing a handshake cannot keep a
-// rank of the job out. Zero or negative keeps the default.
+// connection that has sent nothing (else the oldest one), among those that have held
+// their slot for 100 ms, is closed to make room, so that connections that hold a slot
+// without completing a handshake cannot keep a rank of the job out; while every slot
+// is younger, the newcomer waits in the listener's queue until one is free or old
+// enough. Zero or negative keeps the default.
 func WithMaxHandshakes(n int) ServerOption {
 	return serverOption(func(c *serverConfig) {
 		if n > 0 {

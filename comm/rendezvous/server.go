@@ -67,6 +67,7 @@ type Server struct {
 	listeners map[net.Listener]struct{}
 	conns     map[*serverConn]struct{}
 	unauth    []*serverConn     // connections still in their handshake, oldest first
+	slotFreed chan struct{}     // a handshake slot was left (accept waits on it)
 	authed    int               // connections past their handshake
 	clients   map[string]*share // by clientIdentity: those with connections or charges
 }
@@ -101,6 +102,7 @@ func (s *Server) init(opts []ServerOption) {
 		}
 		s.log = s.cfg.log
 		s.done = make(chan struct{})
+		s.slotFreed = make(chan struct{}, 1)
 		s.listeners = make(map[net.Listener]struct{})
 		s.conns = make(map[*serverConn]struct{})
 		s.clients = make(map[string]*share)
@@ -273,15 +275,31 @@ func (s *Server) accept(nc net.Conn) {
 	c := &serverConn{s: s, nc: nc, remote: nc.RemoteAddr().String(), pending: make(map[uint32]func() bool)}
 	var evict *serverConn
 	s.mu.Lock()
+	for len(s.unauth) >= s.cfg.maxUnauth && !s.closed {
+		var wait time.Duration
+		if evict, wait = s.evictLocked(time.Now()); evict != nil {
+			break
+		}
+		// Every slot is young: a burst of ranks dialing at once, not connections that
+		// hold their slots. Leave the newcomer in the listener's queue until one ends
+		// its handshake or grows old enough to be evicted.
+		s.mu.Unlock()
+		t := time.NewTimer(wait)
+		select {
+		case <-s.slotFreed:
+		case <-t.C:
+		case <-s.done:
+		}
+		t.Stop()
+		s.mu.Lock()
+	}
 	if s.closed {
 		s.mu.Unlock()
 		_ = nc.Close()
 		return
 	}
 	c.acct = &account{share: s.shareLocked(clientIdentity(nc.RemoteAddr()))}
-	if len(s.unauth) >= s.cfg.maxUnauth {
-		evict = s.evictLocked()
-	}
+	c.since = time.Now()
 	s.unauth = append(s.unauth, c)
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
@@ -325,11 +343,25 @@ func (s *Server) leaveLocked(a *share) {
 	}
 }
 
-// evictLocked takes the connection to drop for a newcomer out of the handshake slots:
-// the oldest that has sent nothing, else the oldest.
-func (s *Server) evictLocked() *serverConn {
+// handshakeGrace is how long a connection holds its handshake slot before a newcomer
+// may take it: long enough for a rank that dialed in a burst of thousands to be read
+// and answered, short enough that connections holding slots without a handshake delay
+// newcomers little.
+const handshakeGrace = 100 * time.Millisecond
+
+// evictLocked takes the connection to drop for a newcomer out of the handshake slots,
+// among those that have held theirs for handshakeGrace at now: the oldest that has
+// sent nothing, else the oldest. When every slot is younger it returns nil and how
+// long until the oldest is not.
+func (s *Server) evictLocked(now time.Time) (*serverConn, time.Duration) {
+	if age := now.Sub(s.unauth[0].since); age < handshakeGrace {
+		return nil, handshakeGrace - age
+	}
 	i := 0
 	for j, c := range s.unauth {
+		if now.Sub(c.since) < handshakeGrace {
+			break
+		}
 		if !c.heard.Load() {
 			i = j
 			break
@@ -337,7 +369,7 @@ func (s *Server) evictLocked() *serverConn {
 	}
 	c := s.unauth[i]
 	s.unauth = append(s.unauth[:i], s.unauth[i+1:]...)
-	return c
+	return c, 0
 }
 
 // leaveHandshakeLocked removes c from the handshake slots; it reports whether it was
@@ -346,6 +378,10 @@ func (s *Server) leaveHandshakeLocked(c *serverConn) bool {
 	for i, u := range s.unauth {
 		if u == c {
 			s.unauth = append(s.unauth[:i], s.unauth[i+1:]...)
+			select {
+			case s.slotFreed <- struct{}{}:
+			default:
+			}
 			return true
 		}
 	}
@@ -366,6 +402,7 @@ type serverConn struct {
 	fields  [][]byte
 	acct    *account
 	heard   atomic.Bool // some byte arrived
+	since   time.Time   // when it took its handshake slot
 	evicted atomic.Bool // closed to make room for a newer connection
 	authed  bool        // holds an authenticated slot
 

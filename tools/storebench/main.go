@@ -499,10 +499,12 @@ func ownKey(ctx context.Context, s rendezvous.Store, keys func(string) string, r
 
 // joinLikeComm makes the store calls comm's bring-up makes for a rank (member.firstOpen
 // and member.join in comm/generation.go, generation 0 of a fresh group): look for the
-// first open generation (a Check of 64 state keys), rank 0 publishes the 128-byte
-// unique id if absent, each rank creates its marker if absent and adds itself to the
-// count, the last one sets the state, every rank gets the state (waiting for the last
-// one) and the others get the id. O(1) calls per rank, O(world) in all.
+// first open generation (a Check of 64 state keys), then, over ncclgo's own client, all
+// at once (member.joinAtOnce): rank 0 publishes the 128-byte unique id if absent, each
+// rank creates its marker if absent, adds itself to the count and waits for the state,
+// the others wait for the id too; the last one sets the state. Over torch's protocol
+// the same calls go one after the other (member.joinInTurn). O(1) calls per rank,
+// O(world) in all.
 func joinLikeComm(ctx context.Context, s rendezvous.Store, keys func(string) string, rank, world int) error {
 	gen := func(g int, name string) string { return keys(rendezvous.GenerationKey("bench", uint64(g), name)) }
 	states := make([]string, 64)
@@ -516,30 +518,59 @@ func joinLikeComm(ctx context.Context, s rendezvous.Store, keys func(string) str
 	if present[0] {
 		return fmt.Errorf("generation 0 is closed already")
 	}
-	if rank == 0 {
-		if _, fresh, err := s.CompareAndSet(ctx, gen(0, "uid"), nil, make([]byte, 128)); err != nil || !fresh {
-			return fmt.Errorf("publish the id: fresh %v, %w", fresh, err)
+	_, atOnce := s.(*rendezvous.Client)
+	var wg sync.WaitGroup
+	run := func(f func()) {
+		if atOnce {
+			wg.Go(f)
+		} else {
+			f()
 		}
 	}
-	if _, fresh, err := s.CompareAndSet(ctx, gen(0, "rank/"+strconv.Itoa(rank)), nil, []byte{1}); err != nil || !fresh {
-		return fmt.Errorf("marker: fresh %v, %w", fresh, err)
+	var fresh [2]bool
+	var errs [5]error
+	var n int64
+	var state, id []byte
+	if rank == 0 {
+		run(func() { _, fresh[0], errs[0] = s.CompareAndSet(ctx, gen(0, "uid"), nil, make([]byte, 128)) })
+	} else {
+		fresh[0] = true
 	}
-	n, err := s.Add(ctx, gen(0, "count"), 1)
-	if err != nil {
-		return err
+	run(func() {
+		_, fresh[1], errs[1] = s.CompareAndSet(ctx, gen(0, "rank/"+strconv.Itoa(rank)), nil, []byte{1})
+	})
+	run(func() { n, errs[2] = s.Add(ctx, gen(0, "count"), 1) })
+	var waits sync.WaitGroup
+	wait := func(f func()) {
+		if atOnce {
+			waits.Go(f)
+		}
+	}
+	wait(func() { state, errs[3] = s.Get(ctx, gen(0, "state")) })
+	if rank != 0 {
+		wait(func() { id, errs[4] = s.Get(ctx, gen(0, "uid")) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs[:3]...); err != nil || !fresh[0] || !fresh[1] {
+		return fmt.Errorf("publish the id and the marker: fresh %v, %w", fresh, err)
 	}
 	if n == int64(world) {
 		if _, _, err := s.CompareAndSet(ctx, gen(0, "state"), nil, []byte("ok")); err != nil {
 			return err
 		}
 	}
-	if st, err := s.Get(ctx, gen(0, "state")); err != nil || string(st) != "ok" {
-		return fmt.Errorf("state %q, %w", st, err)
-	}
-	if rank != 0 {
-		if id, err := s.Get(ctx, gen(0, "uid")); err != nil || len(id) != 128 {
-			return fmt.Errorf("id of %d bytes, %w", len(id), err)
+	if !atOnce {
+		state, errs[3] = s.Get(ctx, gen(0, "state"))
+		if rank != 0 && errs[3] == nil {
+			id, errs[4] = s.Get(ctx, gen(0, "uid"))
 		}
+	}
+	waits.Wait()
+	if errs[3] != nil || string(state) != "ok" {
+		return fmt.Errorf("state %q, %w", state, errs[3])
+	}
+	if rank != 0 && (errs[4] != nil || len(id) != 128) {
+		return fmt.Errorf("id of %d bytes, %w", len(id), errs[4])
 	}
 	return nil
 }
