@@ -80,11 +80,7 @@ func childMain() int {
 		ids := f.initIDs()
 		say("ok gen=%d uid=%s", b.c.cfg.job.member.generation(), hex.EncodeToString(ids[len(ids)-1][:]))
 		// Rank 0 serves the store until every rank has its id.
-		// A rank whose arrival completes the barrier may see rank 0's server close
-		// before its own reply is written (a known race in Server.Close, see the
-		// README's known limits): the barrier has done its job once every rank has its
-		// id, which was checked above.
-		if err := j.Store().Barrier(ctx, "test/done", j.Rank(), j.WorldSize()); err != nil && (j.Rank() == 0 || !errors.Is(err, rendezvous.ErrClosed)) {
+		if err := j.Store().Barrier(ctx, "test/done", j.Rank(), j.WorldSize()); err != nil {
 			say("error final barrier: %v", err)
 			return 1
 		}

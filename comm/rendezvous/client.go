@@ -51,6 +51,7 @@ type Client struct {
 	queued  uint64     // frames queued so far
 	sent    uint64     // frames whose write has ended
 	writing bool       // a call is writing the queue
+	wfailed bool       // a write failed (the client has failed with its error)
 
 	mu      sync.Mutex
 	err     error // why the client stopped; nil while it works
@@ -434,8 +435,7 @@ func (c *Client) write(ctx context.Context, build func(*encoder)) error {
 		for c.sent < mine {
 			c.qcond.Wait()
 		}
-		c.qmu.Unlock()
-		return c.failure()
+		return c.writeFailureLocked()
 	}
 	c.writing = true
 	// Let the calls started together with this one queue their frames first.
@@ -454,6 +454,7 @@ func (c *Client) write(ctx context.Context, build func(*encoder)) error {
 			c.fail(err)
 		}
 		c.qmu.Lock()
+		c.wfailed = c.wfailed || err != nil
 		if cap(buf) <= readChunk {
 			c.spare = buf[:0]
 		}
@@ -461,7 +462,19 @@ func (c *Client) write(ctx context.Context, build func(*encoder)) error {
 		c.qcond.Broadcast()
 	}
 	c.writing = false
+	return c.writeFailureLocked()
+}
+
+// writeFailureLocked unlocks qmu and returns the client's failure if a write failed,
+// else nil: a frame that was written is answered by its reply or by the failure that
+// ends the client, not by a failure that came after it was sent (its reply may have
+// arrived before the connection closed).
+func (c *Client) writeFailureLocked() error {
+	failed := c.wfailed
 	c.qmu.Unlock()
+	if !failed {
+		return nil
+	}
 	return c.failure()
 }
 

@@ -60,6 +60,10 @@ type Server struct {
 
 	wg         sync.WaitGroup // Serve loops, connections and the memory janitor
 	deliveries sync.WaitGroup // replies to blocked requests not yet written
+	// handling is held shared while a connection handles a request and writes its
+	// reply; Close takes it exclusively before it closes the connections, so that a
+	// reply already due is written first.
+	handling sync.RWMutex
 	janitor    sync.Once
 
 	mu        sync.Mutex
@@ -217,6 +221,8 @@ func (s *Server) Close() error {
 		_ = nc.SetWriteDeadline(flush)
 	}
 	s.deliveries.Wait()
+	s.handling.Lock() // the requests being handled write their replies (by flush)
+	s.handling.Unlock()
 	for _, nc := range conns {
 		_ = nc.Close()
 	}
@@ -476,7 +482,10 @@ func (c *serverConn) serve() {
 			c.logEnd("read", err)
 			return
 		}
-		if err = c.handleInTurn(f, refused); err != nil {
+		s.handling.RLock()
+		err = c.handleInTurn(f, refused)
+		s.handling.RUnlock()
+		if err != nil {
 			c.logEnd(f.op.String(), err)
 			return
 		}
