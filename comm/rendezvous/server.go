@@ -64,7 +64,7 @@ type Server struct {
 	// reply; Close takes it exclusively before it closes the connections, so that a
 	// reply already due is written first.
 	handling sync.RWMutex
-	janitor    sync.Once
+	janitor  sync.Once
 
 	mu        sync.Mutex
 	closed    bool
