@@ -482,10 +482,7 @@ func (c *serverConn) serve() {
 			c.logEnd("read", err)
 			return
 		}
-		s.handling.RLock()
-		err = c.handleInTurn(f, refused)
-		s.handling.RUnlock()
-		if err != nil {
+		if err = c.handleHeld(f, refused); err != nil {
 			c.logEnd(f.op.String(), err)
 			return
 		}
@@ -867,6 +864,14 @@ func (c *serverConn) nextBuffered() bool {
 
 // handleInTurn handles one request in a turn (see turns) and writes its reply, with
 // those of the requests before it while they arrived together.
+// handleHeld is handleInTurn with Server.handling held shared, released even when the
+// handler panics (the serving goroutine recovers and closes the connection).
+func (c *serverConn) handleHeld(f frame, refused error) error {
+	c.s.handling.RLock()
+	defer c.s.handling.RUnlock()
+	return c.handleInTurn(f, refused)
+}
+
 func (c *serverConn) handleInTurn(f frame, refused error) (err error) {
 	s := c.s
 	s.turns.acquire(c)
