@@ -182,18 +182,8 @@ func (st *store) delete(key string) bool {
 	return true
 }
 
-// check reports which of keys exist.
-func (st *store) check(keys ...string) []bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	out := make([]bool, len(keys))
-	for i, k := range keys {
-		_, out[i] = st.data[k]
-	}
-	return out
-}
-
-// checkFields is check for keys still in a frame: one byte per key, 1 if it exists.
+// checkFields reports which of keys (still in a frame) exist: one byte per key, 1 if
+// it does.
 func (st *store) checkFields(keys [][]byte) []byte {
 	out := make([]byte, len(keys))
 	st.mu.Lock()
