@@ -31,7 +31,41 @@ func TestMain(m *testing.M) {
 	if os.Getenv(procChildEnv) == "1" {
 		os.Exit(childMain())
 	}
+	if os.Getenv(mpiRankEnv) == "" {
+		clearLauncherEnv()
+	}
 	os.Exit(m.Run())
+}
+
+// mpiRankEnv names the test a rank process of an mpirun job started by the MPI tests
+// runs (mpiChildEnv in mpi_test.go, of package comm_test).
+const mpiRankEnv = "NCCLGO_MPI_RANK_TEST"
+
+// launcherEnv is every variable through which a launcher (torchrun, srun, mpirun) or a
+// store setting tells Connect and JoinJob who this process is.
+var launcherEnv = []string{
+	rendezvous.EnvMasterAddr, rendezvous.EnvMasterPort, rendezvous.EnvRank, rendezvous.EnvWorldSize,
+	rendezvous.EnvLocalRank, rendezvous.EnvToken, rendezvous.EnvSlurmProcID, rendezvous.EnvSlurmNTasks,
+	rendezvous.EnvSlurmLocalID, rendezvous.EnvSlurmJobNodeList, rendezvous.EnvSlurmLaunchNode,
+	rendezvous.EnvOMPIRank, rendezvous.EnvOMPISize, rendezvous.EnvOMPILocalRank, rendezvous.EnvOMPILocalSize,
+	rendezvous.EnvPMIxRank, EnvStorePort, EnvUseAgentStore, EnvRestartCount,
+}
+
+// clearLauncherEnv unsets launcherEnv in the test process itself (not in the rank
+// processes the tests start, which get their variables from the test): run inside a
+// job's allocation (an salloc shell, a torchrun or mpirun job), the tests and examples
+// would otherwise join that job. It says on stderr which it unset.
+func clearLauncherEnv() {
+	var unset []string
+	for _, name := range launcherEnv {
+		if _, ok := os.LookupEnv(name); ok {
+			unset = append(unset, name)
+			_ = os.Unsetenv(name)
+		}
+	}
+	if len(unset) > 0 {
+		fmt.Fprintf(os.Stderr, "comm tests: unset the launcher's variables %v of this shell; each test sets its own\n", unset)
+	}
 }
 
 // childMain is one rank process: it joins the job described by its environment and
