@@ -1111,6 +1111,9 @@ func (c *serverConn) handle(f frame) error {
 		world, flags, bitmap := encodeBarrierState(st.barrierState(key))
 		return c.reply(f.id, f.op, statusOK, []byte{flags}, binary.BigEndian.AppendUint64(nil, world), bitmap)
 
+	case opArrive: // latch.go
+		return c.arrive(f)
+
 	case opCancel:
 		if len(f.fields) != 0 {
 			return badFields(f)
