@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"runtime"
 	"strconv"
 	"sync"
@@ -584,4 +585,35 @@ func TestJobOfMoreRanksThanTheDefaultConnectionLimit(t *testing.T) {
 	n, err := jobs[0].Store().Add(ctx, "joined", 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(world), n)
+}
+
+// Every rank of a job dials rank 0's store at once: the store holds a handshake slot
+// for each of them, so that a burst of connections whose handshakes are slow to come
+// (a loaded rank 0, a slow network) waits for none and has none dropped to make room.
+// Connections that have sent nothing yet stand for those: with the default 64 slots
+// the newcomers evict them after the 100 ms grace; with a slot per rank they all stay.
+func TestJobStoreHoldsAHandshakeSlotPerRank(t *testing.T) {
+	noLeaks(t)
+	world := 2 * rendezvous.DefaultMaxHandshakes
+	port := freePort(t)
+	joinAll(t, port, world, 0)
+	silent := make([]net.Conn, world-2)
+	for i := range silent {
+		nc, err := net.Dial("tcp", jobOf(port, 0, world).Addr())
+		require.NoError(t, err)
+		defer nc.Close()
+		silent[i] = nc
+	}
+	// A rank that dials after them is served once the server accepted them all (the
+	// listener's queue is first in, first out).
+	joinAll(t, port, world, 1)
+	evicted := 0
+	buf := make([]byte, 1)
+	for _, nc := range silent {
+		_ = nc.SetReadDeadline(time.Now().Add(time.Millisecond))
+		if _, err := nc.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+			evicted++
+		}
+	}
+	assert.Zero(t, evicted, "connections dropped from their handshake slot")
 }

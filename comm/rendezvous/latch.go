@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"runtime/debug"
+	"slices"
 	"strconv"
 )
 
@@ -134,21 +135,21 @@ func (a Arrival) validate() error {
 	if err := checkValue(a.DoneValue); err != nil {
 		return err
 	}
-	seen := make(map[string]bool, len(a.Create))
+	keys := make([]string, 0, len(a.Create))
 	for _, kv := range a.Create {
 		if err := checkKey(kv.Key); err != nil {
 			return err
 		}
-		switch {
-		case kv.Key == a.Done || kv.Key == a.Counter:
+		if kv.Key == a.Done || kv.Key == a.Counter {
 			return fmt.Errorf("%w: key to create %q is the latch's done key or counter", ErrInvalidArgument, kv.Key)
-		case seen[kv.Key]:
-			return fmt.Errorf("%w: key to create %q named twice", ErrInvalidArgument, kv.Key)
 		}
-		seen[kv.Key] = true
+		keys = append(keys, kv.Key)
 		if err := checkValue(kv.Value); err != nil {
 			return err
 		}
+	}
+	if err := twice(keys); err != nil {
+		return err
 	}
 	return checkKeys(a.Read)
 }
@@ -243,16 +244,28 @@ func (l latch) invalid() error {
 	if string(l.done) == string(l.counter) {
 		return fmt.Errorf("%w: done key and counter are both %q", ErrInvalidArgument, l.done)
 	}
-	seen := make(map[string]bool, len(l.create)/2)
+	var keys []string
 	for i := 0; i < len(l.create); i += 2 {
-		k := string(l.create[i])
-		switch {
-		case k == string(l.done) || k == string(l.counter):
+		if k := l.create[i]; string(k) == string(l.done) || string(k) == string(l.counter) {
 			return fmt.Errorf("%w: key to create %q is the latch's done key or counter", ErrInvalidArgument, k)
-		case seen[k]:
-			return fmt.Errorf("%w: key to create %q named twice", ErrInvalidArgument, k)
 		}
-		seen[k] = true
+		if len(l.create) > 2 {
+			keys = append(keys, string(l.create[i]))
+		}
+	}
+	return twice(keys)
+}
+
+// twice names a key that keys holds twice; keys may be reordered.
+func twice(keys []string) error {
+	if len(keys) < 2 {
+		return nil
+	}
+	slices.Sort(keys)
+	for i := 1; i < len(keys); i++ {
+		if keys[i] == keys[i-1] {
+			return fmt.Errorf("%w: key to create %q named twice", ErrInvalidArgument, keys[i])
+		}
 	}
 	return nil
 }
