@@ -30,6 +30,12 @@ import (
 // there moves on to the next one with it. A rank that stops waiting (its context ended)
 // closes the generation too, so that no late rank completes it; the others then fail at
 // once with the same list of missing ranks.
+//
+// Over ncclgo's own client a rank's arrival is one request, answered once the state
+// exists: rendezvous.Client.Arrive, which creates the marker (and rank 0's id), counts
+// the rank and, for the last one, sets the state "ok", atomically (joinAtOnce). Over
+// torch's TCPStore protocol, which has no such request, the same steps are calls one
+// after the other (joinInTurn).
 
 // opRendezvous names the rendezvous step of bring-up and reconnection in errors.
 const opRendezvous = "rendezvous"
