@@ -311,7 +311,7 @@ func (st *store) doneLocked(a *latchAnswer, read []string) {
 // arriveLatch is Client.Arrive's step on the store. keys is Done followed by the Read keys
 // (what a waiting arrival holds). It answers at once (ready) or registers a watcher of
 // Done whose fire runs, with st.mu held as for wait, once Done exists.
-func (st *store) arriveLatch(a *account, l latch, keys []string, fire func(latchAnswer, func())) (w *watcher, ans latchAnswer, ready bool, err error) {
+func (st *store) arriveLatch(a *account, l *latch, keys []string, fire func(latchAnswer, func())) (w *watcher, ans latchAnswer, ready bool, err error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.data[keys[0]] != nil {
@@ -328,11 +328,8 @@ func (st *store) arriveLatch(a *account, l latch, keys []string, fire func(latch
 	var cur int64
 	old := st.data[counter]
 	if old != nil {
-		if cur, err = strconv.ParseInt(string(old.value), 10, 64); err != nil {
-			return nil, ans, false, fmt.Errorf("%w: value of %q is not a decimal int64: %q", ErrNotCounter, counter, old.value[:min(len(old.value), 32)])
-		}
-		if cur == math.MaxInt64 {
-			return nil, ans, false, fmt.Errorf("%w: adding 1 to %d under %q overflows int64", ErrNotCounter, cur, counter)
+		if cur, err = strconv.ParseInt(string(old.value), 10, 64); err != nil || cur == math.MaxInt64 {
+			return nil, ans, false, notCounter(counter, old.value, err)
 		}
 	}
 	n := cur + 1
@@ -400,6 +397,15 @@ func (st *store) arriveLatch(a *account, l latch, keys []string, fire func(latch
 	return w, ans, false, nil
 }
 
+// notCounter is why a latch's counter cannot count one more arrival: parsing it failed
+// with err, or it is at the largest int64.
+func notCounter(key string, value []byte, err error) error {
+	if err != nil {
+		return fmt.Errorf("%w: value of %q is not a decimal int64: %q", ErrNotCounter, key, value[:min(len(value), 32)])
+	}
+	return fmt.Errorf("%w: adding 1 to %s under %q overflows int64", ErrNotCounter, value, key)
+}
+
 // clone copies a value out of a frame (an empty value stays non-nil).
 func clone(b []byte) []byte { return append([]byte{}, b...) }
 
@@ -424,7 +430,7 @@ func (c *serverConn) arrive(f frame) error {
 	if err := c.addPending(f.id); err != nil {
 		return err
 	}
-	w, ans, ready, err := c.s.st.arriveLatch(c.acct, l, keys, c.deliverArrived(f.id))
+	w, ans, ready, err := c.s.st.arriveLatch(c.acct, &l, keys, c.deliverArrived(f.id))
 	switch {
 	case err != nil:
 		c.settle(f.id, nil)
