@@ -186,6 +186,15 @@ func TestArriveRefusalsChangeNothing(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, []bool{false, false}, present)
 	})
+	t.Run("counter at its largest", func(t *testing.T) {
+		require.NoError(t, c.Set(ctx, "m/count", []byte("9223372036854775807")))
+		_, err := c.Arrive(ctx, Arrival{Done: "m/done", Counter: "m/count", Target: 1, Create: []KeyValue{{Key: "m/mark"}}})
+		require.ErrorIs(t, err, ErrNotCounter)
+		assert.Contains(t, err.Error(), `adding 1 to 9223372036854775807 under "m/count" overflows int64`)
+		present, err := c.Check(ctx, "m/mark", "m/done")
+		require.NoError(t, err)
+		assert.Equal(t, []bool{false, false}, present)
+	})
 	t.Run("store full", func(t *testing.T) {
 		before := s.budget.used.Load()
 		big := make([]byte, 200<<10) // each fits the share, the two do not
