@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"runtime/debug"
 	"slices"
 	"strconv"
 )
@@ -444,28 +443,7 @@ func (c *serverConn) arrive(f frame) error {
 }
 
 // deliverArrived is deliverer for an arrival's answer: what the store calls, with its
-// lock held, once the latch's done key exists; the answer is written from a goroutine
-// of its own.
+// lock held, once the latch's done key exists.
 func (c *serverConn) deliverArrived(id uint32) func(latchAnswer, func()) {
-	s := c.s
-	return func(a latchAnswer, release func()) {
-		s.deliveries.Add(1)
-		go func() {
-			defer s.deliveries.Done()
-			defer release()
-			defer func() {
-				if r := recover(); r != nil {
-					s.log.Error("rendezvous server: panic while writing a reply; closing the connection", "remote", c.remote, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-					_ = c.nc.Close()
-				}
-			}()
-			c.pmu.Lock()
-			delete(c.pending, id)
-			c.pmu.Unlock()
-			if err := c.reply(id, opArrive, statusOK, a.fields()...); err != nil {
-				s.warn("rendezvous server: closing connection: reply failed", "remote", c.remote, "op", opArrive.String(), "err", err)
-				_ = c.nc.Close()
-			}
-		}()
-	}
+	return func(a latchAnswer, release func()) { c.deliver(id, opArrive, release, a.fields()...) }
 }
