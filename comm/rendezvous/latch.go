@@ -108,7 +108,7 @@ func (c *Client) Arrive(ctx context.Context, a Arrival) (Arrived, error) {
 	if err != nil {
 		return Arrived{}, fmt.Errorf("arrive at %q on %s: %w", a.Done, c.addr, err)
 	}
-	out, err := decodeArrived(r.fields, len(a.Read))
+	out, err := decodeArrived(r.fields, len(a.Create), len(a.Read))
 	if err != nil {
 		return Arrived{}, fmt.Errorf("arrive at %q: %w", a.Done, err)
 	}
@@ -155,7 +155,7 @@ func (a Arrival) validate() error {
 
 // decodeArrived parses an arrive reply: flags, count (i64), conflict index (i64),
 // then with flag 4 Done's value, one byte per Read key (1 if it exists) and the values.
-func decodeArrived(fields [][]byte, reads int) (Arrived, error) {
+func decodeArrived(fields [][]byte, creates, reads int) (Arrived, error) {
 	bad := fmt.Errorf("%w: malformed arrive reply with %d fields", ErrProtocol, len(fields))
 	if len(fields) < 3 || len(fields[0]) != 1 || len(fields[1]) != 8 || len(fields[2]) != 8 {
 		return Arrived{}, bad
@@ -167,7 +167,11 @@ func decodeArrived(fields [][]byte, reads int) (Arrived, error) {
 		Conflict: -1,
 	}
 	if flags&arrivedConflict != 0 {
-		out.Conflict = int(int64(binary.BigEndian.Uint64(fields[2])))
+		i := binary.BigEndian.Uint64(fields[2])
+		if i >= uint64(creates) {
+			return Arrived{}, fmt.Errorf("%w: arrive reply names key %d of %d to create", ErrProtocol, i, creates)
+		}
+		out.Conflict = int(i)
 	}
 	if flags&arrivedDone == 0 {
 		if len(fields) != 3 {

@@ -326,3 +326,23 @@ func TestArriveLatchOfManyParties(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+func TestArriveRefusesMalformedReplies(t *testing.T) {
+	u64 := func(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+	ok := latchAnswer{flags: arrivedDone, count: 2, done: []byte("ok"), present: []byte{1}, values: [][]byte{[]byte("id")}}.fields()
+	got, err := decodeArrived(ok, 1, 1)
+	require.NoError(t, err)
+	assert.Equal(t, Arrived{Count: 2, Conflict: -1, Done: []byte("ok"), Values: [][]byte{[]byte("id")}}, got)
+	for name, fields := range map[string][][]byte{
+		"no fields":              nil,
+		"short count":            {{arrivedDone}, {1}, u64(0)},
+		"conflict out of range":  {{arrivedConflict}, u64(0), u64(1)},
+		"negative conflict":      {{arrivedConflict}, u64(0), u64(1 << 63)},
+		"values missing":         ok[:5],
+		"presence of wrong size": append(append([][]byte{}, ok[:4]...), []byte{1, 1}, []byte("id")),
+		"fields after no done":   {{0}, u64(3), u64(0), []byte("x")},
+	} {
+		_, err := decodeArrived(fields, 1, 1)
+		require.ErrorIs(t, err, ErrProtocol, name)
+	}
+}
