@@ -30,6 +30,12 @@ import (
 // there moves on to the next one with it. A rank that stops waiting (its context ended)
 // closes the generation too, so that no late rank completes it; the others then fail at
 // once with the same list of missing ranks.
+//
+// Over ncclgo's own client a rank's arrival is one request, answered once the state
+// exists: rendezvous.Client.Arrive, which creates the marker (and rank 0's id), counts
+// the rank and, for the last one, sets the state "ok", atomically (joinAtOnce). Over
+// torch's TCPStore protocol, which has no such request, the same steps are calls one
+// after the other (joinInTurn).
 
 // opRendezvous names the rendezvous step of bring-up and reconnection in errors.
 const opRendezvous = "rendezvous"
@@ -87,10 +93,15 @@ func (m *member) meet(ctx context.Context) (UniqueID, error) {
 	j.mu.Lock()
 	gen := j.next[m.group]
 	j.mu.Unlock()
-	for {
-		if gen, err = m.firstOpen(ctx, s, gen); err != nil {
-			j.lost(s, err)
-			return UniqueID{}, fmt.Errorf("group %q: %w", m.group, err)
+	// ncclgo's client arrives at once (joinAtOnce), and is told when the generation is
+	// closed; over torch's protocol the rank looks for the first open one first.
+	_, atOnce := s.(*rendezvous.Client)
+	for lookup := !atOnce; ; lookup = true {
+		if lookup {
+			if gen, err = m.firstOpen(ctx, s, gen); err != nil {
+				j.lost(s, err)
+				return UniqueID{}, fmt.Errorf("group %q: %w", m.group, err)
+			}
 		}
 		id, err := m.join(ctx, s, gen)
 		j.lost(s, err)
@@ -152,92 +163,58 @@ func (m *member) join(ctx context.Context, s rendezvous.Store, gen uint64) (Uniq
 	return m.joinInTurn(ctx, s, gen)
 }
 
-// joinAtOnce is join over ncclgo's own client, which carries any number of requests
-// on its one connection at a time: the rank sends all of its requests together (rank
-// 0's id, its marker, its arrival, the wait for the state and, on the other ranks, the
-// wait for the id) and decides on their answers as joinInTurn does on each in turn, so
-// that a join takes one round trip and the wait instead of four or five.
+// joinAtOnce is join over ncclgo's own client: the rank arrives at the generation's
+// latch (rendezvous.Client.Arrive) in one request, and the store answers it once every
+// rank has arrived, with the id. The arrival creates the rank's marker (and on rank 0
+// the id) only if absent, counts the rank, and the last arrival sets the state "ok";
+// all of it at once, so that a join takes one round trip and the wait instead of the
+// four or five of joinInTurn, and no Check of the states before it (an arrival at a
+// closed generation is told so, and changes nothing).
 //
-// The outcome is joinInTurn's: a rank whose marker or id was there before still closes
-// the generation (its arrival, counted meanwhile, completes nothing: the count it
-// reached is only acted upon by a rank that arrived fresh, and a count past the world
-// closes the generation too), and the waits that it no longer needs are cancelled.
+// The outcome is joinInTurn's: a rank whose marker or id was there before closes the
+// generation (without being counted), and a count past the world closes it too.
 func (m *member) joinAtOnce(ctx context.Context, s *rendezvous.Client, gen uint64) (UniqueID, error) {
 	var id UniqueID
+	uidKey := m.key(gen, "uid")
+	a := rendezvous.Arrival{Done: m.key(gen, "state"), DoneValue: []byte(stateOK), Counter: m.key(gen, "count"), Target: int64(m.world)}
+	marker := rendezvous.KeyValue{Key: m.key(gen, rankMarker(m.rank)), Value: []byte{1}}
 	var uid gpulib.UniqueID
 	if m.rank == 0 {
 		var err error
 		if uid, err = m.newID(); err != nil {
 			return id, fmt.Errorf("get-unique-id: %w", err)
 		}
-	}
-	waits, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		quick, slow               sync.WaitGroup
-		uidFresh, markFresh       bool
-		n                         int64
-		state, got                []byte
-		uidErr, markErr, addErr   error
-		stateErr, gotErr          error
-		stateKey, uidKey, counter = m.key(gen, "state"), m.key(gen, "uid"), m.key(gen, "count")
-		stateDone, gotDone        = make(chan struct{}), make(chan struct{})
-	)
-	if m.rank == 0 {
-		quick.Go(func() { _, uidFresh, uidErr = s.CompareAndSet(ctx, uidKey, nil, uid[:]) })
+		a.Create = []rendezvous.KeyValue{{Key: uidKey, Value: uid[:]}, marker}
 	} else {
-		slow.Go(func() { defer close(gotDone); got, gotErr = s.Get(waits, uidKey) })
+		a.Create = []rendezvous.KeyValue{marker}
+		a.Read = []string{uidKey}
 	}
-	quick.Go(func() { _, markFresh, markErr = s.CompareAndSet(ctx, m.key(gen, rankMarker(m.rank)), nil, []byte{1}) })
-	quick.Go(func() { n, addErr = s.Add(ctx, counter, 1) })
-	slow.Go(func() { defer close(stateDone); state, stateErr = s.Get(waits, stateKey) })
-	defer slow.Wait() // cancelled, the waits end before this returns
-	quick.Wait()
-	if err := errors.Join(uidErr, markErr, addErr); err != nil {
-		cancel()
+	got, err := s.Arrive(ctx, a)
+	if err != nil {
 		return id, m.gaveUp(ctx, s, gen, err)
 	}
 	switch {
-	case m.rank == 0 && !uidFresh:
-		return id, m.closeCancel(ctx, s, gen, cancel, stateRestart+"rank 0 found an id published by an earlier rank 0")
-	case !markFresh:
-		return id, m.closeCancel(ctx, s, gen, cancel, fmt.Sprintf("%srank %d had arrived before (a restarted process)", stateRestart, m.rank))
-	case n > int64(m.world):
-		return id, m.closeCancel(ctx, s, gen, cancel, fmt.Sprintf("%s%d arrivals for world size %d", stateRestart, n, m.world))
-	case n == int64(m.world):
-		if _, _, err := s.CompareAndSet(ctx, stateKey, nil, []byte(stateOK)); err != nil {
-			cancel()
-			return id, m.gaveUp(ctx, s, gen, err)
-		}
+	case got.Closed:
+		return id, fmt.Errorf("%w: %s", errGenerationClosed, got.Done)
+	case got.Conflict >= 0 && a.Create[got.Conflict].Key == uidKey:
+		return id, m.close(ctx, s, gen, stateRestart+"rank 0 found an id published by an earlier rank 0")
+	case got.Conflict >= 0:
+		return id, m.close(ctx, s, gen, fmt.Sprintf("%srank %d had arrived before (a restarted process)", stateRestart, m.rank))
+	case got.Count > int64(m.world):
+		return id, m.close(ctx, s, gen, fmt.Sprintf("%s%d arrivals for world size %d", stateRestart, got.Count, m.world))
 	}
-	<-stateDone // the id's wait ends only if rank 0 came: the state first
-	if stateErr != nil {
-		cancel()
-		return id, m.gaveUp(ctx, s, gen, stateErr)
-	}
-	if err := m.closedBy(ctx, s, gen, string(state)); err != nil {
-		cancel()
+	if err := m.closedBy(ctx, s, gen, string(got.Done)); err != nil {
 		return id, err
 	}
 	if m.rank == 0 {
 		return UniqueID(uid), nil
 	}
-	<-gotDone // state "ok": every rank arrived, rank 0 after publishing the id
-	if gotErr != nil {
-		return id, gotErr
+	// State "ok": every rank arrived, rank 0 with the id.
+	if v := got.Values[0]; len(v) != len(id) {
+		return id, fmt.Errorf("unique id under %q has %d bytes, want %d", uidKey, len(v), len(id))
 	}
-	if len(got) != len(id) {
-		return id, fmt.Errorf("unique id under %q has %d bytes, want %d", uidKey, len(got), len(id))
-	}
-	copy(id[:], got)
+	copy(id[:], got.Values[0])
 	return id, nil
-}
-
-// closeCancel closes generation gen with state and cancels the waits of the join.
-func (m *member) closeCancel(ctx context.Context, s rendezvous.Store, gen uint64, cancel func(), state string) error {
-	err := m.close(ctx, s, gen, state)
-	cancel()
-	return err
 }
 
 // joinInTurn is join over a store that answers one request at a time per connection

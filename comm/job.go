@@ -96,16 +96,16 @@ func JoinJob(ctx context.Context, opts ...Option) (*Job, error) {
 		return nil, fmt.Errorf("join job: %w", err)
 	}
 	if jc.Rank == 0 && !cfg.job.external && j.agent == "" {
-		var lc net.ListenConfig
+		// No TCP keepalives: the store's clients ping it and it closes connections idle
+		// for its idle timeout, and the four setsockopt calls they take per connection
+		// are a good part of what accepting costs when thousands of ranks dial at once.
+		lc := net.ListenConfig{KeepAlive: -1}
 		addr := listenAddr(jc)
 		l, err := lc.Listen(ctx, "tcp", addr)
 		if err != nil {
 			return nil, fmt.Errorf("join job as rank 0 of %d: serve the store: %w", jc.WorldSize, err)
 		}
-		// Every rank holds a connection for as long as the job runs, and one more while
-		// it reconnects: the server takes them all, however many ranks the job has.
-		conns := rendezvous.WithMaxConns(max(rendezvous.DefaultMaxConns, 2*jc.WorldSize))
-		j.server = rendezvous.NewServer(append([]rendezvous.ServerOption{rendezvous.WithToken(jc.Token), rendezvous.WithLogger(cfg.log), conns}, cfg.job.torch...)...)
+		j.server = rendezvous.NewServer(append(jobServerOptions(jc, cfg.log), cfg.job.torch...)...)
 		j.served = make(chan struct{})
 		go func() {
 			defer close(j.served)
@@ -120,6 +120,20 @@ func JoinJob(ctx context.Context, opts ...Option) (*Job, error) {
 		return nil, fmt.Errorf("join job as rank %d of %d: %w", jc.Rank, jc.WorldSize, err)
 	}
 	return j, nil
+}
+
+// jobServerOptions configures the store rank 0 serves for a job of jc.WorldSize ranks.
+// Every rank holds a connection for as long as the job runs, and one more while it
+// reconnects: the server takes them all, however many ranks the job has. And every rank
+// dials at bring-up, all at once: the server takes all their handshakes together, so
+// that none waits in the listener's queue for a handshake slot, or is dropped from one
+// to make room (and dials again) when handshakes are slow on a loaded rank 0.
+func jobServerOptions(jc rendezvous.Config, log *slog.Logger) []rendezvous.ServerOption {
+	return []rendezvous.ServerOption{
+		rendezvous.WithToken(jc.Token), rendezvous.WithLogger(log),
+		rendezvous.WithMaxConns(max(rendezvous.DefaultMaxConns, 2*jc.WorldSize)),
+		rendezvous.WithMaxHandshakes(max(rendezvous.DefaultMaxHandshakes, jc.WorldSize)),
+	}
 }
 
 // EnvStorePort names the variable that moves ncclgo's store off MASTER_PORT (and, under

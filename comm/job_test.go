@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"runtime"
 	"strconv"
 	"sync"
@@ -584,4 +585,68 @@ func TestJobOfMoreRanksThanTheDefaultConnectionLimit(t *testing.T) {
 	n, err := jobs[0].Store().Add(ctx, "joined", 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(world), n)
+}
+
+// Every rank of a job dials rank 0's store at once: the store holds a handshake slot
+// for each of them, so that a burst of connections whose handshakes are slow to come
+// (a loaded rank 0, a slow network) waits for none and has none dropped to make room.
+// Connections that have sent nothing yet stand for those: with the default 64 slots
+// the newcomers evict them after the 100 ms grace; with a slot per rank they all stay.
+func TestJobStoreHoldsAHandshakeSlotPerRank(t *testing.T) {
+	noLeaks(t)
+	world := 2 * rendezvous.DefaultMaxHandshakes
+	port := freePort(t)
+	joinAll(t, port, world, 0)
+	silent := make([]net.Conn, world-2)
+	for i := range silent {
+		nc, err := net.Dial("tcp", jobOf(port, 0, world).Addr())
+		require.NoError(t, err)
+		defer nc.Close()
+		silent[i] = nc
+	}
+	// A rank that dials after them is served once the server accepted them all (the
+	// listener's queue is first in, first out).
+	joinAll(t, port, world, 1)
+	evicted := 0
+	buf := make([]byte, 1)
+	for _, nc := range silent {
+		_ = nc.SetReadDeadline(time.Now().Add(time.Millisecond))
+		if _, err := nc.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+			evicted++
+		}
+	}
+	assert.Zero(t, evicted, "connections dropped from their handshake slot")
+}
+
+// A restarted rank 0 finds the id its first incarnation published: it closes that
+// generation without being counted in it, and every rank meets in the next one with
+// the new id, never the earlier one.
+func TestARestartedRankZeroMovesEveryoneToTheNextGeneration(t *testing.T) {
+	noLeaks(t)
+	const world = 3
+	port := freePort(t)
+	jobs, fakes := joinAll(t, port, world, 0, 1, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store := jobs[0].Store()
+	key := func(name string) string { return rendezvous.GenerationKey(defaultGroup, 0, name) }
+	earlier := make([]byte, 128) // the id of rank 0's first incarnation
+	copy(earlier, "an earlier id")
+	_, _, err := store.CompareAndSet(ctx, key("uid"), nil, earlier)
+	require.NoError(t, err)
+
+	bs, errs := onRanks([]int{0, 1, 2}, func(r int) (*NCCL, error) { return jobs[r].NewNCCL(ctx) })
+	for r := range world {
+		require.NoError(t, errs[r], "rank %d", r)
+		assert.Equal(t, uint64(1), bs[r].c.cfg.job.member.generation(), "rank %d", r)
+		assert.Equal(t, fakes[0].initIDs(), fakes[r].initIDs(), "rank %d", r)
+		assert.NotEqual(t, earlier, fakes[r].initIDs()[0][:], "rank %d", r)
+	}
+	state, err := store.Get(ctx, key("state"))
+	require.NoError(t, err)
+	assert.Contains(t, string(state), "rank 0 found an id published by an earlier rank 0")
+	present, err := store.Check(ctx, key("rank/0"))
+	require.NoError(t, err)
+	assert.Equal(t, []bool{false}, present, "rank 0 was not counted in the generation it closed")
+	closeAll(t, bs)
 }

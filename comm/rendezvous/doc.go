@@ -45,6 +45,12 @@
 //	              world (i64)                [0, world) has arrived)
 //	13  barrier-  key                        flags (1: some rank arrived, 2: done),
 //	    state                                world (i64), bitmap of the ranks arrived
+//	14  arrive    done key, done value,      flags (1: closed before, 2: conflict,
+//	              counter key, target (i64), 4: done), count (i64), conflict index
+//	              n (i64), n pairs of key    (i64); with flag 4 also the done value,
+//	              and value to create, keys  one byte per key to read (1: exists)
+//	              to read                    and their values (sent once the done
+//	                                         key exists, see Client.Arrive)
 //
 // A connection starts with hello. The server refuses other versions (status 3) and,
 // at its connection limit, answers the first frame slot with busy (status 4) and

@@ -49,10 +49,11 @@ const (
 	opPing
 	opBarrier
 	opBarrierState
+	opArrive // latch.go
 )
 
 func (o op) String() string {
-	names := [...]string{"", "hello", "auth", "set", "get", "add", "wait", "compare-and-set", "delete", "check", "cancel", "ping", "barrier", "barrier-state"}
+	names := [...]string{"", "hello", "auth", "set", "get", "add", "wait", "compare-and-set", "delete", "check", "cancel", "ping", "barrier", "barrier-state", "arrive"}
 	if int(o) < len(names) && o != 0 {
 		return names[o]
 	}

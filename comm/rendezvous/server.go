@@ -1111,6 +1111,9 @@ func (c *serverConn) handle(f frame) error {
 		world, flags, bitmap := encodeBarrierState(st.barrierState(key))
 		return c.reply(f.id, f.op, statusOK, []byte{flags}, binary.BigEndian.AppendUint64(nil, world), bitmap)
 
+	case opArrive: // latch.go
+		return c.arrive(f)
+
 	case opCancel:
 		if len(f.fields) != 0 {
 			return badFields(f)
@@ -1164,33 +1167,37 @@ func (c *serverConn) settle(id uint32, cancel func() bool) {
 // of c is answered: the reply is written from a goroutine of its own, so that a client
 // that stops reading delays no one else.
 func (c *serverConn) deliverer(id uint32, o op) func(value []byte, release func()) {
-	s := c.s
 	return func(value []byte, release func()) {
-		s.deliveries.Add(1)
-		go func() {
-			defer s.deliveries.Done()
-			defer release()
-			defer func() {
-				if r := recover(); r != nil {
-					s.log.Error("rendezvous server: panic while writing a reply; closing the connection", "remote", c.remote, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-					_ = c.nc.Close()
-				}
-			}()
-			c.pmu.Lock()
-			delete(c.pending, id)
-			c.pmu.Unlock()
-			var err error
-			if o == opGet {
-				err = c.reply(id, o, statusOK, value)
-			} else {
-				err = c.reply(id, o, statusOK)
-			}
-			if err != nil {
-				s.warn("rendezvous server: closing connection: reply failed", "remote", c.remote, "op", o.String(), "err", err)
+		if o == opGet {
+			c.deliver(id, o, release, value)
+		} else {
+			c.deliver(id, o, release)
+		}
+	}
+}
+
+// deliver writes the reply of the blocked request id from a goroutine of its own, and
+// calls release once it is written.
+func (c *serverConn) deliver(id uint32, o op, release func(), fields ...[]byte) {
+	s := c.s
+	s.deliveries.Add(1)
+	go func() {
+		defer s.deliveries.Done()
+		defer release()
+		defer func() {
+			if r := recover(); r != nil {
+				s.log.Error("rendezvous server: panic while writing a reply; closing the connection", "remote", c.remote, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 				_ = c.nc.Close()
 			}
 		}()
-	}
+		c.pmu.Lock()
+		delete(c.pending, id)
+		c.pmu.Unlock()
+		if err := c.reply(id, o, statusOK, fields...); err != nil {
+			s.warn("rendezvous server: closing connection: reply failed", "remote", c.remote, "op", o.String(), "err", err)
+			_ = c.nc.Close()
+		}
+	}()
 }
 
 // block answers a Get or Wait whose keys all exist, or leaves it with the store until

@@ -238,7 +238,10 @@ func serveNcclgo(args []string) {
 			_ = a.Close()
 		}()
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	// As comm's rank 0 serves the store (comm/job.go): no TCP keepalives, a
+	// handshake slot for every rank that may dial at once.
+	lc := net.ListenConfig{KeepAlive: -1}
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		fatalf("%v", err)
 	}
@@ -248,9 +251,10 @@ func serveNcclgo(args []string) {
 	// PyTorch's server has no budget: give ncclgo's one that does not refuse the
 	// bring-up, and keep every client's share of it at the default eighth.
 	s := rendezvous.NewServer(rendezvous.WithLogger(slog.New(slog.DiscardHandler)), rendezvous.WithMaxConns(3*rendezvous.MaxKeysPerRequest),
+		rendezvous.WithMaxHandshakes(rendezvous.MaxKeysPerRequest),
 		rendezvous.WithMaxStoreBytes(16<<30))
 	go func() { _ = s.Serve(context.Background(), l) }()
-	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	echo, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0") // the floor's, accepted alike
 	if err != nil {
 		fatalf("%v", err)
 	}
@@ -498,14 +502,17 @@ func ownKey(ctx context.Context, s rendezvous.Store, keys func(string) string, r
 }
 
 // joinLikeComm makes the store calls comm's bring-up makes for a rank (member.firstOpen
-// and member.join in comm/generation.go, generation 0 of a fresh group): look for the
-// first open generation (a Check of 64 state keys), then, over ncclgo's own client, all
-// at once (member.joinAtOnce): rank 0 publishes the 128-byte unique id if absent, each
-// rank creates its marker if absent, adds itself to the count and waits for the state,
-// the others wait for the id too; the last one sets the state. Over torch's protocol
-// the same calls go one after the other (member.joinInTurn). O(1) calls per rank,
-// O(world) in all.
+// and member.join in comm/generation.go, generation 0 of a fresh group). Over ncclgo's
+// own client that is one Arrive (joinArrive); over torch's protocol the calls go one
+// after the other (member.joinInTurn): look for the first open generation (a Check of
+// 64 state keys), rank 0 publishes the 128-byte unique id if absent, each rank creates
+// its marker if absent, adds itself to the count, the last one sets the state, and
+// each waits for the state, the others for the id too. O(1) calls per rank, O(world)
+// in all.
 func joinLikeComm(ctx context.Context, s rendezvous.Store, keys func(string) string, rank, world int) error {
+	if c, ok := s.(*rendezvous.Client); ok {
+		return joinArrive(ctx, c, keys, rank, world)
+	}
 	gen := func(g int, name string) string { return keys(rendezvous.GenerationKey("bench", uint64(g), name)) }
 	states := make([]string, 64)
 	for i := range states {
@@ -518,59 +525,54 @@ func joinLikeComm(ctx context.Context, s rendezvous.Store, keys func(string) str
 	if present[0] {
 		return fmt.Errorf("generation 0 is closed already")
 	}
-	_, atOnce := s.(*rendezvous.Client)
-	var wg sync.WaitGroup
-	run := func(f func()) {
-		if atOnce {
-			wg.Go(f)
-		} else {
-			f()
-		}
-	}
-	var fresh [2]bool
-	var errs [5]error
-	var n int64
-	var state, id []byte
 	if rank == 0 {
-		run(func() { _, fresh[0], errs[0] = s.CompareAndSet(ctx, gen(0, "uid"), nil, make([]byte, 128)) })
-	} else {
-		fresh[0] = true
-	}
-	run(func() {
-		_, fresh[1], errs[1] = s.CompareAndSet(ctx, gen(0, "rank/"+strconv.Itoa(rank)), nil, []byte{1})
-	})
-	run(func() { n, errs[2] = s.Add(ctx, gen(0, "count"), 1) })
-	var waits sync.WaitGroup
-	wait := func(f func()) {
-		if atOnce {
-			waits.Go(f)
+		if _, fresh, err := s.CompareAndSet(ctx, gen(0, "uid"), nil, make([]byte, 128)); err != nil || !fresh {
+			return fmt.Errorf("publish the id: fresh %v, %w", fresh, err)
 		}
 	}
-	wait(func() { state, errs[3] = s.Get(ctx, gen(0, "state")) })
-	if rank != 0 {
-		wait(func() { id, errs[4] = s.Get(ctx, gen(0, "uid")) })
+	if _, fresh, err := s.CompareAndSet(ctx, gen(0, "rank/"+strconv.Itoa(rank)), nil, []byte{1}); err != nil || !fresh {
+		return fmt.Errorf("publish the marker: fresh %v, %w", fresh, err)
 	}
-	wg.Wait()
-	if err := errors.Join(errs[:3]...); err != nil || !fresh[0] || !fresh[1] {
-		return fmt.Errorf("publish the id and the marker: fresh %v, %w", fresh, err)
+	n, err := s.Add(ctx, gen(0, "count"), 1)
+	if err != nil {
+		return err
 	}
 	if n == int64(world) {
 		if _, _, err := s.CompareAndSet(ctx, gen(0, "state"), nil, []byte("ok")); err != nil {
 			return err
 		}
 	}
-	if !atOnce {
-		state, errs[3] = s.Get(ctx, gen(0, "state"))
-		if rank != 0 && errs[3] == nil {
-			id, errs[4] = s.Get(ctx, gen(0, "uid"))
+	if state, err := s.Get(ctx, gen(0, "state")); err != nil || string(state) != "ok" {
+		return fmt.Errorf("state %q, %w", state, err)
+	}
+	if rank != 0 {
+		if id, err := s.Get(ctx, gen(0, "uid")); err != nil || len(id) != 128 {
+			return fmt.Errorf("id of %d bytes, %w", len(id), err)
 		}
 	}
-	waits.Wait()
-	if errs[3] != nil || string(state) != "ok" {
-		return fmt.Errorf("state %q, %w", state, errs[3])
+	return nil
+}
+
+// joinArrive is comm's join over ncclgo's own client (member.joinAtOnce): one Arrive at
+// the generation's latch, which creates the rank's marker (and rank 0's id) if absent,
+// counts the rank, and is answered once all have arrived, with the id.
+func joinArrive(ctx context.Context, c *rendezvous.Client, keys func(string) string, rank, world int) error {
+	gen := func(name string) string { return keys(rendezvous.GenerationKey("bench", 0, name)) }
+	a := rendezvous.Arrival{Done: gen("state"), DoneValue: []byte("ok"), Counter: gen("count"), Target: int64(world),
+		Create: []rendezvous.KeyValue{{Key: gen("rank/" + strconv.Itoa(rank)), Value: []byte{1}}}}
+	if rank == 0 {
+		a.Create = append(a.Create, rendezvous.KeyValue{Key: gen("uid"), Value: make([]byte, 128)})
+	} else {
+		a.Read = []string{gen("uid")}
 	}
-	if rank != 0 && (errs[4] != nil || len(id) != 128) {
-		return fmt.Errorf("id of %d bytes, %w", len(id), errs[4])
+	got, err := c.Arrive(ctx, a)
+	switch {
+	case err != nil:
+		return err
+	case got.Closed || got.Conflict >= 0 || string(got.Done) != "ok":
+		return fmt.Errorf("arrival: closed %v, conflict %d, state %q", got.Closed, got.Conflict, got.Done)
+	case rank != 0 && len(got.Values[0]) != 128:
+		return fmt.Errorf("id of %d bytes", len(got.Values[0]))
 	}
 	return nil
 }
