@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo/kernels"
@@ -76,6 +77,7 @@ type mpiProcess struct {
 	userOps   []mpi.Op                  // created here, freed with the last communicator
 	inPlace   unsafe.Pointer
 	tagUB     int
+	yielded   time.Time // the last yield of a goroutine making blocking calls (unlockBlocking)
 }
 
 var (
@@ -377,6 +379,39 @@ func (c *MPICommunicator) lock(op string) error {
 	return nil
 }
 
+// Yielding: the goroutine making blocking MPI calls yields (runtime.Gosched) after one
+// of them when mpiYieldEvery has passed since the last yield, so that Go's scheduler
+// sees it scheduled. Without that, a goroutine that spends nearly all its time in MPI
+// calls is never scheduled anew (Go does not preempt a goroutine in a cgo call,
+// runtime/proc.go preemptone), and once 10 ms (forcePreemptNS) have passed since its
+// last scheduling, sysmon takes its P away from every call it finds running, every time
+// it looks, and keeps looking every 20 µs: on an mpirun rank bound to one core, that is
+// sysmon and a freshly woken thread taking turns with MPI's busy polling for as long as
+// the loop of calls lasts (BenchmarkMPIRankAllReduceOverhead measured a P lost by 15-23%
+// of 64 KiB calls). A yield costs about a microsecond every 2 ms. The clock is read
+// after every 32nd call, and after every call of mpiAlwaysTimed bytes or more (32 of
+// those may take longer than 10 ms).
+const (
+	mpiYieldEvery  = 2 * time.Millisecond
+	mpiAlwaysTimed = 1 << 20
+)
+
+// unlockBlocking releases the process lock after a blocking MPI call moving bytes, and
+// yields when it is due (see mpiYieldEvery).
+func (c *MPICommunicator) unlockBlocking(bytes int) {
+	p := c.p
+	yield := false
+	if c.calls&31 == 0 || bytes >= mpiAlwaysTimed {
+		if now := time.Now(); now.Sub(p.yielded) >= mpiYieldEvery {
+			p.yielded, yield = now, true
+		}
+	}
+	p.mu.Unlock()
+	if yield {
+		runtime.Gosched()
+	}
+}
+
 func (c *MPICommunicator) opErr(op string, bytes int, err error) error {
 	if err == nil {
 		return nil
@@ -412,7 +447,7 @@ func (c *MPICommunicator) AllReduce(ptr DevicePtr, count int, t DType, op Reduce
 		// nothing between Lock and Unlock can panic.
 		err = mpi.Allreduce(c.p.inPlace, buf, int32(count), c.p.types[t], c.p.ops[t][op], c.comm)
 	}
-	c.p.mu.Unlock()
+	c.unlockBlocking(bytes)
 	return c.opErr(opAllReduce, bytes, err)
 }
 
@@ -441,7 +476,7 @@ func (c *MPICommunicator) ReduceScatter(send, recv DevicePtr, count int, t DType
 	if err := c.lock(opReduceScatter); err != nil {
 		return err
 	}
-	defer c.p.mu.Unlock()
+	defer c.unlockBlocking(bytes)
 	total := bytes * c.world
 	in := hostPtr(send)
 	out := hostPtr(recv)
@@ -487,7 +522,7 @@ func (c *MPICommunicator) Broadcast(ptr DevicePtr, count int, t DType, root int)
 	if err := c.lock(opBroadcast); err != nil {
 		return err
 	}
-	defer c.p.mu.Unlock()
+	defer c.unlockBlocking(bytes)
 	return c.opErr(opBroadcast, bytes, mpi.Bcast(hostPtr(ptr), int32(bytes), c.p.types[Uint8], int32(root), c.comm))
 }
 
@@ -505,7 +540,7 @@ func (c *MPICommunicator) AllGather(send, recv DevicePtr, count int, t DType) er
 	if err := c.lock(opAllGather); err != nil {
 		return err
 	}
-	defer c.p.mu.Unlock()
+	defer c.unlockBlocking(bytes)
 	in := hostPtr(send)
 	if send == recv+DevicePtr(c.rank*bytes) {
 		in = c.p.inPlace

@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -78,76 +79,132 @@ func BenchmarkMPIRankAllReduceOverhead(b *testing.B) {
 		}
 	}()
 	for _, bytes := range []int{8, 64 << 10, 1 << 20} {
-		b.Run(strconv.Itoa(bytes)+"B", func(b *testing.B) {
-			count := bytes / 4
-			buf := make([]float32, count)
-			var pin runtime.Pinner
-			pin.Pin(&buf[0])
-			defer pin.Unpin()
-			p := DevicePtr(uintptr(unsafe.Pointer(&buf[0])))
-			dt, op := c.p.types[Float32], c.p.ops[Float32][Sum]
-			var goErr, rawErr, cErr, syncErr error
-			keep := func(dst *error, err error) {
-				if err != nil && *dst == nil {
-					*dst = err
-				}
-			}
-			goSide := func(n int) {
-				for range n {
-					keep(&goErr, c.AllReduce(p, count, Float32, Sum))
-				}
-			}
-			rawSide := func(n int) {
-				for range n {
-					keep(&rawErr, mpi.Allreduce(c.p.inPlace, unsafe.Pointer(&buf[0]), int32(count), dt, op, c.comm))
-				}
-			}
-			floorSide := func(n int) {
-				for range n {
-					keep(&rawErr, mpibench.AllReduceLoop(1, unsafe.Pointer(&buf[0]), count, uintptr(dt), uintptr(op), uintptr(c.comm)))
-				}
-			}
-			cLoop := func(n int) {
-				keep(&cErr, mpibench.AllReduceLoop(n, unsafe.Pointer(&buf[0]), count, uintptr(dt), uintptr(op), uintptr(c.comm)))
-			}
-			barrier := func() { keep(&syncErr, mpibench.Barrier(uintptr(c.comm))) }
-			// The C loop runs in chunks of about a millisecond of calls, one cgo call each:
-			// the crossing costs nothing measurable against a millisecond, and no cgo
-			// call lasts long enough for Go's scheduler to act on it (after 10 ms sysmon
-			// takes the P away even when others are idle), which made single C loops
-			// of hundreds of milliseconds several times slower than the same calls
-			// from Go on this machine. Every rank makes the same MPI calls whatever its
-			// chunk size.
-			barrier()
-			t0 := time.Now()
-			cLoop(8)
-			chunk := max(1, int(time.Millisecond/max(time.Since(t0)/8, 1)))
-			cSide := func(n int) {
-				for ; n > 0; n -= chunk {
-					cLoop(min(n, chunk))
-				}
-			}
-			rounds := min(mpiBenchRounds, b.N)
-			b.ReportAllocs()
-			b.ResetTimer()
-			comm := pairbench.AlternateMedian(rounds, b.N/rounds, barrier, goSide, cSide)
-			b.StopTimer()
-			raw := pairbench.AlternateMedian(rounds, b.N/rounds, barrier, rawSide, cSide)
-			floor := pairbench.AlternateMedian(rounds, b.N/rounds, barrier, floorSide, cSide)
-			cgo := pairbench.AlternateMedian(rounds, b.N/rounds, nil, func(n int) {
-				for i := range n {
-					mpibench.Nop(uintptr(i))
-				}
-			}, func(int) {})
-			if goErr != nil || rawErr != nil || cErr != nil || syncErr != nil {
-				b.Fatalf("communicator: %v; binding: %v; c loop: %v; barrier: %v", goErr, rawErr, cErr, syncErr)
-			}
-			b.ReportMetric(float64(comm.A.Nanoseconds()), "go-ns/op")
-			b.ReportMetric(float64(comm.B.Nanoseconds()), "c-ns/op")
-			b.ReportMetric(comm.Ratio, "go/c")
-			b.ReportMetric(raw.Ratio, "raw/c")
-			b.ReportMetric(floor.Ratio, "floor/c")
-			b.ReportMetric(float64(cgo.A)/float64(time.Nanosecond), "cgo-ns/call")
-		})
+		for _, procs := range []int{1, 2} {
+			b.Run(strconv.Itoa(bytes)+"B/GOMAXPROCS="+strconv.Itoa(procs), func(b *testing.B) {
+				defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+				benchMPIAllReduce(b, c, bytes)
+			})
+		}
 	}
+}
+
+// benchMPIAllReduce is one row of BenchmarkMPIRankAllReduceOverhead: bytes per call, at
+// the GOMAXPROCS the row set.
+func benchMPIAllReduce(b *testing.B, c *MPICommunicator, bytes int) {
+	count := bytes / 4
+	buf := make([]float32, count)
+	var pin runtime.Pinner
+	pin.Pin(&buf[0])
+	defer pin.Unpin()
+	p := DevicePtr(uintptr(unsafe.Pointer(&buf[0])))
+	dt, op := c.p.types[Float32], c.p.ops[Float32][Sum]
+	var goErr, rawErr, cErr, syncErr error
+	keep := func(dst *error, err error) {
+		if err != nil && *dst == nil {
+			*dst = err
+		}
+	}
+	goSide := func(n int) {
+		for range n {
+			keep(&goErr, c.AllReduce(p, count, Float32, Sum))
+		}
+	}
+	// The Go-side loops other than the Communicator's yield as it does (unlockBlocking:
+	// after a call when mpiYieldEvery has passed, the clock read every 32nd call), so
+	// that Go's scheduler treats them alike; noyieldSide is the floor without it.
+	var last time.Time
+	pace := func(i int) {
+		if i&31 == 0 || bytes >= mpiAlwaysTimed {
+			if now := time.Now(); now.Sub(last) >= mpiYieldEvery {
+				last = now
+				runtime.Gosched()
+			}
+		}
+	}
+	rawSide := func(n int) {
+		for i := range n {
+			keep(&rawErr, mpi.Allreduce(c.p.inPlace, unsafe.Pointer(&buf[0]), int32(count), dt, op, c.comm))
+			pace(i)
+		}
+	}
+	floorSide := func(n int) {
+		for i := range n {
+			keep(&rawErr, mpibench.AllReduceLoop(1, unsafe.Pointer(&buf[0]), count, uintptr(dt), uintptr(op), uintptr(c.comm)))
+			pace(i)
+		}
+	}
+	noyieldSide := func(n int) {
+		for range n {
+			keep(&rawErr, mpibench.AllReduceLoop(1, unsafe.Pointer(&buf[0]), count, uintptr(dt), uintptr(op), uintptr(c.comm)))
+		}
+	}
+	cLoop := func(n int) {
+		keep(&cErr, mpibench.AllReduceLoop(n, unsafe.Pointer(&buf[0]), count, uintptr(dt), uintptr(op), uintptr(c.comm)))
+	}
+	barrier := func() { keep(&syncErr, mpibench.Barrier(uintptr(c.comm))) }
+	// The C loop runs in chunks of about a millisecond of calls, one cgo call each,
+	// yielding between chunks when mpiYieldEvery has passed: the crossings and yields
+	// cost nothing measurable against a millisecond, and Go's scheduler leaves the
+	// chunks alone (a single C loop of hundreds of milliseconds ran several times
+	// slower than the same calls from Go on this machine). Every rank makes the same
+	// MPI calls whatever its chunk size.
+	barrier()
+	t0 := time.Now()
+	cLoop(8)
+	chunk := max(1, int(time.Millisecond/max(time.Since(t0)/8, 1)))
+	cSide := func(n int) {
+		for ; n > 0; n -= chunk {
+			cLoop(min(n, chunk))
+			pace(0)
+		}
+	}
+	rounds := min(mpiBenchRounds, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	comm := pairbench.AlternateMedian(rounds, b.N/rounds, barrier, goSide, cSide)
+	b.StopTimer()
+	raw := pairbench.AlternateMedian(rounds, b.N/rounds, barrier, rawSide, cSide)
+	floor := pairbench.AlternateMedian(rounds, b.N/rounds, barrier, floorSide, cSide)
+	// Without yields Go's scheduler acts only after 10 ms without one (see
+	// mpiYieldEvery), so noyield runs in 3 rounds of longer blocks.
+	noyield := pairbench.AlternateMedian(3, b.N/3, barrier, noyieldSide, cSide)
+	cgo := pairbench.AlternateMedian(rounds, b.N/rounds, nil, func(n int) {
+		for i := range n {
+			mpibench.Nop(uintptr(i))
+		}
+	}, func(int) {})
+	if goErr != nil || rawErr != nil || cErr != nil || syncErr != nil {
+		b.Fatalf("communicator: %v; binding: %v; c loop: %v; barrier: %v", goErr, rawErr, cErr, syncErr)
+	}
+	b.ReportMetric(float64(comm.A.Nanoseconds()), "go-ns/op")
+	b.ReportMetric(float64(comm.B.Nanoseconds()), "c-ns/op")
+	b.ReportMetric(comm.Ratio, "go/c")
+	b.ReportMetric(raw.Ratio, "raw/c")
+	b.ReportMetric(floor.Ratio, "floor/c")
+	b.ReportMetric(noyield.Ratio, "noyield/c")
+	b.ReportMetric(float64(cgo.A)/float64(time.Nanosecond), "cgo-ns/call")
+	// Context switches of the process's threads (voluntary and not) per MPI call,
+	// in one more block of each side, untimed: Go's scheduler acting on the calls
+	// shows as switches the C loop does not make.
+	n := max(b.N/rounds, 1)
+	b.ReportMetric(switchesPerCall(n, barrier, floorSide), "floor-csw/op")
+	b.ReportMetric(switchesPerCall(b.N/3, barrier, noyieldSide), "noyield-csw/op")
+	b.ReportMetric(switchesPerCall(n, barrier, cSide), "c-csw/op")
+	b.ReportMetric(float64(runtime.NumCPU()), "cpus")
+}
+
+// switchesPerCall runs side(n) after sync and returns the context switches of the
+// process's threads (getrusage: voluntary and involuntary) per call.
+func switchesPerCall(n int, sync func(), side func(int)) float64 {
+	count := func() int64 {
+		var ru syscall.Rusage
+		if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+			return 0
+		}
+		return ru.Nvcsw + ru.Nivcsw
+	}
+	sync()
+	before := count()
+	side(n)
+	return float64(count()-before) / float64(n)
 }
