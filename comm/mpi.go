@@ -38,7 +38,11 @@ import (
 // is installed, so Go's stay and a nil dereference is still a recoverable panic after
 // MPI_Init; Go's own signals (SIGURG preemption, SA_RESTART) go to Go threads only and do
 // not disturb MPI's progress (the tests run collectives from several goroutines under
-// garbage collection, with -race).
+// garbage collection, with -race). Go's scheduler: a goroutine making blocking MPI calls
+// yields (runtime.Gosched) after one of them every 2 ms, or sysmon would take its P
+// away from nearly every long call (see mpiYieldEvery); ranks that mpirun binds to one
+// core should run with GOMAXPROCS 2 or more (WithMinGOMAXPROCS, or mpirun -x
+// GOMAXPROCS=2), or every call lasting across two of sysmon's ticks loses its P.
 //
 // Element types: the eight MPI has (int8 ... uint64 as MPI_INT8_T ..., float32 and
 // float64) reduce with MPI's predefined operations; float16, bfloat16 and the two fp8
@@ -158,14 +162,18 @@ func NewMPI(ctx context.Context, opts ...Option) (*MPICommunicator, error) {
 // the rank's one core, taking turns with MPI's busy polling. With GOMAXPROCS 2 one P is
 // idle, sysmon leaves a call its P for 10 ms and soon sleeps for as long.
 // BenchmarkMPIRankAllReduceOverhead measures both settings: on the project's 2-core
-// machine, 2 ranks, a 64 KiB all-reduce entered from Go costs about 1.2-1.3x the same
-// calls in a C loop with GOMAXPROCS 1, and 1.0-1.1x with 2. Setting GOMAXPROCS in
-// the environment (mpirun -x GOMAXPROCS=2) has the same effect.
+// machine (loaded), 2 ranks, AllReduce of 64 KiB costs 0.94-1.60x (median 1.26) the same
+// calls in a C loop with GOMAXPROCS 1, and 0.97-1.03x (median 1.00) with 2. Setting
+// GOMAXPROCS in the environment (mpirun -x GOMAXPROCS=2) has the same effect.
 func WithMinGOMAXPROCS(n int) Option { return func(c *config) { c.minProcs = n } }
 
-// raiseProcs applies WithMinGOMAXPROCS.
+// raiseProcs applies WithMinGOMAXPROCS; without it, it says (slog, Info) when
+// GOMAXPROCS is 1.
 func raiseProcs(cfg config) {
 	if cfg.minProcs == 0 {
+		if runtime.GOMAXPROCS(0) == 1 {
+			cfg.log.Info("comm: GOMAXPROCS is 1 (mpirun bound the rank to one core?): mpi calls longer than 20 µs lose their P to Go's sysmon; WithMinGOMAXPROCS(2) or GOMAXPROCS=2 avoids it", "cpus", runtime.NumCPU())
+		}
 		return
 	}
 	if old := runtime.GOMAXPROCS(0); old < cfg.minProcs {
@@ -387,10 +395,11 @@ func (c *MPICommunicator) lock(op string) error {
 // last scheduling, sysmon takes its P away from every call it finds running, every time
 // it looks, and keeps looking every 20 µs: on an mpirun rank bound to one core, that is
 // sysmon and a freshly woken thread taking turns with MPI's busy polling for as long as
-// the loop of calls lasts (BenchmarkMPIRankAllReduceOverhead measured a P lost by 15-23%
-// of 64 KiB calls). A yield costs about a microsecond every 2 ms. The clock is read
-// after every 32nd call, and after every call of mpiAlwaysTimed bytes or more (32 of
-// those may take longer than 10 ms).
+// the loop of calls lasts (in BenchmarkMPIRankAllReduceOverhead's 64 KiB rows before
+// the yields, 15% of the calls lost their P at GOMAXPROCS 1 and 23% at 2; its doc
+// comment has the details). A yield costs about a microsecond every 2 ms. The clock
+// is read after every 32nd call, and after every call of mpiAlwaysTimed bytes or more
+// (32 of those may take longer than 10 ms).
 const (
 	mpiYieldEvery  = 2 * time.Millisecond
 	mpiAlwaysTimed = 1 << 20
