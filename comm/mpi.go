@@ -163,7 +163,7 @@ func NewMPI(ctx context.Context, opts ...Option) (*MPICommunicator, error) {
 // idle, sysmon leaves a call its P for 10 ms and soon sleeps for as long.
 // BenchmarkMPIRankAllReduceOverhead measures both settings: on the project's 2-core
 // machine (loaded), 2 ranks, AllReduce of 64 KiB costs 0.94-1.60x (median 1.26) the same
-// calls in a C loop with GOMAXPROCS 1, and 0.97-1.03x (median 1.00) with 2. Setting
+// calls in a C loop with GOMAXPROCS 1, and 0.97-1.03x (median 1.03) with 2. Setting
 // GOMAXPROCS in the environment (mpirun -x GOMAXPROCS=2) has the same effect.
 func WithMinGOMAXPROCS(n int) Option { return func(c *config) { c.minProcs = n } }
 

@@ -77,7 +77,10 @@ const mpiBenchRounds = 15
 //     noyield-csw/op is 0.24-0.88 at 64 KiB, c-csw/op mostly below 0.2. The
 //     Communicator therefore yields (runtime.Gosched) after a call once 2 ms have
 //     passed since the last yield, about a microsecond every 2 ms; that path then
-//     disappears (71 of 2128 losses at GOMAXPROCS 1).
+//     disappears (71 of 2128 losses at GOMAXPROCS 1). In this benchmark's 64 KiB rows
+//     (both ranks, about 19000-21000 calls a row, two runs each): before, 1593-1842
+//     lost Ps, all but a few from that path; now 165-881 at GOMAXPROCS 1 and 250-447 at
+//     2, noyield's block included.
 //   - With one P, sysmon also retakes the P of any call it sees running across two of
 //     its ticks (20 µs or more apart), because no other P is idle (retake's npidle ==
 //     0 case, the rest of those 2128 losses), and hands it to a new spinning thread
@@ -93,16 +96,18 @@ const mpiBenchRounds = 15
 //     the cost is the crossing itself, about 60 ns bare, 100-150 ns next to MPI's own
 //     code, in a call of 600-1100 ns.
 //
-// Figures, rank 0, 3000x, four runs of this benchmark alternating with four of the one
-// before (no yields, GOMAXPROCS 1), on the shared 2-core machine under load 8-12 from
+// Figures, rank 0, 3000x, six runs of this benchmark alternating with six of the one
+// before (no yields, GOMAXPROCS 1), on the shared 2-core machine under load 6-12 from
 // other jobs, ranks at nice -15 (so the spread is wide; rerun on a quiet machine):
-// before, go/c 1.20-1.38 at 8 B, 1.19-1.48 at 64 KiB (floor/c 1.19-1.43), 0.99-1.29 at
-// 1 MiB. Now, GOMAXPROCS 1: 1.18-1.36 at 8 B, 0.94-1.60 (median 1.26) at 64 KiB,
-// 0.97-1.08 at 1 MiB; GOMAXPROCS 2: 1.20-1.40 at 8 B (floor/c 1.18-1.25), 0.97-1.03 at
-// 64 KiB, 0.83-1.27 at 1 MiB (c-ns/op itself varying 3x between runs there); allocs/op 0.
-// So from 64 KiB up the Communicator at GOMAXPROCS 2 is within the noise of this machine
-// of the C loop, and 1.1x at 8 B is out of reach for any cgo binding here: the floor is
-// 1.0-1.3x. On one rank (-np 1: MPI_Allreduce is a 20 ns no-op) the Communicator's own
+// before, go/c 1.20-1.38 at 8 B, 1.19-1.48 at 64 KiB (floor/c 1.19-1.58), 0.99-1.29 at
+// 1 MiB. Now, GOMAXPROCS 1: 1.18-1.42 at 8 B, 0.94-1.60 (median 1.26) at 64 KiB,
+// 0.97-1.08 at 1 MiB; GOMAXPROCS 2: 1.20-1.40 at 8 B (floor/c 1.18-1.34), 0.97-1.03
+// (median 1.03, floor/c's median 1.03) at 64 KiB, 0.83-1.42 at 1 MiB; allocs/op 0.
+// (1 MiB's c-ns/op is bimodal, about 170 or 530 µs, between rows and runs whatever the
+// GOMAXPROCS, in a stand-alone C-from-Go program too.) So from 64 KiB up the
+// Communicator at GOMAXPROCS 2 costs what the floor costs, within the noise of this
+// machine, and 1.1x at 8 B is out of reach for any cgo binding here (the floor is
+// 1.0-1.3x). On one rank (-np 1: MPI_Allreduce is a 20 ns no-op) the Communicator's own
 // cost shows: 128-166 ns per call, of which the binding is the bare crossing (about 95
 // ns) and comm's validation and lock about 40 ns.
 func BenchmarkMPIRankAllReduceOverhead(b *testing.B) {
