@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo/kernels"
@@ -37,7 +38,11 @@ import (
 // is installed, so Go's stay and a nil dereference is still a recoverable panic after
 // MPI_Init; Go's own signals (SIGURG preemption, SA_RESTART) go to Go threads only and do
 // not disturb MPI's progress (the tests run collectives from several goroutines under
-// garbage collection, with -race).
+// garbage collection, with -race). Go's scheduler: a goroutine making blocking MPI calls
+// yields (runtime.Gosched) after one of them every 2 ms, or sysmon would take its P
+// away from nearly every long call (see mpiYieldEvery); ranks that mpirun binds to one
+// core should run with GOMAXPROCS 2 or more (WithMinGOMAXPROCS, or mpirun -x
+// GOMAXPROCS=2), or every call lasting across two of sysmon's ticks loses its P.
 //
 // Element types: the eight MPI has (int8 ... uint64 as MPI_INT8_T ..., float32 and
 // float64) reduce with MPI's predefined operations; float16, bfloat16 and the two fp8
@@ -76,6 +81,7 @@ type mpiProcess struct {
 	userOps   []mpi.Op                  // created here, freed with the last communicator
 	inPlace   unsafe.Pointer
 	tagUB     int
+	yielded   time.Time // the last yield of a goroutine making blocking calls (unlockBlocking)
 }
 
 var (
@@ -118,9 +124,13 @@ func narrowFormat(t DType) (int, bool) {
 // the thread level provided must be at least serialised. MPI_Init waits for every rank
 // that mpirun started; if ctx ends first NewMPI returns ctx's error while the
 // initialisation goes on, and the process should exit. Options: WithLogger,
-// WithCloseTimeout.
+// WithCloseTimeout, WithMinGOMAXPROCS (recommended for ranks that mpirun binds to one
+// core: see there).
 func NewMPI(ctx context.Context, opts ...Option) (*MPICommunicator, error) {
 	cfg := newConfig(opts)
+	if cfg.minProcs < 0 {
+		return nil, &ArgError{Op: opInit, Arg: "min GOMAXPROCS", Value: cfg.minProcs, Err: ErrInvalidSize, Reason: "negative"}
+	}
 	p, err := acquireMPI(ctx)
 	if err != nil {
 		return nil, &OpError{Op: opInit, Bytes: -1, Rank: -1, Err: err}
@@ -129,11 +139,47 @@ func NewMPI(ctx context.Context, opts ...Option) (*MPICommunicator, error) {
 	if err == nil {
 		c, err := p.newCommunicator(cfg, func(out *mpi.Comm) error { return mpi.CommDup(world, out) })
 		if err == nil {
+			raiseProcs(cfg)
 			return c, nil
 		}
 	}
 	p.release(cfg)
 	return nil, &OpError{Op: opInit, Bytes: -1, Rank: -1, Err: err}
+}
+
+// WithMinGOMAXPROCS makes NewMPI raise the process's GOMAXPROCS to n when it is lower,
+// logging the change (slog, Info: from, to, and the CPUs the process may run on); 0, the
+// default, leaves GOMAXPROCS alone, and a negative n fails NewMPI with ErrInvalidSize.
+// It changes a process-wide setting (and, as any runtime.GOMAXPROCS call, ends Go's
+// automatic updates of it from the CPU limit), so it is never the default.
+//
+// Why 2: mpirun binds every rank to one core by default (--bind-to core for up to two
+// ranks, socket above), and Go sets GOMAXPROCS to the number of CPUs the process may
+// use, 1. MPI's collectives are blocking C calls, and with one P Go's sysmon takes the P
+// from every call that it finds running across two of its ticks (20 µs and more),
+// because no other P is idle (runtime/proc.go, retake), hands it to a newly woken thread
+// (handoffp) and keeps waking every 20 µs while it keeps doing so: two more threads on
+// the rank's one core, taking turns with MPI's busy polling. With GOMAXPROCS 2 one P is
+// idle, sysmon leaves a call its P for 10 ms and soon sleeps for as long.
+// BenchmarkMPIRankAllReduceOverhead measures both settings: on the project's 2-core
+// machine (loaded), 2 ranks, AllReduce of 64 KiB costs 0.94-1.60x (median 1.26) the same
+// calls in a C loop with GOMAXPROCS 1, and 0.97-1.03x (median 1.03) with 2. Setting
+// GOMAXPROCS in the environment (mpirun -x GOMAXPROCS=2) has the same effect.
+func WithMinGOMAXPROCS(n int) Option { return func(c *config) { c.minProcs = n } }
+
+// raiseProcs applies WithMinGOMAXPROCS; without it, it says (slog, Info) when
+// GOMAXPROCS is 1.
+func raiseProcs(cfg config) {
+	if cfg.minProcs == 0 {
+		if runtime.GOMAXPROCS(0) == 1 {
+			cfg.log.Info("comm: GOMAXPROCS is 1 (mpirun bound the rank to one core?): mpi calls longer than 20 µs lose their P to Go's sysmon; WithMinGOMAXPROCS(2) or GOMAXPROCS=2 avoids it", "cpus", runtime.NumCPU())
+		}
+		return
+	}
+	if old := runtime.GOMAXPROCS(0); old < cfg.minProcs {
+		runtime.GOMAXPROCS(cfg.minProcs)
+		cfg.log.Info("comm: raised GOMAXPROCS so that mpi's blocking calls keep their P", "from", old, "to", cfg.minProcs, "cpus", runtime.NumCPU())
+	}
 }
 
 // acquireMPI initialises MPI once per process and counts one more user of it.
@@ -341,6 +387,40 @@ func (c *MPICommunicator) lock(op string) error {
 	return nil
 }
 
+// Yielding: the goroutine making blocking MPI calls yields (runtime.Gosched) after one
+// of them when mpiYieldEvery has passed since the last yield, so that Go's scheduler
+// sees it scheduled. Without that, a goroutine that spends nearly all its time in MPI
+// calls is never scheduled anew (Go does not preempt a goroutine in a cgo call,
+// runtime/proc.go preemptone), and once 10 ms (forcePreemptNS) have passed since its
+// last scheduling, sysmon takes its P away from every call it finds running, every time
+// it looks, and keeps looking every 20 µs: on an mpirun rank bound to one core, that is
+// sysmon and a freshly woken thread taking turns with MPI's busy polling for as long as
+// the loop of calls lasts (in BenchmarkMPIRankAllReduceOverhead's 64 KiB rows before
+// the yields, 15% of the calls lost their P at GOMAXPROCS 1 and 23% at 2; its doc
+// comment has the details). A yield costs about a microsecond every 2 ms. The clock
+// is read after every 32nd call, and after every call of mpiAlwaysTimed bytes or more
+// (32 of those may take longer than 10 ms).
+const (
+	mpiYieldEvery  = 2 * time.Millisecond
+	mpiAlwaysTimed = 1 << 20
+)
+
+// unlockBlocking releases the process lock after a blocking MPI call moving bytes, and
+// yields when it is due (see mpiYieldEvery).
+func (c *MPICommunicator) unlockBlocking(bytes int) {
+	p := c.p
+	yield := false
+	if c.calls&31 == 0 || bytes >= mpiAlwaysTimed {
+		if now := time.Now(); now.Sub(p.yielded) >= mpiYieldEvery {
+			p.yielded, yield = now, true
+		}
+	}
+	p.mu.Unlock()
+	if yield {
+		runtime.Gosched()
+	}
+}
+
 func (c *MPICommunicator) opErr(op string, bytes int, err error) error {
 	if err == nil {
 		return nil
@@ -376,7 +456,7 @@ func (c *MPICommunicator) AllReduce(ptr DevicePtr, count int, t DType, op Reduce
 		// nothing between Lock and Unlock can panic.
 		err = mpi.Allreduce(c.p.inPlace, buf, int32(count), c.p.types[t], c.p.ops[t][op], c.comm)
 	}
-	c.p.mu.Unlock()
+	c.unlockBlocking(bytes)
 	return c.opErr(opAllReduce, bytes, err)
 }
 
@@ -405,7 +485,7 @@ func (c *MPICommunicator) ReduceScatter(send, recv DevicePtr, count int, t DType
 	if err := c.lock(opReduceScatter); err != nil {
 		return err
 	}
-	defer c.p.mu.Unlock()
+	defer c.unlockBlocking(bytes)
 	total := bytes * c.world
 	in := hostPtr(send)
 	out := hostPtr(recv)
@@ -451,7 +531,7 @@ func (c *MPICommunicator) Broadcast(ptr DevicePtr, count int, t DType, root int)
 	if err := c.lock(opBroadcast); err != nil {
 		return err
 	}
-	defer c.p.mu.Unlock()
+	defer c.unlockBlocking(bytes)
 	return c.opErr(opBroadcast, bytes, mpi.Bcast(hostPtr(ptr), int32(bytes), c.p.types[Uint8], int32(root), c.comm))
 }
 
@@ -469,7 +549,7 @@ func (c *MPICommunicator) AllGather(send, recv DevicePtr, count int, t DType) er
 	if err := c.lock(opAllGather); err != nil {
 		return err
 	}
-	defer c.p.mu.Unlock()
+	defer c.unlockBlocking(bytes)
 	in := hostPtr(send)
 	if send == recv+DevicePtr(c.rank*bytes) {
 		in = c.p.inPlace

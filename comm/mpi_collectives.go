@@ -35,7 +35,7 @@ func (c *MPICommunicator) AllReduceInto(send, recv DevicePtr, count int, t DType
 	if err := c.lock(opAllReduceInto); err != nil {
 		return err
 	}
-	defer c.p.mu.Unlock()
+	defer c.unlockBlocking(bytes)
 	in, out := hostPtr(send), hostPtr(recv)
 	mop := op
 	switch {
@@ -67,7 +67,7 @@ func (c *MPICommunicator) BroadcastInto(send, recv DevicePtr, count int, t DType
 	if err := c.lock(opBroadcastInto); err != nil {
 		return err
 	}
-	defer c.p.mu.Unlock()
+	defer c.unlockBlocking(bytes)
 	if c.rank == root && send != recv && bytes > 0 {
 		copy(unsafe.Slice((*byte)(hostPtr(recv)), bytes), unsafe.Slice((*byte)(hostPtr(send)), bytes))
 	}
@@ -88,7 +88,7 @@ func (c *MPICommunicator) Reduce(send, recv DevicePtr, count int, t DType, op Re
 	if err := c.lock(opReduce); err != nil {
 		return err
 	}
-	defer c.p.mu.Unlock()
+	defer c.unlockBlocking(bytes)
 	in, out := hostPtr(send), hostPtr(recv)
 	isRoot := c.rank == root
 	if !isRoot {
@@ -127,7 +127,7 @@ func (c *MPICommunicator) Gather(send, recv DevicePtr, count int, t DType, root 
 	if err := c.lock(opGather); err != nil {
 		return err
 	}
-	defer c.p.mu.Unlock()
+	defer c.unlockBlocking(bytes)
 	in, out := hostPtr(send), hostPtr(recv)
 	if c.rank != root {
 		out = nil
@@ -152,7 +152,7 @@ func (c *MPICommunicator) Scatter(send, recv DevicePtr, count int, t DType, root
 	if err := c.lock(opScatter); err != nil {
 		return err
 	}
-	defer c.p.mu.Unlock()
+	defer c.unlockBlocking(bytes)
 	in, out := hostPtr(send), hostPtr(recv)
 	if c.rank != root {
 		in = nil
@@ -177,7 +177,7 @@ func (c *MPICommunicator) AllToAll(send, recv DevicePtr, count int, t DType) err
 	if err := c.lock(opAllToAll); err != nil {
 		return err
 	}
-	defer c.p.mu.Unlock()
+	defer c.unlockBlocking(bytes)
 	u8 := c.p.types[Uint8]
 	return c.opErr(opAllToAll, bytes*c.world, mpi.Alltoall(hostPtr(send), int32(bytes), u8, hostPtr(recv), int32(bytes), u8, c.comm))
 }
@@ -202,7 +202,7 @@ func (c *MPICommunicator) AllToAllv(send DevicePtr, sendCounts, sendDispls []int
 	if err := c.lock(opAllToAllv); err != nil {
 		return err
 	}
-	defer c.p.mu.Unlock()
+	defer c.unlockBlocking(mpiAlwaysTimed)
 	u8 := c.p.types[Uint8]
 	return c.opErr(opAllToAllv, bytes, mpi.Alltoallv(hostPtr(send), &sc[0], &sd[0], u8, hostPtr(recv), &rc[0], &rd[0], u8, c.comm))
 }

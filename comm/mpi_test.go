@@ -562,3 +562,61 @@ func mpiRankTypedInPlaceAndRoots(t *testing.T) {
 	assert.Equal(t, before, c.MPICalls(), "pre-mul-sum reached MPI")
 	require.NoError(t, c.Barrier(ctx))
 }
+
+func TestMPIMinGOMAXPROCS(t *testing.T) {
+	if inRank(t) {
+		mpiRankMinGOMAXPROCS(t)
+		return
+	}
+	out := runMPI(t, 2, t.Name())
+	assert.Equal(t, 2, strings.Count(out, "GOMAXPROCS after NewMPI: 3"), out)
+}
+
+// mpiRankMinGOMAXPROCS starts from GOMAXPROCS 1 (what mpirun's binding to one core gives
+// Go): WithMinGOMAXPROCS(3) raises it and says so; a second communicator asking for 2
+// changes and logs nothing; both work.
+func mpiRankMinGOMAXPROCS(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var logs, logs2 strings.Builder
+	var mu sync.Mutex
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := comm.NewMPI(ctx, comm.WithMinGOMAXPROCS(3), comm.WithLogger(slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))))
+	require.NoError(t, err)
+	fmt.Printf("GOMAXPROCS after NewMPI: %d\n", runtime.GOMAXPROCS(0))
+	mu.Lock()
+	text := logs.String()
+	mu.Unlock()
+	assert.Contains(t, text, "level=INFO")
+	assert.Contains(t, text, "GOMAXPROCS")
+	assert.Contains(t, text, "from=1 to=3 cpus="+strconv.Itoa(runtime.NumCPU()))
+	c2, err := comm.NewMPI(ctx, comm.WithMinGOMAXPROCS(2), comm.WithLogger(slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs2}, nil))))
+	require.NoError(t, err)
+	assert.Equal(t, 3, runtime.GOMAXPROCS(0), "never lowered")
+	mu.Lock()
+	assert.Empty(t, logs2.String(), "nothing changed, nothing logged")
+	mu.Unlock()
+	for _, x := range []*comm.MPICommunicator{c, c2} {
+		v, p := hostBuf[int32](t, 1)
+		v[0] = int32(x.Rank() + 1)
+		require.NoError(t, x.AllReduce(p, 1, comm.Int32, comm.Sum))
+		assert.Equal(t, int32(3), v[0])
+	}
+	require.NoError(t, c2.Close())
+	require.NoError(t, c.Close())
+}
+
+func TestMPIMinGOMAXPROCSNegative(t *testing.T) {
+	before := runtime.GOMAXPROCS(0)
+	_, err := comm.NewMPI(context.Background(), comm.WithMinGOMAXPROCS(-1))
+	var arg *comm.ArgError
+	require.ErrorAs(t, err, &arg)
+	assert.ErrorIs(t, err, comm.ErrInvalidSize)
+	assert.Equal(t, -1, arg.Value)
+	assert.Equal(t, before, runtime.GOMAXPROCS(0))
+	if mpi.Load() == nil {
+		var flag int32
+		require.NoError(t, mpi.Initialized(&flag))
+		assert.Zero(t, flag, "the bad option never reached MPI")
+	}
+}

@@ -32,6 +32,7 @@ type config struct {
 	job        jobConfig     // Connect and JoinJob (job.go)
 	watch      watchConfig   // the health watchdog (watchdog.go)
 	nccl       ncclSettings  // ncclConfig_t fields (config_nccl.go)
+	minProcs   int           // WithMinGOMAXPROCS (mpi.go); 0: leave GOMAXPROCS alone
 }
 
 func newConfig(opts []Option) config {
