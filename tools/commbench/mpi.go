@@ -34,9 +34,11 @@ const deviceLine = 160
 
 // openMPI joins the mpirun job (-mpi): one rank per process, as nccl-tests' MPI mode.
 // Every rank's device line is gathered so that rank 0 prints them all, and the times and
-// wrong-element counts are summed over the ranks with the communicator itself.
+// wrong-element counts are summed over the ranks with the communicator itself. Each rank
+// runs with GOMAXPROCS of at least 2 (comm.WithMinGOMAXPROCS): mpirun binds a rank to
+// one core, and with one P Go's scheduler takes it from every long MPI call.
 func openMPI(ctx context.Context) (*world, error) {
-	c, err := comm.NewMPI(ctx)
+	c, err := comm.NewMPI(ctx, comm.WithMinGOMAXPROCS(2))
 	if err != nil {
 		return nil, fmt.Errorf("-mpi: %w", err)
 	}
