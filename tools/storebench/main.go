@@ -694,6 +694,24 @@ func listenDrops() int64 {
 	return -1
 }
 
+// backlogDrops is the machine's count of packets dropped because a processor's input
+// backlog was full (net.core.netdev_max_backlog; loopback traffic goes through it):
+// the second column of /proc/net/softnet_stat, summed over processors; -1 if unknown.
+func backlogDrops() int64 {
+	b, err := os.ReadFile("/proc/net/softnet_stat")
+	if err != nil {
+		return -1
+	}
+	var n int64
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if f := strings.Fields(l); len(f) > 1 {
+			d, _ := strconv.ParseInt(f[1], 16, 64)
+			n += d
+		}
+	}
+	return n
+}
+
 // cpuMs is the CPU time (user and system) the process has used so far.
 func cpuMs(pid int) float64 {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
@@ -751,7 +769,7 @@ func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, limit t
 	}
 	srv.tell("steady")
 	detach := srv.strace(name, n)
-	cpu0 := cpuMs(srv.cmd.Process.Pid)
+	cpu0, drops0 := cpuMs(srv.cmd.Process.Pid), backlogDrops()
 	deadline := time.Now().Add(steady)
 	for i := range n {
 		wg.Go(func() {
@@ -776,6 +794,9 @@ func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, limit t
 	}
 	wg.Wait()
 	cpu := cpuMs(srv.cmd.Process.Pid) - cpu0
+	if d := backlogDrops() - drops0; d > 0 {
+		fmt.Fprintf(os.Stderr, "storebench: %d packets dropped by full network backlogs on this machine during the steady phase on %s's server (each delays a reply by a retransmission timeout, 200 ms or more: the p99 figures of this run are not the server's)\n", d, name)
+	}
 	detach()
 	srv.tell("steady-end")
 	for _, c := range stores {
