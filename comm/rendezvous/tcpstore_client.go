@@ -493,11 +493,13 @@ func (c *TCPStoreClient) Check(ctx context.Context, keys ...string) ([]bool, err
 //     key's value (a COMPARE_SET of new to new, which reads atomically and changes
 //     nothing, after a CHECK that tells an absent key from one holding new). A change
 //     another client makes before the read-back is left alone (a SET woke the waiters
-//     itself, a CompareAndSet of this package wakes them too). The read-back and the
-//     SET are two queries, a round trip apart: a change another client makes to key
-//     between the two, or a Delete between the CHECK and the SET, is overwritten
-//     with new. torch's protocol 1 has no conditional write that wakes waiters, so
-//     that window cannot be closed.
+//     itself, a CompareAndSet of this package wakes them too), and so is a Delete
+//     before the CHECK. The read-back and the SET are two queries, a round trip
+//     apart: a change another client makes to key between the two is overwritten
+//     with new, and a Delete between the CHECK and the SET is undone (key holds new
+//     again). torch's protocol 1 has no conditional write that wakes waiters, so
+//     that window cannot be closed; before this read-back it spanned the round trip
+//     from the COMPARE_SET to the SET, and covered every change.
 func (c *TCPStoreClient) CompareAndSet(ctx context.Context, key string, old, new []byte) (current []byte, swapped bool, err error) {
 	if err := checkKey(key); err != nil {
 		return nil, false, fmt.Errorf("compare-and-set %q: %w", key, err)
