@@ -498,8 +498,7 @@ func (c *TCPStoreClient) Check(ctx context.Context, keys ...string) ([]bool, err
 //     apart: a change another client makes to key between the two is overwritten
 //     with new, and a Delete between the CHECK and the SET is undone (key holds new
 //     again). torch's protocol 1 has no conditional write that wakes waiters, so
-//     that window cannot be closed; before this read-back it spanned the round trip
-//     from the COMPARE_SET to the SET, and covered every change.
+//     that window cannot be closed.
 func (c *TCPStoreClient) CompareAndSet(ctx context.Context, key string, old, new []byte) (current []byte, swapped bool, err error) {
 	if err := checkKey(key); err != nil {
 		return nil, false, fmt.Errorf("compare-and-set %q: %w", key, err)
