@@ -200,7 +200,8 @@ func (s *Server) Close() error {
 	s.init(nil)
 	s.mu.Lock()
 	var listeners []net.Listener
-	var conns []net.Conn
+	var conns []*serverConn
+	var flushes []func() error
 	if !s.closed {
 		s.closed = true
 		close(s.done)
@@ -208,7 +209,8 @@ func (s *Server) Close() error {
 			listeners = append(listeners, l)
 		}
 		for c := range s.conns {
-			conns = append(conns, c.nc)
+			conns = append(conns, c)
+			flushes = append(flushes, c.flushOut)
 		}
 	}
 	s.mu.Unlock()
@@ -217,14 +219,26 @@ func (s *Server) Close() error {
 		_ = l.Close()
 	}
 	flush := time.Now().Add(closeFlushTimeout)
-	for _, nc := range conns {
-		_ = nc.SetWriteDeadline(flush)
+	for _, c := range conns {
+		_ = c.nc.SetWriteDeadline(flush)
 	}
 	s.deliveries.Wait()
 	s.handling.Lock() // the requests being handled write their replies (by flush)
+	// Replies may still wait in a connection's queue: held back to go out with the
+	// reply to a pipelined request that will not be handled now, or queued by a
+	// delivery meanwhile. They are due: write them, all connections at once.
+	var writes sync.WaitGroup
+	for i, c := range conns {
+		f := flushes[i]
+		if f == nil {
+			f = c.flush
+		}
+		writes.Go(func() { _ = f() })
+	}
+	writes.Wait()
 	s.handling.Unlock()
-	for _, nc := range conns {
-		_ = nc.Close()
+	for _, c := range conns {
+		_ = c.nc.Close()
 	}
 	s.wg.Wait()
 	return nil
@@ -419,10 +433,14 @@ type serverConn struct {
 	// beforeRead, when set, runs on the serving goroutine before it waits for more
 	// bytes from the network (a protocol writes the answers it queued).
 	beforeRead func() error
+	// flushOut, when set, writes what the connection's protocol has queued (Close
+	// calls it; nil: flush). Guarded by Server.mu.
+	flushOut func() error
 
 	wmu      sync.Mutex
-	out      replies // guarded by wmu
-	queueing bool    // replies wait in out until flush; guarded by wmu
+	out      replies   // guarded by wmu
+	queueing bool      // replies wait in out until flush; guarded by wmu
+	writeBy  time.Time // the write deadline set last (armWrite); guarded by the protocol's write lock
 
 	pmu     sync.Mutex
 	pending map[uint32]func() bool // cancel of each blocked request, by id
@@ -723,6 +741,9 @@ func (c *serverConn) handshake() error {
 			return err
 		}
 	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.writeBy = time.Time{} // no deadline now: the next write sets one
 	return c.nc.SetDeadline(time.Time{})
 }
 
@@ -825,13 +846,7 @@ func (c *serverConn) writeOutLocked() error {
 	}
 	bufs = append(bufs, q.small[start:])
 	q.bufs = bufs
-	timeout := writeTimeout
-	select {
-	case <-c.s.done:
-		timeout = closeFlushTimeout
-	default:
-	}
-	_ = c.nc.SetWriteDeadline(time.Now().Add(timeout))
+	c.armWrite()
 	_, err := bufs.WriteTo(c.nc)
 	clear(q.bufs[:cap(q.bufs)])
 	clear(q.large)
@@ -842,6 +857,24 @@ func (c *serverConn) writeOutLocked() error {
 		q.small = q.small[:0]
 	}
 	return err
+}
+
+// armWrite gives the next write at least half of writeTimeout, or closeFlushTimeout
+// once the server closes. Moving a deadline updates a runtime timer, so a deadline
+// still more than half of writeTimeout away is kept: a write then has between half of
+// writeTimeout and all of it. The caller holds the connection's write lock.
+func (c *serverConn) armWrite() {
+	now := time.Now()
+	select {
+	case <-c.s.done:
+		c.writeBy = now.Add(closeFlushTimeout)
+	default:
+		if c.writeBy.Sub(now) > writeTimeout/2 {
+			return
+		}
+		c.writeBy = now.Add(writeTimeout)
+	}
+	_ = c.nc.SetWriteDeadline(c.writeBy)
 }
 
 // flush writes the replies queued during turns and ends the queueing.

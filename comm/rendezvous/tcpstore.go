@@ -195,7 +195,17 @@ type tsReader struct {
 	// it holds, for the caller to give back once the request is handled.
 	charge func(n int64) error
 	held   int64
+	// spare is the buffers of the keys of the last query of a few short keys (most
+	// CHECK, WAIT and GET queries), reused by the next one: part of the connection's
+	// fixed cost (connOverhead), charged to no query.
+	spare keyList
 }
+
+// Bounds of the keys read into tsReader.spare.
+const (
+	spareKeys     = 8
+	spareKeyBytes = 512
+)
 
 // reserve charges n bytes of buffer, when the reader charges.
 func (t *tsReader) reserve(n int64) error {
@@ -298,13 +308,23 @@ func (t *tsReader) key() (string, error) {
 	return k, nil
 }
 
-// keyList reads n keys into one buffer, which grows, charged, as they arrive.
+// keyList reads n keys into one buffer, which grows, charged, as they arrive. The
+// list is valid until the next call: a few short keys are read into buffers that the
+// next query reuses.
 func (t *tsReader) keyList(n int) (keyList, error) {
 	var l keyList
-	if err := t.reserve(allocSize(8 * n)); err != nil {
-		return l, fmt.Errorf("reading %d keys: %w", n, err)
+	charged := 0 // the capacity of l.buf charged
+	if n <= spareKeys {
+		if t.spare.ends == nil {
+			t.spare = keyList{buf: make([]byte, 0, spareKeyBytes), ends: make([]int, 0, spareKeys)}
+		}
+		l = keyList{buf: t.spare.buf[:0], ends: t.spare.ends[:0]}
+	} else {
+		if err := t.reserve(allocSize(8 * n)); err != nil {
+			return l, fmt.Errorf("reading %d keys: %w", n, err)
+		}
+		l.ends = make([]int, 0, n)
 	}
-	l.ends = make([]int, 0, n)
 	for range n {
 		k, m, err := t.peekKey()
 		if err != nil {
@@ -312,10 +332,11 @@ func (t *tsReader) keyList(n int) (keyList, error) {
 		}
 		if len(l.buf)+len(k) > cap(l.buf) {
 			size := max(2*cap(l.buf), len(l.buf)+len(k), 64)
-			if err := t.reserve(allocSize(size) - allocSize(cap(l.buf))); err != nil {
+			if err := t.reserve(allocSize(size) - allocSize(charged)); err != nil {
 				return l, fmt.Errorf("reading %d keys: %w", n, err)
 			}
 			l.buf = append(make([]byte, 0, size), l.buf...)
+			charged = size
 		}
 		l.buf = append(l.buf, k...)
 		l.ends = append(l.ends, len(l.buf))

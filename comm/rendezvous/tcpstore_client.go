@@ -67,6 +67,8 @@ type TCPStoreClient struct {
 	idle     []*tsConn
 	open     map[*tsConn]struct{}
 	barriers int8 // the server has its own barriers: 1 yes (ncclgo's), -1 no, 0 not asked yet
+
+	afterSwap func() // for tests: runs between a creating COMPARE_SET and its wake-up on protocol 1
 }
 
 var _ Store = (*TCPStoreClient)(nil)
@@ -346,6 +348,11 @@ func (c *TCPStoreClient) checkKeys(tc *tsConn, keys []string) (bool, error) {
 	if err := tc.send(); err != nil {
 		return false, err
 	}
+	return readCheck(tc)
+}
+
+// readCheck reads the answer to a CHECK: whether its keys all exist.
+func readCheck(tc *tsConn) (bool, error) {
 	r, err := tc.rd.u8()
 	if err != nil {
 		return false, err
@@ -478,10 +485,20 @@ func (c *TCPStoreClient) Check(ctx context.Context, keys ...string) ([]bool, err
 // reports swapped, and an empty old means "absent" to torch as it does nil.
 //
 // torch's own server (1.x and 2.x) does not wake the Gets and Waits of a key that a
-// COMPARE_SET creates, so on it a CompareAndSet that may have created key follows
-// with a query that does wake them: an APPEND of nothing (protocol 2), which leaves
-// the value as it is, or (protocol 1, which has no APPEND) a SET of new, which
-// overwrites any change another client made to key in between.
+// COMPARE_SET creates, so on it a CompareAndSet that created key follows with a query
+// that does wake them:
+//   - protocol 2: an APPEND of nothing, which leaves any value as it is (a Delete of
+//     key by another client between the two is undone: APPEND creates key empty);
+//   - protocol 1, which has no APPEND: a SET of new, only once new is read back as
+//     key's value (a COMPARE_SET of new to new, which reads atomically and changes
+//     nothing, after a CHECK that tells an absent key from one holding new). A change
+//     another client makes before the read-back is left alone (a SET woke the waiters
+//     itself, a CompareAndSet of this package wakes them too), and so is a Delete
+//     before the CHECK. The read-back and the SET are two queries, a round trip
+//     apart: a change another client makes to key between the two is overwritten
+//     with new, and a Delete between the CHECK and the SET is undone (key holds new
+//     again). torch's protocol 1 has no conditional write that wakes waiters, so
+//     that window cannot be closed.
 func (c *TCPStoreClient) CompareAndSet(ctx context.Context, key string, old, new []byte) (current []byte, swapped bool, err error) {
 	if err := checkKey(key); err != nil {
 		return nil, false, fmt.Errorf("compare-and-set %q: %w", key, err)
@@ -527,6 +544,12 @@ func (c *TCPStoreClient) CompareAndSet(ctx context.Context, key string, old, new
 			tc.w.prefixed(c.prefix, key)
 			tc.w.vec(nil)
 		} else {
+			if c.afterSwap != nil {
+				c.afterSwap()
+			}
+			if ours, err := c.stillHolds(tc, key, new); err != nil || !ours {
+				return err
+			}
 			if err := c.query(tc, tsSet); err != nil {
 				return err
 			}
@@ -536,6 +559,46 @@ func (c *TCPStoreClient) CompareAndSet(ctx context.Context, key string, old, new
 		return c.checkOn(tc, key) // neither answers: a CHECK orders it before the return
 	})
 	return current, swapped, err
+}
+
+// stillHolds reports whether key holds value, on protocol 1, where a GET of an absent
+// key makes torch's server drop the connection: a CHECK says whether key exists, and a
+// COMPARE_SET of value to value reads its value atomically, changing nothing when key
+// holds value or another one. For an absent key that COMPARE_SET stores nothing when
+// value is not empty, and both go in one write; when value is empty it would create
+// key, so it goes only once the CHECK has found key.
+func (c *TCPStoreClient) stillHolds(tc *tsConn, key string, value []byte) (bool, error) {
+	if err := c.query(tc, tsCheck); err != nil {
+		return false, err
+	}
+	tc.w.u64(1)
+	tc.w.prefixed(c.prefix, key)
+	exists := true
+	if len(value) == 0 {
+		if err := tc.send(); err != nil {
+			return false, err
+		}
+		if ok, err := readCheck(tc); err != nil || !ok {
+			return false, err
+		}
+	}
+	if err := c.query(tc, tsCompareSet); err != nil {
+		return false, err
+	}
+	tc.w.prefixed(c.prefix, key)
+	tc.w.vec(value)
+	tc.w.vec(value)
+	if err := tc.send(); err != nil {
+		return false, err
+	}
+	if len(value) != 0 {
+		var err error
+		if exists, err = readCheck(tc); err != nil {
+			return false, err
+		}
+	}
+	cur, err := tc.rd.vector("value", MaxFrameLen)
+	return err == nil && exists && bytes.Equal(cur, value), err
 }
 
 // Delete removes key and reports whether it existed.

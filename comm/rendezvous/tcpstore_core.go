@@ -11,7 +11,7 @@ import (
 // that both protocols share keys, the memory budget and the per-client shares.
 type torchCore interface {
 	tcpSet(key string, value []byte) error
-	tcpGet(key string) ([]byte, bool)
+	tcpGet(key []byte) ([]byte, bool)
 	tcpAdd(key string, delta int64) (int64, error)
 	// tcpCompareSet stores desired when the value is expected (or the key is absent and
 	// expected empty) and returns what torch replies: the value now stored, or
@@ -83,7 +83,15 @@ var _ torchCore = torchStore{}
 
 func (t torchStore) tcpSet(key string, value []byte) error { return t.st.set(t.a, key, value) }
 
-func (t torchStore) tcpGet(key string) ([]byte, bool) { return t.st.get(key) }
+func (t torchStore) tcpGet(key []byte) ([]byte, bool) {
+	st := t.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if e := st.data[string(key)]; e != nil { // looked up without a copy of key
+		return e.value, true
+	}
+	return nil, false
+}
 
 func (t torchStore) tcpAdd(key string, delta int64) (int64, error) {
 	return t.st.add(t.a, key, delta)

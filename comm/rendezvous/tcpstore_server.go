@@ -96,6 +96,9 @@ func (c *serverConn) serveTorch(gen TorchProtocol) {
 	// Answers wait in t.out until the connection has no more query bytes buffered, so
 	// that queries sent together (a CHECK per key) are answered in one write.
 	c.beforeRead = t.beforeRead
+	s.mu.Lock()
+	c.flushOut = t.flush // Close writes the answers queued
+	s.mu.Unlock()
 	stage, err := t.serve()
 	c.logEnd("torch "+stage, err)
 }
@@ -255,7 +258,9 @@ func (t *torchConn) read() (tsRequest, error) {
 			}
 			r.values = append(r.values, v)
 		}
-	case tsGet, tsDelete:
+	case tsGet:
+		r.list, err = rd.keyList(1)
+	case tsDelete:
 		err = keys(1)
 	case tsAdd:
 		if err = keys(1); err == nil {
@@ -269,8 +274,6 @@ func (t *torchConn) read() (tsRequest, error) {
 			switch {
 			case n == 0 && r.q != tsMultiGet:
 				return r, fmt.Errorf("%w: %s of no keys", ErrProtocol, r.q)
-			case r.q == tsMultiGet:
-				err = keys(n)
 			default:
 				r.list, err = rd.keyList(n)
 			}
@@ -335,20 +338,17 @@ func (t *torchConn) handle(r tsRequest) error {
 			return err
 		}
 		return t.writeVectors(v)
-	case tsGet:
-		v, ok := t.core.tcpGet(r.keys[0])
-		if !ok {
-			// torch's server fails the same way; its clients wait before they get.
-			return fmt.Errorf("%w: %s of %q, which does not exist", ErrProtocol, r.q, r.keys[0])
+	case tsGet, tsMultiGet:
+		var one [1][]byte
+		vals := one[:]
+		if r.list.len() != 1 {
+			vals = make([][]byte, r.list.len())
 		}
-		return t.writeVectors(v)
-	case tsMultiGet:
-		vals := make([][]byte, len(r.keys))
-		for i, k := range r.keys {
-			v, ok := t.core.tcpGet(k)
+		for i := range vals {
+			v, ok := t.core.tcpGet(r.list.key(i))
 			if !ok {
 				// torch's server fails the same way; its clients wait before they get.
-				return fmt.Errorf("%w: %s of %q, which does not exist", ErrProtocol, r.q, k)
+				return fmt.Errorf("%w: %s of %q, which does not exist", ErrProtocol, r.q, r.list.key(i))
 			}
 			vals[i] = v
 		}
@@ -468,19 +468,17 @@ func (t *torchConn) writeVectors(vals ...[]byte) error {
 	return err
 }
 
-func (t *torchConn) setWriteDeadline() {
-	timeout := writeTimeout
-	select {
-	case <-t.c.s.done:
-		timeout = closeFlushTimeout
-	default:
-	}
-	_ = t.c.nc.SetWriteDeadline(time.Now().Add(timeout))
-}
+func (t *torchConn) setWriteDeadline() { t.c.armWrite() }
 
 // wait registers a wait; its answer is written once it fires (at once when its keys
 // all exist).
 func (t *torchConn) wait(keys keyList) error {
+	if t.core.tcpCheck(keys) { // the keys exist: nothing to register
+		t.wmu.Lock()
+		defer t.wmu.Unlock()
+		t.queueAnswers(1, nil)
+		return nil
+	}
 	id, fire, err := t.pend()
 	if err != nil {
 		return err

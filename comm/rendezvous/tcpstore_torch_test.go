@@ -225,3 +225,112 @@ func TestTCPStoreClientAgainstTorch(t *testing.T) {
 		})
 	}
 }
+
+// startTorchServer runs torch's own C++ TCPStore server of env until the test ends
+// and returns its address.
+func startTorchServer(t *testing.T, ctx context.Context, env torchtest.Env) string {
+	t.Helper()
+	cmd := env.Command(ctx, "-c", `
+import sys, torch.distributed as d
+s = d.TCPStore("127.0.0.1", 0, world_size=1, is_master=True, wait_for_workers=False)
+print("PORT", s.port, flush=True)
+sys.stdin.read()
+`)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if p, ok := strings.CutPrefix(sc.Text(), "PORT "); ok {
+			return "127.0.0.1:" + p
+		}
+	}
+	t.Fatalf("torch server printed no port: %s", stderr.String())
+	return ""
+}
+
+// On torch 1's server a CompareAndSet that creates a key wakes its waiters with a SET
+// of the value: one that another client changed meanwhile is left as that client made
+// it, and the waiters are still woken when no one did.
+func TestTCPStoreCompareAndSetWakeLeavesARacingChange(t *testing.T) {
+	env := torchtest.Require(t, torchtest.Torch1)
+	ctx := ctxTimeout(t, 3*time.Minute)
+	addr := startTorchServer(t, ctx, env)
+	c, err := DialTCPStore(ctx, addr, WithLogger(discardLogger()))
+	require.NoError(t, err)
+	defer c.Close()
+	other, err := DialTCPStore(ctx, addr, WithLogger(discardLogger()))
+	require.NoError(t, err)
+	defer other.Close()
+	require.Equal(t, TorchProtocol1, c.Protocol())
+
+	for _, tc := range []struct{ name, mine, theirs string }{
+		{"value", "mine", "theirs"},
+		{"empty value", "", "theirs"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "raced/" + tc.name
+			c.afterSwap = func() { require.NoError(t, other.Set(ctx, key, []byte(tc.theirs))) }
+			cur, swapped, err := c.CompareAndSet(ctx, key, nil, []byte(tc.mine))
+			c.afterSwap = nil
+			require.NoError(t, err)
+			require.True(t, swapped)
+			require.Equal(t, tc.mine, string(cur))
+			v, err := other.Get(ctx, key)
+			require.NoError(t, err)
+			require.Equal(t, tc.theirs, string(v), "the change made after the swap was overwritten")
+
+			// A Delete after the swap is not undone either.
+			gone := "deleted/" + tc.name
+			c.afterSwap = func() {
+				ok, err := other.Delete(ctx, gone)
+				require.NoError(t, err)
+				require.True(t, ok)
+			}
+			_, swapped, err = c.CompareAndSet(ctx, gone, nil, []byte(tc.mine))
+			c.afterSwap = nil
+			require.NoError(t, err)
+			require.True(t, swapped)
+			present, err := other.Check(ctx, gone)
+			require.NoError(t, err)
+			require.Equal(t, []bool{false}, present, "the key deleted after the swap was created again")
+
+			// Without a race, a WAIT sent before the key existed is woken. A raw
+			// connection sends it with a CHECK of a missing key after it: torch answers
+			// them in order, so the CHECK's answer says the WAIT is registered.
+			fresh := "woken/" + tc.name
+			raw, err := net.Dial("tcp", addr)
+			require.NoError(t, err)
+			defer raw.Close()
+			var w tsWriter
+			for _, q := range []struct {
+				q   tsQuery
+				key string
+			}{{tsWait, "/" + fresh}, {tsCheck, "/absent"}} {
+				b, _ := tsWire(TorchProtocol1, q.q)
+				w.u8(b)
+				w.u64(1)
+				w.str(q.key)
+			}
+			_, err = raw.Write(w.bytes())
+			require.NoError(t, err)
+			answer := make([]byte, 1)
+			_, err = io.ReadFull(raw, answer)
+			require.NoError(t, err)
+			require.Equal(t, byte(tsNotReady), answer[0], "CHECK of a missing key")
+			_, swapped, err = c.CompareAndSet(ctx, fresh, nil, []byte(tc.mine))
+			require.NoError(t, err)
+			require.True(t, swapped)
+			// Only a missing wake-up waits here (the deadline is the failure's).
+			_ = raw.SetReadDeadline(time.Now().Add(time.Minute))
+			_, err = io.ReadFull(raw, answer)
+			require.NoError(t, err, "the WAIT for the created key was never answered")
+			require.Equal(t, byte(tsStopWaiting), answer[0])
+		})
+	}
+}

@@ -72,7 +72,8 @@ func main() {
 	steady := flag.Duration("steady", 2*time.Second, "duration of the steady set/get phase")
 	deadline := flag.Duration("deadline", 3*time.Minute, "time a bring-up may take before the server is reported as timed out")
 	ownOnly := flag.Bool("own-only", false, "measure only the floor and the bring-ups through ncclgo's own protocol (no PyTorch, no TCPStore protocol; the all-keys one only up to 1,024 ranks unless STOREBENCH_ALLKEYS is set): for quick iterations")
-	profile := flag.String("profile", "", "directory where ncclgo's server writes a CPU profile (cpu-N.pprof) and an allocation profile (allocs-N.pprof) for each client count N")
+	profile := flag.String("profile", "", "directory where ncclgo's server writes a CPU profile (cpu-N.pprof, and steady-N.pprof for the steady phase alone, which cpu-N.pprof and cpu-N-after.pprof leave out) and an allocation profile (allocs-N.pprof) for each client count N")
+	flag.StringVar(&straceDir, "strace", "", "directory where `strace -c -f` writes the system calls each server makes in the steady phase (strace-ncclgo-N.txt, strace-pytorch-N.txt); it slows the servers: the run's figures are not comparable")
 	flag.Parse()
 	if *profile != "" {
 		f, err := os.Create(filepath.Join(*profile, "load.pprof"))
@@ -262,6 +263,23 @@ func serveNcclgo(args []string) {
 	fmt.Printf("PORT %d TORCH - ECHO %d\n", l.Addr().(*net.TCPAddr).Port, echo.Addr().(*net.TCPAddr).Port)
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
+		if len(args) == 2 && (sc.Text() == "steady" || sc.Text() == "steady-end") {
+			// The steady phase gets a profile of its own.
+			pprof.StopCPUProfile()
+			name := "steady-" + args[1] + ".pprof"
+			if sc.Text() == "steady-end" {
+				name = "cpu-" + args[1] + "-after.pprof"
+			}
+			f, err := os.Create(filepath.Join(args[0], name))
+			if err != nil {
+				fatalf("%v", err)
+			}
+			if err := pprof.StartCPUProfile(f); err != nil {
+				fatalf("%v", err)
+			}
+			fmt.Println("ok")
+			continue
+		}
 		// Before a memory reading: return the garbage of the bring-up to the system,
 		// so that RSS counts what the server holds.
 		runtime.GC()
@@ -349,15 +367,41 @@ type server struct {
 	version string
 }
 
-// settledRSS asks the server to settle (ncclgo's returns its garbage to the system)
-// and returns its resident memory in KiB.
-func (s *server) settledRSS() float64 {
-	if _, err := io.WriteString(s.stdin, "gc\n"); err != nil {
+// tell sends the server a line and waits for its "ok".
+func (s *server) tell(line string) {
+	if _, err := io.WriteString(s.stdin, line+"\n"); err != nil {
 		fatalf("server: %v", err)
 	}
 	if _, err := s.out.ReadString('\n'); err != nil {
 		fatalf("server: %v", err)
 	}
+}
+
+// straceDir is -strace's directory.
+var straceDir string
+
+// strace attaches `strace -c -f` to the server (-strace) and returns what detaches it.
+func (s *server) strace(name string, n int) func() {
+	if straceDir == "" {
+		return func() {}
+	}
+	out := filepath.Join(straceDir, "strace-"+name+"-"+strconv.Itoa(n)+".txt")
+	cmd := exec.Command("strace", "-c", "-f", "-o", out, "-p", strconv.Itoa(s.cmd.Process.Pid))
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		fatalf("strace: %v", err)
+	}
+	time.Sleep(500 * time.Millisecond) // attached to every thread
+	return func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+	}
+}
+
+// settledRSS asks the server to settle (ncclgo's returns its garbage to the system)
+// and returns its resident memory in KiB.
+func (s *server) settledRSS() float64 {
+	s.tell("gc")
 	return rssKiB(s.cmd.Process.Pid)
 }
 
@@ -652,6 +696,24 @@ func listenDrops() int64 {
 	return -1
 }
 
+// backlogDrops is the machine's count of packets dropped because a processor's input
+// backlog was full (net.core.netdev_max_backlog; loopback traffic goes through it):
+// the second column of /proc/net/softnet_stat, summed over processors; -1 if unknown.
+func backlogDrops() int64 {
+	b, err := os.ReadFile("/proc/net/softnet_stat")
+	if err != nil {
+		return -1
+	}
+	var n int64
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if f := strings.Fields(l); len(f) > 1 {
+			d, _ := strconv.ParseInt(f[1], 16, 64)
+			n += d
+		}
+	}
+	return n
+}
+
 // cpuMs is the CPU time (user and system) the process has used so far.
 func cpuMs(pid int) float64 {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
@@ -703,7 +765,13 @@ func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, limit t
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var sets, gets []time.Duration
-	cpu0 := cpuMs(srv.cmd.Process.Pid)
+	name := "pytorch"
+	if srv.version == "-" {
+		name = "ncclgo"
+	}
+	srv.tell("steady")
+	detach := srv.strace(name, n)
+	cpu0, drops0 := cpuMs(srv.cmd.Process.Pid), backlogDrops()
 	deadline := time.Now().Add(steady)
 	for i := range n {
 		wg.Go(func() {
@@ -728,12 +796,20 @@ func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, limit t
 	}
 	wg.Wait()
 	cpu := cpuMs(srv.cmd.Process.Pid) - cpu0
+	if d := backlogDrops() - drops0; d > 0 {
+		fmt.Fprintf(os.Stderr, "storebench: %d packets dropped by full network backlogs on this machine during the steady phase on %s's server (each delays a reply by a retransmission timeout, 200 ms or more: the p99 figures of this run are not the server's)\n", d, name)
+	}
+	detach()
+	srv.tell("steady-end")
 	for _, c := range stores {
 		_ = c.Close()
 	}
 	r.setP50, r.setP99 = pct(sets, 50), pct(sets, 99)
 	r.getP50, r.getP99 = pct(gets, 50), pct(gets, 99)
 	ops := len(sets) + len(gets)
+	if straceDir != "" {
+		fmt.Fprintf(os.Stderr, "storebench: steady phase of %d clients on %s's server: %d ops (%d sets, %d gets)\n", n, name, ops, len(sets), len(gets))
+	}
 	r.opsPerSec = float64(ops) / steady.Seconds()
 	r.cpuPerOp = cpu * 1000 / float64(max(ops, 1))
 	r.join = bringUp(srv, n, limit, dialTorch(srv.addr, proto), joinLikeComm)
