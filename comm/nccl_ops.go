@@ -55,8 +55,8 @@ type ncclOps interface {
 // operation the wait. call makes its NCCL calls on to: the driver, or inside a group
 // the group's recorder (grouped(to)), and then the group's outermost GroupEnd makes
 // them, reports their results and does the wait. The closure does not escape, so the
-// sequence allocates nothing. AllReduce and AllReduceAsync write the sequence out for
-// their usual case (no closure, fewer calls between the library's): a change here is a
+// sequence allocates nothing. AllReduce (outside groups) and AllReduceAsync write the
+// sequence out (no closure, fewer calls between the library's): a change here is a
 // change there too.
 func (c *NCCLCommunicator) enqueue(op string, bytes int, kind opKind, call func(to ncclOps) error) error {
 	c.life.RLock()
@@ -211,7 +211,8 @@ func (b *NCCL) AllReduce(ptr DevicePtr, bytes int) error {
 }
 
 // allReduce is AllReduce through guard.reduce and enqueue: invalid arguments, a group
-// open somewhere in the process, the two-rank path.
+// open somewhere in the process (inside one on this goroutine the call is recorded),
+// the two-rank path.
 func (b *NCCL) allReduce(ptr DevicePtr, bytes int) error {
 	c := b.c
 	if err := c.g.reduce(opAllReduce, ptr, bytes); err != nil {
@@ -375,34 +376,10 @@ func (b *NCCL) RecvCommandU32(ctx context.Context, ptr DevicePtr, root int) erro
 // device current on the calling thread; other streams carry their own context.
 func (b *NCCL) AllReduceAsync(ptr DevicePtr, bytes int, compute Stream) error {
 	c := b.c
-	if compute == 0 || !c.g.valid(ptr, bytes) || !c.g.ungrouped() || b.addKernel.Load() != 0 {
-		return b.allReduceAsync(ptr, bytes, compute)
-	}
-	// The usual case (a compute stream that carries its context, valid arguments, no
-	// group open, no two-rank kernel): enqueue's sequence written out, as in AllReduce.
-	c.life.RLock()
-	defer c.life.RUnlock()
-	if c.g.closed.Load() || c.faulted.Load() {
-		if err := c.unusable(opAllReduceAsync, bytes); err != nil {
+	if !c.g.valid(ptr, bytes) || !c.g.ungrouped() { // guard.reduceAsync's one-test case inlined
+		if err := c.g.reduceAsync(ptr, bytes); err != nil {
 			return err
 		}
-	}
-	p := c.buf(ptr)
-	c.mu.Lock()
-	err := b.reduceBetween(p, bytes, gpulib.Stream(compute), 0)
-	c.mu.Unlock()
-	if c.wd != nil {
-		c.wd.enqueued()
-	}
-	return c.result(opAllReduceAsync, bytes, err)
-}
-
-// allReduceAsync is AllReduceAsync through guard.reduceAsync and enqueue: the legacy
-// default stream, invalid arguments, a group open, the two-rank path.
-func (b *NCCL) allReduceAsync(ptr DevicePtr, bytes int, compute Stream) error {
-	c := b.c
-	if err := c.g.reduceAsync(ptr, bytes); err != nil {
-		return err
 	}
 	if compute == 0 { // the legacy default stream is the current context's
 		if err := bind(c.d); err != nil {
@@ -410,40 +387,47 @@ func (b *NCCL) allReduceAsync(ptr DevicePtr, bytes int, compute Stream) error {
 		}
 		defer runtime.UnlockOSThread()
 	}
+	// enqueue's sequence for an ungroupable operation, written out as in AllReduce.
 	s := gpulib.Stream(compute)
-	return c.enqueue(opAllReduceAsync, bytes, ungroupable, func(ncclOps) error {
-		return b.reduceBetween(c.buf(ptr), bytes, s, b.twoRankKernel(bytes, false))
-	})
-}
-
-// reduceBetween is AllReduceAsync's calls, under the driver lock: the communication
-// stream waits for compute stream s (evIn), the reduction of bytes at p (the two-rank
-// path when f is its kernel), and s waits for the communication stream (evOut).
-func (b *NCCL) reduceBetween(p gpulib.Ptr, bytes int, s gpulib.Stream, f gpulib.Function) error {
-	c := b.c
-	if err := c.d.EventRecord(c.evIn, s); err != nil {
-		return err
+	f := b.twoRankKernel(bytes, false)
+	c.life.RLock()
+	defer c.life.RUnlock()
+	if c.g.closed.Load() || c.faulted.Load() {
+		if err := c.unusable(opAllReduceAsync, bytes); err != nil {
+			return err
+		}
 	}
-	if err := c.d.StreamWaitEvent(c.stream, c.evIn); err != nil {
-		return err
+	if c.groupOf() != nil {
+		return groupOpenErr(opAllReduceAsync, groupDepth())
 	}
-	var err error
-	// The two-rank path may allocate and query the stream: not while capturing.
-	if f != 0 && !c.capturing(s) {
-		err = b.exchangeAdd(f, p, bytes)
-	} else {
-		err = c.d.AllReduce(p, p, uint64(bytes/b.size), gpulib.DataType(b.elem), gpulib.Sum, c.comm, c.stream)
+	p := c.buf(ptr)
+	c.mu.Lock()
+	err := c.d.EventRecord(c.evIn, s)
+	if err == nil {
+		err = c.d.StreamWaitEvent(c.stream, c.evIn)
 	}
-	if code(err) == gpulib.InProgress { // the reduction is on the stream once NCCL settles
-		err = c.settle(bg, c.comm, bounded)
+	if err == nil {
+		// The two-rank path may allocate and query the stream: not while capturing.
+		if f != 0 && !c.capturing(s) {
+			err = b.exchangeAdd(f, p, bytes)
+		} else {
+			err = c.d.AllReduce(p, p, uint64(bytes/b.size), gpulib.DataType(b.elem), gpulib.Sum, c.comm, c.stream)
+		}
+		if code(err) == gpulib.InProgress { // the reduction is on the stream once NCCL settles
+			err = c.settle(bg, c.comm, bounded)
+		}
 	}
-	if err != nil {
-		return err
+	if err == nil {
+		err = c.d.EventRecord(c.evOut, c.stream)
 	}
-	if err := c.d.EventRecord(c.evOut, c.stream); err != nil {
-		return err
+	if err == nil {
+		err = c.d.StreamWaitEvent(s, c.evOut)
 	}
-	return c.d.StreamWaitEvent(s, c.evOut)
+	c.mu.Unlock()
+	if c.wd != nil {
+		c.wd.enqueued()
+	}
+	return c.result(opAllReduceAsync, bytes, err)
 }
 
 // SetAddKernel hands the backend the in-place add kernel of its element type for the
