@@ -132,3 +132,74 @@ func TestConcurrentReductionsTakeTheDriverInTurn(t *testing.T) {
 	}
 	require.Zero(t, d.overlap.Load(), "driver calls under the driver lock overlapped")
 }
+
+// inForeignGroup runs f while another goroutine holds a group open (on a backend of
+// its own): the calling goroutine has none, but the process does, so AllReduce takes
+// its general path through enqueue instead of the one written out for no group open.
+func inForeignGroup(t *testing.T, f func()) {
+	t.Helper()
+	g := newStubNCCL(t, stubDriver{})
+	opened, end, ended := make(chan error), make(chan struct{}), make(chan error)
+	go func() {
+		opened <- g.GroupStart()
+		<-end
+		ended <- g.GroupEnd()
+	}()
+	require.NoError(t, <-opened)
+	require.NotZero(t, groups.open.Load())
+	f()
+	close(end)
+	require.NoError(t, <-ended)
+}
+
+// TestAllReduceWrittenOutMatchesEnqueue runs AllReduce's success path and each of its
+// failures twice, on fresh backends scripted alike: with no group open in the process
+// (the sequence written out in AllReduce) and with another goroutine's group open
+// (enqueue's general path). Both must make the same driver calls and return the same
+// error, leaving the backend as healthy or unhealthy as the other.
+func TestAllReduceWrittenOutMatchesEnqueue(t *testing.T) {
+	fatal := &gpulib.Error{Code: gpulib.RemoteError, Err: errors.New("remote process exited")}
+	cases := map[string]func(f *fakeDriver){
+		"success":              func(*fakeDriver) {},
+		"capture query fails":  func(f *fakeDriver) { f.fail("StreamIsCapturing", errors.New("CUDA_ERROR_INVALID_HANDLE")) },
+		"fatal result":         func(f *fakeDriver) { f.fail("AllReduce", fatal) },
+		"invalid argument":     func(f *fakeDriver) { f.fail("AllReduce", &gpulib.Error{Code: gpulib.InvalidArgument}) },
+		"in progress, settles": func(f *fakeDriver) { f.fail("AllReduce", &gpulib.Error{Code: gpulib.InProgress}); f.initPolls.Store(2) },
+		"stream query fails":   func(f *fakeDriver) { f.fail("StreamQuery", errors.New("CUDA_ERROR_LAUNCH_FAILED")) },
+		"async error":          func(f *fakeDriver) { f.asyncErr.Store(int32(gpulib.RemoteError)); f.lastError = "peer gone" },
+		"async query fails":    func(f *fakeDriver) { f.fail("CommGetAsyncError", errors.New("query failed")) },
+		"failed before": func(f *fakeDriver) {
+			f.fail("Broadcast", fatal)
+		},
+	}
+	type outcome struct {
+		err     string
+		healthy bool
+		calls   []string
+	}
+	run := func(script func(*fakeDriver), grouped bool) outcome {
+		f := newFake()
+		b := newFakeNCCL(t, f, 1, 2, quiet)
+		script(f)
+		_ = b.Broadcast(p, 8, 0) // "failed before" makes the backend unhealthy here
+		f.log()
+		var err error
+		if grouped {
+			inForeignGroup(t, func() { err = b.AllReduce(p, 4096) })
+		} else {
+			require.Zero(t, groups.open.Load())
+			err = b.AllReduce(p, 4096)
+		}
+		o := outcome{healthy: !b.c.faulted.Load(), calls: f.log()}
+		if err != nil {
+			o.err = err.Error()
+		}
+		return o
+	}
+	for name, script := range cases {
+		t.Run(name, func(t *testing.T) {
+			direct, general := run(script, false), run(script, true)
+			require.Equal(t, general, direct)
+		})
+	}
+}
