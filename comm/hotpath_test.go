@@ -159,17 +159,25 @@ func inForeignGroup(t *testing.T, f func()) {
 // error, leaving the backend as healthy or unhealthy as the other.
 func TestAllReduceWrittenOutMatchesEnqueue(t *testing.T) {
 	fatal := &gpulib.Error{Code: gpulib.RemoteError, Err: errors.New("remote process exited")}
-	cases := map[string]func(f *fakeDriver){
-		"success":              func(*fakeDriver) {},
-		"capture query fails":  func(f *fakeDriver) { f.fail("StreamIsCapturing", errors.New("CUDA_ERROR_INVALID_HANDLE")) },
-		"fatal result":         func(f *fakeDriver) { f.fail("AllReduce", fatal) },
-		"invalid argument":     func(f *fakeDriver) { f.fail("AllReduce", &gpulib.Error{Code: gpulib.InvalidArgument}) },
-		"in progress, settles": func(f *fakeDriver) { f.fail("AllReduce", &gpulib.Error{Code: gpulib.InProgress}); f.initPolls.Store(2) },
-		"stream query fails":   func(f *fakeDriver) { f.fail("StreamQuery", errors.New("CUDA_ERROR_LAUNCH_FAILED")) },
-		"async error":          func(f *fakeDriver) { f.asyncErr.Store(int32(gpulib.RemoteError)); f.lastError = "peer gone" },
-		"async query fails":    func(f *fakeDriver) { f.fail("CommGetAsyncError", errors.New("query failed")) },
-		"failed before": func(f *fakeDriver) {
+	cases := map[string]func(f *fakeDriver, b *NCCL){
+		"success":             func(*fakeDriver, *NCCL) {},
+		"capture query fails": func(f *fakeDriver, _ *NCCL) { f.fail("StreamIsCapturing", errors.New("CUDA_ERROR_INVALID_HANDLE")) },
+		"fatal result":        func(f *fakeDriver, _ *NCCL) { f.fail("AllReduce", fatal) },
+		"invalid argument":    func(f *fakeDriver, _ *NCCL) { f.fail("AllReduce", &gpulib.Error{Code: gpulib.InvalidArgument}) },
+		"in progress, settles": func(f *fakeDriver, _ *NCCL) {
+			f.fail("AllReduce", &gpulib.Error{Code: gpulib.InProgress})
+			f.initPolls.Store(2)
+		},
+		"stream query fails": func(f *fakeDriver, _ *NCCL) { f.fail("StreamQuery", errors.New("CUDA_ERROR_LAUNCH_FAILED")) },
+		"async error": func(f *fakeDriver, _ *NCCL) {
+			f.asyncErr.Store(int32(gpulib.RemoteError))
+			f.lastError = "peer gone"
+		},
+		"async query fails": func(f *fakeDriver, _ *NCCL) { f.fail("CommGetAsyncError", errors.New("query failed")) },
+		"failed before": func(f *fakeDriver, b *NCCL) {
 			f.fail("Broadcast", fatal)
+			require.Error(t, b.Broadcast(p, 8, 0))
+			f.fail("Broadcast", nil)
 		},
 	}
 	type outcome struct {
@@ -177,11 +185,10 @@ func TestAllReduceWrittenOutMatchesEnqueue(t *testing.T) {
 		healthy bool
 		calls   []string
 	}
-	run := func(script func(*fakeDriver), grouped bool) outcome {
+	run := func(script func(*fakeDriver, *NCCL), grouped bool) outcome {
 		f := newFake()
 		b := newFakeNCCL(t, f, 1, 2, quiet)
-		script(f)
-		_ = b.Broadcast(p, 8, 0) // "failed before" makes the backend unhealthy here
+		script(f, b)
 		f.log()
 		var err error
 		if grouped {
