@@ -152,13 +152,19 @@ func (g *guard) reduceChecks(op string, ptr DevicePtr, bytes int) error {
 // one test, as in reduce, when no group is open: in the process for NCCL's per-thread
 // groups, else on this guard.
 func (g *guard) reduceAsync(ptr DevicePtr, bytes int) error {
-	if g.valid(ptr, bytes) && ((g.threads && groups.open.Load() == 0) || (!g.threads && g.depth.Load() == 0)) {
+	if g.valid(ptr, bytes) && g.ungrouped() {
 		return nil
 	}
 	if err := g.outsideGroup(opAllReduceAsync); err != nil {
 		return err
 	}
 	return g.reduceChecks(opAllReduceAsync, ptr, bytes)
+}
+
+// ungrouped reports, in one load, that no group is open: in the process for NCCL's
+// per-thread groups, else on this guard.
+func (g *guard) ungrouped() bool {
+	return (g.threads && groups.open.Load() == 0) || (!g.threads && g.depth.Load() == 0)
 }
 
 // gather checks AllGather (reduce false: bytes in any number) and ReduceScatter (reduce

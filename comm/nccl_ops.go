@@ -55,7 +55,9 @@ type ncclOps interface {
 // operation the wait. call makes its NCCL calls on to: the driver, or inside a group
 // the group's recorder (grouped(to)), and then the group's outermost GroupEnd makes
 // them, reports their results and does the wait. The closure does not escape, so the
-// sequence allocates nothing.
+// sequence allocates nothing. AllReduce (outside groups) and AllReduceAsync write the
+// sequence out (no closure, fewer calls between the library's): a change here is a
+// change there too.
 func (c *NCCLCommunicator) enqueue(op string, bytes int, kind opKind, call func(to ncclOps) error) error {
 	c.life.RLock()
 	defer c.life.RUnlock()
@@ -85,10 +87,31 @@ func (c *NCCLCommunicator) enqueue(op string, bytes int, kind opKind, call func(
 	if err := c.result(op, bytes, err); err != nil {
 		return err
 	}
-	if kind == blocking { // wait, written out: one call fewer
-		if err := c.drain(bg, bounded); err != nil {
-			return c.opErr(op, bytes, err)
+	if kind == blocking {
+		return c.waitDone(op, bytes)
+	}
+	return nil
+}
+
+// waitDone is a blocking operation's wait (drain within the operation timeout) with its
+// first poll written out: work already complete costs the two queries and no further
+// call.
+func (c *NCCLCommunicator) waitDone(op string, bytes int) error {
+	done, err := c.d.StreamQuery(c.stream)
+	if err == nil && done {
+		res, err := c.d.CommGetAsyncError(c.comm)
+		if asyncOK(res, err) {
+			return nil
 		}
+		return c.opErr(op, bytes, c.asyncFailure(c.comm, res, err))
+	}
+	return c.waitFrom(op, bytes, done, err)
+}
+
+// waitFrom is waitDone after its first query of the stream answered done, err.
+func (c *NCCLCommunicator) waitFrom(op string, bytes int, done bool, err error) error {
+	if err := c.drained(bg, c.stream, bounded, done, err); err != nil {
+		return c.opErr(op, bytes, err)
 	}
 	return nil
 }
@@ -148,6 +171,49 @@ func (c *NCCLCommunicator) buf(p DevicePtr) gpulib.Ptr {
 // AllReduce sums bytes at ptr in place across ranks (ncclAllReduce of the element type,
 // or the two-rank path: see the type's documentation) and waits for the result.
 func (b *NCCL) AllReduce(ptr DevicePtr, bytes int) error {
+	c := b.c
+	if !c.g.valid(ptr, bytes) || groups.open.Load() != 0 || b.addKernel.Load() != 0 {
+		return b.allReduce(ptr, bytes)
+	}
+	// The usual case (valid arguments, no group open in the process, no two-rank kernel):
+	// enqueue's sequence and waitDone written out, the same checks and calls in the same
+	// order without the closure and the calls between them (comm's own cost, see
+	// BenchmarkAllReduceVsRaw).
+	c.life.RLock()
+	defer c.life.RUnlock()
+	if c.g.closed.Load() || c.faulted.Load() {
+		if err := c.unusable(opAllReduce, bytes); err != nil {
+			return err
+		}
+	}
+	if capturing, err := c.d.StreamIsCapturing(c.stream); err != nil || capturing {
+		return c.captureErr(opAllReduce, bytes, c.stream, capturing, err)
+	}
+	p := c.buf(ptr)
+	c.mu.Lock()
+	err := c.d.AllReduce(p, p, uint64(bytes/b.size), gpulib.DataType(b.elem), gpulib.Sum, c.comm, c.stream)
+	c.mu.Unlock()
+	if c.wd != nil {
+		c.wd.enqueued()
+	}
+	if err := c.result(opAllReduce, bytes, err); err != nil {
+		return err
+	}
+	done, err := c.d.StreamQuery(c.stream)
+	if err == nil && done {
+		res, err := c.d.CommGetAsyncError(c.comm)
+		if asyncOK(res, err) {
+			return nil
+		}
+		return c.opErr(opAllReduce, bytes, c.asyncFailure(c.comm, res, err))
+	}
+	return c.waitFrom(opAllReduce, bytes, done, err)
+}
+
+// allReduce is AllReduce through guard.reduce and enqueue: invalid arguments, a group
+// open somewhere in the process (inside one on this goroutine the call is recorded),
+// the two-rank path.
+func (b *NCCL) allReduce(ptr DevicePtr, bytes int) error {
 	c := b.c
 	if err := c.g.reduce(opAllReduce, ptr, bytes); err != nil {
 		return err
@@ -310,8 +376,10 @@ func (b *NCCL) RecvCommandU32(ctx context.Context, ptr DevicePtr, root int) erro
 // device current on the calling thread; other streams carry their own context.
 func (b *NCCL) AllReduceAsync(ptr DevicePtr, bytes int, compute Stream) error {
 	c := b.c
-	if err := c.g.reduceAsync(ptr, bytes); err != nil {
-		return err
+	if !c.g.valid(ptr, bytes) || !c.g.ungrouped() { // guard.reduceAsync's one-test case inlined
+		if err := c.g.reduceAsync(ptr, bytes); err != nil {
+			return err
+		}
 	}
 	if compute == 0 { // the legacy default stream is the current context's
 		if err := bind(c.d); err != nil {
@@ -319,18 +387,28 @@ func (b *NCCL) AllReduceAsync(ptr DevicePtr, bytes int, compute Stream) error {
 		}
 		defer runtime.UnlockOSThread()
 	}
+	// enqueue's sequence for an ungroupable operation, written out as in AllReduce.
 	s := gpulib.Stream(compute)
-	return c.enqueue(opAllReduceAsync, bytes, ungroupable, func(ncclOps) error {
-		if err := c.d.EventRecord(c.evIn, s); err != nil {
+	f := b.twoRankKernel(bytes, false)
+	c.life.RLock()
+	defer c.life.RUnlock()
+	if c.g.closed.Load() || c.faulted.Load() {
+		if err := c.unusable(opAllReduceAsync, bytes); err != nil {
 			return err
 		}
-		if err := c.d.StreamWaitEvent(c.stream, c.evIn); err != nil {
-			return err
-		}
-		p := c.buf(ptr)
-		var err error
+	}
+	if c.groupOf() != nil {
+		return groupOpenErr(opAllReduceAsync, groupDepth())
+	}
+	p := c.buf(ptr)
+	c.mu.Lock()
+	err := c.d.EventRecord(c.evIn, s)
+	if err == nil {
+		err = c.d.StreamWaitEvent(c.stream, c.evIn)
+	}
+	if err == nil {
 		// The two-rank path may allocate and query the stream: not while capturing.
-		if f := b.twoRankKernel(bytes, false); f != 0 && !c.capturing(s) {
+		if f != 0 && !c.capturing(s) {
 			err = b.exchangeAdd(f, p, bytes)
 		} else {
 			err = c.d.AllReduce(p, p, uint64(bytes/b.size), gpulib.DataType(b.elem), gpulib.Sum, c.comm, c.stream)
@@ -338,14 +416,18 @@ func (b *NCCL) AllReduceAsync(ptr DevicePtr, bytes int, compute Stream) error {
 		if code(err) == gpulib.InProgress { // the reduction is on the stream once NCCL settles
 			err = c.settle(bg, c.comm, bounded)
 		}
-		if err != nil {
-			return err
-		}
-		if err := c.d.EventRecord(c.evOut, c.stream); err != nil {
-			return err
-		}
-		return c.d.StreamWaitEvent(s, c.evOut)
-	})
+	}
+	if err == nil {
+		err = c.d.EventRecord(c.evOut, c.stream)
+	}
+	if err == nil {
+		err = c.d.StreamWaitEvent(s, c.evOut)
+	}
+	c.mu.Unlock()
+	if c.wd != nil {
+		c.wd.enqueued()
+	}
+	return c.result(opAllReduceAsync, bytes, err)
 }
 
 // SetAddKernel hands the backend the in-place add kernel of its element type for the

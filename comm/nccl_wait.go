@@ -152,9 +152,17 @@ func (c *NCCLCommunicator) drain(ctx context.Context, m waitMode) error {
 
 // drainOn waits until the work queued on stream s has completed.
 func (c *NCCLCommunicator) drainOn(ctx context.Context, s gpulib.Stream, m waitMode) error {
+	done, err := c.d.StreamQuery(s)
+	return c.drained(ctx, s, m, done, err)
+}
+
+// drained is drainOn after its first query of s answered done, err.
+func (c *NCCLCommunicator) drained(ctx context.Context, s gpulib.Stream, m waitMode, done bool, err error) error {
 	var deadline time.Time
 	for i := 0; ; i++ {
-		done, err := c.d.StreamQuery(s)
+		if i > 0 {
+			done, err = c.d.StreamQuery(s)
+		}
 		if err != nil {
 			return c.fail(err)
 		}
