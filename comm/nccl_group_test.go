@@ -1,0 +1,137 @@
+package comm
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
+)
+
+// checkingDriver is stubDriver whose Submit checks that a group holds only one
+// goroutine's operations: every call of goroutine g has count 8*(g+1), and g records
+// g+1 calls per group.
+type checkingDriver struct {
+	stubDriver
+	mu     sync.Mutex
+	groups map[uint64]int // count -> groups submitted
+	bad    []string
+}
+
+func (d *checkingDriver) Submit(calls []gpulib.Call) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(calls) == 0 {
+		d.bad = append(d.bad, "an empty group was submitted")
+		return 0, nil
+	}
+	n := calls[0].Count
+	for _, c := range calls {
+		if c.Count != n {
+			d.bad = append(d.bad, fmt.Sprintf("a group mixes counts %d and %d", n, c.Count))
+		}
+	}
+	if want := int(n / 8); len(calls) != want {
+		d.bad = append(d.bad, fmt.Sprintf("the group of count %d has %d calls, want %d", n, len(calls), want))
+	}
+	d.groups[n]++
+	return len(calls), nil
+}
+
+// TestGroupsOfConcurrentGoroutinesStayApart runs groups on several goroutines at once,
+// on one communicator, some nested and some ended while others are open: each group
+// submits exactly its own goroutine's calls, a goroutine outside a group is never
+// grouped, and once all have ended no group is open.
+func TestGroupsOfConcurrentGoroutinesStayApart(t *testing.T) {
+	d := &checkingDriver{groups: map[uint64]int{}}
+	b := newStubNCCL(t, d)
+	const goroutines, rounds = 6, 200
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	check := func(err error) {
+		if err != nil {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}
+	}
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			bytes := 8 * (g + 1)
+			for r := range rounds {
+				if g == 0 { // outside any group: made at once, never submitted as a group
+					check(b.SendTo(p, 8, 1, 3))
+					runtime.Gosched()
+					continue
+				}
+				nested := r%3 == 0
+				check(b.GroupStart())
+				if nested {
+					check(b.GroupStart())
+				}
+				for i := range g + 1 {
+					if i%2 == 0 {
+						check(b.SendTo(p, bytes, 1, 3))
+					} else {
+						check(b.RecvFrom(p, bytes, 1, 3))
+					}
+					if i == 0 && nested {
+						check(b.GroupEnd()) // the inner level: nothing is submitted yet
+					}
+				}
+				check(b.GroupEnd())
+			}
+		}()
+	}
+	wg.Wait()
+	require.Empty(t, errs)
+	assert.Empty(t, d.bad)
+	for g := 1; g < goroutines; g++ {
+		assert.Equal(t, rounds, d.groups[uint64(8*(g+1))], "groups of goroutine %d", g)
+	}
+	assert.Zero(t, d.groups[8], "goroutine 0 had no group")
+	assert.Zero(t, groups.open.Load(), "no group is left open")
+	assert.Zero(t, b.c.opened.Load())
+	assert.Zero(t, b.c.grouped.Load())
+	here, elsewhere := groupsOpenedBy(b.c)
+	assert.Zero(t, here+elsewhere)
+}
+
+// TestGroupOpenedElsewhereIsCounted checks what Close sees of groups its communicator
+// opened: the levels on the calling goroutine and on another one, which is not ended.
+func TestGroupOpenedElsewhereIsCounted(t *testing.T) {
+	b := newStubNCCL(t, stubDriver{})
+	opened, release, done := make(chan struct{}), make(chan struct{}), make(chan error)
+	go func() {
+		_ = b.GroupStart()
+		_ = b.GroupStart()
+		close(opened)
+		<-release
+		err := b.GroupEnd()
+		if err == nil {
+			err = b.GroupEnd()
+		}
+		done <- err
+	}()
+	<-opened
+	here, elsewhere := groupsOpenedBy(b.c)
+	assert.Equal(t, [2]int{0, 2}, [2]int{here, elsewhere}, "two levels on the other goroutine")
+	require.NoError(t, b.GroupStart())
+	require.NoError(t, b.SendTo(p, 8, 1, 3))
+	here, elsewhere = groupsOpenedBy(b.c)
+	assert.Equal(t, [2]int{1, 2}, [2]int{here, elsewhere}, "and one here")
+	assert.Equal(t, 1, groupDepth())
+	require.NoError(t, b.GroupEnd())
+	assert.Zero(t, groupDepth())
+	close(release)
+	require.NoError(t, <-done)
+	here, elsewhere = groupsOpenedBy(b.c)
+	assert.Zero(t, here+elsewhere)
+}
