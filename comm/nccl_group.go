@@ -35,9 +35,10 @@ import (
 //     outermost GroupEnd, which waits for every communicator whose blocking operations
 //     it launched.
 //   - A grouped operation makes its checks at the call, as outside a group, and then
-//     records its NCCL calls in the group (threadGroup.calls) instead of making them:
+//     records its NCCL calls in the group's gpulib.Batch (the driver's own form: the
+//     array that one C call runs, with the real library) instead of making them:
 //     nothing reaches NCCL before the outermost GroupEnd, which submits ncclGroupStart,
-//     every recorded call in order and ncclGroupEnd in one crossing (Driver.Submit).
+//     every recorded call in order and ncclGroupEnd in one crossing (Batch.Submit).
 //     NCCL sees the same calls in the same order, on the same thread, as if they had
 //     been made one by one inside its group; inner GroupStart/GroupEnd levels only
 //     count. An error NCCL finds in one call (an argument it rejects) therefore
@@ -65,8 +66,9 @@ type threadGroup struct {
 	openers []*NCCLCommunicator // who opened each level, outermost first; empty once ended
 	members []groupMember       // communicators with operations in the group
 	last    int                 // index in members of the last one that recorded
-	calls   []gpulib.Call       // the recorded NCCL calls, in order
-	meta    []callMeta          // the operation behind each call
+	batch   gpulib.Batch        // the recorded NCCL calls, in order
+	batchOf gpulib.Driver       // the driver batch came from
+	meta    []callMeta          // the operation behind each recorded call
 	rec     recorder            // where the current operation's calls go
 }
 
@@ -237,7 +239,9 @@ func recycle(tg *threadGroup) {
 	clear(tg.members)
 	tg.members = tg.members[:0]
 	tg.last = 0
-	tg.calls = tg.calls[:0] // no pointers to clear
+	if tg.batch != nil {
+		tg.batch.Reset()
+	}
 	clear(tg.meta)
 	tg.meta = tg.meta[:0]
 	tg.rec = recorder{}
@@ -265,8 +269,8 @@ func groupsOpenedBy(c *NCCLCommunicator) (here, elsewhere int) {
 	return here, max(all-mine, 0)
 }
 
-// recorder takes an operation's NCCL calls inside a group (ncclOps): it appends them
-// to the group instead of calling the driver, and never fails.
+// recorder takes an operation's NCCL calls inside a group (ncclOps): it records them in
+// the group's batch instead of calling the driver, with the operation behind each.
 type recorder struct {
 	tg    *threadGroup
 	c     *NCCLCommunicator
@@ -274,82 +278,71 @@ type recorder struct {
 	bytes int
 }
 
-// add records one call on behalf of the current operation and returns it, to be
-// filled in place (the recorded arrays are reused: no copy through the stack).
-func (r *recorder) add(fn gpulib.Fn, peer int) *gpulib.Call {
+// to returns the batch the current operation records into: the group's, from the
+// driver of the group's first call (the driver that submits the group).
+func (r *recorder) to() gpulib.Batch {
 	tg := r.tg
-	n := len(tg.calls)
-	if n == cap(tg.calls) || n == cap(tg.meta) {
-		tg.calls = append(tg.calls, gpulib.Call{})
+	if len(tg.meta) == 0 && (tg.batch == nil || tg.batchOf != r.c.d) {
+		tg.batch, tg.batchOf = gpulib.NewBatch(r.c.d), r.c.d
+	}
+	return tg.batch
+}
+
+// note names the operation behind the call just recorded (err nil), for GroupEnd.
+func (r *recorder) note(peer int, err error) error {
+	if err != nil { // not recorded
+		return err
+	}
+	tg := r.tg
+	n := len(tg.meta)
+	if n == cap(tg.meta) {
 		tg.meta = append(tg.meta, callMeta{})
 	} else {
-		tg.calls, tg.meta = tg.calls[:n+1], tg.meta[:n+1]
+		tg.meta = tg.meta[:n+1]
 	}
 	m := &tg.meta[n] // field by field: a composite literal would go through the stack
 	m.c, m.op, m.bytes, m.peer = r.c, r.op, r.bytes, peer
-	c := &tg.calls[n]
-	*c = gpulib.Call{Fn: fn, Peer: peer}
-	return c
+	return nil
 }
 
 func (r *recorder) AllReduce(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, op gpulib.RedOp, c gpulib.Comm, s gpulib.Stream) error {
-	k := r.add(gpulib.FnAllReduce, 0)
-	k.Send, k.Recv, k.Count, k.Type, k.Op, k.Comm, k.Stream = send, recv, count, dt, op, c, s
-	return nil
+	return r.note(0, r.to().AllReduce(send, recv, count, dt, op, c, s))
 }
 
 func (r *recorder) Broadcast(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
-	k := r.add(gpulib.FnBroadcast, root)
-	k.Send, k.Recv, k.Count, k.Type, k.Comm, k.Stream = send, recv, count, dt, c, s
-	return nil
+	return r.note(root, r.to().Broadcast(send, recv, count, dt, root, c, s))
 }
 
 func (r *recorder) AllGather(send, recv gpulib.Ptr, sendCount uint64, dt gpulib.DataType, c gpulib.Comm, s gpulib.Stream) error {
-	k := r.add(gpulib.FnAllGather, 0)
-	k.Send, k.Recv, k.Count, k.Type, k.Comm, k.Stream = send, recv, sendCount, dt, c, s
-	return nil
+	return r.note(0, r.to().AllGather(send, recv, sendCount, dt, c, s))
 }
 
 func (r *recorder) ReduceScatter(send, recv gpulib.Ptr, recvCount uint64, dt gpulib.DataType, op gpulib.RedOp, c gpulib.Comm, s gpulib.Stream) error {
-	k := r.add(gpulib.FnReduceScatter, 0)
-	k.Send, k.Recv, k.Count, k.Type, k.Op, k.Comm, k.Stream = send, recv, recvCount, dt, op, c, s
-	return nil
+	return r.note(0, r.to().ReduceScatter(send, recv, recvCount, dt, op, c, s))
 }
 
 func (r *recorder) Reduce(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, op gpulib.RedOp, root int, c gpulib.Comm, s gpulib.Stream) error {
-	k := r.add(gpulib.FnReduce, root)
-	k.Send, k.Recv, k.Count, k.Type, k.Op, k.Comm, k.Stream = send, recv, count, dt, op, c, s
-	return nil
+	return r.note(root, r.to().Reduce(send, recv, count, dt, op, root, c, s))
 }
 
 func (r *recorder) AlltoAll(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, c gpulib.Comm, s gpulib.Stream) error {
-	k := r.add(gpulib.FnAlltoAll, 0)
-	k.Send, k.Recv, k.Count, k.Type, k.Comm, k.Stream = send, recv, count, dt, c, s
-	return nil
+	return r.note(0, r.to().AlltoAll(send, recv, count, dt, c, s))
 }
 
 func (r *recorder) Gather(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
-	k := r.add(gpulib.FnGather, root)
-	k.Send, k.Recv, k.Count, k.Type, k.Comm, k.Stream = send, recv, count, dt, c, s
-	return nil
+	return r.note(root, r.to().Gather(send, recv, count, dt, root, c, s))
 }
 
 func (r *recorder) Scatter(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
-	k := r.add(gpulib.FnScatter, root)
-	k.Send, k.Recv, k.Count, k.Type, k.Comm, k.Stream = send, recv, count, dt, c, s
-	return nil
+	return r.note(root, r.to().Scatter(send, recv, count, dt, root, c, s))
 }
 
 func (r *recorder) Send(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, c gpulib.Comm, s gpulib.Stream) error {
-	k := r.add(gpulib.FnSend, peer)
-	k.Send, k.Count, k.Type, k.Comm, k.Stream = buf, count, dt, c, s
-	return nil
+	return r.note(peer, r.to().Send(buf, count, dt, peer, c, s))
 }
 
 func (r *recorder) Recv(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, c gpulib.Comm, s gpulib.Stream) error {
-	k := r.add(gpulib.FnRecv, peer)
-	k.Send, k.Count, k.Type, k.Comm, k.Stream = buf, count, dt, c, s
-	return nil
+	return r.note(peer, r.to().Recv(buf, count, dt, peer, c, s))
 }
 
 // grouped reports whether an operation's calls go into a group.
@@ -407,9 +400,9 @@ func (c *NCCLCommunicator) GroupEnd() error {
 	failed, err := ended.submit()
 	runtime.UnlockOSThread()
 	members := ended.members
-	if err != nil && (failed != len(ended.calls) || code(err) != gpulib.InProgress) {
+	if err != nil && (failed != len(ended.meta) || code(err) != gpulib.InProgress) {
 		e := &OpError{Op: opGroupEnd, Bytes: -1, Rank: c.rank, Err: err}
-		if failed >= 0 && failed < len(ended.calls) { // name the operation NCCL rejected
+		if failed >= 0 && failed < len(ended.meta) { // name the operation NCCL rejected
 			m := ended.meta[failed]
 			op := &OpError{Op: m.op, Bytes: m.bytes, Rank: m.c.rank, Peer: m.peer, Err: err}
 			if gpulib.Fatal(code(err)) {
@@ -427,7 +420,7 @@ func (c *NCCLCommunicator) GroupEnd() error {
 	}
 	var errs []error
 	for _, m := range members {
-		if err == nil && !m.wait && len(ended.calls) > 0 {
+		if err == nil && !m.wait && len(ended.meta) > 0 {
 			continue // submit did its part
 		}
 		if err := m.c.launched(m.wait, err != nil); err != nil {
@@ -437,14 +430,14 @@ func (c *NCCLCommunicator) GroupEnd() error {
 	return errors.Join(errs...)
 }
 
-// submit makes the group's recorded calls through the driver of the first call's
-// communicator, holding every member (its lifecycle shared, its driver lock) so that none is closed
-// or re-created, and none makes another NCCL call, meanwhile. A member that ended since
-// it joined (closed, failed, re-created) fails the group before anything is called. It
-// returns Driver.Submit's results; after a success it tells the watchdog of the members
+// submit makes the group's recorded calls (Batch.Submit of the group's batch, from the
+// driver of the first call's communicator), holding every member (its lifecycle shared,
+// its driver lock) so that none is closed or re-created, and none makes another NCCL
+// call, meanwhile. A member that ended since it joined (closed, failed, re-created)
+// fails the group before anything is called. It returns Batch.Submit's results; after a success it tells the watchdog of the members
 // that GroupEnd does not wait for that their work is enqueued.
 func (tg *threadGroup) submit() (int, error) {
-	if len(tg.calls) == 0 {
+	if len(tg.meta) == 0 {
 		return 0, nil
 	}
 	ms := tg.members
@@ -470,7 +463,7 @@ func (tg *threadGroup) submit() (int, error) {
 	for _, m := range ms {
 		m.c.mu.Lock()
 	}
-	failed, err := tg.meta[0].c.d.Submit(tg.calls)
+	failed, err := tg.batch.Submit()
 	for _, m := range ms {
 		m.c.mu.Unlock()
 		if err == nil && !m.wait && m.c.wd != nil { // launched has nothing else to do for it

@@ -135,3 +135,80 @@ func TestGroupOpenedElsewhereIsCounted(t *testing.T) {
 	here, elsewhere = groupsOpenedBy(b.c)
 	assert.Zero(t, here+elsewhere)
 }
+
+// refusingDriver is stubDriver with its own Batch (gpulib.Batcher), which refuses to
+// record a receive of refuse bytes and fails the submission at the call fail.
+type refusingDriver struct {
+	stubDriver
+	refuse uint64
+	fail   int
+	batch  *refusingBatch
+}
+
+func (d *refusingDriver) NewBatch() gpulib.Batch {
+	d.batch = &refusingBatch{CallBatch: gpulib.NewBatch(stubDriver{}).(*gpulib.CallBatch), d: d}
+	return d.batch
+}
+
+type refusingBatch struct {
+	*gpulib.CallBatch
+	d        *refusingDriver
+	recorded []uint64
+}
+
+func (b *refusingBatch) Recv(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, c gpulib.Comm, s gpulib.Stream) error {
+	if count == b.d.refuse {
+		return &gpulib.Error{Code: gpulib.InvalidArgument, Detail: "cannot record"}
+	}
+	b.recorded = append(b.recorded, count)
+	return b.CallBatch.Recv(buf, count, dt, peer, c, s)
+}
+
+func (b *refusingBatch) Send(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, c gpulib.Comm, s gpulib.Stream) error {
+	b.recorded = append(b.recorded, count)
+	return b.CallBatch.Send(buf, count, dt, peer, c, s)
+}
+
+func (b *refusingBatch) Submit() (int, error) {
+	return b.d.fail, &gpulib.Error{Code: gpulib.InvalidArgument, Detail: "rejected"}
+}
+
+func (b *refusingBatch) Reset() {
+	b.recorded = b.recorded[:0]
+	b.CallBatch.Reset()
+}
+
+// TestGroupRecordsIntoTheDriversBatch checks that a grouped operation records straight
+// into its driver's Batch: a call the batch cannot record fails the operation at once
+// (and is not part of the group), and GroupEnd names the operation of the recorded call
+// the submission reports, counting recorded calls only.
+func TestGroupRecordsIntoTheDriversBatch(t *testing.T) {
+	d := &refusingDriver{refuse: 24, fail: 2}
+	b := newStubNCCL(t, d)
+	require.NoError(t, b.GroupStart())
+	require.NoError(t, b.SendTo(p, 8, 1, 3))
+	err := b.RecvFrom(p, 24, 1, 3)
+	require.Error(t, err, "the batch refused the receive")
+	var rec *OpError
+	require.ErrorAs(t, err, &rec)
+	assert.Equal(t, [3]any{opRecv, 24, 1}, [3]any{rec.Op, rec.Bytes, rec.Peer})
+	require.NoError(t, b.RecvFrom(p, 16, 1, 3))
+	require.NoError(t, b.SendTo(p, 32, 1, 3))
+	assert.Equal(t, []uint64{8, 16, 32}, d.batch.recorded, "recorded as the operations were made")
+	err = b.GroupEnd()
+	require.Error(t, err)
+	var outer, op *OpError
+	require.ErrorAs(t, err, &outer)
+	require.ErrorAs(t, outer.Err, &op)
+	assert.Equal(t, [3]any{opSend, 32, 1}, [3]any{op.Op, op.Bytes, op.Peer},
+		"the third recorded call is the send of 32 bytes, not the refused receive")
+	assert.Contains(t, err.Error(), "rejected")
+	assert.Empty(t, d.batch.recorded, "GroupEnd empties the batch for the next group")
+
+	first := d.batch
+	d.fail = 0
+	require.NoError(t, b.GroupStart())
+	require.NoError(t, b.SendTo(p, 8, 1, 3))
+	assert.Same(t, first, d.batch, "the next group on this goroutine reuses the batch")
+	require.Error(t, b.GroupEnd())
+}
