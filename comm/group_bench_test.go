@@ -41,6 +41,11 @@ func (b nullBatch) Recv(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer i
 	return b.Batch.Recv(buf, count, dt, peer, 0, 0)
 }
 
+func (nullBatch) Accepts(d gpulib.Driver) bool {
+	_, ok := d.(groupCalls)
+	return ok
+}
+
 func (b nullBatch) Submit() (int, error) {
 	_ = b.Run()
 	return b.Len(), nil

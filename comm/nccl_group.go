@@ -67,7 +67,6 @@ type threadGroup struct {
 	members []groupMember       // communicators with operations in the group
 	last    int                 // index in members of the last one that recorded
 	batch   gpulib.Batch        // the recorded NCCL calls, in order
-	batchOf gpulib.Driver       // the driver batch came from
 	meta    []callMeta          // the operation behind each recorded call
 	rec     recorder            // where the current operation's calls go
 }
@@ -278,12 +277,13 @@ type recorder struct {
 	bytes int
 }
 
-// to returns the batch the current operation records into: the group's, from the
-// driver of the group's first call (the driver that submits the group).
+// to returns the batch the current operation records into: the group's, which the
+// driver of the group's first call accepts (kept from the goroutine's last group when
+// it does, so that a warm group allocates nothing).
 func (r *recorder) to() gpulib.Batch {
 	tg := r.tg
-	if len(tg.meta) == 0 && (tg.batch == nil || tg.batchOf != r.c.d) {
-		tg.batch, tg.batchOf = gpulib.NewBatch(r.c.d), r.c.d
+	if len(tg.meta) == 0 && (tg.batch == nil || !tg.batch.Accepts(r.c.d)) {
+		tg.batch = gpulib.NewBatch(r.c.d)
 	}
 	return tg.batch
 }

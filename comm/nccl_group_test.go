@@ -137,7 +137,8 @@ func TestGroupOpenedElsewhereIsCounted(t *testing.T) {
 }
 
 // refusingDriver is stubDriver with its own Batch (gpulib.Batcher), which refuses to
-// record a receive of refuse bytes and fails the submission at the call fail.
+// record a receive of refuse bytes and fails the submission at the call fail (succeeds
+// with fail < 0).
 type refusingDriver struct {
 	stubDriver
 	refuse uint64
@@ -170,7 +171,16 @@ func (b *refusingBatch) Send(buf gpulib.Ptr, count uint64, dt gpulib.DataType, p
 }
 
 func (b *refusingBatch) Submit() (int, error) {
+	if b.d.fail < 0 {
+		return len(b.recorded), nil
+	}
 	return b.d.fail, &gpulib.Error{Code: gpulib.InvalidArgument, Detail: "rejected"}
+}
+
+// Accepts takes every refusingDriver's groups, as rawdriver's batches do.
+func (b *refusingBatch) Accepts(d gpulib.Driver) bool {
+	_, ok := d.(*refusingDriver)
+	return ok
 }
 
 func (b *refusingBatch) Reset() {
@@ -211,4 +221,48 @@ func TestGroupRecordsIntoTheDriversBatch(t *testing.T) {
 	require.NoError(t, b.SendTo(p, 8, 1, 3))
 	assert.Same(t, first, d.batch, "the next group on this goroutine reuses the batch")
 	require.Error(t, b.GroupEnd())
+}
+
+// sharingDriver is stubDriver with its own Batch, which takes the groups of every
+// sharingDriver (as rawdriver's batches take every raw driver's); made counts the
+// batches made.
+type sharingDriver struct {
+	stubDriver
+	made *int
+}
+
+func (d *sharingDriver) NewBatch() gpulib.Batch {
+	*d.made++
+	return sharingBatch{gpulib.NewBatch(stubDriver{}).(*gpulib.CallBatch)}
+}
+
+type sharingBatch struct{ *gpulib.CallBatch }
+
+func (sharingBatch) Accepts(d gpulib.Driver) bool {
+	_, ok := d.(*sharingDriver)
+	return ok
+}
+
+// TestGroupsStartingOnOtherCommunicatorsReuseTheBatch checks that groups whose first
+// operation alternates between two communicators, each with its own driver whose
+// batches serve both (as the raw drivers' do), reuse one batch: nothing is allocated.
+func TestGroupsStartingOnOtherCommunicatorsReuseTheBatch(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	made := 0
+	b1, b2 := newStubNCCL(t, &sharingDriver{made: &made}), newStubNCCL(t, &sharingDriver{made: &made})
+	var first, second *NCCL = b1, b2
+	group := func() {
+		_ = first.GroupStart()
+		_ = first.SendTo(p, 8, 1, 3)
+		_ = second.RecvFrom(p, 8, 1, 3)
+		if err := first.GroupEnd(); err != nil {
+			t.Error(err)
+		}
+		first, second = second, first
+	}
+	group()
+	group()
+	assert.Zero(t, testing.AllocsPerRun(100, group))
+	assert.Equal(t, 1, made, "one batch took the groups of both drivers")
 }

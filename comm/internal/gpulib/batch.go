@@ -28,6 +28,9 @@ type Batch interface {
 	Ops
 	Submit() (int, error)
 	Reset()
+	// Accepts reports whether the batch can take a group whose first call is d's (and
+	// so be reused for it, instead of a new NewBatch(d)).
+	Accepts(d Driver) bool
 }
 
 // Batcher is a Driver with its own Batch, recording straight into the form its
@@ -42,13 +45,14 @@ func NewBatch(d Driver) Batch {
 	if b, ok := d.(Batcher); ok {
 		return b.NewBatch()
 	}
-	return &CallBatch{submit: d.Submit}
+	return &CallBatch{d: d, submit: d.Submit}
 }
 
 // CallBatch is the Batch of a driver without its own: it keeps the calls as Call values
 // and submits them with the driver's Submit.
 type CallBatch struct {
 	calls  []Call
+	d      Driver
 	submit func([]Call) (int, error)
 }
 
@@ -123,3 +127,6 @@ func (b *CallBatch) Submit() (int, error) { return b.submit(b.calls) }
 
 // Reset forgets the calls, keeping the memory.
 func (b *CallBatch) Reset() { b.calls = b.calls[:0] }
+
+// Accepts reports whether d is the driver whose Submit the batch calls.
+func (b *CallBatch) Accepts(d Driver) bool { return d == b.d }

@@ -63,6 +63,13 @@ func (b *Batch) start() error {
 // Reset forgets the recorded calls, keeping the memory.
 func (b *Batch) Reset() { b.raw.Reset() }
 
+// Accepts reports whether d is a raw driver: every one makes its calls into the same
+// loaded libnccl, so a Batch takes the groups of all of them.
+func (b *Batch) Accepts(d gpulib.Driver) bool {
+	_, ok := d.(*Driver)
+	return ok
+}
+
 // Len is the number of calls recorded since Reset (ncclGroupStart and ncclGroupEnd
 // not counted).
 func (b *Batch) Len() int { return max(b.raw.Len()-1, 0) }

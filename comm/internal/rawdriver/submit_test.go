@@ -71,6 +71,8 @@ func TestBatchRecordsAsCallsAreMade(t *testing.T) {
 	var d gpulib.Driver = &Driver{}
 	b := gpulib.NewBatch(d)
 	require.IsType(t, &Batch{}, b, "the raw driver records straight into an nccl.Batch")
+	assert.True(t, b.Accepts(&Driver{ordinal: 1}), "every raw driver calls the same libnccl")
+	assert.False(t, b.Accepts(nil))
 	group := func() (int, error) {
 		b.Reset()
 		if err := b.Send(0x1000, 8, gpulib.Uint8, 1, 0, 0); err != nil {
