@@ -31,9 +31,9 @@ import (
 //     asks whether its goroutine has a group open (a single atomic load while no
 //     goroutine of the process has one; then the communicator's cached group, or a
 //     scan of the groups' owners, without a lock). If one is open, the operation is
-//     grouped, whichever communicator opened the group, and a blocking Backend collective leaves its wait to the
-//     outermost GroupEnd, which waits for every communicator whose blocking operations
-//     it launched.
+//     grouped, whichever communicator opened the group, and a blocking Backend
+//     collective leaves its wait to the outermost GroupEnd, which waits for every
+//     communicator whose blocking operations it launched.
 //   - A grouped operation makes its checks at the call, as outside a group, and then
 //     records its NCCL calls in the group's gpulib.Batch (the driver's own form: the
 //     array that one C call runs, with the real library) instead of making them:
@@ -430,12 +430,13 @@ func (c *NCCLCommunicator) GroupEnd() error {
 	return errors.Join(errs...)
 }
 
-// submit makes the group's recorded calls (Batch.Submit of the group's batch, from the
-// driver of the first call's communicator), holding every member (its lifecycle shared,
-// its driver lock) so that none is closed or re-created, and none makes another NCCL
-// call, meanwhile. A member that ended since it joined (closed, failed, re-created)
-// fails the group before anything is called. It returns Batch.Submit's results; after a success it tells the watchdog of the members
-// that GroupEnd does not wait for that their work is enqueued.
+// submit makes the group's recorded calls (Batch.Submit of the group's batch, which the
+// driver of the first call's communicator accepted), holding every member (its
+// lifecycle shared, its driver lock) so that none is closed or re-created, and none
+// makes another NCCL call, meanwhile. A member that ended since it joined (closed,
+// failed, re-created) fails the group before anything is called. It returns
+// Batch.Submit's results; after a success it tells the watchdog of the members that
+// GroupEnd does not wait for that their work is enqueued.
 func (tg *threadGroup) submit() (int, error) {
 	if len(tg.meta) == 0 {
 		return 0, nil
