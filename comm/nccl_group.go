@@ -186,6 +186,7 @@ func takeGroup(me uintptr) *threadGroup {
 		}
 	}
 	tg := &threadGroup{}
+	tg.rec.tg = tg
 	tg.owner.Store(me)
 	groups.mu.Lock()
 	var all []*threadGroup
@@ -243,7 +244,7 @@ func recycle(tg *threadGroup) {
 	}
 	clear(tg.meta)
 	tg.meta = tg.meta[:0]
-	tg.rec = recorder{}
+	tg.rec.c, tg.rec.op = nil, ""
 	tg.owner.Store(0) // last: the next owner finds it empty
 }
 
@@ -271,7 +272,7 @@ func groupsOpenedBy(c *NCCLCommunicator) (here, elsewhere int) {
 // recorder takes an operation's NCCL calls inside a group (ncclOps): it records them in
 // the group's batch instead of calling the driver, with the operation behind each.
 type recorder struct {
-	tg    *threadGroup
+	tg    *threadGroup // the group whose recorder this is
 	c     *NCCLCommunicator
 	op    string
 	bytes int
