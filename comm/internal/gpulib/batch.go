@@ -56,10 +56,18 @@ type CallBatch struct {
 	submit func([]Call) (int, error)
 }
 
-// add appends a call with fn and peer set, to be filled in place.
+// add appends a call with fn and peer set, to be filled in place (not through the
+// stack: the array is reused).
 func (b *CallBatch) add(fn Fn, peer int) *Call {
-	b.calls = append(b.calls, Call{Fn: fn, Peer: peer})
-	return &b.calls[len(b.calls)-1]
+	n := len(b.calls)
+	if n == cap(b.calls) {
+		b.calls = append(b.calls, Call{})
+	} else {
+		b.calls = b.calls[:n+1]
+	}
+	c := &b.calls[n]
+	*c = Call{Fn: fn, Peer: peer}
+	return c
 }
 
 func (b *CallBatch) AllReduce(send, recv Ptr, count uint64, dt DataType, op RedOp, c Comm, s Stream) error {
