@@ -16,23 +16,39 @@ import (
 	"github.com/ncclgo/ncclgo/raw/nccl"
 )
 
-// groupCalls is the driver of BenchmarkGroupVsRaw: a group's submission goes to the
-// real libnccl through rawdriver's recording into an nccl.Batch, one cgo crossing per
-// group, with the communicator and stream of every call nulled so that NCCL rejects
-// each call at once (there is no GPU). The rejection stands in for success: the driver
-// drops it, as realCalls does. Every other call answers from stubDriver.
+// groupCalls is the driver of BenchmarkGroupVsRaw: a group is recorded into
+// rawdriver's Batch (straight into the nccl.Batch array that one cgo crossing runs) as
+// its operations are made, with the communicator and stream of every call nulled so
+// that NCCL rejects each call at once (there is no GPU), and submitted to the real
+// libnccl. The rejection stands in for success: Submit drops it, as realCalls does.
+// Every other call answers from stubDriver.
 type groupCalls struct {
 	stubDriver
-	batch *nccl.Batch
 }
 
-func (g groupCalls) Submit(calls []gpulib.Call) (int, error) {
-	for i := range calls {
-		calls[i].Comm, calls[i].Stream = 0, 0
-	}
-	_ = rawdriver.Record(g.batch, calls)
-	_ = g.batch.Run()
-	return len(calls), nil
+func (groupCalls) NewBatch() gpulib.Batch { return nullBatch{new(rawdriver.Batch)} }
+
+// nullBatch is groupCalls' Batch.
+type nullBatch struct {
+	*rawdriver.Batch
+}
+
+func (b nullBatch) Send(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, _ gpulib.Comm, _ gpulib.Stream) error {
+	return b.Batch.Send(buf, count, dt, peer, 0, 0)
+}
+
+func (b nullBatch) Recv(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, _ gpulib.Comm, _ gpulib.Stream) error {
+	return b.Batch.Recv(buf, count, dt, peer, 0, 0)
+}
+
+func (nullBatch) Accepts(d gpulib.Driver) bool {
+	_, ok := d.(groupCalls)
+	return ok
+}
+
+func (b nullBatch) Submit() (int, error) {
+	_ = b.Run()
+	return b.Len(), nil
 }
 
 // rawP2PGroup is the same group of n sends and receives as raw calls, one crossing each.
@@ -112,17 +128,18 @@ func BenchmarkGroupVsRaw(b *testing.B) {
 			// NCCL keeps group state per thread: the raw group and the floor need one.
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			nb := newStubNCCL(b, groupCalls{batch: new(nccl.Batch)})
+			nb := newStubNCCL(b, groupCalls{})
 			commGroup := func() { commP2PGroup(nb, ops) }
 			var floor nccl.Batch
-			calls := make([]gpulib.Call, ops)
-			for i := range calls {
-				calls[i] = gpulib.Call{Fn: gpulib.FnSend, Count: 8, Type: gpulib.Uint8, Peer: 1}
-				if i%2 == 1 {
-					calls[i].Fn = gpulib.FnRecv
+			_ = floor.GroupStart()
+			for i := range ops {
+				if i%2 == 0 {
+					_ = floor.Send(nil, 8, nccl.Uint8, 1, 0, 0)
+				} else {
+					_ = floor.Recv(nil, 8, nccl.Uint8, 1, 0, 0)
 				}
 			}
-			if err := rawdriver.Record(&floor, calls); err != nil {
+			if err := floor.GroupEnd(); err != nil {
 				b.Fatal(err)
 			}
 			commGroup()

@@ -148,6 +148,9 @@ type NCCLCommunicator struct {
 	// grouped counts the open thread groups holding operations of this communicator
 	// (nccl_group.go); the watchdog does not abort while it is non-zero.
 	grouped atomic.Int32
+	// opened counts the group levels this communicator opened that are still open, on
+	// any goroutine (nccl_group.go).
+	opened atomic.Int32
 	// group caches the open group the last grouped operation found (nccl_group.go).
 	group atomic.Pointer[threadGroup]
 	// direct is d as the calls an operation makes outside a group (nccl_ops.go).

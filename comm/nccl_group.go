@@ -30,14 +30,15 @@ import (
 //   - comm tracks open groups process-wide. Every operation of every NCCL communicator
 //     asks whether its goroutine has a group open (a single atomic load while no
 //     goroutine of the process has one; then the communicator's cached group, or a
-//     scan of the open groups under a lock). If one is open, the operation is grouped, whichever communicator
-//     opened the group, and a blocking Backend collective leaves its wait to the
-//     outermost GroupEnd, which waits for every communicator whose blocking operations
-//     it launched.
+//     scan of the groups' owners, without a lock). If one is open, the operation is
+//     grouped, whichever communicator opened the group, and a blocking Backend
+//     collective leaves its wait to the outermost GroupEnd, which waits for every
+//     communicator whose blocking operations it launched.
 //   - A grouped operation makes its checks at the call, as outside a group, and then
-//     records its NCCL calls in the group (threadGroup.calls) instead of making them:
+//     records its NCCL calls in the group's gpulib.Batch (the driver's own form: the
+//     array that one C call runs, with the real library) instead of making them:
 //     nothing reaches NCCL before the outermost GroupEnd, which submits ncclGroupStart,
-//     every recorded call in order and ncclGroupEnd in one crossing (Driver.Submit).
+//     every recorded call in order and ncclGroupEnd in one crossing (Batch.Submit).
 //     NCCL sees the same calls in the same order, on the same thread, as if they had
 //     been made one by one inside its group; inner GroupStart/GroupEnd levels only
 //     count. An error NCCL finds in one call (an argument it rejects) therefore
@@ -52,19 +53,22 @@ import (
 //   - A goroutine without a group is never affected by another goroutine's group, as
 //     with two threads under NCCL.
 
-// threadGroup is one goroutine's (its locked thread's) open group.
+// threadGroup is one goroutine's (its locked thread's) group: open while openers is
+// not empty. A goroutine takes a free one at its outermost GroupStart (first the one
+// taken last, usually its own from its previous group) and frees it once the group is
+// submitted, so that a warm group allocates nothing and takes no lock.
 type threadGroup struct {
-	// owner is the goid.Key of the goroutine whose group this is, 0 once ended:
-	// only the owner changes it, so a goroutine that reads its own key here owns it.
-	owner   atomic.Uintptr
-	openers []*NCCLCommunicator // who opened each level, outermost first (under groups.mu)
+	// owner is the goid.Key of the goroutine holding the group, 0 while it is free:
+	// the owner takes it from 0 and gives it back, and only the owner reads or changes
+	// the fields below, so a goroutine that reads its own key here owns it.
+	owner atomic.Uintptr
 
-	// The fields below belong to the owner goroutine.
-	members []groupMember // communicators with operations in the group
-	last    int           // index in members of the last one that recorded
-	calls   []gpulib.Call // the recorded NCCL calls, in order
-	meta    []callMeta    // the operation behind each call
-	rec     recorder      // where the current operation's calls go
+	openers []*NCCLCommunicator // who opened each level, outermost first; empty once ended
+	members []groupMember       // communicators with operations in the group
+	last    int                 // index in members of the last one that recorded
+	batch   gpulib.Batch        // the recorded NCCL calls, in order
+	meta    []callMeta          // the operation behind each recorded call
+	rec     recorder            // where the current operation's calls go
 }
 
 // groupMember is a communicator with operations in a group; wait says that one was a
@@ -84,25 +88,34 @@ type callMeta struct {
 	peer  int
 }
 
-// groups is the process's group scope.
+// groups is the process's group scope. Every group ever made stays in all, free or
+// held (as many as goroutines ever had one open at once), so finding the calling
+// goroutine's group is a scan of owners without a lock, and usually one load (last).
 var groups struct {
-	open  atomic.Int32 // goroutines with a group open
-	mu    sync.Mutex
-	byKey []*threadGroup // the open groups (a handful: one per goroutine inside a group)
-	free  []*threadGroup // ended groups, for reuse
-	// spare is the group ended last, reused without the lock.
-	spare atomic.Pointer[threadGroup]
+	open atomic.Int32                   // goroutines with a group open
+	last atomic.Pointer[threadGroup]    // the group taken last
+	all  atomic.Pointer[[]*threadGroup] // every group; replaced, never changed, under mu
+	mu   sync.Mutex
 }
 
-// openLocked returns the open group of the goroutine with key me and its index in
-// groups.byKey, (nil, -1) without one. Caller holds groups.mu.
-func openLocked(me uintptr) (*threadGroup, int) {
-	for i, tg := range groups.byKey {
-		if tg.owner.Load() == me {
-			return tg, i
+// findGroup returns the open group of the goroutine with key me, nil without one.
+func findGroup(me uintptr) *threadGroup {
+	tg := groups.last.Load()
+	if tg == nil || tg.owner.Load() != me {
+		tg = nil
+		if all := groups.all.Load(); all != nil {
+			for _, g := range *all {
+				if g.owner.Load() == me {
+					tg = g
+					break
+				}
+			}
 		}
 	}
-	return nil, -1
+	if tg == nil || len(tg.openers) == 0 { // held but ended: being submitted
+		return nil
+	}
+	return tg
 }
 
 // lookupGroup returns the calling goroutine's open group, nil without one.
@@ -110,11 +123,7 @@ func lookupGroup() *threadGroup {
 	if groups.open.Load() == 0 {
 		return nil
 	}
-	me := goid.Key()
-	groups.mu.Lock()
-	tg, _ := openLocked(me)
-	groups.mu.Unlock()
-	return tg
+	return findGroup(goid.Key())
 }
 
 // groupOf is lookupGroup for an operation of c: c caches the group its last grouped
@@ -128,10 +137,11 @@ func (c *NCCLCommunicator) groupOf() *threadGroup {
 
 // openGroup is groupOf while some goroutine of the process has a group open.
 func (c *NCCLCommunicator) openGroup() *threadGroup {
-	if tg := c.group.Load(); tg != nil && tg.owner.Load() == goid.Key() {
+	me := goid.Key()
+	if tg := c.group.Load(); tg != nil && tg.owner.Load() == me && len(tg.openers) > 0 {
 		return tg
 	}
-	tg := lookupGroup()
+	tg := findGroup(me)
 	if tg != nil {
 		c.group.Store(tg)
 	}
@@ -140,13 +150,10 @@ func (c *NCCLCommunicator) openGroup() *threadGroup {
 
 // groupDepth returns the calling goroutine's group depth, 0 without a group.
 func groupDepth() int {
-	tg := lookupGroup()
-	if tg == nil {
-		return 0
+	if tg := lookupGroup(); tg != nil {
+		return len(tg.openers)
 	}
-	groups.mu.Lock()
-	defer groups.mu.Unlock()
-	return len(tg.openers)
+	return 0
 }
 
 // join makes c a member of tg, once, and tg.last its index.
@@ -165,57 +172,66 @@ func (tg *threadGroup) join(c *NCCLCommunicator) {
 	c.grouped.Add(1)
 }
 
+// takeGroup gives the goroutine with key me a free group.
+func takeGroup(me uintptr) *threadGroup {
+	if tg := groups.last.Load(); tg != nil && tg.owner.CompareAndSwap(0, me) {
+		return tg
+	}
+	if all := groups.all.Load(); all != nil {
+		for _, tg := range *all {
+			if tg.owner.CompareAndSwap(0, me) {
+				groups.last.Store(tg)
+				return tg
+			}
+		}
+	}
+	tg := &threadGroup{}
+	tg.rec.tg = tg
+	tg.owner.Store(me)
+	groups.mu.Lock()
+	var all []*threadGroup
+	if old := groups.all.Load(); old != nil {
+		all = append(all, *old...)
+	}
+	all = append(all, tg)
+	groups.all.Store(&all)
+	groups.mu.Unlock()
+	groups.last.Store(tg)
+	return tg
+}
+
 // pushGroup opens one level on the calling (locked) goroutine's thread.
 func pushGroup(c *NCCLCommunicator) {
 	me := goid.Key()
-	spare := groups.spare.Swap(nil)
-	groups.mu.Lock()
-	defer groups.mu.Unlock()
-	tg, _ := openLocked(me)
+	tg := lookupGroup()
 	if tg == nil {
-		switch n := len(groups.free); { // reuse: a group allocates nothing once warm
-		case spare != nil:
-			tg, spare = spare, nil
-		case n > 0:
-			tg, groups.free = groups.free[n-1], groups.free[:n-1]
-		default:
-			tg = &threadGroup{}
-		}
-		tg.owner.Store(me)
-		groups.byKey = append(groups.byKey, tg)
+		tg = takeGroup(me)
 		groups.open.Add(1)
 	}
-	if spare != nil {
-		groups.free = append(groups.free, spare)
-	}
 	tg.openers = append(tg.openers, c)
+	c.opened.Add(1)
 }
 
 // popGroup closes the calling goroutine's innermost level. At the outermost one it
-// forgets the group and returns it (ended); the caller submits its calls and hands it
-// back with recycle. ok is false without a group.
+// returns the group (ended: no goroutine finds it any more); the caller submits its
+// calls and frees it with recycle. ok is false without a group.
 func popGroup() (ended *threadGroup, ok bool) {
-	me := goid.Key()
-	groups.mu.Lock()
-	defer groups.mu.Unlock()
-	tg, i := openLocked(me)
+	tg := lookupGroup()
 	if tg == nil {
 		return nil, false
 	}
-	tg.openers = tg.openers[:len(tg.openers)-1]
-	if len(tg.openers) > 0 {
+	n := len(tg.openers) - 1
+	tg.openers[n].opened.Add(-1)
+	tg.openers[n] = nil
+	tg.openers = tg.openers[:n]
+	if n > 0 {
 		return nil, true
 	}
-	last := len(groups.byKey) - 1
-	groups.byKey[i] = groups.byKey[last]
-	groups.byKey[last] = nil
-	groups.byKey = groups.byKey[:last]
 	groups.open.Add(-1)
-	tg.owner.Store(0)
 	return tg, true
 }
 
-// recycle keeps an ended group for reuse, so that groups allocate nothing once warm.
+// recycle empties an ended group, keeping its memory, and frees it.
 func recycle(tg *threadGroup) {
 	for _, m := range tg.members {
 		m.c.grouped.Add(-1)
@@ -223,102 +239,111 @@ func recycle(tg *threadGroup) {
 	clear(tg.members)
 	tg.members = tg.members[:0]
 	tg.last = 0
-	tg.calls = tg.calls[:0] // no pointers to clear
+	if tg.batch != nil {
+		tg.batch.Reset()
+	}
 	clear(tg.meta)
 	tg.meta = tg.meta[:0]
-	tg.rec = recorder{}
-	clear(tg.openers)
-	tg.openers = tg.openers[:0]
-	if groups.spare.CompareAndSwap(nil, tg) {
-		return
-	}
-	groups.mu.Lock()
-	groups.free = append(groups.free, tg)
-	groups.mu.Unlock()
+	tg.rec.c, tg.rec.op = nil, ""
+	tg.owner.Store(0) // last: the next owner finds it empty
 }
 
 // groupsOpenedBy reports the levels c opened: on the calling goroutine (which Close can
 // end) and on other goroutines.
 func groupsOpenedBy(c *NCCLCommunicator) (here, elsewhere int) {
-	if groups.open.Load() == 0 {
+	all := int(c.opened.Load())
+	if all == 0 {
 		return 0, 0
 	}
-	me := goid.Key()
-	groups.mu.Lock()
-	defer groups.mu.Unlock()
-	for _, tg := range groups.byKey {
-		n := 0
+	mine := 0
+	if tg := lookupGroup(); tg != nil {
 		for _, o := range tg.openers {
 			if o == c {
-				n++
+				mine++
 			}
 		}
-		switch {
-		case n == 0:
-		case tg.owner.Load() == me:
+		if mine > 0 {
 			here = len(tg.openers) // ending c's levels ends the whole group
-		default:
-			elsewhere += n
 		}
 	}
-	return here, elsewhere
+	return here, max(all-mine, 0)
 }
 
-// recorder takes an operation's NCCL calls inside a group (ncclOps): it appends them
-// to the group instead of calling the driver, and never fails.
+// recorder takes an operation's NCCL calls inside a group (ncclOps): it records them in
+// the group's batch instead of calling the driver, with the operation behind each.
 type recorder struct {
-	tg    *threadGroup
+	tg    *threadGroup // the group whose recorder this is
 	c     *NCCLCommunicator
 	op    string
 	bytes int
 }
 
-// add records one call on behalf of the current operation.
-func (r *recorder) add(call gpulib.Call) error {
+// to returns the batch the current operation records into: the group's, which the
+// driver of the group's first call accepts (kept from the goroutine's last group when
+// it does, so that a warm group allocates nothing).
+func (r *recorder) to() gpulib.Batch {
 	tg := r.tg
-	tg.calls = append(tg.calls, call)
-	tg.meta = append(tg.meta, callMeta{c: r.c, op: r.op, bytes: r.bytes, peer: call.Peer})
+	if len(tg.meta) == 0 && (tg.batch == nil || !tg.batch.Accepts(r.c.d)) {
+		tg.batch = gpulib.NewBatch(r.c.d)
+	}
+	return tg.batch
+}
+
+// note names the operation behind the call just recorded (err nil), for GroupEnd.
+func (r *recorder) note(peer int, err error) error {
+	if err != nil { // not recorded
+		return err
+	}
+	tg := r.tg
+	n := len(tg.meta)
+	if n == cap(tg.meta) {
+		tg.meta = append(tg.meta, callMeta{})
+	} else {
+		tg.meta = tg.meta[:n+1]
+	}
+	m := &tg.meta[n] // field by field: a composite literal would go through the stack
+	m.c, m.op, m.bytes, m.peer = r.c, r.op, r.bytes, peer
 	return nil
 }
 
 func (r *recorder) AllReduce(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, op gpulib.RedOp, c gpulib.Comm, s gpulib.Stream) error {
-	return r.add(gpulib.Call{Fn: gpulib.FnAllReduce, Send: send, Recv: recv, Count: count, Type: dt, Op: op, Comm: c, Stream: s})
+	return r.note(0, r.to().AllReduce(send, recv, count, dt, op, c, s))
 }
 
 func (r *recorder) Broadcast(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
-	return r.add(gpulib.Call{Fn: gpulib.FnBroadcast, Send: send, Recv: recv, Count: count, Type: dt, Peer: root, Comm: c, Stream: s})
+	return r.note(root, r.to().Broadcast(send, recv, count, dt, root, c, s))
 }
 
 func (r *recorder) AllGather(send, recv gpulib.Ptr, sendCount uint64, dt gpulib.DataType, c gpulib.Comm, s gpulib.Stream) error {
-	return r.add(gpulib.Call{Fn: gpulib.FnAllGather, Send: send, Recv: recv, Count: sendCount, Type: dt, Comm: c, Stream: s})
+	return r.note(0, r.to().AllGather(send, recv, sendCount, dt, c, s))
 }
 
 func (r *recorder) ReduceScatter(send, recv gpulib.Ptr, recvCount uint64, dt gpulib.DataType, op gpulib.RedOp, c gpulib.Comm, s gpulib.Stream) error {
-	return r.add(gpulib.Call{Fn: gpulib.FnReduceScatter, Send: send, Recv: recv, Count: recvCount, Type: dt, Op: op, Comm: c, Stream: s})
+	return r.note(0, r.to().ReduceScatter(send, recv, recvCount, dt, op, c, s))
 }
 
 func (r *recorder) Reduce(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, op gpulib.RedOp, root int, c gpulib.Comm, s gpulib.Stream) error {
-	return r.add(gpulib.Call{Fn: gpulib.FnReduce, Send: send, Recv: recv, Count: count, Type: dt, Op: op, Peer: root, Comm: c, Stream: s})
+	return r.note(root, r.to().Reduce(send, recv, count, dt, op, root, c, s))
 }
 
 func (r *recorder) AlltoAll(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, c gpulib.Comm, s gpulib.Stream) error {
-	return r.add(gpulib.Call{Fn: gpulib.FnAlltoAll, Send: send, Recv: recv, Count: count, Type: dt, Comm: c, Stream: s})
+	return r.note(0, r.to().AlltoAll(send, recv, count, dt, c, s))
 }
 
 func (r *recorder) Gather(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
-	return r.add(gpulib.Call{Fn: gpulib.FnGather, Send: send, Recv: recv, Count: count, Type: dt, Peer: root, Comm: c, Stream: s})
+	return r.note(root, r.to().Gather(send, recv, count, dt, root, c, s))
 }
 
 func (r *recorder) Scatter(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
-	return r.add(gpulib.Call{Fn: gpulib.FnScatter, Send: send, Recv: recv, Count: count, Type: dt, Peer: root, Comm: c, Stream: s})
+	return r.note(root, r.to().Scatter(send, recv, count, dt, root, c, s))
 }
 
 func (r *recorder) Send(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, c gpulib.Comm, s gpulib.Stream) error {
-	return r.add(gpulib.Call{Fn: gpulib.FnSend, Send: buf, Count: count, Type: dt, Peer: peer, Comm: c, Stream: s})
+	return r.note(peer, r.to().Send(buf, count, dt, peer, c, s))
 }
 
 func (r *recorder) Recv(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, c gpulib.Comm, s gpulib.Stream) error {
-	return r.add(gpulib.Call{Fn: gpulib.FnRecv, Send: buf, Count: count, Type: dt, Peer: peer, Comm: c, Stream: s})
+	return r.note(peer, r.to().Recv(buf, count, dt, peer, c, s))
 }
 
 // grouped reports whether an operation's calls go into a group.
@@ -376,9 +401,9 @@ func (c *NCCLCommunicator) GroupEnd() error {
 	failed, err := ended.submit()
 	runtime.UnlockOSThread()
 	members := ended.members
-	if err != nil && (failed != len(ended.calls) || code(err) != gpulib.InProgress) {
+	if err != nil && (failed != len(ended.meta) || code(err) != gpulib.InProgress) {
 		e := &OpError{Op: opGroupEnd, Bytes: -1, Rank: c.rank, Err: err}
-		if failed >= 0 && failed < len(ended.calls) { // name the operation NCCL rejected
+		if failed >= 0 && failed < len(ended.meta) { // name the operation NCCL rejected
 			m := ended.meta[failed]
 			op := &OpError{Op: m.op, Bytes: m.bytes, Rank: m.c.rank, Peer: m.peer, Err: err}
 			if gpulib.Fatal(code(err)) {
@@ -396,7 +421,7 @@ func (c *NCCLCommunicator) GroupEnd() error {
 	}
 	var errs []error
 	for _, m := range members {
-		if err == nil && !m.wait && len(ended.calls) > 0 {
+		if err == nil && !m.wait && len(ended.meta) > 0 {
 			continue // submit did its part
 		}
 		if err := m.c.launched(m.wait, err != nil); err != nil {
@@ -406,20 +431,23 @@ func (c *NCCLCommunicator) GroupEnd() error {
 	return errors.Join(errs...)
 }
 
-// submit makes the group's recorded calls through the driver of the first call's
-// communicator, holding every member (its lifecycle shared, its driver lock) so that none is closed
-// or re-created, and none makes another NCCL call, meanwhile. A member that ended since
-// it joined (closed, failed, re-created) fails the group before anything is called. It
-// returns Driver.Submit's results; after a success it tells the watchdog of the members
-// that GroupEnd does not wait for that their work is enqueued.
+// submit makes the group's recorded calls (Batch.Submit of the group's batch, which the
+// driver of the first call's communicator accepted), holding every member (its
+// lifecycle shared, its driver lock) so that none is closed or re-created, and none
+// makes another NCCL call, meanwhile. A member that ended since it joined (closed,
+// failed, re-created) fails the group before anything is called. It returns
+// Batch.Submit's results; after a success it tells the watchdog of the members that
+// GroupEnd does not wait for that their work is enqueued.
 func (tg *threadGroup) submit() (int, error) {
-	if len(tg.calls) == 0 {
+	if len(tg.meta) == 0 {
 		return 0, nil
 	}
 	ms := tg.members
-	slices.SortFunc(ms, func(a, b groupMember) int { // one lock order for every group
-		return cmp.Compare(uintptr(unsafe.Pointer(a.c)), uintptr(unsafe.Pointer(b.c)))
-	})
+	if len(ms) > 1 {
+		slices.SortFunc(ms, func(a, b groupMember) int { // one lock order for every group
+			return cmp.Compare(uintptr(unsafe.Pointer(a.c)), uintptr(unsafe.Pointer(b.c)))
+		})
+	}
 	for i, m := range ms {
 		m.c.life.RLock()
 		err := m.c.usable(opGroupEnd, -1)
@@ -437,7 +465,7 @@ func (tg *threadGroup) submit() (int, error) {
 	for _, m := range ms {
 		m.c.mu.Lock()
 	}
-	failed, err := tg.meta[0].c.d.Submit(tg.calls)
+	failed, err := tg.batch.Submit()
 	for _, m := range ms {
 		m.c.mu.Unlock()
 		if err == nil && !m.wait && m.c.wd != nil { // launched has nothing else to do for it

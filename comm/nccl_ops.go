@@ -124,7 +124,7 @@ func (c *NCCLCommunicator) waitFrom(op string, bytes int, done bool, err error) 
 func (c *NCCLCommunicator) record(tg *threadGroup, op string, bytes int, wait bool, call func(to ncclOps) error) error {
 	tg.join(c) // first: what call records before a failure is submitted with c held
 	r := &tg.rec
-	r.tg, r.c, r.op, r.bytes = tg, c, op, bytes
+	r.c, r.op, r.bytes = c, op, bytes // r.tg is tg's own
 	if err := call(r); err != nil {
 		return c.result(op, bytes, err)
 	}

@@ -224,17 +224,8 @@ type Driver interface {
 	// CommRevoke is ncclCommRevoke (NCCL >= 2.28).
 	CommRevoke(c Comm, flags int) error
 
-	AllReduce(send, recv Ptr, count uint64, dt DataType, op RedOp, c Comm, s Stream) error
-	Broadcast(send, recv Ptr, count uint64, dt DataType, root int, c Comm, s Stream) error
-	AllGather(send, recv Ptr, sendCount uint64, dt DataType, c Comm, s Stream) error
-	ReduceScatter(send, recv Ptr, recvCount uint64, dt DataType, op RedOp, c Comm, s Stream) error
-	// Reduce is ncclReduce: recv is used on root only.
-	Reduce(send, recv Ptr, count uint64, dt DataType, op RedOp, root int, c Comm, s Stream) error
-	// AlltoAll, Gather and Scatter are ncclAlltoAll, ncclGather and ncclScatter (NCCL >=
-	// 2.28.3); count is per rank. Gather's recv and Scatter's send are used on root only.
-	AlltoAll(send, recv Ptr, count uint64, dt DataType, c Comm, s Stream) error
-	Gather(send, recv Ptr, count uint64, dt DataType, root int, c Comm, s Stream) error
-	Scatter(send, recv Ptr, count uint64, dt DataType, root int, c Comm, s Stream) error
+	// Ops are the communication calls, made at once.
+	Ops
 	// RedOpCreatePreMulSum is ncclRedOpCreatePreMulSum for elements of dt. With device
 	// false, scalar holds the scalar's bytes (one element of dt, little-endian) and NCCL
 	// copies it at once (ncclScalarHostImmediate); with device true it is the device
@@ -243,8 +234,6 @@ type Driver interface {
 	RedOpCreatePreMulSum(c Comm, dt DataType, scalar uint64, device bool) (RedOp, error)
 	// RedOpDestroy is ncclRedOpDestroy.
 	RedOpDestroy(c Comm, op RedOp) error
-	Send(buf Ptr, count uint64, dt DataType, peer int, c Comm, s Stream) error
-	Recv(buf Ptr, count uint64, dt DataType, peer int, c Comm, s Stream) error
 	// GroupStart and GroupEnd are ncclGroupStart/End. NCCL keeps group state per OS
 	// thread, for every communicator of the process: between the two, every
 	// communication call made on the same thread, on any communicator, is deferred to

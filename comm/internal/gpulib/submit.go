@@ -53,8 +53,8 @@ type Call struct {
 // SubmitGroupStart is the index Submit reports when ncclGroupStart itself failed.
 const SubmitGroupStart = -1
 
-// Make calls the Driver method of c.Fn on d.
-func (c *Call) Make(d Driver) error {
+// Make calls the method of c.Fn on d (a Driver makes the call, a Batch records it).
+func (c *Call) Make(d Ops) error {
 	switch c.Fn {
 	case FnSend:
 		return d.Send(c.Send, c.Count, c.Type, c.Peer, c.Comm, c.Stream)

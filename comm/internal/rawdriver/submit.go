@@ -2,7 +2,6 @@ package rawdriver
 
 import (
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -10,16 +9,16 @@ import (
 	"github.com/ncclgo/ncclgo/raw/nccl"
 )
 
-// batches are the nccl.Batch values of groups being submitted, kept for reuse so that a
-// warm Submit allocates nothing (a sync.Pool would drop them at each GC): spare holds
-// the last one, taken without the lock, free the others.
+// batches are the Batch values of Submit, kept for reuse so that a warm Submit allocates
+// nothing (a sync.Pool would drop them at each GC): spare holds the last one, taken
+// without the lock, free the others.
 var batches struct {
-	spare atomic.Pointer[nccl.Batch]
+	spare atomic.Pointer[Batch]
 	mu    sync.Mutex
-	free  []*nccl.Batch
+	free  []*Batch
 }
 
-func getBatch() *nccl.Batch {
+func getBatch() *Batch {
 	if b := batches.spare.Swap(nil); b != nil {
 		return b
 	}
@@ -30,10 +29,10 @@ func getBatch() *nccl.Batch {
 		batches.free = batches.free[:n-1]
 		return b
 	}
-	return new(nccl.Batch)
+	return new(Batch)
 }
 
-func putBatch(b *nccl.Batch) {
+func putBatch(b *Batch) {
 	if batches.spare.CompareAndSwap(nil, b) {
 		return
 	}
@@ -42,76 +41,167 @@ func putBatch(b *nccl.Batch) {
 	batches.mu.Unlock()
 }
 
-// Record resets b and records a whole group into it: ncclGroupStart, every call in
-// order, ncclGroupEnd (b.Run then makes them in one cgo crossing). The calls' Driver
-// fields are not used: every call goes to the loaded libnccl.
-func Record(b *nccl.Batch, calls []gpulib.Call) error {
+// Batch is gpulib.Batch over an nccl.Batch: each call is recorded into the array that
+// nccl.Batch.Run hands to C as it is made, after ncclGroupStart, and Submit adds
+// ncclGroupEnd and runs the whole group in one cgo crossing. The calls' pointers are
+// device memory (see nccl.Batch). Submit once per Reset.
+type Batch struct {
+	raw nccl.Batch
+}
+
+// NewBatch is gpulib.Batcher's: a group recorded straight into an nccl.Batch.
+func (d *Driver) NewBatch() gpulib.Batch { return new(Batch) }
+
+// start records ncclGroupStart before the first call.
+func (b *Batch) start() error {
+	if b.raw.Len() == 0 {
+		return b.raw.GroupStart()
+	}
+	return nil
+}
+
+// Reset forgets the recorded calls, keeping the memory.
+func (b *Batch) Reset() { b.raw.Reset() }
+
+// Accepts reports whether d is a raw driver: every one makes its calls into the same
+// loaded libnccl, so a Batch takes the groups of all of them.
+func (b *Batch) Accepts(d gpulib.Driver) bool {
+	_, ok := d.(*Driver)
+	return ok
+}
+
+// Len is the number of calls recorded since Reset (ncclGroupStart and ncclGroupEnd
+// not counted).
+func (b *Batch) Len() int { return max(b.raw.Len()-1, 0) }
+
+// Record resets b and records calls into it, in order.
+func (b *Batch) Record(calls []gpulib.Call) error {
 	b.Reset()
-	if err := b.GroupStart(); err != nil {
+	if err := b.start(); err != nil {
 		return err
 	}
 	for i := range calls {
-		if err := record(b, &calls[i]); err != nil {
+		if err := calls[i].Make(b); err != nil {
 			return err
 		}
 	}
-	return b.GroupEnd()
+	return nil
 }
 
-// record adds one call to b.
-func record(b *nccl.Batch, c *gpulib.Call) error {
-	dt, cm, s := nccl.DataType(c.Type), nccl.Comm(c.Comm), nccl.CudaStream(c.Stream)
-	switch c.Fn {
-	case gpulib.FnSend:
-		return b.Send(ptr(c.Send), c.Count, dt, int32(c.Peer), cm, s)
-	case gpulib.FnRecv:
-		return b.Recv(ptr(c.Send), c.Count, dt, int32(c.Peer), cm, s)
-	case gpulib.FnAllReduce:
-		return b.AllReduce(ptr(c.Send), ptr(c.Recv), c.Count, dt, nccl.RedOp(c.Op), cm, s)
-	case gpulib.FnBroadcast:
-		return b.Broadcast(ptr(c.Send), ptr(c.Recv), c.Count, dt, int32(c.Peer), cm, s)
-	case gpulib.FnReduce:
-		return b.Reduce(ptr(c.Send), ptr(c.Recv), c.Count, dt, nccl.RedOp(c.Op), int32(c.Peer), cm, s)
-	case gpulib.FnAllGather:
-		return b.AllGather(ptr(c.Send), ptr(c.Recv), c.Count, dt, cm, s)
-	case gpulib.FnReduceScatter:
-		return b.ReduceScatter(ptr(c.Send), ptr(c.Recv), c.Count, dt, nccl.RedOp(c.Op), cm, s)
-	case gpulib.FnAlltoAll:
-		return b.AlltoAll(ptr(c.Send), ptr(c.Recv), c.Count, dt, cm, s)
-	case gpulib.FnGather:
-		return b.Gather(ptr(c.Send), ptr(c.Recv), c.Count, dt, int32(c.Peer), cm, s)
-	case gpulib.FnScatter:
-		return b.Scatter(ptr(c.Send), ptr(c.Recv), c.Count, dt, int32(c.Peer), cm, s)
+func (b *Batch) AllReduce(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, op gpulib.RedOp, c gpulib.Comm, s gpulib.Stream) error {
+	if err := b.start(); err != nil {
+		return err
 	}
-	return fmt.Errorf("recorded call: unknown function %v", c.Fn)
+	return b.raw.AllReduce(ptr(send), ptr(recv), count, nccl.DataType(dt), nccl.RedOp(op), nccl.Comm(c), nccl.CudaStream(s))
 }
 
-// Submit is gpulib.Driver's Submit through nccl.Batch: the whole group in one cgo
+func (b *Batch) Broadcast(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
+	if err := b.start(); err != nil {
+		return err
+	}
+	return b.raw.Broadcast(ptr(send), ptr(recv), count, nccl.DataType(dt), int32(root), nccl.Comm(c), nccl.CudaStream(s))
+}
+
+func (b *Batch) AllGather(send, recv gpulib.Ptr, sendCount uint64, dt gpulib.DataType, c gpulib.Comm, s gpulib.Stream) error {
+	if err := b.start(); err != nil {
+		return err
+	}
+	return b.raw.AllGather(ptr(send), ptr(recv), sendCount, nccl.DataType(dt), nccl.Comm(c), nccl.CudaStream(s))
+}
+
+func (b *Batch) ReduceScatter(send, recv gpulib.Ptr, recvCount uint64, dt gpulib.DataType, op gpulib.RedOp, c gpulib.Comm, s gpulib.Stream) error {
+	if err := b.start(); err != nil {
+		return err
+	}
+	return b.raw.ReduceScatter(ptr(send), ptr(recv), recvCount, nccl.DataType(dt), nccl.RedOp(op), nccl.Comm(c), nccl.CudaStream(s))
+}
+
+func (b *Batch) Reduce(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, op gpulib.RedOp, root int, c gpulib.Comm, s gpulib.Stream) error {
+	if err := b.start(); err != nil {
+		return err
+	}
+	return b.raw.Reduce(ptr(send), ptr(recv), count, nccl.DataType(dt), nccl.RedOp(op), int32(root), nccl.Comm(c), nccl.CudaStream(s))
+}
+
+func (b *Batch) AlltoAll(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, c gpulib.Comm, s gpulib.Stream) error {
+	if err := b.start(); err != nil {
+		return err
+	}
+	return b.raw.AlltoAll(ptr(send), ptr(recv), count, nccl.DataType(dt), nccl.Comm(c), nccl.CudaStream(s))
+}
+
+func (b *Batch) Gather(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
+	if err := b.start(); err != nil {
+		return err
+	}
+	return b.raw.Gather(ptr(send), ptr(recv), count, nccl.DataType(dt), int32(root), nccl.Comm(c), nccl.CudaStream(s))
+}
+
+func (b *Batch) Scatter(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
+	if err := b.start(); err != nil {
+		return err
+	}
+	return b.raw.Scatter(ptr(send), ptr(recv), count, nccl.DataType(dt), int32(root), nccl.Comm(c), nccl.CudaStream(s))
+}
+
+func (b *Batch) Send(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, c gpulib.Comm, s gpulib.Stream) error {
+	if err := b.start(); err != nil {
+		return err
+	}
+	return b.raw.Send(ptr(buf), count, nccl.DataType(dt), int32(peer), nccl.Comm(c), nccl.CudaStream(s))
+}
+
+func (b *Batch) Recv(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, c gpulib.Comm, s gpulib.Stream) error {
+	if err := b.start(); err != nil {
+		return err
+	}
+	return b.raw.Recv(ptr(buf), count, nccl.DataType(dt), int32(peer), nccl.Comm(c), nccl.CudaStream(s))
+}
+
+// Submit is gpulib.Driver's Submit through a Batch: the whole group in one cgo
 // crossing.
 func (d *Driver) Submit(calls []gpulib.Call) (int, error) { return Submit(calls) }
 
-// Submit records the group (see Record) and runs it in one cgo crossing, with
-// gpulib.Driver's Submit results. A call that answered ncclInProgress did not fail.
+// Submit records the group into a reused Batch and submits it (gpulib.Driver's Submit).
 func Submit(calls []gpulib.Call) (int, error) {
 	b := getBatch()
 	defer putBatch(b)
-	if err := Record(b, calls); err != nil {
+	if err := b.Record(calls); err != nil {
 		return gpulib.SubmitGroupStart, err // a missing symbol: nothing was called
 	}
+	return b.Submit()
+}
+
+// Run adds ncclGroupEnd and runs the group in one cgo crossing, returning what
+// nccl.Batch.Run returns (its *nccl.BatchError is kept in b: nothing is allocated).
+func (b *Batch) Run() error {
+	if err := b.start(); err != nil { // an empty group is ncclGroupStart + ncclGroupEnd
+		return err
+	}
+	if err := b.raw.GroupEnd(); err != nil {
+		return err
+	}
+	return b.raw.Run()
+}
+
+// Submit is Run with gpulib.Driver's Submit results, naming the first recorded call
+// that failed. A call that answered ncclInProgress did not fail.
+func (b *Batch) Submit() (int, error) {
 	err := b.Run()
+	n := b.raw.Len() - 2
 	if err == nil {
-		return len(calls), nil
+		return n, nil
 	}
 	var be *nccl.BatchError
 	if !errors.As(err, &be) {
-		return gpulib.SubmitGroupStart, err
+		return gpulib.SubmitGroupStart, err // a missing symbol: nothing was called
 	}
 	if be.Index == 0 {
 		return gpulib.SubmitGroupStart, batchErr(be.Result, be.Detail())
 	}
 	// The first failure in the batch may be a call's ncclInProgress: look past it.
-	for i := be.Index; i <= len(calls); i++ {
-		r, _ := b.Result(i)
+	for i := be.Index; i <= n; i++ {
+		r, _ := b.raw.Result(i)
 		if r == nccl.Success || r == nccl.InProgress {
 			continue
 		}
@@ -123,15 +213,15 @@ func Submit(calls []gpulib.Call) (int, error) {
 		}
 		return i - 1, batchErr(r, detail)
 	}
-	r, _ := b.Result(len(calls) + 1)
+	r, _ := b.raw.Result(n + 1)
 	if r == nccl.Success {
-		return len(calls), nil
+		return n, nil
 	}
 	detail := ""
-	if r != nccl.InProgress && be.Index == len(calls)+1 {
+	if r != nccl.InProgress && be.Index == n+1 {
 		detail = be.Detail()
 	}
-	return len(calls), batchErr(r, detail)
+	return n, batchErr(r, detail)
 }
 
 // batchErr is the *gpulib.Error of a failed call in a batch, carrying raw's *nccl.Error

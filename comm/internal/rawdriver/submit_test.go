@@ -54,9 +54,54 @@ func TestRecordAllocatesNothing(t *testing.T) {
 	for f := gpulib.FnSend; f <= gpulib.FnScatter; f++ {
 		calls = append(calls, gpulib.Call{Fn: f, Count: 1, Type: gpulib.Uint8})
 	}
-	var b nccl.Batch
-	require.NoError(t, Record(&b, calls))
-	assert.Equal(t, len(calls)+2, b.Len())
-	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = Record(&b, calls) }))
-	assert.Error(t, Record(&b, []gpulib.Call{{Fn: 0}}), "an unknown function is refused")
+	var b Batch
+	require.NoError(t, b.Record(calls))
+	assert.Equal(t, len(calls)+1, b.raw.Len(), "ncclGroupStart and the calls")
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = b.Record(calls) }))
+	assert.Error(t, b.Record([]gpulib.Call{{Fn: 0}}), "an unknown function is refused")
+}
+
+// TestBatchRecordsAsCallsAreMade checks the Batch that comm records a group into: each
+// call is recorded as it is made, after ncclGroupStart, Submit adds ncclGroupEnd and
+// reports the first call NCCL rejects by its index among the recorded calls, and Reset
+// makes the Batch ready for the next group, which then records and runs allocating
+// nothing.
+func TestBatchRecordsAsCallsAreMade(t *testing.T) {
+	libcache.Load(t)
+	var d gpulib.Driver = &Driver{}
+	b := gpulib.NewBatch(d)
+	require.IsType(t, &Batch{}, b, "the raw driver records straight into an nccl.Batch")
+	assert.True(t, b.Accepts(&Driver{ordinal: 1}), "every raw driver calls the same libnccl")
+	assert.False(t, b.Accepts(nil))
+	group := func() (int, error) {
+		b.Reset()
+		if err := b.Send(0x1000, 8, gpulib.Uint8, 1, 0, 0); err != nil {
+			return -2, err
+		}
+		if err := b.Recv(0x2000, 8, gpulib.Uint8, 1, 0, 0); err != nil {
+			return -2, err
+		}
+		return b.Submit()
+	}
+	failed, err := group()
+	assert.Equal(t, 0, failed, "the send on the null communicator is rejected first")
+	var se *gpulib.Error
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, gpulib.InvalidArgument, se.Code)
+	assert.NotEmpty(t, se.Detail, "NCCL's own text")
+	assert.Equal(t, 4, b.(*Batch).raw.Len(), "start, send, recv, end")
+	r, ran := b.(*Batch).raw.Result(3)
+	assert.True(t, ran, "ncclGroupEnd is called after a failure")
+	assert.NotEqual(t, nccl.Success, r, "and fails too: NCCL dropped the group")
+	run := func() {
+		b.Reset()
+		_ = b.Send(0x1000, 8, gpulib.Uint8, 1, 0, 0)
+		_ = b.(*Batch).Run()
+	}
+	assert.Zero(t, testing.AllocsPerRun(100, run), "recording and running a warm group")
+
+	b.Reset()
+	failed, err = b.Submit()
+	assert.NoError(t, err, "an empty group is ncclGroupStart + ncclGroupEnd")
+	assert.Zero(t, failed)
 }
