@@ -289,20 +289,26 @@ func (s *Server) accept(nc net.Conn) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetReadBuffer(recvWindow)
 	}
+	c := &serverConn{s: s, nc: nc, raw: nc, remote: nc.RemoteAddr().String(), pending: make(map[uint32]func() bool)}
 	if s.cfg.tls != nil {
-		nc = tls.Server(nc, s.cfg.tls)
+		// Heard at the first byte of the TLS handshake, not of the first frame.
+		c.nc = tls.Server(rawReader{nc, c}, s.cfg.tls)
 	}
-	c := &serverConn{s: s, nc: nc, remote: nc.RemoteAddr().String(), pending: make(map[uint32]func() bool)}
 	var evict *serverConn
 	s.mu.Lock()
 	for len(s.unauth) >= s.cfg.maxUnauth && !s.closed {
+		now := time.Now()
 		var wait time.Duration
-		if evict, wait = s.evictLocked(time.Now()); evict != nil {
+		evict, wait = s.evictLocked(now)
+		if h := s.cfg.onEvictCheck; h != nil {
+			h(now, evict)
+		}
+		if evict != nil {
 			break
 		}
-		// Every slot is young: a burst of ranks dialing at once, not connections that
-		// hold their slots. Leave the newcomer in the listener's queue until one ends
-		// its handshake or grows old enough to be evicted.
+		// Every slot is young or its client has spoken: a burst of ranks dialing at
+		// once, not connections that hold their slots. Leave the newcomer in the
+		// listener's queue until one ends its handshake or becomes evictable.
 		s.mu.Unlock()
 		t := time.NewTimer(wait)
 		select {
@@ -370,25 +376,37 @@ func (s *Server) leaveLocked(a *share) {
 const handshakeGrace = 100 * time.Millisecond
 
 // evictLocked takes the connection to drop for a newcomer out of the handshake slots,
-// among those that have held theirs for handshakeGrace at now: the oldest that has
-// sent nothing, else the oldest. When every slot is younger it returns nil and how
-// long until the oldest is not.
+// among those that have held theirs for handshakeGrace at now: the oldest whose client
+// has sent nothing (spoke) or that has held its slot for the handshake timeout, else
+// the oldest whose goroutine waits for its client to send more (stalled: a hello and
+// then nothing, a frame cut short). A connection whose bytes the server has yet to
+// read or answer keeps its slot: thousands of ranks dialing at once on a loaded
+// machine have sent their hellos before the goroutines of their connections run, and
+// are not made to dial again. When no slot is evictable it returns nil and how long to
+// wait before looking again: until the oldest slot leaves its grace, at most
+// handshakeGrace.
 func (s *Server) evictLocked(now time.Time) (*serverConn, time.Duration) {
-	if age := now.Sub(s.unauth[0].since); age < handshakeGrace {
-		return nil, handshakeGrace - age
-	}
-	i := 0
-	for j, c := range s.unauth {
-		if now.Sub(c.since) < handshakeGrace {
+	stalled := -1
+	wait := handshakeGrace
+	for i, c := range s.unauth {
+		age := now.Sub(c.since)
+		if age < handshakeGrace {
+			wait = handshakeGrace - age
 			break
 		}
-		if !c.heard.Load() {
-			i = j
+		if age >= s.cfg.handshakeTimeout || !c.spoke() {
+			stalled = i
 			break
 		}
+		if stalled < 0 && c.stalled() {
+			stalled = i
+		}
 	}
-	c := s.unauth[i]
-	s.unauth = append(s.unauth[:i], s.unauth[i+1:]...)
+	if stalled < 0 {
+		return nil, wait
+	}
+	c := s.unauth[stalled]
+	s.unauth = append(s.unauth[:stalled], s.unauth[stalled+1:]...)
 	return c, 0
 }
 
@@ -414,6 +432,9 @@ func (s *Server) leaveHandshakeLocked(c *serverConn) bool {
 type serverConn struct {
 	s       *Server
 	nc      net.Conn
+	raw     net.Conn      // the accepted connection, under TLS when the server speaks it
+	reading atomic.Bool   // the goroutine waits in a read from raw
+	reads   atomic.Uint64 // reads from raw that returned
 	remote  string
 	br      *bufio.Reader
 	small   []byte // frame buffer for frames up to smallFrame
@@ -447,7 +468,52 @@ type serverConn struct {
 	gone    bool
 }
 
-// heardReader marks a connection as heard from at its first byte.
+// spoke reports whether c's client has sent anything: its goroutine has read a byte,
+// or bytes wait in the kernel's receive buffer (bytesWaiting; they will be read).
+func (c *serverConn) spoke() bool {
+	if c.heard.Load() {
+		return true
+	}
+	if c.raw != nil && bytesWaiting(c.raw) {
+		c.heard.Store(true)
+		return true
+	}
+	return false
+}
+
+// stalled reports whether c's goroutine waits for its client to send more, with
+// nothing left to read: the server has answered all it was sent, or has part of a
+// frame. A goroutine not started yet, busy, or about to be woken by bytes that have
+// arrived is not stalled.
+func (c *serverConn) stalled() bool {
+	reads := c.reads.Load()
+	return c.reading.Load() && !bytesWaiting(c.raw) && c.reads.Load() == reads
+}
+
+// readRaw reads from the accepted connection, noting that c waits on its client
+// meanwhile and that it was heard from once a byte arrives.
+func (c *serverConn) readRaw(p []byte) (int, error) {
+	c.reading.Store(true)
+	n, err := c.raw.Read(p)
+	c.reads.Add(1)
+	c.reading.Store(false)
+	if n > 0 && !c.heard.Load() {
+		c.heard.Store(true)
+	}
+	return n, err
+}
+
+// rawReader is the accepted connection as read by readRaw, under TLS (whose first
+// frame comes after the TLS handshake).
+type rawReader struct {
+	net.Conn
+	c *serverConn
+}
+
+func (r rawReader) Read(p []byte) (int, error) { return r.c.readRaw(p) }
+
+// heardReader is what a connection's frames are read from: it runs beforeRead, then
+// reads (readRaw, which marks the connection as heard from at its first byte).
 type heardReader struct{ c *serverConn }
 
 func (r heardReader) Read(p []byte) (int, error) {
@@ -456,11 +522,10 @@ func (r heardReader) Read(p []byte) (int, error) {
 			return 0, err
 		}
 	}
-	n, err := r.c.nc.Read(p)
-	if n > 0 && !r.c.heard.Load() {
-		r.c.heard.Store(true)
+	if r.c.nc != r.c.raw { // TLS: rawReader notes the reads
+		return r.c.nc.Read(p)
 	}
-	return n, err
+	return r.c.readRaw(p)
 }
 
 func (c *serverConn) serve() {
@@ -472,6 +537,9 @@ func (c *serverConn) serve() {
 			s.log.Error("rendezvous server: panic while serving a connection; closing it", "remote", c.remote, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 		}
 	}()
+	if h := s.cfg.beforeServe; h != nil {
+		h()
+	}
 	c.br = bufio.NewReaderSize(heardReader{c}, smallFrame)
 	if gen, err := c.sniffTorch(); err != nil || gen != 0 {
 		if err != nil {
