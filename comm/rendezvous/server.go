@@ -167,7 +167,8 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		_ = l.Close()
 	}()
 
-	s.log.Info("rendezvous server listening", "addr", l.Addr().String(), "auth", s.cfg.token != "", "tls", s.cfg.tls != nil)
+	s.log.Info("rendezvous server listening", "addr", l.Addr().String(), "auth", s.cfg.token != "", "tls", s.cfg.tls != nil,
+		"max_conns", s.cfg.maxConns, "max_handshakes", s.cfg.maxUnauth)
 	var delay time.Duration
 	for {
 		nc, err := l.Accept()
