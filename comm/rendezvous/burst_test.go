@@ -36,7 +36,7 @@ func TestEvictionSparesYoungHandshakes(t *testing.T) {
 	assert.Nil(t, evicted, "a connection being served, or a young one, was evicted")
 	assert.Equal(t, handshakeGrace/2, wait, "the wait is until the next leaves its grace")
 
-	oldHeard.reading.Store(true) // its goroutine now waits for the client to say more
+	oldHeard.waiting.Store(s.turns.now() - handshakeGrace.Nanoseconds()) // waits for its client to say more
 	evicted, _ = s.evictLocked(now)
 	assert.Same(t, oldHeard, evicted, "without an old silent one, the oldest stalled goes; a young silent one stays")
 }

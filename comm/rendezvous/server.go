@@ -379,8 +379,8 @@ const handshakeGrace = 100 * time.Millisecond
 // evictLocked takes the connection to drop for a newcomer out of the handshake slots,
 // among those that have held theirs for handshakeGrace at now: the oldest whose client
 // has sent nothing (spoke) or that has held its slot for the handshake timeout, else
-// the oldest whose goroutine waits for its client to send more (stalled: a hello and
-// then nothing, a frame cut short). A connection whose bytes the server has yet to
+// the oldest whose goroutine has waited handshakeGrace for its client to send more
+// (stalled: a hello and then nothing, a frame cut short). A connection whose bytes the server has yet to
 // read or answer keeps its slot: thousands of ranks dialing at once on a loaded
 // machine have sent their hellos before the goroutines of their connections run, and
 // are not made to dial again. When no slot is evictable it returns nil and how long to
@@ -431,11 +431,13 @@ func (s *Server) leaveHandshakeLocked(c *serverConn) bool {
 // order; replies to blocked requests are written later by the goroutine that made their
 // keys exist.
 type serverConn struct {
-	s       *Server
-	nc      net.Conn
-	raw     net.Conn      // the accepted connection, under TLS when the server speaks it
-	reading atomic.Bool   // the goroutine waits in a read from raw
-	reads   atomic.Uint64 // reads from raw that returned
+	s   *Server
+	nc  net.Conn
+	raw net.Conn // the accepted connection, under TLS when the server speaks it
+	// During the handshake: since when the goroutine waits in a read from raw
+	// (turns.now()+1; 0: it does not), and how many such reads returned.
+	waiting atomic.Int64
+	reads   atomic.Uint64
 	remote  string
 	br      *bufio.Reader
 	small   []byte // frame buffer for frames up to smallFrame
@@ -482,22 +484,27 @@ func (c *serverConn) spoke() bool {
 	return false
 }
 
-// stalled reports whether c's goroutine waits for its client to send more, with
-// nothing left to read: the server has answered all it was sent, or has part of a
-// frame. A goroutine not started yet, busy, or about to be woken by bytes that have
-// arrived is not stalled.
+// stalled reports whether c's goroutine has waited handshakeGrace for its client to
+// send more, with nothing left to read: the server has answered all it was sent (a
+// hello and then nothing), or has part of a frame. A goroutine not started yet, busy,
+// or about to be woken by bytes that have arrived is not stalled.
 func (c *serverConn) stalled() bool {
 	reads := c.reads.Load()
-	return c.reading.Load() && !bytesWaiting(c.raw) && c.reads.Load() == reads
+	since := c.waiting.Load()
+	return since != 0 && c.s.turns.now()+1-since >= int64(handshakeGrace) &&
+		!bytesWaiting(c.raw) && c.reads.Load() == reads
 }
 
-// readRaw reads from the accepted connection, noting that c waits on its client
-// meanwhile and that it was heard from once a byte arrives.
+// readRaw reads from the accepted connection, noting during the handshake since when c
+// waits on its client, and that it was heard from once a byte arrives.
 func (c *serverConn) readRaw(p []byte) (int, error) {
-	c.reading.Store(true)
+	if c.authed { // read by the connection's goroutine, which sets it
+		return c.raw.Read(p)
+	}
+	c.waiting.Store(c.s.turns.now() + 1)
 	n, err := c.raw.Read(p)
 	c.reads.Add(1)
-	c.reading.Store(false)
+	c.waiting.Store(0)
 	if n > 0 && !c.heard.Load() {
 		c.heard.Store(true)
 	}
@@ -705,7 +712,7 @@ func (c *serverConn) logEnd(stage string, err error) {
 	case errors.Is(err, io.EOF):
 		c.s.log.Debug("rendezvous server: client disconnected", "remote", c.remote)
 	case c.evicted.Load():
-		c.s.log.Debug("rendezvous server: connection dropped to make room for a newer one", "remote", c.remote, "stage", stage)
+		c.s.log.Debug("rendezvous server: connection dropped to make room for a newer one", "remote", c.remote, "stage", stage, "heard", c.heard.Load())
 	case c.s.isClosed() || errors.Is(err, net.ErrClosed):
 		c.s.log.Debug("rendezvous server: connection closed", "remote", c.remote, "stage", stage)
 	case errors.As(err, &ne) && ne.Timeout():

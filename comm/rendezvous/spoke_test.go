@@ -65,13 +65,21 @@ func TestEvictionSparesClientsThatSpoke(t *testing.T) {
 	assert.Same(t, stuck, evicted, "a connection past the handshake timeout was not evicted")
 
 	// Its goroutine waits for more, but a hello waits to be read: not stalled.
-	a.reading.Store(true)
+	a.waiting.Store(s.turns.now() - 2*handshakeGrace.Nanoseconds())
 	s.unauth = []*serverConn{a, b}
 	evicted, _ = s.evictLocked(now)
 	assert.Nil(t, evicted, "a connection with bytes to read was evicted")
 	drained := conn(2*handshakeGrace, false) // heard, all read, waits for more
 	drained.heard.Store(true)
-	drained.reading.Store(true)
+	drained.waiting.Store(s.turns.now() - handshakeGrace.Nanoseconds())
+	s.unauth = []*serverConn{drained}
+	evicted, _ = s.evictLocked(now)
+	assert.Same(t, drained, evicted, "a stalled connection was not evicted")
+	drained.waiting.Store(s.turns.now() + 1) // its client was just answered
+	s.unauth = []*serverConn{drained}
+	evicted, _ = s.evictLocked(now)
+	assert.Nil(t, evicted, "a connection that waits on its client since less than the grace was evicted")
+	drained.waiting.Store(s.turns.now() - handshakeGrace.Nanoseconds())
 	s.unauth = []*serverConn{a, drained, b}
 	evicted, _ = s.evictLocked(now)
 	assert.Same(t, drained, evicted, "a stalled connection was not evicted")
