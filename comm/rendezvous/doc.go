@@ -142,7 +142,9 @@
 // goroutine has not run (on Linux the server looks in the kernel's receive buffer):
 // while no slot is evictable (thousands of ranks dialing at once on a loaded machine)
 // the newcomer waits in the listener's queue for a slot, rather than evicting a rank
-// that is about to be served and making it dial again. A panic while serving one connection closes that
+// that is about to be served and making it dial again. WithMaxHostConns (off by
+// default) caps the connections of one source host, so that one host cannot take
+// every slot. A panic while serving one connection closes that
 // connection only and is logged with its stack; the store goes on serving the others.
 // Repeated warnings are logged at most ten at once and then once a second per message,
 // with the number suppressed.

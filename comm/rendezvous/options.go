@@ -40,6 +40,7 @@ type serverConfig struct {
 	handshakeTimeout time.Duration
 	idleTimeout      time.Duration
 	maxConns         int
+	maxHostConns     int // 0: no limit per host
 	maxUnauth        int
 	maxStoreBytes    int64
 	maxClientBytes   int64
@@ -127,6 +128,17 @@ func WithMaxConns(n int) ServerOption {
 			c.maxConns = n
 		}
 	})
+}
+
+// WithMaxHostConns limits the authenticated connections of one source host (default:
+// no limit but WithMaxConns), so that one host cannot take every connection slot. A
+// host is what WithMaxClientBytes calls a client: an IPv4 address, or an IPv6 /64.
+// Size it for the most ranks one host runs, and their reconnections (two per rank:
+// eight GPUs per node, 16; a whole job on one host, twice its world): a connection
+// over it is told that its host is at its limit (Dial retries) and closed. Zero or
+// negative means no limit.
+func WithMaxHostConns(n int) ServerOption {
+	return serverOption(func(c *serverConfig) { c.maxHostConns = max(n, 0) })
 }
 
 // WithMaxHandshakes limits connections that have not finished their handshake yet

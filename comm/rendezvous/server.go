@@ -168,7 +168,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	}()
 
 	s.log.Info("rendezvous server listening", "addr", l.Addr().String(), "auth", s.cfg.token != "", "tls", s.cfg.tls != nil,
-		"max_conns", s.cfg.maxConns, "max_handshakes", s.cfg.maxUnauth)
+		"max_conns", s.cfg.maxConns, "max_handshakes", s.cfg.maxUnauth, "max_host_conns", s.cfg.maxHostConns)
 	var delay time.Duration
 	for {
 		nc, err := l.Accept()
@@ -737,6 +737,7 @@ func (c *serverConn) close() {
 	s.leaveHandshakeLocked(c)
 	if c.authed {
 		s.authed--
+		c.acct.share.authed--
 		c.acct.release(connOverhead)
 	}
 	s.leaveLocked(c.acct.share)
@@ -844,6 +845,12 @@ func (c *serverConn) claimSlot() (busy string, err error) {
 		s.warn("rendezvous server: connection refused: limit reached", "remote", c.remote, "limit", s.cfg.maxConns)
 		return msg, fmt.Errorf("%w: %s", ErrBusy, msg)
 	}
+	if host := c.acct.share; s.cfg.maxHostConns > 0 && host.authed >= s.cfg.maxHostConns {
+		s.mu.Unlock()
+		msg := "host " + host.id + " at its limit of " + strconv.Itoa(s.cfg.maxHostConns) + " connections"
+		s.warn("rendezvous server: connection refused: host at its limit", "remote", c.remote, "host", host.id, "limit", s.cfg.maxHostConns)
+		return msg, fmt.Errorf("%w: %s", ErrBusy, msg)
+	}
 	if err := c.acct.reserve("a connection", connOverhead); err != nil {
 		s.mu.Unlock()
 		s.warn("rendezvous server: connection refused: memory budget exhausted", "remote", c.remote, "err", err)
@@ -856,6 +863,7 @@ func (c *serverConn) claimSlot() (busy string, err error) {
 		return "", fmt.Errorf("%w: evicted during the handshake", ErrClosed)
 	}
 	s.authed++
+	c.acct.share.authed++
 	c.authed = true
 	s.mu.Unlock()
 	return "", nil

@@ -17,6 +17,8 @@
 // while a rank reconnects; the defaults stay the floor and a limit given explicitly
 // wins. Without it a job of more than 64 ranks that dial at once waits for handshake
 // slots, and one of more than 512 ranks may find every connection slot taken.
+// -max-host-conns caps the connections of one source host, so that one host cannot
+// take every slot (off by default; give it at least two per rank of the busiest host).
 //
 // -max-store-bytes is the server's whole memory budget; unless GOMEMLIMIT is set, the
 // Go runtime's memory limit is set to it plus 32 MiB, so that the process's resident
@@ -62,6 +64,7 @@ func run(ctx context.Context, args []string, token string, stdout, stderr io.Wri
 	maxStore := fs.Int64("max-store-bytes", rendezvous.DefaultMaxStoreBytes, "memory budget of the whole server: keys, values, blocked requests, connections, buffers")
 	maxClient := fs.Int64("max-client-bytes", 0, "most of the budget one client may hold (0: an eighth of it)")
 	maxHandshakes := fs.Int("max-handshakes", rendezvous.DefaultMaxHandshakes, "most connections still in their handshake (-world raises it to 1 per rank)")
+	maxHostConns := fs.Int("max-host-conns", 0, "most connections from one host (0: no limit but -max-conns); at least 2 per rank it runs")
 	world := fs.Int("world", 0, "ranks of the job the store serves, to size -max-conns and -max-handshakes (0: unknown)")
 	certFile := fs.String("tls-cert", "", "PEM certificate: serve TLS (with -tls-key)")
 	keyFile := fs.String("tls-key", "", "PEM private key of -tls-cert")
@@ -131,6 +134,7 @@ func run(ctx context.Context, args []string, token string, stdout, stderr io.Wri
 		rendezvous.WithMaxStoreBytes(*maxStore),
 		rendezvous.WithMaxClientBytes(*maxClient),
 		rendezvous.WithMaxHandshakes(*maxHandshakes),
+		rendezvous.WithMaxHostConns(*maxHostConns),
 		rendezvous.WithTLS(tlsConfig),
 	)
 	err = srv.Serve(ctx, l)

@@ -75,7 +75,8 @@ func TestWorldSizesConnectionSlots(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "max_conns=1024 max_handshakes=64"},
+		{nil, "max_conns=1024 max_handshakes=64 max_host_conns=0"},
+		{[]string{"-max-host-conns", "16"}, "max_host_conns=16"},
 		{[]string{"-world", "8"}, "max_conns=1024 max_handshakes=64"},
 		{[]string{"-world", "4096"}, "max_conns=8192 max_handshakes=4096"},
 		{[]string{"-world", "4096", "-max-handshakes", "100", "-max-conns", "5000"}, "max_conns=5000 max_handshakes=100"},
