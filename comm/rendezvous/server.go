@@ -384,23 +384,27 @@ const handshakeGrace = 100 * time.Millisecond
 // read or answer keeps its slot: thousands of ranks dialing at once on a loaded
 // machine have sent their hellos before the goroutines of their connections run, and
 // are not made to dial again. When no slot is evictable it returns nil and how long to
-// wait before looking again: until the oldest slot leaves its grace, at most
-// handshakeGrace.
+// wait before looking again: until a slot leaves its grace or a connection has waited
+// on its client for it, at most handshakeGrace.
 func (s *Server) evictLocked(now time.Time) (*serverConn, time.Duration) {
 	stalled := -1
 	wait := handshakeGrace
 	for i, c := range s.unauth {
 		age := now.Sub(c.since)
 		if age < handshakeGrace {
-			wait = handshakeGrace - age
+			wait = min(wait, handshakeGrace-age)
 			break
 		}
 		if age >= s.cfg.handshakeTimeout || !c.spoke() {
 			stalled = i
 			break
 		}
-		if stalled < 0 && c.stalled() {
-			stalled = i
+		if stalled < 0 {
+			if ok, left := c.stalled(); ok {
+				stalled = i
+			} else if left > 0 {
+				wait = min(wait, left)
+			}
 		}
 	}
 	if stalled < 0 {
@@ -488,11 +492,17 @@ func (c *serverConn) spoke() bool {
 // send more, with nothing left to read: the server has answered all it was sent (a
 // hello and then nothing), or has part of a frame. A goroutine not started yet, busy,
 // or about to be woken by bytes that have arrived is not stalled.
-func (c *serverConn) stalled() bool {
+// Else, while it waits, it returns how long until it has waited handshakeGrace.
+func (c *serverConn) stalled() (bool, time.Duration) {
 	reads := c.reads.Load()
 	since := c.waiting.Load()
-	return since != 0 && c.s.turns.now()+1-since >= int64(handshakeGrace) &&
-		!bytesWaiting(c.raw) && c.reads.Load() == reads
+	if since == 0 {
+		return false, 0
+	}
+	if left := int64(handshakeGrace) - (c.s.turns.now() + 1 - since); left > 0 {
+		return false, time.Duration(left)
+	}
+	return !bytesWaiting(c.raw) && c.reads.Load() == reads, 0
 }
 
 // readRaw reads from the accepted connection, noting during the handshake since when c
