@@ -9,7 +9,7 @@ import (
 )
 
 // A connection holds its handshake slot for handshakeGrace before a newcomer may take
-// it; among the old enough, the oldest silent one goes first.
+// it; among the old enough, the oldest silent one goes first, then the oldest stalled.
 func TestEvictionSparesYoungHandshakes(t *testing.T) {
 	s := NewServer(WithLogger(discardLogger()))
 	now := time.Now()
@@ -32,8 +32,13 @@ func TestEvictionSparesYoungHandshakes(t *testing.T) {
 	assert.Equal(t, []*serverConn{oldHeard, younger}, s.unauth)
 
 	s.unauth = []*serverConn{oldHeard, young}
+	evicted, wait = s.evictLocked(now)
+	assert.Nil(t, evicted, "a connection being served, or a young one, was evicted")
+	assert.Equal(t, handshakeGrace/2, wait, "the wait is until the next leaves its grace")
+
+	oldHeard.waiting.Store(s.turns.now() - handshakeGrace.Nanoseconds()) // waits for its client to say more
 	evicted, _ = s.evictLocked(now)
-	assert.Same(t, oldHeard, evicted, "without an old silent one, the oldest goes; a young silent one stays")
+	assert.Same(t, oldHeard, evicted, "without an old silent one, the oldest stalled goes; a young silent one stays")
 }
 
 // When every handshake slot is taken by a connection that just arrived, a newcomer

@@ -135,11 +135,16 @@
 // Connections. Connections still in their handshake have slots of their own
 // (WithMaxHandshakes, 64), apart from the authenticated ones (WithMaxConns, 1,024);
 // when they are all taken, a new connection takes the slot of the oldest one that has
-// sent nothing (else of the oldest) among those that have held theirs for 100 ms, so
-// connections that never authenticate cannot keep a rank of the job out; while every
-// slot is younger (thousands of ranks dialing at once) the newcomer waits in the
-// listener's queue for a slot, rather than evicting a rank that is about to be served
-// and making it dial again. A panic while serving one connection closes that
+// sent nothing (else of the oldest that the server waits on: a hello and then nothing,
+// a frame cut short) among those that have held theirs for 100 ms, so connections that
+// never authenticate cannot keep a rank of the job out. A client whose hello the
+// server has yet to read or answer keeps its slot, even while its connection's
+// goroutine has not run (on Linux the server looks in the kernel's receive buffer):
+// while no slot is evictable (thousands of ranks dialing at once on a loaded machine)
+// the newcomer waits in the listener's queue for a slot, rather than evicting a rank
+// that is about to be served and making it dial again. WithMaxHostConns (off by
+// default) caps the connections of one source host, so that one host cannot take
+// every slot. A panic while serving one connection closes that
 // connection only and is logged with its stack; the store goes on serving the others.
 // Repeated warnings are logged at most ten at once and then once a second per message,
 // with the number suppressed.

@@ -86,11 +86,12 @@ func (b *budget) release(n int64) { b.used.Add(-n) }
 // to write stay charged to it after its connections close, so reconnecting does not
 // reset its quota either.
 type share struct {
-	b     *budget
-	id    string
-	limit int64
-	used  atomic.Int64
-	conns int // connections open from it; guarded by Server.mu
+	b      *budget
+	id     string
+	limit  int64
+	used   atomic.Int64
+	conns  int // connections open from it; guarded by Server.mu
+	authed int // of which past their handshake; guarded by Server.mu
 
 	// Guarded by turns.mu.
 	waiting []*serverConn // its connections waiting for a turn

@@ -40,12 +40,17 @@ type serverConfig struct {
 	handshakeTimeout time.Duration
 	idleTimeout      time.Duration
 	maxConns         int
+	maxHostConns     int // 0: no limit per host
 	maxUnauth        int
 	maxStoreBytes    int64
 	maxClientBytes   int64
 	tls              *tls.Config
 	onRequest        func(op, [][]byte) // for tests: runs before each request is handled
-	torchClients     int8               // WithTorchClients: 1 allow, -1 refuse, 0 only without a token
+	// For tests: beforeServe runs first on each connection's goroutine; onEvictCheck
+	// runs, with Server.mu held, each time a newcomer finds the handshake slots full.
+	beforeServe  func()
+	onEvictCheck func(now time.Time, victim *serverConn)
+	torchClients int8 // WithTorchClients: 1 allow, -1 refuse, 0 only without a token
 }
 
 type clientConfig struct {
@@ -125,13 +130,28 @@ func WithMaxConns(n int) ServerOption {
 	})
 }
 
+// WithMaxHostConns limits the authenticated connections of one source host (default:
+// no limit but WithMaxConns), so that one host cannot take every connection slot. A
+// host is what WithMaxClientBytes calls a client: an IPv4 address, or an IPv6 /64.
+// Size it for the most ranks one host runs, and their reconnections (two per rank:
+// eight GPUs per node, 16; a whole job on one host, twice its world): a connection
+// over it is told that its host is at its limit (Dial retries) and closed. Zero or
+// negative means no limit.
+func WithMaxHostConns(n int) ServerOption {
+	return serverOption(func(c *serverConfig) { c.maxHostConns = max(n, 0) })
+}
+
 // WithMaxHandshakes limits connections that have not finished their handshake yet
-// (default 64). When a new connection arrives with every such slot taken, the oldest
-// connection that has sent nothing (else the oldest one), among those that have held
-// their slot for 100 ms, is closed to make room, so that connections that hold a slot
-// without completing a handshake cannot keep a rank of the job out; while every slot
-// is younger, the newcomer waits in the listener's queue until one is free or old
-// enough. Zero or negative keeps the default.
+// (default 64). When a new connection arrives with every such slot taken, one among
+// those that have held their slot for 100 ms is closed to make room: the oldest that
+// has sent nothing (or has held its slot for the handshake timeout), else the oldest
+// that the server waits on (a hello and then nothing, a frame cut short), so that
+// connections that hold a slot without completing a handshake cannot keep a rank of
+// the job out. A client whose bytes the server has yet to read or answer keeps its
+// slot, even while its connection's goroutine has not run yet (on Linux the server
+// looks in the kernel's receive buffer; elsewhere bytes count once read); while no
+// slot is evictable, the newcomer waits in the listener's queue. Zero or negative
+// keeps the default.
 func WithMaxHandshakes(n int) ServerOption {
 	return serverOption(func(c *serverConfig) {
 		if n > 0 {

@@ -167,7 +167,8 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		_ = l.Close()
 	}()
 
-	s.log.Info("rendezvous server listening", "addr", l.Addr().String(), "auth", s.cfg.token != "", "tls", s.cfg.tls != nil)
+	s.log.Info("rendezvous server listening", "addr", l.Addr().String(), "auth", s.cfg.token != "", "tls", s.cfg.tls != nil,
+		"max_conns", s.cfg.maxConns, "max_handshakes", s.cfg.maxUnauth, "max_host_conns", s.cfg.maxHostConns)
 	var delay time.Duration
 	for {
 		nc, err := l.Accept()
@@ -289,20 +290,26 @@ func (s *Server) accept(nc net.Conn) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetReadBuffer(recvWindow)
 	}
+	c := &serverConn{s: s, nc: nc, raw: nc, remote: nc.RemoteAddr().String(), pending: make(map[uint32]func() bool)}
 	if s.cfg.tls != nil {
-		nc = tls.Server(nc, s.cfg.tls)
+		// Heard at the first byte of the TLS handshake, not of the first frame.
+		c.nc = tls.Server(rawReader{nc, c}, s.cfg.tls)
 	}
-	c := &serverConn{s: s, nc: nc, remote: nc.RemoteAddr().String(), pending: make(map[uint32]func() bool)}
 	var evict *serverConn
 	s.mu.Lock()
 	for len(s.unauth) >= s.cfg.maxUnauth && !s.closed {
+		now := time.Now()
 		var wait time.Duration
-		if evict, wait = s.evictLocked(time.Now()); evict != nil {
+		evict, wait = s.evictLocked(now)
+		if h := s.cfg.onEvictCheck; h != nil {
+			h(now, evict)
+		}
+		if evict != nil {
 			break
 		}
-		// Every slot is young: a burst of ranks dialing at once, not connections that
-		// hold their slots. Leave the newcomer in the listener's queue until one ends
-		// its handshake or grows old enough to be evicted.
+		// Every slot is young or its client has spoken: a burst of ranks dialing at
+		// once, not connections that hold their slots. Leave the newcomer in the
+		// listener's queue until one ends its handshake or becomes evictable.
 		s.mu.Unlock()
 		t := time.NewTimer(wait)
 		select {
@@ -370,25 +377,41 @@ func (s *Server) leaveLocked(a *share) {
 const handshakeGrace = 100 * time.Millisecond
 
 // evictLocked takes the connection to drop for a newcomer out of the handshake slots,
-// among those that have held theirs for handshakeGrace at now: the oldest that has
-// sent nothing, else the oldest. When every slot is younger it returns nil and how
-// long until the oldest is not.
+// among those that have held theirs for handshakeGrace at now: the oldest whose client
+// has sent nothing (spoke) or that has held its slot for the handshake timeout, else
+// the oldest whose goroutine has waited handshakeGrace for its client to send more
+// (stalled: a hello and then nothing, a frame cut short). A connection whose bytes the server has yet to
+// read or answer keeps its slot: thousands of ranks dialing at once on a loaded
+// machine have sent their hellos before the goroutines of their connections run, and
+// are not made to dial again. When no slot is evictable it returns nil and how long to
+// wait before looking again: until a slot leaves its grace or a connection has waited
+// on its client for it, at most handshakeGrace.
 func (s *Server) evictLocked(now time.Time) (*serverConn, time.Duration) {
-	if age := now.Sub(s.unauth[0].since); age < handshakeGrace {
-		return nil, handshakeGrace - age
-	}
-	i := 0
-	for j, c := range s.unauth {
-		if now.Sub(c.since) < handshakeGrace {
+	stalled := -1
+	wait := handshakeGrace
+	for i, c := range s.unauth {
+		age := now.Sub(c.since)
+		if age < handshakeGrace {
+			wait = min(wait, handshakeGrace-age)
 			break
 		}
-		if !c.heard.Load() {
-			i = j
+		if age >= s.cfg.handshakeTimeout || !c.spoke() {
+			stalled = i
 			break
 		}
+		if stalled < 0 {
+			if ok, left := c.stalled(); ok {
+				stalled = i
+			} else if left > 0 {
+				wait = min(wait, left)
+			}
+		}
 	}
-	c := s.unauth[i]
-	s.unauth = append(s.unauth[:i], s.unauth[i+1:]...)
+	if stalled < 0 {
+		return nil, wait
+	}
+	c := s.unauth[stalled]
+	s.unauth = append(s.unauth[:stalled], s.unauth[stalled+1:]...)
 	return c, 0
 }
 
@@ -412,8 +435,13 @@ func (s *Server) leaveHandshakeLocked(c *serverConn) bool {
 // order; replies to blocked requests are written later by the goroutine that made their
 // keys exist.
 type serverConn struct {
-	s       *Server
-	nc      net.Conn
+	s   *Server
+	nc  net.Conn
+	raw net.Conn // the accepted connection, under TLS when the server speaks it
+	// During the handshake: since when the goroutine waits in a read from raw
+	// (turns.now()+1; 0: it does not), and how many such reads returned.
+	waiting atomic.Int64
+	reads   atomic.Uint64
 	remote  string
 	br      *bufio.Reader
 	small   []byte // frame buffer for frames up to smallFrame
@@ -447,7 +475,63 @@ type serverConn struct {
 	gone    bool
 }
 
-// heardReader marks a connection as heard from at its first byte.
+// spoke reports whether c's client has sent anything: its goroutine has read a byte,
+// or bytes wait in the kernel's receive buffer (bytesWaiting; they will be read).
+func (c *serverConn) spoke() bool {
+	if c.heard.Load() {
+		return true
+	}
+	if c.raw != nil && bytesWaiting(c.raw) {
+		c.heard.Store(true)
+		return true
+	}
+	return false
+}
+
+// stalled reports whether c's goroutine has waited handshakeGrace for its client to
+// send more, with nothing left to read: the server has answered all it was sent (a
+// hello and then nothing), or has part of a frame. A goroutine not started yet, busy,
+// or about to be woken by bytes that have arrived is not stalled.
+// Else, while it waits, it returns how long until it has waited handshakeGrace.
+func (c *serverConn) stalled() (bool, time.Duration) {
+	reads := c.reads.Load()
+	since := c.waiting.Load()
+	if since == 0 {
+		return false, 0
+	}
+	if left := int64(handshakeGrace) - (c.s.turns.now() + 1 - since); left > 0 {
+		return false, time.Duration(left)
+	}
+	return !bytesWaiting(c.raw) && c.reads.Load() == reads, 0
+}
+
+// readRaw reads from the accepted connection, noting during the handshake since when c
+// waits on its client, and that it was heard from once a byte arrives.
+func (c *serverConn) readRaw(p []byte) (int, error) {
+	if c.authed { // read by the connection's goroutine, which sets it
+		return c.raw.Read(p)
+	}
+	c.waiting.Store(c.s.turns.now() + 1)
+	n, err := c.raw.Read(p)
+	c.reads.Add(1)
+	c.waiting.Store(0)
+	if n > 0 && !c.heard.Load() {
+		c.heard.Store(true)
+	}
+	return n, err
+}
+
+// rawReader is the accepted connection as read by readRaw, under TLS (whose first
+// frame comes after the TLS handshake).
+type rawReader struct {
+	net.Conn
+	c *serverConn
+}
+
+func (r rawReader) Read(p []byte) (int, error) { return r.c.readRaw(p) }
+
+// heardReader is what a connection's frames are read from: it runs beforeRead, then
+// reads (readRaw, which marks the connection as heard from at its first byte).
 type heardReader struct{ c *serverConn }
 
 func (r heardReader) Read(p []byte) (int, error) {
@@ -456,11 +540,10 @@ func (r heardReader) Read(p []byte) (int, error) {
 			return 0, err
 		}
 	}
-	n, err := r.c.nc.Read(p)
-	if n > 0 && !r.c.heard.Load() {
-		r.c.heard.Store(true)
+	if r.c.nc != r.c.raw { // TLS: rawReader notes the reads
+		return r.c.nc.Read(p)
 	}
-	return n, err
+	return r.c.readRaw(p)
 }
 
 func (c *serverConn) serve() {
@@ -472,6 +555,9 @@ func (c *serverConn) serve() {
 			s.log.Error("rendezvous server: panic while serving a connection; closing it", "remote", c.remote, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 		}
 	}()
+	if h := s.cfg.beforeServe; h != nil {
+		h()
+	}
 	c.br = bufio.NewReaderSize(heardReader{c}, smallFrame)
 	if gen, err := c.sniffTorch(); err != nil || gen != 0 {
 		if err != nil {
@@ -636,7 +722,7 @@ func (c *serverConn) logEnd(stage string, err error) {
 	case errors.Is(err, io.EOF):
 		c.s.log.Debug("rendezvous server: client disconnected", "remote", c.remote)
 	case c.evicted.Load():
-		c.s.log.Debug("rendezvous server: connection dropped to make room for a newer one", "remote", c.remote, "stage", stage)
+		c.s.log.Debug("rendezvous server: connection dropped to make room for a newer one", "remote", c.remote, "stage", stage, "heard", c.heard.Load())
 	case c.s.isClosed() || errors.Is(err, net.ErrClosed):
 		c.s.log.Debug("rendezvous server: connection closed", "remote", c.remote, "stage", stage)
 	case errors.As(err, &ne) && ne.Timeout():
@@ -661,6 +747,7 @@ func (c *serverConn) close() {
 	s.leaveHandshakeLocked(c)
 	if c.authed {
 		s.authed--
+		c.acct.share.authed--
 		c.acct.release(connOverhead)
 	}
 	s.leaveLocked(c.acct.share)
@@ -768,6 +855,12 @@ func (c *serverConn) claimSlot() (busy string, err error) {
 		s.warn("rendezvous server: connection refused: limit reached", "remote", c.remote, "limit", s.cfg.maxConns)
 		return msg, fmt.Errorf("%w: %s", ErrBusy, msg)
 	}
+	if host := c.acct.share; s.cfg.maxHostConns > 0 && host.authed >= s.cfg.maxHostConns {
+		s.mu.Unlock()
+		msg := "host " + host.id + " at its limit of " + strconv.Itoa(s.cfg.maxHostConns) + " connections"
+		s.warn("rendezvous server: connection refused: host at its limit", "remote", c.remote, "host", host.id, "limit", s.cfg.maxHostConns)
+		return msg, fmt.Errorf("%w: %s", ErrBusy, msg)
+	}
 	if err := c.acct.reserve("a connection", connOverhead); err != nil {
 		s.mu.Unlock()
 		s.warn("rendezvous server: connection refused: memory budget exhausted", "remote", c.remote, "err", err)
@@ -780,6 +873,7 @@ func (c *serverConn) claimSlot() (busy string, err error) {
 		return "", fmt.Errorf("%w: evicted during the handshake", ErrClosed)
 	}
 	s.authed++
+	c.acct.share.authed++
 	c.authed = true
 	s.mu.Unlock()
 	return "", nil

@@ -11,6 +11,15 @@
 // rendezvous.WithTLS). It logs with log/slog to stderr and stops on SIGINT or SIGTERM,
 // closing every connection.
 //
+// -world N sizes the connection slots for a job of N ranks as comm's rank 0 sizes its
+// own store: a handshake slot per rank (-max-handshakes at least N), since every rank
+// dials at bring-up, and two connections per rank (-max-conns at least 2N), one more
+// while a rank reconnects; the defaults stay the floor and a limit given explicitly
+// wins. Without it a job of more than 64 ranks that dial at once waits for handshake
+// slots, and one of more than 512 ranks may find every connection slot taken.
+// -max-host-conns caps the connections of one source host, so that one host cannot
+// take every slot (off by default; give it at least two per rank of the busiest host).
+//
 // -max-store-bytes is the server's whole memory budget; unless GOMEMLIMIT is set, the
 // Go runtime's memory limit is set to it plus 32 MiB, so that the process's resident
 // size follows what the budget counts.
@@ -51,10 +60,12 @@ func run(ctx context.Context, args []string, token string, stdout, stderr io.Wri
 	addr := fs.String("addr", ":29500", "TCP address to listen on")
 	handshake := fs.Duration("handshake-timeout", rendezvous.DefaultHandshakeTimeout, "time a new connection has to say hello and authenticate")
 	idle := fs.Duration("idle-timeout", rendezvous.DefaultIdleTimeout, "close connections silent for this long (negative: never)")
-	maxConns := fs.Int("max-conns", rendezvous.DefaultMaxConns, "most connections at once")
+	maxConns := fs.Int("max-conns", rendezvous.DefaultMaxConns, "most connections at once (-world raises it to 2 per rank)")
 	maxStore := fs.Int64("max-store-bytes", rendezvous.DefaultMaxStoreBytes, "memory budget of the whole server: keys, values, blocked requests, connections, buffers")
 	maxClient := fs.Int64("max-client-bytes", 0, "most of the budget one client may hold (0: an eighth of it)")
-	maxHandshakes := fs.Int("max-handshakes", rendezvous.DefaultMaxHandshakes, "most connections still in their handshake")
+	maxHandshakes := fs.Int("max-handshakes", rendezvous.DefaultMaxHandshakes, "most connections still in their handshake (-world raises it to 1 per rank)")
+	maxHostConns := fs.Int("max-host-conns", 0, "most connections from one host (0: no limit but -max-conns); at least 2 per rank it runs")
+	world := fs.Int("world", 0, "ranks of the job the store serves, to size -max-conns and -max-handshakes (0: unknown)")
 	certFile := fs.String("tls-cert", "", "PEM certificate: serve TLS (with -tls-key)")
 	keyFile := fs.String("tls-key", "", "PEM private key of -tls-cert")
 	newToken := fs.Bool("new-token", false, "print a new random token for "+rendezvous.EnvToken+" and exit")
@@ -68,6 +79,17 @@ func run(ctx context.Context, args []string, token string, stdout, stderr io.Wri
 	if *newToken {
 		_, err := fmt.Fprintln(stdout, rendezvous.NewToken())
 		return err
+	}
+	if *world < 0 {
+		return fmt.Errorf("-world %d: want the number of ranks, or 0 when unknown", *world)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["max-conns"] {
+		*maxConns = max(*maxConns, 2**world)
+	}
+	if !set["max-handshakes"] {
+		*maxHandshakes = max(*maxHandshakes, *world)
 	}
 	var tlsConfig *tls.Config
 	switch {
@@ -112,6 +134,7 @@ func run(ctx context.Context, args []string, token string, stdout, stderr io.Wri
 		rendezvous.WithMaxStoreBytes(*maxStore),
 		rendezvous.WithMaxClientBytes(*maxClient),
 		rendezvous.WithMaxHandshakes(*maxHandshakes),
+		rendezvous.WithMaxHostConns(*maxHostConns),
 		rendezvous.WithTLS(tlsConfig),
 	)
 	err = srv.Serve(ctx, l)

@@ -68,6 +68,41 @@ func TestRunServesUntilItsContextEnds(t *testing.T) {
 	assert.Contains(t, logs.String(), "rendezvous: stopped")
 }
 
+// -world sizes the connection and handshake slots for its ranks, never under the
+// defaults, and a limit given explicitly wins; the server reports what it serves with.
+func TestWorldSizesConnectionSlots(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "max_conns=1024 max_handshakes=64 max_host_conns=0"},
+		{[]string{"-max-host-conns", "16"}, "max_host_conns=16"},
+		{[]string{"-world", "8"}, "max_conns=1024 max_handshakes=64"},
+		{[]string{"-world", "4096"}, "max_conns=8192 max_handshakes=4096"},
+		{[]string{"-world", "4096", "-max-handshakes", "100", "-max-conns", "5000"}, "max_conns=5000 max_handshakes=100"},
+	} {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			logs := &syncBuffer{}
+			ready := make(chan net.Addr, 1)
+			done := make(chan error, 1)
+			go func() {
+				done <- run(ctx, append([]string{"-addr", "127.0.0.1:0"}, tt.args...), "tok", io.Discard, logs, ready)
+			}()
+			<-ready
+			deadline := time.Now().Add(30 * time.Second)
+			for !strings.Contains(logs.String(), "rendezvous server listening") {
+				require.True(t, time.Now().Before(deadline), "server did not start: %s", logs.String())
+				time.Sleep(10 * time.Millisecond)
+			}
+			cancel()
+			require.NoError(t, <-done)
+			assert.Contains(t, logs.String(), tt.want)
+		})
+	}
+}
+
 func TestRunRejectsBadFlags(t *testing.T) {
 	tests := []struct {
 		args []string
@@ -78,6 +113,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{[]string{"-addr", "256.0.0.1:1"}, `listen on "256.0.0.1:1"`},
 		{[]string{"-no-such-flag"}, "flag provided but not defined"},
 		{[]string{"-tls-cert", "c.pem"}, "-tls-cert and -tls-key go together"},
+		{[]string{"-world", "-3"}, "-world -3: want the number of ranks"},
 		{[]string{"-tls-cert", "/nonexistent/c.pem", "-tls-key", "/nonexistent/k.pem"}, `-tls-cert "/nonexistent/c.pem"`},
 	}
 	for _, tt := range tests {
