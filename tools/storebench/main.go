@@ -67,6 +67,10 @@ func main() {
 		serveNcclgo(os.Args[2:])
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "serve-evloop" {
+		serveEvloop(os.Args[2:])
+		return
+	}
 	clientsFlag := flag.String("clients", "1024,4096", "comma-separated client counts")
 	python := flag.String("python", "/usr/bin/python3", "command that runs a python3 with torch (split on blanks)")
 	steady := flag.Duration("steady", 2*time.Second, "duration of the steady set/get phase")
@@ -74,7 +78,13 @@ func main() {
 	ownOnly := flag.Bool("own-only", false, "measure only the floor and the bring-ups through ncclgo's own protocol (no PyTorch, no TCPStore protocol; the all-keys one only up to 1,024 ranks unless STOREBENCH_ALLKEYS is set): for quick iterations")
 	profile := flag.String("profile", "", "directory where ncclgo's server writes a CPU profile (cpu-N.pprof, and steady-N.pprof for the steady phase alone, which cpu-N.pprof and cpu-N-after.pprof leave out) and an allocation profile (allocs-N.pprof) for each client count N")
 	flag.StringVar(&straceDir, "strace", "", "directory where `strace -c -f` writes the system calls each server makes in the steady phase (strace-ncclgo-N.txt, strace-pytorch-N.txt); it slows the servers: the run's figures are not comparable")
+	evloop := flag.String("evloop", "", "experimental: measure only the steady phase (each client connects and sets its key, no bring-up), for PyTorch's server, ncclgo's and a prototype event-loop server (Linux epoll, tools/storebench/evloop_linux.go), repeated -rounds times in alternating order; \"go\": its system calls through the scheduler, \"raw\": raw system calls")
+	rounds := flag.Int("rounds", 1, "with -evloop: how many times to measure each server")
 	flag.Parse()
+	if *evloop != "" {
+		steadyOnly(*evloop, *clientsFlag, *python, *steady, *deadline, *rounds)
+		return
+	}
 	if *profile != "" {
 		f, err := os.Create(filepath.Join(*profile, "load.pprof"))
 		if err != nil {
@@ -759,7 +769,22 @@ func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, limit t
 		}
 	}
 	r.kibPerClient = (srv.settledRSS() - before) / float64(n)
+	steadyMix(srv, n, stores, steady, &r)
+	r.join = bringUp(srv, n, limit, dialTorch(srv.addr, proto), joinLikeComm)
+	return r
+}
 
+func pct(d []time.Duration, p int) float64 {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	return float64(d[(len(d)-1)*p/100].Nanoseconds()) / 1000
+}
+
+// steadyMix runs the steady set/get mix on the n clients in stores (each has set
+// its key of the last bring-up), closes them, and fills r's steady figures.
+func steadyMix(srv *server, n int, stores []rendezvous.Store, steady time.Duration, r *result) {
 	ctx, cancel := context.WithTimeout(context.Background(), steady+time.Minute)
 	defer cancel()
 	var mu sync.Mutex
@@ -812,14 +837,66 @@ func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, limit t
 	}
 	r.opsPerSec = float64(ops) / steady.Seconds()
 	r.cpuPerOp = cpu * 1000 / float64(max(ops, 1))
-	r.join = bringUp(srv, n, limit, dialTorch(srv.addr, proto), joinLikeComm)
-	return r
 }
 
-func pct(d []time.Duration, p int) float64 {
-	if len(d) == 0 {
-		return 0
+// steadyOnly is -evloop: the steady phase alone on each of the three servers, rounds
+// times, alternating their order, then a table of every round's figures and their
+// ratios to PyTorch's in the same round.
+func steadyOnly(mode, clients, python string, steady, limit time.Duration, rounds int) {
+	n, err := strconv.Atoi(clients)
+	if err != nil || n < 1 || n > rendezvous.MaxKeysPerRequest {
+		fatalf("-clients: %q is not one count in 1..%d (with -evloop)", clients, rendezvous.MaxKeysPerRequest)
 	}
-	slices.Sort(d)
-	return float64(d[(len(d)-1)*p/100].Nanoseconds()) / 1000
+	self, err := os.Executable()
+	if err != nil {
+		fatalf("%v", err)
+	}
+	starts := map[string]func() (*server, error){
+		"pytorch": func() (*server, error) { return startServer(strings.Fields(python), "-c", torchServer) },
+		"ncclgo":  func() (*server, error) { return startServer([]string{self}, "serve-ncclgo") },
+		"evloop":  func() (*server, error) { return startServer([]string{self}, "serve-evloop", mode) },
+	}
+	order := []string{"pytorch", "ncclgo", "evloop"}
+	var proto rendezvous.TorchProtocol
+	type fig struct {
+		name string
+		r    result
+	}
+	var all [][]fig
+	for round := range rounds {
+		var figs []fig
+		for _, name := range order {
+			srv, err := starts[name]()
+			if err != nil {
+				fatalf("start %s's server: %v", name, err)
+			}
+			if proto == 0 {
+				proto = detect(srv.addr)
+			}
+			var r result
+			ph, stores := bringUpKeep(srv, n, limit, dialTorch(srv.addr, proto), ownKey)
+			if ph == failed {
+				fatalf("%d clients did not connect to %s's server within %s", n, name, limit)
+			}
+			steadyMix(srv, n, stores, steady, &r)
+			srv.stop()
+			figs = append(figs, fig{name, r})
+			fmt.Fprintf(os.Stderr, "storebench: round %d, %s: %.0f ops/s, %.1f µs CPU per op\n", round+1, name, r.opsPerSec, r.cpuPerOp)
+		}
+		slices.SortFunc(figs, func(a, b fig) int { return strings.Compare(b.name, a.name) }) // pytorch, ncclgo, evloop
+		all = append(all, figs)
+		order = append(order[1:], order[0]) // the next round starts with the next server
+	}
+	fmt.Printf("storebench -evloop %s: steady phase only, %d clients, %s each, TCPStore protocol %d; ratio = server / PyTorch's in the same round.\n\n", mode, n, steady, proto)
+	fmt.Println("| round | server | ops/s | CPU per op (µs) | set p50 (µs) | set p99 (µs) | get p50 (µs) | get p99 (µs) | ops/s ratio | CPU/op ratio | get p50 ratio | get p99 ratio |")
+	fmt.Println("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for i, figs := range all {
+		t := figs[0].r
+		for _, f := range figs {
+			r := f.r
+			fmt.Printf("| %d | %s | %.0f | %.1f | %.0f | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f |\n", i+1, f.name,
+				r.opsPerSec, r.cpuPerOp, r.setP50, r.setP99, r.getP50, r.getP99,
+				r.opsPerSec/t.opsPerSec, r.cpuPerOp/t.cpuPerOp, r.getP50/t.getP50, r.getP99/t.getP99)
+		}
+	}
 }
