@@ -46,20 +46,10 @@ type evloop struct {
 // serveEvloop runs the event-loop server on a loopback port until stdin closes,
 // printing its port as serveNcclgo does; args[0] == "raw" makes its system calls raw.
 func serveEvloop(args []string) {
-	el := &evloop{conns: map[int]*elConn{}, store: map[string][]byte{}, waiters: map[string][]*elConn{}, rbuf: make([]byte, 64<<10)}
-	el.raw = len(args) > 0 && args[0] == "raw"
-	lfd, port, err := listenLoopback()
+	_, port, err := startEvloop(len(args) > 0 && args[0] == "raw")
 	if err != nil {
-		fatalf("evloop listen: %v", err)
+		fatalf("%v", err)
 	}
-	el.lfd = lfd
-	if el.ep, err = syscall.EpollCreate1(syscall.EPOLL_CLOEXEC); err != nil {
-		fatalf("evloop: epoll_create1: %v", err)
-	}
-	if err := syscall.EpollCtl(el.ep, syscall.EPOLL_CTL_ADD, lfd, &syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(lfd)}); err != nil {
-		fatalf("evloop: epoll_ctl: %v", err)
-	}
-	go el.run()
 	fmt.Printf("PORT %d TORCH -\n", port)
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
@@ -69,6 +59,25 @@ func serveEvloop(args []string) {
 		}
 		fmt.Println("ok")
 	}
+}
+
+// startEvloop listens on a loopback port and serves it with a loop of its own, for
+// the rest of the process's life.
+func startEvloop(raw bool) (*evloop, int, error) {
+	el := &evloop{raw: raw, conns: map[int]*elConn{}, store: map[string][]byte{}, waiters: map[string][]*elConn{}, rbuf: make([]byte, 64<<10)}
+	lfd, port, err := listenLoopback()
+	if err != nil {
+		return nil, 0, fmt.Errorf("evloop: listen: %w", err)
+	}
+	el.lfd = lfd
+	if el.ep, err = syscall.EpollCreate1(syscall.EPOLL_CLOEXEC); err != nil {
+		return nil, 0, fmt.Errorf("evloop: epoll_create1: %w", err)
+	}
+	if err := syscall.EpollCtl(el.ep, syscall.EPOLL_CTL_ADD, lfd, &syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(lfd)}); err != nil {
+		return nil, 0, fmt.Errorf("evloop: epoll_ctl: %w", err)
+	}
+	go el.run()
+	return el, port, nil
 }
 
 func listenLoopback() (fd, port int, err error) {

@@ -491,6 +491,7 @@ type result struct {
 	setP50, setP99, getP50, getP99 float64 // µs
 	opsPerSec                      float64
 	cpuPerOp                       float64 // µs of server CPU per steady op
+	userPerOp                      float64 // the part of it in user space
 	kibPerClient                   float64
 }
 
@@ -725,20 +726,27 @@ func backlogDrops() int64 {
 }
 
 // cpuMs is the CPU time (user and system) the process has used so far.
-func cpuMs(pid int) float64 {
+func cpuMs(pid int) float64 { u, s := cpuTimes(pid); return u + s }
+
+// userMs is the CPU time the process has used so far in user space.
+func userMs(pid int) float64 { u, _ := cpuTimes(pid); return u }
+
+// cpuTimes is the CPU time the process has used so far, in user space and in the
+// kernel, in ms.
+func cpuTimes(pid int) (user, sys float64) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	// Fields after the command name (which is in parentheses): utime is the 12th, stime
 	// the 13th, in clock ticks (100 per second on Linux).
 	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
 	if len(f) < 13 {
-		return 0
+		return 0, 0
 	}
 	u, _ := strconv.Atoi(f[11])
 	s, _ := strconv.Atoi(f[12])
-	return float64(u+s) * 10
+	return float64(u) * 10, float64(s) * 10
 }
 
 // measure runs n clients against srv: the all-keys bring-up, idle memory, the steady
@@ -765,7 +773,7 @@ func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, limit t
 					_ = c.Close()
 				}
 			}
-			return result{failed, failed, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut}
+			return result{failed, failed, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut}
 		}
 	}
 	r.kibPerClient = (srv.settledRSS() - before) / float64(n)
@@ -797,6 +805,7 @@ func steadyMix(srv *server, n int, stores []rendezvous.Store, steady time.Durati
 	srv.tell("steady")
 	detach := srv.strace(name, n)
 	cpu0, drops0 := cpuMs(srv.cmd.Process.Pid), backlogDrops()
+	user0 := userMs(srv.cmd.Process.Pid)
 	deadline := time.Now().Add(steady)
 	for i := range n {
 		wg.Go(func() {
@@ -821,6 +830,7 @@ func steadyMix(srv *server, n int, stores []rendezvous.Store, steady time.Durati
 	}
 	wg.Wait()
 	cpu := cpuMs(srv.cmd.Process.Pid) - cpu0
+	user := userMs(srv.cmd.Process.Pid) - user0
 	if d := backlogDrops() - drops0; d > 0 {
 		fmt.Fprintf(os.Stderr, "storebench: %d packets dropped by full network backlogs on this machine during the steady phase on %s's server (each delays a reply by a retransmission timeout, 200 ms or more: the p99 figures of this run are not the server's)\n", d, name)
 	}
@@ -837,6 +847,7 @@ func steadyMix(srv *server, n int, stores []rendezvous.Store, steady time.Durati
 	}
 	r.opsPerSec = float64(ops) / steady.Seconds()
 	r.cpuPerOp = cpu * 1000 / float64(max(ops, 1))
+	r.userPerOp = user * 1000 / float64(max(ops, 1))
 }
 
 // steadyOnly is -evloop: the steady phase alone on each of the three servers, rounds
@@ -888,15 +899,15 @@ func steadyOnly(mode, clients, python string, steady, limit time.Duration, round
 		order = append(order[1:], order[0]) // the next round starts with the next server
 	}
 	fmt.Printf("storebench -evloop %s: steady phase only, %d clients, %s each, TCPStore protocol %d; ratio = server / PyTorch's in the same round.\n\n", mode, n, steady, proto)
-	fmt.Println("| round | server | ops/s | CPU per op (µs) | set p50 (µs) | set p99 (µs) | get p50 (µs) | get p99 (µs) | ops/s ratio | CPU/op ratio | get p50 ratio | get p99 ratio |")
-	fmt.Println("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Println("| round | server | ops/s | CPU per op (µs) | user CPU per op (µs) | set p50 (µs) | set p99 (µs) | get p50 (µs) | get p99 (µs) | ops/s ratio | CPU/op ratio | user CPU/op ratio | get p50 ratio | get p99 ratio |")
+	fmt.Println("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for i, figs := range all {
 		t := figs[0].r
 		for _, f := range figs {
 			r := f.r
-			fmt.Printf("| %d | %s | %.0f | %.1f | %.0f | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f |\n", i+1, f.name,
-				r.opsPerSec, r.cpuPerOp, r.setP50, r.setP99, r.getP50, r.getP99,
-				r.opsPerSec/t.opsPerSec, r.cpuPerOp/t.cpuPerOp, r.getP50/t.getP50, r.getP99/t.getP99)
+			fmt.Printf("| %d | %s | %.0f | %.1f | %.1f | %.0f | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", i+1, f.name,
+				r.opsPerSec, r.cpuPerOp, r.userPerOp, r.setP50, r.setP99, r.getP50, r.getP99,
+				r.opsPerSec/t.opsPerSec, r.cpuPerOp/t.cpuPerOp, r.userPerOp/t.userPerOp, r.getP50/t.getP50, r.getP99/t.getP99)
 		}
 	}
 }
