@@ -375,6 +375,7 @@ type server struct {
 	addr    string
 	echo    string // ncclgo's: the echo server's address
 	version string
+	name    string // what the figures call it, when not the default (-evloop)
 }
 
 // tell sends the server a line and waits for its "ok".
@@ -802,6 +803,9 @@ func steadyMix(srv *server, n int, stores []rendezvous.Store, steady time.Durati
 	if srv.version == "-" {
 		name = "ncclgo"
 	}
+	if srv.name != "" {
+		name = srv.name
+	}
 	srv.tell("steady")
 	detach := srv.strace(name, n)
 	cpu0, drops0 := cpuMs(srv.cmd.Process.Pid), backlogDrops()
@@ -881,6 +885,7 @@ func steadyOnly(mode, clients, python string, steady, limit time.Duration, round
 			if err != nil {
 				fatalf("start %s's server: %v", name, err)
 			}
+			srv.name = name
 			if proto == 0 {
 				proto = detect(srv.addr)
 			}
