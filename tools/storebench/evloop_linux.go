@@ -111,27 +111,13 @@ func (el *evloop) epollWait(events []syscall.EpollEvent, msec int) (int, syscall
 	return int(n), e
 }
 
-func (el *evloop) read(fd int, p []byte) (int, syscall.Errno) {
-	if !el.raw {
-		n, err := syscall.Read(fd, p)
-		if err != nil {
-			return 0, err.(syscall.Errno)
-		}
-		return n, 0
+// rw reads or writes (sysno) fd through the scheduler, or raw (-evloop raw).
+func (el *evloop) rw(sysno uintptr, fd int, p []byte) (int, syscall.Errno) {
+	call := syscall.Syscall
+	if el.raw {
+		call = syscall.RawSyscall
 	}
-	n, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-	return int(n), e
-}
-
-func (el *evloop) write(fd int, p []byte) (int, syscall.Errno) {
-	if !el.raw {
-		n, err := syscall.Write(fd, p)
-		if err != nil {
-			return 0, err.(syscall.Errno)
-		}
-		return n, 0
-	}
-	n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	n, _, e := call(sysno, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
 	return int(n), e
 }
 
@@ -200,7 +186,7 @@ func (el *evloop) drop(c *elConn) {
 }
 
 func (el *evloop) readConn(c *elConn) {
-	n, e := el.read(c.fd, el.rbuf)
+	n, e := el.rw(syscall.SYS_READ, c.fd, el.rbuf)
 	switch {
 	case e == syscall.EAGAIN || e == syscall.EINTR:
 		return
@@ -246,7 +232,7 @@ func (el *evloop) mark(c *elConn) {
 
 func (el *evloop) flush(c *elConn) {
 	for len(c.out) > 0 {
-		n, e := el.write(c.fd, c.out)
+		n, e := el.rw(syscall.SYS_WRITE, c.fd, c.out)
 		if e == syscall.EAGAIN {
 			if !c.wantOut {
 				c.wantOut = true
