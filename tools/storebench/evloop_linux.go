@@ -35,7 +35,10 @@ type elConn struct {
 // evloop is the server's state: all of it belongs to the loop's goroutine.
 type evloop struct {
 	ep, lfd int
-	raw     bool // epoll_wait and socket calls as raw system calls, unseen by the scheduler
+	raw     bool // reads, writes and epoll_wait as raw system calls, unseen by the scheduler
+	// hybrid: raw reads, writes and polls that do not block; a blocking epoll_wait
+	// through the scheduler (which may hand the loop's P to another goroutine).
+	hybrid  bool
 	conns   map[int]*elConn
 	store   map[string][]byte
 	waiters map[string][]*elConn
@@ -44,12 +47,17 @@ type evloop struct {
 }
 
 // serveEvloop runs the event-loop server on a loopback port until stdin closes,
-// printing its port as serveNcclgo does; args[0] == "raw" makes its system calls raw.
+// printing its port as serveNcclgo does; args[0] is -evloop's mode (go, raw, hybrid).
 func serveEvloop(args []string) {
-	_, port, err := startEvloop(len(args) > 0 && args[0] == "raw")
+	mode := "go"
+	if len(args) > 0 {
+		mode = args[0]
+	}
+	el, port, err := startEvloop(mode == "raw")
 	if err != nil {
 		fatalf("%v", err)
 	}
+	el.hybrid = mode == "hybrid"
 	fmt.Printf("PORT %d TORCH -\n", port)
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
@@ -100,7 +108,7 @@ func listenLoopback() (fd, port int, err error) {
 }
 
 func (el *evloop) epollWait(events []syscall.EpollEvent, msec int) (int, syscall.Errno) {
-	if !el.raw {
+	if !el.raw && (!el.hybrid || msec != 0) {
 		n, err := syscall.EpollWait(el.ep, events, msec)
 		if err != nil {
 			return 0, err.(syscall.Errno)
@@ -114,7 +122,7 @@ func (el *evloop) epollWait(events []syscall.EpollEvent, msec int) (int, syscall
 // rw reads or writes (sysno) fd through the scheduler, or raw (-evloop raw).
 func (el *evloop) rw(sysno uintptr, fd int, p []byte) (int, syscall.Errno) {
 	call := syscall.Syscall
-	if el.raw {
+	if el.raw || el.hybrid {
 		call = syscall.RawSyscall
 	}
 	n, _, e := call(sysno, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
