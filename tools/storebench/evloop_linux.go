@@ -53,11 +53,10 @@ func serveEvloop(args []string) {
 	if len(args) > 0 {
 		mode = args[0]
 	}
-	el, port, err := startEvloop(mode == "raw")
+	_, port, err := startEvloop(mode)
 	if err != nil {
 		fatalf("%v", err)
 	}
-	el.hybrid = mode == "hybrid"
 	fmt.Printf("PORT %d TORCH -\n", port)
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
@@ -71,8 +70,8 @@ func serveEvloop(args []string) {
 
 // startEvloop listens on a loopback port and serves it with a loop of its own, for
 // the rest of the process's life.
-func startEvloop(raw bool) (*evloop, int, error) {
-	el := &evloop{raw: raw, conns: map[int]*elConn{}, store: map[string][]byte{}, waiters: map[string][]*elConn{}, rbuf: make([]byte, 64<<10)}
+func startEvloop(mode string) (*evloop, int, error) {
+	el := &evloop{raw: mode == "raw", hybrid: mode == "hybrid", conns: map[int]*elConn{}, store: map[string][]byte{}, waiters: map[string][]*elConn{}, rbuf: make([]byte, 64<<10)}
 	lfd, port, err := listenLoopback()
 	if err != nil {
 		return nil, 0, fmt.Errorf("evloop: listen: %w", err)

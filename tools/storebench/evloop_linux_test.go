@@ -13,9 +13,9 @@ import (
 	"github.com/ncclgo/ncclgo/comm/rendezvous"
 )
 
-func startTestEvloop(t *testing.T, raw bool) string {
+func startTestEvloop(t *testing.T, mode string) string {
 	t.Helper()
-	_, port, err := startEvloop(raw)
+	_, port, err := startEvloop(mode)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,9 +25,9 @@ func startTestEvloop(t *testing.T, raw bool) string {
 // TestEvloopServesTCPStore drives the event-loop server with ncclgo's TCPStore
 // client: set, get, check, add, and a wait that a later set ends.
 func TestEvloopServesTCPStore(t *testing.T) {
-	for _, raw := range []bool{false, true} {
-		t.Run("raw="+strconv.FormatBool(raw), func(t *testing.T) {
-			addr := startTestEvloop(t, raw)
+	for _, mode := range []string{"go", "raw", "hybrid"} {
+		t.Run(mode, func(t *testing.T) {
+			addr := startTestEvloop(t, mode)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			dial := func() *rendezvous.TCPStoreClient {
@@ -79,7 +79,7 @@ func TestEvloopServesTCPStore(t *testing.T) {
 // TestEvloopPartialRequests sends requests a byte at a time: the server keeps the
 // partial ones until they are complete and answers each once.
 func TestEvloopPartialRequests(t *testing.T) {
-	addr := startTestEvloop(t, true)
+	addr := startTestEvloop(t, "raw")
 	nc, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
