@@ -50,7 +50,9 @@ const mpiBenchRounds = 15
 // between the binding and comm; floor/c, the same ratio for the C loop called once per MPI
 // call from Go (one cgo crossing per call and nothing else but the Communicator's yield
 // every 2 ms: the best any Go caller can do); cgo-ns/call, one cgo call of an empty C
-// function. allocs/op counts the Go sides' allocations (the C loop makes none). The C
+// function; go/raw, the Communicator's time against the binding's in the same round, and
+// comm-ns/op, the difference of their medians: comm's own cost per call, clearest on one
+// rank (-np 1), where MPI_Allreduce does nearly nothing. allocs/op counts the Go sides' allocations (the C loop makes none). The C
 // loop runs in chunks of about a millisecond, one cgo call each, and yields as the
 // Communicator does (see below). c-csw/op, floor-csw/op and noyield-csw/op count the
 // context switches of all the rank's threads (getrusage) per MPI call in one more block
@@ -212,6 +214,7 @@ func benchMPIAllReduce(b *testing.B, c *MPICommunicator, bytes int) {
 	b.StopTimer()
 	raw := pairbench.AlternateMedian(rounds, b.N/rounds, barrier, rawSide, cSide)
 	floor := pairbench.AlternateMedian(rounds, b.N/rounds, barrier, floorSide, cSide)
+	own := pairbench.AlternateMedian(rounds, b.N/rounds, barrier, goSide, rawSide)
 	cgo := pairbench.AlternateMedian(rounds, b.N/rounds, nil, func(n int) {
 		for i := range n {
 			mpibench.Nop(uintptr(i))
@@ -226,6 +229,8 @@ func benchMPIAllReduce(b *testing.B, c *MPICommunicator, bytes int) {
 	b.ReportMetric(raw.Ratio, "raw/c")
 	b.ReportMetric(floor.Ratio, "floor/c")
 	b.ReportMetric(float64(cgo.A)/float64(time.Nanosecond), "cgo-ns/call")
+	b.ReportMetric(own.Ratio, "go/raw")
+	b.ReportMetric(float64((own.A - own.B).Nanoseconds()), "comm-ns/op")
 	// Context switches of the process's threads (voluntary and not) per MPI call,
 	// in one more block of each side, untimed: Go's scheduler acting on the calls
 	// shows as switches the C loop does not make.
