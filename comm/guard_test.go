@@ -148,10 +148,9 @@ func newTypedGuard(closed bool) *guard {
 	return g
 }
 
-// TestTypedReduceValidMatchesChecks checks that typedReduceValid's one test accepts
-// only what typedReduce accepts, with the same size, and everything typedReduce accepts
-// but counts above fastCount and PreMulSum operators (which it leaves to typedReduce).
-func TestTypedReduceValidMatchesChecks(t *testing.T) {
+// forTypedReduceInputs calls f with every combination of typedReduceInputs, on an open
+// and a closed newTypedGuard, with a name for it.
+func forTypedReduceInputs(f func(name string, g *guard, ptr DevicePtr, count int, dt DType, op ReduceOp)) {
 	in := typedReduceInputs
 	for _, closed := range []bool{false, true} {
 		g := newTypedGuard(closed)
@@ -159,20 +158,37 @@ func TestTypedReduceValidMatchesChecks(t *testing.T) {
 			for _, op := range in.ops {
 				for _, ptr := range in.ptrs {
 					for _, count := range in.counts {
-						name := fmt.Sprintf("closed=%v %s %s ptr=%#x count=%d", closed, dt, op, uint64(ptr), count)
-						bytes, ok := g.typedReduceValid(ptr, count, dt, op)
-						want, err := g.typedReduce(ptr, count, dt, op)
-						switch {
-						case ok:
-							if assert.NoError(t, err, name) {
-								assert.Equal(t, want, bytes, name)
-							}
-						case err == nil:
-							assert.True(t, count > fastCount || op == mpiTestPreMulSum, "%s: valid but not on the fast path", name)
-						}
+						f(fmt.Sprintf("closed=%v %s %s ptr=%#x count=%d", closed, dt, op, uint64(ptr), count), g, ptr, count, dt, op)
 					}
 				}
 			}
 		}
 	}
+}
+
+// agreeFast checks a fast path's verdict (bytes, ok) against the full checks' (want,
+// err): ok only where the checks pass, with their size, and every input they pass but
+// counts above fastCount and PreMulSum operators. It reports whether the checks failed.
+func agreeFast(t *testing.T, name string, bytes int, ok bool, want int, err error, count int, op ReduceOp) (rejected bool) {
+	t.Helper()
+	switch {
+	case ok:
+		if assert.NoError(t, err, name) {
+			assert.Equal(t, want, bytes, name)
+		}
+	case err == nil:
+		assert.True(t, count > fastCount || op == mpiTestPreMulSum, "%s: valid but not on the fast path", name)
+	}
+	return err != nil
+}
+
+// TestTypedReduceValidMatchesChecks checks that typedReduceValid's one test accepts
+// only what typedReduce accepts, with the same size, and everything typedReduce accepts
+// but counts above fastCount and PreMulSum operators (which it leaves to typedReduce).
+func TestTypedReduceValidMatchesChecks(t *testing.T) {
+	forTypedReduceInputs(func(name string, g *guard, ptr DevicePtr, count int, dt DType, op ReduceOp) {
+		bytes, ok := g.typedReduceValid(ptr, count, dt, op)
+		want, err := g.typedReduce(ptr, count, dt, op)
+		agreeFast(t, name, bytes, ok, want, err, count, op)
+	})
 }

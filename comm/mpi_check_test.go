@@ -2,7 +2,6 @@ package comm
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"testing"
 
@@ -17,31 +16,14 @@ import (
 // every rejected input with exactly allReduceChecks's error, before any MPI call (the
 // communicator has no MPI: a call reaching the lock would crash).
 func TestMPIAllReduceFastPathMatchesChecks(t *testing.T) {
-	in := typedReduceInputs
-	for _, closed := range []bool{false, true} {
-		c := &MPICommunicator{g: newTypedGuard(closed), rank: 0, world: 2}
-		for _, dt := range in.types {
-			for _, op := range in.ops {
-				for _, ptr := range in.ptrs {
-					for _, count := range in.counts {
-						name := fmt.Sprintf("closed=%v %s %s ptr=%#x count=%d", closed, dt, op, uint64(ptr), count)
-						bytes, ok := c.g.typedReduceValid(ptr, count, dt, op)
-						want, err := c.allReduceChecks(ptr, count, dt, op)
-						switch {
-						case ok:
-							if assert.NoError(t, err, name) {
-								assert.Equal(t, want, bytes, name)
-							}
-						case err == nil:
-							assert.True(t, count > fastCount || op == mpiTestPreMulSum, "%s: valid but not on the fast path", name)
-						default:
-							same(t, err, c.AllReduce(ptr, count, dt, op), name)
-						}
-					}
-				}
-			}
+	forTypedReduceInputs(func(name string, g *guard, ptr DevicePtr, count int, dt DType, op ReduceOp) {
+		c := &MPICommunicator{g: g, rank: 0, world: 2}
+		bytes, ok := c.g.typedReduceValid(ptr, count, dt, op)
+		want, err := c.allReduceChecks(ptr, count, dt, op)
+		if agreeFast(t, name, bytes, ok, want, err, count, op) {
+			same(t, err, c.AllReduce(ptr, count, dt, op), name)
 		}
-	}
+	})
 	// The count MPI's int cannot carry fails as MPI's, after typedReduce passed.
 	c := &MPICommunicator{g: newTypedGuard(false)}
 	err := c.AllReduce(4096, math.MaxInt32+1, Float32, Sum)
