@@ -434,6 +434,23 @@ func (g *guard) typedReduce(ptr DevicePtr, count int, t DType, r ReduceOp) (int,
 	return bytes, checkAlign(opAllReduce, "ptr", ptr, t)
 }
 
+// fastCount is the largest count typedReduceValid accepts: count times any element
+// size fits an int on every platform, and MPI's int count (2^31-1).
+const fastCount = math.MaxInt32 / 8
+
+// typedReduceValid reports, in one test, that typedReduce passes, and returns the size
+// in bytes: not closed, a valid element type, one of comm's own operators (a PreMulSum
+// operator is not), 0 <= count <= fastCount, ptr non-null unless count is 0 and aligned
+// to the element size. A false result says nothing about the input: typedReduce then
+// makes the checks one by one and says which failed.
+func (g *guard) typedReduceValid(ptr DevicePtr, count int, t DType, r ReduceOp) (int, bool) {
+	if uint32(t) >= uint32(len(dtypeInfo)) || uint32(r) >= uint32(len(opNames)) || uint(count) > fastCount {
+		return 0, false
+	}
+	s := dtypeInfo[t].size
+	return count * s, ptr&DevicePtr(s-1) == 0 && (ptr != 0 || count == 0) && !g.closed.Load()
+}
+
 func (g *guard) typedBroadcast(ptr DevicePtr, count int, t DType, root int) (int, error) {
 	bytes, err := g.typed(opBroadcast, count, t)
 	if err != nil {

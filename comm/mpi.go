@@ -376,15 +376,21 @@ func (c *MPICommunicator) MPICalls() int64 {
 	return c.calls
 }
 
-// lock takes the process lock for an MPI call, failing when MPI was finalised.
+// lock takes the process lock for an MPI call, failing when MPI was finalised. It is
+// small enough to be inlined; the failure is finalizedErr.
 func (c *MPICommunicator) lock(op string) error {
 	c.p.mu.Lock()
 	if c.p.finalized.Load() {
-		c.p.mu.Unlock()
-		return &ArgError{Op: op, Arg: "rank", Value: c.rank, Err: ErrClosed, Reason: "mpi was finalized"}
+		return c.finalizedErr(op)
 	}
 	c.calls++
 	return nil
+}
+
+// finalizedErr releases the process lock lock took and says that MPI was finalised.
+func (c *MPICommunicator) finalizedErr(op string) error {
+	c.p.mu.Unlock()
+	return &ArgError{Op: op, Arg: "rank", Value: c.rank, Err: ErrClosed, Reason: "mpi was finalized"}
 }
 
 // Yielding: the goroutine making blocking MPI calls yields (runtime.Gosched) after one
@@ -406,14 +412,22 @@ const (
 )
 
 // unlockBlocking releases the process lock after a blocking MPI call moving bytes, and
-// yields when it is due (see mpiYieldEvery).
+// yields when it is due (see mpiYieldEvery). It is small enough to be inlined: the calls
+// that read the clock take unlockTimed.
 func (c *MPICommunicator) unlockBlocking(bytes int) {
+	if c.calls&31 != 0 && bytes < mpiAlwaysTimed {
+		c.p.mu.Unlock()
+		return
+	}
+	c.unlockTimed()
+}
+
+// unlockTimed is unlockBlocking after a call that reads the clock.
+func (c *MPICommunicator) unlockTimed() {
 	p := c.p
 	yield := false
-	if c.calls&31 == 0 || bytes >= mpiAlwaysTimed {
-		if now := time.Now(); now.Sub(p.yielded) >= mpiYieldEvery {
-			p.yielded, yield = now, true
-		}
+	if now := time.Now(); now.Sub(p.yielded) >= mpiYieldEvery {
+		p.yielded, yield = now, true
 	}
 	p.mu.Unlock()
 	if yield {
@@ -438,16 +452,19 @@ func checkMPICount(op, arg string, n int) error {
 // AllReduce reduces count elements at ptr across ranks with op, in place (MPI_Allreduce
 // with MPI_IN_PLACE); it has completed when it returns.
 func (c *MPICommunicator) AllReduce(ptr DevicePtr, count int, t DType, op ReduceOp) error {
-	bytes, err := c.g.typedReduce(ptr, count, t, op)
-	if err != nil {
-		return err
-	}
-	if err := checkMPICount(opAllReduce, "count", count); err != nil {
-		return err
+	// The valid case passes in one test (typedReduceValid); anything else takes the
+	// checks one by one (allReduceChecks), which say what failed.
+	bytes, ok := c.g.typedReduceValid(ptr, count, t, op)
+	if !ok {
+		var err error
+		if bytes, err = c.allReduceChecks(ptr, count, t, op); err != nil {
+			return err
+		}
 	}
 	if err := c.lock(opAllReduce); err != nil {
 		return err
 	}
+	var err error
 	buf := hostPtr(ptr)
 	if op == Avg {
 		err = c.allReduceAvg(buf, count, t)
@@ -458,6 +475,16 @@ func (c *MPICommunicator) AllReduce(ptr DevicePtr, count int, t DType, op Reduce
 	}
 	c.unlockBlocking(bytes)
 	return c.opErr(opAllReduce, bytes, err)
+}
+
+// allReduceChecks is AllReduce's argument checks in order, each with its own error; it
+// returns the size in bytes.
+func (c *MPICommunicator) allReduceChecks(ptr DevicePtr, count int, t DType, op ReduceOp) (int, error) {
+	bytes, err := c.g.typedReduce(ptr, count, t, op)
+	if err != nil {
+		return 0, err
+	}
+	return bytes, checkMPICount(opAllReduce, "count", count)
 }
 
 // allReduceAvg is AllReduce with Avg, under the process lock: NCCL's average composed
