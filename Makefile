@@ -49,12 +49,13 @@ test: lint tidy-check kernel-inputs headers libs check-generated
 
 ## test-load: the timing-sensitive packages (deadlines, timeouts, processes) three times with -race while
 ## tools/cpuload keeps every CPU busy. Not the whole suite: on CI's 2 cores its tests take about 440 s once
-## with -race (make test), and this set about 6 minutes three times under load (make test-load).
+## with -race (make test), and this set 10-12 minutes three times under load (make test-load; go test's
+## 10-minute default per package is too short for three runs of comm or comm/rendezvous, hence -timeout).
 LOAD_PKGS ?= ./comm/... ./tools/rendezvous ./tools/gpubundle ./tools/cpuload
 test-load: export NCCLGO_STRICT := 1
 test-load: libs
 	$(GO) build -o bin/cpuload ./tools/cpuload
-	set -o pipefail; bin/cpuload -- $(GO) test -race -count=3 -v $(LOAD_PKGS) 2>&1 | $(GO) run ./tools/testreport
+	set -o pipefail; bin/cpuload -- $(GO) test -race -count=3 -timeout 30m -v $(LOAD_PKGS) 2>&1 | $(GO) run ./tools/testreport
 
 ## test-short: the Go tests only (assumes make headers libs ran)
 test-short:
