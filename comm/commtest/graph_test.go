@@ -273,11 +273,13 @@ func TestWatchdogLeavesACaptureValid(t *testing.T) {
 		require.NoError(t, c.WriteValues(r, bufs[r], comm.Float32, stepInput(r, 0, count)))
 		s := nc.CommStream()
 		require.NoError(t, c.BeginCapture(r, s))
+		// Counted before the operation: the watchdog may ask as soon as it is enqueued.
+		asked := calls(t, c, r, "cuStreamIsCapturing")
 		require.NoError(t, nc.AllReduce(bufs[r], count, comm.Float32, comm.Sum))
 		// The watchdog's next round sees the enqueued work and asks whether the stream
 		// captures before marking it; two rounds later it would have queried a mark.
-		waitCalls(t, c, r, "cuStreamIsCapturing", 1)
-		waitCalls(t, c, r, "ncclCommGetAsyncError", 2)
+		waitCalls(t, c, r, "cuStreamIsCapturing", asked+1)
+		waitCalls(t, c, r, "ncclCommGetAsyncError", calls(t, c, r, "ncclCommGetAsyncError")+2)
 		graphs[r], err = c.EndCapture(r, s)
 		require.NoError(t, err, "rank %d", r)
 		require.True(t, nc.IsHealthy(), "rank %d", r)
@@ -295,19 +297,23 @@ func TestWatchdogLeavesACaptureValid(t *testing.T) {
 	}
 }
 
-// waitCalls waits (a minute at most) until rank has made more calls of call.
-func waitCalls(t *testing.T, c *commtest.Cluster, rank int, call string, more int64) {
+// calls is how many calls of call rank has made so far.
+func calls(t *testing.T, c *commtest.Cluster, rank int, call string) int64 {
 	t.Helper()
-	before, err := c.Calls(rank, call)
+	n, err := c.Calls(rank, call)
 	require.NoError(t, err)
+	return n
+}
+
+// waitCalls waits (a minute at most) until rank has made want calls of call in all.
+func waitCalls(t *testing.T, c *commtest.Cluster, rank int, call string, want int64) {
+	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
-		now, err := c.Calls(rank, call)
-		require.NoError(t, err)
-		if now >= before+more {
+		if n := calls(t, c, rank, call); n >= want {
 			return
 		}
-		require.True(t, time.Now().Before(deadline), "rank %d: the watchdog made no %d more %s calls", rank, more, call)
+		require.True(t, time.Now().Before(deadline), "rank %d: the watchdog made %d %s calls in a minute, not %d", rank, calls(t, c, rank, call), call, want)
 		time.Sleep(time.Millisecond)
 	}
 }
