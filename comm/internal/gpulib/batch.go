@@ -70,60 +70,70 @@ func (b *CallBatch) add(fn Fn, peer int) *Call {
 	return c
 }
 
+// AllReduce records a call of ncclAllReduce; it always succeeds.
 func (b *CallBatch) AllReduce(send, recv Ptr, count uint64, dt DataType, op RedOp, c Comm, s Stream) error {
 	k := b.add(FnAllReduce, 0)
 	k.Send, k.Recv, k.Count, k.Type, k.Op, k.Comm, k.Stream = send, recv, count, dt, op, c, s
 	return nil
 }
 
+// Broadcast records a call of ncclBroadcast; it always succeeds.
 func (b *CallBatch) Broadcast(send, recv Ptr, count uint64, dt DataType, root int, c Comm, s Stream) error {
 	k := b.add(FnBroadcast, root)
 	k.Send, k.Recv, k.Count, k.Type, k.Comm, k.Stream = send, recv, count, dt, c, s
 	return nil
 }
 
+// AllGather records a call of ncclAllGather; it always succeeds.
 func (b *CallBatch) AllGather(send, recv Ptr, sendCount uint64, dt DataType, c Comm, s Stream) error {
 	k := b.add(FnAllGather, 0)
 	k.Send, k.Recv, k.Count, k.Type, k.Comm, k.Stream = send, recv, sendCount, dt, c, s
 	return nil
 }
 
+// ReduceScatter records a call of ncclReduceScatter; it always succeeds.
 func (b *CallBatch) ReduceScatter(send, recv Ptr, recvCount uint64, dt DataType, op RedOp, c Comm, s Stream) error {
 	k := b.add(FnReduceScatter, 0)
 	k.Send, k.Recv, k.Count, k.Type, k.Op, k.Comm, k.Stream = send, recv, recvCount, dt, op, c, s
 	return nil
 }
 
+// Reduce records a call of ncclReduce; it always succeeds.
 func (b *CallBatch) Reduce(send, recv Ptr, count uint64, dt DataType, op RedOp, root int, c Comm, s Stream) error {
 	k := b.add(FnReduce, root)
 	k.Send, k.Recv, k.Count, k.Type, k.Op, k.Comm, k.Stream = send, recv, count, dt, op, c, s
 	return nil
 }
 
+// AlltoAll records a call of ncclAlltoAll; it always succeeds.
 func (b *CallBatch) AlltoAll(send, recv Ptr, count uint64, dt DataType, c Comm, s Stream) error {
 	k := b.add(FnAlltoAll, 0)
 	k.Send, k.Recv, k.Count, k.Type, k.Comm, k.Stream = send, recv, count, dt, c, s
 	return nil
 }
 
+// Gather records a call of ncclGather; it always succeeds.
 func (b *CallBatch) Gather(send, recv Ptr, count uint64, dt DataType, root int, c Comm, s Stream) error {
 	k := b.add(FnGather, root)
 	k.Send, k.Recv, k.Count, k.Type, k.Comm, k.Stream = send, recv, count, dt, c, s
 	return nil
 }
 
+// Scatter records a call of ncclScatter; it always succeeds.
 func (b *CallBatch) Scatter(send, recv Ptr, count uint64, dt DataType, root int, c Comm, s Stream) error {
 	k := b.add(FnScatter, root)
 	k.Send, k.Recv, k.Count, k.Type, k.Comm, k.Stream = send, recv, count, dt, c, s
 	return nil
 }
 
+// Send records a call of ncclSend; it always succeeds.
 func (b *CallBatch) Send(buf Ptr, count uint64, dt DataType, peer int, c Comm, s Stream) error {
 	k := b.add(FnSend, peer)
 	k.Send, k.Count, k.Type, k.Comm, k.Stream = buf, count, dt, c, s
 	return nil
 }
 
+// Recv records a call of ncclRecv; it always succeeds.
 func (b *CallBatch) Recv(buf Ptr, count uint64, dt DataType, peer int, c Comm, s Stream) error {
 	k := b.add(FnRecv, peer)
 	k.Send, k.Count, k.Type, k.Comm, k.Stream = buf, count, dt, c, s
