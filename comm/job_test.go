@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
+	"github.com/ncclgo/ncclgo/comm/internal/nettest"
 	"github.com/ncclgo/ncclgo/comm/rendezvous"
 )
 
@@ -44,15 +45,9 @@ func (f idFake) initIDs() []gpulib.UniqueID {
 // withDevice makes bring-up use d, through the hook comm/commtest uses.
 func withDevice(d gpulib.Driver) Option { return WithDriver(d) }
 
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	return port
-}
+// freePort returns a loopback TCP port reserved for the test: nothing listens on it
+// until the test does, and no other process takes it meanwhile.
+func freePort(t testing.TB) int { return nettest.Port(t) }
 
 func jobOf(port, rank, world int) rendezvous.Config {
 	return rendezvous.Config{MasterAddr: "127.0.0.1", MasterPort: port, Rank: rank, WorldSize: world, LocalRank: rank}

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"math/big"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,6 +21,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm/internal/nettest"
 )
 
 func TestBarrierCountsRanksNotArrivals(t *testing.T) {
@@ -345,13 +348,10 @@ func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
 
 func TestDialNamesWhoNeverServedTheStore(t *testing.T) {
 	noLeaks(t)
-	l, err := netListen()
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(nettest.Port(t)))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_, err = Dial(ctx, addr, WithServedBy("rank 0"))
+	_, err := Dial(ctx, addr, WithServedBy("rank 0"))
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Contains(t, err.Error(), "rank 0 never served the store at "+addr)
 	assert.Contains(t, err.Error(), "refused")

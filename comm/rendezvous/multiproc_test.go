@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/comm/internal/nettest"
 	"github.com/ncclgo/ncclgo/comm/internal/proctest"
 )
 
@@ -130,10 +131,7 @@ func exchangeID(ctx context.Context, c *Client, cfg Config, gen uint64) ([]byte,
 func TestMultiProcessRendezvousSurvivesAKilledRank(t *testing.T) {
 	const world, victim = 4, 2
 	const firstDeadline = 2 * time.Second
-	l, err := netListen()
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
+	port := nettest.Port(t)
 	token := hex.EncodeToString(newNonce())
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net"
 	"strconv"
 	"sync"
 	"testing"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm/internal/nettest"
 )
 
 func TestStoreOperations(t *testing.T) {
@@ -370,10 +373,7 @@ func TestServeStopsWhenItsContextEnds(t *testing.T) {
 
 func TestDialRetriesUntilTheServerListens(t *testing.T) {
 	noLeaks(t)
-	l, err := netListen()
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(nettest.Port(t)))
 
 	t.Run("gives up at the deadline", func(t *testing.T) {
 		// Long enough for attempts to end on their own on a loaded machine, so that the
