@@ -71,14 +71,23 @@ type report struct {
 }
 
 type jsonConfig struct {
-	MinBytes   int64    `json:"minimum_bytes"`
-	MaxBytes   int64    `json:"maximum_bytes"`
-	StepFactor int64    `json:"step_factor,omitempty"`
-	StepBytes  int64    `json:"step_bytes,omitempty"`
-	Warmup     int      `json:"warmup_iters"`
-	Iters      int      `json:"iterations"`
-	Check      int      `json:"validation"`
-	Args       []string `json:"args"`
+	MinBytes   int64 `json:"minimum_bytes"`
+	MaxBytes   int64 `json:"maximum_bytes"`
+	StepFactor int64 `json:"step_factor,omitempty"`
+	StepBytes  int64 `json:"step_bytes,omitempty"`
+	Warmup     int   `json:"warmup_iters"`
+	Iters      int   `json:"iterations"`
+	Check      int   `json:"validation"`
+	// AggIters is -m: operations per timed iteration, grouped when more than 1.
+	AggIters int `json:"agg_iters"`
+	// Blocking is -z: 1 when every operation was waited for before the next.
+	Blocking int `json:"blocking"`
+	// Average is -a: which rank's time, or which combination, the times report:
+	// rank0, avg, min or max.
+	Average string `json:"average"`
+	// Graphs is -G: how many times the captured CUDA graph was launched (0: no graph).
+	Graphs int      `json:"cudagraph_launches"`
+	Args   []string `json:"args"`
 }
 
 // run is the whole command: 0 when every result is right, 1 on a failure or a wrong
@@ -127,7 +136,15 @@ func bench(ctx context.Context, cfg config, w *world, out io.Writer, p *progress
 		Tool: "commbench", Version: version(), Simulated: w.simulated, Ranks: w.worldSize(),
 		Devices: w.devices, Collectives: []*table{},
 		Config: jsonConfig{MinBytes: cfg.minBytes, MaxBytes: cfg.maxBytes, Warmup: cfg.warmup,
-			Iters: cfg.iters, Check: cfg.check, Args: cfg.args},
+			Iters: cfg.iters, Check: cfg.check, AggIters: cfg.aggIters, Blocking: cfg.blocking,
+			Average: cfg.average.String(), Graphs: cfg.graphs, Args: cfg.args},
+	}
+	if cfg.graphs > 0 {
+		for i, rk := range w.ranks {
+			if _, ok := rk.(capturer); !ok {
+				return rep, fmt.Errorf("-G %d: rank %d (%s) cannot capture into a CUDA graph", cfg.graphs, w.id(i), w.devices[min(i, len(w.devices)-1)])
+			}
+		}
 	}
 	if cfg.stepFactor > 1 {
 		rep.Config.StepFactor = cfg.stepFactor
