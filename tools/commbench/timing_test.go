@@ -378,7 +378,16 @@ func TestJSONCarriesTheTimingModes(t *testing.T) {
 }
 
 func TestTimingModesKeepEveryLineMarkedSimulated(t *testing.T) {
-	for _, args := range [][]string{{"-m", "3"}, {"-z", "1", "-a", "0"}, {"-G", "2", "-a", "3"}} {
+	tests := []struct {
+		args   []string
+		header string
+	}{
+		{[]string{"-m", "3"}, "agg iters: 3 validation: 1 graph: 0  SIMULATED\n#  SIMULATED\n"}, // defaults of -z, -a: no line
+		{[]string{"-z", "1", "-a", "0"}, "graph: 0  SIMULATED\n# blocking: 1 average: 0(rank0)  SIMULATED\n"},
+		{[]string{"-G", "2", "-a", "3"}, "graph: 2  SIMULATED\n# blocking: 0 average: 3(max)  SIMULATED\n"},
+	}
+	for _, tc := range tests {
+		args := tc.args
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			out, errOut, code := runCommbench(t, openWorld, append([]string{"-sim", "2", "-b", "8", "-e", "64", "-f", "8", "-n", "2", "-op", "all"}, args...)...)
 			require.Equal(t, 0, code, errOut)
@@ -386,6 +395,7 @@ func TestTimingModesKeepEveryLineMarkedSimulated(t *testing.T) {
 				require.True(t, strings.HasSuffix(l, "  SIMULATED"), "unmarked line %q", l)
 			}
 			assert.Equal(t, 9, strings.Count(out, "# Out of bounds values : 0 OK  SIMULATED\n"))
+			assert.Contains(t, out, tc.header)
 		})
 	}
 }
