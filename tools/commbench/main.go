@@ -7,6 +7,7 @@
 //
 //	go run ./tools/commbench [-op allreduce] [-b 8] [-e 128M] [-f 2] [-n 20] [-w 1] [-c 1] [-dtype float] [-redop sum]
 //	go run ./tools/commbench -sim 4 -op all -b 1K -e 1M -f 4
+//	go run ./tools/commbench -sim 2 -b 8 -e 32K -f 8 -m 4 -G 10 -a 3
 //	mpirun -np 4 commbench -mpi -op all              (one rank per process, as nccl-tests' MPI mode)
 //
 // Without -sim it drives every visible GPU from this process, one rank per GPU, with
@@ -14,8 +15,16 @@
 // host-memory simulator: every line is marked SIMULATED, and the times measure ncclgo's
 // software layers only. With -mpi each process is one rank of an mpirun job, on comm's
 // MPI Communicator and host memory: every rank's line is gathered into the header and
-// rank 0 prints the tables (times averaged over the ranks, wrong elements summed). -c checks every result against a host reference and counts the
-// wrong elements in the #wrong columns; the exit status is 1 when any is wrong.
+// rank 0 prints the tables (times combined over the ranks as -a says, wrong elements
+// summed). -c checks every result against a host reference and counts the wrong
+// elements in the #wrong columns; the exit status is 1 when any is wrong.
+//
+// Timing modes, as nccl-tests': -m N issues N operations per timed iteration in one
+// group (GroupStart/GroupEnd) and reports the time per operation; -z 1 waits for every
+// operation, and for every rank, before the next; -a 0, 1, 2 or 3 reports rank 0's
+// time, the mean over the ranks (the default), their minimum or their maximum; -G N
+// captures the timed iterations into a CUDA graph per rank (the simulator's model with
+// -sim, real graphs on GPUs; -mpi has none) and replays it N times.
 //
 // comm's AllReduce and Broadcast are in place only, so their out-of-place columns say
 // N/A. Sizes take K, M and G suffixes (1024-based, as in nccl-tests).
