@@ -62,8 +62,8 @@ func parseArgs(args []string, out io.Writer) (config, error) {
 		jsonOut = fs.Bool("json", false, "write the results as JSON instead of the nccl-tests table")
 		timeout = fs.Duration("T", 0, "give up after `duration` (0: no limit)")
 		agg     = fs.Int("m", 1, "aggregate `N` operations in one group (GroupStart/GroupEnd) per timed iteration; the time is per operation")
-		block   = fs.Int("z", 0, "`blocking`: 1 waits for every operation to complete, and for every rank, before the next (0: no wait)")
-		avg     = fs.Int("a", int(avgMean), "report the time of rank 0 (`0`), the average over the ranks (1), their minimum (2) or maximum (3)")
+		block   = fs.Int("z", 0, "blocking `mode`: 1 waits for every operation to complete, and for every rank, before the next; 0 waits once per measurement")
+		avg     = fs.Int("a", int(avgMean), "`mode` of the reported time: 0 rank 0's, 1 the average over the ranks, 2 their minimum, 3 their maximum")
 		graphs  = fs.Int("G", 0, "capture the timed iterations in a CUDA graph and replay it `N` times (0: no graph)")
 	)
 	fs.Var(&minB, "b", "smallest `size` in bytes (K, M, G suffixes: 1024-based)")
@@ -139,6 +139,8 @@ func (c config) validate() error {
 		return fmt.Errorf("%w: -a %d: want 0 (rank 0), 1 (average), 2 (minimum) or 3 (maximum)", errUsage, int(c.average))
 	case c.graphs < 0:
 		return fmt.Errorf("%w: -G %d: graph launches are negative", errUsage, c.graphs)
+	case c.iters > math.MaxInt32/c.aggIters/max(c.graphs, 1):
+		return fmt.Errorf("%w: -n %d x -m %d x -G %d: more than %d operations per measurement", errUsage, c.iters, c.aggIters, c.graphs, math.MaxInt32)
 	case c.blocking == 1 && c.aggIters > 1:
 		return fmt.Errorf("%w: -z 1 with -m %d: the operations of a group complete at its end, so none can be waited for inside it", errUsage, c.aggIters)
 	case c.blocking == 1 && c.graphs > 0:

@@ -178,6 +178,8 @@ func TestParseArgsRejectsBadCommandLines(t *testing.T) {
 		{[]string{"-z", "1", "-m", "4"}, "-z 1 with -m 4: the operations of a group complete at its end"},
 		{[]string{"-z", "1", "-G", "2", "-sim", "2"}, "-z 1 with -G 2: a capture records the operations without running them"},
 		{[]string{"-G", "1", "-mpi"}, "-G 1 with -mpi: MPI runs on the host and has no CUDA graph to capture into"},
+		{[]string{"-n", "100000", "-m", "100000"}, "-n 100000 x -m 100000 x -G 0: more than 2147483647 operations per measurement"},
+		{[]string{"-n", "2000", "-m", "1000", "-G", "1073742"}, "-n 2000 x -m 1000 x -G 1073742: more than"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -194,6 +196,11 @@ func TestParseArgsFlagErrors(t *testing.T) {
 	_, err := parseArgs([]string{"-b", "lots"}, &out)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `invalid value "lots" for flag -b: size "lots"`)
+	for _, f := range []string{"-m", "-z", "-a", "-G"} {
+		_, err = parseArgs([]string{f, "two"}, &out)
+		require.Error(t, err, f)
+		assert.Contains(t, err.Error(), `invalid value "two" for flag `+f, f)
+	}
 
 	out.Reset()
 	_, err = parseArgs([]string{"-h"}, &out)
