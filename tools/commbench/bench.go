@@ -255,7 +255,7 @@ func (r *runner) runTest(ctx context.Context, s test, emit func(row)) error {
 	// Warm up at the largest and the smallest size, like nccl-tests.
 	for _, size := range []int64{r.cfg.maxBytes, r.cfg.minBytes} {
 		lay := s.coll.layout(size/elem, int64(r.n()))
-		if err := r.timed(ctx, s, lay, bufs, !s.coll.outOfPlace, r.pass(r.cfg.warmup, 1, 0), nil); err != nil {
+		if err := r.timed(ctx, s, lay, bufs, !s.coll.outOfPlace, r.newPass(r.cfg.warmup, 1, 0), nil); err != nil {
 			return fmt.Errorf("%s warm-up at %d bytes: %w", s.coll.name, size, err)
 		}
 	}
@@ -311,7 +311,7 @@ func (r *runner) measure(ctx context.Context, s test, lay layout, bufs []buffers
 		form = "in-place"
 	}
 	times := make([]time.Duration, len(r.w.ranks))
-	p := r.pass(r.cfg.iters, r.cfg.aggIters, r.cfg.graphs)
+	p := r.newPass(r.cfg.iters, r.cfg.aggIters, r.cfg.graphs)
 	if err := r.timed(ctx, s, lay, bufs, inPlace, p, times); err != nil {
 		return nil, fmt.Errorf("%s %s of %d elements: %w", s.coll.name, form, lay.param, err)
 	}
@@ -383,9 +383,9 @@ type pass struct {
 	blocking           bool
 }
 
-// pass is the configuration's pass of iters iterations of agg operations, captured and
-// launched graphs times when graphs is above 0.
-func (r *runner) pass(iters, agg, graphs int) pass {
+// newPass is the pass of iters iterations of agg operations, captured and launched
+// graphs times when graphs is above 0, blocking as -z says.
+func (r *runner) newPass(iters, agg, graphs int) pass {
 	return pass{iters: iters, agg: agg, graphs: graphs, blocking: r.cfg.blocking == 1}
 }
 
@@ -456,7 +456,7 @@ func (r *runner) iterate(ctx context.Context, c comm.Communicator, i int, s test
 
 // replayed captures the iterations of p on rank i into a CUDA graph, waits for every
 // rank to have captured, and times p.graphs launches of the graph.
-func (r *runner) replayed(ctx context.Context, i int, s test, lay layout, b buffers, inPlace bool, p pass, bar *barrier, times []time.Duration) error {
+func (r *runner) replayed(ctx context.Context, i int, s test, lay layout, b buffers, inPlace bool, p pass, bar *barrier, times []time.Duration) (err error) {
 	cr, ok := r.w.ranks[i].(capturer)
 	if !ok {
 		return fmt.Errorf("-G: %T cannot capture a CUDA graph", r.w.ranks[i])
@@ -467,7 +467,11 @@ func (r *runner) replayed(ctx context.Context, i int, s test, lay layout, b buff
 	if err != nil {
 		return fmt.Errorf("capturing a CUDA graph: %w", err)
 	}
-	defer g.Destroy()
+	defer func() {
+		if derr := g.Destroy(); err == nil && derr != nil {
+			err = fmt.Errorf("destroying the CUDA graph: %w", derr)
+		}
+	}()
 	if err := bar.wait(ctx); err != nil { // nccl-tests: every rank has instantiated its graph
 		return err
 	}
@@ -614,7 +618,7 @@ func (r *runner) check(ctx context.Context, s test, lay layout, bufs []buffers, 
 	}); err != nil {
 		return 0, err
 	}
-	if err := r.timed(ctx, s, lay, bufs, inPlace, r.pass(1, 1, min(r.cfg.graphs, 1)), nil); err != nil {
+	if err := r.timed(ctx, s, lay, bufs, inPlace, r.newPass(1, 1, min(r.cfg.graphs, 1)), nil); err != nil {
 		return 0, err
 	}
 	wrongs := make([]int64, len(r.w.ranks))
