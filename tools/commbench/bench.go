@@ -375,18 +375,18 @@ func (r *runner) parallel(ctx context.Context, f func(ctx context.Context, i int
 }
 
 // pass is how timed issues a test's operations, as nccl-tests' timing loop: iters
-// iterations of agg operations each (one group when agg is more than 1), waiting for
-// each operation and every rank after it when blocking, and with graphs above 0 all of
-// them captured into a CUDA graph that is then launched graphs times.
+// iterations of agg operations each (one group when agg is more than 1), waiting as
+// blocking says (-z), and with graphs above 0 all of them captured into a CUDA graph
+// that is then launched graphs times.
 type pass struct {
 	iters, agg, graphs int
-	blocking           bool
+	blocking           int
 }
 
 // newPass is the pass of iters iterations of agg operations, captured and launched
 // graphs times when graphs is above 0, blocking as -z says.
 func (r *runner) newPass(iters, agg, graphs int) pass {
-	return pass{iters: iters, agg: agg, graphs: graphs, blocking: r.cfg.blocking == 1}
+	return pass{iters: iters, agg: agg, graphs: graphs, blocking: r.cfg.blocking}
 }
 
 // ops is the number of operations a pass runs: what its time is divided by.
@@ -406,7 +406,8 @@ func (r *runner) timed(ctx context.Context, s test, lay layout, bufs []buffers, 
 		}
 		c := r.w.ranks[i].Comm()
 		t0 := time.Now()
-		if err := r.iterate(ctx, c, i, s, lay, bufs[i], inPlace, p, bar); err != nil {
+		waited, err := r.iterate(ctx, c, i, s, lay, bufs[i], inPlace, p, bar)
+		if err != nil {
 			return err
 		}
 		if err := c.Sync(ctx); err != nil {
@@ -414,44 +415,58 @@ func (r *runner) timed(ctx context.Context, s test, lay layout, bufs []buffers, 
 		}
 		if times != nil {
 			times[i] = time.Since(t0)
+			if p.blocking == 3 { // nccl-tests: the time of the iterations, not of the barriers
+				times[i] = waited
+			}
 		}
 		return nil
 	})
 }
 
-// iterate issues the iterations of p on rank i's communicator c without waiting for
-// the last one.
-func (r *runner) iterate(ctx context.Context, c comm.Communicator, i int, s test, lay layout, b buffers, inPlace bool, p pass, bar *barrier) error {
+// iterate issues the iterations of p on rank i's communicator c. With -z 1 and 2 it
+// waits for every operation (1: then for every rank); with -z 3 for every iteration,
+// then for every rank, and returns the time of the iterations up to their waits
+// (without the barriers). Otherwise it does not wait for the last operation.
+func (r *runner) iterate(ctx context.Context, c comm.Communicator, i int, s test, lay layout, b buffers, inPlace bool, p pass, bar *barrier) (time.Duration, error) {
 	id := r.w.id(i)
+	var waited time.Duration
 	for range p.iters {
+		t0 := time.Now()
 		if p.agg == 1 {
 			if err := r.issue(c, id, s, lay, b, inPlace); err != nil {
-				return err
+				return 0, err
 			}
-			if p.blocking { // nccl-tests' -z 1: wait for the operation, then for every rank
-				if err := c.Sync(ctx); err != nil {
-					return err
-				}
-				if err := bar.wait(ctx); err != nil {
-					return err
+		} else {
+			if err := c.GroupStart(); err != nil {
+				return 0, err
+			}
+			var err error
+			for range p.agg {
+				if err = r.issue(c, id, s, lay, b, inPlace); err != nil {
+					break
 				}
 			}
+			if err = errors.Join(err, c.GroupEnd()); err != nil {
+				return 0, err
+			}
+		}
+		if p.blocking == 0 {
 			continue
 		}
-		if err := c.GroupStart(); err != nil {
-			return err
+		// -z 1 and 2 wait for the operation (the iteration's only one), -z 3 for the
+		// iteration: the same Sync.
+		if err := c.Sync(ctx); err != nil {
+			return 0, err
 		}
-		var err error
-		for range p.agg {
-			if err = r.issue(c, id, s, lay, b, inPlace); err != nil {
-				break
-			}
+		waited += time.Since(t0)
+		if p.blocking == 2 {
+			continue
 		}
-		if err = errors.Join(err, c.GroupEnd()); err != nil {
-			return err
+		if err := bar.wait(ctx); err != nil {
+			return 0, err
 		}
 	}
-	return nil
+	return waited, nil
 }
 
 // replayed captures the iterations of p on rank i into a CUDA graph, waits for every
@@ -462,7 +477,8 @@ func (r *runner) replayed(ctx context.Context, i int, s test, lay layout, b buff
 		return fmt.Errorf("-G: %T cannot capture a CUDA graph", r.w.ranks[i])
 	}
 	g, err := cr.Capture(func(c comm.Communicator) error {
-		return r.iterate(ctx, c, i, s, lay, b, inPlace, p, bar)
+		_, err := r.iterate(ctx, c, i, s, lay, b, inPlace, p, bar)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("capturing a CUDA graph: %w", err)

@@ -50,6 +50,7 @@ func TestMPIModeUnderMpirun(t *testing.T) {
 		{"-z 1 -a 3", "# blocking: 1 average: 3(max)\n"},
 		{"-m 3 -a 2", "agg iters: 3 validation: 1 graph: 0\n# blocking: 0 average: 2(min)\n"},
 		{"-a 0", "# blocking: 0 average: 0(rank0)\n"},
+		{"-z 3 -m 2", "# blocking: 3 average: 1(avg)\n"},
 	} {
 		extra := tc.extra
 		t.Run(extra, func(t *testing.T) {

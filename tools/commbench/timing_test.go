@@ -160,12 +160,16 @@ func (l *eventLog) sequence(rank int) string {
 
 func TestBlockingWaitsForEveryOperationAndRank(t *testing.T) {
 	tests := []struct {
-		args []string
-		want string // each rank's events in one timed pass
+		args    []string
+		want    string // each rank's events in one timed pass
+		barrier bool   // every rank waits for the others after each wait
 	}{
-		{[]string{"-z", "0"}, "op op op sync"},
-		{[]string{"-z", "1"}, "op sync op sync op sync sync"},
-		{[]string{"-m", "2"}, "group-start op op group-end group-start op op group-end group-start op op group-end sync"},
+		{[]string{"-z", "0"}, "op op op sync", false},
+		{[]string{"-z", "1"}, "op sync op sync op sync sync", true},
+		{[]string{"-z", "2"}, "op sync op sync op sync sync", false},
+		{[]string{"-z", "3"}, "op sync op sync op sync sync", true},
+		{[]string{"-m", "2"}, "group-start op op group-end group-start op op group-end group-start op op group-end sync", false},
+		{[]string{"-z", "3", "-m", "2"}, "group-start op op group-end sync group-start op op group-end sync group-start op op group-end sync sync", true},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -176,21 +180,26 @@ func TestBlockingWaitsForEveryOperationAndRank(t *testing.T) {
 				// Out of place, then in place.
 				assert.Equal(t, tc.want+" "+tc.want, log.sequence(rank), "rank %d", rank)
 			}
-			if !strings.Contains(tc.want, "op sync op") {
+			if !tc.barrier {
 				return
 			}
-			// -z 1: no rank issues operation k+1 before every rank's operation k is done.
+			// No rank starts iteration k+1 before every rank has waited for its
+			// iteration k.
 			done := map[int]int{} // rank: completed waits
-			issued := map[int]int{}
+			started := map[int]int{}
+			first := "op"
+			if strings.HasPrefix(tc.want, "group-start") {
+				first = "group-start"
+			}
 			for i, e := range log.events {
 				switch e.what {
 				case "sync":
 					done[e.rank]++
-				case "op":
+				case first:
 					for other := range 3 {
-						assert.GreaterOrEqual(t, done[other], issued[e.rank], "event %d: rank %d issues its operation %d before rank %d has waited for its own", i, e.rank, issued[e.rank]+1, other)
+						assert.GreaterOrEqual(t, done[other], started[e.rank], "event %d: rank %d starts its iteration %d before rank %d has waited for its own", i, e.rank, started[e.rank]+1, other)
 					}
-					issued[e.rank]++
+					started[e.rank]++
 				}
 			}
 		})
@@ -355,6 +364,7 @@ func TestJSONCarriesTheTimingModes(t *testing.T) {
 		{nil, jsonConfig{AggIters: 1, Blocking: 0, Average: "avg", Graphs: 0}},
 		{[]string{"-m", "4", "-a", "2", "-G", "3"}, jsonConfig{AggIters: 4, Blocking: 0, Average: "min", Graphs: 3}},
 		{[]string{"-z", "1", "-a", "0"}, jsonConfig{AggIters: 1, Blocking: 1, Average: "rank0", Graphs: 0}},
+		{[]string{"-z", "3", "-m", "2"}, jsonConfig{AggIters: 2, Blocking: 3, Average: "avg", Graphs: 0}},
 		{[]string{"-a", "3"}, jsonConfig{AggIters: 1, Blocking: 0, Average: "max", Graphs: 0}},
 	}
 	for _, tc := range tests {
@@ -385,6 +395,8 @@ func TestTimingModesKeepEveryLineMarkedSimulated(t *testing.T) {
 		{[]string{"-m", "3"}, "agg iters: 3 validation: 1 graph: 0  SIMULATED\n#  SIMULATED\n"}, // defaults of -z, -a: no line
 		{[]string{"-z", "1", "-a", "0"}, "graph: 0  SIMULATED\n# blocking: 1 average: 0(rank0)  SIMULATED\n"},
 		{[]string{"-G", "2", "-a", "3"}, "graph: 2  SIMULATED\n# blocking: 0 average: 3(max)  SIMULATED\n"},
+		{[]string{"-z", "3", "-m", "2"}, "agg iters: 2 validation: 1 graph: 0  SIMULATED\n# blocking: 3 average: 1(avg)  SIMULATED\n"},
+		{[]string{"-z", "2"}, "# blocking: 2 average: 1(avg)  SIMULATED\n"},
 	}
 	for _, tc := range tests {
 		args := tc.args
