@@ -50,6 +50,9 @@ type world struct {
 	reduce  func(v []float64, op comm.ReduceOp) error
 	barrier func(ctx context.Context) error
 	quiet   bool
+
+	// now, when not nil, is the clock measurements read instead of time.Now (tests).
+	now func() time.Time
 }
 
 // worldSize is the number of ranks of the world, over every process.
@@ -235,6 +238,14 @@ type runner struct {
 	progress *progress
 }
 
+// now reads the clock the measurements are timed with: the world's if it has one.
+func (r *runner) now() time.Time {
+	if r.w.now != nil {
+		return r.w.now()
+	}
+	return time.Now()
+}
+
 // n is the world size.
 func (r *runner) n() int { return r.w.worldSize() }
 
@@ -405,7 +416,7 @@ func (r *runner) timed(ctx context.Context, s test, lay layout, bufs []buffers, 
 			return r.replayed(ctx, i, s, lay, bufs[i], inPlace, p, bar, times)
 		}
 		c := r.w.ranks[i].Comm()
-		t0 := time.Now()
+		t0 := r.now()
 		waited, err := r.iterate(ctx, c, i, s, lay, bufs[i], inPlace, p, bar)
 		if err != nil {
 			return err
@@ -414,7 +425,7 @@ func (r *runner) timed(ctx context.Context, s test, lay layout, bufs []buffers, 
 			return err
 		}
 		if times != nil {
-			times[i] = time.Since(t0)
+			times[i] = r.now().Sub(t0)
 			if p.blocking == 3 { // nccl-tests: the time of the iterations, not of the barriers
 				times[i] = waited
 			}
@@ -431,7 +442,7 @@ func (r *runner) iterate(ctx context.Context, c comm.Communicator, i int, s test
 	id := r.w.id(i)
 	var waited time.Duration
 	for range p.iters {
-		t0 := time.Now()
+		t0 := r.now()
 		if p.agg == 1 {
 			if err := r.issue(c, id, s, lay, b, inPlace); err != nil {
 				return 0, err
@@ -458,7 +469,7 @@ func (r *runner) iterate(ctx context.Context, c comm.Communicator, i int, s test
 		if err := c.Sync(ctx); err != nil {
 			return 0, err
 		}
-		waited += time.Since(t0)
+		waited += r.now().Sub(t0)
 		if p.blocking == 2 {
 			continue
 		}
@@ -491,7 +502,7 @@ func (r *runner) replayed(ctx context.Context, i int, s test, lay layout, b buff
 	if err := bar.wait(ctx); err != nil { // nccl-tests: every rank has instantiated its graph
 		return err
 	}
-	t0 := time.Now()
+	t0 := r.now()
 	for k := range p.graphs {
 		if err := g.Launch(); err != nil {
 			return fmt.Errorf("launching the CUDA graph (launch %d of %d): %w", k+1, p.graphs, err)
@@ -501,7 +512,7 @@ func (r *runner) replayed(ctx context.Context, i int, s test, lay layout, b buff
 		return err
 	}
 	if times != nil {
-		times[i] = time.Since(t0)
+		times[i] = r.now().Sub(t0)
 	}
 	return nil
 }

@@ -21,7 +21,9 @@
 //
 // Timing modes, as nccl-tests': -m N issues N operations per timed iteration in one
 // group (GroupStart/GroupEnd) and reports the time per operation; -z 1 waits for every
-// operation, and for every rank, before the next; -a 0, 1, 2 or 3 reports rank 0's
+// operation, and for every rank, before the next, -z 2 for every operation only, -z 3
+// for every iteration and then every rank, leaving those barriers out of the time;
+// -a 0, 1, 2 or 3 reports rank 0's
 // time, the mean over the ranks (the default), their minimum or their maximum; -G N
 // captures the timed iterations into a CUDA graph per rank (the simulator's model with
 // -sim, real graphs on GPUs; -mpi has none) and replays it N times.

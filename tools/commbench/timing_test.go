@@ -411,3 +411,64 @@ func TestTimingModesKeepEveryLineMarkedSimulated(t *testing.T) {
 		})
 	}
 }
+
+// hourClock is a clock that jumps an hour at every cross-process barrier, so that a
+// time that includes the barriers is above an hour per operation and one that leaves
+// them out is not (the operations themselves take far less).
+type hourClock struct {
+	mu     sync.Mutex
+	offset time.Duration
+}
+
+func (c *hourClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.offset)
+}
+
+func (c *hourClock) barrier(context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.offset += time.Hour
+	return nil
+}
+
+// TestBlockingThreeLeavesTheBarriersOutOfTheTime: -z 1 times the barriers after every
+// operation, -z 3 (nccl-tests' "reported time excludes barrier") does not.
+func TestBlockingThreeLeavesTheBarriersOutOfTheTime(t *testing.T) {
+	hour := float64(time.Hour / time.Microsecond)
+	tests := []struct {
+		z            string
+		withBarriers bool
+	}{
+		{"1", true},
+		{"3", false},
+	}
+	for _, tc := range tests {
+		t.Run("-z "+tc.z, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cfg, err := parseArgs([]string{"-sim", "2", "-b", "64", "-e", "64", "-n", "3", "-w", "0", "-c", "0", "-z", tc.z, "-json"}, io.Discard)
+			require.NoError(t, err)
+			w, err := openSim(ctx, cfg.sim)
+			require.NoError(t, err)
+			defer func() { assert.NoError(t, w.close()) }()
+			clock := &hourClock{}
+			w.now, w.barrier = clock.now, clock.barrier
+			rep, err := bench(ctx, cfg, w, io.Discard, newProgress(io.Discard))
+			require.NoError(t, err)
+			require.Len(t, rep.Collectives, 1)
+			require.Len(t, rep.Collectives[0].Rows, 1)
+			r := rep.Collectives[0].Rows[0]
+			for _, m := range []*measure{r.OutOfPlace, r.InPlace} {
+				require.NotNil(t, m)
+				if tc.withBarriers {
+					assert.GreaterOrEqual(t, m.TimeUS, hour, "3 barriers of an hour over 3 operations")
+				} else {
+					assert.Less(t, m.TimeUS, hour)
+					assert.Positive(t, m.TimeUS)
+				}
+			}
+		})
+	}
+}
