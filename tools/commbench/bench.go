@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,13 +41,18 @@ type world struct {
 	close   func() error
 
 	// A world spread over processes (-mpi, one rank each under mpirun): size is the
-	// world size and ids the world ranks of ranks; sum adds values over the processes in
-	// place; quiet marks a process whose output is left to rank 0. The zero values are
-	// one process driving every rank.
-	size  int
-	ids   []int
-	sum   func(v []float64) error
-	quiet bool
+	// world size and ids the world ranks of ranks; reduce combines values over the
+	// processes in place with op (Sum, Min or Max); barrier returns once every process
+	// has called it; quiet marks a process whose output is left to rank 0. The zero
+	// values are one process driving every rank.
+	size    int
+	ids     []int
+	reduce  func(v []float64, op comm.ReduceOp) error
+	barrier func(ctx context.Context) error
+	quiet   bool
+
+	// now, when not nil, is the clock measurements read instead of time.Now (tests).
+	now func() time.Time
 }
 
 // worldSize is the number of ranks of the world, over every process.
@@ -67,10 +73,59 @@ func (w *world) id(i int) int {
 
 // total adds v over the processes of the world (nothing to add in one process).
 func (w *world) total(v ...float64) ([]float64, error) {
-	if w.sum == nil {
+	if w.reduce == nil {
 		return v, nil
 	}
-	return v, w.sum(v)
+	return v, w.reduce(v, comm.Sum)
+}
+
+// reported combines times, the seconds per operation of the process's ranks, into the
+// time the table reports, as nccl-tests' -a: rank 0's, the mean, the minimum or the
+// maximum over every rank of the world. Over processes the other ranks' times come
+// through reduce; with a rank 0's time each process keeps its own (rank 0 prints).
+func (w *world) reported(times []float64, a average) (float64, error) {
+	v := combine(times, a)
+	if w.reduce == nil || a == avgRank0 {
+		return v, nil
+	}
+	op := comm.Sum
+	switch a {
+	case avgMin:
+		op = comm.Min
+	case avgMax:
+		op = comm.Max
+	default:
+		v *= float64(len(times)) // the process's sum, to add over the processes
+	}
+	all := []float64{v}
+	if err := w.reduce(all, op); err != nil {
+		return 0, err
+	}
+	if op == comm.Sum {
+		return all[0] / float64(w.worldSize()), nil
+	}
+	return all[0], nil
+}
+
+// combine is nccl-tests' -a over times, one per rank in rank order: the first (rank
+// 0's), the mean, the minimum or the maximum.
+func combine(times []float64, a average) float64 {
+	if len(times) == 0 {
+		return 0
+	}
+	switch a {
+	case avgRank0:
+		return times[0]
+	case avgMin:
+		return slices.Min(times)
+	case avgMax:
+		return slices.Max(times)
+	}
+	var sum float64
+	for _, t := range times {
+		sum += t
+	}
+	return sum / float64(len(times))
 }
 
 // measure is one timed and checked column group: time, algbw, busbw, #wrong.
@@ -183,6 +238,14 @@ type runner struct {
 	progress *progress
 }
 
+// now reads the clock the measurements are timed with: the world's if it has one.
+func (r *runner) now() time.Time {
+	if r.w.now != nil {
+		return r.w.now()
+	}
+	return time.Now()
+}
+
 // n is the world size.
 func (r *runner) n() int { return r.w.worldSize() }
 
@@ -203,7 +266,7 @@ func (r *runner) runTest(ctx context.Context, s test, emit func(row)) error {
 	// Warm up at the largest and the smallest size, like nccl-tests.
 	for _, size := range []int64{r.cfg.maxBytes, r.cfg.minBytes} {
 		lay := s.coll.layout(size/elem, int64(r.n()))
-		if err := r.timed(ctx, s, lay, bufs, !s.coll.outOfPlace, r.cfg.warmup, nil); err != nil {
+		if err := r.timed(ctx, s, lay, bufs, !s.coll.outOfPlace, r.newPass(r.cfg.warmup, 1, 0), nil); err != nil {
 			return fmt.Errorf("%s warm-up at %d bytes: %w", s.coll.name, size, err)
 		}
 	}
@@ -259,18 +322,18 @@ func (r *runner) measure(ctx context.Context, s test, lay layout, bufs []buffers
 		form = "in-place"
 	}
 	times := make([]time.Duration, len(r.w.ranks))
-	if err := r.timed(ctx, s, lay, bufs, inPlace, r.cfg.iters, times); err != nil {
+	p := r.newPass(r.cfg.iters, r.cfg.aggIters, r.cfg.graphs)
+	if err := r.timed(ctx, s, lay, bufs, inPlace, p, times); err != nil {
 		return nil, fmt.Errorf("%s %s of %d elements: %w", s.coll.name, form, lay.param, err)
 	}
-	var sum time.Duration
-	for _, d := range times {
-		sum += d
+	perOp := make([]float64, len(times)) // nccl-tests: each rank's time per operation, then -a
+	for i, d := range times {
+		perOp[i] = d.Seconds() / float64(p.ops())
 	}
-	all, err := r.w.total(sum.Seconds())
+	sec, err := r.w.reported(perOp, r.cfg.average)
 	if err != nil {
 		return nil, err
 	}
-	sec := all[0] / float64(r.n()) / float64(r.cfg.iters) // nccl-tests: average over ranks
 	m := &measure{TimeUS: sec * 1e6}
 	m.AlgBW, m.BusBW = s.coll.bandwidth(lay.param, int64(s.t.Size()), r.n(), sec)
 	if r.cfg.check > 0 && !(inPlace && s.coll.uncheckedInPlace) {
@@ -322,28 +385,200 @@ func (r *runner) parallel(ctx context.Context, f func(ctx context.Context, i int
 	return nil
 }
 
-// timed issues iters operations on every rank and waits for them; times, when not nil,
-// receives each rank's wall time from the first issue to the completed Sync.
-func (r *runner) timed(ctx context.Context, s test, lay layout, bufs []buffers, inPlace bool, iters int, times []time.Duration) error {
-	if iters == 0 {
+// pass is how timed issues a test's operations, as nccl-tests' timing loop: iters
+// iterations of agg operations each (one group when agg is more than 1), waiting as
+// blocking says (-z), and with graphs above 0 all of them captured into a CUDA graph
+// that is then launched graphs times.
+type pass struct {
+	iters, agg, graphs int
+	blocking           int
+}
+
+// newPass is the pass of iters iterations of agg operations, captured and launched
+// graphs times when graphs is above 0, blocking as -z says.
+func (r *runner) newPass(iters, agg, graphs int) pass {
+	return pass{iters: iters, agg: agg, graphs: graphs, blocking: r.cfg.blocking}
+}
+
+// ops is the number of operations a pass runs: what its time is divided by.
+func (p pass) ops() int { return p.iters * p.agg * max(p.graphs, 1) }
+
+// timed runs pass p of s on every rank and waits for it; times, when not nil, receives
+// each rank's wall time from the first issue (with a graph: the first launch) to the
+// completed Sync.
+func (r *runner) timed(ctx context.Context, s test, lay layout, bufs []buffers, inPlace bool, p pass, times []time.Duration) error {
+	if p.iters == 0 {
 		return nil
 	}
+	bar := newBarrier(len(r.w.ranks), r.w.barrier)
 	return r.parallel(ctx, func(ctx context.Context, i int) error {
+		if p.graphs > 0 {
+			return r.replayed(ctx, i, s, lay, bufs[i], inPlace, p, bar, times)
+		}
 		c := r.w.ranks[i].Comm()
-		t0 := time.Now()
-		for range iters {
-			if err := r.issue(c, r.w.id(i), s, lay, bufs[i], inPlace); err != nil {
-				return err
-			}
+		t0 := r.now()
+		waited, err := r.iterate(ctx, c, i, s, lay, bufs[i], inPlace, p, bar)
+		if err != nil {
+			return err
 		}
 		if err := c.Sync(ctx); err != nil {
 			return err
 		}
 		if times != nil {
-			times[i] = time.Since(t0)
+			times[i] = r.now().Sub(t0)
+			if p.blocking == 3 { // nccl-tests: the time of the iterations, not of the barriers
+				times[i] = waited
+			}
 		}
 		return nil
 	})
+}
+
+// iterate issues the iterations of p on rank i's communicator c. With -z 1 and 2 it
+// waits for every operation (1: then for every rank); with -z 3 for every iteration,
+// then for every rank, and returns the time of the iterations up to their waits
+// (without the barriers). Otherwise it does not wait for the last operation.
+func (r *runner) iterate(ctx context.Context, c comm.Communicator, i int, s test, lay layout, b buffers, inPlace bool, p pass, bar *barrier) (time.Duration, error) {
+	id := r.w.id(i)
+	var waited time.Duration
+	for range p.iters {
+		t0 := r.now()
+		if p.agg == 1 {
+			if err := r.issue(c, id, s, lay, b, inPlace); err != nil {
+				return 0, err
+			}
+		} else {
+			if err := c.GroupStart(); err != nil {
+				return 0, err
+			}
+			var err error
+			for range p.agg {
+				if err = r.issue(c, id, s, lay, b, inPlace); err != nil {
+					break
+				}
+			}
+			if err = errors.Join(err, c.GroupEnd()); err != nil {
+				return 0, err
+			}
+		}
+		if p.blocking == 0 {
+			continue
+		}
+		// -z 1 and 2 wait for the operation (the iteration's only one), -z 3 for the
+		// iteration: the same Sync.
+		if err := c.Sync(ctx); err != nil {
+			return 0, err
+		}
+		waited += r.now().Sub(t0)
+		if p.blocking == 2 {
+			continue
+		}
+		if err := bar.wait(ctx); err != nil {
+			return 0, err
+		}
+	}
+	return waited, nil
+}
+
+// replayed captures the iterations of p on rank i into a CUDA graph, waits for every
+// rank to have captured, and times p.graphs launches of the graph.
+func (r *runner) replayed(ctx context.Context, i int, s test, lay layout, b buffers, inPlace bool, p pass, bar *barrier, times []time.Duration) (err error) {
+	cr, ok := r.w.ranks[i].(capturer)
+	if !ok {
+		return fmt.Errorf("-G: %T cannot capture a CUDA graph", r.w.ranks[i])
+	}
+	g, err := cr.Capture(func(c comm.Communicator) error {
+		_, err := r.iterate(ctx, c, i, s, lay, b, inPlace, p, bar)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("capturing a CUDA graph: %w", err)
+	}
+	defer func() {
+		if derr := g.Destroy(); err == nil && derr != nil {
+			err = fmt.Errorf("destroying the CUDA graph: %w", derr)
+		}
+	}()
+	if err := bar.wait(ctx); err != nil { // nccl-tests: every rank has instantiated its graph
+		return err
+	}
+	t0 := r.now()
+	for k := range p.graphs {
+		if err := g.Launch(); err != nil {
+			return fmt.Errorf("launching the CUDA graph (launch %d of %d): %w", k+1, p.graphs, err)
+		}
+	}
+	if err := g.Wait(ctx); err != nil {
+		return err
+	}
+	if times != nil {
+		times[i] = r.now().Sub(t0)
+	}
+	return nil
+}
+
+// capturer is a rank that can capture into CUDA graphs (the simulator's and a GPU's).
+type capturer interface {
+	// Capture runs record with a communicator whose operations go to a stream that is
+	// capturing, and returns the instantiated graph.
+	Capture(record func(c comm.Communicator) error) (graph, error)
+}
+
+// graph is a captured, instantiated CUDA graph of one rank.
+type graph interface {
+	// Launch enqueues one replay of the graph on the stream it was captured on.
+	Launch() error
+	// Wait waits until every launch has completed.
+	Wait(ctx context.Context) error
+	// Destroy releases the graph.
+	Destroy() error
+}
+
+// barrier is nccl-tests' Barrier: it returns once every rank goroutine of this
+// process, and (with world.barrier) every process, has reached it. It can be used
+// again once it has returned.
+type barrier struct {
+	mu     sync.Mutex
+	n      int
+	seen   int
+	cur    *round
+	across func(ctx context.Context) error
+}
+
+// round is one use of a barrier: done closes when the last goroutine has arrived and
+// the processes have met, with err set before.
+type round struct {
+	done chan struct{}
+	err  error
+}
+
+// newBarrier is a barrier for n goroutines of this process and, when across is not
+// nil, the other processes.
+func newBarrier(n int, across func(ctx context.Context) error) *barrier {
+	return &barrier{n: n, cur: &round{done: make(chan struct{})}, across: across}
+}
+
+// wait blocks until every goroutine has called it (and the processes have met), or
+// ctx is done.
+func (b *barrier) wait(ctx context.Context) error {
+	b.mu.Lock()
+	r := b.cur
+	if b.seen++; b.seen < b.n {
+		b.mu.Unlock()
+		select {
+		case <-r.done:
+			return r.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	b.seen, b.cur = 0, &round{done: make(chan struct{})}
+	b.mu.Unlock()
+	if b.across != nil {
+		r.err = b.across(ctx)
+	}
+	close(r.done)
+	return r.err
 }
 
 // pointers returns the send and receive pointers of rank i for one form of s.
@@ -399,8 +634,9 @@ func (r *runner) issue(c comm.Communicator, i int, s test, lay layout, b buffers
 	return fmt.Errorf("unknown collective %q", s.coll.name)
 }
 
-// check fills every rank's buffers from the reference inputs, runs s once, and counts
-// the elements that differ from the host reference, summed over ranks.
+// check fills every rank's buffers from the reference inputs, runs s once (with -G as
+// a captured graph launched once, as nccl-tests checks), and counts the elements that
+// differ from the host reference, summed over ranks.
 func (r *runner) check(ctx context.Context, s test, lay layout, bufs []buffers, inPlace bool) (int64, error) {
 	n := r.n()
 	elem := int64(s.t.Size())
@@ -409,7 +645,7 @@ func (r *runner) check(ctx context.Context, s test, lay layout, bufs []buffers, 
 	}); err != nil {
 		return 0, err
 	}
-	if err := r.timed(ctx, s, lay, bufs, inPlace, 1, nil); err != nil {
+	if err := r.timed(ctx, s, lay, bufs, inPlace, r.newPass(1, 1, min(r.cfg.graphs, 1)), nil); err != nil {
 		return 0, err
 	}
 	wrongs := make([]int64, len(r.w.ranks))

@@ -23,6 +23,10 @@ type config struct {
 	stepFactor         int64
 	iters, warmup      int
 	check              int
+	aggIters           int     // -m: operations per timed iteration, in one group when more than 1
+	blocking           int     // -z: nccl-tests' blocking mode, 0 to 3 (see blockingHelp)
+	average            average // -a: how the reported time combines the ranks' times
+	graphs             int     // -G: launches of the captured iterations (0: no CUDA graph)
 	colls              []collective
 	types              []comm.DType
 	ops                []comm.ReduceOp
@@ -57,6 +61,10 @@ func parseArgs(args []string, out io.Writer) (config, error) {
 		mpiRank = fs.Bool("mpi", false, "run as one rank of an mpirun job: comm's MPI Communicator on host memory (rank 0 prints)")
 		jsonOut = fs.Bool("json", false, "write the results as JSON instead of the nccl-tests table")
 		timeout = fs.Duration("T", 0, "give up after `duration` (0: no limit)")
+		agg     = fs.Int("m", 1, "aggregate `N` operations in one group (GroupStart/GroupEnd) per timed iteration; the time is per operation")
+		block   = fs.Int("z", 0, "blocking `mode`: "+blockingHelp)
+		avg     = fs.Int("a", int(avgMean), "`mode` of the reported time: 0 rank 0's, 1 the average over the ranks, 2 their minimum, 3 their maximum")
+		graphs  = fs.Int("G", 0, "capture the timed iterations in a CUDA graph and replay it `N` times (0: no graph)")
 	)
 	fs.Var(&minB, "b", "smallest `size` in bytes (K, M, G suffixes: 1024-based)")
 	fs.Var(&maxB, "e", "largest `size` in bytes (K, M, G suffixes)")
@@ -77,6 +85,7 @@ func parseArgs(args []string, out io.Writer) (config, error) {
 		minBytes: int64(minB), maxBytes: int64(maxB), stepBytes: int64(step), stepFactor: *factor,
 		iters: *iters, warmup: *warmup, check: *check, root: *root, sim: *sim, mpi: *mpiRank, gpus: *gpus,
 		json: *jsonOut, timeout: *timeout, args: append([]string(nil), args...),
+		aggIters: *agg, blocking: *block, average: average(*avg), graphs: *graphs,
 	}
 	var err error
 	if c.colls, err = parseCollectives(*op); err != nil {
@@ -120,8 +129,52 @@ func (c config) validate() error {
 		return fmt.Errorf("%w: -r %d: root must be a rank or -1 (every rank)", errUsage, c.root)
 	case c.timeout < 0:
 		return fmt.Errorf("%w: -T %v: timeout is negative", errUsage, c.timeout)
+	case c.aggIters < 1:
+		return fmt.Errorf("%w: -m %d: need at least 1 operation per iteration", errUsage, c.aggIters)
+	case c.blocking < 0 || c.blocking > 3:
+		return fmt.Errorf("%w: -z %d: want %s", errUsage, c.blocking, blockingHelp)
+	case c.average < avgRank0 || c.average > avgMax:
+		return fmt.Errorf("%w: -a %d: want 0 (rank 0), 1 (average), 2 (minimum) or 3 (maximum)", errUsage, int(c.average))
+	case c.graphs < 0:
+		return fmt.Errorf("%w: -G %d: graph launches are negative", errUsage, c.graphs)
+	case c.iters > math.MaxInt32/c.aggIters/max(c.graphs, 1):
+		return fmt.Errorf("%w: -n %d x -m %d x -G %d: more than %d operations per measurement", errUsage, c.iters, c.aggIters, c.graphs, math.MaxInt32)
+	case (c.blocking == 1 || c.blocking == 2) && c.aggIters > 1:
+		return fmt.Errorf("%w: -z %d with -m %d: the operations of a group complete at its end, so none can be waited for inside it (-z 3 waits after each group)", errUsage, c.blocking, c.aggIters)
+	case c.blocking != 0 && c.graphs > 0:
+		return fmt.Errorf("%w: -z %d with -G %d: a capture records the operations without running them, so none can be waited for", errUsage, c.blocking, c.graphs)
+	case c.graphs > 0 && c.mpi:
+		return fmt.Errorf("%w: -G %d with -mpi: MPI runs on the host and has no CUDA graph to capture into", errUsage, c.graphs)
 	}
 	return nil
+}
+
+// blockingHelp says what each -z mode does, as nccl-tests' blocking modes.
+const blockingHelp = "0 (wait once per measurement), 1 (wait for every operation, then for every rank), 2 (wait for every operation), or 3 (wait for every iteration, then for every rank, the waits for the ranks left out of the time)"
+
+// average is -a: how the reported time combines the ranks' times, as nccl-tests' -a.
+type average int
+
+const (
+	avgRank0 average = iota // rank 0's time
+	avgMean                 // the mean over the ranks (nccl-tests' default)
+	avgMin                  // the fastest rank's
+	avgMax                  // the slowest rank's
+)
+
+// String is the name of a in the header and the JSON output.
+func (a average) String() string {
+	switch a {
+	case avgRank0:
+		return "rank0"
+	case avgMean:
+		return "avg"
+	case avgMin:
+		return "min"
+	case avgMax:
+		return "max"
+	}
+	return fmt.Sprintf("average(%d)", int(a))
 }
 
 // sizes lists the message sizes from minBytes to maxBytes, as nccl-tests steps them.

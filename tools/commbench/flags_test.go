@@ -70,7 +70,8 @@ func TestParseArgsDefaultsAreNCCLTests(t *testing.T) {
 
 func TestParseArgsReadsEveryFlag(t *testing.T) {
 	args := []string{"-b", "8", "-e", "1M", "-f", "4", "-i", "3", "-n", "7", "-w", "0", "-c", "2",
-		"-op", "reduce_scatter", "-dtype", "bf16", "-redop", "max", "-r", "-1", "-sim", "3", "-g", "2", "-json", "-T", "90s"}
+		"-op", "reduce_scatter", "-dtype", "bf16", "-redop", "max", "-r", "-1", "-sim", "3", "-g", "2", "-json", "-T", "90s",
+		"-m", "5", "-a", "3", "-G", "4"}
 	c, err := parseArgs(args, &bytes.Buffer{})
 	require.NoError(t, err)
 	require.Len(t, c.colls, 1)
@@ -80,7 +81,40 @@ func TestParseArgsReadsEveryFlag(t *testing.T) {
 		minBytes: 8, maxBytes: 1 << 20, stepBytes: 3, stepFactor: 4, iters: 7, warmup: 0, check: 2,
 		types: []comm.DType{comm.BFloat16}, ops: []comm.ReduceOp{comm.Max},
 		root: -1, sim: 3, gpus: 2, json: true, timeout: 90 * time.Second, args: args,
+		aggIters: 5, average: avgMax, graphs: 4,
 	}, c)
+}
+
+func TestParseArgsTimingModes(t *testing.T) {
+	tests := []struct {
+		args     []string
+		agg      int
+		blocking int
+		avg      average
+		graphs   int
+	}{
+		{nil, 1, 0, avgMean, 0}, // nccl-tests' defaults
+		{[]string{"-m", "8"}, 8, 0, avgMean, 0},
+		{[]string{"-z", "1"}, 1, 1, avgMean, 0},
+		{[]string{"-z", "0", "-m", "2"}, 2, 0, avgMean, 0},
+		{[]string{"-a", "0"}, 1, 0, avgRank0, 0},
+		{[]string{"-a", "2"}, 1, 0, avgMin, 0},
+		{[]string{"-a", "3", "-G", "10", "-m", "3"}, 3, 0, avgMax, 10},
+		{[]string{"-G", "0", "-mpi"}, 1, 0, avgMean, 0},
+		{[]string{"-z", "1", "-mpi", "-a", "0"}, 1, 1, avgRank0, 0},
+		{[]string{"-z", "2"}, 1, 2, avgMean, 0},
+		{[]string{"-z", "3", "-m", "4"}, 4, 3, avgMean, 0},
+	}
+	for _, tc := range tests {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			c, err := parseArgs(tc.args, &bytes.Buffer{})
+			require.NoError(t, err)
+			assert.Equal(t, tc.agg, c.aggIters)
+			assert.Equal(t, tc.blocking, c.blocking)
+			assert.Equal(t, tc.avg, c.average)
+			assert.Equal(t, tc.graphs, c.graphs)
+		})
+	}
 }
 
 func TestParseArgsNamesAndAliases(t *testing.T) {
@@ -134,6 +168,20 @@ func TestParseArgsRejectsBadCommandLines(t *testing.T) {
 		{[]string{"-dtype", "quad"}, `-dtype "quad": unknown type; want int8, uint8, int32, uint32, int64, uint64, half, float, double, bfloat16, f8e4m3, f8e5m2 or all`},
 		{[]string{"-redop", "xor"}, `-redop "xor": unknown reduction`},
 		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"-m", "0"}, "-m 0: need at least 1 operation per iteration"},
+		{[]string{"-m", "-3"}, "-m -3: need at least 1 operation per iteration"},
+		{[]string{"-z", "-1"}, "-z -1: want 0 (wait once per measurement), 1 (wait for every operation, then for every rank), 2 (wait for every operation), or 3"},
+		{[]string{"-z", "4"}, "-z 4: want 0 (wait once per measurement)"},
+		{[]string{"-a", "-1"}, "-a -1: want 0 (rank 0), 1 (average), 2 (minimum) or 3 (maximum)"},
+		{[]string{"-a", "4"}, "-a 4: want 0 (rank 0), 1 (average), 2 (minimum) or 3 (maximum)"},
+		{[]string{"-G", "-1"}, "-G -1: graph launches are negative"},
+		{[]string{"-z", "1", "-m", "4"}, "-z 1 with -m 4: the operations of a group complete at its end, so none can be waited for inside it (-z 3 waits after each group)"},
+		{[]string{"-z", "2", "-m", "2"}, "-z 2 with -m 2: the operations of a group complete at its end"},
+		{[]string{"-z", "1", "-G", "2", "-sim", "2"}, "-z 1 with -G 2: a capture records the operations without running them"},
+		{[]string{"-z", "3", "-G", "1", "-sim", "2"}, "-z 3 with -G 1: a capture records the operations without running them"},
+		{[]string{"-G", "1", "-mpi"}, "-G 1 with -mpi: MPI runs on the host and has no CUDA graph to capture into"},
+		{[]string{"-n", "100000", "-m", "100000"}, "-n 100000 x -m 100000 x -G 0: more than 2147483647 operations per measurement"},
+		{[]string{"-n", "2000", "-m", "1000", "-G", "1073742"}, "-n 2000 x -m 1000 x -G 1073742: more than"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -150,6 +198,11 @@ func TestParseArgsFlagErrors(t *testing.T) {
 	_, err := parseArgs([]string{"-b", "lots"}, &out)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `invalid value "lots" for flag -b: size "lots"`)
+	for _, f := range []string{"-m", "-z", "-a", "-G"} {
+		_, err = parseArgs([]string{f, "two"}, &out)
+		require.Error(t, err, f)
+		assert.Contains(t, err.Error(), `invalid value "two" for flag `+f, f)
+	}
 
 	out.Reset()
 	_, err = parseArgs([]string{"-h"}, &out)

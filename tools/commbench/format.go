@@ -41,8 +41,11 @@ func (o *textOut) preamble(c config, version string, w *world) {
 	if c.stepFactor == 1 {
 		step, kind = c.stepBytes, "bytes"
 	}
-	o.line("# nThread 1 nGpus %d minBytes %d maxBytes %d step: %d(%s) warmup iters: %d iters: %d agg iters: 1 validation: %d graph: 0",
-		len(w.ranks), c.minBytes, c.maxBytes, step, kind, c.warmup, c.iters, c.check)
+	o.line("# nThread 1 nGpus %d minBytes %d maxBytes %d step: %d(%s) warmup iters: %d iters: %d agg iters: %d validation: %d graph: %d",
+		len(w.ranks), c.minBytes, c.maxBytes, step, kind, c.warmup, c.iters, c.aggIters, c.check, c.graphs)
+	if c.blocking != 0 || c.average != avgMean {
+		o.line("# blocking: %d average: %d(%s)", c.blocking, int(c.average), c.average)
+	}
 	o.line("#")
 	o.line("# Using devices")
 	for _, d := range w.devices {

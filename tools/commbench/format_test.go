@@ -153,7 +153,7 @@ func TestSimulatedOutputMarksEveryLine(t *testing.T) {
 	var out bytes.Buffer
 	o := &textOut{w: &out, sim: true}
 	w := &world{ranks: make([]rank, 2), simulated: true, devices: []string{"Rank  0 sim", "Rank  1 sim"}}
-	o.preamble(config{minBytes: 8, maxBytes: 64, stepFactor: 2, iters: 5, warmup: 1, check: 1}, "(devel)", w)
+	o.preamble(config{minBytes: 8, maxBytes: 64, stepFactor: 2, iters: 5, warmup: 1, check: 1, aggIters: 1, average: avgMean}, "(devel)", w)
 	o.header(collNamed(t, "all_reduce"))
 	o.row(row{Size: 8, Count: 2, Type: "float", RedOp: "sum", Root: -1, InPlace: &measure{TimeUS: 3, Wrong: ptr(0)}})
 	o.footer(&table{Collective: "all_reduce"})

@@ -19,6 +19,9 @@ type gpuRank struct {
 	b   *comm.NCCL
 	dev cuda.Device
 	ctx cuda.Context
+	// stream is the rank's stream for -G, created by the first Capture: graphs are
+	// captured and launched on it.
+	stream cuda.Stream
 }
 
 func (g *gpuRank) Comm() comm.Communicator { return g.b.Communicator() }
@@ -55,6 +58,63 @@ func (g *gpuRank) Write(p comm.DevicePtr, data []byte) error {
 		}
 		return cuda.CtxSynchronize()
 	})
+}
+
+// Capture records what record issues, on the rank's own stream, into a CUDA graph and
+// instantiates it. The capture is thread-local, as nccl-tests captures, so that the
+// ranks of this process capture at once; the goroutine stays on its thread, with the
+// rank's context current, until the capture has ended.
+func (g *gpuRank) Capture(record func(c comm.Communicator) error) (graph, error) {
+	var exec cuda.GraphExec
+	var v comm.StreamComm
+	err := g.onDevice(func() error {
+		if g.stream == 0 {
+			if err := cuda.StreamCreate(&g.stream, uint32(cuda.StreamNonBlocking)); err != nil {
+				return fmt.Errorf("cuStreamCreate: %w", err)
+			}
+		}
+		var err error
+		if v, err = g.b.Communicator().OnStream(comm.Stream(g.stream)); err != nil {
+			return err
+		}
+		if err := cuda.StreamBeginCapture(g.stream, cuda.StreamCaptureModeThreadLocal); err != nil {
+			return fmt.Errorf("cuStreamBeginCapture: %w", err)
+		}
+		recErr := record(v)
+		var cg cuda.Graph
+		if err := cuda.StreamEndCapture(g.stream, &cg); err != nil {
+			return errors.Join(recErr, fmt.Errorf("cuStreamEndCapture: %w", err))
+		}
+		defer cuda.GraphDestroy(cg)
+		if recErr != nil {
+			return recErr
+		}
+		if err := cuda.GraphInstantiate(&exec, cg, 0); err != nil {
+			return fmt.Errorf("cuGraphInstantiate: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return gpuGraph{r: g, exec: exec, v: v}, nil
+}
+
+// gpuGraph is an instantiated CUDA graph of one GPU rank.
+type gpuGraph struct {
+	r    *gpuRank
+	exec cuda.GraphExec
+	v    comm.StreamComm
+}
+
+func (g gpuGraph) Launch() error {
+	return g.r.onDevice(func() error { return cuda.GraphLaunch(g.exec, g.r.stream) })
+}
+
+func (g gpuGraph) Wait(ctx context.Context) error { return g.v.Sync(ctx) }
+
+func (g gpuGraph) Destroy() error {
+	return g.r.onDevice(func() error { return cuda.GraphExecDestroy(g.exec) })
 }
 
 func (g *gpuRank) Read(p comm.DevicePtr, n int64) ([]byte, error) {
@@ -108,9 +168,13 @@ func openGPUs(ctx context.Context, n int) (*world, error) {
 	w.close = func() error {
 		var errs []error
 		for _, r := range ranks {
-			if r != nil {
-				errs = append(errs, r.b.Close(), cuda.DevicePrimaryCtxRelease(r.dev))
+			if r == nil {
+				continue
 			}
+			if r.stream != 0 {
+				errs = append(errs, r.onDevice(func() error { return cuda.StreamDestroy(r.stream) }))
+			}
+			errs = append(errs, r.b.Close(), cuda.DevicePrimaryCtxRelease(r.dev))
 		}
 		return errors.Join(errs...)
 	}

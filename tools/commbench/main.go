@@ -7,6 +7,7 @@
 //
 //	go run ./tools/commbench [-op allreduce] [-b 8] [-e 128M] [-f 2] [-n 20] [-w 1] [-c 1] [-dtype float] [-redop sum]
 //	go run ./tools/commbench -sim 4 -op all -b 1K -e 1M -f 4
+//	go run ./tools/commbench -sim 2 -b 8 -e 32K -f 8 -m 4 -G 10 -a 3
 //	mpirun -np 4 commbench -mpi -op all              (one rank per process, as nccl-tests' MPI mode)
 //
 // Without -sim it drives every visible GPU from this process, one rank per GPU, with
@@ -14,8 +15,18 @@
 // host-memory simulator: every line is marked SIMULATED, and the times measure ncclgo's
 // software layers only. With -mpi each process is one rank of an mpirun job, on comm's
 // MPI Communicator and host memory: every rank's line is gathered into the header and
-// rank 0 prints the tables (times averaged over the ranks, wrong elements summed). -c checks every result against a host reference and counts the
-// wrong elements in the #wrong columns; the exit status is 1 when any is wrong.
+// rank 0 prints the tables (times combined over the ranks as -a says, wrong elements
+// summed). -c checks every result against a host reference and counts the wrong
+// elements in the #wrong columns; the exit status is 1 when any is wrong.
+//
+// Timing modes, as nccl-tests': -m N issues N operations per timed iteration in one
+// group (GroupStart/GroupEnd) and reports the time per operation; -z 1 waits for every
+// operation, and for every rank, before the next, -z 2 for every operation only, -z 3
+// for every iteration and then every rank, leaving those barriers out of the time;
+// -a 0, 1, 2 or 3 reports rank 0's
+// time, the mean over the ranks (the default), their minimum or their maximum; -G N
+// captures the timed iterations into a CUDA graph per rank (the simulator's model with
+// -sim, real graphs on GPUs; -mpi has none) and replays it N times.
 //
 // comm's AllReduce and Broadcast are in place only, so their out-of-place columns say
 // N/A. Sizes take K, M and G suffixes (1024-based, as in nccl-tests).
@@ -71,14 +82,23 @@ type report struct {
 }
 
 type jsonConfig struct {
-	MinBytes   int64    `json:"minimum_bytes"`
-	MaxBytes   int64    `json:"maximum_bytes"`
-	StepFactor int64    `json:"step_factor,omitempty"`
-	StepBytes  int64    `json:"step_bytes,omitempty"`
-	Warmup     int      `json:"warmup_iters"`
-	Iters      int      `json:"iterations"`
-	Check      int      `json:"validation"`
-	Args       []string `json:"args"`
+	MinBytes   int64 `json:"minimum_bytes"`
+	MaxBytes   int64 `json:"maximum_bytes"`
+	StepFactor int64 `json:"step_factor,omitempty"`
+	StepBytes  int64 `json:"step_bytes,omitempty"`
+	Warmup     int   `json:"warmup_iters"`
+	Iters      int   `json:"iterations"`
+	Check      int   `json:"validation"`
+	// AggIters is -m: operations per timed iteration, grouped when more than 1.
+	AggIters int `json:"agg_iters"`
+	// Blocking is -z: 1 when every operation was waited for before the next.
+	Blocking int `json:"blocking"`
+	// Average is -a: which rank's time, or which combination, the times report:
+	// rank0, avg, min or max.
+	Average string `json:"average"`
+	// Graphs is -G: how many times the captured CUDA graph was launched (0: no graph).
+	Graphs int      `json:"cudagraph_launches"`
+	Args   []string `json:"args"`
 }
 
 // run is the whole command: 0 when every result is right, 1 on a failure or a wrong
@@ -127,7 +147,15 @@ func bench(ctx context.Context, cfg config, w *world, out io.Writer, p *progress
 		Tool: "commbench", Version: version(), Simulated: w.simulated, Ranks: w.worldSize(),
 		Devices: w.devices, Collectives: []*table{},
 		Config: jsonConfig{MinBytes: cfg.minBytes, MaxBytes: cfg.maxBytes, Warmup: cfg.warmup,
-			Iters: cfg.iters, Check: cfg.check, Args: cfg.args},
+			Iters: cfg.iters, Check: cfg.check, AggIters: cfg.aggIters, Blocking: cfg.blocking,
+			Average: cfg.average.String(), Graphs: cfg.graphs, Args: cfg.args},
+	}
+	if cfg.graphs > 0 {
+		for i, rk := range w.ranks {
+			if _, ok := rk.(capturer); !ok {
+				return rep, fmt.Errorf("-G %d: rank %d (%s) cannot capture into a CUDA graph", cfg.graphs, w.id(i), w.devices[min(i, len(w.devices)-1)])
+			}
+		}
 	}
 	if cfg.stepFactor > 1 {
 		rep.Config.StepFactor = cfg.stepFactor

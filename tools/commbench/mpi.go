@@ -33,8 +33,9 @@ func (r mpiRank) Read(p comm.DevicePtr, n int64) ([]byte, error) { return r.mem.
 const deviceLine = 160
 
 // openMPI joins the mpirun job (-mpi): one rank per process, as nccl-tests' MPI mode.
-// Every rank's device line is gathered so that rank 0 prints them all, and the times and
-// wrong-element counts are summed over the ranks with the communicator itself. Each rank
+// Every rank's device line is gathered so that rank 0 prints them all, and the times
+// (combined as -a says) and wrong-element counts are reduced over the ranks with the
+// communicator itself; -z 1's barrier is the communicator's Barrier. Each rank
 // runs with GOMAXPROCS of at least 2 (comm.WithMinGOMAXPROCS): mpirun binds a rank to
 // one core, and with one P Go's scheduler takes it from every long MPI call.
 func openMPI(ctx context.Context) (*world, error) {
@@ -51,7 +52,8 @@ func openMPI(ctx context.Context) (*world, error) {
 		_ = c.Close()
 		return nil, fmt.Errorf("-mpi: gathering the ranks' lines: %w", err)
 	}
-	w.sum = func(v []float64) error { return sumOverRanks(ctx, r, v) }
+	w.reduce = func(v []float64, op comm.ReduceOp) error { return reduceOverRanks(ctx, r, v, op) }
+	w.barrier = r.c.Barrier
 	return w, nil
 }
 
@@ -89,8 +91,9 @@ func gatherLines(ctx context.Context, r mpiRank, line string, n int) ([]string, 
 	return lines, nil
 }
 
-// sumOverRanks adds v element by element over the ranks, in place (float64 all-reduce).
-func sumOverRanks(ctx context.Context, r mpiRank, v []float64) error {
+// reduceOverRanks combines v element by element over the ranks with op, in place
+// (float64 all-reduce).
+func reduceOverRanks(ctx context.Context, r mpiRank, v []float64, op comm.ReduceOp) error {
 	p, err := r.Alloc(int64(8 * len(v)))
 	if err != nil {
 		return err
@@ -103,7 +106,7 @@ func sumOverRanks(ctx context.Context, r mpiRank, v []float64) error {
 	if err := r.Write(p, b); err != nil {
 		return err
 	}
-	if err := r.c.AllReduce(p, len(v), comm.Float64, comm.Sum); err != nil {
+	if err := r.c.AllReduce(p, len(v), comm.Float64, op); err != nil {
 		return err
 	}
 	if err := r.c.Sync(ctx); err != nil {

@@ -16,16 +16,23 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-const mpiRankEnv = "NCCLGO_COMMBENCH_MPI_RANK"
+const (
+	mpiRankEnv = "NCCLGO_COMMBENCH_MPI_RANK"
+	mpiArgsEnv = "NCCLGO_COMMBENCH_MPI_ARGS" // more flags for the ranks, space-separated
+)
 
 // TestMPIModeUnderMpirun runs commbench -mpi as the two ranks of an mpirun job (this
 // test binary, re-executed): one device line per rank, the tables once (rank 0), every
-// result checked and right, for every collective, a reduced bfloat16 included.
+// result checked and right, for every collective, a reduced bfloat16 included; also
+// with the timing modes that cross processes (-z 1's barrier, -a's reductions, -m's
+// groups).
 func TestMPIModeUnderMpirun(t *testing.T) {
 	if os.Getenv(mpiRankEnv) != "" {
 		var out, errOut bytes.Buffer
-		code := run(context.Background(), []string{"-mpi", "-op", "all", "-dtype", "bfloat16", "-redop", "sum",
-			"-b", "8", "-e", "4K", "-f", "8", "-n", "2", "-w", "1", "-T", "2m"}, &out, &errOut, openWorld)
+		args := []string{"-mpi", "-op", "all", "-dtype", "bfloat16", "-redop", "sum",
+			"-b", "8", "-e", "4K", "-f", "8", "-n", "2", "-w", "1", "-T", "2m"}
+		args = append(args, strings.Fields(os.Getenv(mpiArgsEnv))...)
+		code := run(context.Background(), args, &out, &errOut, openWorld)
 		fmt.Print(out.String())
 		require.Zero(t, code, "commbench -mpi exited %d: %s", code, errOut.String())
 		return
@@ -38,20 +45,32 @@ func TestMPIModeUnderMpirun(t *testing.T) {
 		}
 		t.Skip(msg)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, mpirun, "--oversubscribe", "--allow-run-as-root", "-np", "2", "-x", mpiRankEnv,
-		os.Args[0], "-test.run=^TestMPIModeUnderMpirun$", "-test.count=1")
-	cmd.Env = append(os.Environ(), mpiRankEnv+"=1")
-	b, err := cmd.CombinedOutput()
-	out := string(b)
-	require.NoError(t, err, out)
-	colls := []string{"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "gather", "scatter", "sendrecv"}
-	for _, coll := range colls {
-		assert.Equal(t, 1, strings.Count(out, "# Collective test starting: "+coll+"\n"), "%s's table is printed once, by rank 0", coll)
+	for _, tc := range []struct{ extra, header string }{
+		{"", "agg iters: 1 validation: 1 graph: 0\n"},
+		{"-z 1 -a 3", "# blocking: 1 average: 3(max)\n"},
+		{"-m 3 -a 2", "agg iters: 3 validation: 1 graph: 0\n# blocking: 0 average: 2(min)\n"},
+		{"-a 0", "# blocking: 0 average: 0(rank0)\n"},
+		{"-z 3 -m 2", "# blocking: 3 average: 1(avg)\n"},
+	} {
+		extra := tc.extra
+		t.Run(extra, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, mpirun, "--oversubscribe", "--allow-run-as-root", "-np", "2", "-x", mpiRankEnv, "-x", mpiArgsEnv,
+				os.Args[0], "-test.run=^TestMPIModeUnderMpirun$", "-test.count=1")
+			cmd.Env = append(os.Environ(), mpiRankEnv+"=1", mpiArgsEnv+"="+extra)
+			b, err := cmd.CombinedOutput()
+			out := string(b)
+			require.NoError(t, err, out)
+			colls := []string{"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "gather", "scatter", "sendrecv"}
+			for _, coll := range colls {
+				assert.Equal(t, 1, strings.Count(out, "# Collective test starting: "+coll+"\n"), "%s's table is printed once, by rank 0", coll)
+			}
+			assert.Equal(t, len(colls), strings.Count(out, "# Out of bounds values : 0 OK"))
+			assert.Contains(t, out, "Rank  0 Group  0 Pid")
+			assert.Contains(t, out, "Rank  1 Group  0 Pid", "rank 1's line, gathered to rank 0")
+			assert.NotContains(t, out, "SIMULATED", "MPI on host memory is a real transport")
+			assert.Contains(t, out, tc.header)
+		})
 	}
-	assert.Equal(t, len(colls), strings.Count(out, "# Out of bounds values : 0 OK"))
-	assert.Contains(t, out, "Rank  0 Group  0 Pid")
-	assert.Contains(t, out, "Rank  1 Group  0 Pid", "rank 1's line, gathered to rank 0")
-	assert.NotContains(t, out, "SIMULATED", "MPI on host memory is a real transport")
 }
