@@ -25,13 +25,6 @@ type rank interface {
 	Read(p comm.DevicePtr, n int64) ([]byte, error)
 }
 
-// grouper is the group capability of a communicator (comm.NCCLCommunicator has it):
-// send/recv pairs that must progress together go in one group.
-type grouper interface {
-	GroupStart() error
-	GroupEnd() error
-}
-
 // world is the set of ranks a run drives.
 type world struct {
 	ranks     []rank
@@ -619,17 +612,14 @@ func (r *runner) issue(c comm.Communicator, i int, s test, lay layout, b buffers
 		}
 		return c.Broadcast(recv, count, s.t, s.root)
 	case "sendrecv":
-		g, ok := c.(grouper)
-		if !ok {
-			return fmt.Errorf("sendrecv needs GroupStart/GroupEnd, which %T does not offer", c)
-		}
+		// The pair must progress together: one group.
 		n := r.n()
-		if err := g.GroupStart(); err != nil {
+		if err := c.GroupStart(); err != nil {
 			return err
 		}
 		errSend := c.Send(send, count, s.t, (i+1)%n, 0)
 		errRecv := c.Recv(recv, count, s.t, (i-1+n)%n, 0)
-		return errors.Join(errSend, errRecv, g.GroupEnd())
+		return errors.Join(errSend, errRecv, c.GroupEnd())
 	}
 	return fmt.Errorf("unknown collective %q", s.coll.name)
 }
