@@ -223,25 +223,3 @@ func (i *serverIndex) lookup(addr string) *Server {
 }
 
 func bufioReader(nc net.Conn) *bufio.Reader { return bufio.NewReader(nc) }
-
-// expiringContext returns a context that ends with context.DeadlineExceeded when
-// expire is called, for tests that need a deadline to pass at a chosen moment.
-func expiringContext() (ctx context.Context, expire func()) {
-	e := &expiring{done: make(chan struct{})}
-	var once sync.Once
-	return e, func() { once.Do(func() { close(e.done) }) }
-}
-
-type expiring struct{ done chan struct{} }
-
-func (e *expiring) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (e *expiring) Done() <-chan struct{}       { return e.done }
-func (e *expiring) Value(any) any               { return nil }
-func (e *expiring) Err() error {
-	select {
-	case <-e.done:
-		return context.DeadlineExceeded
-	default:
-		return nil
-	}
-}

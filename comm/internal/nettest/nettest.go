@@ -1,5 +1,7 @@
-// Package nettest gives tests of comm and comm/rendezvous loopback ports that stay
-// theirs for the whole test.
+// Package nettest gives tests of comm and comm/rendezvous what they need to stay
+// correct on a loaded machine: loopback ports that stay theirs for the whole test
+// (Port), and deadlines that pass when the test says, not when a timer does
+// (ExpiringContext).
 //
 // A port found by listening on port 0 and closing the listener is free only for a
 // moment: another test process, or any outgoing connection, can take it before the test
@@ -11,8 +13,11 @@
 package nettest
 
 import (
+	"context"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // Port returns a loopback TCP port on 127.0.0.1 reserved for t until t ends.
@@ -38,4 +43,29 @@ func Port(t testing.TB) int {
 		t.Fatalf("reserve a loopback port: getsockname gave %T, not an IPv4 address", sa)
 	}
 	return in4.Port
+}
+
+// ExpiringContext returns a context that ends with context.DeadlineExceeded when expire
+// is called (later calls do nothing). A test whose outcome depends on what has happened
+// by the time a deadline passes (which ranks arrived at a barrier, say) waits for that
+// to happen and then expires the context: a timer of a few hundred milliseconds can
+// pass first on a machine whose cores are busy. The context reports no deadline.
+func ExpiringContext() (ctx context.Context, expire func()) {
+	e := &expiring{done: make(chan struct{})}
+	var once sync.Once
+	return e, func() { once.Do(func() { close(e.done) }) }
+}
+
+type expiring struct{ done chan struct{} }
+
+func (e *expiring) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (e *expiring) Done() <-chan struct{}       { return e.done }
+func (e *expiring) Value(any) any               { return nil }
+func (e *expiring) Err() error {
+	select {
+	case <-e.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
 }

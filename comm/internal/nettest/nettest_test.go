@@ -1,6 +1,7 @@
 package nettest
 
 import (
+	"context"
 	"net"
 	"strconv"
 	"syscall"
@@ -46,4 +47,24 @@ func TestPortRefusesConnectionsAndStaysReserved(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.Close())
 	require.NoError(t, l.Close())
+}
+
+func TestExpiringContextEndsWithDeadlineExceededWhenExpired(t *testing.T) {
+	ctx, expire := ExpiringContext()
+	_, has := ctx.Deadline()
+	assert.False(t, has)
+	require.NoError(t, ctx.Err())
+	select {
+	case <-ctx.Done():
+		t.Fatal("done before expire")
+	default:
+	}
+	child, cancel := context.WithCancel(ctx)
+	defer cancel()
+	expire()
+	expire() // a second call does nothing
+	<-ctx.Done()
+	<-child.Done()
+	assert.ErrorIs(t, ctx.Err(), context.DeadlineExceeded)
+	assert.ErrorIs(t, child.Err(), context.DeadlineExceeded, "derived contexts end with it")
 }
