@@ -69,6 +69,22 @@ func noLeaks(t *testing.T) {
 	})
 }
 
+// waitCount waits until the counter under key (the arrivals of a generation) reads n.
+func waitCount(t *testing.T, s rendezvous.Store, key string, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	want := strconv.Itoa(n)
+	require.Eventually(t, func() bool {
+		present, err := s.Check(ctx, key)
+		if err != nil || !present[0] {
+			return false
+		}
+		v, err := s.Get(ctx, key)
+		return err == nil && string(v) == want
+	}, time.Minute, time.Millisecond, "%d arrivals counted under %s", n, key)
+}
+
 // joinAll joins ranks of a world-rank job on port, each with its own fake device.
 func joinAll(t *testing.T, port, world int, ranks ...int) (map[int]*Job, map[int]idFake) {
 	t.Helper()
@@ -144,11 +160,17 @@ func TestBringUpNamesTheMissingRankAndTheNextGenerationSucceeds(t *testing.T) {
 	port := freePort(t)
 	jobs, fakes := joinAll(t, port, world, 0, 1, 2) // rank 2 joins the job but never comes
 
-	const deadline = 300 * time.Millisecond
-	ctx, cancel := context.WithTimeout(context.Background(), deadline)
-	defer cancel()
-	start := time.Now()
-	_, errs := onRanks([]int{0, 1}, func(r int) (*NCCL, error) { return jobs[r].NewNCCL(ctx) })
+	// The deadline passes once ranks 0 and 1 have arrived, however slow the machine.
+	ctx, expire := nettest.ExpiringContext()
+	defer expire()
+	failed := make(chan map[int]error, 1)
+	go func() {
+		_, errs := onRanks([]int{0, 1}, func(r int) (*NCCL, error) { return jobs[r].NewNCCL(ctx) })
+		failed <- errs
+	}()
+	waitCount(t, jobs[0].Store(), rendezvous.GenerationKey(defaultGroup, 0, "count"), 2)
+	expire()
+	errs := <-failed
 	for _, r := range []int{0, 1} {
 		err := errs[r]
 		var be *rendezvous.BarrierError
@@ -159,7 +181,6 @@ func TestBringUpNamesTheMissingRankAndTheNextGenerationSucceeds(t *testing.T) {
 		assert.Contains(t, err.Error(), "generation 0", "rank %d", r)
 		assert.Empty(t, fakes[r].named("CommInitRank"), "rank %d: no communicator without the id", r)
 	}
-	t.Logf("both ranks failed %v after the start (deadline %v)", time.Since(start).Round(time.Millisecond), deadline)
 
 	// Everyone tries again: rank 2 skips the abandoned generation 0.
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
@@ -285,9 +306,16 @@ func TestAttemptReconnectNamesTheRanksThatDoNotCome(t *testing.T) {
 
 	fakes[0].asyncErr.Store(int32(gpulib.SystemError))
 	require.False(t, bs[0].IsHealthy())
-	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
-	defer cancelShort()
-	err := bs[0].AttemptReconnect(short)
+	// The deadline passes once rank 0 has arrived in generation 1, however slow the
+	// machine.
+	short, expire := nettest.ExpiringContext()
+	defer expire()
+	reconnected := make(chan error, 1)
+	go func() { reconnected <- bs[0].AttemptReconnect(short) }()
+	waitCount(t, jobs[0].Store(), rendezvous.GenerationKey(defaultGroup, 1, "count"), 1)
+	expire()
+	err := <-reconnected
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	var be *rendezvous.BarrierError
 	require.ErrorAs(t, err, &be)
 	assert.Equal(t, []int{1}, be.Missing)
@@ -344,8 +372,14 @@ func TestJobRejectsBadSettings(t *testing.T) {
 	require.NoError(t, err)
 	defer busy.Close()
 	busyPort := busy.Addr().(*net.TCPAddr).Port
-	short := func() context.Context {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	// A short deadline for the cases that fail when it passes; the others fail at once,
+	// and get a long one: their message must not depend on how busy the machine is.
+	deadline := func(is error) context.Context {
+		d := time.Minute
+		if is == context.DeadlineExceeded {
+			d = 200 * time.Millisecond
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), d)
 		t.Cleanup(cancel)
 		return ctx
 	}
@@ -377,7 +411,7 @@ func TestJobRejectsBadSettings(t *testing.T) {
 			for k, v := range tt.env {
 				t.Setenv(k, v)
 			}
-			j, err := JoinJob(short(), append(tt.opts, quiet)...)
+			j, err := JoinJob(deadline(tt.is), append(tt.opts, quiet)...)
 			require.Error(t, err)
 			assert.Nil(t, j)
 			if tt.is != nil {

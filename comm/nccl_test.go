@@ -222,7 +222,8 @@ func TestNCCLRecvCommandWaitsForTransportErrors(t *testing.T) {
 		f.hang.Store(true)
 		done := make(chan error)
 		go func() { done <- b.RecvCommandU32(context.Background(), p, 0) }()
-		time.Sleep(10 * time.Millisecond)
+		require.Eventually(t, func() bool { return len(f.named("Broadcast")) == 1 }, time.Minute, time.Millisecond,
+			"the receive is enqueued before the close")
 		closeErr := b.Close()
 		assert.ErrorIs(t, <-done, ErrClosed)
 		assert.Error(t, closeErr, "the pending broadcast never completed")
