@@ -68,3 +68,19 @@ func TestExpiringContextEndsWithDeadlineExceededWhenExpired(t *testing.T) {
 	assert.ErrorIs(t, ctx.Err(), context.DeadlineExceeded)
 	assert.ErrorIs(t, child.Err(), context.DeadlineExceeded, "derived contexts end with it")
 }
+
+func TestReserveHoldsThePortUntilReleased(t *testing.T) {
+	port, release, err := Reserve()
+	require.NoError(t, err)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	defer syscall.Close(fd)
+	sa := &syscall.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}
+	assert.ErrorIs(t, syscall.Bind(fd, sa), syscall.EADDRINUSE, "the port is bound while reserved")
+	_, err = net.Dial("tcp", addr)
+	assert.ErrorIs(t, err, syscall.ECONNREFUSED)
+	release()
+	release() // a second release does nothing
+	assert.NoError(t, syscall.Bind(fd, sa), "the port is free once released")
+}
