@@ -359,9 +359,7 @@ func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
 func TestDialNamesWhoNeverServedTheStore(t *testing.T) {
 	noLeaks(t)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(nettest.Port(t)))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	_, err := Dial(ctx, addr, WithServedBy("rank 0"))
+	err := dialPastARefusal(t, addr, WithServedBy("rank 0"))
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Contains(t, err.Error(), "rank 0 never served the store at "+addr)
 	assert.Contains(t, err.Error(), "refused")
