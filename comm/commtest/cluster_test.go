@@ -94,7 +94,7 @@ func TestCloseLeavesNoGoroutinesAndNoDeviceResources(t *testing.T) {
 		assert.Equal(t, commtest.Usage{Bytes: 256, Allocations: 1}, u,
 			"rank %d: only the test's own buffer is left (the backend released its streams, events, scratch, registrations and symmetric memory)", r)
 	}
-	deadline := time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // generous: the machine may be loaded
 	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
