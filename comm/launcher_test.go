@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/comm/internal/nettest"
 	"github.com/ncclgo/ncclgo/comm/rendezvous"
 )
 
@@ -98,9 +99,18 @@ func TestAgentStoreRestartMeetsInTheNewAttempt(t *testing.T) {
 	agentEnv(t, port, 0, world, 0)
 	j0, err := JoinJob(ctx, withDevice(newIDFake()), quiet)
 	require.NoError(t, err)
-	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
-	_, err = j0.NewNCCL(short)
-	cancelShort()
+	// The deadline passes once rank 0 has arrived, however slow the machine.
+	short, expire := nettest.ExpiringContext()
+	defer expire()
+	failed := make(chan error, 1)
+	go func() { _, err := j0.NewNCCL(short); failed <- err }()
+	probe, err := rendezvous.Dial(ctx, "127.0.0.1:"+strconv.Itoa(port), rendezvous.WithLogger(quietLog))
+	require.NoError(t, err)
+	defer probe.Close()
+	waitCount(t, probe, rendezvous.AgentStorePrefix(0)+"/"+rendezvous.GenerationKey(defaultGroup, 0, "count"), 1)
+	expire()
+	err = <-failed
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	var be *rendezvous.BarrierError
 	require.True(t, errors.As(err, &be), "attempt 0 without its peer: %v", err)
 	assert.Equal(t, []int{1}, be.Missing)

@@ -25,6 +25,7 @@ const (
 	procChildEnv    = "NCCLGO_COMM_TEST_CHILD"    // "1": run childMain instead of the tests
 	procHangEnv     = "NCCLGO_COMM_TEST_HANG"     // "1": join the job, then wait to be killed
 	procDeadlineEnv = "NCCLGO_COMM_TEST_DEADLINE" // deadline of the first bring-up attempt
+	procMeetEnv     = "NCCLGO_COMM_TEST_MEET"     // "1": wait for the whole world to join first
 )
 
 func TestMain(m *testing.M) {
@@ -90,6 +91,14 @@ func childMain() int {
 		return 2
 	}
 	defer j.Close()
+	// The first attempt's deadline starts once every rank has joined: a process that
+	// starts seconds after the others on a loaded machine must not be the one missing.
+	if os.Getenv(procMeetEnv) == "1" {
+		if err := j.Store().Barrier(ctx, "test/joined", j.Rank(), j.WorldSize()); err != nil {
+			say("error joined barrier: %v", err)
+			return 2
+		}
+	}
 	say("joined")
 	if os.Getenv(procHangEnv) == "1" {
 		<-ctx.Done() // killed long before
@@ -140,7 +149,7 @@ func TestProcessesRendezvousSurviveAKilledRank(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	job := proctest.New(t, ctx)
-	start := func(rank int, hang bool) *proctest.Proc {
+	start := func(rank int, hang, first bool) *proctest.Proc {
 		return job.Start(rank,
 			procChildEnv+"=1",
 			rendezvous.EnvMasterAddr+"=127.0.0.1",
@@ -151,12 +160,13 @@ func TestProcessesRendezvousSurviveAKilledRank(t *testing.T) {
 			rendezvous.EnvToken+"="+token,
 			procDeadlineEnv+"="+firstDeadline.String(),
 			procHangEnv+"="+map[bool]string{true: "1", false: "0"}[hang],
+			procMeetEnv+"="+map[bool]string{true: "1", false: "0"}[first],
 		)
 	}
 
 	ranks := map[int]*proctest.Proc{}
 	for r := range world {
-		ranks[r] = start(r, r == victim)
+		ranks[r] = start(r, r == victim, true)
 	}
 	joined := map[int]bool{}
 	for len(joined) < world {
@@ -179,7 +189,7 @@ func TestProcessesRendezvousSurviveAKilledRank(t *testing.T) {
 		assert.Less(t, time.Duration(elapsed)*time.Millisecond, firstDeadline+15*time.Second, "rank %d failed after its deadline, not much later", ln.Rank)
 	}
 
-	ranks[victim] = start(victim, false)
+	ranks[victim] = start(victim, false, false)
 	uids := map[int]string{}
 	for len(uids) < world {
 		ln := job.Next("generation 1", func(ln proctest.Line) bool { return strings.HasPrefix(ln.Text, "ok ") })

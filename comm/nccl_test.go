@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +30,30 @@ func TestNCCLInitPollsUntilReady(t *testing.T) {
 	assert.True(t, b.IsHealthy())
 	assert.Equal(t, 1, b.Rank())
 	assert.Equal(t, 2, b.WorldSize())
+}
+
+// slowInitPoll is the fake whose first CommGetAsyncError answers only after delay, as
+// a thread that was descheduled while it asked: the init it reports on completed.
+type slowInitPoll struct {
+	*fakeDriver
+	delay time.Duration
+	once  sync.Once
+}
+
+func (f *slowInitPoll) CommGetAsyncError(c gpulib.Comm) (gpulib.Result, error) {
+	f.once.Do(func() { time.Sleep(f.delay) })
+	return f.fakeDriver.CommGetAsyncError(c)
+}
+
+// An init that completed within the operation timeout is not a timeout because the
+// poll that says so returned after it.
+func TestNCCLInitThatCompletedIsNotATimeout(t *testing.T) {
+	f := &slowInitPoll{fakeDriver: newFake(), delay: 50 * time.Millisecond}
+	b, err := newNCCL(context.Background(), f, UniqueID{}, 0, 2, newConfig([]Option{quiet, WithTimeout(10 * time.Millisecond)}))
+	require.NoError(t, err, "the init completed; only the answer came after the timeout")
+	assert.True(t, b.IsHealthy())
+	assert.Empty(t, f.named("CommAbort"))
+	require.NoError(t, b.Close())
 }
 
 // TestNCCLInitGivesUpAndAborts checks that an init that never completes ends with the
@@ -222,7 +247,8 @@ func TestNCCLRecvCommandWaitsForTransportErrors(t *testing.T) {
 		f.hang.Store(true)
 		done := make(chan error)
 		go func() { done <- b.RecvCommandU32(context.Background(), p, 0) }()
-		time.Sleep(10 * time.Millisecond)
+		require.Eventually(t, func() bool { return len(f.named("Broadcast")) == 1 }, time.Minute, time.Millisecond,
+			"the receive is enqueued before the close")
 		closeErr := b.Close()
 		assert.ErrorIs(t, <-done, ErrClosed)
 		assert.Error(t, closeErr, "the pending broadcast never completed")

@@ -105,6 +105,15 @@ func (c *NCCLCommunicator) deadline(m waitMode) time.Time {
 // poll is one step shared by every wait: the communicator's asynchronous state, the
 // interruption by Close or AttemptReconnect, ctx, and the deadline.
 func (c *NCCLCommunicator) poll(ctx context.Context, comm gpulib.Comm, deadline time.Time) (gpulib.Result, error) {
+	res, err := c.pollState(comm)
+	if err != nil {
+		return res, err
+	}
+	return res, c.expired(ctx, deadline)
+}
+
+// pollState is poll without ctx and the deadline.
+func (c *NCCLCommunicator) pollState(comm gpulib.Comm) (gpulib.Result, error) {
 	res, err := c.d.CommGetAsyncError(comm)
 	if err != nil {
 		return res, err
@@ -120,13 +129,19 @@ func (c *NCCLCommunicator) poll(ctx context.Context, comm gpulib.Comm, deadline 
 	case interruptAbort:
 		return res, fmt.Errorf("%w: the watchdog is aborting the communicator", ErrUnhealthy)
 	}
+	return res, nil
+}
+
+// expired is the end of a wait that is not complete: ctx's error, or the timeout once
+// the deadline has passed.
+func (c *NCCLCommunicator) expired(ctx context.Context, deadline time.Time) error {
 	if err := ctx.Err(); err != nil {
-		return res, err
+		return err
 	}
 	if !deadline.IsZero() && time.Now().After(deadline) {
-		return res, c.fail(fmt.Errorf("%w: not completed within %v; a collective that a peer never joined waits forever (every rank must make the same collective calls in the same order)", ErrTimeout, c.cfg.timeout))
+		return c.fail(fmt.Errorf("%w: not completed within %v; a collective that a peer never joined waits forever (every rank must make the same collective calls in the same order)", ErrTimeout, c.cfg.timeout))
 	}
-	return res, nil
+	return nil
 }
 
 // settle waits until comm leaves ncclInProgress (non-blocking init, split, and any call
@@ -134,12 +149,15 @@ func (c *NCCLCommunicator) poll(ctx context.Context, comm gpulib.Comm, deadline 
 func (c *NCCLCommunicator) settle(ctx context.Context, comm gpulib.Comm, m waitMode) error {
 	deadline := c.deadline(m)
 	for i := 0; ; i++ {
-		res, err := c.poll(ctx, comm, deadline)
+		res, err := c.pollState(comm)
 		if err != nil {
 			return err
 		}
-		if res == gpulib.Success {
+		if res == gpulib.Success { // complete, however late this poll came
 			return nil
+		}
+		if err := c.expired(ctx, deadline); err != nil {
+			return err
 		}
 		pause(i, c.cfg.poll)
 	}

@@ -58,9 +58,9 @@ func torchrun(t *testing.T, env torchtest.Env, nproc int, backend string, restar
 	dir := torchtest.Stage(t, filepath.Join("testdata", "torchrun_launch.py"))
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	// freePort's port may be taken by another process before torchrun's agent binds it
-	// (other tests run at the same time): then the agent fails with EADDRINUSE, and the
-	// launch is tried again on another port.
+	// freePort reserves the port for the test; torch's TCPStore server (1.13 and 2.x)
+	// binds with SO_REUSEADDR, so torchrun's agent can still take it. Should the agent
+	// fail with EADDRINUSE all the same, the launch is tried again on another port.
 	for try := 1; ; try++ {
 		cmd := env.Command(ctx, filepath.Join(dir, "torchrun_launch.py"), strconv.Itoa(nproc), backend,
 			strconv.Itoa(freePort(t)), strconv.Itoa(restarts), bin)

@@ -154,7 +154,8 @@ func TestSymmetricAllocIsLocalAndTheWindowCollective(t *testing.T) {
 		})
 	}
 	t.Run("alone", func(t *testing.T) {
-		c, err := commtest.NewCluster(2, commtest.WithCommOptions(comm.WithTimeout(300*time.Millisecond), comm.WithLogger(quietLog)))
+		// The timeout bounds the cluster's init too: a second, as fast gives.
+		c, err := commtest.NewCluster(2, commtest.WithCommOptions(comm.WithTimeout(time.Second), comm.WithLogger(quietLog)))
 		require.NoError(t, err)
 		defer func() { _ = c.Close() }()
 		b, err := c.Backend(0)

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm/internal/nettest"
 )
 
 func TestBarrierReleasesAllRanksTogether(t *testing.T) {
@@ -54,7 +56,7 @@ func TestBarrierNamesTheMissingRanks(t *testing.T) {
 	key := GenerationKey("test", 0, "barrier")
 	// The deadline passes once every rank that comes has arrived, however slow the
 	// machine.
-	ctx, expire := expiringContext()
+	ctx, expire := nettest.ExpiringContext()
 
 	var wg sync.WaitGroup
 	errs := make([]error, world)

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm/internal/nettest"
 )
 
 // logBuffer collects log lines from the server for assertions.
@@ -224,24 +226,23 @@ func (i *serverIndex) lookup(addr string) *Server {
 
 func bufioReader(nc net.Conn) *bufio.Reader { return bufio.NewReader(nc) }
 
-// expiringContext returns a context that ends with context.DeadlineExceeded when
-// expire is called, for tests that need a deadline to pass at a chosen moment.
-func expiringContext() (ctx context.Context, expire func()) {
-	e := &expiring{done: make(chan struct{})}
-	var once sync.Once
-	return e, func() { once.Do(func() { close(e.done) }) }
-}
-
-type expiring struct{ done chan struct{} }
-
-func (e *expiring) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (e *expiring) Done() <-chan struct{}       { return e.done }
-func (e *expiring) Value(any) any               { return nil }
-func (e *expiring) Err() error {
-	select {
-	case <-e.done:
-		return context.DeadlineExceeded
-	default:
-		return nil
-	}
+// dialPastARefusal dials addr, where nothing listens, with a deadline that passes once
+// an attempt has failed on its own (the client logs it), so that the error reports that
+// attempt's failure however slow the machine; it returns Dial's error.
+func dialPastARefusal(t testing.TB, addr string, opts ...ClientOption) error {
+	t.Helper()
+	logs := &logBuffer{}
+	ctx, expire := nettest.ExpiringContext()
+	defer expire()
+	dialed := make(chan error, 1)
+	go func() {
+		c, err := Dial(ctx, addr, append([]ClientOption{WithLogger(logs.logger())}, opts...)...)
+		if err == nil {
+			_ = c.Close()
+		}
+		dialed <- err
+	}()
+	eventually(t, "an attempt failed", func() bool { return strings.Contains(logs.String(), "dial failed, retrying") })
+	expire()
+	return <-dialed
 }

@@ -81,6 +81,14 @@ func childMain() int {
 		return 2
 	}
 	defer c.Close()
+	// Generation 0's deadline starts once every rank has connected: a process that
+	// starts seconds after the others on a loaded machine must not be the one missing.
+	if gen == 0 {
+		if err := c.Barrier(ctx, "test/connected", cfg.Rank, cfg.WorldSize); err != nil {
+			say("error connected barrier: %v", err)
+			return 2
+		}
+	}
 	say("connected")
 	if os.Getenv(childHangEnv) == "1" {
 		<-ctx.Done() // killed long before

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm/internal/nettest"
 )
 
 // ncclgo's TCPStoreClient, speaking either generation, against ncclgo's server, which
@@ -102,10 +104,17 @@ func TestTCPStoreClientAgainstServer(t *testing.T) {
 			require.NoError(t, dial(t, addr).Barrier(ctx, "b2", 1, 2))
 			require.NoError(t, <-done)
 
-			// A barrier whose peers never come names them.
-			short, cancel = context.WithTimeout(ctx, 200*time.Millisecond)
-			err = tc.Barrier(short, "lonely", 0, 3)
-			cancel()
+			// A barrier whose peers never come names them. Its deadline passes once
+			// rank 0 has arrived, however slow the machine.
+			lonely, expire := nettest.ExpiringContext()
+			go func() { done <- tc.Barrier(lonely, "lonely", 0, 3) }()
+			eventually(t, "rank 0 waits at lonely", func() bool {
+				_, arrived, _, found := srv.st.barrierState("lonely")
+				return found && arrived[0]
+			})
+			expire()
+			err = <-done
+			require.ErrorIs(t, err, context.DeadlineExceeded)
 			var be *BarrierError
 			require.True(t, errors.As(err, &be), "%v", err)
 			assert.Equal(t, []int{1, 2}, be.Missing)

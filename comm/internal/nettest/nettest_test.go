@@ -1,6 +1,7 @@
 package nettest
 
 import (
+	"context"
 	"net"
 	"strconv"
 	"syscall"
@@ -46,4 +47,40 @@ func TestPortRefusesConnectionsAndStaysReserved(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.Close())
 	require.NoError(t, l.Close())
+}
+
+func TestExpiringContextEndsWithDeadlineExceededWhenExpired(t *testing.T) {
+	ctx, expire := ExpiringContext()
+	_, has := ctx.Deadline()
+	assert.False(t, has)
+	require.NoError(t, ctx.Err())
+	select {
+	case <-ctx.Done():
+		t.Fatal("done before expire")
+	default:
+	}
+	child, cancel := context.WithCancel(ctx)
+	defer cancel()
+	expire()
+	expire() // a second call does nothing
+	<-ctx.Done()
+	<-child.Done()
+	assert.ErrorIs(t, ctx.Err(), context.DeadlineExceeded)
+	assert.ErrorIs(t, child.Err(), context.DeadlineExceeded, "derived contexts end with it")
+}
+
+func TestReserveHoldsThePortUntilReleased(t *testing.T) {
+	port, release, err := Reserve()
+	require.NoError(t, err)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	defer syscall.Close(fd)
+	sa := &syscall.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}
+	assert.ErrorIs(t, syscall.Bind(fd, sa), syscall.EADDRINUSE, "the port is bound while reserved")
+	_, err = net.Dial("tcp", addr)
+	assert.ErrorIs(t, err, syscall.ECONNREFUSED)
+	release()
+	release() // a second release does nothing
+	assert.NoError(t, syscall.Bind(fd, sa), "the port is free once released")
 }
