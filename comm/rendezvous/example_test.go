@@ -73,7 +73,7 @@ func ExampleClient_Barrier() {
 		return
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second) // long enough for rank 0 to arrive on a busy machine
 	defer cancel()
 	// Rank 0 of 3 arrives; ranks 1 and 2 never do.
 	err = c.Barrier(ctx, rendezvous.GenerationKey("demo", 0, "barrier"), 0, 3)
