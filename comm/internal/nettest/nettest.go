@@ -35,10 +35,11 @@ func Port(t testing.TB) int {
 // Reserve is Port for code without a testing.TB (a harness that starts worlds on its
 // own): the port stays reserved until release is called.
 func Reserve() (port int, release func(), err error) {
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	if err != nil {
 		return 0, nil, fmt.Errorf("reserve a loopback port: socket: %w", err)
 	}
+	syscall.CloseOnExec(fd) // rank processes the test starts do not inherit it
 	fail := func(what string, err error) (int, func(), error) {
 		_ = syscall.Close(fd)
 		return 0, nil, fmt.Errorf("reserve a loopback port: %s: %w", what, err)

@@ -20,7 +20,7 @@ func TestPortRefusesConnectionsAndStaysReserved(t *testing.T) {
 	assert.ErrorIs(t, err, syscall.ECONNREFUSED, "nothing listens on a reserved port")
 
 	// A bind that does not share the port is refused: the port is taken.
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	require.NoError(t, err)
 	defer syscall.Close(fd)
 	err = syscall.Bind(fd, &syscall.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}})
@@ -73,7 +73,7 @@ func TestReserveHoldsThePortUntilReleased(t *testing.T) {
 	port, release, err := Reserve()
 	require.NoError(t, err)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	require.NoError(t, err)
 	defer syscall.Close(fd)
 	sa := &syscall.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}
