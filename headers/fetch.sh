@@ -50,7 +50,7 @@ apt_update() {
 		done
 		# Components other than contrib and non-free that the manifest pins (main for
 		# Open MPI), only for the suites that pin them.
-		awk -F'\t' '$1 !~ /^#/ && NF >= 8 && $5 != "contrib" && $5 != "non-free" {print $4, $5}' "$manifest" | sort -u |
+		awk -F'\t' '$1 !~ /^#/ && NF >= 8 && $4 ~ /^(sid|trixie|bookworm)$/ && $5 != "contrib" && $5 != "non-free" {print $4, $5}' "$manifest" | sort -u |
 			while read -r s c; do echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror $s $c"; done
 	} >"$apt_dir/sources.list"
 	# shellcheck disable=SC2046
