@@ -327,6 +327,9 @@ add_nccl() {
 		fi
 		reasons+="; $s: $(why "$tmp_root/nvheader.log" | sed 's/^nvheader: //')"
 	done
+	if [ "$src" = git ]; then
+		die "$set: NVIDIA/nccl v$v-1 could not be had (${reasons#; }); check the release, and that $git has its tag (git -C $git fetch --tags)"
+	fi
 	die "$set: NVIDIA/nccl v$v-1 could not be had (${reasons#; }); check the release, or give a local clone: NCCL_SOURCE=git NCCL_GIT=<clone of NVIDIA/nccl>"
 }
 

@@ -20,7 +20,7 @@ func fetchEnv(cache, manifest string, env ...string) []string {
 	var out []string
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, "NCCLGO_") || strings.EqualFold(name, "http_proxy") || strings.EqualFold(name, "https_proxy") {
+		if strings.HasPrefix(name, "NCCLGO_") || name == "MAKEFLAGS" || name == "MFLAGS" || name == "MAKELEVEL" || strings.EqualFold(name, "http_proxy") || strings.EqualFold(name, "https_proxy") {
 			continue
 		}
 		out = append(out, kv)
