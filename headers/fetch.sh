@@ -203,7 +203,12 @@ fetch_kind() {
 				echo "fetch.sh: $set and the other $suite sets not fetched ($suite cannot be reached from here): tools/bindgen reads them from gen/snapshot (their committed snapshots)" >&2
 				continue
 			fi
-			[ "$rc" = 0 ] || die "$who: $(why "$tmp_root/nvheader.log" | sed 's/^nvheader: //'); if the release was re-tagged on purpose, pin the new sha256 in $manifest"
+			if [ "$rc" != 0 ]; then
+				if grep -q 'the manifest pins' "$tmp_root/nvheader.log"; then
+					die "$who: $(why "$tmp_root/nvheader.log" | sed 's/^nvheader: //'); if the release was re-tagged on purpose, pin the new sha256 in $manifest"
+				fi
+				die "$who: $(why "$tmp_root/nvheader.log" | sed 's/^nvheader: //'); check its line in $manifest (headers/nvheader makes nccl.h from the $suite release)"
+			fi
 			touch "$dir/.verified" || die "$who: cannot write $dir: check the cache folder (NCCLGO_CACHE)"
 			continue
 			;;

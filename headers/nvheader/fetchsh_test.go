@@ -102,6 +102,18 @@ func TestFetchShMakesGithubHeadersAndSkipsWhenUnreachable(t *testing.T) {
 		"; if the release was re-tagged on purpose, pin the new sha256 in " + manifest}, messages(out))
 	assert.NoFileExists(t, filepath.Join(cache, "header", "nccl-9.8.7", ".verified"))
 
+	// Sources that do not make the header: one line too.
+	files := map[string]string{}
+	for k, v := range fixture {
+		files[k] = v
+	}
+	files["makefiles/version.mk"] = strings.Replace(fixture["makefiles/version.mk"], "7", "6", 1)
+	other := githubServer(t, files)
+	out, manifest, err = runFetchSh(t, "headers", line, t.TempDir(), "NCCLGO_GITHUB_RAW="+other.URL)
+	assert.Equal(t, 1, exitCode(err), out)
+	assert.Equal(t, []string{"fetch.sh: nccl-9.8.7: NVIDIA/nccl v9.8.7-1 (github): makefiles/version.mk says 9.8.6, not 9.8.7; check its line in " +
+		manifest + " (headers/nvheader makes nccl.h from the github release)"}, messages(out))
+
 	// Unreachable: one message for the source, no failure.
 	cache = t.TempDir()
 	two := line + strings.ReplaceAll(line, "9.8.7", "9.8.8")
