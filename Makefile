@@ -10,9 +10,15 @@ NCCL ?=
 NCCL_SOURCE ?=
 NCCL_GIT ?=
 
-.PHONY: all headers libs kernel-inputs generate check-generated tidy-check test test-load test-short bench lint kernels kernels-check gpu-bundle gpu-rehearsal clean
+.PHONY: all deps headers libs kernel-inputs generate check-generated tidy-check test test-load test-short bench lint kernels kernels-check gpu-bundle gpu-rehearsal clean
 
 all: lint test
+
+## deps: install what the tests need beyond the README's prerequisites: Open MPI, python3-torch and debootstrap
+## (Debian packages; apt as root, else through sudo, else it stops with the command to run) and the torch 2.x
+## root (.ci/torch-chroot.sh build). Quick when everything is there.
+deps:
+	.ci/deps.sh
 
 ## headers: fetch the pinned header sets (NCCL=<version> instead adds a new NCCL release: pins and caches it;
 ## NCCL_SOURCE=git NCCL_GIT=<clone of NVIDIA/nccl> takes it from a local clone, without GitHub)
@@ -46,7 +52,7 @@ tidy-check:
 ## NCCLGO_STRICT=1 makes a test fail where it would skip for a missing library, header, cache entry or tool;
 ## tools/testreport keeps go test's closing lines and ends the log with the skipped tests per package.
 test: export NCCLGO_STRICT := 1
-test: lint tidy-check kernel-inputs headers libs check-generated
+test: deps lint tidy-check kernel-inputs headers libs check-generated
 	set -o pipefail; $(GO) test -race -count=1 -v ./... 2>&1 | $(GO) run ./tools/testreport
 	CGO_ENABLED=0 $(GO) build ./...
 	set -o pipefail; CGO_ENABLED=0 $(GO) test -count=1 -v ./raw/... 2>&1 | $(GO) run ./tools/testreport
@@ -58,7 +64,7 @@ test: lint tidy-check kernel-inputs headers libs check-generated
 ## 10-minute default per package is too short for three runs of comm or comm/rendezvous, hence -timeout).
 LOAD_PKGS ?= ./comm/... ./tools/rendezvous ./tools/gpubundle ./tools/cpuload
 test-load: export NCCLGO_STRICT := 1
-test-load: libs
+test-load: deps libs
 	$(GO) build -o bin/cpuload ./tools/cpuload
 	set -o pipefail; bin/cpuload -- $(GO) test -race -count=3 -timeout 30m -v $(LOAD_PKGS) 2>&1 | $(GO) run ./tools/testreport
 
