@@ -4,7 +4,11 @@ GO ?= go
 # The one rule for the cache folder (headers/fetch.sh, tools/bindgen and the tests read
 # NCCLGO_CACHE): $NCCLGO_CACHE, else $XDG_CACHE_HOME/ncclgo, else ~/.cache/ncclgo.
 export NCCLGO_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ncclgo
+# make headers NCCL=x.y.z adds an NCCL release; NCCL_SOURCE=debian|github|pypi|git picks where
+# its nccl.h comes from, NCCL_GIT=DIR is the local clone of NVIDIA/nccl that git reads (no network).
 NCCL ?=
+NCCL_SOURCE ?=
+NCCL_GIT ?=
 
 .PHONY: all deps headers libs kernel-inputs generate check-generated tidy-check test test-load test-short bench lint kernels kernels-check gpu-bundle gpu-rehearsal clean
 
@@ -16,10 +20,11 @@ all: lint test
 deps:
 	.ci/deps.sh
 
-## headers: fetch the pinned header sets (NCCL=<version> adds a new NCCL release first)
+## headers: fetch the pinned header sets (NCCL=<version> instead adds a new NCCL release: pins and caches it;
+## NCCL_SOURCE=git NCCL_GIT=<clone of NVIDIA/nccl> takes it from a local clone, without GitHub)
 headers:
 ifneq ($(NCCL),)
-	NCCL=$(NCCL) headers/fetch.sh add
+	NCCL='$(NCCL)' NCCL_SOURCE='$(NCCL_SOURCE)' NCCL_GIT='$(NCCL_GIT)' headers/fetch.sh add
 else
 	headers/fetch.sh headers
 endif

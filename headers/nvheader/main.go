@@ -8,7 +8,8 @@
 //     byte.
 //   - pypi: include/nccl.h of NVIDIA's wheel nvidia-nccl-cu12 or nvidia-nccl-cu13
 //     (manylinux, x86_64), checked against the sha256 PyPI publishes for the wheel.
-//   - git: the github recipe read from a local clone (git --git-dir DIR show TAG:PATH).
+//   - git: the github recipe read from a local clone (its work tree or git directory:
+//     git --git-dir DIR show TAG:PATH); no network. The manifest line is github's.
 //
 // Usage:
 //
@@ -36,6 +37,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -48,7 +50,7 @@ func main() {
 	flag.StringVar(&o.version, "version", "", "NCCL release, e.g. 2.30.7")
 	flag.StringVar(&o.tag, "tag", "", "release tag (default v<version>-1)")
 	flag.StringVar(&o.pkg, "package", "nvidia-nccl-cu12", "pypi: the wheel's project")
-	flag.StringVar(&o.gitDir, "git", "", "git: the git directory of a clone of NVIDIA/nccl")
+	flag.StringVar(&o.gitDir, "git", "", "git: a clone of NVIDIA/nccl (its folder or its git directory)")
 	flag.StringVar(&o.githubBase, "github-base", "https://raw.githubusercontent.com", "github: raw file server")
 	flag.StringVar(&o.pypiBase, "pypi-base", "https://pypi.org", "pypi: package index")
 	out := flag.String("out", "", "file to write nccl.h to")
@@ -132,9 +134,17 @@ func fetch(o options) (*header, error) {
 		if o.gitDir == "" {
 			return nil, errors.New("source git needs -git DIR")
 		}
+		gitDir, err := resolveGitDir(o.gitDir)
+		if err != nil {
+			return nil, err
+		}
 		h, err := fromSources(o.version, func(p string) ([]byte, error) {
-			out, err := exec.Command("git", "--git-dir", o.gitDir, "show", o.tag+":"+p).Output()
+			out, err := exec.Command("git", "--git-dir", gitDir, "show", o.tag+":"+p).Output()
 			if err != nil {
+				var x *exec.ExitError
+				if errors.As(err, &x) && len(x.Stderr) > 0 {
+					err = errors.New(strings.TrimSpace(string(x.Stderr)))
+				}
 				return nil, fmt.Errorf("git show %s:%s in %s: %w", o.tag, p, o.gitDir, err)
 			}
 			return out, nil
@@ -149,6 +159,19 @@ func fetch(o options) (*header, error) {
 		return fromWheel(o)
 	}
 	return nil, fmt.Errorf("unknown source %q (github, pypi or git)", o.source)
+}
+
+// resolveGitDir is the git directory of dir: dir itself (a bare clone, or a .git folder),
+// or the one of the work tree at dir (a plain clone; its .git may also be a file).
+func resolveGitDir(dir string) (string, error) {
+	if _, err := os.Stat(filepath.Join(dir, ".git")); err != nil {
+		return dir, nil
+	}
+	out, err := exec.Command("git", "-C", dir, "rev-parse", "--absolute-git-dir").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s is no git work tree (git rev-parse: %w)", dir, err)
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 func get(c *http.Client, url string) ([]byte, error) {
