@@ -137,6 +137,8 @@ fetch_deb() {
 	fi
 	deb_path="$(find_deb "$pkg" "$ver")"
 	[ -n "$deb_path" ] || die "$who: apt-get download left no .deb in $apt_dir/debs (the log is $apt_dir/download.log)"
+	# A running total of what was downloaded (CI reports it).
+	echo "$(($(cat "$apt_dir/downloaded-bytes" 2>/dev/null || echo 0) + $(stat -c %s "$deb_path")))" >"$apt_dir/downloaded-bytes"
 }
 
 # extract_files WHO DEB DIR FILE...: extract FILEs (paths inside the .deb, without ./) into
