@@ -403,16 +403,18 @@ func TestDialRetriesUntilTheServerListens(t *testing.T) {
 func TestIdleTimeoutSparesClientsThatWait(t *testing.T) {
 	noLeaks(t)
 	// An idle timeout long enough that keepalives every third of it arrive in time on a
-	// loaded machine.
-	s, addr := startServer(t, WithIdleTimeout(time.Second))
+	// loaded machine: with one second, the server closed both connections in a CI run
+	// while `go test -race ./...` and other builds kept both cores busy.
+	const idle = 4 * time.Second
+	s, addr := startServer(t, WithIdleTimeout(idle))
 	c, setter := dial(t, addr), dial(t, addr)
-	ctx := ctxTimeout(t, 30*time.Second)
-	assert.Equal(t, time.Second, c.idle, "the server announces its idle timeout")
+	ctx := ctxTimeout(t, 60*time.Second)
+	assert.Equal(t, idle, c.idle, "the server announces its idle timeout")
 
 	got := make(chan error, 1)
 	go func() { _, err := c.Get(ctx, "slow"); got <- err }()
-	// Several idle periods pass with the get blocked; keepalives hold the connection.
-	time.Sleep(3500 * time.Millisecond)
+	// More than two idle periods pass with the get blocked; keepalives hold the connection.
+	time.Sleep(idle*2 + idle/2)
 	assert.Equal(t, 2, s.numConns())
 	require.NoError(t, setter.Set(ctx, "slow", []byte("x")))
 	require.NoError(t, <-got)
