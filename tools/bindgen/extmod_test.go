@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -37,13 +36,16 @@ func newExtModule(t *testing.T) *extModule {
 	}
 	repo, err := filepath.Abs("../..")
 	require.NoError(t, err)
+	// go test puts the go command that runs it first on PATH.
+	goBin, err := exec.LookPath("go")
+	require.NoError(t, err)
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "GOFLAGS=") {
 			env = append(env, kv)
 		}
 	}
-	return &extModule{t: t, dir: t.TempDir(), repo: repo, goBin: filepath.Join(runtime.GOROOT(), "bin", "go"), env: env}
+	return &extModule{t: t, dir: t.TempDir(), repo: repo, goBin: goBin, env: env}
 }
 
 // write writes a file of the module.
