@@ -67,3 +67,15 @@ func TestMacroDefinitionsAreRecordedInTheSnapshot(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "macro FAKE_NOWHERE: macroDefinitions names it, but the header does not define it")
 }
+
+// A macro one setting defines is recorded; the target lacks it only if no setting
+// defines it.
+func TestMacroDefinitionsFromAnySetting(t *testing.T) {
+	cfg, root, cache := fakeSetup(t, "#ifdef FAKE_EXTRA\n#define FAKE_ONLY_EXTRA (FAKE_BASE + 1)\n#endif\n#define FAKE_BASE 4\n")
+	cfg.Settings = []Setting{{Name: "default"}, {Name: "extra", Defines: []string{"FAKE_EXTRA"}}}
+	cfg.MacroDefinitions = []string{"FAKE_ONLY_EXTRA"}
+	require.NoError(t, generate(cfg, root, cache, io.Discard))
+	snap, err := os.ReadFile(filepath.Join(root, "gen", "snapshot", "fake-1.0.txt"))
+	require.NoError(t, err)
+	assert.Contains(t, string(snap), "\ndefine FAKE_BASE: 4\ndefine FAKE_ONLY_EXTRA: (FAKE_BASE + 1)\n")
+}

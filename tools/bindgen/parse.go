@@ -157,6 +157,7 @@ func parseSet(cfg *Config, root, cache, set string) (*API, error) {
 		p.translationUnit(asts[i])
 	}
 	p.unaddressedGlobals()
+	p.missingDefinitions()
 	if len(p.errs) > 0 {
 		return nil, joinErrors(p.errs)
 	}

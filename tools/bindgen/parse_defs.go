@@ -50,10 +50,7 @@ func (p *parser) definitions(ast *cc.AST) {
 		seen[name] = true
 		m := ast.Macros[name]
 		if m == nil || !p.inHeader(m.Position().Filename) {
-			if from == "" && p.set == p.cfg.Target() {
-				p.fail(p.pos(p.hdrPath, 1, 1), "macro", name, "macroDefinitions names it, but the header does not define it")
-			}
-			return // an older set may lack it; a used name that is no macro of the header is C's
+			return // see missingDefinitions; a used name that is no macro of the header is C's
 		}
 		mp := m.Position()
 		where := p.pos(mp.Filename, mp.Line, mp.Column)
@@ -102,6 +99,19 @@ func macroDefinition(m *cc.Macro, where string) (*Define, error) {
 	}
 	d.Body = b.String()
 	return d, nil
+}
+
+// missingDefinitions fails a target set that defines a macro of macroDefinitions in no
+// setting (an older set may lack it: it records nothing).
+func (p *parser) missingDefinitions() {
+	if p.set != p.cfg.Target() {
+		return
+	}
+	for _, name := range p.cfg.MacroDefinitions {
+		if p.defines[name] == nil {
+			p.fail(p.pos(p.hdrPath, 1, 1), "macro", name, "macroDefinitions names it, but the header does not define it")
+		}
+	}
 }
 
 // finishDefinitions sorts the recorded definitions into the API.
