@@ -62,6 +62,10 @@ type Config struct {
 	// Unchecked are void * parameters passed to C without cgo's pointer check (unchecked.go).
 	Unchecked []UncheckedPointers `json:"uncheckedPointers"`
 
+	// MacroDefinitions are macros whose definitions (parameters and body) the snapshots
+	// record, with those of every macro of the header they use (parse_defs.go).
+	MacroDefinitions []string `json:"macroDefinitions"`
+
 	file    string
 	skip    []*regexp.Regexp
 	version *regexp.Regexp

@@ -115,6 +115,9 @@ func (g *goPkg) emitTypedef(f *jen.File, d *TypeDecl, name string) error {
 	u := d.Underlying
 	doc := fmt.Sprintf("%s is %s", name, g.cDoc(d))
 	switch {
+	case g.opaqueTypedef(d):
+		g.emitOpaque(f, d, name)
+		return nil
 	case d.Handle:
 		f.Comment(doc + " (an opaque handle).")
 		f.Type().Id(name).Id("uintptr")

@@ -79,7 +79,12 @@ func (g *goPkg) lookup(t *CType) *TypeDecl {
 	default:
 		return nil
 	}
-	return g.byKey[t.Name]
+	// An anonymous aggregate is keyed by its generated name; a typedef of the same name
+	// (typedef struct opBox opBox;) is not the aggregate.
+	if d := g.byKey[t.Name]; d != nil && d.Kind != DeclTypedef {
+		return d
+	}
+	return nil
 }
 
 func newGoPkg(cfg *Config, api *API) (*goPkg, error) {
@@ -226,11 +231,14 @@ func (g *goPkg) resolve(t *CType) *CType {
 }
 
 // isHandle reports whether a type is passed as a uintptr: a pointer to an incomplete
-// struct behind a typedef, or a function pointer.
+// struct behind a typedef, a pointer to an opaque typedef, or a function pointer.
 func (g *goPkg) isHandle(t *CType) bool {
+	if t.Kind == Pointer && g.isOpaque(t.Elem) {
+		return true
+	}
 	if t.Kind == Named {
 		if d := g.lookup(t); d != nil && d.Kind == DeclTypedef && !d.Alias {
-			if d.Handle {
+			if d.Handle || d.Underlying.Kind == Pointer && g.isOpaque(d.Underlying.Elem) {
 				return true
 			}
 			return d.Underlying.Kind == Pointer && d.Underlying.Elem.Kind == FuncPtr
@@ -277,6 +285,8 @@ func (g *goPkg) goType(t *CType) (*jen.Statement, error) {
 		switch {
 		case el.Kind == Void:
 			return jen.Qual("unsafe", "Pointer"), nil
+		case g.isOpaque(el): // opCtx_t * where typedef struct opCtx opCtx_t: the handle (opaque.go)
+			return jen.Id(g.goTypeName(el)), nil
 		case el.Kind == FuncPtr:
 			return jen.Id("uintptr"), nil
 		case g.isFuncTypedef(el): // F * where typedef R F(...): the function address, as F

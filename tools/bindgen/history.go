@@ -15,11 +15,10 @@ import (
 // set, what changed since the one before it (from the committed snapshots).
 func runHistory(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("bindgen history", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	root := fs.String("root", "", "")
 	out := fs.String("o", "", "")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return err
 	}
 	if fs.NArg() != 1 {
 		return fmt.Errorf("%w: history needs one CONFIG.json", errUsage)

@@ -8,7 +8,7 @@
 //
 //	bindgen generate [-root DIR] [-cache DIR] CONFIG.json...   (also: bindgen CONFIG.json...)
 //	bindgen diff OLD.txt NEW.txt
-//	bindgen history [-o FILE] CONFIG.json
+//	bindgen history [-root DIR] [-o FILE] CONFIG.json
 //	bindgen help
 //
 // Each CONFIG (gen/nccl.json, gen/cuda.json; fields in tools/bindgen/README.md) names a
@@ -108,15 +108,10 @@ func run(args []string, stdout io.Writer) error {
 
 func runGenerate(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("bindgen generate", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	root := fs.String("root", "", "")
 	cache := fs.String("cache", "", "")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, usage)
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return err
 	}
 	if fs.NArg() == 0 {
 		return fmt.Errorf("%w: generate needs at least one CONFIG.json", errUsage)
@@ -142,7 +137,11 @@ func runGenerate(args []string, stdout io.Writer) error {
 }
 
 func runDiff(args []string, stdout io.Writer) error {
-	if len(args) != 2 {
+	fs := flag.NewFlagSet("bindgen diff", flag.ContinueOnError)
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return err
+	}
+	if args = fs.Args(); len(args) != 2 {
 		return fmt.Errorf("%w: diff needs two snapshots, OLD.txt NEW.txt", errUsage)
 	}
 	var snaps [2]map[string]*entity

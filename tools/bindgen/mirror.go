@@ -54,7 +54,7 @@ func (m *mirror) base(t *CType) string {
 		if d := m.g.lookup(t); d != nil {
 			return map[Kind]string{Struct: "struct ", Union: "union "}[t.Kind] + m.tag(d)
 		}
-		return "struct " + t.Name
+		return declKindWord(t) + " " + t.Name
 	case Enum:
 		if d := m.g.lookup(t); d != nil {
 			return enumInt(d)

@@ -144,6 +144,7 @@ type API struct {
 	Consts   []*Const
 	Globals  []*GlobalAddr // macros standing for the address of a library global
 	External []*TypeDecl   // typedefs from our stub headers that the header uses (cudaStream_t)
+	Defines  []*Define     // definitions of the config's macroDefinitions and the macros they use
 	Counts   Counts
 }
 

@@ -19,7 +19,7 @@ type modelFile struct {
 	// Comment says what the file is.
 	Comment string
 	// Config is a digest of the configuration fields that shape the model (header,
-	// include, settings, prefixes, skip, rename, spellingMacros, symbolSuffixes): a model written under
+	// include, settings, prefixes, skip, rename, spellingMacros, symbolSuffixes, macroDefinitions): a model written under
 	// another configuration needs the header to be regenerated.
 	Config string
 	API    *API
@@ -30,15 +30,16 @@ const modelComment = "API model of %s in header set %s, written by tools/bindgen
 // modelDigest hashes what of cfg the parser uses.
 func modelDigest(cfg *Config) string {
 	b, _ := json.Marshal(struct {
-		Header         string
-		Include        []string
-		Settings       []Setting
-		Prefixes       []string
-		Skip           []Skip
-		Rename         []Rename
-		SpellingMacros map[string]string
-		SymbolSuffixes []string `json:",omitempty"`
-	}{cfg.Header, cfg.Include, cfg.Settings, cfg.Prefixes, cfg.Skip, cfg.Rename, cfg.SpellingMacros, cfg.SymbolSuffixes})
+		Header           string
+		Include          []string
+		Settings         []Setting
+		Prefixes         []string
+		Skip             []Skip
+		Rename           []Rename
+		SpellingMacros   map[string]string
+		SymbolSuffixes   []string `json:",omitempty"`
+		MacroDefinitions []string `json:",omitempty"`
+	}{cfg.Header, cfg.Include, cfg.Settings, cfg.Prefixes, cfg.Skip, cfg.Rename, cfg.SpellingMacros, cfg.SymbolSuffixes, cfg.MacroDefinitions})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }

@@ -106,6 +106,8 @@ type parser struct {
 
 	globals map[string]*Global     // extern objects (parse_globals.go)
 	addrs   map[string]*GlobalAddr // macros standing for their addresses
+
+	defines map[string]*Define // recorded macro definitions (parse_defs.go)
 }
 
 // parseSet parses the header of one set in every setting of cfg.
@@ -155,6 +157,7 @@ func parseSet(cfg *Config, root, cache, set string) (*API, error) {
 		p.translationUnit(asts[i])
 	}
 	p.unaddressedGlobals()
+	p.missingDefinitions()
 	if len(p.errs) > 0 {
 		return nil, joinErrors(p.errs)
 	}
@@ -220,6 +223,7 @@ func (p *parser) translationUnit(ast *cc.AST) {
 		}
 	}
 	p.macros(ast)
+	p.definitions(ast)
 }
 
 func (p *parser) declaration(d *cc.Declaration) {
@@ -382,6 +386,7 @@ func (p *parser) finish() {
 	}
 	sort.Slice(api.Consts, func(i, j int) bool { return api.Consts[i].Name < api.Consts[j].Name })
 	p.finishGlobals()
+	p.finishDefinitions()
 }
 
 func declKindName(d *TypeDecl) string {

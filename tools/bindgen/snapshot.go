@@ -18,6 +18,7 @@ import (
 //	  <field> @<offset>: <C type>
 //	enumerator <name> = <value> (<enum>)
 //	const <name> = <value>
+//	define <name>[(<params>)]: <body>   (the config's macroDefinitions, parse_defs.go)
 //
 // It records the C API only (no Go names), so that two header versions can be compared.
 
@@ -95,6 +96,9 @@ func snapshotEntities(api *API, multiSetting bool) []*entity {
 		es = append(es, &entity{Key: "const " + c.Name, Head: constText(c)})
 	}
 	es = append(es, globalEntities(api)...)
+	for _, d := range api.Defines {
+		es = append(es, &entity{Key: "define " + d.head(), Head: d.Body})
+	}
 	sort.SliceStable(es, func(i, j int) bool {
 		ki, kj := kindOrder(es[i].kind()), kindOrder(es[j].kind())
 		if ki != kj {
@@ -106,7 +110,7 @@ func snapshotEntities(api *API, multiSetting bool) []*entity {
 }
 
 func kindOrder(k string) int {
-	return map[string]int{"func": 0, "type": 1, "enumerator": 2, "const": 3, "global": 4}[k]
+	return map[string]int{"func": 0, "type": 1, "enumerator": 2, "const": 3, "global": 4, "define": 5}[k]
 }
 
 func constText(c *Const) string {
@@ -188,6 +192,7 @@ var diffKinds = []struct{ kind, noun, change string }{
 	{"enumerator", "enumerators", "changed values"},
 	{"const", "constants", "changed values"},
 	{"global", "global addresses", "changed targets"},
+	{"define", "macro definitions", "changed definitions"},
 }
 
 // diffSnapshots writes, for humans, what changed between two snapshots. It reports
