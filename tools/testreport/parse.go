@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"io"
 	"regexp"
 	"strconv"
 	"strings"
@@ -18,14 +16,9 @@ type result struct {
 // topLevel reports whether r is a top-level test or benchmark (no subtest path).
 func (r result) topLevel() bool { return !strings.Contains(r.name, "/") }
 
-// reason is the skip reason: the output the test printed, its file:line prefix removed,
-// on one line, at most 300 characters.
-func (r result) reason() string {
-	return r.reasonIn(nil)
-}
-
-// reasonIn is reason, saying for a test that printed nothing whether its subtests (among
-// all) ended the same way.
+// reasonIn is the skip (or failure) reason: the output the test printed, its file:line
+// prefix removed, on one line, at most 300 characters; for a test that printed nothing,
+// whether its subtests (among all) ended the same way.
 func (r result) reasonIn(all []result) string {
 	var parts []string
 	for _, l := range r.output {
@@ -50,7 +43,7 @@ func (r result) reasonIn(all []result) string {
 	return s
 }
 
-// A block is the verbose output of one test binary run: one package of `go test -v`, or
+// A block is the output of one test binary run: one package of `go test -json`, or
 // one step of the GPU bundle's run.
 type block struct {
 	name       string
@@ -59,7 +52,7 @@ type block struct {
 	lines      []string // every line, as read
 	closing    string   // go test's own closing line (ok, FAIL, ?), if any
 	timedOut   bool     // the binary's -test.timeout fired
-	failLine   bool     // a bare FAIL line: the binary reported failure
+	failLine   bool     // a bare FAIL line, or go test's fail event for the package
 }
 
 // count returns how many results have action, and how many of them are top-level.
@@ -73,17 +66,6 @@ func (b *block) count(action string) (all, top int) {
 		}
 	}
 	return all, top
-}
-
-// testOutput reports whether the block holds anything a test binary prints: a test
-// started, a result, a benchmark, a bare PASS or FAIL.
-func (b *block) testOutput() bool {
-	for _, l := range b.lines {
-		if runLine.MatchString(l) || resultLine.MatchString(l) || benchResult.MatchString(l) || l == "PASS" || l == "FAIL" {
-			return true
-		}
-	}
-	return false
 }
 
 var (
@@ -143,29 +125,6 @@ func isResult(l string) bool {
 	}
 	indent := len(l) - len(strings.TrimLeft(l, " "))
 	return indent == 4*strings.Count(m[2], "/")
-}
-
-// parseGoTest reads the output of `go test -v` on several packages: each package's lines
-// end with go test's closing line (ok, FAIL, ?), which names the block.
-func parseGoTest(r io.Reader) ([]*block, error) {
-	var out []*block
-	p := newParser("")
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		l := sc.Text()
-		p.line(l)
-		if m := closingLine.FindStringSubmatch(l); m != nil {
-			p.b.name = m[2]
-			out = append(out, p.b)
-			p = newParser("")
-		}
-	}
-	if len(p.b.lines) > 0 {
-		p.b.name = "(output after the last package)"
-		out = append(out, p.b)
-	}
-	return out, sc.Err()
 }
 
 // metric returns the value reported for unit on a benchmark result line, if any.
