@@ -7,7 +7,8 @@ import (
 	"strings"
 )
 
-// An event is one line of `go test -json`: the go command's cmd/test2json events.
+// An event is one line of `go test -json`, or of cmd/test2json reading a test binary run
+// with -test.v=test2json (the GPU bundle's steps).
 type event struct {
 	Action      string // start, run, pause, cont, output, pass, fail, skip, bench, build-output, build-fail
 	Package     string // the package under test (empty for build events)
@@ -17,12 +18,75 @@ type event struct {
 	FailedBuild string // on a package's fail: the import path whose build failed
 }
 
-// pkgEvents gathers one package's events into a block.
+// parseEvent reads line as an event; ok is false for a line that is not one.
+func parseEvent(line string) (e event, ok bool) {
+	if !strings.HasPrefix(line, "{") || json.Unmarshal([]byte(line), &e) != nil || e.Action == "" {
+		return event{}, false
+	}
+	return e, true
+}
+
+// pkgEvents gathers one test binary's events (one package) into a block.
 type pkgEvents struct {
 	b      *block
-	text   strings.Builder             // everything printed for the package, in order
-	output map[string]*strings.Builder // what each test printed
+	text   strings.Builder             // everything printed, in order
+	output map[string]*strings.Builder // what each test printed, until its result
 	end    string                      // the package's own final action (pass, fail, skip), once it came
+}
+
+func newPkgEvents(name string) *pkgEvents {
+	return &pkgEvents{b: &block{name: name}, output: map[string]*strings.Builder{}}
+}
+
+// add takes one event of the package; build is the build output per import path, for a
+// package whose build failed.
+func (p *pkgEvents) add(e event, build map[string][]string) {
+	switch e.Action {
+	case "output":
+		p.text.WriteString(e.Output)
+		if e.Test != "" {
+			o := p.output[e.Test]
+			if o == nil {
+				o = &strings.Builder{}
+				p.output[e.Test] = o
+			}
+			o.WriteString(e.Output)
+		}
+	case "pass", "fail", "skip":
+		if e.Test != "" {
+			p.b.results = append(p.b.results, result{name: e.Test, action: strings.ToUpper(e.Action), output: ownOutput(e.Test, e.Action, p.output[e.Test])})
+			delete(p.output, e.Test)
+			return
+		}
+		p.end = e.Action
+		p.b.failLine = e.Action == "fail"
+		if e.FailedBuild != "" {
+			p.b.lines = append(p.b.lines, build[e.FailedBuild]...)
+		}
+	}
+}
+
+// line adds a line that is not an event (printed around the test binary) as output.
+func (p *pkgEvents) line(l string) { p.text.WriteString(l + "\n") }
+
+// finish completes the block: its lines, benchmark result lines, whether the binary's
+// -test.timeout fired, and go test's closing line once the package's final event came.
+func (p *pkgEvents) finish() *block {
+	if text := strings.TrimSuffix(p.text.String(), "\n"); text != "" {
+		p.b.lines = append(p.b.lines, strings.Split(text, "\n")...)
+	}
+	for _, l := range p.b.lines {
+		if benchResult.MatchString(l) {
+			p.b.benchmarks = append(p.b.benchmarks, l)
+		}
+		if strings.HasPrefix(l, "panic: test timed out after") {
+			p.b.timedOut = true
+		}
+	}
+	if p.end != "" {
+		p.b.closing = closingOf(p.b, p.end)
+	}
+	return p.b
 }
 
 // goTestReport is what `go test -json` said: one block per package, in the order the
@@ -41,74 +105,30 @@ func parseGoTestJSON(r io.Reader) (goTestReport, error) {
 	pkgs := map[string]*pkgEvents{}
 	var order []*pkgEvents
 	build := map[string][]string{} // build output per import path ("p [p.test]")
-	get := func(name string) *pkgEvents {
-		p := pkgs[name]
-		if p == nil {
-			p = &pkgEvents{b: &block{name: name}, output: map[string]*strings.Builder{}}
-			pkgs[name] = p
-			order = append(order, p)
-		}
-		return p
-	}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
-		line := sc.Text()
-		var e event
-		if !strings.HasPrefix(line, "{") || json.Unmarshal([]byte(line), &e) != nil || e.Action == "" {
-			rep.other = append(rep.other, line)
-			continue
-		}
-		switch e.Action {
-		case "build-output":
+		e, ok := parseEvent(sc.Text())
+		switch {
+		case !ok:
+			rep.other = append(rep.other, sc.Text())
+		case e.Action == "build-output":
 			build[e.ImportPath] = append(build[e.ImportPath], strings.TrimSuffix(e.Output, "\n"))
-			continue
-		case "build-fail":
-			continue
-		}
-		if e.Package == "" {
-			rep.other = append(rep.other, line)
-			continue
-		}
-		p := get(e.Package)
-		switch e.Action {
-		case "output":
-			p.text.WriteString(e.Output)
-			if e.Test != "" {
-				o := p.output[e.Test]
-				if o == nil {
-					o = &strings.Builder{}
-					p.output[e.Test] = o
-				}
-				o.WriteString(e.Output)
+		case e.Action == "build-fail":
+		case e.Package == "":
+			rep.other = append(rep.other, sc.Text())
+		default:
+			p := pkgs[e.Package]
+			if p == nil {
+				p = newPkgEvents(e.Package)
+				pkgs[e.Package] = p
+				order = append(order, p)
 			}
-		case "pass", "fail", "skip":
-			if e.Test != "" {
-				p.b.results = append(p.b.results, result{name: e.Test, action: strings.ToUpper(e.Action), output: ownOutput(e.Test, e.Action, p.output[e.Test])})
-				delete(p.output, e.Test)
-				continue
-			}
-			p.end = e.Action
-			p.b.failLine = e.Action == "fail"
-			if e.FailedBuild != "" {
-				p.b.lines = append(p.b.lines, build[e.FailedBuild]...)
-			}
+			p.add(e, build)
 		}
 	}
 	for _, p := range order {
-		text := strings.TrimSuffix(p.text.String(), "\n")
-		if text != "" {
-			p.b.lines = append(p.b.lines, strings.Split(text, "\n")...)
-		}
-		for _, l := range p.b.lines {
-			if benchResult.MatchString(l) {
-				p.b.benchmarks = append(p.b.benchmarks, l)
-			}
-		}
-		if p.end != "" {
-			p.b.closing = closingOf(p.b, p.end)
-		}
-		rep.blocks = append(rep.blocks, p.b)
+		rep.blocks = append(rep.blocks, p.finish())
 	}
 	return rep, sc.Err()
 }

@@ -52,7 +52,7 @@ type block struct {
 	lines      []string // every line, as read
 	closing    string   // go test's own closing line (ok, FAIL, ?), if any
 	timedOut   bool     // the binary's -test.timeout fired
-	failLine   bool     // a bare FAIL line, or go test's fail event for the package
+	failLine   bool     // the package's own fail event: the binary reported failure
 }
 
 // count returns how many results have action, and how many of them are top-level.
@@ -69,63 +69,9 @@ func (b *block) count(action string) (all, top int) {
 }
 
 var (
-	runLine     = regexp.MustCompile(`^=== (?:RUN|CONT|NAME)\s+(\S+)`)
-	resultLine  = regexp.MustCompile(`^\s*--- (PASS|FAIL|SKIP): (\S+)`)
-	benchName   = regexp.MustCompile(`^(Benchmark\S*)$`)
 	benchResult = regexp.MustCompile(`^Benchmark\S*\s+\d+\s+\S+ \S+`)
 	fileLine    = regexp.MustCompile(`^\s*[\w.-]+\.go:\d+: `)
-	closingLine = regexp.MustCompile(`^(ok  |FAIL|\?   )\t(\S+)`)
 )
-
-// parser turns verbose test output into results, attributing each output line to the
-// test that was running when it was printed (what === RUN, CONT and NAME lines and a
-// benchmark's name line say), as cmd/test2json does.
-type parser struct {
-	cur    string
-	output map[string][]string
-	b      *block
-}
-
-func newParser(name string) *parser {
-	return &parser{output: map[string][]string{}, b: &block{name: name}}
-}
-
-func (p *parser) line(l string) {
-	p.b.lines = append(p.b.lines, l)
-	switch {
-	case runLine.MatchString(l):
-		p.cur = runLine.FindStringSubmatch(l)[1]
-	case strings.HasPrefix(l, "=== PAUSE"):
-	case isResult(l):
-		m := resultLine.FindStringSubmatch(l)
-		p.b.results = append(p.b.results, result{name: m[2], action: m[1], output: p.output[m[2]]})
-		delete(p.output, m[2])
-	case benchName.MatchString(l):
-		p.cur = l
-	case benchResult.MatchString(l):
-		p.b.benchmarks = append(p.b.benchmarks, l)
-	case strings.HasPrefix(l, "panic: test timed out after"):
-		p.b.timedOut = true
-	case l == "FAIL":
-		p.b.failLine = true
-	case closingLine.MatchString(l):
-		p.b.closing = l
-	case p.cur != "" && (strings.HasPrefix(l, "    ") || strings.HasPrefix(l, "\t")):
-		p.output[p.cur] = append(p.output[p.cur], l)
-	}
-}
-
-// isResult reports whether l is a --- PASS, FAIL or SKIP line of the binary itself: its
-// indentation is 4 spaces per subtest level of the name. The same text further indented
-// is output a test printed (a child test process's results, logged by its parent).
-func isResult(l string) bool {
-	m := resultLine.FindStringSubmatch(l)
-	if m == nil {
-		return false
-	}
-	indent := len(l) - len(strings.TrimLeft(l, " "))
-	return indent == 4*strings.Count(m[2], "/")
-}
 
 // metric returns the value reported for unit on a benchmark result line, if any.
 func metric(line, unit string) (float64, bool) {
