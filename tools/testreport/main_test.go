@@ -20,7 +20,8 @@ import (
 // tinyModule is a module of small packages whose `go test -json` output the tests read:
 // nested and parallel subtests whose results come after their parent's, a test that logs
 // a child process's results, skipped and measured benchmarks, a package without tests, a
-// failing package, a test binary that dies and a package that does not build.
+// failing package, a test binary that dies, one that times out and a package that does
+// not build.
 var tinyModule = map[string]string{
 	"go.mod": "module example.com/tiny\n\ngo 1.22\n",
 	"a/a_test.go": `package a
@@ -57,6 +58,15 @@ func TestP(t *testing.T) {
 	t.Run("a", func(t *testing.T) { t.Skip("why") })
 	t.SkipNow()
 }
+`,
+	"hang/hang_test.go": `package hang
+
+import (
+	"testing"
+	"time"
+)
+
+func TestHangs(t *testing.T) { time.Sleep(time.Hour) }
 `,
 	"crash/crash_test.go": `package crash
 
@@ -106,7 +116,7 @@ func tinyEvents(t *testing.T, pkgs ...string) string {
 		}
 		// The package that does not build is tested on its own: with -bench, go test
 		// fails the packages after a build failure without running them.
-		for _, args := range [][]string{{"-bench", ".", "-benchtime", "1x", "./a", "./b", "./c", "./p", "./crash"}, {"./broken"}} {
+		for _, args := range [][]string{{"-bench", ".", "-benchtime", "1x", "./a", "./b", "./c", "./p", "./crash"}, {"./broken"}, {"-timeout", "1s", "./hang"}} {
 			cmd := exec.Command("go", append([]string{"test", "-json", "-count=1"}, args...)...)
 			cmd.Dir = dir
 			cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-buildvcs=false", "GOTOOLCHAIN=local", "GOPROXY=off")
@@ -159,6 +169,8 @@ func TestGoTestSummaryCountsEverySkipAndFailsOnAFailure(t *testing.T) {
 	// A test binary that dies fails its package; so does a package that does not build,
 	// shown with the compiler's message.
 	assert.Regexp(t, "(?m)^FAIL\texample.com/tiny/crash\t", s)
+	assert.Regexp(t, "(?m)^FAIL\texample.com/tiny/hang\t", s)
+	assert.Contains(t, s, "panic: test timed out after 1s")
 	assert.Contains(t, s, "FAIL\texample.com/tiny/broken [build failed]\n")
 	assert.Contains(t, s, "undefined: undefinedName")
 }
@@ -196,6 +208,35 @@ func TestOutputThatEndsEarlyFailsThePackage(t *testing.T) {
 	require.Positive(t, mid)
 	assert.Equal(t, 1, run(nil, strings.NewReader(in[:strings.LastIndex(in[:mid], "\n")+1]), &out, &errOut), out.String())
 	assert.Contains(t, out.String(), "FAIL\texample.com/tiny/a: the output ended before go test's closing line")
+}
+
+func TestGPUStepsAreJudgedFromTheirEvents(t *testing.T) {
+	// The GPU bundle's run frames each test binary's events (bin/test2json's, the same as
+	// go test -json's) between step lines.
+	frame := func(name, events, end string) string {
+		return "### step test " + name + "\n" + events + end
+	}
+	in := frame("./a", tinyEvents(t, "a"), "### end ./a exit=0 seconds=1 limit=90\n") +
+		frame("./p", tinyEvents(t, "p"), "### end ./p exit=0 seconds=1 limit=90\n") +
+		frame("./c", tinyEvents(t, "c"), "### end ./c exit=1 seconds=1 limit=90\n") +
+		frame("./hang", tinyEvents(t, "hang"), "### end ./hang exit=1 seconds=1 limit=90\n") +
+		"### notrun ./late -- time budget spent\n" +
+		frame("./cut", tinyEvents(t, "a"), "")
+	steps, err := parseSteps(strings.NewReader(in))
+	require.NoError(t, err)
+	var got []string
+	for _, s := range steps {
+		got = append(got, s.name+" "+s.status())
+	}
+	// The binary's -test.timeout fired in ./hang; ./cut's run was stopped before its end.
+	assert.Equal(t, []string{"./a ok", "./p skipped", "./c FAIL(1)", "./hang timeout", "./late not run", "./cut interrupted"}, got)
+	pass, _ := steps[0].count("PASS")
+	skip, _ := steps[0].count("SKIP")
+	assert.Equal(t, []int{2, 3}, []int{pass, skip})
+	require.Len(t, steps[0].benchmarks, 1, "the benchmark line, printed in two events, is one line")
+	v, ok := metric(steps[0].benchmarks[0], "add/copy")
+	require.True(t, ok)
+	assert.InDelta(t, 0.9, v, 1e-9)
 }
 
 func TestBenchmarkLines(t *testing.T) {
