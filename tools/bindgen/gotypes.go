@@ -187,7 +187,7 @@ func (g *goPkg) claim(name, what string) {
 		return
 	}
 	if old, ok := g.names[name]; ok {
-		g.errs = append(g.errs, fmt.Errorf("name collision: %s and %s both become Go name %s", old, what, name))
+		g.errs = append(g.errs, fmt.Errorf("name collision in Go: %s and %s both become %s", old, what, name))
 		return
 	}
 	g.names[name] = what
