@@ -50,12 +50,12 @@ tidy-check:
 ## no-cgo build, gpu-tagged code compiles. kernel-inputs comes before headers: it fetches the header sets too, so the
 ## nvidia-cuda-dev .deb that cuda.h and the fp16 headers share is downloaded once.
 ## NCCLGO_STRICT=1 makes a test fail where it would skip for a missing library, header, cache entry or tool;
-## tools/testreport keeps go test's closing lines and ends the log with the skipped tests per package.
+## tools/testreport reads go test's -json events, keeps go test's closing lines and ends the log with the skipped tests per package.
 test: export NCCLGO_STRICT := 1
 test: deps lint tidy-check kernel-inputs headers libs check-generated
-	set -o pipefail; $(GO) test -race -count=1 -v ./... 2>&1 | $(GO) run ./tools/testreport
+	set -o pipefail; $(GO) test -race -count=1 -json ./... 2>&1 | $(GO) run ./tools/testreport
 	CGO_ENABLED=0 $(GO) build ./...
-	set -o pipefail; CGO_ENABLED=0 $(GO) test -count=1 -v ./raw/... 2>&1 | $(GO) run ./tools/testreport
+	set -o pipefail; CGO_ENABLED=0 $(GO) test -count=1 -json ./raw/... 2>&1 | $(GO) run ./tools/testreport
 	$(GO) vet -tags gpu ./...
 
 ## test-load: the timing-sensitive packages (deadlines, timeouts, processes) three times with -race while
@@ -66,7 +66,7 @@ LOAD_PKGS ?= ./comm/... ./tools/rendezvous ./tools/gpubundle ./tools/cpuload
 test-load: export NCCLGO_STRICT := 1
 test-load: deps libs
 	$(GO) build -o bin/cpuload ./tools/cpuload
-	set -o pipefail; bin/cpuload -- $(GO) test -race -count=3 -timeout 30m -v $(LOAD_PKGS) 2>&1 | $(GO) run ./tools/testreport
+	set -o pipefail; bin/cpuload -- $(GO) test -race -count=3 -timeout 30m -json $(LOAD_PKGS) 2>&1 | $(GO) run ./tools/testreport
 
 ## test-short: the Go tests only (assumes make headers libs ran)
 test-short:
@@ -76,10 +76,15 @@ test-short:
 bench: libs
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-## lint: gofmt and go vet
+## lint: gofmt, go vet and staticcheck (pinned here, run with `go run` so that go.mod gains no dependency; its checks
+## are set in staticcheck.conf: the defaults plus ST1005). staticcheck checks three build configurations together
+## (-matrix): the default, -tags gpu (the GPU tests) and CGO_ENABLED=0 (make test builds it); code is unused only
+## when no configuration that builds it uses it, so a helper of the gpu-tagged tests is not reported.
+STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 lint:
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; test -z "$$out" || { echo "gofmt needed:"; echo "$$out"; exit 1; }
 	$(GO) vet ./...
+	printf 'default:\ngpu: -tags=gpu\nnocgo: CGO_ENABLED=0\n' | $(STATICCHECK) -matrix ./...
 
 ## kernels: regenerate the committed PTX from kernels/*.cu with nvcc (installs nvidia-cuda-toolkit)
 kernels:

@@ -109,11 +109,3 @@ func decode16(b []byte) []uint16 {
 	}
 	return v
 }
-
-func encode16(v []uint16) []byte {
-	b := make([]byte, 2*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint16(b[2*i:], x)
-	}
-	return b
-}

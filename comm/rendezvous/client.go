@@ -553,13 +553,6 @@ func (p inflight) await(ctx context.Context) (reply, error) {
 	}
 }
 
-// abandon gives up on a request whose reply no longer matters.
-func (p inflight) abandon() {
-	if p.c != nil && p.c.forget(p.id) && p.blocking {
-		p.c.cancelOnServer(p.id)
-	}
-}
-
 func (r reply) result() (reply, error) {
 	switch {
 	case r.err != nil:

@@ -513,11 +513,10 @@ func TestStoreHoldsAgainstALogFlood(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
 	st := stop()
 	require.Empty(t, st.failures)
 	eventually(t, "the suppressed warnings are counted", func() bool { return strings.Contains(p.logs.String(), "suppressed=") })
-	elapsed = time.Since(start)
+	elapsed := time.Since(start)
 	logs := p.logs.String()
 	warns := strings.Count(logs, "level=WARN")
 	t.Logf("%d warnings for 600 bad connections in %v", warns, elapsed.Round(time.Millisecond))

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 )
 
 // PyTorch's TCPStore protocol (torch.distributed.TCPStore, the store torchrun's agent
@@ -181,9 +180,6 @@ func tsFromWire(gen TorchProtocol, b byte) tsQuery {
 	}
 	return tsQuery(b)
 }
-
-// tsKeyToStore maps a key as a torch client sends it to the store's key.
-func tsKeyToStore(k string) string { return strings.TrimPrefix(k, "/") }
 
 // tsReader reads the protocol's integers, strings and vectors with limits checked
 // before anything is allocated; a long vector's buffer grows as its bytes arrive.

@@ -61,8 +61,6 @@ func main() {
 	}
 }
 
-func patch(path, weak string, symbols []string) error { return patchFile(path, weak, symbols, nil) }
-
 func patchFile(path, weak string, symbols []string, renames map[string]string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {

@@ -2,8 +2,6 @@ package dl
 
 import (
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -17,7 +15,9 @@ func TestResolveIsInlinable(t *testing.T) {
 	if testing.Short() {
 		t.Skip("compiles the package")
 	}
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	// go test puts the go command that runs it first on PATH.
+	goBin, err := exec.LookPath("go")
+	require.NoError(t, err)
 	out, err := exec.Command(goBin, "build", "-gcflags=-m", ".").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.True(t, strings.Contains(string(out), "can inline (*Library).Resolve"), "compiler says:\n%s", out)

@@ -706,7 +706,7 @@ func TestLayoutMatchesGCC(t *testing.T) {
 	}
 	tmp := t.TempDir()
 	src := filepath.Join(tmp, "layout.c")
-	require.NoError(t, os.WriteFile(src, []byte(layoutProgram), 420))
+	require.NoError(t, os.WriteFile(src, []byte(layoutProgram), 0o644))
 	args := []string{"-std=gnu11", "-I", dir}
 	for _, inc := range []string{} {
 		abs, err := filepath.Abs(inc)

@@ -298,7 +298,7 @@ func TestLayoutMatchesGCC(t *testing.T) {
 	}
 	tmp := t.TempDir()
 	src := filepath.Join(tmp, "layout.c")
-	require.NoError(t, os.WriteFile(src, []byte(layoutProgram), 420))
+	require.NoError(t, os.WriteFile(src, []byte(layoutProgram), 0o644))
 	args := []string{"-std=gnu11", "-I", dir, "-DNCCL_OS_LINUX"}
 	for _, inc := range []string{"../../gen/stub"} {
 		abs, err := filepath.Abs(inc)

@@ -76,11 +76,15 @@ func isAggregate(t *CType) bool { return t.Kind == Struct || t.Kind == Union || 
 func (g *goPkg) fieldChecks(d *TypeDecl, cname, cpath, base, expr string) []layoutCheck {
 	var out []layoutCheck
 	for _, f := range d.Fields {
-		var e string
+		// e is the field's value, addr its address: a union member's accessor already
+		// returns the pointer, so its address is the call itself (never &*p).
+		var e, addr string
 		if d.Kind == DeclUnion {
-			e = fmt.Sprintf("(*%s.%s())", expr, f.GoName)
+			addr = fmt.Sprintf("%s.%s()", expr, f.GoName)
+			e = "(*" + addr + ")"
 		} else {
 			e = expr + "." + f.GoName
+			addr = "&" + e
 		}
 		p := cpath
 		if f.Name != "" {
@@ -92,7 +96,7 @@ func (g *goPkg) fieldChecks(d *TypeDecl, cname, cpath, base, expr string) []layo
 				key: cname + "." + p,
 				cA:  fmt.Sprintf("offsetof(%s, %s)", cname, p),
 				cB:  fmt.Sprintf("sizeof(((%s *)0)->%s)", cname, p),
-				goA: jen.Uint64().Call(jen.Uintptr().Call(jen.Qual("unsafe", "Pointer").Call(jen.Op("&").Id(e))).Op("-").
+				goA: jen.Uint64().Call(jen.Uintptr().Call(jen.Qual("unsafe", "Pointer").Call(jen.Id(addr))).Op("-").
 					Uintptr().Call(jen.Qual("unsafe", "Pointer").Call(jen.Op("&").Id(base)))),
 				goB: jen.Uint64().Call(jen.Qual("unsafe", "Sizeof").Call(jen.Id(e))),
 			})
@@ -171,7 +175,7 @@ func (g *goPkg) emitLayoutTest() (*jen.File, error) {
 		),
 		jen.Id("tmp").Op(":=").Id("t").Dot("TempDir").Call(),
 		jen.Id("src").Op(":=").Qual("path/filepath", "Join").Call(jen.Id("tmp"), jen.Lit("layout.c")),
-		jen.Qual(req, "NoError").Call(jen.Id("t"), jen.Qual("os", "WriteFile").Call(jen.Id("src"), jen.Index().Byte().Parens(jen.Id("layoutProgram")), jen.Lit(0o644))),
+		jen.Qual(req, "NoError").Call(jen.Id("t"), jen.Qual("os", "WriteFile").Call(jen.Id("src"), jen.Index().Byte().Parens(jen.Id("layoutProgram")), jen.Op("0o644"))),
 		jen.Id("args").Op(":=").Index().String().Values(append([]jen.Code{jen.Lit("-std=gnu11"), jen.Lit("-I"), jen.Id("dir")}, defines...)...),
 		jen.For(jen.List(jen.Id("_"), jen.Id("inc")).Op(":=").Range().Index().String().Values(includes...)).Block(
 			jen.List(jen.Id("abs"), jen.Id("err")).Op(":=").Qual("path/filepath", "Abs").Call(jen.Id("inc")),

@@ -367,7 +367,7 @@ func (g *goPkg) emitErrors() (*jen.File, error) {
 		detailDoc += " or the result is " + strings.Join(skip, " or ")
 	}
 	f.Type().Id("Error").Struct(
-		jen.Comment(fmt.Sprintf("Result is what the call returned.")).Line().Id("Result").Id(res),
+		jen.Comment("Result is what the call returned.").Line().Id("Result").Id(res),
 		commentLines(wrap(detailDoc+".", 86)).Id("Detail").String(),
 	)
 	f.Comment("Error is the Result's message followed by the detail.")

@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -141,7 +140,9 @@ func TestGeneratedPackageWorksInAnotherModule(t *testing.T) {
 	}
 	repo, err := filepath.Abs("../..")
 	require.NoError(t, err)
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	// go test puts the go command that runs it first on PATH.
+	goBin, err := exec.LookPath("go")
+	require.NoError(t, err)
 	mod := t.TempDir()
 	write := func(rel, text string) {
 		p := filepath.Join(mod, rel)

@@ -192,7 +192,7 @@ func (g *goPkg) claim(name, what string) {
 		return
 	}
 	if old, ok := g.names[name]; ok {
-		g.errs = append(g.errs, fmt.Errorf("Go name collision: %s and %s both become %s", old, what, name))
+		g.errs = append(g.errs, fmt.Errorf("name collision in Go: %s and %s both become %s", old, what, name))
 		return
 	}
 	g.names[name] = what
@@ -304,9 +304,6 @@ func (g *goPkg) goType(t *CType) (*jen.Statement, error) {
 	}
 	return nil, fmt.Errorf("no Go type for C %s", cType(t))
 }
-
-// goTypeText spells a Go type for documentation.
-func goTypeText(s *jen.Statement) string { return fmt.Sprintf("%#v", s) }
 
 // sortedDecls returns the declarations to emit in a stable order.
 func (g *goPkg) sortedDecls() []*TypeDecl {

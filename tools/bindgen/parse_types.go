@@ -73,7 +73,7 @@ func (p *parser) ctype(t cc.Type, nest string) (*CType, error) {
 	}
 	name, ok := scalarNames[t.Kind()]
 	if !ok {
-		return nil, fmt.Errorf("C type %s has no Go equivalent", t)
+		return nil, fmt.Errorf("no Go equivalent for C type %s", t)
 	}
 	return &CType{Kind: Scalar, Name: name, Const: isConst, Size: t.Size(), Align: int64(t.Align())}, nil
 }
@@ -223,7 +223,7 @@ func (p *parser) underlying(t cc.Type, spec string) (*CType, error) {
 	if name, ok := scalarNames[t.Kind()]; ok {
 		return &CType{Kind: Scalar, Name: name, Size: t.Size(), Align: int64(t.Align())}, nil
 	}
-	return nil, fmt.Errorf("C type %s has no Go equivalent", t)
+	return nil, fmt.Errorf("no Go equivalent for C type %s", t)
 }
 
 // aggregate registers a struct, union or enum definition and returns its declaration

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # build.sh DIR: build, on this machine (no GPU needed), everything a GPU run needs into
 # DIR (git-ignored): the gpu-tagged test binary of every package that has GPU tests, the
-# ncclinfo, commbench and testreport binaries, the run script, and a manifest. Copy DIR to the GPU
+# ncclinfo, commbench, testreport and test2json binaries, the run script, and a manifest. Copy DIR to the GPU
 # machine (or name it in the device tool's carry list) and run `DIR/run.sh OUT`.
 # Binaries are stripped (-s -w) so that the bundle stays under the device tool's 64 MiB
 # carry limit. Every package is built even when one fails; the exit status is then 1 and
@@ -33,8 +33,10 @@ done
 for t in ncclinfo commbench; do
 	if [ -d "tools/$t" ]; then go build "${flags[@]}" -o "$out/bin/$t" "./tools/$t" || failed+=("./tools/$t (binary)"); fi
 done
-# testreport judges the run and writes record.md; it needs no cgo, so it runs anywhere.
+# testreport judges the run and writes record.md; it needs no cgo, so it runs anywhere. test2json (the go
+# command's own, cmd/test2json) turns each test binary's output into the events testreport reads.
 CGO_ENABLED=0 go build "${flags[@]}" -o "$out/bin/testreport" ./tools/testreport || failed+=("./tools/testreport (binary)")
+CGO_ENABLED=0 go build "${flags[@]}" -o "$out/bin/test2json" cmd/test2json || failed+=("cmd/test2json (binary)")
 cp tools/gpubundle/run.sh "$out/run.sh"
 chmod +x "$out/run.sh"
 {

@@ -4,7 +4,7 @@
 #   env.txt        date, host, bundle manifest, nvidia-smi, the libcuda and libnccl used
 #                  (and how each was found), whether several ranks may share the GPU
 #   ncclinfo.txt   tools/ncclinfo's report
-#   tests.txt      every step's verbose output, written as it runs
+#   tests.txt      every test binary's events (cmd/test2json's, as go test -json writes them), as it runs
 #   commbench.txt  all-reduce 8 B to 256 MiB through comm (1, 2 and 4 ranks), as it runs
 #   summary.txt    the verdict, one line per step, the targets, the benchmark lines
 #   record.md      the entry for docs/gpu-results.md (bin/testreport -gpu OUT)
@@ -245,11 +245,16 @@ env | grep -E '^(NCCL|NCCLGO|CUDA)_' | sort | sed 's/^/  /' | { echo "variables:
 record
 
 # --- Test binaries, lowest layer first, then the multi-rank passes ------------------
-gpu_args=(-test.v -test.count=1 -test.run GPU -test.bench GPU -test.benchmem -test.benchtime "$benchtime")
+# A test binary runs with -test.v=test2json and bin/test2json turns its output into the events
+# `go test -json` writes, which bin/testreport reads; the step's exit status stays the binary's.
+# The wrapping shell outlives a SIGTERM (trap, not ignore: the binary keeps the default) until
+# the binary is gone, so timeout(1) still sends SIGKILL to a binary that ignores SIGTERM.
+events=(bash -c 'trap : TERM; set -o pipefail; "${@:3}" -test.v=test2json 2>&1 | "$1" -p "$2"' events "$here/bin/test2json")
+gpu_args=(-test.count=1 -test.run GPU -test.bench GPU -test.benchmem -test.benchtime "$benchtime")
 while read -r name pkg; do
 	[ -n "$name" ] || continue
 	fits "$pkg" "$out/tests.txt" "$per_pkg" "$bench_s" || continue
-	run_step test "$pkg" "$out/tests.txt" "$limit" "$here/tests/$name.test" "${gpu_args[@]}" -test.timeout "$(go_timeout "$limit")"
+	run_step test "$pkg" "$out/tests.txt" "$limit" "${events[@]}" "$pkg" "$here/tests/$name.test" "${gpu_args[@]}" -test.timeout "$(go_timeout "$limit")"
 done <"$here/tests/packages.txt"
 
 commtest="$(awk '$2 == "./comm/commtest" { print $1 }' "$here/tests/packages.txt")"
@@ -257,8 +262,8 @@ if [ "$multi" = 1 ] && [ -n "$commtest" ]; then
 	for world in 2 4; do
 		name="./comm/commtest ($world ranks)"
 		fits "$name" "$out/tests.txt" "$per_pkg" "$bench_s" || continue
-		NCCLGO_GPU_WORLD=$world run_step test "$name" "$out/tests.txt" "$limit" "$here/tests/$commtest.test" \
-			-test.v -test.count=1 -test.run 'GPUConformance' -test.timeout "$(go_timeout "$limit")"
+		NCCLGO_GPU_WORLD=$world run_step test "$name" "$out/tests.txt" "$limit" "${events[@]}" "$name" "$here/tests/$commtest.test" \
+			-test.count=1 -test.run 'GPUConformance' -test.timeout "$(go_timeout "$limit")"
 	done
 fi
 

@@ -143,20 +143,28 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-var testreport = sync.OnceValues(func() (string, error) {
-	out := filepath.Join(filepath.Dir(fixture), "testreport")
-	cmd := exec.Command("go", "build", "-o", out, "../testreport")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	b, err := cmd.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build testreport: %v\n%s", err, b)
-	}
-	return out, nil
-})
+// tool builds the command pkg (a path or a standard command such as cmd/test2json) once.
+func tool(name, pkg string) func() (string, error) {
+	return sync.OnceValues(func() (string, error) {
+		out := filepath.Join(filepath.Dir(fixture), name)
+		cmd := exec.Command("go", "build", "-o", out, pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+		}
+		return out, nil
+	})
+}
+
+var (
+	testreport = tool("testreport", "../testreport")
+	test2json  = tool("test2json", "cmd/test2json")
+)
 
 // bundle lays out a fake GPU bundle: one test binary per package (a link to the fixture
 // named after its behaviour), shell scripts as ncclinfo (reporting ncclVersion) and
-// commbench (exiting benchExit), and run.sh with the real testreport.
+// commbench (exiting benchExit), and run.sh with the real testreport and test2json.
 type bundle struct {
 	dir, out, pids, fakebin string
 }
@@ -187,10 +195,13 @@ func newBundle(t *testing.T, ncclVersion string, benchExit int, pkgs ...[2]strin
 	require.NoError(t, os.WriteFile(filepath.Join(b.dir, "MANIFEST"), []byte("built: 2026-12-01T00:00:00Z\ncommit: 0123abc (dirty)\n"), 0o644))
 	writeExec(t, filepath.Join(b.dir, "bin", "ncclinfo"), fmt.Sprintf("#!/bin/sh\necho 'NCCL        NCCL %s'\necho 'CUDA        CUDA 13.0'\n", ncclVersion))
 	writeExec(t, filepath.Join(b.dir, "bin", "commbench"), fmt.Sprintf("#!/bin/sh\necho \"# commbench $*\"\necho '   8  2  float  sum  -1  10.0  0.00  0.00  0'\nexit %d\n", benchExit))
-	tr2 := filepath.Join(b.dir, "bin", "testreport")
-	data, err := os.ReadFile(tr)
+	t2j, err := test2json()
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(tr2, data, 0o755))
+	for name, src := range map[string]string{"testreport": tr, "test2json": t2j} {
+		data, err := os.ReadFile(src)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(b.dir, "bin", name), data, 0o755))
+	}
 	script, err := os.ReadFile("run.sh")
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(b.dir, "run.sh"), script, 0o755))
@@ -333,9 +344,10 @@ func TestRunPassesOnlyWhenEveryStepPasses(t *testing.T) {
 		requireLine(t, sum, `^  ok +`+step+` `)
 	}
 	tests := b.file(t, "tests.txt")
-	requireLine(t, tests, `conformance world=4 multi=1$`)
-	requireLine(t, tests, `conformance world=2 multi=1$`)
-	requireLine(t, tests, `    .*: world= multi=1 `)
+	// tests.txt holds the events: what a test printed is an Output string.
+	requireLine(t, tests, `"Package":"\./comm/commtest \(4 ranks\)".*"Output":".*conformance world=4 multi=1\\n"}$`)
+	requireLine(t, tests, `"Package":"\./comm/commtest \(2 ranks\)".*"Output":".*conformance world=2 multi=1\\n"}$`)
+	requireLine(t, tests, `"Output":"    .*: world= multi=1 `)
 	bench := b.file(t, "commbench.txt")
 	requireLine(t, bench, `^# commbench -g 4 -op allreduce -b 8 -e 256M -f 2 -T \d+s$`)
 
@@ -424,7 +436,7 @@ func TestRunFindsTheLibraries(t *testing.T) {
 		env := b.file(t, "env.txt")
 		requireLine(t, env, `^libcuda: `+regexp.QuoteMeta(filepath.Join(second, "libcuda.so.1"))+` \(the soname did not resolve; set as NCCLGO_LIBCUDA\)$`)
 		requireLine(t, env, `^libnccl: `+regexp.QuoteMeta(lib)+` \(pip NCCL of .*fakebin/python3\)$`)
-		requireLine(t, b.file(t, "tests.txt"), `libcuda=`+regexp.QuoteMeta(filepath.Join(second, "libcuda.so.1"))+` libnccl=`+regexp.QuoteMeta(lib)+`$`)
+		requireLine(t, b.file(t, "tests.txt"), `libcuda=`+regexp.QuoteMeta(filepath.Join(second, "libcuda.so.1"))+` libnccl=`+regexp.QuoteMeta(lib)+`\\n"}$`)
 	})
 	t.Run("site-packages without a python3 that knows it", func(t *testing.T) {
 		venv := filepath.Join(root, "venv")

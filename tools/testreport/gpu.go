@@ -18,7 +18,7 @@ import (
 // (kind "tool", commbench), as tests.txt and commbench.txt frame them:
 //
 //	### step <kind> <name>
-//	...its output...
+//	...its output: a test binary's as cmd/test2json's events, a tool's as it printed it...
 //	### end <name> exit=<status> seconds=<s> limit=<s>
 //	### notrun <name> -- <why>
 type step struct {
@@ -37,18 +37,27 @@ var (
 	notRunLine = regexp.MustCompile(`^### notrun (.+?) -- (.*)$`)
 )
 
-// parseSteps reads the steps framed in r.
+// parseSteps reads the steps framed in r. Within a step, a line that is a test2json
+// event counts as one; any other line is output (a tool's, or a message around the test
+// binary such as timeout(1)'s).
 func parseSteps(r io.Reader) ([]*step, error) {
 	var out []*step
 	var cur *step
-	var p *parser
+	var p *pkgEvents
+	done := func() {
+		if p != nil {
+			p.finish()
+		}
+		cur, p = nil, nil
+	}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
 		l := sc.Text()
 		switch m := stepLine.FindStringSubmatch(l); {
 		case m != nil:
-			p = newParser(m[2])
+			done()
+			p = newPkgEvents(m[2])
 			cur = &step{kind: m[1], name: m[2], block: p.b}
 			out = append(out, cur)
 		case endLine.MatchString(l) && cur != nil:
@@ -57,14 +66,19 @@ func parseSteps(r io.Reader) ([]*step, error) {
 			cur.exit, _ = strconv.Atoi(e[2])
 			cur.seconds, _ = strconv.Atoi(e[3])
 			cur.limit, _ = strconv.Atoi(e[4])
-			cur, p = nil, nil
+			done()
 		case notRunLine.MatchString(l):
 			e := notRunLine.FindStringSubmatch(l)
 			out = append(out, &step{name: e[1], notRun: e[2], block: &block{name: e[1]}})
 		case p != nil:
-			p.line(l)
+			if e, ok := parseEvent(l); ok {
+				p.add(e, nil)
+			} else {
+				p.line(l)
+			}
 		}
 	}
+	done()
 	return out, sc.Err()
 }
 

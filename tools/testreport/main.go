@@ -1,16 +1,18 @@
-// Command testreport summarises verbose Go test output so that no test passes by not
-// running: it counts every test, subtest and benchmark that passed, failed or skipped,
-// per package, and lists every skip with its reason.
+// Command testreport summarises Go test output so that no test passes by not running: it
+// counts every test, subtest and benchmark that passed, failed or skipped, per package,
+// and lists every skip with its reason.
 //
 // Usage:
 //
-//	go test -v ./... 2>&1 | go run ./tools/testreport
+//	go test -json ./... 2>&1 | go run ./tools/testreport
 //	testreport -gpu OUT
 //
-// Without -gpu it reads `go test -v` output on its standard input and writes go test's
-// own closing line per package (ok, FAIL, ?), the whole output of every failed package,
-// then the number of skipped tests per package and each skip's reason. It exits 1 when a
-// package or a test failed, 2 for a bad command line.
+// Without -gpu it reads `go test -json` output (the go command's cmd/test2json events) on
+// its standard input and writes go test's own closing line per package (ok, FAIL, ?), the
+// whole output of every failed package, the lines that were not events (a wrapper's own
+// report), then the number of skipped tests per package and each skip's reason. A package
+// whose events end before its final pass or fail (the stream was cut short) counts as
+// failed. It exits 1 when a package or a test failed, 2 for a bad command line.
 //
 // With -gpu OUT it reads the files the GPU bundle's run script (tools/gpubundle/run.sh)
 // writes under OUT (env.txt, tests.txt, commbench.txt), judges each step and each
@@ -52,36 +54,29 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	blocks, err := parseGoTest(stdin)
+	rep, err := parseGoTestJSON(stdin)
 	if err != nil {
 		fmt.Fprintf(stderr, "testreport: reading the test output: %v\n", err)
 		return 1
 	}
-	if !writeGoTest(stdout, blocks) {
+	if !writeGoTest(stdout, rep) {
 		return 1
 	}
 	return 0
 }
 
-// writeGoTest writes the summary of `go test -v` output and reports whether every
+// writeGoTest writes the summary of `go test -json` output and reports whether every
 // package passed.
-func writeGoTest(w io.Writer, blocks []*block) bool {
+func writeGoTest(w io.Writer, rep goTestReport) bool {
 	ok := true
 	var pass, fail, skip int
+	blocks := rep.blocks
 	for _, b := range blocks {
 		p, _ := b.count("PASS")
 		f, _ := b.count("FAIL")
 		s, _ := b.count("SKIP")
 		pass, fail, skip = pass+p, fail+f, skip+s
-		if b.closing == "" && !b.testOutput() {
-			// Lines after the last package that no test printed (a wrapper's own
-			// report, such as cpuload's): shown, not judged.
-			for _, l := range b.lines {
-				fmt.Fprintln(w, l)
-			}
-			continue
-		}
-		failed := f > 0 || b.failLine || b.timedOut || b.closing == "" || b.closing[:4] == "FAIL"
+		failed := f > 0 || b.failLine || b.closing == ""
 		if failed {
 			ok = false
 			for _, l := range b.lines {
@@ -93,6 +88,11 @@ func writeGoTest(w io.Writer, blocks []*block) bool {
 			continue
 		}
 		fmt.Fprintln(w, b.closing)
+	}
+	// Lines that are not events (the go command's own messages, a wrapper's report such
+	// as cpuload's): shown, not judged (go test's exit status judges them).
+	for _, l := range rep.other {
+		fmt.Fprintln(w, l)
 	}
 	fmt.Fprintf(w, "\nskipped tests per package (tests, subtests and benchmarks; %d passed, %d failed, %d skipped in all):\n", pass, fail, skip)
 	any := false

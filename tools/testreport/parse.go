@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"io"
 	"regexp"
 	"strconv"
 	"strings"
@@ -18,14 +16,9 @@ type result struct {
 // topLevel reports whether r is a top-level test or benchmark (no subtest path).
 func (r result) topLevel() bool { return !strings.Contains(r.name, "/") }
 
-// reason is the skip reason: the output the test printed, its file:line prefix removed,
-// on one line, at most 300 characters.
-func (r result) reason() string {
-	return r.reasonIn(nil)
-}
-
-// reasonIn is reason, saying for a test that printed nothing whether its subtests (among
-// all) ended the same way.
+// reasonIn is the skip (or failure) reason: the output the test printed, its file:line
+// prefix removed, on one line, at most 300 characters; for a test that printed nothing,
+// whether its subtests (among all) ended the same way.
 func (r result) reasonIn(all []result) string {
 	var parts []string
 	for _, l := range r.output {
@@ -50,7 +43,7 @@ func (r result) reasonIn(all []result) string {
 	return s
 }
 
-// A block is the verbose output of one test binary run: one package of `go test -v`, or
+// A block is the output of one test binary run: one package of `go test -json`, or
 // one step of the GPU bundle's run.
 type block struct {
 	name       string
@@ -59,7 +52,7 @@ type block struct {
 	lines      []string // every line, as read
 	closing    string   // go test's own closing line (ok, FAIL, ?), if any
 	timedOut   bool     // the binary's -test.timeout fired
-	failLine   bool     // a bare FAIL line: the binary reported failure
+	failLine   bool     // the package's own fail event: the binary reported failure
 }
 
 // count returns how many results have action, and how many of them are top-level.
@@ -75,98 +68,10 @@ func (b *block) count(action string) (all, top int) {
 	return all, top
 }
 
-// testOutput reports whether the block holds anything a test binary prints: a test
-// started, a result, a benchmark, a bare PASS or FAIL.
-func (b *block) testOutput() bool {
-	for _, l := range b.lines {
-		if runLine.MatchString(l) || resultLine.MatchString(l) || benchResult.MatchString(l) || l == "PASS" || l == "FAIL" {
-			return true
-		}
-	}
-	return false
-}
-
 var (
-	runLine     = regexp.MustCompile(`^=== (?:RUN|CONT|NAME)\s+(\S+)`)
-	resultLine  = regexp.MustCompile(`^\s*--- (PASS|FAIL|SKIP): (\S+)`)
-	benchName   = regexp.MustCompile(`^(Benchmark\S*)$`)
 	benchResult = regexp.MustCompile(`^Benchmark\S*\s+\d+\s+\S+ \S+`)
 	fileLine    = regexp.MustCompile(`^\s*[\w.-]+\.go:\d+: `)
-	closingLine = regexp.MustCompile(`^(ok  |FAIL|\?   )\t(\S+)`)
 )
-
-// parser turns verbose test output into results, attributing each output line to the
-// test that was running when it was printed (what === RUN, CONT and NAME lines and a
-// benchmark's name line say), as cmd/test2json does.
-type parser struct {
-	cur    string
-	output map[string][]string
-	b      *block
-}
-
-func newParser(name string) *parser {
-	return &parser{output: map[string][]string{}, b: &block{name: name}}
-}
-
-func (p *parser) line(l string) {
-	p.b.lines = append(p.b.lines, l)
-	switch {
-	case runLine.MatchString(l):
-		p.cur = runLine.FindStringSubmatch(l)[1]
-	case strings.HasPrefix(l, "=== PAUSE"):
-	case isResult(l):
-		m := resultLine.FindStringSubmatch(l)
-		p.b.results = append(p.b.results, result{name: m[2], action: m[1], output: p.output[m[2]]})
-		delete(p.output, m[2])
-	case benchName.MatchString(l):
-		p.cur = l
-	case benchResult.MatchString(l):
-		p.b.benchmarks = append(p.b.benchmarks, l)
-	case strings.HasPrefix(l, "panic: test timed out after"):
-		p.b.timedOut = true
-	case l == "FAIL":
-		p.b.failLine = true
-	case closingLine.MatchString(l):
-		p.b.closing = l
-	case p.cur != "" && (strings.HasPrefix(l, "    ") || strings.HasPrefix(l, "\t")):
-		p.output[p.cur] = append(p.output[p.cur], l)
-	}
-}
-
-// isResult reports whether l is a --- PASS, FAIL or SKIP line of the binary itself: its
-// indentation is 4 spaces per subtest level of the name. The same text further indented
-// is output a test printed (a child test process's results, logged by its parent).
-func isResult(l string) bool {
-	m := resultLine.FindStringSubmatch(l)
-	if m == nil {
-		return false
-	}
-	indent := len(l) - len(strings.TrimLeft(l, " "))
-	return indent == 4*strings.Count(m[2], "/")
-}
-
-// parseGoTest reads the output of `go test -v` on several packages: each package's lines
-// end with go test's closing line (ok, FAIL, ?), which names the block.
-func parseGoTest(r io.Reader) ([]*block, error) {
-	var out []*block
-	p := newParser("")
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		l := sc.Text()
-		p.line(l)
-		if m := closingLine.FindStringSubmatch(l); m != nil {
-			p.b.name = m[2]
-			out = append(out, p.b)
-			p = newParser("")
-		}
-	}
-	if len(p.b.lines) > 0 {
-		p.b.name = "(output after the last package)"
-		out = append(out, p.b)
-	}
-	return out, sc.Err()
-}
 
 // metric returns the value reported for unit on a benchmark result line, if any.
 func metric(line, unit string) (float64, bool) {

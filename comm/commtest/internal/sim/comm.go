@@ -41,15 +41,6 @@ func newClique(n int) *clique {
 	}
 }
 
-func (cl *clique) isReady() bool {
-	select {
-	case <-cl.ready:
-		return true
-	default:
-		return false
-	}
-}
-
 // failLocked puts the whole communicator in an error state (first error wins) and ends
 // its pending operations. Caller holds World.mu.
 func (cl *clique) failLocked(code gpulib.Result, detail string) {

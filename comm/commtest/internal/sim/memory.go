@@ -229,18 +229,6 @@ func (d *device) copyWithin(dst, src gpulib.Ptr, n uint64) error {
 	return nil
 }
 
-// update applies f to [p, p+n) under the memory lock (kernels read-modify-write).
-func (d *device) update(p gpulib.Ptr, n uint64, f func(b []byte)) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	b, _, err := d.sliceLocked(p, n)
-	if err != nil {
-		return err
-	}
-	f(b)
-	return nil
-}
-
 // wipe frees every allocation (a restarted process); the addresses stay invalid.
 func (d *device) wipe() {
 	d.mu.Lock()

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
@@ -163,16 +162,4 @@ func (w *World) goLocked(f func()) {
 		defer w.wg.Done()
 		f()
 	}()
-}
-
-// sleep waits for d or until stop is closed; it reports whether d elapsed.
-func sleep(d time.Duration, stop <-chan struct{}) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-stop:
-		return false
-	}
 }
