@@ -27,8 +27,6 @@ import (
 // rejected calls, and cross-checked by a driver that calls nothing).
 type realCalls struct{ stubDriver }
 
-var null unsafe.Pointer
-
 func (realCalls) SetDevice() error { _ = cuda.CtxSetCurrent(0); return nil }
 func (realCalls) StreamQuery(gpulib.Stream) (bool, error) {
 	_ = cuda.StreamQuery(0)

@@ -375,8 +375,6 @@ func (g *guard) groupEnd() (outermost bool, err error) {
 	return g.depth.Add(-1) == 0, nil
 }
 
-func (g *guard) groupDepth() int { return int(g.depth.Load()) }
-
 // close marks the guard closed. It fails with ErrClosed on a second call; openGroups
 // reports groups left open, which Close reports with ErrGroupOpen after tearing down.
 func (g *guard) close() (openGroups int, err error) {

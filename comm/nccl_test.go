@@ -550,7 +550,7 @@ func TestNCCLGroupSubmitsNothingForAClosedMember(t *testing.T) {
 	require.NoError(t, other.RecvFrom(p, 8, 1, 0))
 	done := make(chan error)
 	go func() { done <- other.Close() }()
-	_ = <-done
+	<-done
 	f.log()
 	err := b.GroupEnd()
 	assert.ErrorIs(t, err, ErrClosed)

@@ -29,10 +29,9 @@ func (c *countingCore) WorldSize() int                                { return c
 
 // impl builds one backend under test and tells how many calls reached the layer below.
 type impl struct {
-	name    string
-	new     func(t *testing.T, rank, world int) (b Backend, reached func() int)
-	minRank int // implementations of a fixed world
-	world   int // 0: any world
+	name  string
+	new   func(t *testing.T, rank, world int) (b Backend, reached func() int)
+	world int // 0: any world
 }
 
 func newFakeNCCL(t *testing.T, f *fakeDriver, rank, world int, opts ...Option) *NCCL {
