@@ -91,6 +91,7 @@ type share struct {
 	limit  int64
 	used   atomic.Int64
 	conns  int // connections open from it; guarded by Server.mu
+	hands  int // of which hold a handshake slot; guarded by Server.mu
 	authed int // of which past their handshake; guarded by Server.mu
 
 	// Guarded by turns.mu.
@@ -176,18 +177,27 @@ func (e *errFull) Error() string {
 
 func (e *errFull) Unwrap() error { return ErrStoreFull }
 
-// authLimiter rate-limits failed authentications per source address: each address
-// may fail authFailBurst times at once, then once every 1/authFailRate seconds. Proofs
-// from an address over its limit are refused without being checked.
+// authLimiter rate-limits failed authentications per client (clientIdentity: an IPv4
+// address, an IPv6 /64): each may fail authFailBurst times at once, then once every
+// 1/authFailRate seconds. It limits guesses, not logins: every proof is checked, and
+// a correct one is always accepted. Over its limit, a client's answers, right or
+// wrong, come only after authSlowdown, so that a wrong guess is not told from a right
+// one before then: a client then makes at most one guess per authSlowdown on each
+// handshake slot it holds, and a correct rank behind the same address still gets in.
+// It tracks at most authLimiterMax clients; past that, the ones it cannot track share
+// one bucket (they are slowed down together rather than let through unlimited).
 type authLimiter struct {
-	mu sync.Mutex
-	m  map[string]*authBucket
+	mu       sync.Mutex
+	m        map[string]*authBucket
+	overflow authBucket // of the clients not tracked
 }
 
 const (
 	authFailBurst  = 10
 	authFailRate   = 5.0 // per second
 	authLimiterMax = 4096
+	// authSlowdown is how long a client over its limit waits for every answer.
+	authSlowdown = time.Second / authFailRate
 )
 
 type authBucket struct {
@@ -195,48 +205,59 @@ type authBucket struct {
 	last   time.Time
 }
 
-func (l *authLimiter) bucket(addr string, now time.Time) *authBucket {
+// refill brings b to now.
+func (b *authBucket) refill(now time.Time) {
+	if b.last.IsZero() {
+		b.tokens, b.last = authFailBurst, now
+	}
+	b.tokens = min(authFailBurst, b.tokens+now.Sub(b.last).Seconds()*authFailRate)
+	b.last = now
+}
+
+// bucket returns the bucket of client id.
+func (l *authLimiter) bucket(id string, now time.Time) *authBucket {
 	if l.m == nil {
 		l.m = make(map[string]*authBucket)
 	}
-	b := l.m[addr]
+	b := l.m[id]
 	if b == nil {
 		if len(l.m) >= authLimiterMax {
-			for k, v := range l.m { // forget addresses that are back to a full bucket
+			for k, v := range l.m { // forget clients that are back to a full bucket
 				if v.tokens+now.Sub(v.last).Seconds()*authFailRate >= authFailBurst {
 					delete(l.m, k)
 				}
 			}
 		}
 		if len(l.m) >= authLimiterMax {
-			return nil
+			b = &l.overflow
+		} else {
+			b = &authBucket{}
+			l.m[id] = b
 		}
-		b = &authBucket{tokens: authFailBurst, last: now}
-		l.m[addr] = b
 	}
-	b.tokens = min(authFailBurst, b.tokens+now.Sub(b.last).Seconds()*authFailRate)
-	b.last = now
+	b.refill(now)
 	return b
 }
 
-// allowed reports whether a proof from addr may be checked now, and if not, when.
-func (l *authLimiter) allowed(addr string) (bool, time.Duration) {
+// slowdown reports how long the answer to a proof from client id must wait: 0 while
+// the client is within its limit, authSlowdown once it is over.
+func (l *authLimiter) slowdown(id string) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	b := l.bucket(addr, time.Now())
-	if b == nil || b.tokens >= 1 {
-		return true, 0
+	if l.bucket(id, time.Now()).tokens >= 1 {
+		return 0
 	}
-	return false, time.Duration((1 - b.tokens) / authFailRate * float64(time.Second))
+	return authSlowdown
 }
 
-// failed records a failed proof from addr.
-func (l *authLimiter) failed(addr string) {
+// failed records a failed proof from client id.
+func (l *authLimiter) failed(id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if b := l.bucket(addr, time.Now()); b != nil {
-		b.tokens = max(0, b.tokens-1)
-	}
+	// The tokens go below zero (down to -authFailBurst), so that failures that came
+	// late still count: a client over its limit stays over it while it keeps failing.
+	b := l.bucket(id, time.Now())
+	b.tokens = max(-authFailBurst, b.tokens-1)
 }
 
 // warnLimiter rate-limits repeated log lines: each message may be logged warnBurst

@@ -51,6 +51,7 @@ type serverConfig struct {
 	beforeServe  func()
 	onEvictCheck func(now time.Time, victim *serverConn)
 	torchClients int8 // WithTorchClients: 1 allow, -1 refuse, 0 only without a token
+	world        int  // WithWorld: the ranks of the job served; 0 unknown
 }
 
 type clientConfig struct {
@@ -190,6 +191,17 @@ func WithMaxClientBytes(n int64) ServerOption {
 			c.maxClientBytes = n
 		}
 	})
+}
+
+// WithWorld tells the server the world size of the job it serves (comm's rank 0 and
+// tools/rendezvous -world set it). A barrier arrival (Client.Barrier) for any other
+// world is then refused to its caller alone, with an error wrapping
+// ErrInvalidArgument, and creates nothing: no one can make a barrier key wait for a
+// world of its choosing, or complete it early as a world of one, and so fail the
+// job's ranks that arrive after. Zero or negative: the world is not known, and the
+// first arrival at a key sets the world of its barrier.
+func WithWorld(n int) ServerOption {
+	return serverOption(func(c *serverConfig) { c.world = max(n, 0) })
 }
 
 // TLSOption protects a store's traffic with TLS; it configures a server or a client.
