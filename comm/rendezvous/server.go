@@ -578,7 +578,7 @@ type serverConn struct {
 	// waited is how long, in all, the goroutine has waited on its client during the
 	// handshake (ns), not counting the wait in progress.
 	waited atomic.Int64
-	authed  bool        // holds an authenticated slot
+	authed bool // holds an authenticated slot
 
 	turn   chan struct{} // receives the turn this connection waits for (turns)
 	turnAt int64         // when its turn began (turns.now)
