@@ -573,12 +573,12 @@ type serverConn struct {
 	heard   atomic.Bool // some byte arrived
 	since   time.Time   // when it took its handshake slot
 	evicted atomic.Bool // closed to make room for a newer connection
+	authed  bool        // holds an authenticated slot
 	// queuedID is the host of a connection waiting in Server.queued.
 	queuedID string
 	// waited is how long, in all, the goroutine has waited on its client during the
 	// handshake (ns), not counting the wait in progress.
 	waited atomic.Int64
-	authed bool // holds an authenticated slot
 
 	turn   chan struct{} // receives the turn this connection waits for (turns)
 	turnAt int64         // when its turn began (turns.now)
