@@ -579,6 +579,12 @@ type serverConn struct {
 	// waited is how long, in all, the goroutine has waited on its client during the
 	// handshake (ns), not counting the wait in progress.
 	waited atomic.Int64
+	// Of a torch connection: its state (guarded by Server.mu), when its last query was
+	// answered (turns.now), and whether its slot was taken from it while it was idle
+	// (guarded by Server.mu).
+	torch     *torchConn
+	lastQuery atomic.Int64
+	slotGone  bool
 
 	turn   chan struct{} // receives the turn this connection waits for (turns)
 	turnAt int64         // when its turn began (turns.now)
@@ -875,7 +881,7 @@ func (c *serverConn) close() {
 	c.releaseBig()
 	s.mu.Lock()
 	s.leaveHandshakeLocked(c)
-	if c.authed {
+	if c.authed && !c.slotGone {
 		s.authed--
 		c.acct.share.authed--
 		c.acct.release(connOverhead)
@@ -980,6 +986,11 @@ func (c *serverConn) claimSlot() (busy string, err error) {
 	s := c.s
 	s.mu.Lock()
 	if s.authed >= s.cfg.maxConns {
+		s.idleTorchLocked(nil)
+	} else if host := c.acct.share; s.cfg.maxHostConns > 0 && host.authed >= s.cfg.maxHostConns {
+		s.idleTorchLocked(host)
+	}
+	if s.authed >= s.cfg.maxConns {
 		s.mu.Unlock()
 		msg := "server at its limit of " + strconv.Itoa(s.cfg.maxConns) + " connections"
 		s.warn("rendezvous server: connection refused: limit reached", "remote", c.remote, "limit", s.cfg.maxConns)
@@ -1005,8 +1016,47 @@ func (c *serverConn) claimSlot() (busy string, err error) {
 	s.authed++
 	c.acct.share.authed++
 	c.authed = true
+	c.lastQuery.Store(s.turns.now())
 	s.mu.Unlock()
 	return "", nil
+}
+
+// idleTorchLocked makes room for a newcomer when the connection slots (of host, when
+// not nil) are full: it takes the slot of the torch connection that has been idle the
+// longest, when that is at least the idle timeout, and closes it. A torch client
+// sends no keepalive, so an idle one stays open for as long as its slot is not
+// needed (its job may touch the store only at bring-up), but silent ones cannot keep
+// newcomers out. One with a wait pending, or bytes to read, is not idle.
+func (s *Server) idleTorchLocked(host *share) {
+	if s.cfg.idleTimeout <= 0 {
+		return
+	}
+	now := s.turns.now()
+	var victim *serverConn
+	for c := range s.conns {
+		if c.torch == nil || !c.authed || c.slotGone || (host != nil && c.acct.share != host) {
+			continue
+		}
+		last := c.lastQuery.Load()
+		if now-last < int64(s.cfg.idleTimeout) || (victim != nil && last >= victim.lastQuery.Load()) {
+			continue
+		}
+		c.torch.mu.Lock()
+		waiting := len(c.torch.waits) > 0
+		c.torch.mu.Unlock()
+		if !waiting && !bytesWaiting(c.raw) {
+			victim = c
+		}
+	}
+	if victim == nil {
+		return
+	}
+	victim.slotGone = true
+	s.authed--
+	victim.acct.share.authed--
+	victim.acct.release(connOverhead)
+	s.warn("rendezvous server: closing an idle PyTorch TCPStore connection to make room for a newcomer", "remote", victim.remote, "idle_timeout", s.cfg.idleTimeout)
+	_ = victim.nc.Close()
 }
 
 // reply writes one frame; safe from any goroutine. Large fields (values) are written
