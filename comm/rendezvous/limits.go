@@ -26,7 +26,24 @@ const (
 	connOverhead = 24 << 10
 	// barrierOverhead is a barrier's state beyond its key and its rank bitmap.
 	barrierOverhead = 256
+	// jobRoom is what each authenticated connection brings its host for the keys and
+	// blocked requests it makes, out of the part of the budget kept for connections
+	// (connRoom): a rank's bring-up (its marker, rank 0's id, the counter and state,
+	// one blocked arrival) with room to spare for a few reconnections.
+	jobRoom = 16 << 10
 )
+
+// connRoom is the part of a budget of limit bytes kept for maxConns connections
+// (connOverhead and jobRoom each), at most a quarter of it: keys, values and requests
+// beyond the rooms of their hosts' connections take only the rest, so that writers
+// that fill the store still leave every connection that gets a slot its room.
+func connRoom(limit int64, maxConns int) int64 {
+	r := min(int64(maxConns)*(connOverhead+jobRoom), limit/4)
+	if r < connOverhead+jobRoom {
+		return 0
+	}
+	return r
+}
 
 // Bounds on blocked requests (Get, Wait, Barrier).
 const (
@@ -59,6 +76,7 @@ func allocSize(n int) int64 {
 // barriers, connections and frame buffers all reserve from it.
 type budget struct {
 	limit int64
+	whole int64 // the whole budget this is part of, for errors (0: limit)
 	used  atomic.Int64
 	peak  atomic.Int64 // highest used since the last release of memory to the OS
 }
@@ -94,6 +112,14 @@ type share struct {
 	hands  int // of which hold a handshake slot; guarded by Server.mu
 	authed int // of which past their handshake; guarded by Server.mu
 
+	// room is what its connections brought from the part of the budget kept for
+	// them (jobRoom each) and its charges have not used; roomUsed what they have.
+	// What it reserves comes from room first, what it releases goes back there
+	// first. Guarded by rmu.
+	rmu            sync.Mutex
+	rooms          *budget // the part of the budget kept for connections
+	room, roomUsed int64
+
 	// Guarded by turns.mu.
 	waiting []*serverConn // its connections waiting for a turn
 	window  int64         // the quota window spent is counted in
@@ -109,24 +135,75 @@ func (a *share) reserve(what string, n int64) error {
 // reserveFor is reserve that says what only when it fails.
 func (a *share) reserveFor(what func() string, n int64) error {
 	if n <= 0 {
-		a.used.Add(n)
-		a.b.release(-n)
+		a.release(-n)
 		return nil
 	}
 	if u := a.used.Add(n); u > a.limit && a.limit < a.b.limit {
 		a.used.Add(-n)
 		return &errFull{what: what(), n: n, share: a.limit, used: u - n}
 	}
-	if !a.b.reserve(n) {
+	r := a.takeRoom(n)
+	if !a.b.reserve(n - r) {
 		a.used.Add(-n)
-		return &errFull{what: what(), n: n, limit: a.b.limit, used: a.b.used.Load()}
+		a.giveBack(r)
+		return &errFull{what: what(), n: n, limit: max(a.b.limit, a.b.whole), used: a.b.used.Load()}
 	}
 	return nil
 }
 
 func (a *share) release(n int64) {
 	a.used.Add(-n)
-	a.b.release(n)
+	a.giveBack(n)
+}
+
+// takeRoom takes up to n bytes from the room of a's connections and says how many.
+func (a *share) takeRoom(n int64) int64 {
+	a.rmu.Lock()
+	defer a.rmu.Unlock()
+	r := min(n, a.room)
+	a.room -= r
+	a.roomUsed += r
+	return r
+}
+
+// giveBack returns n bytes: to the room of a's connections first, then the budget.
+func (a *share) giveBack(n int64) {
+	a.rmu.Lock()
+	r := min(n, a.roomUsed)
+	a.roomUsed -= r
+	a.room += r
+	a.rmu.Unlock()
+	a.b.release(n - r)
+}
+
+// addRoom gives a the room of a new connection, reserved from the part of the budget
+// kept for connections with the connection's own cost, which a's share counts; it
+// reports false, reserving nothing, when that part is full.
+func (a *share) addRoom() bool {
+	if a.rooms == nil || (a.used.Load()+connOverhead > a.limit && a.limit < a.b.limit) || !a.rooms.reserve(connOverhead+jobRoom) {
+		return false
+	}
+	a.used.Add(connOverhead)
+	a.rmu.Lock()
+	a.room += jobRoom
+	a.rmu.Unlock()
+	return true
+}
+
+// dropRoom takes back the room of a connection that closes. What its charges used of
+// it stays charged, now to the rest of the budget (which may go over its limit by
+// that much until they are freed: the total stays within the whole budget).
+func (a *share) dropRoom() {
+	a.used.Add(-connOverhead)
+	a.rmu.Lock()
+	free := min(a.room, jobRoom)
+	a.room -= free
+	spent := jobRoom - free
+	spent = min(spent, a.roomUsed)
+	a.roomUsed -= spent
+	a.rmu.Unlock()
+	a.b.used.Add(spent)
+	a.rooms.release(connOverhead + jobRoom)
 }
 
 // account is one connection's handle on its client's share, with the bounds of that

@@ -53,6 +53,7 @@ type Server struct {
 
 	st       *store
 	budget   *budget
+	rooms    *budget // the part of the budget kept for connections (connRoom)
 	inflight *budget // bytes of large frames being read, across all connections
 	turns    *turns  // fair scheduling of requests between clients
 	auth     authLimiter
@@ -112,7 +113,9 @@ func (s *Server) init(opts []ServerOption) {
 		s.listeners = make(map[net.Listener]struct{})
 		s.conns = make(map[*serverConn]struct{})
 		s.clients = make(map[string]*share)
-		s.budget = &budget{limit: s.cfg.maxStoreBytes}
+		rooms := connRoom(s.cfg.maxStoreBytes, s.cfg.maxConns)
+		s.rooms = &budget{limit: rooms, whole: s.cfg.maxStoreBytes}
+		s.budget = &budget{limit: s.cfg.maxStoreBytes - rooms, whole: s.cfg.maxStoreBytes}
 		s.inflight = &budget{limit: max(s.cfg.maxStoreBytes/4, 2*MaxFrameLen)}
 		s.st = newStore(s.budget)
 		s.st.world = s.cfg.world
@@ -328,7 +331,7 @@ func (s *Server) accept(nc net.Conn) {
 			// from other hosts are not kept behind it.
 			if s.handsLocked(id) < len(s.unauth) || len(s.queued) >= s.cfg.maxUnauth {
 				s.mu.Unlock()
-				s.warn("rendezvous server: connection refused: its host holds its share of the handshake slots", "remote", c.remote, "host", id)
+				s.log.Debug("rendezvous server: connection refused: its host holds its share of the handshake slots", "remote", c.remote, "host", id)
 				_ = nc.Close()
 				return
 			}
@@ -477,7 +480,7 @@ func (s *Server) shareLocked(id string) *share {
 				}
 			}
 		}
-		a = &share{b: s.budget, id: id, limit: s.cfg.maxClientBytes}
+		a = &share{b: s.budget, rooms: s.rooms, id: id, limit: s.cfg.maxClientBytes}
 		s.clients[id] = a
 	}
 	a.conns++
@@ -585,6 +588,9 @@ type serverConn struct {
 	torch     *torchConn
 	lastQuery atomic.Int64
 	slotGone  bool
+	// roomed: its slot took its cost and its host's jobRoom from Server.rooms
+	// (guarded by Server.mu).
+	roomed bool
 
 	turn   chan struct{} // receives the turn this connection waits for (turns)
 	turnAt int64         // when its turn began (turns.now)
@@ -884,7 +890,7 @@ func (c *serverConn) close() {
 	if c.authed && !c.slotGone {
 		s.authed--
 		c.acct.share.authed--
-		c.acct.release(connOverhead)
+		c.releaseConn()
 	}
 	s.leaveLocked(c.acct.share)
 	delete(s.conns, c)
@@ -1002,7 +1008,10 @@ func (c *serverConn) claimSlot() (busy string, err error) {
 		s.warn("rendezvous server: connection refused: host at its limit", "remote", c.remote, "host", host.id, "limit", s.cfg.maxHostConns)
 		return msg, fmt.Errorf("%w: %s", ErrBusy, msg)
 	}
-	if err := c.acct.reserve("a connection", connOverhead); err != nil {
+	if c.roomed = c.acct.addRoom(); !c.roomed {
+		err = c.acct.reserve("a connection", connOverhead)
+	}
+	if err != nil {
 		s.mu.Unlock()
 		s.warn("rendezvous server: connection refused: memory budget exhausted", "remote", c.remote, "err", err)
 		return err.Error(), fmt.Errorf("%w: %v", ErrBusy, err)
@@ -1010,7 +1019,7 @@ func (c *serverConn) claimSlot() (busy string, err error) {
 	if !s.leaveHandshakeLocked(c) {
 		// Evicted while authenticating; it is being closed.
 		s.mu.Unlock()
-		c.acct.release(connOverhead)
+		c.releaseConn()
 		return "", fmt.Errorf("%w: evicted during the handshake", ErrClosed)
 	}
 	s.authed++
@@ -1019,6 +1028,15 @@ func (c *serverConn) claimSlot() (busy string, err error) {
 	c.lastQuery.Store(s.turns.now())
 	s.mu.Unlock()
 	return "", nil
+}
+
+// releaseConn gives back what c's slot reserved (claimSlot).
+func (c *serverConn) releaseConn() {
+	if c.roomed {
+		c.acct.dropRoom()
+	} else {
+		c.acct.release(connOverhead)
+	}
 }
 
 // idleTorchLocked makes room for a newcomer when the connection slots (of host, when
@@ -1054,7 +1072,7 @@ func (s *Server) idleTorchLocked(host *share) {
 	victim.slotGone = true
 	s.authed--
 	victim.acct.share.authed--
-	victim.acct.release(connOverhead)
+	victim.releaseConn()
 	s.warn("rendezvous server: closing an idle PyTorch TCPStore connection to make room for a newcomer", "remote", victim.remote, "idle_timeout", s.cfg.idleTimeout)
 	_ = victim.nc.Close()
 }
