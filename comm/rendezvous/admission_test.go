@@ -277,16 +277,26 @@ func TestAuthLimiterGroupsAndStaysBounded(t *testing.T) {
 		assert.Zero(t, l.slowdown(ipv6(byte(i))), "guess %d within the burst was slowed down", i)
 		l.failed(ipv6(byte(i)))
 	}
+	for range authFailBurst { // more: seconds before a guess is within the limit again
+		l.failed(ipv6(100))
+	}
 	assert.Equal(t, authSlowdown, l.slowdown(ipv6(200)), "another address of the same /64 got a burst of its own")
 	assert.Zero(t, l.slowdown("127.0.0.1"), "another client was slowed down")
 
+	// Past its bound, at one instant (no bucket refills meanwhile, however slow the
+	// machine): each client fails its whole burst.
+	now := time.Now()
+	fail := func(id string) {
+		for range authFailBurst {
+			b := l.bucket(id, now)
+			b.tokens = max(-authFailBurst, b.tokens-1)
+		}
+	}
 	for i := range authLimiterMax + 100 {
-		id := net.IPv4(10, byte(i>>16), byte(i>>8), byte(i)).String()
-		l.failed(id)
+		fail(net.IPv4(10, byte(i>>16), byte(i>>8), byte(i)).String())
 	}
 	assert.LessOrEqual(t, len(l.m), authLimiterMax, "the limiter tracks more clients than its bound")
-	for i := range 10 * authFailBurst {
-		l.failed(net.IPv4(11, 0, 0, byte(i)).String())
-	}
-	assert.Equal(t, authSlowdown, l.slowdown("11.0.0.200"), "an untracked client was let through unlimited")
+	_, tracked := l.m["11.0.0.200"]
+	require.False(t, tracked)
+	assert.Less(t, l.bucket("11.0.0.200", now).tokens, 1.0, "an untracked client was let through unlimited")
 }
