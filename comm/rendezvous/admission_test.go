@@ -2,6 +2,7 @@ package rendezvous
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -154,14 +155,14 @@ func TestNewcomersGetInWhileSilentSocketsWait(t *testing.T) {
 		buf := make([]byte, 64)
 		for !stopped(stop, 0) {
 			nc := dialFrom(addr, attackHost(i))
-			if nc != nil {
-				go func() { <-stop; _ = nc.Close() }()
-				for { // until the server closes it
-					if _, err := nc.Read(buf); err != nil {
-						break
-					}
+			for nc != nil { // until the server closes it, or the test ends
+				_ = nc.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+				_, err := nc.Read(buf)
+				var ne net.Error
+				if err != nil && (!errors.As(err, &ne) || !ne.Timeout() || stopped(stop, 0)) {
+					_ = nc.Close()
+					nc = nil
 				}
-				_ = nc.Close()
 			}
 			if stopped(stop, 50*time.Millisecond) {
 				return
