@@ -133,6 +133,7 @@ func jobServerOptions(jc rendezvous.Config, log *slog.Logger) []rendezvous.Serve
 		rendezvous.WithToken(jc.Token), rendezvous.WithLogger(log),
 		rendezvous.WithMaxConns(max(rendezvous.DefaultMaxConns, 2*jc.WorldSize)),
 		rendezvous.WithMaxHandshakes(max(rendezvous.DefaultMaxHandshakes, jc.WorldSize)),
+		rendezvous.WithWorld(jc.WorldSize),
 	}
 }
 

@@ -32,7 +32,10 @@ const missingCheckTimeout = 5 * time.Second
 // differs from the one the first rank gave, and an arrival after the barrier completed
 // (a reused key: use GenerationKey) are errors wrapping ErrInvalidArgument that name
 // the rank, returned to the caller that made them; the barrier goes on waiting for the
-// right ranks. A rank whose call ended (its context, its connection) still counts as
+// right ranks. Where the server knows the job's world (WithWorld: comm's rank 0,
+// tools/rendezvous -world), an arrival for any other world is refused the same way
+// and creates nothing, so that no client can make the job's barrier keys wait for a
+// world of its choosing or complete them early. A rank whose call ended (its context, its connection) still counts as
 // arrived and may arrive again without being counted twice.
 func (c *Client) Barrier(ctx context.Context, key string, rank, world int) error {
 	switch {

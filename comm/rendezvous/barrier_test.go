@@ -134,3 +134,39 @@ func TestBarrierReportsALostConnection(t *testing.T) {
 	var be *BarrierError
 	assert.False(t, errors.As(err, &be), "no missing-rank list without a deadline")
 }
+
+// Where the server knows the job's world (WithWorld), no client can poison a barrier
+// key: arriving first as a world of 1000, or completing the barrier early as a world
+// of one, is refused to that client alone, and the job's ranks pass the barrier.
+// Without WithWorld, both arrivals are accepted and every rank then fails.
+func TestBarrierOfAnotherWorldIsRefusedToItsCallerAlone(t *testing.T) {
+	noLeaks(t)
+	const token, world = "barrier-world-token-0123456789", 4
+	_, addr := startServer(t, WithToken(token), WithWorld(world))
+	ctx := ctxTimeout(t, 30*time.Second)
+	poisoner := dial(t, addr, WithToken(token), fromHost(2))
+	for _, p := range []struct {
+		key         string
+		rank, world int
+	}{{"job/b1", 5, 1000}, {"job/b2", 0, 1}} {
+		err := poisoner.Barrier(ctx, p.key, p.rank, p.world)
+		require.ErrorIs(t, err, ErrInvalidArgument, "a barrier arrival for a world of %d", p.world)
+		assert.Contains(t, err.Error(), "this store serves a job of 4 ranks")
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, world)
+	for rank := range world {
+		c := dial(t, addr, WithToken(token))
+		wg.Go(func() {
+			for _, key := range []string{"job/b1", "job/b2"} {
+				if errs[rank] = c.Barrier(ctx, key, rank, world); errs[rank] != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for rank, err := range errs {
+		require.NoError(t, err, "rank %d", rank)
+	}
+}

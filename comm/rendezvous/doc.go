@@ -105,7 +105,14 @@
 // unique ids and barriers use little of. A store key outlives its writer, so its cost
 // stays charged to the host that wrote it last after that host's connections close,
 // until the key is deleted or another client overwrites it: a client that reconnects
-// finds its share as full as it left it. At the cap, the write that
+// finds its share as full as it left it. Writers on many hosts could still fill the
+// budget together, so part of it is kept for connections (WithMaxConns times 40 KiB,
+// at most a quarter of the budget): each authenticated connection takes its cost and
+// 16 KiB of room for its host's keys and blocked requests from there (a rank's
+// bring-up uses about 10 KiB), and keys beyond their hosts' rooms share the rest. A
+// rank that gets a connection slot thus has room for its bring-up whatever other
+// writers have stored; what bounds the rooms is the connection slots
+// (WithMaxConns, WithMaxHostConns). At the cap, the write that
 // does not fit fails with ErrStoreFull ("store full") and changes nothing; a request
 // too large for what is left is read, discarded and refused the same way; a blocked
 // request over its bounds is refused; a new connection that does not fit is told the
@@ -133,17 +140,20 @@
 // (a turn never waits on the network), but their time counts against the same quota.
 //
 // Connections. Connections still in their handshake have slots of their own
-// (WithMaxHandshakes, 64), apart from the authenticated ones (WithMaxConns, 1,024);
-// when they are all taken, a new connection takes the slot of the oldest one that has
-// sent nothing (else of the oldest that the server waits on: a hello and then nothing,
-// a frame cut short) among those that have held theirs for 100 ms, so connections that
-// never authenticate cannot keep a rank of the job out. A client whose hello the
-// server has yet to read or answer keeps its slot, even while its connection's
-// goroutine has not run (on Linux the server looks in the kernel's receive buffer):
-// while no slot is evictable (thousands of ranks dialing at once on a loaded machine)
-// the newcomer waits in the listener's queue for a slot, rather than evicting a rank
-// that is about to be served and making it dial again. WithMaxHostConns (off by
-// default) caps the connections of one source host, so that one host cannot take
+// (WithMaxHandshakes, 64), apart from the authenticated ones (WithMaxConns, 1,024).
+// Admission of a rank never depends on what others do from other addresses. When the
+// handshake slots are all taken, a newcomer takes the slot of the oldest connection
+// that has sent nothing, or that the server has waited on for 100 ms in all (a hello
+// and then nothing, a frame cut short, a byte now and then), among those that have
+// held theirs for 100 ms; else, when another host holds at least two slots more than
+// the newcomer's (or the newcomer's host holds none), the oldest slot of the host that
+// holds the most. A host that holds as many as any other is refused at once (Dial
+// dials again); one that holds every slot (its own burst of ranks) waits in a queue
+// of the server's, so the listener never stops accepting. A client whose hello the
+// server has yet to read or answer is never evicted as stalled, even while its
+// connection's goroutine has not run (on Linux the server looks in the kernel's
+// receive buffer). WithMaxHostConns (off by default) caps the connections of one
+// source host, so that one host cannot take
 // every slot. A panic while serving one connection closes that
 // connection only and is logged with its stack; the store goes on serving the others.
 // Repeated warnings are logged at most ten at once and then once a second per message,
@@ -152,9 +162,13 @@
 // The token. With a token (WithToken, NCCLGO_TOKEN), a client that cannot prove it
 // knows the token reads and writes no key, holds no authenticated slot, and learns
 // nothing but the server's version and idle timeout; the proof never reveals the
-// token. Failed proofs are rate-limited per source address (ten at once, then five a
-// second; proofs over the limit are refused unchecked, as busy), so the token must be
-// long and random, not a word: NewToken and tools/rendezvous -new-token make 256-bit
+// token. Every proof is checked and a correct one always accepted; failed ones are
+// limited per client (source host: an IPv4 address, an IPv6 /64; ten at once, then
+// five a second): a client over its limit gets every answer, right or wrong, 200 ms
+// late, so it makes at most five guesses a second on each handshake slot it holds,
+// and a correct rank behind the same address still gets in. The limiter tracks 4,096
+// clients; the others share one limit. So the token must be long and random, not a
+// word: NewToken and tools/rendezvous -new-token make 256-bit
 // ones, and a server warns about a token under 16 bytes. The token does not hide the
 // traffic: after the handshake keys and values cross the network as plaintext, and
 // anyone on the path can read them, or alter them unless TLS is on. For stores that
@@ -180,7 +194,10 @@
 // to its own share of the budget like any client's, a write that does not fit closes
 // the connection (torch's protocol has no error reply) and changes nothing, and a
 // panic while serving it closes it alone. After its first query a torch connection is
-// exempt from the idle timeout: torch's clients send no keepalive. torch's protocol
+// closed for idleness only when its slot is needed: torch's clients send no keepalive,
+// so a newcomer that finds the connection slots (or its host's) full takes the slot of
+// the torch connection idle the longest, if that is at least the idle timeout and it
+// has no wait pending. torch's protocol
 // has no barrier query; ncclgo's server adds one (tcpstore.go), which
 // TCPStoreClient.Barrier uses once the server has said it serves it, so that its
 // barriers are the server's own and meet Client.Barrier's. On torch's own server

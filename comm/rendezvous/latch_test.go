@@ -196,7 +196,7 @@ func TestArriveRefusalsChangeNothing(t *testing.T) {
 		assert.Equal(t, []bool{false, false}, present)
 	})
 	t.Run("store full", func(t *testing.T) {
-		before := s.budget.used.Load()
+		before := s.charged()
 		big := make([]byte, 200<<10) // each fits the share, the two do not
 		_, err := c.Arrive(ctx, Arrival{Done: "f/done", Counter: "f/count", Target: 1,
 			Create: []KeyValue{{Key: "f/a", Value: big}, {Key: "f/b", Value: big}}})
@@ -204,7 +204,7 @@ func TestArriveRefusalsChangeNothing(t *testing.T) {
 		present, err := c.Check(ctx, "f/a", "f/b", "f/count", "f/done")
 		require.NoError(t, err)
 		assert.Equal(t, []bool{false, false, false, false}, present)
-		eventually(t, "the budget is back", func() bool { return s.budget.used.Load() == before })
+		eventually(t, "the budget is back", func() bool { return s.charged() == before })
 	})
 }
 

@@ -26,7 +26,24 @@ const (
 	connOverhead = 24 << 10
 	// barrierOverhead is a barrier's state beyond its key and its rank bitmap.
 	barrierOverhead = 256
+	// jobRoom is what each authenticated connection brings its host for the keys and
+	// blocked requests it makes, out of the part of the budget kept for connections
+	// (connRoom): a rank's bring-up (its marker, rank 0's id, the counter and state,
+	// one blocked arrival) with room to spare for a few reconnections.
+	jobRoom = 16 << 10
 )
+
+// connRoom is the part of a budget of limit bytes kept for maxConns connections
+// (connOverhead and jobRoom each), at most a quarter of it: keys, values and requests
+// beyond the rooms of their hosts' connections take only the rest, so that writers
+// that fill the store still leave every connection that gets a slot its room.
+func connRoom(limit int64, maxConns int) int64 {
+	r := min(int64(maxConns)*(connOverhead+jobRoom), limit/4)
+	if r < connOverhead+jobRoom {
+		return 0
+	}
+	return r
+}
 
 // Bounds on blocked requests (Get, Wait, Barrier).
 const (
@@ -59,6 +76,7 @@ func allocSize(n int) int64 {
 // barriers, connections and frame buffers all reserve from it.
 type budget struct {
 	limit int64
+	whole int64 // the whole budget this is part of, for errors (0: limit)
 	used  atomic.Int64
 	peak  atomic.Int64 // highest used since the last release of memory to the OS
 }
@@ -91,7 +109,16 @@ type share struct {
 	limit  int64
 	used   atomic.Int64
 	conns  int // connections open from it; guarded by Server.mu
+	hands  int // of which hold a handshake slot; guarded by Server.mu
 	authed int // of which past their handshake; guarded by Server.mu
+
+	// room is what its connections brought from the part of the budget kept for
+	// them (jobRoom each) and its charges have not used; roomUsed what they have.
+	// What it reserves comes from room first, what it releases goes back there
+	// first. Guarded by rmu.
+	rmu            sync.Mutex
+	rooms          *budget // the part of the budget kept for connections
+	room, roomUsed int64
 
 	// Guarded by turns.mu.
 	waiting []*serverConn // its connections waiting for a turn
@@ -108,24 +135,75 @@ func (a *share) reserve(what string, n int64) error {
 // reserveFor is reserve that says what only when it fails.
 func (a *share) reserveFor(what func() string, n int64) error {
 	if n <= 0 {
-		a.used.Add(n)
-		a.b.release(-n)
+		a.release(-n)
 		return nil
 	}
 	if u := a.used.Add(n); u > a.limit && a.limit < a.b.limit {
 		a.used.Add(-n)
 		return &errFull{what: what(), n: n, share: a.limit, used: u - n}
 	}
-	if !a.b.reserve(n) {
+	r := a.takeRoom(n)
+	if !a.b.reserve(n - r) {
 		a.used.Add(-n)
-		return &errFull{what: what(), n: n, limit: a.b.limit, used: a.b.used.Load()}
+		a.giveBack(r)
+		return &errFull{what: what(), n: n, limit: max(a.b.limit, a.b.whole), used: a.b.used.Load()}
 	}
 	return nil
 }
 
 func (a *share) release(n int64) {
 	a.used.Add(-n)
-	a.b.release(n)
+	a.giveBack(n)
+}
+
+// takeRoom takes up to n bytes from the room of a's connections and says how many.
+func (a *share) takeRoom(n int64) int64 {
+	a.rmu.Lock()
+	defer a.rmu.Unlock()
+	r := min(n, a.room)
+	a.room -= r
+	a.roomUsed += r
+	return r
+}
+
+// giveBack returns n bytes: to the room of a's connections first, then the budget.
+func (a *share) giveBack(n int64) {
+	a.rmu.Lock()
+	r := min(n, a.roomUsed)
+	a.roomUsed -= r
+	a.room += r
+	a.rmu.Unlock()
+	a.b.release(n - r)
+}
+
+// addRoom gives a the room of a new connection, reserved from the part of the budget
+// kept for connections with the connection's own cost, which a's share counts; it
+// reports false, reserving nothing, when that part is full.
+func (a *share) addRoom() bool {
+	if a.rooms == nil || (a.used.Load()+connOverhead > a.limit && a.limit < a.b.limit) || !a.rooms.reserve(connOverhead+jobRoom) {
+		return false
+	}
+	a.used.Add(connOverhead)
+	a.rmu.Lock()
+	a.room += jobRoom
+	a.rmu.Unlock()
+	return true
+}
+
+// dropRoom takes back the room of a connection that closes. What its charges used of
+// it stays charged, now to the rest of the budget (which may go over its limit by
+// that much until they are freed: the total stays within the whole budget).
+func (a *share) dropRoom() {
+	a.used.Add(-connOverhead)
+	a.rmu.Lock()
+	free := min(a.room, jobRoom)
+	a.room -= free
+	spent := jobRoom - free
+	spent = min(spent, a.roomUsed)
+	a.roomUsed -= spent
+	a.rmu.Unlock()
+	a.b.used.Add(spent)
+	a.rooms.release(connOverhead + jobRoom)
 }
 
 // account is one connection's handle on its client's share, with the bounds of that
@@ -176,18 +254,27 @@ func (e *errFull) Error() string {
 
 func (e *errFull) Unwrap() error { return ErrStoreFull }
 
-// authLimiter rate-limits failed authentications per source address: each address
-// may fail authFailBurst times at once, then once every 1/authFailRate seconds. Proofs
-// from an address over its limit are refused without being checked.
+// authLimiter rate-limits failed authentications per client (clientIdentity: an IPv4
+// address, an IPv6 /64): each may fail authFailBurst times at once, then once every
+// 1/authFailRate seconds. It limits guesses, not logins: every proof is checked, and
+// a correct one is always accepted. Over its limit, a client's answers, right or
+// wrong, come only after authSlowdown, so that a wrong guess is not told from a right
+// one before then: a client then makes at most one guess per authSlowdown on each
+// handshake slot it holds, and a correct rank behind the same address still gets in.
+// It tracks at most authLimiterMax clients; past that, the ones it cannot track share
+// one bucket (they are slowed down together rather than let through unlimited).
 type authLimiter struct {
-	mu sync.Mutex
-	m  map[string]*authBucket
+	mu       sync.Mutex
+	m        map[string]*authBucket
+	overflow authBucket // of the clients not tracked
 }
 
 const (
 	authFailBurst  = 10
 	authFailRate   = 5.0 // per second
 	authLimiterMax = 4096
+	// authSlowdown is how long a client over its limit waits for every answer.
+	authSlowdown = time.Second / authFailRate
 )
 
 type authBucket struct {
@@ -195,48 +282,59 @@ type authBucket struct {
 	last   time.Time
 }
 
-func (l *authLimiter) bucket(addr string, now time.Time) *authBucket {
+// refill brings b to now.
+func (b *authBucket) refill(now time.Time) {
+	if b.last.IsZero() {
+		b.tokens, b.last = authFailBurst, now
+	}
+	b.tokens = min(authFailBurst, b.tokens+now.Sub(b.last).Seconds()*authFailRate)
+	b.last = now
+}
+
+// bucket returns the bucket of client id.
+func (l *authLimiter) bucket(id string, now time.Time) *authBucket {
 	if l.m == nil {
 		l.m = make(map[string]*authBucket)
 	}
-	b := l.m[addr]
+	b := l.m[id]
 	if b == nil {
 		if len(l.m) >= authLimiterMax {
-			for k, v := range l.m { // forget addresses that are back to a full bucket
+			for k, v := range l.m { // forget clients that are back to a full bucket
 				if v.tokens+now.Sub(v.last).Seconds()*authFailRate >= authFailBurst {
 					delete(l.m, k)
 				}
 			}
 		}
 		if len(l.m) >= authLimiterMax {
-			return nil
+			b = &l.overflow
+		} else {
+			b = &authBucket{}
+			l.m[id] = b
 		}
-		b = &authBucket{tokens: authFailBurst, last: now}
-		l.m[addr] = b
 	}
-	b.tokens = min(authFailBurst, b.tokens+now.Sub(b.last).Seconds()*authFailRate)
-	b.last = now
+	b.refill(now)
 	return b
 }
 
-// allowed reports whether a proof from addr may be checked now, and if not, when.
-func (l *authLimiter) allowed(addr string) (bool, time.Duration) {
+// slowdown reports how long the answer to a proof from client id must wait: 0 while
+// the client is within its limit, authSlowdown once it is over.
+func (l *authLimiter) slowdown(id string) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	b := l.bucket(addr, time.Now())
-	if b == nil || b.tokens >= 1 {
-		return true, 0
+	if l.bucket(id, time.Now()).tokens >= 1 {
+		return 0
 	}
-	return false, time.Duration((1 - b.tokens) / authFailRate * float64(time.Second))
+	return authSlowdown
 }
 
-// failed records a failed proof from addr.
-func (l *authLimiter) failed(addr string) {
+// failed records a failed proof from client id.
+func (l *authLimiter) failed(id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if b := l.bucket(addr, time.Now()); b != nil {
-		b.tokens = max(0, b.tokens-1)
-	}
+	// The tokens go below zero (down to -authFailBurst), so that failures that came
+	// late still count: a client over its limit stays over it while it keeps failing.
+	b := l.bucket(id, time.Now())
+	b.tokens = max(-authFailBurst, b.tokens-1)
 }
 
 // warnLimiter rate-limits repeated log lines: each message may be logged warnBurst

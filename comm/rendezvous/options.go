@@ -51,6 +51,7 @@ type serverConfig struct {
 	beforeServe  func()
 	onEvictCheck func(now time.Time, victim *serverConn)
 	torchClients int8 // WithTorchClients: 1 allow, -1 refuse, 0 only without a token
+	world        int  // WithWorld: the ranks of the job served; 0 unknown
 }
 
 type clientConfig struct {
@@ -104,8 +105,9 @@ func WithHandshakeTimeout(d time.Duration) ServerOption {
 // server announces it in the handshake and clients send a keepalive every d/3, so only
 // peers that are not working clients are dropped; a client declares the server dead
 // when it has heard nothing from it for d (at least 3 s; 60 s when the server has no
-// idle timeout). Negative disables it; zero keeps the
-// default.
+// idle timeout). A PyTorch TCPStore client sends no keepalive: its connection is closed
+// for idleness only when a newcomer needs its slot. Negative disables it; zero keeps
+// the default.
 func WithIdleTimeout(d time.Duration) ServerOption {
 	return serverOption(func(c *serverConfig) {
 		switch {
@@ -142,16 +144,16 @@ func WithMaxHostConns(n int) ServerOption {
 }
 
 // WithMaxHandshakes limits connections that have not finished their handshake yet
-// (default 64). When a new connection arrives with every such slot taken, one among
-// those that have held their slot for 100 ms is closed to make room: the oldest that
-// has sent nothing (or has held its slot for the handshake timeout), else the oldest
-// that the server waits on (a hello and then nothing, a frame cut short), so that
-// connections that hold a slot without completing a handshake cannot keep a rank of
-// the job out. A client whose bytes the server has yet to read or answer keeps its
-// slot, even while its connection's goroutine has not run yet (on Linux the server
-// looks in the kernel's receive buffer; elsewhere bytes count once read); while no
-// slot is evictable, the newcomer waits in the listener's queue. Zero or negative
-// keeps the default.
+// (default 64). When a new connection arrives with every such slot taken, it takes the
+// slot of one that has sent nothing, or that the server has waited on for 100 ms in
+// all, once that one has held its slot for 100 ms; else the oldest slot of the host
+// holding the most, when that host holds at least two more than the newcomer's (or
+// the newcomer's host holds none). A newcomer whose host holds as many as any other
+// is refused (Dial dials again), and one whose host holds them all waits in the
+// server's queue: what one host's connections do delays only that host's ranks. A
+// client whose bytes the server has yet to read or answer is not evicted as stalled
+// (on Linux the server looks in the kernel's receive buffer). Zero or negative keeps
+// the default.
 func WithMaxHandshakes(n int) ServerOption {
 	return serverOption(func(c *serverConfig) {
 		if n > 0 {
@@ -165,7 +167,11 @@ func WithMaxHandshakes(n int) ServerOption {
 // connections and the buffers of the requests being read all reserve from it. A write
 // that does not fit fails with ErrStoreFull ("store full"), a request too large for
 // what is left is read, discarded and refused the same way, and a connection that
-// does not fit is refused as busy. Zero or negative keeps the default.
+// does not fit is refused as busy. Part of it (WithMaxConns times 40 KiB, at most a
+// quarter) is kept for connections: each authenticated one takes its cost and 16 KiB
+// of room for its host's keys and blocked requests from there, so that writers that
+// fill the rest leave every rank that gets a slot room for its bring-up. Zero or
+// negative keeps the default.
 func WithMaxStoreBytes(n int64) ServerOption {
 	return serverOption(func(c *serverConfig) {
 		if n > 0 {
@@ -190,6 +196,17 @@ func WithMaxClientBytes(n int64) ServerOption {
 			c.maxClientBytes = n
 		}
 	})
+}
+
+// WithWorld tells the server the world size of the job it serves (comm's rank 0 and
+// tools/rendezvous -world set it). A barrier arrival (Client.Barrier) for any other
+// world is then refused to its caller alone, with an error wrapping
+// ErrInvalidArgument, and creates nothing: no one can make a barrier key wait for a
+// world of its choosing, or complete it early as a world of one, and so fail the
+// job's ranks that arrive after. Zero or negative: the world is not known, and the
+// first arrival at a key sets the world of its barrier.
+func WithWorld(n int) ServerOption {
+	return serverOption(func(c *serverConfig) { c.world = max(n, 0) })
 }
 
 // TLSOption protects a store's traffic with TLS; it configures a server or a client.

@@ -53,6 +53,7 @@ type Server struct {
 
 	st       *store
 	budget   *budget
+	rooms    *budget // the part of the budget kept for connections (connRoom)
 	inflight *budget // bytes of large frames being read, across all connections
 	turns    *turns  // fair scheduling of requests between clients
 	auth     authLimiter
@@ -71,6 +72,8 @@ type Server struct {
 	listeners map[net.Listener]struct{}
 	conns     map[*serverConn]struct{}
 	unauth    []*serverConn     // connections still in their handshake, oldest first
+	queued    []*serverConn     // accepted, waiting for a handshake slot (admitQueued)
+	admitting bool              // admitQueued runs
 	slotFreed chan struct{}     // a handshake slot was left (accept waits on it)
 	authed    int               // connections past their handshake
 	clients   map[string]*share // by clientIdentity: those with connections or charges
@@ -110,9 +113,12 @@ func (s *Server) init(opts []ServerOption) {
 		s.listeners = make(map[net.Listener]struct{})
 		s.conns = make(map[*serverConn]struct{})
 		s.clients = make(map[string]*share)
-		s.budget = &budget{limit: s.cfg.maxStoreBytes}
+		rooms := connRoom(s.cfg.maxStoreBytes, s.cfg.maxConns)
+		s.rooms = &budget{limit: rooms, whole: s.cfg.maxStoreBytes}
+		s.budget = &budget{limit: s.cfg.maxStoreBytes - rooms, whole: s.cfg.maxStoreBytes}
 		s.inflight = &budget{limit: max(s.cfg.maxStoreBytes/4, 2*MaxFrameLen)}
 		s.st = newStore(s.budget)
+		s.st.world = s.cfg.world
 		s.turns = newTurns()
 		if s.cfg.token != "" && len(s.cfg.token) < minTokenLen {
 			s.log.Warn("rendezvous server: the token is short and may be guessed; use NewToken or tools/rendezvous -new-token", "len", len(s.cfg.token), "want_at_least", minTokenLen)
@@ -214,7 +220,12 @@ func (s *Server) Close() error {
 			flushes = append(flushes, c.flushOut)
 		}
 	}
+	queued := s.queued
+	s.queued = nil
 	s.mu.Unlock()
+	for _, c := range queued {
+		_ = c.nc.Close()
+	}
 	s.st.close()
 	for _, l := range listeners {
 		_ = l.Close()
@@ -295,47 +306,160 @@ func (s *Server) accept(nc net.Conn) {
 		// Heard at the first byte of the TLS handshake, not of the first frame.
 		c.nc = tls.Server(rawReader{nc, c}, s.cfg.tls)
 	}
-	var evict *serverConn
+	id := clientIdentity(nc.RemoteAddr())
 	s.mu.Lock()
-	for len(s.unauth) >= s.cfg.maxUnauth && !s.closed {
-		now := time.Now()
-		var wait time.Duration
-		evict, wait = s.evictLocked(now)
-		if h := s.cfg.onEvictCheck; h != nil {
-			h(now, evict)
-		}
-		if evict != nil {
-			break
-		}
-		// Every slot is young or its client has spoken: a burst of ranks dialing at
-		// once, not connections that hold their slots. Leave the newcomer in the
-		// listener's queue until one ends its handshake or becomes evictable.
-		s.mu.Unlock()
-		t := time.NewTimer(wait)
-		select {
-		case <-s.slotFreed:
-		case <-t.C:
-		case <-s.done:
-		}
-		t.Stop()
-		s.mu.Lock()
-	}
 	if s.closed {
 		s.mu.Unlock()
 		_ = nc.Close()
 		return
 	}
-	c.acct = &account{share: s.shareLocked(clientIdentity(nc.RemoteAddr()))}
-	c.since = time.Now()
-	s.unauth = append(s.unauth, c)
-	s.conns[c] = struct{}{}
-	s.wg.Add(1)
+	var evict *serverConn
+	if len(s.unauth) >= s.cfg.maxUnauth {
+		now := time.Now()
+		evict, _ = s.evictLocked(now)
+		if h := s.cfg.onEvictCheck; h != nil {
+			h(now, evict)
+		}
+		if evict == nil {
+			evict = s.evictForLocked(id, now)
+		}
+		if evict == nil {
+			// Every slot is young or its client is being served. A host that holds
+			// as many as any other waits its turn: in the queue when it holds them
+			// all (a burst of its ranks), else refused at once (its client dials
+			// again); either way the listener's queue moves on, so that newcomers
+			// from other hosts are not kept behind it.
+			if s.handsLocked(id) < len(s.unauth) || len(s.queued) >= s.cfg.maxUnauth {
+				s.mu.Unlock()
+				s.log.Debug("rendezvous server: connection refused: its host holds its share of the handshake slots", "remote", c.remote, "host", id)
+				_ = nc.Close()
+				return
+			}
+			c.queuedID = id
+			s.queued = append(s.queued, c)
+			if !s.admitting {
+				s.admitting = true
+				s.wg.Add(1)
+				go s.admitQueued()
+			}
+			s.mu.Unlock()
+			return
+		}
+	}
+	s.startLocked(c, id)
 	s.mu.Unlock()
 	if evict != nil {
 		evict.evicted.Store(true)
 		_ = evict.nc.Close()
 	}
+}
+
+// startLocked gives c a handshake slot and starts its goroutine.
+func (s *Server) startLocked(c *serverConn, id string) {
+	c.acct = &account{share: s.shareLocked(id)}
+	c.acct.share.hands++
+	c.since = time.Now()
+	s.unauth = append(s.unauth, c)
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
 	go c.serve()
+}
+
+// admitQueued gives the connections in the queue (those of a host that held every
+// handshake slot when they came) a slot each, in order, as slots are left or become
+// evictable; it returns once the queue is empty or the server closes.
+func (s *Server) admitQueued() {
+	defer s.wg.Done()
+	s.mu.Lock()
+	for len(s.queued) > 0 && !s.closed {
+		var evict *serverConn
+		if len(s.unauth) >= s.cfg.maxUnauth {
+			now := time.Now()
+			var wait time.Duration
+			evict, wait = s.evictLocked(now)
+			if h := s.cfg.onEvictCheck; h != nil {
+				h(now, evict)
+			}
+			if evict == nil {
+				s.mu.Unlock()
+				t := time.NewTimer(wait)
+				select {
+				case <-s.slotFreed:
+				case <-t.C:
+				case <-s.done:
+				}
+				t.Stop()
+				s.mu.Lock()
+				continue
+			}
+		}
+		c := s.queued[0]
+		s.queued[0] = nil
+		s.queued = s.queued[1:]
+		s.startLocked(c, c.queuedID)
+		if evict != nil {
+			s.mu.Unlock()
+			evict.evicted.Store(true)
+			_ = evict.nc.Close()
+			s.mu.Lock()
+		}
+	}
+	s.admitting = false
+	var left []*serverConn
+	if s.closed {
+		left, s.queued = s.queued, nil
+	}
+	s.mu.Unlock()
+	for _, c := range left {
+		_ = c.nc.Close()
+	}
+}
+
+// handsLocked is how many handshake slots the host id holds.
+func (s *Server) handsLocked(id string) int {
+	if a := s.clients[id]; a != nil {
+		return a.hands
+	}
+	return 0
+}
+
+// evictForLocked makes room for a newcomer from host id when no slot is evictable
+// (evictLocked): it takes the oldest slot of the host that holds the most, when that
+// host holds at least two more than id, or when id holds none and that host holds
+// more than one, or holds one past its grace. So a host gets its share of the slots
+// whatever others do from other addresses, and a host's first handshake always gets
+// one: what a host's connections do delays only that host's ranks.
+func (s *Server) evictForLocked(id string, now time.Time) *serverConn {
+	mine := s.handsLocked(id)
+	var top *share
+	for _, c := range s.unauth {
+		if h := c.acct.share; h.id != id && (top == nil || h.hands > top.hands) {
+			top = h
+		}
+	}
+	if top == nil || (top.hands <= mine+1 && (mine > 0 || top.hands != 1)) {
+		return nil
+	}
+	for i, c := range s.unauth {
+		if c.acct.share != top {
+			continue
+		}
+		if top.hands == 1 && mine == 0 && now.Sub(c.since) < handshakeGrace {
+			return nil
+		}
+		s.takeSlotLocked(i)
+		return c
+	}
+	return nil
+}
+
+// takeSlotLocked removes the i-th connection from the handshake slots.
+func (s *Server) takeSlotLocked(i int) {
+	c := s.unauth[i]
+	s.unauth = append(s.unauth[:i], s.unauth[i+1:]...)
+	if c.acct != nil {
+		c.acct.share.hands--
+	}
 }
 
 // maxIdleClients is how many clients without connections the server remembers
@@ -356,7 +480,7 @@ func (s *Server) shareLocked(id string) *share {
 				}
 			}
 		}
-		a = &share{b: s.budget, id: id, limit: s.cfg.maxClientBytes}
+		a = &share{b: s.budget, rooms: s.rooms, id: id, limit: s.cfg.maxClientBytes}
 		s.clients[id] = a
 	}
 	a.conns++
@@ -411,7 +535,7 @@ func (s *Server) evictLocked(now time.Time) (*serverConn, time.Duration) {
 		return nil, wait
 	}
 	c := s.unauth[stalled]
-	s.unauth = append(s.unauth[:stalled], s.unauth[stalled+1:]...)
+	s.takeSlotLocked(stalled)
 	return c, 0
 }
 
@@ -420,7 +544,7 @@ func (s *Server) evictLocked(now time.Time) (*serverConn, time.Duration) {
 func (s *Server) leaveHandshakeLocked(c *serverConn) bool {
 	for i, u := range s.unauth {
 		if u == c {
-			s.unauth = append(s.unauth[:i], s.unauth[i+1:]...)
+			s.takeSlotLocked(i)
 			select {
 			case s.slotFreed <- struct{}{}:
 			default:
@@ -453,6 +577,20 @@ type serverConn struct {
 	since   time.Time   // when it took its handshake slot
 	evicted atomic.Bool // closed to make room for a newer connection
 	authed  bool        // holds an authenticated slot
+	// queuedID is the host of a connection waiting in Server.queued.
+	queuedID string
+	// waited is how long, in all, the goroutine has waited on its client during the
+	// handshake (ns), not counting the wait in progress.
+	waited atomic.Int64
+	// Of a torch connection: its state (guarded by Server.mu), when its last query was
+	// answered (turns.now), and whether its slot was taken from it while it was idle
+	// (guarded by Server.mu).
+	torch     *torchConn
+	lastQuery atomic.Int64
+	slotGone  bool
+	// roomed: its slot took its cost and its host's jobRoom from Server.rooms
+	// (guarded by Server.mu).
+	roomed bool
 
 	turn   chan struct{} // receives the turn this connection waits for (turns)
 	turnAt int64         // when its turn began (turns.now)
@@ -499,7 +637,9 @@ func (c *serverConn) stalled() (bool, time.Duration) {
 	if since == 0 {
 		return false, 0
 	}
-	if left := int64(handshakeGrace) - (c.s.turns.now() + 1 - since); left > 0 {
+	// The waits add up: a client that sends a byte now and then is as stalled as one
+	// that sends nothing.
+	if left := int64(handshakeGrace) - c.waited.Load() - (c.s.turns.now() + 1 - since); left > 0 {
 		return false, time.Duration(left)
 	}
 	return !bytesWaiting(c.raw) && c.reads.Load() == reads, 0
@@ -511,9 +651,11 @@ func (c *serverConn) readRaw(p []byte) (int, error) {
 	if c.authed { // read by the connection's goroutine, which sets it
 		return c.raw.Read(p)
 	}
-	c.waiting.Store(c.s.turns.now() + 1)
+	start := c.s.turns.now() + 1
+	c.waiting.Store(start)
 	n, err := c.raw.Read(p)
 	c.reads.Add(1)
+	c.waited.Add(c.s.turns.now() + 1 - start)
 	c.waiting.Store(0)
 	if n > 0 && !c.heard.Load() {
 		c.heard.Store(true)
@@ -745,10 +887,10 @@ func (c *serverConn) close() {
 	c.releaseBig()
 	s.mu.Lock()
 	s.leaveHandshakeLocked(c)
-	if c.authed {
+	if c.authed && !c.slotGone {
 		s.authed--
 		c.acct.share.authed--
-		c.acct.release(connOverhead)
+		c.releaseConn()
 	}
 	s.leaveLocked(c.acct.share)
 	delete(s.conns, c)
@@ -763,15 +905,6 @@ func (c *serverConn) readSmall() (frame, error) {
 		return frame{}, err
 	}
 	return decodeFrame(body, c.fields)
-}
-
-// remoteHost is the address failed authentications are counted under.
-func (c *serverConn) remoteHost() string {
-	host, _, err := net.SplitHostPort(c.remote)
-	if err != nil {
-		return c.remote
-	}
-	return host
 }
 
 func (c *serverConn) handshake() error {
@@ -810,14 +943,23 @@ func (c *serverConn) handshake() error {
 		if f.op != opAuth || len(f.fields) != 1 {
 			return fmt.Errorf("%w: expected authentication, got %s with %d fields", ErrProtocol, f.op, len(f.fields))
 		}
-		host := c.remoteHost()
-		if ok, wait := s.auth.allowed(host); !ok {
-			msg := fmt.Sprintf("too many failed authentications from %s: retry in %v", host, wait.Round(time.Millisecond))
-			_ = c.reply(0, opAuth, statusBusy, []byte(msg))
-			return fmt.Errorf("%w: %s", ErrBusy, msg)
+		// Every proof is checked, a correct one always accepted; a client over its
+		// limit of failures gets every answer late (authLimiter).
+		id := c.acct.share.id
+		slow := s.auth.slowdown(id)
+		ok := validProof(f.fields[0], s.cfg.token, clientLabel, clientNonce, serverNonce)
+		if !ok {
+			s.auth.failed(id)
 		}
-		if !validProof(f.fields[0], s.cfg.token, clientLabel, clientNonce, serverNonce) {
-			s.auth.failed(host)
+		if slow > 0 {
+			t := time.NewTimer(slow)
+			select {
+			case <-t.C:
+			case <-s.done:
+			}
+			t.Stop()
+		}
+		if !ok {
 			_ = c.reply(0, opAuth, statusUnauthorized, []byte("invalid token"))
 			return fmt.Errorf("%w: the client's proof does not match the token", ErrUnauthorized)
 		}
@@ -850,6 +992,11 @@ func (c *serverConn) claimSlot() (busy string, err error) {
 	s := c.s
 	s.mu.Lock()
 	if s.authed >= s.cfg.maxConns {
+		s.idleTorchLocked(nil)
+	} else if host := c.acct.share; s.cfg.maxHostConns > 0 && host.authed >= s.cfg.maxHostConns {
+		s.idleTorchLocked(host)
+	}
+	if s.authed >= s.cfg.maxConns {
 		s.mu.Unlock()
 		msg := "server at its limit of " + strconv.Itoa(s.cfg.maxConns) + " connections"
 		s.warn("rendezvous server: connection refused: limit reached", "remote", c.remote, "limit", s.cfg.maxConns)
@@ -861,7 +1008,10 @@ func (c *serverConn) claimSlot() (busy string, err error) {
 		s.warn("rendezvous server: connection refused: host at its limit", "remote", c.remote, "host", host.id, "limit", s.cfg.maxHostConns)
 		return msg, fmt.Errorf("%w: %s", ErrBusy, msg)
 	}
-	if err := c.acct.reserve("a connection", connOverhead); err != nil {
+	if c.roomed = c.acct.addRoom(); !c.roomed {
+		err = c.acct.reserve("a connection", connOverhead)
+	}
+	if err != nil {
 		s.mu.Unlock()
 		s.warn("rendezvous server: connection refused: memory budget exhausted", "remote", c.remote, "err", err)
 		return err.Error(), fmt.Errorf("%w: %v", ErrBusy, err)
@@ -869,14 +1019,62 @@ func (c *serverConn) claimSlot() (busy string, err error) {
 	if !s.leaveHandshakeLocked(c) {
 		// Evicted while authenticating; it is being closed.
 		s.mu.Unlock()
-		c.acct.release(connOverhead)
+		c.releaseConn()
 		return "", fmt.Errorf("%w: evicted during the handshake", ErrClosed)
 	}
 	s.authed++
 	c.acct.share.authed++
 	c.authed = true
+	c.lastQuery.Store(s.turns.now())
 	s.mu.Unlock()
 	return "", nil
+}
+
+// releaseConn gives back what c's slot reserved (claimSlot).
+func (c *serverConn) releaseConn() {
+	if c.roomed {
+		c.acct.dropRoom()
+	} else {
+		c.acct.release(connOverhead)
+	}
+}
+
+// idleTorchLocked makes room for a newcomer when the connection slots (of host, when
+// not nil) are full: it takes the slot of the torch connection that has been idle the
+// longest, when that is at least the idle timeout, and closes it. A torch client
+// sends no keepalive, so an idle one stays open for as long as its slot is not
+// needed (its job may touch the store only at bring-up), but silent ones cannot keep
+// newcomers out. One with a wait pending, or bytes to read, is not idle.
+func (s *Server) idleTorchLocked(host *share) {
+	if s.cfg.idleTimeout <= 0 {
+		return
+	}
+	now := s.turns.now()
+	var victim *serverConn
+	for c := range s.conns {
+		if c.torch == nil || !c.authed || c.slotGone || (host != nil && c.acct.share != host) {
+			continue
+		}
+		last := c.lastQuery.Load()
+		if now-last < int64(s.cfg.idleTimeout) || (victim != nil && last >= victim.lastQuery.Load()) {
+			continue
+		}
+		c.torch.mu.Lock()
+		waiting := len(c.torch.waits) > 0
+		c.torch.mu.Unlock()
+		if !waiting && !bytesWaiting(c.raw) {
+			victim = c
+		}
+	}
+	if victim == nil {
+		return
+	}
+	victim.slotGone = true
+	s.authed--
+	victim.acct.share.authed--
+	victim.releaseConn()
+	s.warn("rendezvous server: closing an idle PyTorch TCPStore connection to make room for a newcomer", "remote", victim.remote, "idle_timeout", s.cfg.idleTimeout)
+	_ = victim.nc.Close()
 }
 
 // reply writes one frame; safe from any goroutine. Large fields (values) are written

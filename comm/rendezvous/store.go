@@ -24,6 +24,7 @@ type store struct {
 	barriers map[string]*barrier
 	pending  int  // blocked requests (watchers and barrier arrivals) in total
 	closed   bool // no more callbacks fire
+	world    int  // the job's world size (WithWorld); 0 unknown
 }
 
 type entry struct {
@@ -417,7 +418,8 @@ func (st *store) close() {
 // that completes it; the others' fire runs (with st.mu held, as for wait) at that
 // moment. A rank that arrives again while its earlier arrival still waits, a rank
 // outside [0, world), a world that differs from the barrier's or an arrival at a
-// completed barrier is an error naming it. A cancelled arrival still counts; the same
+// completed barrier is an error naming it, and so is a world other than the job's
+// where the server knows it (WithWorld). A cancelled arrival still counts; the same
 // rank may then arrive again (after a lost connection) without being counted twice.
 func (st *store) arrive(a *account, key string, rank, world int, fire func(release func())) (w *arrival, done bool, err error) {
 	switch {
@@ -425,6 +427,8 @@ func (st *store) arrive(a *account, key string, rank, world int, fire func(relea
 		return nil, false, fmt.Errorf("%w: barrier %q: world size %d outside [1, %d]", ErrInvalidArgument, key, world, maxBarrierWorld)
 	case rank < 0 || rank >= world:
 		return nil, false, fmt.Errorf("%w: barrier %q: rank %d outside [0, %d)", ErrInvalidArgument, key, rank, world)
+	case st.world > 0 && world != st.world:
+		return nil, false, fmt.Errorf("%w: barrier %q: rank %d arrived for a world of %d, this store serves a job of %d ranks", ErrInvalidArgument, key, rank, world, st.world)
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()

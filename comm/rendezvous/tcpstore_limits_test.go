@@ -163,3 +163,35 @@ func TestTorchMultiGet(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, want.bytes(), got)
 }
+
+// Silent torch connections hold their slots only while no one needs them: once the
+// slots are full, a newcomer takes the slot of one idle for the idle timeout (torch's
+// clients send no keepalive, so an idle one is not closed otherwise). They used to
+// hold every slot for as long as they stayed open.
+func TestIdleTorchConnectionsMakeRoomForNewcomers(t *testing.T) {
+	noLeaks(t)
+	const slots = 3
+	_, addr := startServer(t, WithMaxConns(slots), WithIdleTimeout(300*time.Millisecond))
+	ctx := ctxTimeout(t, 60*time.Second)
+	var silent []*TCPStoreClient
+	for i := range slots {
+		tc, err := DialTCPStore(ctx, addr, WithTorchProtocol(TorchProtocol2), WithLogger(discardLogger()))
+		require.NoError(t, err)
+		defer tc.Close()
+		require.NoError(t, tc.Set(ctx, "silent/"+strconv.Itoa(i), []byte("x")))
+		silent = append(silent, tc)
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	c, err := Dial(short, addr, WithLogger(discardLogger())) // retries while busy
+	require.NoError(t, err, "silent torch connections kept a newcomer out")
+	defer c.Close()
+	require.NoError(t, c.Set(ctx, "k", []byte("v")))
+	closed := 0
+	for _, tc := range silent {
+		if _, err := tc.Check(ctx, "k"); err != nil {
+			closed++
+		}
+	}
+	assert.Equal(t, 1, closed, "idle torch connections closed for one newcomer")
+}

@@ -98,6 +98,7 @@ func (c *serverConn) serveTorch(gen TorchProtocol) {
 	c.beforeRead = t.beforeRead
 	s.mu.Lock()
 	c.flushOut = t.flush // Close writes the answers queued
+	c.torch = t          // an idle one may make room for newcomers (idleTorchLocked)
 	s.mu.Unlock()
 	stage, err := t.serve()
 	c.logEnd("torch "+stage, err)
@@ -200,6 +201,7 @@ func (t *torchConn) serve() (stage string, err error) {
 		err = t.handle(r)
 		turns.charge(t.c, start)
 		t.releaseBufs()
+		t.c.lastQuery.Store(turns.now())
 		if err != nil {
 			return r.q.String(), err
 		}

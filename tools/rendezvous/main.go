@@ -16,7 +16,9 @@
 // dials at bring-up, and two connections per rank (-max-conns at least 2N), one more
 // while a rank reconnects; the defaults stay the floor and a limit given explicitly
 // wins. Without it a job of more than 64 ranks that dial at once waits for handshake
-// slots, and one of more than 512 ranks may find every connection slot taken.
+// slots, and one of more than 512 ranks may find every connection slot taken. With
+// -world, a barrier arrival for any other world is refused to its caller alone
+// (rendezvous.WithWorld), so that no client can poison the job's barrier keys.
 // -max-host-conns caps the connections of one source host, so that one host cannot
 // take every slot (off by default; give it at least two per rank of the busiest host).
 //
@@ -65,7 +67,7 @@ func run(ctx context.Context, args []string, token string, stdout, stderr io.Wri
 	maxClient := fs.Int64("max-client-bytes", 0, "most of the budget one client may hold (0: an eighth of it)")
 	maxHandshakes := fs.Int("max-handshakes", rendezvous.DefaultMaxHandshakes, "most connections still in their handshake (-world raises it to 1 per rank)")
 	maxHostConns := fs.Int("max-host-conns", 0, "most connections from one host (0: no limit but -max-conns); at least 2 per rank it runs")
-	world := fs.Int("world", 0, "ranks of the job the store serves, to size -max-conns and -max-handshakes (0: unknown)")
+	world := fs.Int("world", 0, "ranks of the job the store serves, to size -max-conns and -max-handshakes and to refuse barriers of another world (0: unknown)")
 	certFile := fs.String("tls-cert", "", "PEM certificate: serve TLS (with -tls-key)")
 	keyFile := fs.String("tls-key", "", "PEM private key of -tls-cert")
 	newToken := fs.Bool("new-token", false, "print a new random token for "+rendezvous.EnvToken+" and exit")
@@ -136,6 +138,7 @@ func run(ctx context.Context, args []string, token string, stdout, stderr io.Wri
 		rendezvous.WithMaxHandshakes(*maxHandshakes),
 		rendezvous.WithMaxHostConns(*maxHostConns),
 		rendezvous.WithTLS(tlsConfig),
+		rendezvous.WithWorld(*world),
 	)
 	err = srv.Serve(ctx, l)
 	_ = srv.Close()
