@@ -51,6 +51,8 @@ type serverConfig struct {
 	beforeServe  func()
 	onEvictCheck func(now time.Time, victim *serverConn)
 	torchClients int8 // WithTorchClients: 1 allow, -1 refuse, 0 only without a token
+
+	maxTorchValue int // WithMaxTorchValueBytes; 0: DefaultMaxTorchValueBytes
 }
 
 type clientConfig struct {
