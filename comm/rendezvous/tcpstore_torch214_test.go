@@ -39,29 +39,6 @@ func runOps(t *testing.T, ctx context.Context, env torchtest.Env, dir, addr stri
 	return ops
 }
 
-// startOpsServer runs torch's own TCPStore server (ops.py server) until the test ends
-// and returns its address.
-func startOpsServer(t *testing.T, ctx context.Context, env torchtest.Env, dir string) string {
-	t.Helper()
-	cmd := env.Command(ctx, filepath.Join(dir, "ops.py"), "server")
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		if p, ok := strings.CutPrefix(sc.Text(), "PORT "); ok {
-			return "127.0.0.1:" + p
-		}
-	}
-	t.Fatalf("torch server printed no port: %s", stderr.String())
-	return ""
-}
-
 // torch 2.14's client (Debian sid's python3-torch, legacy client: Debian builds it
 // without libuv) calls every operation it has once against ncclgo's server and, in the
 // same test, against torch 2.14's own server: every answer must be the same, op by op
@@ -76,7 +53,8 @@ func TestTorch214ClientAnswersLikeTorchServer(t *testing.T) {
 	ctx := ctxTimeout(t, 5*time.Minute)
 	_, addr := startServer(t, WithMaxTorchValueBytes(8<<20))
 	ours := runOps(t, ctx, env, dir, addr)
-	theirs := runOps(t, ctx, env, dir, startOpsServer(t, ctx, env, dir))
+	// torch's own server: ops.py server.
+	theirs := runOps(t, ctx, env, dir, servePy(t, env.Command(ctx, filepath.Join(dir, "ops.py"), "server")))
 
 	var table strings.Builder
 	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
