@@ -334,6 +334,12 @@ func TestTorchValueLimit(t *testing.T) {
 		require.True(t, c.closed(), "%s over the limit", q)
 	}
 
+	// MULTI_SET: its keys and values together are at most a value and 64 KiB.
+	c = tsDial(t, addr)
+	c.sendRefused(tsMultiSet, 2, "/m1", big[:600<<10], "/m2", big[:600<<10])
+	require.True(t, c.closed(), "MULTI_SET over the limit")
+	eventually(t, "the MULTI_SET warning", func() bool { return strings.Contains(logs.String(), "MULTI_SET of 2 keys") })
+
 	const raised = 4 << 20
 	_, addr = startServer(t, WithMaxTorchValueBytes(raised))
 	c = tsDial(t, addr)

@@ -387,8 +387,9 @@ func (t *torchConn) read() (tsRequest, error) {
 			if err != nil {
 				return r, err
 			}
+			// One request holds at most a value and 64 KiB more, as ncclgo's frames do.
 			if total += len(k) + len(v); total > t.maxValue+MaxFrameLen-MaxValueLen {
-				return r, fmt.Errorf("%w: MULTI_SET of more than %d bytes", ErrProtocol, t.maxValue+MaxFrameLen-MaxValueLen)
+				return r, &tsValueLimitError{what: fmt.Sprintf("MULTI_SET of %d keys, keys and values together", n), n: uint64(total), limit: t.maxValue + MaxFrameLen - MaxValueLen}
 			}
 			r.keys, r.values = append(r.keys, k), append(r.values, v)
 		}
