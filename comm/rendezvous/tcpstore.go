@@ -61,7 +61,9 @@ import (
 //	  DELETE_KEY 8, APPEND 9, MULTI_GET 10, MULTI_SET 11, CANCEL_WAIT 12, PING 13,
 //	  then (torch 2.14: QUEUE_* in torch's libuv server only, LIST_KEYS and BARRIER in
 //	  both of its servers) QUEUE_PUSH 14, QUEUE_POP 15, QUEUE_LEN 16, LIST_KEYS 17,
-//	  BARRIER 18
+//	  BARRIER 18 (each number as torch 2.14.1's client sends it: LIST_KEYS and BARRIER
+//	  captured on the wire, the queue queries read from its libtorch_cpu, whose
+//	  client refuses to send them without libuv)
 //
 // A generation 2 client opens every connection with VALIDATE and the magic number,
 // then PING; so a server tells them apart from the first five bytes: a 0 followed by
