@@ -16,7 +16,7 @@ all: lint test
 
 ## deps: install what the tests need beyond the README's prerequisites: Open MPI, python3-torch and debootstrap
 ## (Debian packages; apt as root, else through sudo, else it stops with the command to run) and the torch 2.x
-## root (.ci/torch-chroot.sh build). Quick when everything is there.
+## roots (.ci/torch-chroot.sh build trixie|sid: torch 2.6 and 2.14). Quick when everything is there.
 deps:
 	.ci/deps.sh
 

@@ -6,9 +6,9 @@
 #   Debian packages (bookworm main): openmpi-bin libopenmpi-dev (raw/mpi, the MPI tests
 #   under mpirun), python3-torch (torch 1.13: TCPStore and torchrun interop), debootstrap
 #   (the torch 2.x roots), ca-certificates.
-#   The torch 2.x roots: .ci/torch-chroot.sh build (Debian trixie, torch 2.6; about 10
-#   minutes and 1 GB the first time, cached under $NCCLGO_CACHE, or reused from
-#   $NCCLGO_TORCH2_ROOT).
+#   The torch 2.x roots: .ci/torch-chroot.sh build trixie|sid (Debian trixie with torch
+#   2.6, sid with torch 2.14; 1-7 minutes and 1-1.5 GB each the first time, cached under
+#   $NCCLGO_CACHE, or reused from $NCCLGO_TORCH2_ROOT / $NCCLGO_TORCH_SID_ROOT).
 #
 # apt runs as root, else through sudo; without either it stops at once and prints the
 # one command that installs the packages.
@@ -46,16 +46,16 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # The torch 2.x roots need root (debootstrap, chroot, mount namespaces).
-for suite in trixie; do
-	dir="$("$here/torch-chroot.sh" dir)"
+for suite in trixie sid; do
+	dir="$("$here/torch-chroot.sh" dir "$suite")"
 	[ -e "$dir/.ncclgo-ready" ] && continue
 	if [ "$(id -u)" = 0 ]; then
-		"$here/torch-chroot.sh" build
+		"$here/torch-chroot.sh" build "$suite"
 	elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
-		sudo --preserve-env=NCCLGO_CACHE,NCCLGO_TORCH2_ROOT,NCCLGO_DEBIAN_MIRROR "$here/torch-chroot.sh" build
+		sudo --preserve-env=NCCLGO_CACHE,NCCLGO_TORCH2_ROOT,NCCLGO_TORCH_SID_ROOT,NCCLGO_DEBIAN_MIRROR "$here/torch-chroot.sh" build "$suite"
 	else
 		echo "deps.sh: the torch $suite root ($dir) is missing and building it needs root; run this once, then make test again:" >&2
-		echo "  sudo NCCLGO_CACHE=$NCCLGO_CACHE $here/torch-chroot.sh build" >&2
+		echo "  sudo NCCLGO_CACHE=$NCCLGO_CACHE $here/torch-chroot.sh build $suite" >&2
 		exit 1
 	fi
 done

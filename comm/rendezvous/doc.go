@@ -185,7 +185,10 @@
 // Python process's), and Store is what both clients implement. torch's protocol has
 // no authentication: a server with a token refuses torch clients unless
 // WithTorchClients(true) (comm.WithTorchClients for the store rank 0 serves). Its queries, for both generations, are described in
-// tcpstore.go.
+// tcpstore.go. Every query of torch 2.x up to 2.14 is served (torch 2.14's queues,
+// LIST_KEYS and BARRIER included), and every query of torch 1.x but WATCH_KEY; an
+// unknown query closes its connection and is logged once per server. A torch client's
+// values are at most WithMaxTorchValueBytes (1 MiB by default).
 //
 // A torch connection is held to what the server's own are: it waits in a handshake
 // slot (and may be evicted from it) until its first query has arrived whole, within
@@ -197,8 +200,9 @@
 // closed for idleness only when its slot is needed: torch's clients send no keepalive,
 // so a newcomer that finds the connection slots (or its host's) full takes the slot of
 // the torch connection idle the longest, if that is at least the idle timeout and it
-// has no wait pending. torch's protocol
-// has no barrier query; ncclgo's server adds one (tcpstore.go), which
+// has no wait pending. torch's BARRIER
+// (2.14) is a counter under a key; ncclgo's server adds a barrier query of ranks
+// (tcpstore.go), which
 // TCPStoreClient.Barrier uses once the server has said it serves it, so that its
 // barriers are the server's own and meet Client.Barrier's. On torch's own server
 // TCPStoreClient.Barrier is built from keys instead.

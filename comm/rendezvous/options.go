@@ -52,6 +52,8 @@ type serverConfig struct {
 	onEvictCheck func(now time.Time, victim *serverConn)
 	torchClients int8 // WithTorchClients: 1 allow, -1 refuse, 0 only without a token
 	world        int  // WithWorld: the ranks of the job served; 0 unknown
+
+	maxTorchValue int // WithMaxTorchValueBytes; 0: DefaultMaxTorchValueBytes
 }
 
 type clientConfig struct {

@@ -58,6 +58,8 @@ type Server struct {
 	turns    *turns  // fair scheduling of requests between clients
 	auth     authLimiter
 	warns    warnLimiter
+	// torchUnknown holds the unknown TCPStore queries already logged (tcpstore_server.go).
+	torchUnknown sync.Map
 
 	wg         sync.WaitGroup // Serve loops, connections and the memory janitor
 	deliveries sync.WaitGroup // replies to blocked requests not yet written

@@ -25,6 +25,9 @@ type store struct {
 	pending  int  // blocked requests (watchers and barrier arrivals) in total
 	closed   bool // no more callbacks fire
 	world    int  // the job's world size (WithWorld); 0 unknown
+
+	// queues are torch's QUEUE_PUSH queues (tcpstore_queue.go), by key.
+	queues map[string]*tsQueue
 }
 
 type entry struct {
@@ -45,6 +48,9 @@ type watcher struct {
 	cost       int64
 	value      bool // a get: fire receives the value of keys[0]
 	fire       func(value []byte, release func())
+
+	// torch: a torch WAIT or BARRIER, which a QUEUE_PUSH to its key wakes.
+	torch bool
 }
 
 // watchList is the watchers waiting for one key, oldest first.
@@ -364,7 +370,7 @@ func (st *store) notifyLocked(key string) {
 		next := w.next
 		w.prev, w.next = nil, nil
 		at := st.missingFromLocked(w.keys, w.at+1, len(w.keys))
-		if at == len(w.keys) {
+		if at == len(w.keys) && !w.torch { // torch's servers count keys, not look again
 			// A key seen earlier may have been deleted since: look again.
 			at = st.missingFromLocked(w.keys, 0, w.at)
 		}

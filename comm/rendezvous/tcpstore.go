@@ -35,15 +35,34 @@ import (
 //	                                              if the keys came first)
 //	VALIDATE     uint32 0x3C85F7CE                (none)
 //	PING         uint32 nonce                     uint32: the nonce
+//	QUEUE_PUSH   key, value                       (none)
+//	QUEUE_POP    key                              int64: the queue's length before the
+//	                                              pop, then (when not 0) a vector: its
+//	                                              oldest value, taken off the queue
+//	QUEUE_LEN    key                              int64
+//	LIST_KEYS    (none)                           int64 n, n strings: every key
+//	BARRIER      key, int64 world                 uint8 0 once the decimal counter
+//	                                              under key, which each BARRIER adds
+//	                                              1 to, reaches world
+//
+// Queues are a key space of their own: their keys are not counted by GETNUMKEYS or
+// listed by LIST_KEYS, but CHECK and WAIT find a key whose queue is not empty, and a
+// QUEUE_PUSH wakes the oldest WAIT for its key (one, as the pop it precedes takes one
+// value). A blocking pop is a WAIT for the queue's key, then QUEUE_POP.
 //
 // Two generations number the queries differently:
 //
 //	generation 1 (torch 1.x, and 2.x before the validation query):
 //	  SET 0, COMPARE_SET 1, GET 2, ADD 3, CHECK 4, WAIT 5, GETNUMKEYS 6, WATCH_KEY 7,
 //	  DELETE_KEY 8, then (2.x only) APPEND 9, MULTI_GET 10, MULTI_SET 11, CANCEL_WAIT 12
-//	generation 2 (torch 2.x with the validation query, 2.6 among them):
+//	generation 2 (torch 2.x with the validation query, 2.6 and 2.14 among them):
 //	  VALIDATE 0, SET 1, COMPARE_SET 2, GET 3, ADD 4, CHECK 5, WAIT 6, GETNUMKEYS 7,
-//	  DELETE_KEY 8, APPEND 9, MULTI_GET 10, MULTI_SET 11, CANCEL_WAIT 12, PING 13
+//	  DELETE_KEY 8, APPEND 9, MULTI_GET 10, MULTI_SET 11, CANCEL_WAIT 12, PING 13,
+//	  then (torch 2.14: QUEUE_* in torch's libuv server only, LIST_KEYS and BARRIER in
+//	  both of its servers) QUEUE_PUSH 14, QUEUE_POP 15, QUEUE_LEN 16, LIST_KEYS 17,
+//	  BARRIER 18 (each number as torch 2.14.1's client sends it: LIST_KEYS and BARRIER
+//	  captured on the wire, the queue queries read from its libtorch_cpu, whose
+//	  client refuses to send them without libuv)
 //
 // A generation 2 client opens every connection with VALIDATE and the magic number,
 // then PING; so a server tells them apart from the first five bytes: a 0 followed by
@@ -75,8 +94,15 @@ const (
 	tsMultiSet
 	tsCancelWait
 	tsPing
+	tsQueuePush
+	tsQueuePop
+	tsQueueLen
+	tsListKeys
+	tsTorchBarrier
 	// tsWatchKey is generation 1's WATCH_KEY, which ncclgo does not serve.
 	tsWatchKey tsQuery = 0xff
+	// tsUnknown is a generation 1 byte that no query of that generation has.
+	tsUnknown tsQuery = 0xfe
 )
 
 // ncclgo's extensions of torch's protocol, the same byte in both generations and
@@ -107,7 +133,7 @@ const (
 	tsBarrierFailed  = 3
 )
 
-var tsQueryNames = [...]string{"VALIDATE", "SET", "COMPARE_SET", "GET", "ADD", "CHECK", "WAIT", "GETNUMKEYS", "DELETE_KEY", "APPEND", "MULTI_GET", "MULTI_SET", "CANCEL_WAIT", "PING"}
+var tsQueryNames = [...]string{"VALIDATE", "SET", "COMPARE_SET", "GET", "ADD", "CHECK", "WAIT", "GETNUMKEYS", "DELETE_KEY", "APPEND", "MULTI_GET", "MULTI_SET", "CANCEL_WAIT", "PING", "QUEUE_PUSH", "QUEUE_POP", "QUEUE_LEN", "LIST_KEYS", "BARRIER"}
 
 func (q tsQuery) String() string {
 	if int(q) < len(tsQueryNames) {
@@ -116,6 +142,8 @@ func (q tsQuery) String() string {
 	switch q {
 	case tsWatchKey:
 		return "WATCH_KEY"
+	case tsUnknown:
+		return "unknown query"
 	case tsBarrier:
 		return "BARRIER (ncclgo)"
 	case tsBarrierState:
@@ -154,7 +182,7 @@ func tsWire(gen TorchProtocol, q tsQuery) (byte, bool) {
 		return byte(q), true
 	}
 	if gen == TorchProtocol2 {
-		return byte(q), q <= tsPing
+		return byte(q), q <= tsTorchBarrier
 	}
 	switch {
 	case q == tsValidate || q == tsPing:
@@ -177,8 +205,10 @@ func tsFromWire(gen TorchProtocol, b byte) tsQuery {
 		return tsQuery(b + 1)
 	case b == 7:
 		return tsWatchKey
+	case b <= byte(tsCancelWait) || b == byte(tsBarrier) || b == byte(tsBarrierState):
+		return tsQuery(b)
 	}
-	return tsQuery(b)
+	return tsUnknown // generation 1 stops at CANCEL_WAIT
 }
 
 // tsReader reads the protocol's integers, strings and vectors with limits checked

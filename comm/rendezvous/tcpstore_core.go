@@ -30,6 +30,12 @@ type torchCore interface {
 	// completes it, else fire runs (like tcpWait's) once the others arrive.
 	tcpArrive(key string, rank, world int, fire func(release func())) (cancel func() bool, done bool, err error)
 	tcpBarrierState(key string) (world int, arrived []bool, done, found bool)
+	// torch 2.14's queries (tcpstore_queue.go).
+	tcpQueuePush(key string, value []byte) error
+	tcpQueuePop(key string) (value []byte, n int)
+	tcpQueueLen(key string) int
+	tcpListKeys(charge func(n int64) error) ([]string, error)
+	tcpTorchBarrier(key string, world int64, fire func(release func())) (cancel func() bool, done bool, err error)
 }
 
 // keyList is the keys of one query, read into one buffer: key i is
@@ -50,16 +56,6 @@ func (l keyList) key(i int) []byte {
 	return l.buf[start:l.ends[i]]
 }
 
-// allIn reports whether every key is in m.
-func (l keyList) allIn(m map[string]*entry) bool {
-	for i := range l.ends {
-		if _, ok := m[string(l.key(i))]; !ok {
-			return false
-		}
-	}
-	return true
-}
-
 // strings returns the keys as strings, sharing one allocation.
 func (l keyList) strings() []string {
 	all := string(l.buf)
@@ -77,6 +73,8 @@ func (l keyList) strings() []string {
 type torchStore struct {
 	st *store
 	a  *account
+	// maxValue is the longest value (WithMaxTorchValueBytes).
+	maxValue int
 }
 
 var _ torchCore = torchStore{}
@@ -122,8 +120,8 @@ func (t torchStore) tcpAppend(key string, value []byte) error {
 	if e := st.data[key]; e != nil {
 		cur = e.value
 	}
-	if len(cur)+len(value) > MaxValueLen {
-		return fmt.Errorf("%w: appending %d bytes to the %d under %q exceeds the value limit of %d", ErrInvalidArgument, len(value), len(cur), key, MaxValueLen)
+	if len(cur)+len(value) > t.maxValue {
+		return &tsValueLimitError{what: fmt.Sprintf("appending %d bytes to the %d under %q", len(value), len(cur), key), n: uint64(len(cur) + len(value)), limit: t.maxValue}
 	}
 	// A new slice: the old value may be on its way to a client.
 	nv := make([]byte, 0, len(cur)+len(value))
@@ -132,12 +130,7 @@ func (t torchStore) tcpAppend(key string, value []byte) error {
 
 func (t torchStore) tcpDelete(key string) bool { return t.st.delete(key) }
 
-func (t torchStore) tcpCheck(keys keyList) bool {
-	st := t.st
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return keys.allIn(st.data)
-}
+func (t torchStore) tcpCheck(keys keyList) bool { return t.st.torchCheck(keys) }
 
 func (t torchStore) tcpNumKeys() int64 { return int64(t.st.numKeys()) }
 
@@ -146,7 +139,7 @@ func (t torchStore) tcpWait(keys keyList, fire func(release func())) (func() boo
 	if t.tcpCheck(keys) {
 		return nil, true, nil
 	}
-	w, _, ready, err := t.st.wait(t.a, keys.strings(), false, func(_ []byte, release func()) { fire(release) })
+	w, ready, err := t.st.torchWait(t.a, keys.strings(), fire)
 	if err != nil || ready {
 		return nil, ready, err
 	}
@@ -163,4 +156,24 @@ func (t torchStore) tcpArrive(key string, rank, world int, fire func(release fun
 
 func (t torchStore) tcpBarrierState(key string) (int, []bool, bool, bool) {
 	return t.st.barrierState(key)
+}
+
+func (t torchStore) tcpQueuePush(key string, value []byte) error {
+	return t.st.queuePush(t.a, key, value)
+}
+
+func (t torchStore) tcpQueuePop(key string) ([]byte, int) { return t.st.queuePop(key) }
+
+func (t torchStore) tcpQueueLen(key string) int { return t.st.queueLen(key) }
+
+func (t torchStore) tcpListKeys(charge func(n int64) error) ([]string, error) {
+	return t.st.listKeys(charge)
+}
+
+func (t torchStore) tcpTorchBarrier(key string, world int64, fire func(release func())) (func() bool, bool, error) {
+	w, done, err := t.st.torchBarrier(t.a, key, world, fire)
+	if err != nil || done {
+		return nil, done, err
+	}
+	return func() bool { return t.st.cancel(w) }, false, nil
 }

@@ -40,6 +40,91 @@ func WithTorchClients(allow bool) ServerOption {
 	})
 }
 
+// DefaultMaxTorchValueBytes is the longest value a PyTorch TCPStore client may send
+// unless WithMaxTorchValueBytes says otherwise: 1 MiB, as for ncclgo's own clients.
+const DefaultMaxTorchValueBytes = MaxValueLen
+
+// WithMaxTorchValueBytes sets the longest value a PyTorch TCPStore client may store
+// (SET, COMPARE_SET, APPEND's result, MULTI_SET, QUEUE_PUSH; default 1 MiB,
+// DefaultMaxTorchValueBytes). torch's own server has no such limit, and its protocol
+// no error reply: a client that sends a longer value is disconnected (its next call
+// fails with "Connection reset by peer" or "Failed to recv") and the server logs a
+// warning naming the limit and this option. Values still count against the memory
+// budget and the client's share (WithMaxStoreBytes, WithMaxClientBytes). ncclgo's own
+// protocol keeps MaxValueLen. Zero or negative keeps the default.
+func WithMaxTorchValueBytes(n int) ServerOption {
+	return serverOption(func(c *serverConfig) {
+		if n > 0 {
+			c.maxTorchValue = n
+		}
+	})
+}
+
+func (s *Server) maxTorchValue() int {
+	if s.cfg.maxTorchValue > 0 {
+		return s.cfg.maxTorchValue
+	}
+	return DefaultMaxTorchValueBytes
+}
+
+// tsValueLimitError is a value from a torch client over WithMaxTorchValueBytes.
+type tsValueLimitError struct {
+	what  string
+	n     uint64
+	limit int
+}
+
+func (e *tsValueLimitError) Error() string {
+	return fmt.Sprintf("%v: %s: %d bytes, over the limit of %d (WithMaxTorchValueBytes)", ErrInvalidArgument, e.what, e.n, e.limit)
+}
+
+func (e *tsValueLimitError) Unwrap() error { return ErrInvalidArgument }
+
+// tsUnknownQueryError is a query byte no torch up to 2.14 sends in its generation.
+type tsUnknownQueryError struct {
+	gen TorchProtocol
+	b   byte
+}
+
+func (e *tsUnknownQueryError) Error() string {
+	return fmt.Sprintf("%v: query %d of protocol %d is not served (%s)", ErrProtocol, e.b, e.gen, e.torch())
+}
+
+func (e *tsUnknownQueryError) Unwrap() error { return ErrProtocol }
+
+// torch says which torch the query belongs to, as far as ncclgo knows.
+func (e *tsUnknownQueryError) torch() string {
+	switch {
+	case e.gen == TorchProtocol1 && e.b == 7:
+		return "WATCH_KEY of torch 1.x, sent by C++'s watchKey only"
+	case e.gen == TorchProtocol1:
+		return "in no torch's protocol 1 (torch 1.x, early 2.x)"
+	}
+	return "not in torch's protocol 2 up to 2.14: a newer torch's, or not a torch client"
+}
+
+// logTorchEnd logs why a torch connection ended: a value over the limit and an unknown
+// query get a warning that says what to do (an unknown query once per server).
+func (c *serverConn) logTorchEnd(stage string, err error) {
+	s := c.s
+	var vl *tsValueLimitError
+	var uq *tsUnknownQueryError
+	switch {
+	case errors.As(err, &vl):
+		s.warn("rendezvous server: closing a PyTorch TCPStore connection that sent a value over the limit (torch's protocol has no error reply): raise it with rendezvous.WithMaxTorchValueBytes or tools/rendezvous -max-torch-value-bytes",
+			"remote", c.remote, "what", vl.what, "bytes", vl.n, "limit", vl.limit)
+	case errors.As(err, &uq):
+		if _, seen := s.torchUnknown.LoadOrStore([2]byte{byte(uq.gen), uq.b}, true); seen {
+			s.log.Debug("rendezvous server: closing a PyTorch TCPStore connection: unknown query", "remote", c.remote, "query", uq.b, "protocol", int(uq.gen))
+			return
+		}
+		s.log.Warn("rendezvous server: closing a PyTorch TCPStore connection: its query is not served (logged once per query; README lists the torch versions served whole)",
+			"remote", c.remote, "query", uq.b, "protocol", int(uq.gen), "torch", uq.torch())
+	default:
+		c.logEnd(stage, err)
+	}
+}
+
 func (s *Server) torchAllowed() bool {
 	switch s.cfg.torchClients {
 	case 1:
@@ -91,7 +176,8 @@ func (c *serverConn) serveTorch(gen TorchProtocol) {
 		return
 	}
 	s.log.Debug("rendezvous server: PyTorch TCPStore client", "remote", c.remote, "protocol", int(gen))
-	t := &torchConn{c: c, core: torchStore{st: s.st, a: c.acct}, gen: gen, waits: map[uint64]func() bool{}}
+	maxValue := s.maxTorchValue()
+	t := &torchConn{c: c, core: torchStore{st: s.st, a: c.acct, maxValue: maxValue}, gen: gen, maxValue: maxValue, waits: map[uint64]func() bool{}}
 	t.rd = tsReader{r: c.br, charge: t.chargeBuf}
 	// Answers wait in t.out until the connection has no more query bytes buffered, so
 	// that queries sent together (a CHECK per key) are answered in one write.
@@ -101,7 +187,7 @@ func (c *serverConn) serveTorch(gen TorchProtocol) {
 	c.torch = t          // an idle one may make room for newcomers (idleTorchLocked)
 	s.mu.Unlock()
 	stage, err := t.serve()
-	c.logEnd("torch "+stage, err)
+	c.logTorchEnd("torch "+stage, err)
 }
 
 // chargeBuf takes n bytes of the buffers of the query being read (n < 0: gives them
@@ -136,6 +222,8 @@ type torchConn struct {
 	gen  TorchProtocol
 	rd   tsReader
 	w    tsWriter
+	// maxValue is the longest value the client may send (WithMaxTorchValueBytes).
+	maxValue int
 
 	wmu sync.Mutex // held while queueing or writing
 	out []byte     // answers not written yet, guarded by wmu
@@ -243,7 +331,7 @@ func (t *torchConn) read() (tsRequest, error) {
 			return r, fmt.Errorf("%w: query %d unknown to protocol 1", ErrProtocol, b)
 		}
 		r.nonce, err = rd.u32()
-	case tsSet, tsAppend, tsCompareSet:
+	case tsSet, tsAppend, tsCompareSet, tsQueuePush:
 		var k string
 		if k, err = rd.key(); err != nil {
 			return r, err
@@ -254,7 +342,7 @@ func (t *torchConn) read() (tsRequest, error) {
 			n = 2
 		}
 		for range n {
-			v, err := rd.vector("value", MaxValueLen)
+			v, err := t.value(r.q, k)
 			if err != nil {
 				return r, err
 			}
@@ -262,8 +350,14 @@ func (t *torchConn) read() (tsRequest, error) {
 		}
 	case tsGet:
 		r.list, err = rd.keyList(1)
-	case tsDelete:
+	case tsDelete, tsQueuePop, tsQueueLen:
 		err = keys(1)
+	case tsTorchBarrier:
+		if err = keys(1); err == nil {
+			var v uint64
+			v, err = rd.u64()
+			r.num = int64(v)
+		}
 	case tsAdd:
 		if err = keys(1); err == nil {
 			var v uint64
@@ -291,12 +385,13 @@ func (t *torchConn) read() (tsRequest, error) {
 			if err != nil {
 				return r, err
 			}
-			v, err := rd.vector("value", MaxValueLen)
+			v, err := t.value(r.q, k)
 			if err != nil {
 				return r, err
 			}
-			if total += len(k) + len(v); total > MaxFrameLen {
-				return r, fmt.Errorf("%w: MULTI_SET of more than %d bytes", ErrProtocol, MaxFrameLen)
+			// One request holds at most a value and 64 KiB more, as ncclgo's frames do.
+			if total += len(k) + len(v); total > t.maxValue+MaxFrameLen-MaxValueLen {
+				return r, &tsValueLimitError{what: fmt.Sprintf("MULTI_SET of %d keys, keys and values together", n), n: uint64(total), limit: t.maxValue + MaxFrameLen - MaxValueLen}
 			}
 			r.keys, r.values = append(r.keys, k), append(r.values, v)
 		}
@@ -308,11 +403,22 @@ func (t *torchConn) read() (tsRequest, error) {
 		}
 	case tsBarrierState:
 		err = keys(1)
-	case tsNumKeys, tsCancelWait:
+	case tsNumKeys, tsCancelWait, tsListKeys:
 	default:
-		return r, fmt.Errorf("%w: query %s (byte %d) is not served", ErrProtocol, r.q, b)
+		return r, &tsUnknownQueryError{gen: t.gen, b: b}
 	}
 	return r, err
+}
+
+// value reads the value of a query q of key, refusing one over the limit before it
+// reads it.
+func (t *torchConn) value(q tsQuery, key string) ([]byte, error) {
+	if b, err := t.rd.r.Peek(8); err == nil {
+		if n := binary.LittleEndian.Uint64(b); n > uint64(t.maxValue) {
+			return nil, &tsValueLimitError{what: fmt.Sprintf("%s of %q", q, key), n: n, limit: t.maxValue}
+		}
+	}
+	return t.rd.vector("value", t.maxValue)
 }
 
 func (t *torchConn) handle(r tsRequest) error {
@@ -325,6 +431,21 @@ func (t *torchConn) handle(r tsRequest) error {
 		w.u32(r.nonce)
 	case tsSet:
 		return t.core.tcpSet(r.keys[0], r.values[0])
+	case tsQueuePush:
+		return t.core.tcpQueuePush(r.keys[0], r.values[0])
+	case tsQueuePop:
+		v, n := t.core.tcpQueuePop(r.keys[0])
+		w.i64(int64(n))
+		if n == 0 {
+			break // an empty queue: the length alone
+		}
+		return t.writeVectors(w.bytes(), v)
+	case tsQueueLen:
+		w.i64(int64(t.core.tcpQueueLen(r.keys[0])))
+	case tsListKeys:
+		return t.listKeys()
+	case tsTorchBarrier:
+		return t.torchBarrier(r.keys[0], r.num)
 	case tsAppend:
 		return t.core.tcpAppend(r.keys[0], r.values[0])
 	case tsMultiSet:
@@ -339,7 +460,7 @@ func (t *torchConn) handle(r tsRequest) error {
 		if err != nil {
 			return err
 		}
-		return t.writeVectors(v)
+		return t.writeVectors(nil, v)
 	case tsGet, tsMultiGet:
 		var one [1][]byte
 		vals := one[:]
@@ -354,7 +475,7 @@ func (t *torchConn) handle(r tsRequest) error {
 			}
 			vals[i] = v
 		}
-		return t.writeVectors(vals...)
+		return t.writeVectors(nil, vals...)
 	case tsAdd:
 		v, err := t.core.tcpAdd(r.keys[0], r.num)
 		if err != nil {
@@ -442,12 +563,13 @@ func (t *torchConn) flushLocked() error {
 	return err
 }
 
-// writeVectors queues vals as one reply of vectors. Small values are copied into the
-// queue; large ones are written, after what is queued, from where the store holds them
-// (never copied, so a MULTI_GET of many large values costs no buffer).
-func (t *torchConn) writeVectors(vals ...[]byte) error {
+// writeVectors queues head and vals as one reply of vectors. Small values are copied
+// into the queue; large ones are written, after what is queued, from where the store
+// holds them (never copied, so a MULTI_GET of many large values costs no buffer).
+func (t *torchConn) writeVectors(head []byte, vals ...[]byte) error {
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
+	t.out = append(t.out, head...)
 	var bufs net.Buffers
 	for _, v := range vals {
 		t.out = binary.LittleEndian.AppendUint64(t.out, uint64(len(v)))
@@ -489,6 +611,49 @@ func (t *torchConn) wait(keys keyList) error {
 	t.settle(id, cancel)
 	if err != nil || !ready {
 		return err // a wait over its bounds closes the connection: torch has no error reply
+	}
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	t.queueAnswers(1, nil)
+	return nil
+}
+
+// listKeys answers LIST_KEYS: the number of keys, then each as torch's client sent
+// it (with its leading "/"), written as the answer grows.
+func (t *torchConn) listKeys() error {
+	keys, err := t.core.tcpListKeys(t.rd.reserve)
+	if err != nil {
+		return err
+	}
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	t.out = binary.LittleEndian.AppendUint64(t.out, uint64(len(keys)))
+	for _, k := range keys {
+		t.out = binary.LittleEndian.AppendUint64(t.out, uint64(len(k)+1))
+		t.out = append(append(t.out, '/'), k...)
+		if len(t.out) >= listChunk {
+			if err := t.flushLocked(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// listChunk is how much of a LIST_KEYS answer is written at once.
+const listChunk = 64 << 10
+
+// torchBarrier is torch's BARRIER: its answer, like a wait's, is written once the
+// counter under key reaches world.
+func (t *torchConn) torchBarrier(key string, world int64) error {
+	id, fire, err := t.pend()
+	if err != nil {
+		return err
+	}
+	cancel, done, err := t.core.tcpTorchBarrier(key, world, fire)
+	t.settle(id, cancel)
+	if err != nil || !done {
+		return err
 	}
 	t.wmu.Lock()
 	defer t.wmu.Unlock()

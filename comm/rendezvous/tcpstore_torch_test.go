@@ -236,6 +236,13 @@ s = d.TCPStore("127.0.0.1", 0, world_size=1, is_master=True, wait_for_workers=Fa
 print("PORT", s.port, flush=True)
 sys.stdin.read()
 `)
+	return servePy(t, cmd)
+}
+
+// servePy starts cmd, a torch server that prints "PORT <port>" and serves until its
+// stdin closes, and returns its address; it is stopped when the test ends.
+func servePy(t *testing.T, cmd *exec.Cmd) string {
+	t.Helper()
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()

@@ -22,6 +22,10 @@
 // -max-host-conns caps the connections of one source host, so that one host cannot
 // take every slot (off by default; give it at least two per rank of the busiest host).
 //
+// -max-torch-value-bytes is the longest value a PyTorch TCPStore client may store
+// (default 1 MiB); torch's own server has no limit and its protocol no error reply, so
+// a client over it is disconnected and the server logs a warning naming this flag.
+//
 // -max-store-bytes is the server's whole memory budget; unless GOMEMLIMIT is set, the
 // Go runtime's memory limit is set to it plus 32 MiB, so that the process's resident
 // size follows what the budget counts.
@@ -66,6 +70,7 @@ func run(ctx context.Context, args []string, token string, stdout, stderr io.Wri
 	maxStore := fs.Int64("max-store-bytes", rendezvous.DefaultMaxStoreBytes, "memory budget of the whole server: keys, values, blocked requests, connections, buffers")
 	maxClient := fs.Int64("max-client-bytes", 0, "most of the budget one client may hold (0: an eighth of it)")
 	maxHandshakes := fs.Int("max-handshakes", rendezvous.DefaultMaxHandshakes, "most connections still in their handshake (-world raises it to 1 per rank)")
+	maxTorchValue := fs.Int("max-torch-value-bytes", rendezvous.DefaultMaxTorchValueBytes, "longest value a PyTorch TCPStore client may store (torch's own server has no limit)")
 	maxHostConns := fs.Int("max-host-conns", 0, "most connections from one host (0: no limit but -max-conns); at least 2 per rank it runs")
 	world := fs.Int("world", 0, "ranks of the job the store serves, to size -max-conns and -max-handshakes and to refuse barriers of another world (0: unknown)")
 	certFile := fs.String("tls-cert", "", "PEM certificate: serve TLS (with -tls-key)")
@@ -81,6 +86,9 @@ func run(ctx context.Context, args []string, token string, stdout, stderr io.Wri
 	if *newToken {
 		_, err := fmt.Fprintln(stdout, rendezvous.NewToken())
 		return err
+	}
+	if *maxTorchValue < 1 {
+		return fmt.Errorf("-max-torch-value-bytes %d: want at least 1", *maxTorchValue)
 	}
 	if *world < 0 {
 		return fmt.Errorf("-world %d: want the number of ranks, or 0 when unknown", *world)
@@ -137,6 +145,7 @@ func run(ctx context.Context, args []string, token string, stdout, stderr io.Wri
 		rendezvous.WithMaxClientBytes(*maxClient),
 		rendezvous.WithMaxHandshakes(*maxHandshakes),
 		rendezvous.WithMaxHostConns(*maxHostConns),
+		rendezvous.WithMaxTorchValueBytes(*maxTorchValue),
 		rendezvous.WithTLS(tlsConfig),
 		rendezvous.WithWorld(*world),
 	)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"flag"
 	"io"
 	"net"
@@ -172,4 +173,60 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
+}
+
+// -max-torch-value-bytes raises the longest value a PyTorch TCPStore client may store;
+// over the default the connection is closed with a warning that names the flag.
+func TestMaxTorchValueBytes(t *testing.T) {
+	const size = 3 << 20
+	for _, tt := range []struct {
+		args   []string
+		stored bool
+	}{
+		{nil, false},
+		{[]string{"-max-torch-value-bytes", "4194304"}, true},
+	} {
+		t.Run(strings.Join(append([]string{"flags"}, tt.args...), " "), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			logs := &syncBuffer{}
+			ready := make(chan net.Addr, 1)
+			done := make(chan error, 1)
+			go func() {
+				done <- run(ctx, append([]string{"-addr", "127.0.0.1:0"}, tt.args...), "", io.Discard, logs, ready)
+			}()
+			addr := (<-ready).String()
+			nc, err := net.Dial("tcp", addr)
+			require.NoError(t, err)
+			defer nc.Close()
+			// torch 2.x: VALIDATE, SET "/big" of size bytes, GETNUMKEYS.
+			req := []byte{0, 0xCE, 0xF7, 0x85, 0x3C, 1}
+			req = binary.LittleEndian.AppendUint64(req, 4)
+			req = append(req, "/big"...)
+			req = binary.LittleEndian.AppendUint64(req, size)
+			req = append(req, make([]byte, size)...)
+			req = append(req, 7)
+			_, _ = nc.Write(req) // refused: the server may close before reading it all
+			_ = nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+			n := make([]byte, 8)
+			_, err = io.ReadFull(nc, n)
+			if tt.stored {
+				require.NoError(t, err)
+				assert.EqualValues(t, 1, binary.LittleEndian.Uint64(n), "keys after the SET")
+			} else {
+				require.Error(t, err, "a value over the default limit was accepted")
+				deadline := time.Now().Add(30 * time.Second)
+				for !strings.Contains(logs.String(), "-max-torch-value-bytes") {
+					require.True(t, time.Now().Before(deadline), "no warning naming the flag: %s", logs.String())
+					time.Sleep(10 * time.Millisecond)
+				}
+				assert.Contains(t, logs.String(), "limit=1048576")
+			}
+			cancel()
+			require.NoError(t, <-done)
+		})
+	}
+	var stderr bytes.Buffer
+	err := run(context.Background(), []string{"-max-torch-value-bytes", "0"}, "", io.Discard, &stderr, nil)
+	require.ErrorContains(t, err, "-max-torch-value-bytes 0: want at least 1")
 }

@@ -1,8 +1,9 @@
 // Package torchtest finds the real PyTorch installations the interoperability tests of
 // comm and comm/rendezvous run against: torch 1.x from Debian bookworm's python3-torch
-// ("torch1") and torch 2.x in the Debian trixie root that .ci/torch-chroot.sh builds
-// ("torch2"). A test that needs one calls Require; without it the test is skipped
-// with the command that installs it, or fails when NCCLGO_STRICT is set (make test, CI).
+// ("torch1"), torch 2.6 in the Debian trixie root that .ci/torch-chroot.sh builds
+// ("torch2") and torch 2.14 in its Debian sid root ("torch2.14"). A test that needs one
+// calls Require; without it the test is skipped with the command that installs it, or
+// fails when NCCLGO_STRICT is set (make test, CI).
 package torchtest
 
 import (
@@ -19,8 +20,9 @@ import (
 
 // Names of the installations.
 const (
-	Torch1 = "torch1"
-	Torch2 = "torch2"
+	Torch1   = "torch1"
+	Torch2   = "torch2"
+	Torch214 = "torch2.14"
 )
 
 // Env is one PyTorch installation.
@@ -31,7 +33,7 @@ type Env struct {
 }
 
 // Command runs its python3 with args (paths must lie under /tmp, which the torch2
-// root shares).
+// and torch2.14 roots share).
 func (e Env) Command(ctx context.Context, args ...string) *exec.Cmd {
 	argv := append(append([]string{}, e.python...), args...)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
@@ -125,28 +127,32 @@ func find() {
 	if _, ok := envs[Torch1]; !ok {
 		envs[Torch1] = found{why: why}
 	}
-	// torch 2.x: the trixie root.
+	// torch 2.x: the trixie (2.6) and sid (2.14) roots.
+	envs[Torch2] = findRoot(Torch2, "trixie")
+	envs[Torch214] = findRoot(Torch214, "sid")
+}
+
+// findRoot finds the torch 2.x root of .ci/torch-chroot.sh for a Debian suite.
+func findRoot(name, suite string) found {
 	script := filepath.Join(RepoRoot(), ".ci", "torch-chroot.sh")
-	out, err := exec.Command(script, "dir").Output()
+	out, err := exec.Command(script, "dir", suite).Output()
 	root := strings.TrimSpace(string(out))
-	how := "build it (as root, ~10 min, ~1 GB): " + script + " build"
+	how := "build it (as root, ~10 min, ~1 GB): " + script + " build " + suite
 	switch {
 	case err != nil:
-		envs[Torch2] = found{why: "no torch 2.x root: " + script + ": " + err.Error()}
+		return found{why: "no torch 2.x root (" + suite + "): " + script + ": " + err.Error()}
 	case os.Geteuid() != 0:
-		envs[Torch2] = found{why: "the torch 2.x root needs root to enter (chroot)"}
-	default:
-		if _, err := os.Stat(filepath.Join(root, ".ncclgo-ready")); err != nil {
-			envs[Torch2] = found{why: "no torch 2.x root at " + root + ": " + how}
-			break
-		}
-		py := []string{script, "run", "python3"}
-		if v, err := probe(py, "2"); err == nil {
-			envs[Torch2] = found{env: Env{Name: Torch2, Version: v, python: py}}
-		} else {
-			envs[Torch2] = found{why: "torch 2.x root at " + root + " does not work (" + err.Error() + "): rebuild it: rm -rf " + root + " && " + how}
-		}
+		return found{why: "the torch 2.x root (" + suite + ") needs root to enter (chroot)"}
 	}
+	if _, err := os.Stat(filepath.Join(root, ".ncclgo-ready")); err != nil {
+		return found{why: "no torch 2.x root at " + root + ": " + how}
+	}
+	py := []string{script, "run", "--root", suite, "python3"}
+	v, err := probe(py, "2")
+	if err != nil {
+		return found{why: "torch 2.x root at " + root + " does not work (" + err.Error() + "): rebuild it: rm -rf " + root + " && " + how}
+	}
+	return found{env: Env{Name: name, Version: v, python: py}}
 }
 
 // Strict reports whether missing tools fail tests instead of skipping them.
@@ -171,10 +177,10 @@ func Require(t testing.TB, name string) Env {
 }
 
 // Names lists the installations tests run against.
-func Names() []string { return []string{Torch1, Torch2} }
+func Names() []string { return []string{Torch1, Torch2, Torch214} }
 
-// Stage copies files into a new directory under /tmp (visible inside the torch2
-// root), removed when the test ends, and returns it.
+// Stage copies files into a new directory under /tmp (visible inside the torch 2.x
+// roots), removed when the test ends, and returns it.
 func Stage(t testing.TB, files ...string) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("/tmp", "ncclgo-torch-")
