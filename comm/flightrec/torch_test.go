@@ -1,0 +1,156 @@
+package flightrec
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// sidRoot returns the command prefix that runs a program inside the Debian sid root
+// holding torch 2.14 (its python3 has torch's flight-recorder analyzer), or skips the
+// test saying how to get it (fails under NCCLGO_STRICT). The root is
+// $NCCLGO_TORCH_SID_ROOT, else $NCCLGO_CACHE/torch-sid, else ~/.cache/ncclgo/torch-sid;
+// .ci/torch-chroot.sh enters it.
+func sidRoot(t testing.TB) []string {
+	t.Helper()
+	skip := func(why string) {
+		if os.Getenv("NCCLGO_STRICT") != "" {
+			t.Fatalf("NCCLGO_STRICT is set and torch 2.14 is missing: %s", why)
+		}
+		t.Skipf("torch 2.14 is missing: %s", why)
+	}
+	root := os.Getenv("NCCLGO_TORCH_SID_ROOT")
+	if root == "" {
+		cache := os.Getenv("NCCLGO_CACHE")
+		if cache == "" {
+			home, _ := os.UserHomeDir()
+			cache = filepath.Join(home, ".cache", "ncclgo")
+		}
+		root = filepath.Join(cache, "torch-sid")
+	}
+	_, file, _, _ := runtime.Caller(0)
+	script := filepath.Join(filepath.Dir(file), "..", "..", ".ci", "torch-chroot.sh")
+	how := "build it (as root, ~10 min, ~1 GB): " + script + " build sid"
+	if _, err := os.Stat(filepath.Join(root, ".ncclgo-ready")); err != nil {
+		skip("no Debian sid root at " + root + ": " + how)
+	}
+	if os.Geteuid() != 0 {
+		skip("the sid root at " + root + " needs root to enter (chroot)")
+	}
+	out, err := exec.Command(script, "dir", "sid").Output()
+	if err != nil || filepath.Clean(strings.TrimSpace(string(out))) != filepath.Clean(root) {
+		skip(script + " does not enter the sid root at " + root + " (it knows no sid root)")
+	}
+	return []string{script, "run", "--root", "sid"}
+}
+
+// tmpDir is a directory under /tmp, which the sid root shares.
+func tmpDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/tmp", "ncclgo-fr-")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+// frTrace runs torch's analyzer on dir and returns its output and error.
+func frTrace(t testing.TB, root []string, dir string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	argv := append(append(slices.Clone(root), "python3", "-m", "torch.distributed.flight_recorder.fr_trace"), args...)
+	argv = append(argv, dir)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+var (
+	frCollective = regexp.MustCompile(`(?m)^collective: (\w+):(\w+)`)
+	frMissing    = regexp.MustCompile(`(?m)^missing ranks: \{([\d, ]+)\}`)
+	frCulprit    = regexp.MustCompile(`Culprit rank (\d+);`)
+	frNoDump     = regexp.MustCompile(`Missing dump files from ranks \{([\d, ]+)\}`)
+)
+
+func intSet(s string) []int {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err == nil {
+			out = append(out, n)
+		}
+	}
+	sort.Ints(out)
+	return out
+}
+
+// torch 2.14's fr_trace, on the dumps of each simulated hang, names the rank and
+// operation Analyze (what tools/commtrace prints) names.
+func TestTorchAnalyzerAgreesOnEachHang(t *testing.T) {
+	root := sidRoot(t)
+	for _, h := range hangs {
+		t.Run(h.name, func(t *testing.T) {
+			dir := tmpDir(t)
+			h.build(t, dir)
+			traces, err := ReadDir(dir, "")
+			require.NoError(t, err)
+			vs := Analyze(traces)
+			var ours bytes.Buffer
+			require.NoError(t, Report(&ours, vs))
+			v := verdictOf(t, vs, h)
+			require.Equal(t, []int{h.culprit}, v.Culprits, "commtrace:\n%s", ours.String())
+
+			out, err := frTrace(t, root, dir)
+			t.Logf("fr_trace %s:\n%s\ncommtrace:\n%s", dir, out, ours.String())
+			if h.noDump {
+				require.Error(t, err, "fr_trace accepted a job with a rank's dump missing")
+				m := frNoDump.FindStringSubmatch(out)
+				require.NotNil(t, m, "fr_trace does not say which dump is missing")
+				require.Equal(t, []int{h.culprit}, intSet(m[1]))
+				// With --allow-incomplete-ranks it analyses the others: the op they wait in.
+				out, err = frTrace(t, root, dir, "--allow-incomplete-ranks")
+				require.NoError(t, err, "%s", out)
+				require.Contains(t, out, "missed FR dumps from ranks ({"+strconv.Itoa(h.culprit)+"})")
+				return
+			}
+			require.NoError(t, err, "fr_trace failed:\n%s", out)
+			m := frCollective.FindStringSubmatch(out)
+			require.NotNil(t, m, "fr_trace found nothing wrong")
+			require.Equal(t, "nccl", m[1])
+			require.Equal(t, h.op, m[2], "fr_trace names another operation")
+			switch h.problem {
+			case Missing, Unmatched:
+				mm := frMissing.FindStringSubmatch(out)
+				require.NotNil(t, mm, "fr_trace names no missing rank")
+				require.Equal(t, []int{h.culprit}, intSet(mm[1]))
+			case Mismatch:
+				var culprits []int
+				for _, c := range frCulprit.FindAllStringSubmatch(out, -1) {
+					n, _ := strconv.Atoi(c[1])
+					culprits = append(culprits, n)
+				}
+				sort.Ints(culprits)
+				// fr_trace compares every rank with the first dump it lists (directory
+				// order): it names the odd rank, or, when it started from the odd rank,
+				// every other member.
+				others := slices.DeleteFunc(slices.Clone(h.ranks), func(r int) bool { return r == h.culprit })
+				if !slices.Equal(culprits, []int{h.culprit}) {
+					require.Equal(t, others, culprits, "fr_trace blames neither rank %d nor the others", h.culprit)
+				}
+			}
+		})
+	}
+}
