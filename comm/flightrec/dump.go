@@ -21,10 +21,9 @@ type snap struct {
 // snapshot copies the live entries of every communicator, in record order.
 func (r *Recorder) snapshot() (comms []*Comm, status []pgStatus, entries []snap) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	comms = slices.Clone(r.comms)
-	r.mu.Unlock()
 	for _, c := range comms {
-		c.mu.Lock()
 		n := min(c.next, ID(len(c.ring)))
 		for id := c.next - n + 1; id <= c.next; id++ {
 			if e := c.slot(id); e != nil {
@@ -32,7 +31,6 @@ func (r *Recorder) snapshot() (comms []*Comm, status []pgStatus, entries []snap)
 			}
 		}
 		status = append(status, pgStatus{enqueued: c.collSeq, started: c.lastStarted, completed: c.lastCompleted})
-		c.mu.Unlock()
 	}
 	slices.SortFunc(entries, func(a, b snap) int { return cmp.Compare(a.e.record, b.e.record) })
 	return comms, status, entries

@@ -114,12 +114,15 @@ type Recorder struct {
 	cfg  Config
 	rank int
 
-	records atomic.Uint64 // the next record id
-	now     atomic.Int64  // the cached clock, ns since base (at least 1)
-	base    time.Time     // wall and monotonic time of now's zero
+	now  atomic.Int64 // the cached clock, ns since base (at least 1)
+	base time.Time    // wall and monotonic time of now's zero
 
-	mu    sync.Mutex
-	comms []*Comm
+	// mu guards the communicators' rings and counters: one lock for the process, as
+	// PyTorch's recorder has, so that a record takes one lock and no other atomic
+	// operation.
+	mu      sync.Mutex
+	comms   []*Comm
+	records uint64 // the next record id
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -383,9 +386,8 @@ type Comm struct {
 	sites bool
 	skip  int
 
-	mu            sync.Mutex
-	ring          []entry
-	next          ID // the last id given
+	ring          []entry // guarded by r.mu, as are the fields below
+	next          ID      // the last id given
 	collSeq       int64
 	p2pSeq        int64
 	opID          int64
@@ -413,7 +415,7 @@ func (c *Comm) Record(call Call) ID {
 	if c.sites {
 		pc = c.callSite(c.skip)
 	}
-	c.mu.Lock()
+	c.r.mu.Lock()
 	if call.Op.IsP2P() {
 		c.p2pSeq++
 	} else {
@@ -421,7 +423,7 @@ func (c *Comm) Record(call Call) ID {
 	}
 	c.opID++
 	id := c.add(&call, pc)
-	c.mu.Unlock()
+	c.r.mu.Unlock()
 	return id
 }
 
@@ -447,7 +449,7 @@ func (c *Comm) RecordGroup(calls []Call) ID {
 			p2p = false
 		}
 	}
-	c.mu.Lock()
+	c.r.mu.Lock()
 	if p2p {
 		c.p2pSeq++
 	} else {
@@ -465,15 +467,16 @@ func (c *Comm) RecordGroup(calls []Call) ID {
 	} else {
 		c.ring[int((id-1)%ID(len(c.ring)))].peer = int32(len(calls))
 	}
-	c.mu.Unlock()
+	c.r.mu.Unlock()
 	return id
 }
 
-// add writes the next entry; c.mu is held.
+// add writes the next entry; r.mu is held.
 func (c *Comm) add(call *Call, pc uintptr) ID {
 	c.next++
+	c.r.records++
 	e := &c.ring[int((c.next-1)%ID(len(c.ring)))]
-	*e = entry{id: c.next, record: c.r.records.Add(1) - 1, created: c.r.now.Load(),
+	*e = entry{id: c.next, record: c.r.records - 1, created: c.r.now.Load(),
 		in: call.In, out: call.Out, collSeq: c.collSeq, p2pSeq: c.p2pSeq, opID: c.opID, pc: pc,
 		peer: int32(call.Peer), op: call.Op, dtype: call.Type}
 	return c.next
@@ -488,7 +491,7 @@ func (c *Comm) callSite(skip int) uintptr {
 	return pcs[0]
 }
 
-// slot returns the live entry of id (nil when it left the ring); c.mu is held.
+// slot returns the live entry of id (nil when it left the ring); r.mu is held.
 func (c *Comm) slot(id ID) *entry {
 	if id == 0 || id > c.next {
 		return nil
@@ -505,9 +508,9 @@ func (c *Comm) Started(id ID) {
 	if c == nil {
 		return
 	}
-	c.mu.Lock()
+	c.r.mu.Lock()
 	c.mark(id, started)
-	c.mu.Unlock()
+	c.r.mu.Unlock()
 }
 
 // Completed notes that the operation id (and, for a Coalesced id, its group)
@@ -516,12 +519,12 @@ func (c *Comm) Completed(id ID) {
 	if c == nil {
 		return
 	}
-	c.mu.Lock()
+	c.r.mu.Lock()
 	c.mark(id, completed)
-	c.mu.Unlock()
+	c.r.mu.Unlock()
 }
 
-// mark sets the state of id and of its group's operations; c.mu is held.
+// mark sets the state of id and of its group's operations; r.mu is held.
 func (c *Comm) mark(id ID, st uint8) {
 	e := c.slot(id)
 	if e == nil {
@@ -571,8 +574,8 @@ func (c *Comm) CompletedThrough(id ID) {
 	if c == nil {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.r.mu.Lock()
+	defer c.r.mu.Unlock()
 	if id > c.next {
 		id = c.next
 	}
@@ -597,7 +600,7 @@ func (c *Comm) Last() ID {
 	if c == nil {
 		return 0
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.r.mu.Lock()
+	defer c.r.mu.Unlock()
 	return c.next
 }
