@@ -154,3 +154,101 @@ func TestTorchAnalyzerAgreesOnEachHang(t *testing.T) {
 		})
 	}
 }
+
+// lastLine is the last non-empty line of s.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// A directory holding the dumps of two torch 2.14 ranks (gloo, recorded by torch
+// itself) and of two Go ranks loads in both analyzers: torch's loader reads every
+// file and accepts the versions as one, commtrace gives a verdict per communicator,
+// and fr_trace fails on the mixed directory only as it fails on torch's dumps alone
+// (torch 2.14's gloo backend records its groups under an empty name in pg_config, so
+// fr_trace cannot look its own gloo entries up).
+func TestTorchGlooAndGoDumpsLoadTogether(t *testing.T) {
+	root := sidRoot(t)
+	work := tmpDir(t)
+	mixed := filepath.Join(work, "mixed")
+	torchOnly := filepath.Join(work, "torch")
+	require.NoError(t, os.Mkdir(mixed, 0o755))
+	require.NoError(t, os.Mkdir(torchOnly, 0o755))
+	script, err := os.ReadFile(filepath.Join("testdata", "torch", "gloo_fr.py"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(work, "gloo_fr.py"), script, 0o644))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	argv := append(slices.Clone(root), "python3", filepath.Join(work, "gloo_fr.py"),
+		filepath.Join(torchOnly, "nccl_trace_rank_"), filepath.Join(work, "store"))
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "torch's gloo ranks: %s", out)
+	require.Contains(t, string(out), "OK 2.14")
+	for r := range 2 {
+		b, err := os.ReadFile(filepath.Join(torchOnly, "nccl_trace_rank_"+strconv.Itoa(r)))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(mixed, "nccl_trace_rank_"+strconv.Itoa(r)), b, 0o644))
+	}
+	// Go ranks 2 and 3 on a communicator of their own; rank 3 skips its last
+	// all-reduce.
+	for r := 2; r < 4; r++ {
+		rec := newRecorder(t, Config{Entries: 64, DumpFile: filepath.Join(mixed, "nccl_trace_rank_")}, r)
+		c := newComm(t, rec, Group{Name: "go", Desc: "go_world", ID: 0, Ranks: []int{2, 3}})
+		for range 2 {
+			c.Completed(c.Record(Call{Op: AllReduce, In: 4, Out: 4, Type: Float32}))
+		}
+		if r == 2 {
+			c.Record(Call{Op: AllReduce, In: 4, Out: 4, Type: Float32})
+		}
+		_, err := rec.WriteFile()
+		require.NoError(t, err)
+	}
+
+	// Torch's loader reads all four, and their versions agree.
+	loader := `
+import argparse, sys
+from torch.distributed.flight_recorder.components.loader import read_dir
+from torch.distributed.flight_recorder.components.utils import check_version
+details, version = read_dir(argparse.Namespace(trace_dir=sys.argv[1], prefix=None))
+check_version({d["rank"]: d["version"] for d in details.values()}, version)
+print("LOADED", sorted(d["rank"] for d in details.values()), version)
+`
+	argv = append(slices.Clone(root), "python3", "-c", loader, mixed)
+	cmd = exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.WaitDelay = 5 * time.Second
+	out, err = cmd.CombinedOutput()
+	require.NoError(t, err, "torch's loader: %s", out)
+	require.Contains(t, string(out), "LOADED [0, 1, 2, 3] 2.10")
+
+	// commtrace: torch's groups agree, the Go communicator names rank 3.
+	traces, err := ReadDir(mixed, "")
+	require.NoError(t, err)
+	vs := Analyze(traces)
+	var report bytes.Buffer
+	require.NoError(t, Report(&report, vs))
+	t.Logf("commtrace:\n%s", report.String())
+	v := verdictOf(t, vs, hang{group: "go", ranks: []int{2, 3}})
+	require.Equal(t, Missing, v.Problem)
+	require.Equal(t, []int{3}, v.Culprits)
+	w := verdictOf(t, vs, hang{group: "0", ranks: []int{0, 1}})
+	require.Empty(t, w.Problem, "torch's ranks agree: %+v", w)
+	require.True(t, w.Inferred)
+
+	// fr_trace: the mixed directory fails only as torch's own dumps do.
+	alone, errAlone := frTrace(t, root, torchOnly)
+	both, errBoth := frTrace(t, root, mixed)
+	t.Logf("fr_trace on torch's dumps:\n%s\nfr_trace on the mixed directory:\n%s", alone, both)
+	if errAlone == nil {
+		require.NoError(t, errBoth, "fr_trace reads torch's gloo dumps but not the mixed directory:\n%s", both)
+		return
+	}
+	require.Error(t, errBoth)
+	// The lookup that fails is of a torch rank's (0 or 1) group: which rank comes
+	// first depends on the directory's order.
+	torchLookup := regexp.MustCompile(`^KeyError: \('\d+', [01]\)$`)
+	require.Regexp(t, torchLookup, lastLine(alone), "fr_trace fails otherwise than on torch's empty pg_config")
+	require.Regexp(t, torchLookup, lastLine(both), "the Go dumps add a failure of their own")
+}
