@@ -33,7 +33,7 @@ const (
 	// (PyTorch's default too).
 	DefaultDumpFile = "/tmp/nccl_trace_rank_"
 	// DefaultResolution is the period of the recorder's clock (see Config.Resolution).
-	DefaultResolution = 2 * time.Millisecond
+	DefaultResolution = 10 * time.Millisecond
 	// Version is the dump format version written, the one torch 2.14's analyzer
 	// checks.
 	Version = "2.10"
@@ -358,7 +358,7 @@ const (
 	completed
 )
 
-// entry is one record; 88 bytes, written under the ring's lock.
+// entry is one record (96 bytes), written under the recorder's lock.
 type entry struct {
 	id        ID // 0: empty slot
 	record    uint64
