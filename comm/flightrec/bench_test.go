@@ -67,6 +67,25 @@ func BenchmarkRecordOnly(b *testing.B) {
 	b.ReportMetric(float64(lock.A.Nanoseconds()), "lock-unlock-ns")
 }
 
+// MPI's blocking path: Record alone on a Blocking communicator (which completes the
+// operation before).
+func BenchmarkRecordBlocking(b *testing.B) {
+	r := newRecorder(b, Config{Entries: DefaultEntries}, 0)
+	on := newComm(b, r, Group{Name: "0", Ranks: []int{0}, Blocking: true})
+	var off *Comm
+	call := Call{Op: AllReduce, In: 1 << 20, Out: 1 << 20, Type: Float32}
+	side := func(c *Comm) func(int) {
+		return func(n int) {
+			for range n {
+				c.Record(call)
+				op(call.In)
+			}
+		}
+	}
+	one := side(on)
+	report(b, side(on), side(off), func() { one(1) })
+}
+
 // The grouped path: a group of 8 operations recorded with RecordGroup and completed
 // once (figures per group: divide by 8 for one operation).
 func BenchmarkRecordGroup(b *testing.B) {

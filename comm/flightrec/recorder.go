@@ -230,6 +230,11 @@ type Group struct {
 	Backend string
 	// Timeout is the operation timeout written with each entry.
 	Timeout time.Duration
+	// Blocking says the communicator's operations return only once complete (MPI's
+	// blocking calls): Record then notes the new operation as started and the one
+	// before it as completed, so that the backend calls Record alone (one lock). The
+	// last operation shows "started" until the next is recorded, or Completed.
+	Blocking bool
 }
 
 // Names must be unique among a process's communicators: the dump keys them by name.
@@ -422,7 +427,15 @@ func (c *Comm) Record(call Call) ID {
 		c.collSeq++
 	}
 	c.opID++
+	if c.g.Blocking && c.next > 0 {
+		if e := c.slot(c.next); e != nil {
+			c.set(e, completed, c.r.now.Load())
+		}
+	}
 	id := c.add(&call, pc)
+	if c.g.Blocking {
+		c.set(c.slot(id), started, c.r.now.Load())
+	}
 	c.r.mu.Unlock()
 	return id
 }

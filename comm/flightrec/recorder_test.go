@@ -315,3 +315,18 @@ func bomb() []byte {
 	}
 	return append(b, opStop)
 }
+
+func TestBlockingCommunicatorCompletesThePreviousOperation(t *testing.T) {
+	r := newRecorder(t, Config{Entries: 8}, 0)
+	c := newComm(t, r, Group{Name: "mpi", Ranks: []int{0, 1}, Blocking: true})
+	c.Record(Call{Op: AllReduce, In: 8, Out: 8, Type: Float64})
+	c.Record(Call{Op: Send, Peer: 1, In: 8, Out: 8, Type: Float64})
+	c.Record(Call{Op: Barrier})
+	tr := roundTrip(t, r)
+	var states []string
+	for _, e := range tr.Entries {
+		states = append(states, e.State)
+	}
+	assert.Equal(t, []string{"completed", "completed", "started"}, states)
+	assert.NotZero(t, tr.Entries[2].Started)
+}
