@@ -158,9 +158,19 @@ func callText(es []*Entry) CallText {
 		if e.Op() == "coalesced" {
 			continue
 		}
-		s := e.Op()
-		if e.Op() != "barrier" {
-			s += " in " + fmt.Sprint(e.InputSizes) + " out " + fmt.Sprint(e.OutputSizes) + " " + strings.Join(slices.Compact(slices.Clone(e.InputTypes)), ",")
+		op := e.Op()
+		s := op
+		// Sizes that may differ between ranks are left out, as torch's analyzer
+		// leaves them out: a scatter's input and a gather's output (the root's
+		// differ), an all-to-all's (the splits may).
+		if op != "barrier" {
+			if op != "scatter" && !strings.HasPrefix(op, "all_to_all") {
+				s += " in " + fmt.Sprint(e.InputSizes)
+			}
+			if op != "gather" && !strings.HasPrefix(op, "all_to_all") {
+				s += " out " + fmt.Sprint(e.OutputSizes)
+			}
+			s += " " + strings.Join(slices.Compact(slices.Clone(e.InputTypes)), ",")
 		}
 		parts = append(parts, s)
 	}

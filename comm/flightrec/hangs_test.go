@@ -181,3 +181,41 @@ func verdictOf(t testing.TB, vs []Verdict, h hang) Verdict {
 	t.Fatalf("no verdict for communicator %q %v in %+v", h.group, h.ranks, vs)
 	return Verdict{}
 }
+
+// Sizes that legitimately differ between ranks are not a mismatch: a gather's output
+// (the root receives everything), a scatter's input, an all-to-all's.
+func TestAnalyzeAcceptsRootedAndUnevenSizes(t *testing.T) {
+	dir := t.TempDir()
+	j := newJob(t, dir, 3)
+	for r, c := range j.world {
+		gatherOut, scatterIn := int64(0), int64(0)
+		if r == 0 {
+			gatherOut, scatterIn = 30, 30
+		}
+		c.Completed(c.Record(Call{Op: Gather, In: 10, Out: gatherOut, Type: Float32}))
+		c.Completed(c.Record(Call{Op: Scatter, In: scatterIn, Out: 10, Type: Float32}))
+		c.Completed(c.Record(Call{Op: AllToAll, In: int64(r + 1), Out: int64(3 - r), Type: Int32}))
+	}
+	j.dump()
+	traces, err := ReadDir(dir, "")
+	require.NoError(t, err)
+	vs := Analyze(traces)
+	require.Len(t, vs, 1)
+	require.Empty(t, vs[0].Problem, "%+v", vs[0])
+
+	// Another element type is still a mismatch.
+	dir = t.TempDir()
+	j = newJob(t, dir, 2)
+	for r, c := range j.world {
+		typ := Int32
+		if r == 1 {
+			typ = Int64
+		}
+		c.Record(Call{Op: AllToAll, In: 4, Out: 4, Type: typ})
+	}
+	j.dump()
+	traces, err = ReadDir(dir, "")
+	require.NoError(t, err)
+	vs = Analyze(traces)
+	require.Equal(t, Mismatch, vs[0].Problem)
+}
