@@ -26,7 +26,7 @@ import (
 func sidRoot(t testing.TB) []string {
 	t.Helper()
 	skip := func(why string) {
-		if os.Getenv("NCCLGO_STRICT") != "" {
+		if strictEnv() {
 			t.Fatalf("NCCLGO_STRICT is set and torch 2.14 is missing: %s", why)
 		}
 		t.Skipf("torch 2.14 is missing: %s", why)
