@@ -16,13 +16,12 @@ var sink uint64
 //go:noinline
 func op(n int64) { sink += uint64(n) }
 
-// The recorder's cost on the hot path: an operation with Record and Completed
-// (what MPI's blocking operations call; the NCCL backend calls Record only) against
-// the same operation with the recorder off (a nil *Comm), alternating in blocks in one
-// run. Reports recorder-ns/op (the difference), the ratio, and allocations.
-func BenchmarkRecord(b *testing.B) {
+// benchRecord times an operation with Record (and Completed when complete) against
+// the same operation with the recorder off (a nil *Comm), alternating in blocks in
+// one run, and reports recorder-ns/op (the difference), the ratio, and allocations.
+func benchRecord(b *testing.B, g Group, complete bool) {
 	r := newRecorder(b, Config{Entries: DefaultEntries}, 0)
-	on := newComm(b, r, Group{Name: "0", Ranks: []int{0}})
+	on := newComm(b, r, g)
 	var off *Comm
 	call := Call{Op: AllReduce, In: 1 << 20, Out: 1 << 20, Type: Float32}
 	side := func(c *Comm) func(int) {
@@ -30,7 +29,9 @@ func BenchmarkRecord(b *testing.B) {
 			for range n {
 				id := c.Record(call)
 				op(call.In)
-				c.Completed(id)
+				if complete {
+					c.Completed(id)
+				}
 			}
 		}
 	}
@@ -38,24 +39,14 @@ func BenchmarkRecord(b *testing.B) {
 	report(b, side(on), side(off), func() { one(1) })
 }
 
+// Record then Completed: what a backend that learns of each completion calls.
+func BenchmarkRecord(b *testing.B) { benchRecord(b, Group{Name: "0", Ranks: []int{0}}, true) }
+
 // The NCCL backend's path: Record only (its watchdog completes batches with
-// CompletedThrough, off the caller's path).
+// CompletedThrough, off the caller's path). Also reports, for scale, one uncontended
+// lock and unlock on this machine in the same run.
 func BenchmarkRecordOnly(b *testing.B) {
-	r := newRecorder(b, Config{Entries: DefaultEntries}, 0)
-	on := newComm(b, r, Group{Name: "0", Ranks: []int{0}})
-	var off *Comm
-	call := Call{Op: AllReduce, In: 1 << 20, Out: 1 << 20, Type: Float32}
-	side := func(c *Comm) func(int) {
-		return func(n int) {
-			for range n {
-				c.Record(call)
-				op(call.In)
-			}
-		}
-	}
-	one := side(on)
-	report(b, side(on), side(off), func() { one(1) })
-	// For scale: one uncontended lock and unlock on this machine, in the same run.
+	benchRecord(b, Group{Name: "0", Ranks: []int{0}}, false)
 	var mu sync.Mutex
 	lock := pairbench.AlternateMedian(21, max(b.N/21, 1), nil, func(n int) {
 		for range n {
@@ -70,20 +61,7 @@ func BenchmarkRecordOnly(b *testing.B) {
 // MPI's blocking path: Record alone on a Blocking communicator (which completes the
 // operation before).
 func BenchmarkRecordBlocking(b *testing.B) {
-	r := newRecorder(b, Config{Entries: DefaultEntries}, 0)
-	on := newComm(b, r, Group{Name: "0", Ranks: []int{0}, Blocking: true})
-	var off *Comm
-	call := Call{Op: AllReduce, In: 1 << 20, Out: 1 << 20, Type: Float32}
-	side := func(c *Comm) func(int) {
-		return func(n int) {
-			for range n {
-				c.Record(call)
-				op(call.In)
-			}
-		}
-	}
-	one := side(on)
-	report(b, side(on), side(off), func() { one(1) })
+	benchRecord(b, Group{Name: "0", Ranks: []int{0}, Blocking: true}, false)
 }
 
 // The grouped path: a group of 8 operations recorded with RecordGroup and completed

@@ -427,17 +427,25 @@ func (c *Comm) Record(call Call) ID {
 		c.collSeq++
 	}
 	c.opID++
-	if c.g.Blocking && c.next > 0 {
-		if e := c.slot(c.next); e != nil {
-			c.set(e, completed, c.r.now.Load())
-		}
-	}
 	id := c.add(&call, pc)
 	if c.g.Blocking {
-		c.set(c.slot(id), started, c.r.now.Load())
+		c.blocking(id)
 	}
 	c.r.mu.Unlock()
 	return id
+}
+
+// blocking notes, on a Blocking communicator, that id started and the operation
+// before it completed; r.mu is held.
+func (c *Comm) blocking(id ID) {
+	n := ID(len(c.ring))
+	e := &c.ring[(id-1)%n]
+	if id > 1 {
+		if p := &c.ring[(id-2)%n]; p.id == id-1 {
+			c.set(p, completed, e.created)
+		}
+	}
+	c.set(e, started, e.created)
 }
 
 // RecordGroup notes the operations of one group (ncclGroupStart/End) as scheduled:
