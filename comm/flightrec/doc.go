@@ -1,0 +1,63 @@
+// Package flightrec is a flight recorder for collective communication: every
+// communicator keeps its last N operations in a ring (sequence numbers, operation,
+// sizes, element type, state, timestamps, optionally the Go call site), and a rank
+// writes them, when a job hangs, in the format of PyTorch's flight recorder, so that
+// torch's own analyzer (python3 -m torch.distributed.flight_recorder.fr_trace DIR)
+// reads Go ranks unchanged, next to PyTorch ranks. Analyze (and the command
+// tools/commtrace) gives the same verdict without Python, for dumps of both.
+//
+// # Recording
+//
+// A process makes one Recorder (New, with its global rank) and registers each
+// communicator with Comm; the backend then calls, on its own paths:
+//
+//   - Record when it enqueues an operation (RecordGroup for a group of them): the
+//     operation takes the communicator's next sequence number, collectives and
+//     point-to-point operations counted apart, as PyTorch counts them;
+//   - Started and Completed (or CompletedThrough, for everything up to an id) when it
+//     learns that an operation started or completed.
+//
+// Record takes one lock and allocates nothing. It reads no clock: a goroutine
+// refreshes a cached time every Config.Resolution (10 ms), so timestamps are late by
+// at most that. A nil *Recorder and a nil *Comm are off, and cost a nil check.
+//
+// # Configuration
+//
+// Config sets the ring size per communicator (0: off), where dumps go and whether
+// call sites are recorded; ConfigFromEnv reads the environment, with PyTorch's names
+// so that a job configured for torch configures Go ranks alike:
+//
+//	NCCLGO_FR_BUFFER_SIZE, TORCH_FR_BUFFER_SIZE, TORCH_NCCL_TRACE_BUFFER_SIZE
+//	    entries kept per communicator (0 turns the recorder off)
+//	NCCLGO_FR_DUMP_FILE, TORCH_FR_DUMP_TEMP_FILE, TORCH_NCCL_DEBUG_INFO_TEMP_FILE
+//	    the dump's path without the rank (default /tmp/nccl_trace_rank_)
+//	NCCLGO_FR_CALL_SITES=1
+//	    record each operation's Go call site (about 100 ns an operation)
+//
+// The first variable set in each line wins.
+//
+// # The dump
+//
+// Dump writes a pickle (protocol 2) of the dict torch 2.14 writes, version "2.10":
+// version, pg_config (each communicator's name, description and global ranks),
+// comm_lib_version, pg_status (last enqueued, started and completed collective of
+// each communicator) and entries (record_id, pg_id, process_group, collective_seq_id,
+// p2p_seq_id, op_id, profiling_name such as "nccl:all_reduce" or "nccl:send 0->1",
+// time_created_ns, input/output sizes and dtypes, state, the discovery times of start
+// and completion, retired, timeout_ms, is_p2p, frames). WriteFile writes it to
+// <DumpFile><rank>.
+//
+// The package writes and reads pickle itself rather than through a library (such as
+// github.com/kisielk/og-rek): a dump needs about twenty opcodes, the writer streams
+// them straight from the rings (2,000 entries in about 10 ms), and the reader, which
+// takes files from crashed jobs, bounds its work and memory by the input's size (a
+// pickle whose memo shares one list many times is refused, not expanded). A
+// dependency would add more surface than the code it saves.
+//
+// # Known limits of torch 2.14's analyzer
+//
+// fr_trace accepts only the backend names nccl, ncclx, xccl, gloo, rccl, rcclx, mccl
+// and hccl (Group.Backend), and cannot analyse torch 2.14's own gloo dumps: gloo
+// records its groups in pg_config under an empty name. Analyze infers such a
+// group's members from the entries and says so.
+package flightrec

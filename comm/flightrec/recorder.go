@@ -1,0 +1,627 @@
+package flightrec
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Sentinel errors.
+var (
+	// ErrConfig reports a setting (an option or an environment variable) that cannot
+	// be used.
+	ErrConfig = errors.New("flightrec: bad configuration")
+	// ErrFormat reports a dump that is not a flight-recorder dump this package reads.
+	ErrFormat = errors.New("flightrec: bad dump")
+	// ErrOff reports a dump asked of a recorder that is off (nil or zero entries).
+	ErrOff = errors.New("flightrec: recorder is off")
+)
+
+// Defaults.
+const (
+	// DefaultEntries is the ring size per communicator that Config.Entries 0 does not
+	// mean: it is what the backends use unless an option or the environment says
+	// otherwise.
+	DefaultEntries = 512
+	// DefaultDumpFile is where dumps go unless configured: the rank is appended
+	// (PyTorch's default too).
+	DefaultDumpFile = "/tmp/nccl_trace_rank_"
+	// DefaultResolution is the period of the recorder's clock (see Config.Resolution).
+	DefaultResolution = 10 * time.Millisecond
+	// Version is the dump format version written, the one torch 2.14's analyzer
+	// checks.
+	Version = "2.10"
+)
+
+// Environment variables read by ConfigFromEnv. The first set of each list wins.
+var (
+	// EnvEntries: ring size per communicator (0 turns the recorder off).
+	EnvEntries = []string{"NCCLGO_FR_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"}
+	// EnvDumpFile: the dump's path without the rank (a directory and a file prefix).
+	EnvDumpFile = []string{"NCCLGO_FR_DUMP_FILE", "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"}
+	// EnvCallSites: "1" records the Go call site of every operation.
+	EnvCallSites = []string{"NCCLGO_FR_CALL_SITES"}
+)
+
+// Config is a recorder's configuration.
+type Config struct {
+	// Entries is the number of operations each communicator keeps (its ring); 0 turns
+	// the recorder off.
+	Entries int
+	// DumpFile is the path dumps are written to, without the rank: "<dir>/<prefix>"
+	// ("/tmp/nccl_trace_rank_" writes /tmp/nccl_trace_rank_3 on rank 3). Empty means
+	// DefaultDumpFile.
+	DumpFile string
+	// CallSites records the Go call site of every operation (the caller of the
+	// backend's exported method), at about 100 ns an operation.
+	CallSites bool
+	// CallSiteSkip is how many frames above Record the call site is (0: the caller of
+	// Record's caller, right for a backend method calling Record directly).
+	CallSiteSkip int
+	// LibVersion is written as the dump's comm_lib_version ("2.21.5").
+	LibVersion string
+	// Resolution is the period of the clock the recorder reads its timestamps from
+	// (0: DefaultResolution). Reading the system clock for every operation would cost
+	// more than the whole record, so a goroutine refreshes a cached time this often
+	// while the recorder is open: timestamps are late by at most Resolution.
+	Resolution time.Duration
+}
+
+// ConfigFromEnv returns the configuration the environment sets, starting from def:
+// EnvEntries, EnvDumpFile and EnvCallSites. A value that does not parse is an error
+// wrapping ErrConfig naming the variable.
+func ConfigFromEnv(def Config) (Config, error) {
+	cfg := def
+	if name, v, ok := lookup(EnvEntries); ok {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 0 {
+			return def, fmt.Errorf("%w: %s=%q: want a count of entries, 0 or more", ErrConfig, name, v)
+		}
+		cfg.Entries = n
+	}
+	if _, v, ok := lookup(EnvDumpFile); ok && v != "" {
+		cfg.DumpFile = v
+	}
+	if name, v, ok := lookup(EnvCallSites); ok {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return def, fmt.Errorf("%w: %s=%q: want 1 or 0", ErrConfig, name, v)
+		}
+		cfg.CallSites = b
+	}
+	return cfg, nil
+}
+
+func lookup(names []string) (name, value string, ok bool) {
+	for _, n := range names {
+		if v, ok := os.LookupEnv(n); ok {
+			return n, v, true
+		}
+	}
+	return "", "", false
+}
+
+// Recorder holds the flight records of one process (one rank): the rings of its
+// communicators, a record id shared by all of them (PyTorch's record_id), and where its
+// dump goes. A nil *Recorder is off: every method is a no-op and Comm returns nil.
+type Recorder struct {
+	cfg  Config
+	rank int
+
+	now  atomic.Int64 // the cached clock, ns since base (at least 1)
+	base time.Time    // wall and monotonic time of now's zero
+
+	// mu guards the communicators' rings and counters: one lock for the process, as
+	// PyTorch's recorder has, so that a record takes one lock and no other atomic
+	// operation.
+	mu      sync.Mutex
+	comms   []*Comm
+	records uint64 // the next record id
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
+}
+
+// New returns the recorder of the process whose global rank is rank, or nil when
+// cfg.Entries is 0 (off). It starts the clock goroutine; Close stops it.
+func New(cfg Config, rank int) (*Recorder, error) {
+	if cfg.Entries < 0 {
+		return nil, fmt.Errorf("%w: entries %d: want 0 or more", ErrConfig, cfg.Entries)
+	}
+	if rank < 0 {
+		return nil, fmt.Errorf("%w: rank %d: want 0 or more", ErrConfig, rank)
+	}
+	if cfg.Resolution < 0 {
+		return nil, fmt.Errorf("%w: resolution %v: want 0 or more", ErrConfig, cfg.Resolution)
+	}
+	if cfg.Entries == 0 {
+		return nil, nil
+	}
+	if cfg.DumpFile == "" {
+		cfg.DumpFile = DefaultDumpFile
+	}
+	if cfg.Resolution == 0 {
+		cfg.Resolution = DefaultResolution
+	}
+	r := &Recorder{cfg: cfg, rank: rank, base: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
+	r.tick()
+	go r.clock()
+	return r, nil
+}
+
+// tick refreshes the cached clock.
+func (r *Recorder) tick() { r.now.Store(int64(time.Since(r.base)) + 1) }
+
+func (r *Recorder) clock() {
+	defer close(r.done)
+	t := time.NewTicker(r.cfg.Resolution)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+			r.tick()
+		}
+	}
+}
+
+// Close stops the clock goroutine. The records stay readable (Dump, WriteFile); later
+// operations get the time of the Close. Safe on nil and more than once.
+func (r *Recorder) Close() error {
+	if r == nil {
+		return nil
+	}
+	r.stopOnce.Do(func() { close(r.stop) })
+	<-r.done
+	r.tick()
+	return nil
+}
+
+// Rank is the global rank the recorder was made for.
+func (r *Recorder) Rank() int {
+	if r == nil {
+		return -1
+	}
+	return r.rank
+}
+
+// Config returns the recorder's configuration (the zero Config when off).
+func (r *Recorder) Config() Config {
+	if r == nil {
+		return Config{}
+	}
+	return r.cfg
+}
+
+// Path is the file WriteFile writes: DumpFile followed by the rank.
+func (r *Recorder) Path() string {
+	if r == nil {
+		return ""
+	}
+	return r.cfg.DumpFile + strconv.Itoa(r.rank)
+}
+
+// wall converts a recorder time (ns since base) to Unix nanoseconds.
+func (r *Recorder) wall(t int64) int64 { return r.base.UnixNano() + t - 1 }
+
+// Group describes a communicator (PyTorch's process group).
+type Group struct {
+	// Name identifies the communicator across ranks: every member gives the same
+	// name. Communicators with the same name but other ranks (the parts of a split)
+	// are told apart by their ranks, as PyTorch's analyzer does.
+	Name string
+	// Desc says what it is for ("default_pg", "split:tp", ...); empty is "undefined".
+	Desc string
+	// ID is the communicator's number in this process (PyTorch's pg_id).
+	ID int
+	// Ranks are the global ranks of its members, in the order of their ranks in it.
+	Ranks []int
+	// Backend is the library name written before each operation's name ("nccl",
+	// "gloo", ...; empty is "nccl"). PyTorch's analyzer accepts nccl, ncclx, xccl,
+	// gloo, rccl, rcclx, mccl and hccl only.
+	Backend string
+	// Timeout is the operation timeout written with each entry.
+	Timeout time.Duration
+	// Blocking says the communicator's operations return only once complete (MPI's
+	// blocking calls): Record then notes the new operation as started and the one
+	// before it as completed, so that the backend calls Record alone (one lock). The
+	// last operation shows "started" until the next is recorded, or Completed.
+	Blocking bool
+}
+
+// Names must be unique among a process's communicators: the dump keys them by name.
+
+// Comm registers a communicator and returns its ring, or nil when r is nil. Its
+// name and ranks are copied.
+func (r *Recorder) Comm(g Group) (*Comm, error) {
+	if r == nil {
+		return nil, nil
+	}
+	if g.Name == "" {
+		return nil, fmt.Errorf("%w: communicator has no name", ErrConfig)
+	}
+	self := -1
+	for i, rk := range g.Ranks {
+		if rk < 0 {
+			return nil, fmt.Errorf("%w: communicator %q: global rank %d", ErrConfig, g.Name, rk)
+		}
+		if rk == r.rank {
+			self = i
+		}
+	}
+	if self < 0 {
+		return nil, fmt.Errorf("%w: communicator %q: ranks %v do not hold this process's rank %d", ErrConfig, g.Name, g.Ranks, r.rank)
+	}
+	if g.Desc == "" {
+		g.Desc = "undefined"
+	}
+	if g.Backend == "" {
+		g.Backend = "nccl"
+	}
+	g.Ranks = append([]int(nil), g.Ranks...)
+	c := &Comm{r: r, g: g, self: self, ring: make([]entry, r.cfg.Entries), sites: r.cfg.CallSites, skip: r.cfg.CallSiteSkip}
+	c.lastStarted, c.lastCompleted = -1, -1
+	r.mu.Lock()
+	r.comms = append(r.comms, c)
+	r.mu.Unlock()
+	return c, nil
+}
+
+// Op is an operation's kind.
+type Op uint8
+
+// Operations, with the names PyTorch's analyzer knows.
+const (
+	AllReduce Op = iota + 1
+	Broadcast
+	Reduce
+	AllGather
+	ReduceScatter
+	AllToAll
+	Gather
+	Scatter
+	Barrier
+	Send
+	Recv
+	// Coalesced ends a group of operations (written by RecordGroup).
+	Coalesced
+	opEnd
+)
+
+var opNames = [...]string{"", "all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter",
+	"all_to_all", "gather", "scatter", "barrier", "send", "recv", "coalesced"}
+
+// String is the operation's name in a dump ("all_reduce").
+func (o Op) String() string {
+	if o == 0 || o >= opEnd {
+		return "op(" + strconv.Itoa(int(o)) + ")"
+	}
+	return opNames[o]
+}
+
+// IsP2P reports whether the operation is point-to-point (counted apart).
+func (o Op) IsP2P() bool { return o == Send || o == Recv }
+
+// DType is an element type.
+type DType uint8
+
+// Element types, named in dumps as PyTorch names them.
+const (
+	NoType DType = iota
+	Int8
+	Uint8
+	Int32
+	Uint32
+	Int64
+	Uint64
+	Float16
+	Float32
+	Float64
+	BFloat16
+	Float8E4M3
+	Float8E5M2
+	dtypeEnd
+)
+
+var dtypeNames = [...]string{"", "Char", "Byte", "Int", "UInt32", "Long", "UInt64", "Half", "Float",
+	"Double", "BFloat16", "Float8_e4m3fn", "Float8_e5m2"}
+
+// String is the type's name in a dump ("Float").
+func (d DType) String() string {
+	if d >= dtypeEnd {
+		return "dtype(" + strconv.Itoa(int(d)) + ")"
+	}
+	return dtypeNames[d]
+}
+
+// Call is one operation as a backend records it.
+type Call struct {
+	Op Op
+	// Peer is the peer's rank in the communicator, for Send and Recv (the root for
+	// rooted collectives is not recorded, as in PyTorch).
+	Peer int
+	// In and Out are the element counts of the send and receive buffers.
+	In, Out int64
+	Type    DType
+}
+
+// ID names a recorded operation in its communicator's ring; 0 is none (recorder off).
+type ID uint64
+
+// state of an entry.
+const (
+	scheduled uint8 = iota
+	started
+	completed
+)
+
+// entry is one record (96 bytes), written under the recorder's lock.
+type entry struct {
+	id        ID // 0: empty slot
+	record    uint64
+	created   int64 // recorder time
+	started   int64 // 0: not seen
+	completed int64
+	in, out   int64
+	collSeq   int64
+	p2pSeq    int64
+	opID      int64
+	pc        uintptr
+	peer      int32
+	op        Op
+	dtype     DType
+	state     uint8
+	retired   bool
+}
+
+// Comm is the ring of one communicator. A nil *Comm is off: its methods do nothing.
+// All methods are safe for concurrent use.
+type Comm struct {
+	r     *Recorder
+	g     Group
+	self  int // this process's rank in the communicator
+	sites bool
+	skip  int
+
+	ring          []entry // guarded by r.mu, as are the fields below
+	next          ID      // the last id given
+	collSeq       int64
+	p2pSeq        int64
+	opID          int64
+	lastStarted   int64 // collective seq
+	lastCompleted int64
+	doneThrough   ID // CompletedThrough's mark
+}
+
+// Group returns the communicator's description.
+func (c *Comm) Group() Group {
+	if c == nil {
+		return Group{}
+	}
+	return c.g
+}
+
+// Record notes an operation as scheduled (enqueued) and returns its id. A collective
+// takes the communicator's next collective sequence number, Send and Recv the next
+// point-to-point one. It allocates nothing.
+func (c *Comm) Record(call Call) ID {
+	if c == nil {
+		return 0
+	}
+	var pc uintptr
+	if c.sites {
+		pc = c.callSite(c.skip)
+	}
+	c.r.mu.Lock()
+	if call.Op.IsP2P() {
+		c.p2pSeq++
+	} else {
+		c.collSeq++
+	}
+	c.opID++
+	id := c.add(&call, pc)
+	if c.g.Blocking {
+		c.blocking(id)
+	}
+	c.r.mu.Unlock()
+	return id
+}
+
+// blocking notes, on a Blocking communicator, that id started and the operation
+// before it completed; r.mu is held.
+func (c *Comm) blocking(id ID) {
+	n := ID(len(c.ring))
+	e := &c.ring[(id-1)%n]
+	if id > 1 {
+		if p := &c.ring[(id-2)%n]; p.id == id-1 {
+			c.set(p, completed, e.created)
+		}
+	}
+	c.set(e, started, e.created)
+}
+
+// RecordGroup notes the operations of one group (ncclGroupStart/End) as scheduled:
+// they share one sequence number (point-to-point when all are Send or Recv, collective
+// otherwise) and are followed by a Coalesced entry, as PyTorch records a coalesced
+// group. It returns the id of the Coalesced entry; Started and Completed on it mark
+// the whole group. A group of one operation is recorded as Record records it.
+func (c *Comm) RecordGroup(calls []Call) ID {
+	if c == nil || len(calls) == 0 {
+		return 0
+	}
+	if len(calls) == 1 {
+		return c.Record(calls[0])
+	}
+	var pc uintptr
+	if c.sites {
+		pc = c.callSite(c.skip)
+	}
+	p2p := true
+	for i := range calls {
+		if !calls[i].Op.IsP2P() {
+			p2p = false
+		}
+	}
+	c.r.mu.Lock()
+	if p2p {
+		c.p2pSeq++
+	} else {
+		c.collSeq++
+	}
+	for i := range calls {
+		c.opID++
+		c.add(&calls[i], pc)
+	}
+	end := Call{Op: Coalesced}
+	id := c.add(&end, pc)
+	// The Coalesced entry's peer is the group's size, negative for point-to-point.
+	if p2p {
+		c.ring[int((id-1)%ID(len(c.ring)))].peer = -int32(len(calls))
+	} else {
+		c.ring[int((id-1)%ID(len(c.ring)))].peer = int32(len(calls))
+	}
+	c.r.mu.Unlock()
+	return id
+}
+
+// add writes the next entry; r.mu is held.
+func (c *Comm) add(call *Call, pc uintptr) ID {
+	c.next++
+	c.r.records++
+	e := &c.ring[int((c.next-1)%ID(len(c.ring)))]
+	*e = entry{id: c.next, record: c.r.records - 1, created: c.r.now.Load(),
+		in: call.In, out: call.Out, collSeq: c.collSeq, p2pSeq: c.p2pSeq, opID: c.opID, pc: pc,
+		peer: int32(call.Peer), op: call.Op, dtype: call.Type}
+	return c.next
+}
+
+func (c *Comm) callSite(skip int) uintptr {
+	var pcs [1]uintptr
+	// 0 Callers, 1 callSite, 2 Record, 3 the backend's method, 4 its caller.
+	if runtime.Callers(4+skip, pcs[:]) == 0 {
+		return 0
+	}
+	return pcs[0]
+}
+
+// slot returns the live entry of id (nil when it left the ring); r.mu is held.
+func (c *Comm) slot(id ID) *entry {
+	if id == 0 || id > c.next {
+		return nil
+	}
+	e := &c.ring[int((id-1)%ID(len(c.ring)))]
+	if e.id != id {
+		return nil
+	}
+	return e
+}
+
+// Started notes that the operation id (and, for a Coalesced id, its group) started.
+func (c *Comm) Started(id ID) {
+	if c == nil {
+		return
+	}
+	c.r.mu.Lock()
+	c.mark(id, started)
+	c.r.mu.Unlock()
+}
+
+// Completed notes that the operation id (and, for a Coalesced id, its group)
+// completed.
+func (c *Comm) Completed(id ID) {
+	if c == nil {
+		return
+	}
+	c.r.mu.Lock()
+	c.mark(id, completed)
+	c.r.mu.Unlock()
+}
+
+// mark sets the state of id and of its group's operations; r.mu is held.
+func (c *Comm) mark(id ID, st uint8) {
+	e := c.slot(id)
+	if e == nil {
+		return
+	}
+	n := ID(1)
+	if e.op == Coalesced {
+		n += ID(max(e.peer, -e.peer))
+	}
+	now := c.r.now.Load()
+	for i := ID(0); i < n && i < id; i++ {
+		if x := c.slot(id - i); x != nil {
+			c.set(x, st, now)
+		}
+	}
+}
+
+func (c *Comm) set(e *entry, st uint8, now int64) {
+	if st >= started && e.started == 0 {
+		e.started = now
+	}
+	if st == completed && e.completed == 0 {
+		e.completed = now
+		e.retired = true
+	}
+	if st > e.state {
+		e.state = st
+	}
+	if e.isP2P() {
+		return
+	}
+	if st >= started && e.collSeq > c.lastStarted {
+		c.lastStarted = e.collSeq
+	}
+	if st == completed && e.collSeq > c.lastCompleted {
+		c.lastCompleted = e.collSeq
+	}
+}
+
+// isP2P reports whether the entry counts as point-to-point: Send, Recv, and the end
+// of a group of them (its peer holds minus the group's size).
+func (e *entry) isP2P() bool { return e.op.IsP2P() || (e.op == Coalesced && e.peer < 0) }
+
+// CompletedThrough notes that every operation recorded up to and including id
+// completed: what a watchdog learns when an event recorded after them completes.
+func (c *Comm) CompletedThrough(id ID) {
+	if c == nil {
+		return
+	}
+	c.r.mu.Lock()
+	defer c.r.mu.Unlock()
+	if id > c.next {
+		id = c.next
+	}
+	from := c.doneThrough + 1
+	if lo := c.next - min(c.next, ID(len(c.ring))) + 1; from < lo {
+		from = lo
+	}
+	now := c.r.now.Load()
+	for i := from; i <= id; i++ {
+		if e := c.slot(i); e != nil {
+			c.set(e, completed, now)
+		}
+	}
+	if id > c.doneThrough {
+		c.doneThrough = id
+	}
+}
+
+// Last returns the id of the last operation recorded (0 when none): what a watchdog
+// notes when it records an event after the operations enqueued so far.
+func (c *Comm) Last() ID {
+	if c == nil {
+		return 0
+	}
+	c.r.mu.Lock()
+	defer c.r.mu.Unlock()
+	return c.next
+}
