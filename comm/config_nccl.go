@@ -10,15 +10,6 @@ import (
 	"github.com/ncclgo/ncclgo/raw/nccl"
 )
 
-// ncclSettings are the ncclConfig_t fields set by options, applied to every
-// communicator the backend creates (initialisation, reconnect, Split, Shrink).
-type ncclSettings struct {
-	blocking bool
-	netName  string
-	ints     []gpulib.ConfigInt
-	bad      []string // settings outside int32, reported by checkConfig
-}
-
 // configSince is the first NCCL whose ncclConfig_t has each field, from the pinned
 // headers (`make headers`); fields of later headers that are not listed here are taken
 // as present whenever raw/nccl's generated Config has them.

@@ -70,7 +70,7 @@ func (m *member) generation() uint64 {
 
 // reconnect is the ReconnectFunc of a Job's backends: a rendezvous in the next
 // generation.
-func (m *member) reconnect(ctx context.Context, _ int) (UniqueID, error) {
+func (m *member) Reconnect(ctx context.Context, _ int) (UniqueID, error) {
 	id, err := m.meet(ctx)
 	if err != nil {
 		return UniqueID{}, fmt.Errorf("%s: %w", opRendezvous, err)
@@ -357,39 +357,28 @@ func (m *member) missingError(ctx context.Context, s rendezvous.Store, gen uint6
 	return &rendezvous.BarrierError{Key: strings.TrimSuffix(m.key(gen, ""), "/"), World: m.world, Missing: missing, Err: cause}
 }
 
-// shrunk gives the backend of a Shrink of m's communicator its own place in the job:
+// Shrunk gives the backend of a Shrink of m's communicator its own place in the job:
 // the group "<group>/shrink<generation>", whose generation 0 it is, for its
 // AttemptReconnect, and a reference on the Job when m's backend holds one (Connect).
-func (m *member) shrunk(nb *NCCL) {
-	c := nb.c
+func (m *member) Shrunk(rank, world int) (jobMember, bool) {
 	nm := &member{job: m.job, group: fmt.Sprintf("%s/shrink%d", m.group, m.generation()),
-		rank: c.rank, world: c.world, newID: m.newID}
+		rank: rank, world: world, newID: m.newID}
 	m.job.advance(nm.group, 1)
-	c.cfg.reconnect, c.cfg.job.member = nm.reconnect, nm
 	m.mu.Lock()
 	owns := m.owns
 	m.mu.Unlock()
 	if owns {
 		m.job.retain()
-		nb.ownJob()
 	}
+	return nm, owns
 }
 
-// ownJob makes b hold a reference on its Job (Connect), dropped when b closes: the
-// last step of its Close.
-func (b *NCCL) ownJob() {
-	m := b.c.cfg.job.member
-	if m == nil {
-		return
-	}
+// Own records that the backend holds a reference on the job.
+func (m *member) Own() {
 	m.mu.Lock()
 	m.owns = true
 	m.mu.Unlock()
-	prev := b.c.onClose
-	b.c.onClose = func(ctx context.Context, note func(string, error)) {
-		if prev != nil {
-			prev(ctx, note)
-		}
-		note("close job", m.job.Close())
-	}
 }
+
+// Release drops the backend's reference on the job.
+func (m *member) Release() error { return m.job.Close() }

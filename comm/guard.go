@@ -23,9 +23,10 @@ type guard struct {
 	// closed and depth change under mu; the hot paths read them without it.
 	closed atomic.Bool
 	depth  atomic.Int32
-	// threads: groups are NCCL's, per OS thread for every communicator of the process
-	// (nccl_group.go), not counted in depth.
-	threads bool
+	// scope, when set, is the backend's own group scope (comm/nccl's, not counted in
+	// depth): open counts the groups open in the process, read on the fast path, and
+	// outside fails for a caller inside one of them.
+	scope *groupScope
 
 	mu      sync.Mutex
 	handles map[BufferHandle]int
@@ -55,11 +56,11 @@ func (g *guard) outsideGroup(op string) error {
 	if g.closed.Load() {
 		return &ArgError{Op: op, Arg: "rank", Value: g.rank, Err: ErrClosed}
 	}
-	if g.threads {
-		if groups.open.Load() == 0 { // no group open in the process: one load
+	if s := g.scope; s != nil {
+		if s.open.Load() == 0 { // no group open in the process: one load
 			return nil
 		}
-		return outsideGroup(op)
+		return s.outside(op)
 	}
 	if d := g.depth.Load(); d > 0 {
 		return groupOpenErr(op, int(d))
@@ -164,7 +165,10 @@ func (g *guard) reduceAsync(ptr DevicePtr, bytes int) error {
 // ungrouped reports, in one load, that no group is open: in the process for NCCL's
 // per-thread groups, else on this guard.
 func (g *guard) ungrouped() bool {
-	return (g.threads && groups.open.Load() == 0) || (!g.threads && g.depth.Load() == 0)
+	if s := g.scope; s != nil {
+		return s.open.Load() == 0
+	}
+	return g.depth.Load() == 0
 }
 
 // gather checks AllGather (reduce false: bytes in any number) and ReduceScatter (reduce
@@ -501,4 +505,22 @@ func (g *guard) typedP2P(op, peerArg string, ptr DevicePtr, count int, t DType, 
 		return 0, err
 	}
 	return bytes, checkRank(op, peerArg, peer, g.world)
+}
+
+// groupOpenErr is the error of an operation that cannot be part of a group, on a
+// thread with depth group levels open (on any communicator).
+func groupOpenErr(op string, depth int) error {
+	return &ArgError{Op: op, Arg: "group depth", Value: depth, Err: ErrGroupOpen,
+		Reason: "not allowed between group-start and group-end"}
+}
+
+// groupScope is a backend's own group scope (see guard.scope).
+type groupScope struct {
+	open    *atomic.Int32
+	outside func(op string) error
+}
+
+// useScope makes g check groups in s instead of counting its own levels.
+func (g *guard) useScope(open *atomic.Int32, outside func(op string) error) {
+	g.scope = &groupScope{open: open, outside: outside}
 }

@@ -16,14 +16,6 @@ import (
 	"github.com/ncclgo/ncclgo/comm/rendezvous"
 )
 
-// jobConfig holds the settings of Connect and JoinJob.
-type jobConfig struct {
-	job      *rendezvous.Config        // WithJob; nil: torchrun's environment
-	external bool                      // WithExternalStore
-	torch    []rendezvous.ServerOption // WithTorchClients
-	member   *member                   // set by Job.NewNCCL: the rank's place in its group
-}
-
 // WithJob describes the job (store address, rank, world size, local rank, token) for
 // Connect and JoinJob, instead of torchrun's environment variables (MASTER_ADDR,
 // MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, NCCLGO_TOKEN). Build it with
@@ -166,14 +158,6 @@ func listenAddr(c rendezvous.Config) string {
 	return net.JoinHostPort("", strconv.Itoa(c.MasterPort))
 }
 
-// jobDevice is the device a rank uses: WithDevice's, or the local rank's.
-func jobDevice(cfg config, localRank int) int {
-	if cfg.device >= 0 {
-		return cfg.device
-	}
-	return localRank
-}
-
 // Rank is this process's rank (RANK).
 func (j *Job) Rank() int { return j.cfg.Rank }
 
@@ -283,7 +267,7 @@ func (j *Job) NewNCCL(ctx context.Context, opts ...Option) (*NCCL, error) {
 	if err != nil {
 		return nil, &OpError{Op: opRendezvous, Bytes: -1, Rank: rank, Err: err}
 	}
-	cfg.reconnect = m.reconnect
+	cfg.reconnect = m.Reconnect
 	cfg.job.member = m
 	b, err := newNCCL(ctx, d, id, rank, world, cfg)
 	if err != nil {
@@ -309,14 +293,13 @@ func Connect(ctx context.Context, opts ...Option) (*NCCL, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := j.NewNCCL(ctx)
+	b, err := j.NewNCCL(ctx, func(c *config) { c.job.owns = true })
 	if err != nil {
 		if cerr := j.Close(); cerr != nil {
 			j.log.Warn("comm: close job after failed bring-up", "err", cerr)
 		}
 		return nil, err
 	}
-	b.ownJob()
 	return b, nil
 }
 

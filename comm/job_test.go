@@ -148,7 +148,7 @@ func TestConnectGivesEveryRankRankZerosUniqueID(t *testing.T) {
 		assert.Equal(t, r, bs[r].Rank())
 		assert.Equal(t, world, bs[r].WorldSize())
 		assert.Equal(t, Float32, bs[r].ElementType())
-		assert.Equal(t, uint64(0), bs[r].c.cfg.job.member.generation())
+		assert.Equal(t, uint64(0), memberOf(bs[r]).generation())
 		assert.Equal(t, []string{"CommInitRank(3," + strconv.Itoa(r) + ",false)"}, fakes[r].named("CommInitRank"),
 			"a non-blocking communicator")
 	}
@@ -192,7 +192,7 @@ func TestBringUpNamesTheMissingRankAndTheNextGenerationSucceeds(t *testing.T) {
 	defer closeAll(t, bs)
 	want := fakes[0].initIDs()
 	for r := range world {
-		assert.Equal(t, uint64(1), bs[r].c.cfg.job.member.generation(), "rank %d", r)
+		assert.Equal(t, uint64(1), memberOf(bs[r]).generation(), "rank %d", r)
 		assert.Equal(t, want, fakes[r].initIDs(), "rank %d", r)
 	}
 }
@@ -242,7 +242,7 @@ func TestARestartedRankMovesTheWaitingRanksToTheNextGeneration(t *testing.T) {
 	wg.Wait()
 	for r := range world {
 		require.NoError(t, errs[r], "rank %d", r)
-		assert.Equal(t, uint64(1), bs[r].c.cfg.job.member.generation(), "rank %d", r)
+		assert.Equal(t, uint64(1), memberOf(bs[r]).generation(), "rank %d", r)
 		assert.Equal(t, fakes[0].initIDs(), fakes[r].initIDs(), "rank %d", r)
 	}
 	closeAll(t, bs)
@@ -284,7 +284,7 @@ func TestAttemptReconnectMeetsAReplacementInTheNextGeneration(t *testing.T) {
 	for r := range world {
 		require.NoError(t, errs[r], "rank %d", r)
 		assert.True(t, bs[r].IsHealthy(), "rank %d", r)
-		assert.Equal(t, uint64(1), bs[r].c.cfg.job.member.generation(), "rank %d", r)
+		assert.Equal(t, uint64(1), memberOf(bs[r]).generation(), "rank %d", r)
 	}
 	second := fakes[0].initIDs()[1]
 	assert.NotEqual(t, first, second, "a new id for the new generation")
@@ -482,7 +482,7 @@ func TestJobWithAnExternalStore(t *testing.T) {
 		})
 		require.NoError(t, errors.Join(errs[0], errs[1]), tt.name)
 		for r, b := range bs {
-			assert.Equal(t, tt.gen, b.c.cfg.job.member.generation(), "%q rank %d", tt.name, r)
+			assert.Equal(t, tt.gen, memberOf(b).generation(), "%q rank %d", tt.name, r)
 		}
 		closeAll(t, bs)
 	}
@@ -661,7 +661,7 @@ func TestARestartedRankZeroMovesEveryoneToTheNextGeneration(t *testing.T) {
 	bs, errs := onRanks([]int{0, 1, 2}, func(r int) (*NCCL, error) { return jobs[r].NewNCCL(ctx) })
 	for r := range world {
 		require.NoError(t, errs[r], "rank %d", r)
-		assert.Equal(t, uint64(1), bs[r].c.cfg.job.member.generation(), "rank %d", r)
+		assert.Equal(t, uint64(1), memberOf(bs[r]).generation(), "rank %d", r)
 		assert.Equal(t, fakes[0].initIDs(), fakes[r].initIDs(), "rank %d", r)
 		assert.NotEqual(t, earlier, fakes[r].initIDs()[0][:], "rank %d", r)
 	}
@@ -673,3 +673,6 @@ func TestARestartedRankZeroMovesEveryoneToTheNextGeneration(t *testing.T) {
 	assert.Equal(t, []bool{false}, present, "rank 0 was not counted in the generation it closed")
 	closeAll(t, bs)
 }
+
+// memberOf is b's place in its job.
+func memberOf(b *NCCL) *member { return b.c.cfg.job.member.(*member) }

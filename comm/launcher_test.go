@@ -131,7 +131,7 @@ func TestAgentStoreRestartMeetsInTheNewAttempt(t *testing.T) {
 	}
 	defer closeAll(t, bs)
 	for r := range world {
-		assert.Equal(t, uint64(0), bs[r].c.cfg.job.member.generation(), "rank %d starts afresh in the new attempt", r)
+		assert.Equal(t, uint64(0), memberOf(bs[r]).generation(), "rank %d starts afresh in the new attempt", r)
 		assert.Equal(t, fakes[0].initIDs(), fakes[r].initIDs(), "rank %d", r)
 	}
 }

@@ -121,7 +121,7 @@ func childMain() int {
 			continue
 		}
 		ids := f.initIDs()
-		say("ok gen=%d uid=%s", b.c.cfg.job.member.generation(), hex.EncodeToString(ids[len(ids)-1][:]))
+		say("ok gen=%d uid=%s", memberOf(b).generation(), hex.EncodeToString(ids[len(ids)-1][:]))
 		// Rank 0 serves the store until every rank has its id.
 		if err := j.Store().Barrier(ctx, "test/done", j.Rank(), j.WorldSize()); err != nil {
 			say("error final barrier: %v", err)

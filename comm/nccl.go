@@ -179,15 +179,6 @@ var (
 // one.
 func WithDriver(d gpulib.Driver) Option { return func(c *config) { c.driver = d } }
 
-// driverFor returns the configured driver, else the real libraries for a device
-// ordinal (-1: rank modulo the visible devices).
-func driverFor(cfg config, device, rank int) (gpulib.Driver, error) {
-	if cfg.driver != nil {
-		return cfg.driver, nil
-	}
-	return rawdriver.New(device, rank)
-}
-
 // NewNCCL creates rank's Backend of a world-rank NCCL communicator from id (created by
 // one rank with NewUniqueID and shared with the others), loading NCCL and CUDA at run
 // time. Initialisation is non-blocking and waits for the other ranks as long as ctx and
@@ -227,7 +218,11 @@ func newNCCL(ctx context.Context, d gpulib.Driver, id UniqueID, rank, world int,
 	if err != nil {
 		return nil, err
 	}
-	return backendOf(c, cfg.elem), nil
+	b := backendOf(c, cfg.elem)
+	if cfg.job.owns {
+		b.ownJob()
+	}
+	return b, nil
 }
 
 // backendOf makes the Backend over c, reducing elements of elem.

@@ -40,7 +40,7 @@ func (c *NCCLCommunicator) initComm(ctx context.Context, id UniqueID) (gpulib.Co
 func (c *NCCLCommunicator) adopt(comm gpulib.Comm, rank, world int) (err error) {
 	c.comm, c.rank, c.world = comm, rank, world
 	c.g = newGuard(rank, world, c.cfg.elem)
-	c.g.threads = true
+	c.g.useScope(&groups.open, outsideGroup)
 	if err := bind(c.d); err != nil {
 		_ = c.d.CommAbort(comm)
 		return &OpError{Op: opInit, Bytes: -1, Rank: rank, Err: err}

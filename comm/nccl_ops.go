@@ -144,13 +144,6 @@ func (c *NCCLCommunicator) locked(to ncclOps, f func() error) error {
 	return f()
 }
 
-// groupOpenErr is the error of an operation that cannot be part of a group, on a
-// thread with depth group levels open (on any communicator).
-func groupOpenErr(op string, depth int) error {
-	return &ArgError{Op: op, Arg: "group depth", Value: depth, Err: ErrGroupOpen,
-		Reason: "not allowed between group-start and group-end"}
-}
-
 // outsideGroup fails on a thread with a group open (for the operations that check it
 // before taking the communicator).
 func outsideGroup(op string) error {

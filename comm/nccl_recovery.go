@@ -123,7 +123,11 @@ func (b *NCCL) Shrink(ctx context.Context, exclude []int) (*NCCL, error) {
 	}
 	nb := b.child(child)
 	if m := c.cfg.job.member; m != nil {
-		m.shrunk(nb)
+		nm, owns := m.Shrunk(child.rank, child.world)
+		child.cfg.reconnect, child.cfg.job.member = nm.Reconnect, nm
+		if owns {
+			nb.ownJob()
+		}
 	}
 	c.cfg.log.Info("comm: shrank", "old_rank", c.rank, "old_world", c.world, "rank", child.rank, "world", child.world,
 		"excluded", exclude)

@@ -39,7 +39,7 @@ import (
 // DefaultTwoRankThreshold is the largest all-reduce, in bytes, that a two-rank NCCL
 // backend with an add kernel sends through the send/recv + add path (see
 // WithTwoRankThreshold).
-const DefaultTwoRankThreshold = 1 << 20
+const DefaultTwoRankThreshold = defaultTwoRankThreshold
 
 // minScratch is the smallest scratch allocation, so that the first small messages do
 // not each grow it.

@@ -14,12 +14,6 @@ import (
 // WithWatchdog says otherwise (PyTorch's default).
 const DefaultWatchdogInterval = 100 * time.Millisecond
 
-// watchConfig holds the watchdog's settings.
-type watchConfig struct {
-	interval time.Duration // 0: no watchdog
-	abort    bool
-}
-
 // WithWatchdog starts, for every communicator the option creates (and its Split and
 // Shrink children), a goroutine that checks the communicator's health every interval
 // (0 or less: DefaultWatchdogInterval, 100 ms): ncclCommGetAsyncError, and whether the

@@ -4,8 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"time"
-
-	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
 // Option configures a backend or communicator at construction.
@@ -16,46 +14,6 @@ type Option func(*config)
 // the first replacement; every rank must receive the same id for the same generation
 // (typically rank 0 creates it and a rendezvous store distributes it).
 type ReconnectFunc func(ctx context.Context, generation int) (UniqueID, error)
-
-type config struct {
-	elem      DType
-	log       *slog.Logger
-	timeout   time.Duration
-	closeWait time.Duration
-	poll      time.Duration
-	name      string
-	device    int
-	reconnect ReconnectFunc
-	// twoRankMax is the two-rank path's threshold in bytes (WithTwoRankThreshold).
-	twoRankMax int
-	driver     gpulib.Driver // WithDriver; nil: the real libraries
-	job        jobConfig     // Connect and JoinJob (job.go)
-	watch      watchConfig   // the health watchdog (watchdog.go)
-	nccl       ncclSettings  // ncclConfig_t fields (config_nccl.go)
-	minProcs   int           // WithMinGOMAXPROCS (mpi.go); 0: leave GOMAXPROCS alone
-}
-
-func newConfig(opts []Option) config {
-	c := config{
-		elem:      BFloat16,
-		log:       slog.Default(),
-		timeout:   10 * time.Minute,
-		closeWait: 10 * time.Second,
-		poll:      time.Millisecond,
-		device:    -1,
-
-		twoRankMax: DefaultTwoRankThreshold,
-	}
-	for _, o := range opts {
-		if o != nil {
-			o(&c)
-		}
-	}
-	if c.log == nil {
-		c.log = slog.Default()
-	}
-	return c
-}
 
 // WithElementType sets the element type a Backend reduces (default BFloat16).
 func WithElementType(t DType) Option { return func(c *config) { c.elem = t } }
@@ -88,3 +46,16 @@ func WithDevice(ordinal int) Option { return func(c *config) { c.device = ordina
 // WithReconnect enables AttemptReconnect on the NCCL backend: it aborts the failed
 // communicator and initialises a new one from the id f returns.
 func WithReconnect(f ReconnectFunc) Option { return func(c *config) { c.reconnect = f } }
+
+func newConfig(opts []Option) config {
+	c := defaults()
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	return c
+}

@@ -111,7 +111,7 @@ func TestShrunkJobBackendsReconnectAmongTheSurvivors(t *testing.T) {
 	_, errs = onRanks(survivors, func(r int) (struct{}, error) { return struct{}{}, shrunk[r].AttemptReconnect(ctx) })
 	for _, r := range survivors {
 		require.NoError(t, errs[r], "rank %d", r)
-		m := shrunk[r].c.cfg.job.member
+		m := memberOf(shrunk[r])
 		assert.Equal(t, "default/shrink0", m.group)
 		assert.Equal(t, uint64(1), m.generation())
 		assert.Equal(t, r, m.rank)

@@ -1,10 +1,6 @@
 package comm
 
-import (
-	"fmt"
-
-	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
-)
+import "fmt"
 
 // DevicePtr is a device address (a CUDA CUdeviceptr). 0 is the null pointer.
 type DevicePtr uint64
@@ -26,20 +22,22 @@ type UniqueID [128]byte
 // DType is the element type of a buffer. Its values are NCCL's ncclDataType_t numbers.
 type DType int32
 
-// Element types.
+// Element types. The values are NCCL's ncclDataType_t numbers, written out here so that
+// the core builds without NCCL's cgo bindings; comm/nccl's tests check them against the
+// generated raw/nccl constants.
 const (
-	Int8       = DType(gpulib.Int8)
-	Uint8      = DType(gpulib.Uint8)
-	Int32      = DType(gpulib.Int32)
-	Uint32     = DType(gpulib.Uint32)
-	Int64      = DType(gpulib.Int64)
-	Uint64     = DType(gpulib.Uint64)
-	Float16    = DType(gpulib.Float16)
-	Float32    = DType(gpulib.Float32)
-	Float64    = DType(gpulib.Float64)
-	BFloat16   = DType(gpulib.Bfloat16)
-	Float8E4M3 = DType(gpulib.Float8e4m3)
-	Float8E5M2 = DType(gpulib.Float8e5m2)
+	Int8       DType = 0
+	Uint8      DType = 1
+	Int32      DType = 2
+	Uint32     DType = 3
+	Int64      DType = 4
+	Uint64     DType = 5
+	Float16    DType = 6
+	Float32    DType = 7
+	Float64    DType = 8
+	BFloat16   DType = 9
+	Float8E4M3 DType = 10
+	Float8E5M2 DType = 11
 )
 
 var dtypeInfo = [...]struct {
@@ -82,14 +80,19 @@ func (t DType) String() string {
 // ReduceOp is a reduction operator. Its values are NCCL's ncclRedOp_t numbers.
 type ReduceOp int32
 
-// Reduction operators.
+// Reduction operators. The values are NCCL's ncclRedOp_t numbers (checked against
+// raw/nccl in comm/nccl's tests).
 const (
-	Sum  = ReduceOp(gpulib.Sum)
-	Prod = ReduceOp(gpulib.Prod)
-	Max  = ReduceOp(gpulib.Max)
-	Min  = ReduceOp(gpulib.Min)
-	Avg  = ReduceOp(gpulib.Avg)
+	Sum  ReduceOp = 0
+	Prod ReduceOp = 1
+	Max  ReduceOp = 2
+	Min  ReduceOp = 3
+	Avg  ReduceOp = 4
 )
+
+// firstPreMulSum is ncclNumOps: operators made by ncclRedOpCreatePreMulSum are numbered
+// from it.
+const firstPreMulSum ReduceOp = 5
 
 var opNames = [...]string{Sum: "sum", Prod: "prod", Max: "max", Min: "min", Avg: "avg"}
 

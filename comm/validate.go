@@ -33,19 +33,6 @@ func Validate(b Backend, opts ...Option) (Backend, error) {
 	return &validated{b: b, g: newGuard(rank, world, cfg.elem)}, nil
 }
 
-func checkWorld(op string, rank, world int, elem DType) error {
-	if world < 1 {
-		return &ArgError{Op: op, Arg: "world size", Value: world, Err: ErrInvalidSize, Reason: "must be at least 1"}
-	}
-	if err := checkRank(op, "rank", rank, world); err != nil {
-		return err
-	}
-	if !elem.Valid() {
-		return &ArgError{Op: op, Arg: "element type", Value: int32(elem), Err: ErrInvalidType}
-	}
-	return nil
-}
-
 type validated struct {
 	b Backend
 	g *guard
