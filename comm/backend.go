@@ -2,6 +2,7 @@ package comm
 
 import (
 	"context"
+	"github.com/ncclgo/ncclgo/comm/internal/core"
 	"io"
 )
 
@@ -123,7 +124,7 @@ type Base struct {
 // RecvCommandU32 refuses root == Rank() and otherwise calls Broadcast(ptr, 4, root).
 func (b Base) RecvCommandU32(ctx context.Context, ptr DevicePtr, root int) error {
 	if root == b.Rank() {
-		return argErr(opRecvCommand, "root", root, ErrInvalidRank, "root is this rank")
+		return core.ArgErr(core.OpRecvCommand, "root", root, ErrInvalidRank, "root is this rank")
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -144,12 +145,12 @@ func (Base) DeregisterBuffer(BufferHandle) error { return nil }
 
 // SymmetricAlloc returns ErrUnsupported.
 func (Base) SymmetricAlloc(bytes int) (DevicePtr, error) {
-	return 0, argErr(opSymmetricAlloc, "bytes", bytes, ErrUnsupported, "backend has no symmetric allocator")
+	return 0, core.ArgErr(core.OpSymmetricAlloc, "bytes", bytes, ErrUnsupported, "backend has no symmetric allocator")
 }
 
 // SymmetricFree returns ErrUnsupported.
 func (Base) SymmetricFree(p DevicePtr) error {
-	return argErr(opSymmetricFree, "ptr", p, ErrUnsupported, "backend has no symmetric allocator")
+	return core.ArgErr(core.OpSymmetricFree, "ptr", p, ErrUnsupported, "backend has no symmetric allocator")
 }
 
 // SetAddKernel ignores the kernel.

@@ -1,6 +1,8 @@
 package comm
 
-import "context"
+import (
+	"context"
+)
 
 // Communicator is the typed interface: element counts with a
 // DType and ReduceOp per call. Operations are stream-ordered on the communicator's own

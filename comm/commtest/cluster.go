@@ -11,6 +11,7 @@ import (
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest/internal/sim"
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
+	"github.com/ncclgo/ncclgo/comm/nccl"
 )
 
 // Cluster is a world of ranks running comm's NCCL backend on a simulated machine: one
@@ -22,7 +23,7 @@ type Cluster struct {
 	cfg clusterConfig
 
 	mu       sync.Mutex
-	backends []*comm.NCCL // nil for a memory-only cluster (SingleHarness)
+	backends []*nccl.Backend // nil for a memory-only cluster (SingleHarness)
 	ids      map[int]gpulib.UniqueID
 	base     []int // per rank: the cluster generation its backend counts from
 
@@ -31,7 +32,7 @@ type Cluster struct {
 }
 
 type clusterConfig struct {
-	comm        []comm.Option
+	comm        []nccl.Option
 	sim         []sim.Option
 	initTimeout time.Duration
 	closeWait   time.Duration
@@ -44,7 +45,7 @@ type Option func(*clusterConfig)
 
 // WithCommOptions passes options to every rank's backend (comm.WithElementType,
 // comm.WithTimeout, ...).
-func WithCommOptions(opts ...comm.Option) Option {
+func WithCommOptions(opts ...nccl.Option) Option {
 	return func(c *clusterConfig) { c.comm = append(c.comm, opts...) }
 }
 
@@ -94,7 +95,7 @@ func NewCluster(n int, opts ...Option) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new cluster: %w", err)
 	}
-	c := &Cluster{w: w, n: n, backends: make([]*comm.NCCL, n), cfg: cfg,
+	c := &Cluster{w: w, n: n, backends: make([]*nccl.Backend, n), cfg: cfg,
 		ids: map[int]gpulib.UniqueID{0: w.NewUniqueID()}, base: make([]int, n)}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.initTimeout)
 	defer cancel()
@@ -121,17 +122,17 @@ func NewCluster(n int, opts ...Option) (*Cluster, error) {
 }
 
 // start creates rank's backend in the communicator of cluster generation gen.
-func (c *Cluster) start(ctx context.Context, rank, gen int) (*comm.NCCL, error) {
+func (c *Cluster) start(ctx context.Context, rank, gen int) (*nccl.Backend, error) {
 	d, err := c.w.Driver(rank)
 	if err != nil {
 		return nil, err
 	}
 	opts := c.cfg.comm
 	if c.cfg.reconnect {
-		opts = append(slices.Clone(opts), comm.WithReconnect(c.reconnectFunc(rank)))
+		opts = append(slices.Clone(opts), nccl.WithReconnect(c.reconnectFunc(rank)))
 	}
-	opts = append(slices.Clone(opts), comm.WithDriver(d))
-	b, err := comm.NewNCCL(ctx, comm.UniqueID(c.generationID(gen)), rank, c.n, opts...)
+	opts = append(slices.Clone(opts), nccl.WithDriver(d))
+	b, err := nccl.New(ctx, comm.UniqueID(c.generationID(gen)), rank, c.n, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: %w", rank, err)
 	}
@@ -152,7 +153,7 @@ func (c *Cluster) generationID(gen int) gpulib.UniqueID {
 
 // reconnectFunc maps rank's backend generations (counted from its own start) to
 // cluster generations.
-func (c *Cluster) reconnectFunc(rank int) comm.ReconnectFunc {
+func (c *Cluster) reconnectFunc(rank int) nccl.ReconnectFunc {
 	return func(ctx context.Context, generation int) (comm.UniqueID, error) {
 		if err := ctx.Err(); err != nil {
 			return comm.UniqueID{}, err
@@ -169,7 +170,7 @@ func (c *Cluster) reconnectFunc(rank int) comm.ReconnectFunc {
 // generation gen, the generation the survivors' AttemptReconnect is creating (1 after
 // the first failure; needs WithReconnect). Call it while the survivors reconnect: it
 // waits for them. The new backend replaces the old one in Backends.
-func (c *Cluster) Replace(ctx context.Context, rank, gen int) (*comm.NCCL, error) {
+func (c *Cluster) Replace(ctx context.Context, rank, gen int) (*nccl.Backend, error) {
 	if err := c.checkRank("replace", rank); err != nil {
 		return nil, err
 	}
@@ -254,7 +255,7 @@ func (c *Cluster) Backends() []comm.Backend {
 }
 
 // Backend returns rank's backend.
-func (c *Cluster) Backend(rank int) (*comm.NCCL, error) {
+func (c *Cluster) Backend(rank int) (*nccl.Backend, error) {
 	if err := c.checkRank("backend", rank); err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest/internal/sim"
+	"github.com/ncclgo/ncclgo/comm/nccl"
 )
 
 // NewDevices starts a simulated machine of n devices with no backends, for code that
@@ -34,7 +35,7 @@ func NewDevices(n int, opts ...Option) (*Cluster, error) {
 // DeviceOption returns the comm.Option that makes comm.Connect, comm.JoinJob and
 // comm.Job.NewNCCL use simulated device rank instead of a GPU. Every rank of such a
 // job must use a device of this Cluster: the unique id is the simulated NCCL's.
-func (c *Cluster) DeviceOption(rank int) (comm.Option, error) {
+func (c *Cluster) DeviceOption(rank int) (nccl.Option, error) {
 	if err := c.checkRank("device option", rank); err != nil {
 		return nil, err
 	}
@@ -42,7 +43,7 @@ func (c *Cluster) DeviceOption(rank int) (comm.Option, error) {
 	if err != nil {
 		return nil, err
 	}
-	return comm.WithDriver(d), nil
+	return nccl.WithDriver(d), nil
 }
 
 // Revive brings a killed device back the way a restarted process finds it: empty (its

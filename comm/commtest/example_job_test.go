@@ -3,6 +3,7 @@ package commtest_test
 import (
 	"context"
 	"fmt"
+	"github.com/ncclgo/ncclgo/comm/job"
 	"log/slog"
 	"net"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
+	"github.com/ncclgo/ncclgo/comm/nccl"
 	"github.com/ncclgo/ncclgo/comm/rendezvous"
 )
 
@@ -44,9 +46,9 @@ func ExampleNewDevices() {
 				fmt.Println(err)
 				return
 			}
-			job := rendezvous.Config{MasterAddr: "127.0.0.1", MasterPort: port, Rank: rank, WorldSize: 2, LocalRank: rank}
-			b, err := comm.Connect(ctx, comm.WithJob(job), gpu, comm.WithWatchdog(0),
-				comm.WithLogger(slog.New(slog.DiscardHandler)))
+			jc := rendezvous.Config{MasterAddr: "127.0.0.1", MasterPort: port, Rank: rank, WorldSize: 2, LocalRank: rank}
+			b, err := job.Connect(ctx, job.WithJob(jc), gpu, nccl.WithWatchdog(0),
+				nccl.WithLogger(slog.New(slog.DiscardHandler)))
 			if err != nil {
 				fmt.Println("rank", rank, err)
 				return

@@ -10,12 +10,13 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
+	"github.com/ncclgo/ncclgo/comm/mpi"
 )
 
 // mpiRank is this process's rank of an mpirun job: comm's MPI Communicator on pinned
 // host memory.
 type mpiRank struct {
-	c   *comm.MPICommunicator
+	c   *mpi.Communicator
 	mem *commtest.HostMemory
 }
 
@@ -39,7 +40,7 @@ const deviceLine = 160
 // runs with GOMAXPROCS of at least 2 (comm.WithMinGOMAXPROCS): mpirun binds a rank to
 // one core, and with one P Go's scheduler takes it from every long MPI call.
 func openMPI(ctx context.Context) (*world, error) {
-	c, err := comm.NewMPI(ctx, comm.WithMinGOMAXPROCS(2))
+	c, err := mpi.New(ctx, mpi.WithMinGOMAXPROCS(2))
 	if err != nil {
 		return nil, fmt.Errorf("-mpi: %w", err)
 	}
