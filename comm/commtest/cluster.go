@@ -11,6 +11,7 @@ import (
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest/internal/sim"
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
+	"github.com/ncclgo/ncclgo/comm/internal/ncclcfg"
 	"github.com/ncclgo/ncclgo/comm/nccl"
 )
 
@@ -131,7 +132,7 @@ func (c *Cluster) start(ctx context.Context, rank, gen int) (*nccl.Backend, erro
 	if c.cfg.reconnect {
 		opts = append(slices.Clone(opts), nccl.WithReconnect(c.reconnectFunc(rank)))
 	}
-	opts = append(slices.Clone(opts), nccl.WithDriver(d))
+	opts = append(slices.Clone(opts), ncclcfg.WithDriver(d))
 	b, err := nccl.New(ctx, comm.UniqueID(c.generationID(gen)), rank, c.n, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: %w", rank, err)

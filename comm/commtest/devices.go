@@ -5,6 +5,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest/internal/sim"
+	"github.com/ncclgo/ncclgo/comm/internal/ncclcfg"
 	"github.com/ncclgo/ncclgo/comm/nccl"
 )
 
@@ -43,7 +44,7 @@ func (c *Cluster) DeviceOption(rank int) (nccl.Option, error) {
 	if err != nil {
 		return nil, err
 	}
-	return nccl.WithDriver(d), nil
+	return ncclcfg.WithDriver(d), nil
 }
 
 // Revive brings a killed device back the way a restarted process finds it: empty (its

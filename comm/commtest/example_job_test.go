@@ -47,8 +47,8 @@ func ExampleNewDevices() {
 				return
 			}
 			jc := rendezvous.Config{MasterAddr: "127.0.0.1", MasterPort: port, Rank: rank, WorldSize: 2, LocalRank: rank}
-			b, err := job.Connect(ctx, job.WithJob(jc), gpu, nccl.WithWatchdog(0),
-				nccl.WithLogger(slog.New(slog.DiscardHandler)))
+			b, err := job.Connect(ctx, job.WithJob(jc), job.WithLogger(slog.New(slog.DiscardHandler)),
+				job.WithNCCL(gpu, nccl.WithWatchdog(0)))
 			if err != nil {
 				fmt.Println("rank", rank, err)
 				return

@@ -59,7 +59,7 @@ func (j *simJob) connect(ctx context.Context, rank int) (*nccl.Backend, error) {
 		return nil, err
 	}
 	cfg := rendezvous.Config{MasterAddr: "127.0.0.1", MasterPort: j.port, Rank: rank, WorldSize: j.devs.Size(), LocalRank: rank}
-	return job.Connect(ctx, append([]nccl.Option{job.WithJob(cfg), dev}, j.opts...)...)
+	return job.Connect(ctx, job.WithJob(cfg), job.WithNCCL(append([]nccl.Option{dev}, j.opts...)...))
 }
 
 // connectAll brings up every rank concurrently. Rank 0 then serves the store on the

@@ -20,35 +20,6 @@ import (
 	"github.com/ncclgo/ncclgo/comm/rendezvous"
 )
 
-// WithJob describes the job (store address, rank, world size, local rank, token) for
-// Connect and JoinJob, instead of torchrun's environment variables (MASTER_ADDR,
-// MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, NCCLGO_TOKEN). Build it with
-// rendezvous.FromEnv and its options to override only some of them.
-func WithJob(j rendezvous.Config) nccl.Option {
-	return func(c *ncclcfg.Config) { c.Job.Job = &j }
-}
-
-// WithExternalStore makes rank 0 use a store that runs on its own (tools/rendezvous) at
-// MASTER_ADDR:MASTER_PORT instead of serving one itself. With an external store a
-// restarted rank 0 rejoins the job; with the embedded one the job ends with rank 0.
-func WithExternalStore() nccl.Option {
-	return func(c *ncclcfg.Config) { c.Job.External = true }
-}
-
-// WithTorchClients says whether the store that rank 0 serves also answers clients of
-// PyTorch's TCPStore protocol (torch.distributed.TCPStore of torch 1.x and 2.x, e.g. a
-// Python trainer that shares the job's store with a Go engine), next to ncclgo's own
-// clients. torch's protocol has no authentication: once they are allowed, anyone who
-// reaches the store's port can read and write every key, whatever the job's token. So
-// without this option rank 0's store answers torch clients only when the job has no
-// token (NCCLGO_TOKEN); WithTorchClients(true) lets them in on a token-protected store
-// too, and WithTorchClients(false) refuses them always. It changes nothing where rank 0
-// serves no store (WithExternalStore, torchrun's agent store). See
-// rendezvous.WithTorchClients.
-func WithTorchClients(allow bool) nccl.Option {
-	return func(c *ncclcfg.Config) { c.Job.Torch = []rendezvous.ServerOption{rendezvous.WithTorchClients(allow)} }
-}
-
 // defaultGroup names the store keys of communicators made without WithName.
 const defaultGroup = "default"
 
@@ -61,7 +32,7 @@ const defaultGroup = "default"
 // creates one communicator of a group at a time, like every other rank.
 type Job struct {
 	cfg      rendezvous.Config
-	opts     []nccl.Option
+	opts     []nccl.Option // WithNCCL (and WithLogger): for every backend the Job creates
 	log      *slog.Logger
 	server   *rendezvous.Server
 	served   chan struct{} // closed when the embedded server stopped serving
@@ -81,17 +52,17 @@ type Job struct {
 // agent store, see EnvUseAgentStore) and connects to it,
 // retrying until ctx ends so that ranks may start in any order. The options also apply
 // to every backend the Job creates. Close the Job when its backends are closed.
-func JoinJob(ctx context.Context, opts ...nccl.Option) (*Job, error) {
-	cfg := ncclcfg.New(opts)
+func JoinJob(ctx context.Context, opts ...Option) (*Job, error) {
+	cfg := newOptions(opts)
 	jc, err := jobEnv(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("join job: %w", err)
 	}
-	j := &Job{cfg: jc, opts: slices.Clone(opts), log: cfg.Log, next: map[string]uint64{}, refs: 1, external: cfg.Job.External}
+	j := &Job{cfg: jc, opts: cfg.nccl, log: cfg.log, next: map[string]uint64{}, refs: 1, external: cfg.external}
 	if j.agent, err = agentStorePrefix(cfg); err != nil {
 		return nil, fmt.Errorf("join job: %w", err)
 	}
-	if jc.Rank == 0 && !cfg.Job.External && j.agent == "" {
+	if jc.Rank == 0 && !cfg.external && j.agent == "" {
 		// No TCP keepalives: the store's clients ping it and it closes connections idle
 		// for its idle timeout, and the four setsockopt calls they take per connection
 		// are a good part of what accepting costs when thousands of ranks dial at once.
@@ -101,7 +72,7 @@ func JoinJob(ctx context.Context, opts ...nccl.Option) (*Job, error) {
 		if err != nil {
 			return nil, fmt.Errorf("join job as rank 0 of %d: serve the store: %w", jc.WorldSize, err)
 		}
-		j.server = rendezvous.NewServer(append(jobServerOptions(jc, cfg.Log), cfg.Job.Torch...)...)
+		j.server = rendezvous.NewServer(append(jobServerOptions(jc, cfg.log), cfg.torch...)...)
 		j.served = make(chan struct{})
 		go func() {
 			defer close(j.served)
@@ -137,9 +108,9 @@ func jobServerOptions(jc rendezvous.Config, log *slog.Logger) []rendezvous.Serve
 const EnvStorePort = "NCCLGO_STORE_PORT"
 
 // jobEnv returns the job's description: WithJob's, or the environment's.
-func jobEnv(cfg ncclcfg.Config) (rendezvous.Config, error) {
-	if cfg.Job.Job != nil {
-		return *cfg.Job.Job, cfg.Job.Job.Validate()
+func jobEnv(cfg options) (rendezvous.Config, error) {
+	if cfg.job != nil {
+		return *cfg.job, cfg.job.Validate()
 	}
 	v := strings.TrimSpace(os.Getenv(EnvStorePort))
 	if v == "" {
@@ -292,7 +263,7 @@ func (j *Job) NewNCCL(ctx context.Context, opts ...nccl.Option) (*nccl.Backend, 
 //
 //	MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 ./engine &
 //	MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 WORLD_SIZE=2 RANK=1 LOCAL_RANK=1 ./engine
-func Connect(ctx context.Context, opts ...nccl.Option) (*nccl.Backend, error) {
+func Connect(ctx context.Context, opts ...Option) (*nccl.Backend, error) {
 	j, err := JoinJob(ctx, opts...)
 	if err != nil {
 		return nil, err

@@ -28,8 +28,8 @@ func TestGPUConnectWithWatchdog(t *testing.T) {
 	leaktest.Check(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	b, err := Connect(ctx, WithJob(jobOf(freePort(t), 0, 1)), nccl.WithElementType(comm.Float32),
-		nccl.WithWatchdog(5*time.Millisecond), nccl.WithTimeout(30*time.Second))
+	b, err := Connect(ctx, WithJob(jobOf(freePort(t), 0, 1)), WithNCCL(nccl.WithElementType(comm.Float32),
+		nccl.WithWatchdog(5*time.Millisecond), nccl.WithTimeout(30*time.Second)))
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, b.Close()) }()
 	c := b.Communicator()

@@ -28,7 +28,7 @@ import (
 
 var quietLog = slog.New(slog.DiscardHandler)
 
-var quiet = nccl.WithLogger(quietLog)
+var quiet = WithLogger(quietLog)
 
 // idFake is the fake driver with ncclGetUniqueId returning random ids, as NCCL does.
 type idFake struct{ *fakegpu.Driver }
@@ -49,7 +49,7 @@ func (f idFake) initIDs() []gpulib.UniqueID {
 }
 
 // withDevice makes bring-up use d, through the hook comm/commtest uses.
-func withDevice(d gpulib.Driver) nccl.Option { return nccl.WithDriver(d) }
+func withDevice(d gpulib.Driver) Option { return WithNCCL(ncclcfg.WithDriver(d)) }
 
 // freePort returns a loopback TCP port reserved for the test: nothing listens on it
 // until the test does, and no other process takes it meanwhile.
@@ -124,7 +124,7 @@ func TestConnectGivesEveryRankRankZerosUniqueID(t *testing.T) {
 	defer cancel()
 	ranks := []int{2, 1, 0} // the store's server starts last: the others retry
 	bs, errs := onRanks(ranks, func(r int) (*nccl.Backend, error) {
-		return Connect(ctx, WithJob(jobOf(port, r, world)), withDevice(fakes[r]), quiet, nccl.WithElementType(comm.Float32))
+		return Connect(ctx, WithJob(jobOf(port, r, world)), withDevice(fakes[r]), quiet, WithNCCL(nccl.WithElementType(comm.Float32)))
 	})
 	for _, r := range ranks {
 		require.NoError(t, errs[r], "rank %d", r)
@@ -370,7 +370,7 @@ func TestJobRejectsBadSettings(t *testing.T) {
 	tests := []struct {
 		name string
 		env  map[string]string
-		opts []nccl.Option
+		opts []Option
 		is   error
 		msg  string
 	}{
@@ -382,12 +382,12 @@ func TestJobRejectsBadSettings(t *testing.T) {
 			is: rendezvous.ErrInvalidConfig, msg: `NCCLGO_STORE_PORT="x1": not an integer`},
 		{name: "store port out of range", env: map[string]string{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400", "RANK": "0", "WORLD_SIZE": "1", EnvStorePort: "0"},
 			is: rendezvous.ErrInvalidConfig, msg: `MASTER_PORT="0": must be in 1..65535`},
-		{name: "bad WithJob", opts: []nccl.Option{WithJob(rendezvous.Config{MasterAddr: "127.0.0.1", MasterPort: 70000, WorldSize: 1})},
+		{name: "bad WithJob", opts: []Option{WithJob(rendezvous.Config{MasterAddr: "127.0.0.1", MasterPort: 70000, WorldSize: 1})},
 			is: rendezvous.ErrInvalidConfig, msg: `MASTER_PORT="70000"`},
-		{name: "port in use", opts: []nccl.Option{WithJob(jobOf(busyPort, 0, 2))}, msg: "address already in use"},
-		{name: "external store absent", opts: []nccl.Option{WithJob(jobOf(port, 0, 2)), WithExternalStore()}, is: context.DeadlineExceeded,
+		{name: "port in use", opts: []Option{WithJob(jobOf(busyPort, 0, 2))}, msg: "address already in use"},
+		{name: "external store absent", opts: []Option{WithJob(jobOf(port, 0, 2)), WithExternalStore()}, is: context.DeadlineExceeded,
 			msg: "no server ever listened at 127.0.0.1:" + strconv.Itoa(port)},
-		{name: "rank 0 never serves", opts: []nccl.Option{WithJob(jobOf(port, 1, 2))}, is: context.DeadlineExceeded,
+		{name: "rank 0 never serves", opts: []Option{WithJob(jobOf(port, 1, 2))}, is: context.DeadlineExceeded,
 			msg: "join job as rank 1 of 2: dial 127.0.0.1:" + strconv.Itoa(port) + ": rank 0 never served the store at 127.0.0.1:" + strconv.Itoa(port)},
 	}
 	for _, tt := range tests {
@@ -468,7 +468,7 @@ func TestJobWithAnExternalStore(t *testing.T) {
 		gen  uint64
 	}{{"other", 0}, {"", 1}} {
 		bs, errs = onRanks([]int{0, 1}, func(r int) (*nccl.Backend, error) {
-			return Connect(ctx, WithJob(jobOf(port, r, 2)), WithExternalStore(), withDevice(newIDFake()), nccl.WithName(tt.name), quiet)
+			return Connect(ctx, WithJob(jobOf(port, r, 2)), WithExternalStore(), withDevice(newIDFake()), WithNCCL(nccl.WithName(tt.name)), quiet)
 		})
 		require.NoError(t, errors.Join(errs[0], errs[1]), tt.name)
 		for r, b := range bs {
@@ -513,12 +513,12 @@ func TestShrunkRank(t *testing.T) {
 func TestJobStoreAnswersTorchClientsOnlyWhenAllowed(t *testing.T) {
 	for _, tt := range []struct {
 		name string
-		opts []nccl.Option
+		opts []Option
 		want bool
 	}{
 		{"token, no option", nil, false},
-		{"token, WithTorchClients(true)", []nccl.Option{WithTorchClients(true)}, true},
-		{"token, WithTorchClients(false)", []nccl.Option{WithTorchClients(false)}, false},
+		{"token, WithTorchClients(true)", []Option{WithTorchClients(true)}, true},
+		{"token, WithTorchClients(false)", []Option{WithTorchClients(false)}, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			port := freePort(t)
@@ -526,7 +526,7 @@ func TestJobStoreAnswersTorchClientsOnlyWhenAllowed(t *testing.T) {
 			defer cancel()
 			cfg := jobOf(port, 0, 1)
 			cfg.Token = "a-token-long-enough-for-the-server"
-			j, err := JoinJob(ctx, append([]nccl.Option{WithJob(cfg), quiet}, tt.opts...)...)
+			j, err := JoinJob(ctx, append([]Option{WithJob(cfg), quiet}, tt.opts...)...)
 			require.NoError(t, err)
 			defer j.Close()
 			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))

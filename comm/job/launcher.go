@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ncclgo/ncclgo/comm/internal/ncclcfg"
 	"github.com/ncclgo/ncclgo/comm/rendezvous"
 )
 
@@ -26,8 +25,8 @@ const (
 // the job comes from the environment (no WithJob) and NCCLGO_STORE_PORT does not ask
 // for ncclgo's own store. The prefix is "/worker/attempt_<TORCHELASTIC_RESTART_COUNT>",
 // as for torch's own workers, so that a restart meets under new keys.
-func agentStorePrefix(cfg ncclcfg.Config) (string, error) {
-	if cfg.Job.Job != nil || os.Getenv(EnvUseAgentStore) != "True" || strings.TrimSpace(os.Getenv(EnvStorePort)) != "" {
+func agentStorePrefix(cfg options) (string, error) {
+	if cfg.job != nil || os.Getenv(EnvUseAgentStore) != "True" || strings.TrimSpace(os.Getenv(EnvStorePort)) != "" {
 		return "", nil
 	}
 	v := strings.TrimSpace(os.Getenv(EnvRestartCount))

@@ -16,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo/comm/internal/proctest"
-	"github.com/ncclgo/ncclgo/comm/nccl"
 	"github.com/ncclgo/ncclgo/comm/rendezvous"
 )
 
@@ -86,7 +85,7 @@ func childMain() int {
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	f := newIDFake()
-	j, err := JoinJob(ctx, withDevice(f), nccl.WithLogger(log))
+	j, err := JoinJob(ctx, withDevice(f), WithLogger(log))
 	if err != nil {
 		say("error join: %v", err)
 		return 2

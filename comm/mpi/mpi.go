@@ -13,8 +13,6 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/internal/core"
-	"github.com/ncclgo/ncclgo/comm/internal/ncclcfg"
-	"github.com/ncclgo/ncclgo/comm/nccl"
 	"github.com/ncclgo/ncclgo/kernels"
 	"github.com/ncclgo/ncclgo/raw/mpi"
 )
@@ -62,7 +60,7 @@ import (
 type Communicator struct {
 	g     *core.Guard
 	p     *mpiProcess
-	cfg   ncclcfg.Config
+	cfg   options
 	comm  mpi.Comm
 	rank  int
 	world int
@@ -122,18 +120,18 @@ func narrowFormat(t comm.DType) (int, bool) {
 	return 0, false
 }
 
-// NewMPI returns this process's rank of MPI_COMM_WORLD as a Communicator (a duplicate
+// New returns this process's rank of MPI_COMM_WORLD as a Communicator (a duplicate
 // of it, so that its messages never match the application's own). It initialises MPI
 // (MPI_Init_thread, MPI_THREAD_SERIALIZED) unless the process already did, in which case
 // the thread level provided must be at least serialised. MPI_Init waits for every rank
-// that mpirun started; if ctx ends first NewMPI returns ctx's error while the
+// that mpirun started; if ctx ends first New returns ctx's error while the
 // initialisation goes on, and the process should exit. Options: WithLogger,
 // WithCloseTimeout, WithMinGOMAXPROCS (recommended for ranks that mpirun binds to one
 // core: see there).
-func New(ctx context.Context, opts ...nccl.Option) (*Communicator, error) {
-	cfg := ncclcfg.New(opts)
-	if cfg.MinProcs < 0 {
-		return nil, &comm.ArgError{Op: core.OpInit, Arg: "min GOMAXPROCS", Value: cfg.MinProcs, Err: comm.ErrInvalidSize, Reason: "negative"}
+func New(ctx context.Context, opts ...Option) (*Communicator, error) {
+	cfg := newOptions(opts)
+	if cfg.minProcs < 0 {
+		return nil, &comm.ArgError{Op: core.OpInit, Arg: "min GOMAXPROCS", Value: cfg.minProcs, Err: comm.ErrInvalidSize, Reason: "negative"}
 	}
 	p, err := acquireMPI(ctx)
 	if err != nil {
@@ -169,20 +167,20 @@ func New(ctx context.Context, opts ...nccl.Option) (*Communicator, error) {
 // machine (loaded), 2 ranks, AllReduce of 64 KiB costs 0.94-1.60x (median 1.26) the same
 // calls in a C loop with GOMAXPROCS 1, and 0.97-1.03x (median 1.03) with 2. Setting
 // GOMAXPROCS in the environment (mpirun -x GOMAXPROCS=2) has the same effect.
-func WithMinGOMAXPROCS(n int) nccl.Option { return func(c *ncclcfg.Config) { c.MinProcs = n } }
+func WithMinGOMAXPROCS(n int) Option { return func(o *options) { o.minProcs = n } }
 
 // raiseProcs applies WithMinGOMAXPROCS; without it, it says (slog, Info) when
 // GOMAXPROCS is 1.
-func raiseProcs(cfg ncclcfg.Config) {
-	if cfg.MinProcs == 0 {
+func raiseProcs(cfg options) {
+	if cfg.minProcs == 0 {
 		if runtime.GOMAXPROCS(0) == 1 {
-			cfg.Log.Info("comm: GOMAXPROCS is 1 (mpirun bound the rank to one core?): mpi calls longer than 20 µs lose their P to Go's sysmon; WithMinGOMAXPROCS(2) or GOMAXPROCS=2 avoids it", "cpus", runtime.NumCPU())
+			cfg.log.Info("comm: GOMAXPROCS is 1 (mpirun bound the rank to one core?): mpi calls longer than 20 µs lose their P to Go's sysmon; WithMinGOMAXPROCS(2) or GOMAXPROCS=2 avoids it", "cpus", runtime.NumCPU())
 		}
 		return
 	}
-	if old := runtime.GOMAXPROCS(0); old < cfg.MinProcs {
-		runtime.GOMAXPROCS(cfg.MinProcs)
-		cfg.Log.Info("comm: raised GOMAXPROCS so that mpi's blocking calls keep their P", "from", old, "to", cfg.MinProcs, "cpus", runtime.NumCPU())
+	if old := runtime.GOMAXPROCS(0); old < cfg.minProcs {
+		runtime.GOMAXPROCS(cfg.minProcs)
+		cfg.log.Info("comm: raised GOMAXPROCS so that mpi's blocking calls keep their P", "from", old, "to", cfg.minProcs, "cpus", runtime.NumCPU())
 	}
 }
 
@@ -303,7 +301,7 @@ func (p *mpiProcess) handles() error {
 
 // newCommunicator makes a communicator from the handle create gives (MPI_Comm_dup or
 // MPI_Comm_split), with MPI_ERRORS_RETURN. It returns (nil, nil) for MPI_COMM_NULL.
-func (p *mpiProcess) newCommunicator(cfg ncclcfg.Config, create func(*mpi.Comm) error) (*Communicator, error) {
+func (p *mpiProcess) newCommunicator(cfg options, create func(*mpi.Comm) error) (*Communicator, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var h mpi.Comm
@@ -329,13 +327,13 @@ func (p *mpiProcess) newCommunicator(cfg ncclcfg.Config, create func(*mpi.Comm) 
 		_ = mpi.CommFree(&h)
 		return nil, err
 	}
-	return &Communicator{g: core.NewGuard(int(rank), int(size), cfg.Elem), p: p, cfg: cfg, comm: h,
+	return &Communicator{g: core.NewGuard(int(rank), int(size), comm.BFloat16), p: p, cfg: cfg, comm: h,
 		rank: int(rank), world: int(size), reqs: make([]mpi.Request, 0, 16)}, nil
 }
 
 // release drops one user of MPI; the last one frees the user operators and, if comm
 // initialised MPI, finalises it (otherwise MPI stays initialised for the application).
-func (p *mpiProcess) release(cfg ncclcfg.Config) {
+func (p *mpiProcess) release(cfg options) {
 	mpiMu.Lock()
 	defer mpiMu.Unlock()
 	p.refs--
@@ -346,7 +344,7 @@ func (p *mpiProcess) release(cfg ncclcfg.Config) {
 	defer p.mu.Unlock()
 	for i := range p.userOps {
 		if err := mpi.OpFree(&p.userOps[i]); err != nil {
-			cfg.Log.Warn("comm: mpi_op_free failed", "err", err)
+			cfg.log.Warn("comm: mpi_op_free failed", "err", err)
 		}
 	}
 	p.userOps = nil
@@ -357,7 +355,7 @@ func (p *mpiProcess) release(cfg ncclcfg.Config) {
 	done := make(chan error, 1)
 	p.main <- func() { done <- mpi.Finalize() }
 	if err := <-done; err != nil {
-		cfg.Log.Error("comm: mpi_finalize failed", "err", err)
+		cfg.log.Error("comm: mpi_finalize failed", "err", err)
 	}
 	close(p.main)
 	p.finalized.Store(true)
@@ -756,7 +754,7 @@ func (c *Communicator) Close() error {
 	if open > 0 {
 		errs = append(errs, core.GroupLeftOpen(open))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.CloseWait)
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.closeWait)
 	defer cancel()
 	if err := c.wait(ctx, core.OpClose); err != nil {
 		errs = append(errs, err)
@@ -774,7 +772,7 @@ func (c *Communicator) Close() error {
 	}
 	err = errors.Join(errs...)
 	if err != nil {
-		c.cfg.Log.Error("comm: mpi communicator close", "rank", c.rank, "err", err)
+		c.cfg.log.Error("comm: mpi communicator close", "rank", c.rank, "err", err)
 	}
 	return err
 }

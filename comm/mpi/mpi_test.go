@@ -406,7 +406,7 @@ func mpiRankForeignInitAndPendingClose(t *testing.T) {
 	defer runtime.UnlockOSThread()
 	var provided int32
 	require.NoError(t, rawmpi.InitThread(nil, nil, rawmpi.ThreadMultiple, &provided))
-	c, err := mpi.New(context.Background(), nccl.WithCloseTimeout(200*time.Millisecond))
+	c, err := mpi.New(context.Background(), mpi.WithCloseTimeout(200*time.Millisecond))
 	require.NoError(t, err)
 	_, p := hostBuf[int32](t, 1)
 	if c.Rank() == 0 {
@@ -583,7 +583,7 @@ func mpiRankMinGOMAXPROCS(t *testing.T) {
 	var mu sync.Mutex
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := mpi.New(ctx, mpi.WithMinGOMAXPROCS(3), nccl.WithLogger(slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))))
+	c, err := mpi.New(ctx, mpi.WithMinGOMAXPROCS(3), mpi.WithLogger(slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))))
 	require.NoError(t, err)
 	fmt.Printf("GOMAXPROCS after NewMPI: %d\n", runtime.GOMAXPROCS(0))
 	mu.Lock()
@@ -592,7 +592,7 @@ func mpiRankMinGOMAXPROCS(t *testing.T) {
 	assert.Contains(t, text, "level=INFO")
 	assert.Contains(t, text, "GOMAXPROCS")
 	assert.Contains(t, text, "from=1 to=3 cpus="+strconv.Itoa(runtime.NumCPU()))
-	c2, err := mpi.New(ctx, mpi.WithMinGOMAXPROCS(2), nccl.WithLogger(slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs2}, nil))))
+	c2, err := mpi.New(ctx, mpi.WithMinGOMAXPROCS(2), mpi.WithLogger(slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs2}, nil))))
 	require.NoError(t, err)
 	assert.Equal(t, 3, runtime.GOMAXPROCS(0), "never lowered")
 	mu.Lock()

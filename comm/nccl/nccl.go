@@ -176,18 +176,13 @@ var (
 	_ comm.StreamSyncer = (*Communicator)(nil)
 )
 
-// WithDriver makes a backend drive d instead of the real CUDA and NCCL libraries, for
-// NewNCCL, Connect, JoinJob and Job.NewNCCL. comm/commtest passes its simulator this
-// way; the type lives in an internal package, so only comm's own packages can make
-// one.
-func WithDriver(d gpulib.Driver) Option { return func(c *ncclcfg.Config) { c.Driver = d } }
-
-// NewNCCL creates rank's Backend of a world-rank NCCL communicator from id (created by
+// New creates rank's Backend of a world-rank NCCL communicator from id (created by
 // one rank with NewUniqueID and shared with the others), loading NCCL and CUDA at run
 // time. Initialisation is non-blocking and waits for the other ranks as long as ctx and
 // the operation timeout allow. Options: WithElementType, WithDevice, WithTimeout,
 // WithCloseTimeout, WithLogger, WithName, WithReconnect, WithPollInterval,
-// WithTwoRankThreshold, WithWatchdog, WithAbortOnFailure, WithDriver.
+// WithTwoRankThreshold, WithWatchdog, WithAbortOnFailure, and the ncclConfig_t settings
+// (WithBlocking, WithCTAs, WithConfigField, ...).
 func New(ctx context.Context, id comm.UniqueID, rank, world int, opts ...Option) (*Backend, error) {
 	cfg := newConfig(opts)
 	if err := core.CheckWorld(core.OpInit, rank, world, cfg.Elem); err != nil {

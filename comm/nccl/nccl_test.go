@@ -17,6 +17,7 @@ import (
 	"github.com/ncclgo/ncclgo/comm/internal/core"
 	"github.com/ncclgo/ncclgo/comm/internal/fakegpu"
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
+	"github.com/ncclgo/ncclgo/comm/internal/ncclcfg"
 	"github.com/ncclgo/ncclgo/raw/nccl"
 )
 
@@ -472,7 +473,7 @@ func TestNCCLSplit(t *testing.T) {
 // with: NewNCCL drives the given driver instead of opening the real libraries.
 func TestWithDriverBuildsTheBackend(t *testing.T) {
 	f := fakegpu.New()
-	b, err := New(context.Background(), comm.UniqueID{}, 0, 1, WithElementType(comm.Float32), quiet, WithDriver(f))
+	b, err := New(context.Background(), comm.UniqueID{}, 0, 1, WithElementType(comm.Float32), quiet, ncclcfg.WithDriver(f))
 	require.NoError(t, err)
 	assert.Equal(t, comm.Float32, b.ElementType())
 	assert.NotEmpty(t, f.Named("CommInitRank"), "the backend initialised through the given driver")

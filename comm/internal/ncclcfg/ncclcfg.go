@@ -8,7 +8,6 @@ import (
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/comm/internal/rawdriver"
-	"github.com/ncclgo/ncclgo/comm/rendezvous"
 )
 
 type Config struct {
@@ -26,7 +25,6 @@ type Config struct {
 	Job        JobConfig     // Connect and JoinJob (job.go)
 	Watch      WatchConfig   // the health watchdog (watchdog.go)
 	Nccl       Settings      // ncclConfig_t fields (config_nccl.go)
-	MinProcs   int           // WithMinGOMAXPROCS (mpi.go); 0: leave GOMAXPROCS alone
 }
 
 // defaults is the configuration before options.
@@ -48,11 +46,8 @@ const DefaultTwoRankThreshold = 1 << 20
 
 // jobConfig holds the settings of Connect and JoinJob.
 type JobConfig struct {
-	Job      *rendezvous.Config        // WithJob; nil: torchrun's environment
-	External bool                      // WithExternalStore
-	Torch    []rendezvous.ServerOption // WithTorchClients
-	Owns     bool                      // Connect: the backend owns the job (closing it closes the job)
-	Member   Member                    // set by Job.NewNCCL: the rank's place in its group
+	Owns   bool   // Connect: the backend owns the job (closing it closes the job)
+	Member Member // set by Job.NewNCCL: the rank's place in its group
 }
 
 // watchConfig holds the watchdog's settings.
@@ -128,3 +123,9 @@ func Use(c Config, d gpulib.Driver) func(*Config) {
 // MemberOf returns the job membership of a comm/nccl Backend (nil for none), for
 // comm/job's tests; comm/nccl sets it.
 var MemberOf func(b any) Member
+
+// WithDriver is the option (a comm/nccl Option) that makes a backend drive d instead of
+// the real CUDA and NCCL libraries: comm/commtest's simulator, and comm's tests' fakes.
+// It is not part of comm/nccl's public API, since only comm's own packages can make a
+// gpulib.Driver.
+func WithDriver(d gpulib.Driver) func(*Config) { return func(c *Config) { c.Driver = d } }

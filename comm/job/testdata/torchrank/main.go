@@ -22,14 +22,13 @@ import (
 	"time"
 
 	"github.com/ncclgo/ncclgo/comm/job"
-	"github.com/ncclgo/ncclgo/comm/nccl"
 )
 
 func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	j, err := job.JoinJob(ctx, nccl.WithLogger(log))
+	j, err := job.JoinJob(ctx, job.WithLogger(log))
 	if err != nil {
 		fmt.Printf("rank ? join failed: %v\n", err)
 		os.Exit(1)
