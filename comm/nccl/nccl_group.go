@@ -27,8 +27,13 @@ import (
 //
 //   - GroupStart locks the calling goroutine to its OS thread (runtime.LockOSThread)
 //     until the matching GroupEnd, which the same goroutine must call: for the group's
-//     life the goroutine is the thread, and comm identifies it by its goroutine
-//     (goid.Key, no system call).
+//     life the goroutine is the thread, and comm identifies it by the runtime's
+//     goroutine id (goid.ID: one load, no system call), which no other goroutine ever
+//     gets, not even after this one ended.
+//   - A goroutine that ends inside a group (it returned or panicked between GroupStart
+//     and GroupEnd) leaves behind a group that no other goroutine can find: its
+//     operations are never submitted (they never reached NCCL) and no later goroutine
+//     joins it. Closing a communicator it holds reports it (ErrGroupOpen).
 //   - comm tracks open groups process-wide. Every operation of every NCCL communicator
 //     asks whether its goroutine has a group open (a single atomic load while no
 //     goroutine of the process has one; then the communicator's cached group, or a
@@ -60,10 +65,10 @@ import (
 // taken last, usually its own from its previous group) and frees it once the group is
 // submitted, so that a warm group allocates nothing and takes no lock.
 type threadGroup struct {
-	// owner is the goid.Key of the goroutine holding the group, 0 while it is free:
+	// owner is the goid.ID of the goroutine holding the group, 0 while it is free:
 	// the owner takes it from 0 and gives it back, and only the owner reads or changes
 	// the fields below, so a goroutine that reads its own key here owns it.
-	owner atomic.Uintptr
+	owner atomic.Uint64
 
 	openers []*Communicator // who opened each level, outermost first; empty once ended
 	members []groupMember   // communicators with operations in the group
@@ -101,7 +106,7 @@ var groups struct {
 }
 
 // findGroup returns the open group of the goroutine with key me, nil without one.
-func findGroup(me uintptr) *threadGroup {
+func findGroup(me uint64) *threadGroup {
 	tg := groups.last.Load()
 	if tg == nil || tg.owner.Load() != me {
 		tg = nil
@@ -125,7 +130,7 @@ func lookupGroup() *threadGroup {
 	if groups.open.Load() == 0 {
 		return nil
 	}
-	return findGroup(goid.Key())
+	return findGroup(goid.ID())
 }
 
 // groupOf is lookupGroup for an operation of c: c caches the group its last grouped
@@ -139,7 +144,7 @@ func (c *Communicator) groupOf() *threadGroup {
 
 // openGroup is groupOf while some goroutine of the process has a group open.
 func (c *Communicator) openGroup() *threadGroup {
-	me := goid.Key()
+	me := goid.ID()
 	if tg := c.group.Load(); tg != nil && tg.owner.Load() == me && len(tg.openers) > 0 {
 		return tg
 	}
@@ -175,7 +180,7 @@ func (tg *threadGroup) join(c *Communicator) {
 }
 
 // takeGroup gives the goroutine with key me a free group.
-func takeGroup(me uintptr) *threadGroup {
+func takeGroup(me uint64) *threadGroup {
 	if tg := groups.last.Load(); tg != nil && tg.owner.CompareAndSwap(0, me) {
 		return tg
 	}
@@ -204,7 +209,7 @@ func takeGroup(me uintptr) *threadGroup {
 
 // pushGroup opens one level on the calling (locked) goroutine's thread.
 func pushGroup(c *Communicator) {
-	me := goid.Key()
+	me := goid.ID()
 	tg := lookupGroup()
 	if tg == nil {
 		tg = takeGroup(me)
@@ -509,3 +514,39 @@ func (c *Communicator) launched(wait, inProgress bool) error {
 	}
 	return nil
 }
+
+// opDiscardGroup names DiscardGroup in errors.
+const opDiscardGroup = "discard-group"
+
+// DiscardGroup ends every group level the calling goroutine has open without submitting
+// anything: the operations recorded since the outermost GroupStart never reach NCCL,
+// and blocking collectives among them never complete (their buffers are unchanged).
+// Every rank must discard the same group, or the others wait in vain for its
+// operations. comm.InGroup calls it when its function fails. Without a group open on
+// the calling goroutine it fails with ErrGroupNotOpen.
+func (c *Communicator) DiscardGroup() error {
+	levels := 0
+	for {
+		ended, ok := popGroup()
+		if !ok {
+			break
+		}
+		levels++
+		runtime.UnlockOSThread()
+		if ended != nil {
+			recycle(ended)
+			break
+		}
+	}
+	if levels == 0 {
+		return &comm.ArgError{Op: opDiscardGroup, Arg: "group depth", Value: 0, Err: comm.ErrGroupNotOpen,
+			Reason: "no group open on this goroutine"}
+	}
+	return nil
+}
+
+// DiscardGroup is Communicator.DiscardGroup.
+func (b *Backend) DiscardGroup() error { return b.c.DiscardGroup() }
+
+// DiscardGroup is Communicator.DiscardGroup.
+func (v StreamComm) DiscardGroup() error { return v.c.DiscardGroup() }
