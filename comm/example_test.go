@@ -11,7 +11,7 @@ import (
 
 // An engine written against comm.Backend runs unchanged on one GPU with comm.Single.
 func ExampleSingle() {
-	b, err := comm.NewSingle() // bfloat16 elements
+	b, err := comm.NewSingle(comm.WithElementType(comm.BFloat16))
 	if err != nil {
 		log.Fatal(err)
 	}

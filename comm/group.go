@@ -49,3 +49,21 @@ func InGroup(g Grouper, f func() error) error {
 	submitted = true
 	return g.GroupEnd()
 }
+
+// Group is a group as a value, the form to prefer over GroupStart/GroupEnd: the
+// operations that the functions given to Add issue, on any communicators and backends
+// of one implementation, are added to it, and Submit launches them together (on NCCL in
+// one cgo crossing); Discard drops them. Nothing joins a group but what Add's functions
+// issue, and a group that is never submitted is discarded, never inherited. nccl.Group
+// implements it (nccl.NewGroup, or NewGroup on an NCCL backend or communicator).
+type Group interface {
+	// Add runs f with the group open on the calling goroutine; f's operations are
+	// checked at once and added to the group. After an error from f the group can only
+	// be discarded (Submit does so and returns the error).
+	Add(f func() error) error
+	// Submit launches the group's operations and, for blocking Backend collectives,
+	// waits for them. The group ends.
+	Submit() error
+	// Discard ends the group without launching anything.
+	Discard() error
+}

@@ -1,5 +1,7 @@
 package comm
 
+import "github.com/ncclgo/ncclgo/comm/internal/core"
+
 // Option configures NewSingle and Validate. The NCCL and MPI packages have options of
 // their own (nccl.Option, mpi.Option): an option a constructor does not read does not
 // compile there.
@@ -10,7 +12,7 @@ type options struct {
 }
 
 func newOptions(opts []Option) options {
-	o := options{elem: BFloat16}
+	o := options{elem: core.ElemUnset}
 	for _, f := range opts {
 		if f != nil {
 			f(&o)
@@ -20,5 +22,6 @@ func newOptions(opts []Option) options {
 }
 
 // WithElementType sets the element type of a Backend's reductions: sizes must be a
-// multiple of its size (default BFloat16).
+// multiple of its size. NewSingle and Validate require it (there is no default: a
+// default summed float32 data as bfloat16, silently).
 func WithElementType(t DType) Option { return func(o *options) { o.elem = t } }

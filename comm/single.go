@@ -20,7 +20,7 @@ type Single struct {
 // of reductions must be a multiple of (default BFloat16).
 func NewSingle(opts ...Option) (*Single, error) {
 	cfg := newOptions(opts)
-	if err := core.CheckWorld("single", 0, 1, cfg.elem); err != nil {
+	if err := core.CheckWorld("single", 0, 1, cfg.elem, "comm.WithElementType"); err != nil {
 		return nil, err
 	}
 	return &Single{g: core.NewGuard(0, 1, cfg.elem)}, nil

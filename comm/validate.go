@@ -25,7 +25,7 @@ func Validate(b Backend, opts ...Option) (Backend, error) {
 	}
 	cfg := newOptions(opts)
 	world, rank := b.WorldSize(), b.Rank()
-	if err := core.CheckWorld("validate", rank, world, cfg.elem); err != nil {
+	if err := core.CheckWorld("validate", rank, world, cfg.elem, "comm.WithElementType"); err != nil {
 		return nil, err
 	}
 	return &validated{b: b, g: core.NewGuard(rank, world, cfg.elem)}, nil

@@ -44,8 +44,8 @@ type clusterConfig struct {
 // Option configures a Cluster.
 type Option func(*clusterConfig)
 
-// WithCommOptions passes options to every rank's backend (comm.WithElementType,
-// comm.WithTimeout, ...).
+// WithCommOptions passes options to every rank's backend (nccl.WithElementType,
+// nccl.WithTimeout, ...).
 func WithCommOptions(opts ...nccl.Option) Option {
 	return func(c *clusterConfig) { c.comm = append(c.comm, opts...) }
 }
@@ -81,7 +81,8 @@ func WithInitTimeout(d time.Duration) Option {
 }
 
 // NewCluster starts n ranks of comm's NCCL backend, each on its own simulated device,
-// sharing one communicator.
+// sharing one communicator. Unlike nccl.New, a Cluster has a default element type:
+// its backends reduce bfloat16 unless WithCommOptions passes nccl.WithElementType.
 func NewCluster(n int, opts ...Option) (*Cluster, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("new cluster: %d ranks: need at least 1: %w", n, comm.ErrInvalidSize)
@@ -128,7 +129,7 @@ func (c *Cluster) start(ctx context.Context, rank, gen int) (*nccl.Backend, erro
 	if err != nil {
 		return nil, err
 	}
-	opts := c.cfg.comm
+	opts := append([]nccl.Option{nccl.WithElementType(comm.BFloat16)}, c.cfg.comm...) // the documented default
 	if c.cfg.reconnect {
 		opts = append(slices.Clone(opts), nccl.WithReconnect(c.reconnectFunc(rank)))
 	}

@@ -39,7 +39,7 @@ func ExampleNewDevices() {
 	sums := make([][]float64, 2)
 	for rank := range 2 {
 		wg.Go(func() {
-			// In a real job: comm.Connect(ctx) with MASTER_ADDR, MASTER_PORT, RANK,
+			// In a real job: job.Connect(ctx) with MASTER_ADDR, MASTER_PORT, RANK,
 			// WORLD_SIZE and LOCAL_RANK in the environment.
 			gpu, err := devices.DeviceOption(rank)
 			if err != nil {
@@ -48,7 +48,7 @@ func ExampleNewDevices() {
 			}
 			jc := rendezvous.Config{MasterAddr: "127.0.0.1", MasterPort: port, Rank: rank, WorldSize: 2, LocalRank: rank}
 			b, err := job.Connect(ctx, job.WithJob(jc), job.WithLogger(slog.New(slog.DiscardHandler)),
-				job.WithNCCL(gpu, nccl.WithWatchdog(0)))
+				job.WithNCCL(gpu, nccl.WithElementType(comm.BFloat16), nccl.WithWatchdog(0)))
 			if err != nil {
 				fmt.Println("rank", rank, err)
 				return

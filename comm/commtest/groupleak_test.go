@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo/comm"
@@ -157,4 +158,86 @@ func TestInGroupSubmitsOrDiscards(t *testing.T) {
 		require.NoError(t, err, "rank %d", r)
 	}
 	check(b, 3, "all-reduce after the discarded group")
+}
+
+// TestGroupValueCollectsOperationsOfSeveralBackends checks nccl.Group: all-reduces on
+// the world's backend and on a split's, added from two goroutines one after the other,
+// are launched by Submit (a goroutine's later all-reduce outside the group is not
+// part of it), and both results exist once Submit returns; a discarded group leaves the
+// buffers unchanged.
+func TestGroupValueCollectsOperationsOfSeveralBackends(t *testing.T) {
+	const n, count = 4, 8
+	c, err := commtest.NewCluster(n, commtest.WithCommOptions(nccl.WithElementType(comm.Float32),
+		nccl.WithTimeout(time.Minute), nccl.WithLogger(quietLog)))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Close()) }()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pairs, err := c.SplitBackends(ctx, func(r int) int { return r / 2 })
+	require.NoError(t, err)
+	defer func() {
+		for _, b := range pairs {
+			require.NoError(t, b.Close())
+		}
+	}()
+	world := c.Backends()
+	a, b := make([]comm.DevicePtr, n), make([]comm.DevicePtr, n)
+	for r := range n {
+		for _, p := range []*comm.DevicePtr{&a[r], &b[r]} {
+			*p, err = c.Alloc(r, 4*count)
+			require.NoError(t, err)
+		}
+	}
+	fill := func() {
+		for r := range n {
+			for _, p := range []comm.DevicePtr{a[r], b[r]} {
+				v := make([]float64, count)
+				for i := range v {
+					v[i] = float64(r + 1)
+				}
+				require.NoError(t, c.WriteValues(r, p, comm.Float32, v))
+			}
+		}
+	}
+	read := func(r int, p comm.DevicePtr) float64 {
+		v, err := c.ReadValues(r, p, comm.Float32, count)
+		require.NoError(t, err)
+		return v[count-1]
+	}
+	for _, submit := range []bool{true, false} {
+		fill()
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for r := range n {
+			wg.Go(func() {
+				g := world[r].(*nccl.Backend).NewGroup()
+				added := make(chan error)
+				go func() { added <- g.Add(func() error { return world[r].AllReduce(a[r], 4*count) }) }()
+				if err := <-added; err != nil {
+					errs[r] = err
+					return
+				}
+				if err := g.Add(func() error { return pairs[r].AllReduce(b[r], 4*count) }); err != nil {
+					errs[r] = err
+					return
+				}
+				if submit {
+					errs[r] = g.Submit()
+				} else {
+					errs[r] = g.Discard()
+				}
+			})
+		}
+		wg.Wait()
+		for r := range n {
+			require.NoError(t, errs[r], "rank %d", r)
+			if submit {
+				assert.Equal(t, float64(1+2+3+4), read(r, a[r]), "rank %d: world all-reduce", r)
+				assert.Equal(t, float64(r/2*4+3), read(r, b[r]), "rank %d: pair all-reduce", r)
+			} else {
+				assert.Equal(t, float64(r+1), read(r, a[r]), "rank %d: discarded", r)
+				assert.Equal(t, float64(r+1), read(r, b[r]), "rank %d: discarded", r)
+			}
+		}
+	}
 }

@@ -49,7 +49,7 @@ func newJob(world int, opts ...nccl.Option) (*simJob, error) {
 		release()
 		return nil, err
 	}
-	return &simJob{devs: devs, port: port, release: release, opts: append([]nccl.Option{nccl.WithLogger(quietLog)}, opts...)}, nil
+	return &simJob{devs: devs, port: port, release: release, opts: append([]nccl.Option{nccl.WithElementType(comm.BFloat16), nccl.WithLogger(quietLog)}, opts...)}, nil
 }
 
 // connect brings rank up with comm.Connect.

@@ -28,7 +28,7 @@ import (
 func ExampleConnect() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	b, err := job.Connect(ctx, job.WithNCCL(nccl.WithWatchdog(0))) // 0: every 100 ms
+	b, err := job.Connect(ctx, job.WithNCCL(nccl.WithElementType(comm.BFloat16), nccl.WithWatchdog(0))) // 0: every 100 ms
 	if err != nil {
 		var be *rendezvous.BarrierError
 		if errors.As(err, &be) {

@@ -221,7 +221,7 @@ func (j *Job) lost(s rendezvous.Store, err error) {
 func (j *Job) NewNCCL(ctx context.Context, opts ...nccl.Option) (*nccl.Backend, error) {
 	cfg := ncclcfg.New(append(slices.Clone(j.opts), opts...))
 	rank, world := j.cfg.Rank, j.cfg.WorldSize
-	if err := core.CheckWorld(core.OpInit, rank, world, cfg.Elem); err != nil {
+	if err := core.CheckWorld(core.OpInit, rank, world, cfg.Elem, "nccl.WithElementType"); err != nil {
 		return nil, err
 	}
 	if j.isClosed() {

@@ -49,7 +49,9 @@ func (f idFake) initIDs() []gpulib.UniqueID {
 }
 
 // withDevice makes bring-up use d, through the hook comm/commtest uses.
-func withDevice(d gpulib.Driver) Option { return WithNCCL(ncclcfg.WithDriver(d)) }
+func withDevice(d gpulib.Driver) Option {
+	return WithNCCL(nccl.WithElementType(comm.BFloat16), ncclcfg.WithDriver(d))
+}
 
 // freePort returns a loopback TCP port reserved for the test: nothing listens on it
 // until the test does, and no other process takes it meanwhile.

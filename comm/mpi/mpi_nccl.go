@@ -112,7 +112,7 @@ func (c *Communicator) BootstrapNCCL(ctx context.Context) (NCCLBootstrap, error)
 // logger (WithLogger) records the exchange and the device opening.
 func (c *Communicator) NewNCCL(ctx context.Context, opts ...nccl.Option) (*nccl.Backend, error) {
 	cfg := ncclcfg.New(opts)
-	if err := core.CheckWorld(core.OpInit, c.rank, c.world, cfg.Elem); err != nil {
+	if err := core.CheckWorld(core.OpInit, c.rank, c.world, cfg.Elem, "nccl.WithElementType"); err != nil {
 		return nil, err
 	}
 	b, err := c.BootstrapNCCL(ctx)

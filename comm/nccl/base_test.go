@@ -79,7 +79,7 @@ func TestBaseGivesTheDefaults(t *testing.T) {
 
 // TestSingleDoesNothingSuccessfully checks Single's behaviour beyond validation.
 func TestSingleDoesNothingSuccessfully(t *testing.T) {
-	s, err := comm.NewSingle()
+	s, err := comm.NewSingle(comm.WithElementType(comm.BFloat16))
 	require.NoError(t, err)
 	assert.Equal(t, 0, s.Rank())
 	assert.Equal(t, 1, s.WorldSize())

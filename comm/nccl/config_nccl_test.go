@@ -27,7 +27,7 @@ func (d cfgDriver) CommInitRank(n int, id gpulib.UniqueID, r int, cfg gpulib.Con
 
 func TestNCCLConfigOptionsReachNCCL(t *testing.T) {
 	var got gpulib.Config
-	b, err := newNCCL(context.Background(), cfgDriver{v: 22907, got: &got}, comm.UniqueID{}, 0, 2, newConfig([]Option{quiet,
+	b, err := newNCCL(context.Background(), cfgDriver{v: 22907, got: &got}, comm.UniqueID{}, 0, 2, newConfig([]Option{bf16, quiet,
 		WithBlocking(true), WithCGAClusterSize(4), WithCTAs(8, 16), WithNetName("Socket"), WithSplitShare(true),
 		WithTrafficClass(106), WithName("tp"), WithConfigField("nvlsCTAs", 2), WithConfigField("graphUsageMode", 1)}))
 	require.NoError(t, err)
@@ -64,14 +64,14 @@ func TestNCCLConfigOptionsTheLoadedNCCLLacksFail(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var got gpulib.Config
-			_, err := newNCCL(context.Background(), cfgDriver{v: tc.version, got: &got}, comm.UniqueID{}, 0, 2, newConfig([]Option{quiet, tc.opt}))
+			_, err := newNCCL(context.Background(), cfgDriver{v: tc.version, got: &got}, comm.UniqueID{}, 0, 2, newConfig([]Option{bf16, quiet, tc.opt}))
 			require.ErrorIs(t, err, tc.want)
 			assert.Contains(t, err.Error(), tc.msg)
 			assert.Zero(t, got, "the config reached ncclCommInitRankConfig")
 		})
 	}
 	var got gpulib.Config
-	b, err := newNCCL(context.Background(), cfgDriver{v: 22203, got: &got}, comm.UniqueID{}, 0, 2, newConfig([]Option{quiet, WithCTAs(1, 4)}))
+	b, err := newNCCL(context.Background(), cfgDriver{v: 22203, got: &got}, comm.UniqueID{}, 0, 2, newConfig([]Option{bf16, quiet, WithCTAs(1, 4)}))
 	require.NoError(t, err, "minCTAs and maxCTAs are in every supported NCCL")
 	_ = b.Close()
 }

@@ -185,7 +185,7 @@ var (
 // (WithBlocking, WithCTAs, WithConfigField, ...).
 func New(ctx context.Context, id comm.UniqueID, rank, world int, opts ...Option) (*Backend, error) {
 	cfg := newConfig(opts)
-	if err := core.CheckWorld(core.OpInit, rank, world, cfg.Elem); err != nil {
+	if err := core.CheckWorld(core.OpInit, rank, world, cfg.Elem, "nccl.WithElementType"); err != nil {
 		return nil, err
 	}
 	if err := checkTwoRankThreshold(rank, cfg.TwoRankMax); err != nil {
@@ -235,7 +235,7 @@ func newNCCLCommunicator(ctx context.Context, d gpulib.Driver, id comm.UniqueID,
 	if d == nil {
 		return nil, errors.New("init: driver is nil")
 	}
-	if err := core.CheckWorld(core.OpInit, rank, world, cfg.Elem); err != nil {
+	if err := core.CheckWorld(core.OpInit, rank, world, cfg.Elem, "nccl.WithElementType"); err != nil {
 		return nil, err
 	}
 	version, err := d.Version()

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -228,6 +229,9 @@ func popGroup() (ended *threadGroup, ok bool) {
 		return nil, false
 	}
 	n := len(tg.openers) - 1
+	if tg.openers[n] == addLevel { // a Group's Add: not a level the caller opened
+		return nil, false
+	}
 	tg.openers[n].opened.Add(-1)
 	tg.openers[n] = nil
 	tg.openers = tg.openers[:n]
@@ -405,8 +409,15 @@ func (c *Communicator) GroupEnd() error {
 		return nil
 	}
 	defer recycle(ended)
+	return ended.complete(c, runtime.UnlockOSThread)
+}
+
+// complete submits an ended group's calls and completes its members' part (see
+// GroupEnd); c names the group in errors. unlock runs once the calls are made.
+func (tg *threadGroup) complete(c *Communicator, unlock func()) error {
+	ended := tg
 	failed, err := ended.submit()
-	runtime.UnlockOSThread()
+	unlock()
 	members := ended.members
 	if err != nil && (failed != len(ended.meta) || code(err) != gpulib.InProgress) {
 		e := &comm.OpError{Op: core.OpGroupEnd, Bytes: -1, Rank: c.rank, Err: err}
@@ -550,3 +561,144 @@ func (b *Backend) DiscardGroup() error { return b.c.DiscardGroup() }
 
 // DiscardGroup is Communicator.DiscardGroup.
 func (v StreamComm) DiscardGroup() error { return v.c.DiscardGroup() }
+
+// Group values.
+
+// reserved owns the threadGroup of a Group between its Adds: no goroutine finds it and
+// no GroupStart takes it.
+const reserved = math.MaxUint64
+
+// addLevel is the opener of the level a Group's Add holds open while its function
+// runs; GroupEnd never closes it.
+var addLevel = &Communicator{}
+
+// Group is an NCCL group as a value (comm.Group): the operations that the functions
+// given to Add issue, on any communicators and backends of this package, are added to
+// it and launched together, in one cgo crossing (ncclGroupStart, every call in order,
+// ncclGroupEnd), by Submit. Nothing reaches NCCL before Submit, and nothing joins the
+// group but what Add's functions issue: no other goroutine, and nothing after Submit
+// or Discard. Add and Submit may be called from different goroutines, one at a time.
+//
+// A Group that is dropped without Submit or Discard is discarded when the garbage
+// collector finds it (its operations never reach NCCL; a warning is logged): it is
+// never inherited by anything.
+type Group struct {
+	mu sync.Mutex
+	st *groupState
+}
+
+// groupState is what a Group's cleanup needs (not the Group itself).
+type groupState struct {
+	tg     *threadGroup
+	ended  atomic.Bool // submitted or discarded: tg went back to the pool
+	failed error       // the first error of an Add's function
+}
+
+// NewGroup returns an empty Group.
+func NewGroup() *Group {
+	st := &groupState{tg: takeGroup(reserved)}
+	g := &Group{st: st}
+	runtime.AddCleanup(g, func(st *groupState) {
+		if st.ended.CompareAndSwap(false, true) {
+			if len(st.tg.members) > 0 {
+				st.tg.members[0].c.cfg.Log.Warn("comm: nccl group dropped without Submit or Discard: discarded",
+					"calls", len(st.tg.meta))
+			}
+			recycle(st.tg)
+		}
+	}, st)
+	return g
+}
+
+// NewGroup returns an empty Group (see the package's Group).
+func (b *Backend) NewGroup() *Group { return NewGroup() }
+
+// NewGroup returns an empty Group (see the package's Group).
+func (c *Communicator) NewGroup() *Group { return NewGroup() }
+
+// opGroupAdd and opGroupSubmit name a Group's methods in errors.
+const (
+	opGroupAdd    = "group-add"
+	opGroupSubmit = "group-submit"
+)
+
+// errGroupEnded is the error of a Group used after Submit or Discard.
+func errGroupEnded(op string) error {
+	return &comm.ArgError{Op: op, Arg: "group", Value: "ended", Err: comm.ErrClosed,
+		Reason: "the group was submitted or discarded"}
+}
+
+// Add runs f on the calling goroutine with the group open: the NCCL operations f issues
+// (on any communicator) are checked at once, as outside a group, and recorded in g;
+// blocking Backend collectives return at once and complete in Submit. The calling
+// goroutine must not have a group of its own open (GroupStart), and f must issue its
+// operations from the calling goroutine. If f fails, Add returns its error and g can
+// only be discarded: Submit then discards it and returns that error.
+func (g *Group) Add(f func() error) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.st
+	if st.ended.Load() {
+		return errGroupEnded(opGroupAdd)
+	}
+	if d := groupDepth(); d > 0 {
+		return core.GroupOpenErr(opGroupAdd, d)
+	}
+	tg := st.tg
+	runtime.LockOSThread()
+	tg.openers = append(tg.openers, addLevel)
+	tg.owner.Store(goid.ID())
+	groups.open.Add(1)
+	err := f()
+	if n := len(tg.openers); n > 1 { // f left levels of its own open
+		for _, o := range tg.openers[1:] {
+			o.opened.Add(-1)
+		}
+		err = errors.Join(err, core.GroupOpenErr(opGroupAdd, n-1))
+	}
+	clear(tg.openers)
+	tg.openers = tg.openers[:0]
+	groups.open.Add(-1)
+	tg.owner.Store(reserved)
+	runtime.UnlockOSThread()
+	if err != nil && st.failed == nil {
+		st.failed = err
+	}
+	return err
+}
+
+// Submit launches the group's operations in one crossing into NCCL and completes them
+// like the outermost GroupEnd (it waits for the blocking Backend collectives among
+// them), or, after an Add whose function failed, discards the group and returns that
+// error. An empty group does nothing. The group ends either way.
+func (g *Group) Submit() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.st
+	if !st.ended.CompareAndSwap(false, true) {
+		return errGroupEnded(opGroupSubmit)
+	}
+	tg := st.tg
+	defer recycle(tg)
+	if st.failed != nil {
+		return fmt.Errorf("%s: group discarded: %w", opGroupSubmit, st.failed)
+	}
+	if len(tg.members) == 0 {
+		return nil
+	}
+	runtime.LockOSThread()
+	return tg.complete(tg.members[0].c, runtime.UnlockOSThread)
+}
+
+// Discard ends the group without launching anything: its operations never reach NCCL.
+// Every rank must discard the same group. Discarding an ended group does nothing.
+func (g *Group) Discard() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.st.ended.CompareAndSwap(false, true) {
+		recycle(g.st.tg)
+	}
+	return nil
+}
+
+var _ comm.Group = (*Group)(nil)

@@ -21,6 +21,9 @@ import (
 	"github.com/ncclgo/ncclgo/raw/nccl"
 )
 
+// bf16 is the element type of most tests' backends.
+var bf16 = WithElementType(comm.BFloat16)
+
 var quiet = WithLogger(slog.New(slog.DiscardHandler))
 
 // TestNCCLInitPollsUntilReady checks the non-blocking init: ncclCommInitRankConfig with
@@ -53,7 +56,7 @@ func (f *slowInitPoll) CommGetAsyncError(c gpulib.Comm) (gpulib.Result, error) {
 // poll that says so returned after it.
 func TestNCCLInitThatCompletedIsNotATimeout(t *testing.T) {
 	f := &slowInitPoll{Driver: fakegpu.New(), delay: 50 * time.Millisecond}
-	b, err := newNCCL(context.Background(), f, comm.UniqueID{}, 0, 2, newConfig([]Option{quiet, WithTimeout(10 * time.Millisecond)}))
+	b, err := newNCCL(context.Background(), f, comm.UniqueID{}, 0, 2, newConfig([]Option{bf16, quiet, WithTimeout(10 * time.Millisecond)}))
 	require.NoError(t, err, "the init completed; only the answer came after the timeout")
 	assert.True(t, b.IsHealthy())
 	assert.Empty(t, f.Named("CommAbort"))
@@ -68,7 +71,7 @@ func TestNCCLInitGivesUpAndAborts(t *testing.T) {
 		f.InitPolls.Store(1 << 30)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		defer cancel()
-		_, err := newNCCL(ctx, f, comm.UniqueID{}, 0, 2, newConfig([]Option{quiet}))
+		_, err := newNCCL(ctx, f, comm.UniqueID{}, 0, 2, newConfig([]Option{bf16, quiet}))
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.Contains(t, err.Error(), "init on rank 0")
 		assert.Len(t, f.Named("CommAbort"), 1)
@@ -76,7 +79,7 @@ func TestNCCLInitGivesUpAndAborts(t *testing.T) {
 	t.Run("remote error", func(t *testing.T) {
 		f := fakegpu.New()
 		f.AsyncErr.Store(int32(gpulib.RemoteError))
-		_, err := newNCCL(context.Background(), f, comm.UniqueID{}, 0, 2, newConfig([]Option{quiet}))
+		_, err := newNCCL(context.Background(), f, comm.UniqueID{}, 0, 2, newConfig([]Option{bf16, quiet}))
 		var se *gpulib.Error
 		require.ErrorAs(t, err, &se)
 		assert.Equal(t, gpulib.RemoteError, se.Code)
@@ -84,7 +87,7 @@ func TestNCCLInitGivesUpAndAborts(t *testing.T) {
 	})
 	t.Run("bad rank", func(t *testing.T) {
 		f := fakegpu.New()
-		_, err := newNCCL(context.Background(), f, comm.UniqueID{}, 2, 2, newConfig(nil))
+		_, err := newNCCL(context.Background(), f, comm.UniqueID{}, 2, 2, newConfig([]Option{bf16}))
 		require.ErrorIs(t, err, comm.ErrInvalidRank)
 		assert.Empty(t, f.Named("CommInitRank"))
 	})
@@ -581,4 +584,19 @@ func TestGroupedOperationsDoNotAllocate(t *testing.T) {
 	}
 	group()
 	assert.Zero(t, testing.AllocsPerRun(100, group))
+}
+
+// TestBackendsNeedAnElementType is defect 5 of issue 24: a backend created without an
+// element type summed float32 data as bfloat16, silently. Every constructor of a
+// Backend now fails without one, naming the option.
+func TestBackendsNeedAnElementType(t *testing.T) {
+	_, err := New(context.Background(), comm.UniqueID{}, 0, 1, quiet, ncclcfg.WithDriver(fakegpu.New()))
+	require.ErrorIs(t, err, comm.ErrInvalidType)
+	assert.Contains(t, err.Error(), "nccl.WithElementType")
+	_, err = comm.NewSingle()
+	require.ErrorIs(t, err, comm.ErrInvalidType)
+	assert.Contains(t, err.Error(), "comm.WithElementType")
+	_, err = comm.Validate(comm.Base{Core: &countingCore{rank: 0, world: 2}})
+	require.ErrorIs(t, err, comm.ErrInvalidType)
+	assert.Contains(t, err.Error(), "comm.WithElementType")
 }

@@ -16,7 +16,7 @@ import (
 // operation and one clock read per interval.
 func BenchmarkWatchdogOverhead(b *testing.B) {
 	plain := newStubNCCL(b, stubDriver{}).Communicator()
-	wb, err := newNCCL(context.Background(), stubDriver{}, comm.UniqueID{}, 0, 2, newConfig([]Option{quiet, WithWatchdog(0)}))
+	wb, err := newNCCL(context.Background(), stubDriver{}, comm.UniqueID{}, 0, 2, newConfig([]Option{bf16, quiet, WithWatchdog(0)}))
 	require.NoError(b, err)
 	defer wb.Close()
 	watched := wb.Communicator()

@@ -86,7 +86,7 @@ func (stubDriver) CommWindowDeregister(gpulib.Comm, gpulib.Handle) error { retur
 
 func newStubNCCL(tb testing.TB, d gpulib.Driver) *Backend {
 	tb.Helper()
-	b, err := newNCCL(context.Background(), d, comm.UniqueID{}, 0, 2, newConfig([]Option{quiet}))
+	b, err := newNCCL(context.Background(), d, comm.UniqueID{}, 0, 2, newConfig([]Option{bf16, quiet}))
 	require.NoError(tb, err)
 	tb.Cleanup(func() { _ = b.Close() })
 	return b
@@ -97,7 +97,7 @@ func newStubNCCL(tb testing.TB, d gpulib.Driver) *Backend {
 func TestHotPathsDoNotAllocate(t *testing.T) {
 	b := newStubNCCL(t, stubDriver{})
 	c := b.Communicator()
-	s, err := comm.NewSingle()
+	s, err := comm.NewSingle(comm.WithElementType(comm.BFloat16))
 	require.NoError(t, err)
 	calls := map[string]func(){
 		"AllReduce":              func() { _ = b.AllReduce(p, 4096) },

@@ -185,7 +185,7 @@ func BenchmarkGPUTwoRankPathVsNCCL(b *testing.B) {
 // add kernel and two buffers of maxBytes on its locked OS thread, then calls serve with
 // the two operations until serve returns; it returns the setup's error, if any.
 func benchRank(ctx context.Context, id comm.UniqueID, rank, device, maxBytes int, serve func(path, ref func(bytes int) error)) error {
-	b, err := New(ctx, id, rank, 2, WithDevice(device), WithTimeout(time.Minute), WithTwoRankThreshold(maxBytes))
+	b, err := New(ctx, id, rank, 2, bf16, WithDevice(device), WithTimeout(time.Minute), WithTwoRankThreshold(maxBytes))
 	if err != nil {
 		return err
 	}
@@ -232,7 +232,7 @@ func benchRank(ctx context.Context, id comm.UniqueID, rank, device, maxBytes int
 // gpuTwoRank is one rank of TestGPUTwoRankPathMatchesNCCLAllReduce: it returns the
 // two-rank path's result per case, after checking it against ncclAllReduce's.
 func gpuTwoRank(ctx context.Context, id comm.UniqueID, rank, device int, in []uint16, cases []struct{ n, off int }) ([][]byte, error) {
-	b, err := New(ctx, id, rank, 2, WithDevice(device), WithTimeout(time.Minute))
+	b, err := New(ctx, id, rank, 2, bf16, WithDevice(device), WithTimeout(time.Minute))
 	if err != nil {
 		return nil, err
 	}

@@ -332,11 +332,11 @@ func TestSetAddKernel(t *testing.T) {
 // library call.
 func TestWithTwoRankThresholdRejectsNegative(t *testing.T) {
 	f := fakegpu.New()
-	_, err := newNCCL(context.Background(), f, comm.UniqueID{}, 0, 2, newConfig([]Option{WithTwoRankThreshold(-1)}))
+	_, err := newNCCL(context.Background(), f, comm.UniqueID{}, 0, 2, newConfig([]Option{bf16, WithTwoRankThreshold(-1)}))
 	require.ErrorIs(t, err, comm.ErrInvalidSize)
 	assert.EqualError(t, err, "init: two-rank threshold -1: invalid size: negative (rank 0); 0 disables the two-rank path")
 	assert.Empty(t, f.Log())
-	_, err = New(context.Background(), comm.UniqueID{}, 0, 2, WithTwoRankThreshold(-5))
+	_, err = New(context.Background(), comm.UniqueID{}, 0, 2, bf16, WithTwoRankThreshold(-5))
 	require.ErrorIs(t, err, comm.ErrInvalidSize)
 }
 
@@ -373,7 +373,7 @@ func TestPow2(t *testing.T) {
 func BenchmarkTwoRankOverhead(b *testing.B) {
 	backend := func(threshold int) *Backend {
 		nb, err := newNCCL(context.Background(), stubDriver{}, comm.UniqueID{}, 0, 2,
-			newConfig([]Option{quiet, WithTwoRankThreshold(threshold)}))
+			newConfig([]Option{bf16, quiet, WithTwoRankThreshold(threshold)}))
 		require.NoError(b, err)
 		b.Cleanup(func() { _ = nb.Close() })
 		require.NoError(b, nb.SetAddKernel(addFn))

@@ -51,7 +51,7 @@ type impl struct {
 
 func newFakeNCCL(t *testing.T, f *fakegpu.Driver, rank, world int, opts ...Option) *Backend {
 	t.Helper()
-	b, err := newNCCL(context.Background(), f, comm.UniqueID{9}, rank, world, newConfig(opts))
+	b, err := newNCCL(context.Background(), f, comm.UniqueID{9}, rank, world, newConfig(append([]Option{bf16}, opts...)))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = b.Close() })
 	return b
@@ -59,13 +59,13 @@ func newFakeNCCL(t *testing.T, f *fakegpu.Driver, rank, world int, opts ...Optio
 
 var impls = []impl{
 	{name: "single", world: 1, new: func(t *testing.T, rank, world int) (comm.Backend, func() int) {
-		s, err := comm.NewSingle()
+		s, err := comm.NewSingle(comm.WithElementType(comm.BFloat16))
 		require.NoError(t, err)
 		return s, func() int { return 0 }
 	}},
 	{name: "validated-base", new: func(t *testing.T, rank, world int) (comm.Backend, func() int) {
 		core := &countingCore{rank: rank, world: world}
-		b, err := comm.Validate(comm.Base{Core: core})
+		b, err := comm.Validate(comm.Base{Core: core}, comm.WithElementType(comm.BFloat16))
 		require.NoError(t, err)
 		return b, func() int { return int(core.calls.Load()) }
 	}},
@@ -250,7 +250,7 @@ func TestBadInputFailsAlikeOnEveryBackend(t *testing.T) {
 
 // TestMessagesSayWhatWasWrong pins the message format of a few argument errors.
 func TestMessagesSayWhatWasWrong(t *testing.T) {
-	s, err := comm.NewSingle()
+	s, err := comm.NewSingle(comm.WithElementType(comm.BFloat16))
 	require.NoError(t, err)
 	tests := []struct {
 		call func() error
@@ -364,7 +364,7 @@ func TestValidateRejectsBadBackends(t *testing.T) {
 			}
 		})
 	}
-	s, err := comm.NewSingle()
+	s, err := comm.NewSingle(comm.WithElementType(comm.BFloat16))
 	require.NoError(t, err)
 	v, err := comm.Validate(s)
 	require.NoError(t, err)

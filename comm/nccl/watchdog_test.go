@@ -30,7 +30,7 @@ func (f *stuckFake) EventQuery(gpulib.Event) (bool, error) {
 func newWatched(t *testing.T, opts ...Option) (*Backend, *stuckFake) {
 	t.Helper()
 	f := &stuckFake{Driver: fakegpu.New()}
-	b, err := newNCCL(context.Background(), f, comm.UniqueID{9}, 0, 2, newConfig(append([]Option{quiet}, opts...)))
+	b, err := newNCCL(context.Background(), f, comm.UniqueID{9}, 0, 2, newConfig(append([]Option{bf16, quiet}, opts...)))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = b.Close() })
 	require.NotNil(t, b.c.wd)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/comm/internal/core"
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/comm/internal/rawdriver"
 )
@@ -30,7 +31,7 @@ type Config struct {
 // defaults is the configuration before options.
 func Defaults() Config {
 	return Config{
-		Elem:      comm.BFloat16,
+		Elem:      core.ElemUnset,
 		Log:       slog.Default(),
 		Timeout:   10 * time.Minute,
 		CloseWait: 10 * time.Second,

@@ -21,7 +21,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/job"
+	"github.com/ncclgo/ncclgo/comm/nccl"
 )
 
 func main() {
@@ -60,7 +62,7 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("rank %d uid %s\n", r, hex.EncodeToString(id[:8]))
-	b, err := j.NewNCCL(ctx)
+	b, err := j.NewNCCL(ctx, nccl.WithElementType(comm.BFloat16))
 	if err != nil {
 		fmt.Printf("rank %d device-step: %v\n", r, err)
 		return
