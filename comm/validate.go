@@ -137,7 +137,7 @@ func (v *validated) SymmetricAlloc(bytes int) (DevicePtr, error) {
 		return 0, err
 	}
 	if p == 0 {
-		return 0, &OpError{Op: core.OpSymmetricAlloc, Bytes: bytes, Rank: v.g.Rank,
+		return 0, &OpError{Op: core.OpSymmetricAlloc, Bytes: bytes, Rank: v.g.Rank, GlobalRank: v.g.Rank,
 			Err: fmt.Errorf("backend returned a null pointer")}
 	}
 	v.g.Allocated(p, bytes)

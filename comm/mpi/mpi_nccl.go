@@ -95,7 +95,7 @@ func (c *Communicator) BootstrapNCCL(ctx context.Context) (NCCLBootstrap, error)
 		for n < len(m.msg) && m.msg[n] != 0 {
 			n++
 		}
-		return b, &comm.OpError{Op: core.OpInit, Bytes: -1, Rank: c.rank,
+		return b, &comm.OpError{Op: core.OpInit, Bytes: -1, Rank: c.rank, GlobalRank: c.rank,
 			Err: fmt.Errorf("rank 0 could not create the nccl unique id: %s", m.msg[:n])}
 	}
 	b.ID = m.id
@@ -124,7 +124,7 @@ func (c *Communicator) NewNCCL(ctx context.Context, opts ...nccl.Option) (*nccl.
 		"local_rank", b.LocalRank, "local_world", b.LocalWorld, "device", dev, "id", b.Fingerprint())
 	d, err := ncclcfg.DriverFor(cfg, dev, b.Rank)
 	if err != nil {
-		return nil, &comm.OpError{Op: core.OpInit, Bytes: -1, Rank: b.Rank,
+		return nil, &comm.OpError{Op: core.OpInit, Bytes: -1, Rank: b.Rank, GlobalRank: b.Rank,
 			Err: fmt.Errorf("open device %d (local rank %d): %w", dev, b.LocalRank, err)}
 	}
 	cfg.Log.Info("comm: device opened", "rank", b.Rank, "device", dev)

@@ -120,6 +120,7 @@ type Communicator struct {
 	d       gpulib.Driver
 	cfg     ncclcfg.Config
 	rank    int
+	global  int // rank in the world this communicator was split or shrunk from
 	world   int
 	version int
 
@@ -193,7 +194,7 @@ func New(ctx context.Context, id comm.UniqueID, rank, world int, opts ...Option)
 	}
 	d, err := ncclcfg.DriverFor(cfg, cfg.Device, rank)
 	if err != nil {
-		return nil, &comm.OpError{Op: core.OpInit, Bytes: -1, Rank: rank, Err: err}
+		return nil, &comm.OpError{Op: core.OpInit, Bytes: -1, Rank: rank, GlobalRank: rank, Err: err}
 	}
 	return newNCCL(ctx, d, id, rank, world, cfg)
 }
@@ -240,13 +241,13 @@ func newNCCLCommunicator(ctx context.Context, d gpulib.Driver, id comm.UniqueID,
 	}
 	version, err := d.Version()
 	if err != nil {
-		return nil, &comm.OpError{Op: "get-version", Bytes: -1, Rank: rank, Err: err}
+		return nil, &comm.OpError{Op: "get-version", Bytes: -1, Rank: rank, GlobalRank: rank, Err: err}
 	}
 	if err := checkConfig(cfg.Nccl, version); err != nil {
 		return nil, err
 	}
-	c := &Communicator{d: d, direct: d, cfg: cfg, rank: rank, world: world, version: version}
-	comm, err := c.initComm(ctx, id)
+	c := &Communicator{d: d, direct: d, cfg: cfg, rank: rank, global: rank, world: world, version: version}
+	comm, err := c.initComm(ctx, id, core.OpInit)
 	if err != nil {
 		return nil, err
 	}

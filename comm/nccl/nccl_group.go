@@ -420,10 +420,10 @@ func (tg *threadGroup) complete(c *Communicator, unlock func()) error {
 	unlock()
 	members := ended.members
 	if err != nil && (failed != len(ended.meta) || code(err) != gpulib.InProgress) {
-		e := &comm.OpError{Op: core.OpGroupEnd, Bytes: -1, Rank: c.rank, Err: err}
+		e := &comm.OpError{Op: core.OpGroupEnd, Bytes: -1, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
 		if failed >= 0 && failed < len(ended.meta) { // name the operation NCCL rejected
 			m := ended.meta[failed]
-			op := &comm.OpError{Op: m.op, Bytes: m.bytes, Rank: m.c.rank, Peer: m.peer, Err: err}
+			op := &comm.OpError{Op: m.op, Bytes: m.bytes, Rank: m.c.rank, GlobalRank: m.c.global, Name: m.c.cfg.Name, Peer: m.peer, Err: err}
 			if gpulib.Fatal(code(err)) {
 				op.Err = m.c.fail(err)
 			}
@@ -470,7 +470,7 @@ func (tg *threadGroup) submit() (int, error) {
 		m.c.life.RLock()
 		err := m.c.usable(core.OpGroupEnd, -1)
 		if err == nil && m.c.comm != m.comm {
-			err = &comm.OpError{Op: core.OpGroupEnd, Bytes: -1, Rank: m.c.rank,
+			err = &comm.OpError{Op: core.OpGroupEnd, Bytes: -1, Rank: m.c.rank, GlobalRank: m.c.global, Name: m.c.cfg.Name,
 				Err: fmt.Errorf("%w: the communicator was re-created inside the group", comm.ErrUnhealthy)}
 		}
 		if err != nil {
@@ -514,7 +514,7 @@ func (c *Communicator) launched(wait, inProgress bool) error {
 	}
 	if inProgress {
 		if err := c.settle(bg, c.comm, bounded); err != nil {
-			return &comm.OpError{Op: core.OpGroupEnd, Bytes: -1, Rank: c.rank, Err: err}
+			return &comm.OpError{Op: core.OpGroupEnd, Bytes: -1, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
 		}
 	}
 	if c.wd != nil {

@@ -109,7 +109,7 @@ func (b *Backend) useAddKernel(k comm.Kernel) error {
 			err = fmt.Errorf("device reports %d multiprocessors", n)
 		}
 		if err != nil {
-			return &comm.OpError{Op: core.OpSetAddKernel, Bytes: -1, Rank: b.c.rank, Err: err}
+			return &comm.OpError{Op: core.OpSetAddKernel, Bytes: -1, Rank: b.c.rank, GlobalRank: b.c.global, Name: b.c.cfg.Name, Err: err}
 		}
 		b.two.sms = n
 	}
