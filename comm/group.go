@@ -62,8 +62,8 @@ type Group interface {
 	// be discarded (Submit does so and returns the error).
 	Add(f func() error) error
 	// Submit launches the group's operations and, for blocking Backend collectives,
-	// waits for them. The group ends.
+	// waits for them. The group is empty afterwards, ready for the next batch.
 	Submit() error
-	// Discard ends the group without launching anything.
+	// Discard empties the group without launching anything.
 	Discard() error
 }
