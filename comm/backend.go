@@ -81,7 +81,7 @@ type Backend interface {
 	// recorded and made by the outermost GroupEnd in one cgo crossing.
 	GroupStart() error
 	// GroupEnd closes the group opened by GroupStart. On NCCL a call NCCL rejects inside
-	// the group is reported here, naming the operation (see NCCLCommunicator.GroupEnd).
+	// the group is reported here, naming the operation (see nccl.Communicator.GroupEnd).
 	GroupEnd() error
 	// IsHealthy is false after the backend saw a transport error or a completion
 	// timeout, until a successful AttemptReconnect, and after Close.

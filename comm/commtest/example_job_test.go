@@ -15,7 +15,7 @@ import (
 	"github.com/ncclgo/ncclgo/comm/rendezvous"
 )
 
-// Two ranks start the way two processes of a job do, through comm.Connect and a
+// Two ranks start the way two processes of a job do, through job.Connect and a
 // rendezvous store on loopback (rank 0 serves it), each on a simulated GPU; they sum a
 // buffer. An engine's own bring-up code can be tested like this without a GPU.
 func ExampleNewDevices() {

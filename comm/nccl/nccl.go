@@ -50,7 +50,7 @@ func unsupported(op, call string, since, loaded int) error {
 }
 
 // NCCL is the Backend over one rank of an NCCL communicator, built on an
-// [NCCLCommunicator] (see Communicator for the typed API on the same communicator).
+// [Communicator] (the typed API on the same communicator).
 //
 // Semantics, per operation:
 //   - AllReduce, AllGather, ReduceScatter, Broadcast enqueue on the communication stream

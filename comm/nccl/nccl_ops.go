@@ -35,7 +35,7 @@ const (
 )
 
 // ncclOps are the NCCL communication calls an operation makes: the driver's
-// (NCCLCommunicator.direct), or, inside a group, the group's recorder, which records them
+// (Communicator.direct), or, inside a group, the group's recorder, which records them
 // for the outermost GroupEnd.
 type ncclOps interface {
 	AllReduce(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, op gpulib.RedOp, c gpulib.Comm, s gpulib.Stream) error
@@ -436,10 +436,10 @@ func (b *Backend) SetAddKernel(k comm.Kernel) error {
 	return b.useAddKernel(k)
 }
 
-// GroupStart opens an NCCL group; see NCCLCommunicator.GroupStart.
+// GroupStart opens an NCCL group; see Communicator.GroupStart.
 func (b *Backend) GroupStart() error { return b.c.GroupStart() }
 
-// GroupEnd closes the group; see NCCLCommunicator.GroupEnd.
+// GroupEnd closes the group; see Communicator.GroupEnd.
 func (b *Backend) GroupEnd() error { return b.c.GroupEnd() }
 
 // AllReduce enqueues an in-place ncclAllReduce of count elements at ptr.

@@ -215,7 +215,7 @@ func (b *Backend) Split(ctx context.Context, color, key int) (*Backend, error) {
 }
 
 // Split creates child communicators with ncclCommSplit (NCCL >= 2.18); see
-// Communicator.Split. The child is an *NCCLCommunicator with its own stream and the
+// Communicator.Split. The child is a *Communicator with its own stream and the
 // parent's options. It needs a driver that can report the child's rank and size.
 func (c *Communicator) Split(ctx context.Context, color, key int) (comm.Communicator, error) {
 	child, err := c.split(ctx, color, key)
