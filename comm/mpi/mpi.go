@@ -17,7 +17,7 @@ import (
 	"github.com/ncclgo/ncclgo/raw/mpi"
 )
 
-// MPICommunicator is a Communicator over an MPI communicator (Open MPI's libmpi.so.40,
+// Communicator is a comm.Communicator over an MPI communicator (Open MPI's libmpi.so.40,
 // loaded at run time through raw/mpi), for processes started by mpirun (or srun with
 // PMIx). Its pointers are HOST addresses: the DevicePtr arguments carry the address of
 // host memory the caller keeps alive and unmoved (C memory, or Go memory pinned with

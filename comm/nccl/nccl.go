@@ -49,7 +49,7 @@ func unsupported(op, call string, since, loaded int) error {
 		Reason: fmt.Sprintf("%s needs NCCL %s (loaded %s)", call, versionString(since), versionString(loaded))}
 }
 
-// NCCL is the Backend over one rank of an NCCL communicator, built on an
+// Backend is the comm.Backend over one rank of an NCCL communicator, built on a
 // [Communicator] (the typed API on the same communicator).
 //
 // Semantics, per operation:
@@ -104,13 +104,13 @@ var _ comm.Backend = (*Backend)(nil)
 
 func init() { core.MarkChecked((*Backend)(nil)) }
 
-// NCCLCommunicator is the Communicator of one rank of an NCCL communicator. It is
+// Communicator is the comm.Communicator of one rank of an NCCL communicator. It is
 // created non-blocking (ncclCommInitRankConfig with blocking = 0) and enqueues every
 // operation on its own non-blocking CUDA stream; it also implements StreamSyncer. The
 // host waits only in Sync, Barrier, Split and Close, and every wait keeps polling
 // ncclCommGetAsyncError, so a transport error ends it with that error.
 //
-// An NCCLCommunicator is safe for concurrent use: calls into NCCL are serialised, and
+// A Communicator is safe for concurrent use: calls into NCCL are serialised, and
 // Close interrupts a goroutine that is waiting. Teardown happens only in Close (never
 // from a finalizer): a bounded wait for pending work, ncclCommFinalize with a deadline,
 // then ncclCommDestroy, or ncclCommAbort when the communicator failed or the deadline
