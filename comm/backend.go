@@ -2,8 +2,9 @@ package comm
 
 import (
 	"context"
-	"github.com/ncclgo/ncclgo/comm/internal/core"
 	"io"
+
+	"github.com/ncclgo/ncclgo/comm/internal/core"
 )
 
 // Backend is the engine-facing set of collective and point-to-point operations on device

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
 	"github.com/ncclgo/ncclgo/comm/internal/core"
 )
 

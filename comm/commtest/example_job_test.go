@@ -3,7 +3,6 @@ package commtest_test
 import (
 	"context"
 	"fmt"
-	"github.com/ncclgo/ncclgo/comm/job"
 	"log/slog"
 	"net"
 	"sync"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
+	"github.com/ncclgo/ncclgo/comm/job"
 	"github.com/ncclgo/ncclgo/comm/nccl"
 	"github.com/ncclgo/ncclgo/comm/rendezvous"
 )

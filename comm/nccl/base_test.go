@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/ncclgo/ncclgo/comm"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm"
 )
 
 // recordingCore records the required methods Base's defaults call.

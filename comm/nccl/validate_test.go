@@ -7,10 +7,11 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/ncclgo/ncclgo/comm"
-	"github.com/ncclgo/ncclgo/comm/internal/fakegpu"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/comm/internal/fakegpu"
 )
 
 // countingCore is a user backend's Core that counts the calls reaching it.
