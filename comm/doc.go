@@ -35,8 +35,7 @@
 // to issue operations in the same order, so an engine issues them from one goroutine
 // per rank (or serialises them).
 //
-// Groups: a [Group] is a group as a value (nccl.Group: NewGroup on an NCCL backend or
-// communicator). Add runs a function whose operations, on any communicators of that
+// Groups: a [Group] is a group as a value ([NewGroup]; nccl.Group on the NCCL types). Add runs a function whose operations, on any communicators of that
 // backend, are checked at once and recorded in the group; Submit launches them together
 // (on NCCL: ncclGroupStart, every recorded call in order and ncclGroupEnd in one cgo
 // crossing) and waits for the blocking collectives among them; Discard drops them.

@@ -38,7 +38,7 @@ func ExampleGroup() {
 			b, _ := cluster.Alloc(rank, 4)
 			_ = cluster.WriteValues(rank, a, comm.Float32, []float64{float64(rank + 1)})
 			_ = cluster.WriteValues(rank, b, comm.Float32, []float64{float64(rank + 1)})
-			g := world[rank].(*nccl.Backend).NewGroup()
+			g := comm.NewGroup(world[rank]) // an nccl.Group: world[rank] is an *nccl.Backend
 			err := g.Add(func() error {
 				if err := world[rank].AllReduce(a, 4); err != nil {
 					return err

@@ -214,7 +214,7 @@ func BenchmarkGroupValueVsRaw(b *testing.B) {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
 			nb := newStubNCCL(b, groupCalls{})
-			g := nb.NewGroup()
+			g := NewGroup()
 			value := func() { commP2PGroupValue(g, nb, ops) }
 			start := func() { commP2PGroup(nb, ops) }
 			value()

@@ -614,11 +614,13 @@ func NewGroup() *Group {
 	return g
 }
 
-// NewGroup returns an empty Group (see the package's Group).
-func (b *Backend) NewGroup() *Group { return NewGroup() }
+// NewGroup returns an empty Group (a *Group; see the package's Group). It makes b a
+// comm.GroupMaker, so comm.NewGroup(b) gives the same.
+func (b *Backend) NewGroup() comm.Group { return NewGroup() }
 
-// NewGroup returns an empty Group (see the package's Group).
-func (c *Communicator) NewGroup() *Group { return NewGroup() }
+// NewGroup returns an empty Group (a *Group; see the package's Group). It makes c a
+// comm.GroupMaker, so comm.NewGroup(c) gives the same.
+func (c *Communicator) NewGroup() comm.Group { return NewGroup() }
 
 // opGroupAdd and opGroupSubmit name a Group's methods in errors.
 const (
