@@ -3,6 +3,8 @@ package comm
 import (
 	"context"
 	"io"
+
+	"github.com/ncclgo/ncclgo/comm/internal/core"
 )
 
 // Backend is the engine-facing set of collective and point-to-point operations on device
@@ -71,16 +73,18 @@ type Backend interface {
 	// bf16 one by default); the NCCL backend of a 2-rank world then takes a send/recv
 	// + add all-reduce path for small messages.
 	SetAddKernel(k Kernel) error
-	// GroupStart opens a group: the operations up to the matching GroupEnd are
-	// submitted together (ncclGroupStart/End on NCCL). Groups nest. GroupStart and
-	// GroupEnd must be called from the same goroutine. On NCCL the group covers every
-	// NCCL operation that goroutine issues, on any backend or communicator of the
-	// process (NCCL keeps group state per OS thread), and blocking collectives inside
-	// it complete at the outermost GroupEnd. On NCCL the operations' NCCL calls are
-	// recorded and made by the outermost GroupEnd in one cgo crossing.
+	// GroupStart opens a group on the calling goroutine: the operations it issues up to
+	// the matching GroupEnd, which it must call itself, are submitted together
+	// (ncclGroupStart/End on NCCL, in one cgo crossing). Groups nest. On NCCL the group
+	// covers the goroutine's operations on every backend and communicator of the process
+	// (NCCL keeps group state per OS thread) and is keyed by the runtime's goroutine id,
+	// which no other goroutine ever gets: a goroutine that ends inside a group leaves
+	// nothing another goroutine can see. Blocking collectives inside it complete at the
+	// outermost GroupEnd. Prefer a [Group] value, or [InGroup], which never leaves a
+	// group open.
 	GroupStart() error
 	// GroupEnd closes the group opened by GroupStart. On NCCL a call NCCL rejects inside
-	// the group is reported here, naming the operation (see NCCLCommunicator.GroupEnd).
+	// the group is reported here, naming the operation (see nccl.Communicator.GroupEnd).
 	GroupEnd() error
 	// IsHealthy is false after the backend saw a transport error or a completion
 	// timeout, until a successful AttemptReconnect, and after Close.
@@ -123,7 +127,7 @@ type Base struct {
 // RecvCommandU32 refuses root == Rank() and otherwise calls Broadcast(ptr, 4, root).
 func (b Base) RecvCommandU32(ctx context.Context, ptr DevicePtr, root int) error {
 	if root == b.Rank() {
-		return argErr(opRecvCommand, "root", root, ErrInvalidRank, "root is this rank")
+		return core.ArgErr(core.OpRecvCommand, "root", root, ErrInvalidRank, "root is this rank")
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -144,12 +148,12 @@ func (Base) DeregisterBuffer(BufferHandle) error { return nil }
 
 // SymmetricAlloc returns ErrUnsupported.
 func (Base) SymmetricAlloc(bytes int) (DevicePtr, error) {
-	return 0, argErr(opSymmetricAlloc, "bytes", bytes, ErrUnsupported, "backend has no symmetric allocator")
+	return 0, core.ArgErr(core.OpSymmetricAlloc, "bytes", bytes, ErrUnsupported, "backend has no symmetric allocator")
 }
 
 // SymmetricFree returns ErrUnsupported.
 func (Base) SymmetricFree(p DevicePtr) error {
-	return argErr(opSymmetricFree, "ptr", p, ErrUnsupported, "backend has no symmetric allocator")
+	return core.ArgErr(core.OpSymmetricFree, "ptr", p, ErrUnsupported, "backend has no symmetric allocator")
 }
 
 // SetAddKernel ignores the kernel.
@@ -174,30 +178,3 @@ func (b Base) Close() error {
 	}
 	return nil
 }
-
-// Operation names used in errors.
-const (
-	opAllReduce        = "all-reduce"
-	opAllReduceAsync   = "all-reduce-async"
-	opAllGather        = "all-gather"
-	opReduceScatter    = "reduce-scatter"
-	opBroadcast        = "broadcast"
-	opBarrier          = "barrier"
-	opSend             = "send"
-	opRecv             = "recv"
-	opRecvCommand      = "recv-command"
-	opRegister         = "register-buffer"
-	opDeregister       = "deregister-buffer"
-	opSymmetricAlloc   = "symmetric-alloc"
-	opSymmetricFree    = "symmetric-free"
-	opRegisterWindow   = "register-window"
-	opDeregisterWindow = "deregister-window"
-	opSetAddKernel     = "set-add-kernel"
-	opGroupStart       = "group-start"
-	opGroupEnd         = "group-end"
-	opAttemptReconnect = "attempt-reconnect"
-	opClose            = "close"
-	opSync             = "sync"
-	opSplit            = "split"
-	opInit             = "init"
-)

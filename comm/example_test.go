@@ -11,7 +11,7 @@ import (
 
 // An engine written against comm.Backend runs unchanged on one GPU with comm.Single.
 func ExampleSingle() {
-	b, err := comm.NewSingle() // bfloat16 elements
+	b, err := comm.NewSingle(comm.WithElementType(comm.BFloat16))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -92,23 +92,25 @@ func ExampleNoOp() {
 	// false
 }
 
-// Each rank of a multi-GPU job builds the NCCL backend from a shared unique id (rank 0
-// creates it; a rendezvous store carries it to the others), then reduces on its own
-// stream. The arguments are checked before any GPU work: here rank 2 of a world of 2 is
-// refused, on any machine, so the example runs without a GPU.
-func ExampleNewNCCL() {
-	ctx := context.Background()
-	var id comm.UniqueID // from rank 0's comm.NewUniqueID, via the rendezvous store
-	rank, world := 2, 2  // from the launcher: RANK, WORLD_SIZE
-	b, err := comm.NewNCCL(ctx, id, rank, world, comm.WithElementType(comm.BFloat16))
+// InGroup runs a function inside a group and submits what it issued, or discards the
+// group when the function fails: the goroutine never leaves a group open behind it. On
+// a one-rank backend groups only count levels; on NCCL the function's operations are
+// launched together by the GroupEnd that InGroup makes.
+func ExampleInGroup() {
+	b, err := comm.NewSingle(comm.WithElementType(comm.Float32))
 	if err != nil {
-		fmt.Println(errors.Is(err, comm.ErrInvalidRank))
-		return
+		log.Fatal(err)
 	}
 	defer b.Close()
-	var computeStream comm.Stream // where the engine's kernels run
-	if err := b.AllReduceAsync(0x7f0000000000, 1<<20, computeStream); err != nil {
-		log.Print(err)
-	}
-	// Output: true
+	err = comm.InGroup(b, func() error {
+		if err := b.AllReduce(0x10000, 64); err != nil {
+			return err
+		}
+		return b.AllReduce(0x20000, 3) // not a multiple of 4: the group is discarded
+	})
+	fmt.Println(errors.Is(err, comm.ErrInvalidSize))
+	fmt.Println(errors.Is(b.GroupEnd(), comm.ErrGroupNotOpen)) // nothing left open
+	// Output:
+	// true
+	// true
 }

@@ -1,90 +1,23 @@
 package comm
 
-import (
-	"context"
-	"log/slog"
-	"time"
+import "github.com/ncclgo/ncclgo/comm/internal/core"
 
-	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
-)
+// Option configures NewSingle and Validate. The NCCL and MPI packages have options of
+// their own (nccl.Option, mpi.Option): an option a constructor does not read does not
+// compile there.
+type Option func(*options)
 
-// Option configures a backend or communicator at construction.
-type Option func(*config)
-
-// ReconnectFunc supplies the unique id of the next communicator generation when a
-// backend re-creates its communicator (AttemptReconnect). generation counts from 1 for
-// the first replacement; every rank must receive the same id for the same generation
-// (typically rank 0 creates it and a rendezvous store distributes it).
-type ReconnectFunc func(ctx context.Context, generation int) (UniqueID, error)
-
-type config struct {
-	elem      DType
-	log       *slog.Logger
-	timeout   time.Duration
-	closeWait time.Duration
-	poll      time.Duration
-	name      string
-	device    int
-	reconnect ReconnectFunc
-	// twoRankMax is the two-rank path's threshold in bytes (WithTwoRankThreshold).
-	twoRankMax int
-	driver     gpulib.Driver // WithDriver; nil: the real libraries
-	job        jobConfig     // Connect and JoinJob (job.go)
-	watch      watchConfig   // the health watchdog (watchdog.go)
-	nccl       ncclSettings  // ncclConfig_t fields (config_nccl.go)
-	minProcs   int           // WithMinGOMAXPROCS (mpi.go); 0: leave GOMAXPROCS alone
+type options struct {
+	elem DType
 }
 
-func newConfig(opts []Option) config {
-	c := config{
-		elem:      BFloat16,
-		log:       slog.Default(),
-		timeout:   10 * time.Minute,
-		closeWait: 10 * time.Second,
-		poll:      time.Millisecond,
-		device:    -1,
-
-		twoRankMax: DefaultTwoRankThreshold,
-	}
-	for _, o := range opts {
-		if o != nil {
-			o(&c)
-		}
-	}
-	if c.log == nil {
-		c.log = slog.Default()
-	}
-	return c
+func newOptions(opts []Option) options {
+	o := options{elem: core.ElemUnset}
+	core.Apply(&o, opts)
+	return o
 }
 
-// WithElementType sets the element type a Backend reduces (default BFloat16).
-func WithElementType(t DType) Option { return func(c *config) { c.elem = t } }
-
-// WithLogger sets the logger for teardown and health events (default slog.Default()).
-func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
-
-// WithTimeout bounds how long an operation that the host waits for (AllReduce,
-// AllGather, ReduceScatter, Broadcast, Sync, Barrier, initialisation) may take before it
-// fails with ErrTimeout and the communicator becomes unhealthy (default 10 minutes,
-// like PyTorch's watchdog). 0 or less means no bound beyond the caller's context.
-// RecvCommandU32 is bounded by its context only.
-func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
-
-// WithCloseTimeout bounds Close's best-effort wait for pending work and its graceful
-// finalize before it aborts the communicator (default 10 seconds).
-func WithCloseTimeout(d time.Duration) Option { return func(c *config) { c.closeWait = d } }
-
-// WithPollInterval sets the longest pause between two checks while the host waits for
-// the device or for NCCL (default 1ms; the first checks follow each other closely).
-func WithPollInterval(d time.Duration) Option { return func(c *config) { c.poll = d } }
-
-// WithName names the communicator in NCCL's logs (ncclConfig_t.commName).
-func WithName(name string) Option { return func(c *config) { c.name = name } }
-
-// WithDevice selects the CUDA device ordinal the rank uses (default: the rank modulo the
-// number of visible devices).
-func WithDevice(ordinal int) Option { return func(c *config) { c.device = ordinal } }
-
-// WithReconnect enables AttemptReconnect on the NCCL backend: it aborts the failed
-// communicator and initialises a new one from the id f returns.
-func WithReconnect(f ReconnectFunc) Option { return func(c *config) { c.reconnect = f } }
+// WithElementType sets the element type of a Backend's reductions: sizes must be a
+// multiple of its size. NewSingle and Validate require it (there is no default: a
+// default summed float32 data as bfloat16, silently).
+func WithElementType(t DType) Option { return func(o *options) { o.elem = t } }

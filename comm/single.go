@@ -3,6 +3,8 @@ package comm
 import (
 	"context"
 	"fmt"
+
+	"github.com/ncclgo/ncclgo/comm/internal/core"
 )
 
 // Single is the Backend of a one-rank world: rank 0, world
@@ -12,52 +14,52 @@ import (
 // SymmetricAlloc is unsupported, groups do nothing, RecvCommandU32 always refuses:
 // rank 0 is the only possible root). Bad input fails exactly as on the NCCL backend.
 type Single struct {
-	g *guard
+	g *core.Guard
 }
 
 // NewSingle returns a one-rank Backend. WithElementType sets the element type that sizes
 // of reductions must be a multiple of (default BFloat16).
 func NewSingle(opts ...Option) (*Single, error) {
-	cfg := newConfig(opts)
-	if err := checkWorld("single", 0, 1, cfg.elem); err != nil {
+	cfg := newOptions(opts)
+	if err := core.CheckWorld("single", 0, 1, cfg.elem, "comm.WithElementType"); err != nil {
 		return nil, err
 	}
-	return &Single{g: newGuard(0, 1, cfg.elem)}, nil
+	return &Single{g: core.NewGuard(0, 1, cfg.elem)}, nil
 }
 
-func (*Single) checked() {}
+func init() { core.MarkChecked((*Single)(nil)) }
 
 // AllReduce validates its arguments and does nothing.
 func (s *Single) AllReduce(ptr DevicePtr, bytes int) error {
-	return s.g.reduce(opAllReduce, ptr, bytes)
+	return s.g.Reduce(core.OpAllReduce, ptr, bytes)
 }
 
 // AllGather validates its arguments and does nothing.
 func (s *Single) AllGather(send, recv DevicePtr, bytes int) error {
-	return s.g.gather(opAllGather, send, recv, bytes, false)
+	return s.g.Gather(core.OpAllGather, send, recv, bytes, false)
 }
 
 // ReduceScatter validates its arguments and does nothing.
 func (s *Single) ReduceScatter(send, recv DevicePtr, bytes int) error {
-	return s.g.gather(opReduceScatter, send, recv, bytes, true)
+	return s.g.Gather(core.OpReduceScatter, send, recv, bytes, true)
 }
 
 // Broadcast validates its arguments and does nothing.
 func (s *Single) Broadcast(ptr DevicePtr, bytes, root int) error {
-	return s.g.broadcast(ptr, bytes, root)
+	return s.g.Broadcast(ptr, bytes, root)
 }
 
 // Barrier does nothing.
-func (s *Single) Barrier() error { return s.g.open(opBarrier) }
+func (s *Single) Barrier() error { return s.g.Open(core.OpBarrier) }
 
 // SendTo validates its arguments (dest must be 0) and does nothing.
 func (s *Single) SendTo(ptr DevicePtr, bytes, dest int, _ Stream) error {
-	return s.g.p2p(opSend, "dest", ptr, bytes, dest)
+	return s.g.P2p(core.OpSend, "dest", ptr, bytes, dest)
 }
 
 // RecvFrom validates its arguments (src must be 0) and does nothing.
 func (s *Single) RecvFrom(ptr DevicePtr, bytes, src int, _ Stream) error {
-	return s.g.p2p(opRecv, "src", ptr, bytes, src)
+	return s.g.P2p(core.OpRecv, "src", ptr, bytes, src)
 }
 
 // Rank returns 0.
@@ -68,32 +70,32 @@ func (s *Single) WorldSize() int { return 1 }
 
 // RecvCommandU32 always fails with ErrInvalidRank: the only root is this rank.
 func (s *Single) RecvCommandU32(_ context.Context, ptr DevicePtr, root int) error {
-	return s.g.recvCommand(ptr, root)
+	return s.g.RecvCommand(ptr, root)
 }
 
 // AllReduceAsync validates its arguments and does nothing.
 func (s *Single) AllReduceAsync(ptr DevicePtr, bytes int, _ Stream) error {
-	return s.g.reduceAsync(ptr, bytes)
+	return s.g.ReduceAsync(ptr, bytes)
 }
 
 // RegisterBuffer validates its arguments and returns handle 0.
 func (s *Single) RegisterBuffer(ptr DevicePtr, bytes int) (BufferHandle, error) {
-	if err := s.g.register(ptr, bytes); err != nil {
+	if err := s.g.Register(ptr, bytes); err != nil {
 		return 0, err
 	}
-	s.g.registered(0)
+	s.g.Registered(0)
 	return 0, nil
 }
 
 // DeregisterBuffer forgets one registration of h.
 func (s *Single) DeregisterBuffer(h BufferHandle) error {
-	_, err := s.g.deregister(h)
+	_, err := s.g.Deregister(h)
 	return err
 }
 
 // SymmetricAlloc validates bytes and returns ErrUnsupported.
 func (s *Single) SymmetricAlloc(bytes int) (DevicePtr, error) {
-	if err := s.g.symAlloc(bytes); err != nil {
+	if err := s.g.SymAlloc(bytes); err != nil {
 		return 0, err
 	}
 	return Base{}.SymmetricAlloc(bytes)
@@ -101,38 +103,38 @@ func (s *Single) SymmetricAlloc(bytes int) (DevicePtr, error) {
 
 // SymmetricFree fails: Single never allocates, so every pointer is unknown.
 func (s *Single) SymmetricFree(p DevicePtr) error {
-	_, _, err := s.g.symFree(p)
+	_, _, err := s.g.SymFree(p)
 	return err
 }
 
 // SetAddKernel validates k and ignores it.
-func (s *Single) SetAddKernel(k Kernel) error { return s.g.kernel(k) }
+func (s *Single) SetAddKernel(k Kernel) error { return s.g.Kernel(k) }
 
 // GroupStart opens a group level.
-func (s *Single) GroupStart() error { return s.g.groupStart() }
+func (s *Single) GroupStart() error { return s.g.GroupStart() }
 
 // GroupEnd closes a group level.
 func (s *Single) GroupEnd() error {
-	_, err := s.g.groupEnd()
+	_, err := s.g.GroupEnd()
 	return err
 }
 
 // IsHealthy reports whether s is still open.
-func (s *Single) IsHealthy() bool { return !s.g.isClosed() }
+func (s *Single) IsHealthy() bool { return !s.g.IsClosed() }
 
 // AttemptReconnect does nothing.
 func (s *Single) AttemptReconnect(context.Context) error {
-	return s.g.outsideGroup(opAttemptReconnect)
+	return s.g.OutsideGroup(core.OpAttemptReconnect)
 }
 
 // Close closes s; it reports a group left open with ErrGroupOpen.
 func (s *Single) Close() error {
-	open, err := s.g.close()
+	open, err := s.g.Close()
 	if err != nil {
 		return err
 	}
 	if open > 0 {
-		return groupLeftOpen(open)
+		return core.GroupLeftOpen(open)
 	}
 	return nil
 }
@@ -141,11 +143,11 @@ func (s *Single) Close() error {
 // operation validates its arguments and completes at once, leaving buffers as they are.
 // It cannot split.
 type NoOp struct {
-	g *guard
+	g *core.Guard
 }
 
 // NewNoOp returns a one-rank Communicator.
-func NewNoOp() *NoOp { return &NoOp{g: newGuard(0, 1, BFloat16)} }
+func NewNoOp() *NoOp { return &NoOp{g: core.NewGuard(0, 1, BFloat16)} }
 
 // Rank returns 0.
 func (n *NoOp) Rank() int { return 0 }
@@ -155,43 +157,43 @@ func (n *NoOp) WorldSize() int { return 1 }
 
 // AllReduce validates its arguments and does nothing.
 func (n *NoOp) AllReduce(ptr DevicePtr, count int, t DType, op ReduceOp) error {
-	_, err := n.g.typedReduce(ptr, count, t, op)
+	_, err := n.g.TypedReduce(ptr, count, t, op)
 	return err
 }
 
 // Broadcast validates its arguments and does nothing.
 func (n *NoOp) Broadcast(ptr DevicePtr, count int, t DType, root int) error {
-	_, err := n.g.typedBroadcast(ptr, count, t, root)
+	_, err := n.g.TypedBroadcast(ptr, count, t, root)
 	return err
 }
 
 // AllGather validates its arguments and does nothing.
 func (n *NoOp) AllGather(send, recv DevicePtr, count int, t DType) error {
-	_, err := n.g.typedGather(opAllGather, send, recv, count, t, Sum, false)
+	_, err := n.g.TypedGather(core.OpAllGather, send, recv, count, t, Sum, false)
 	return err
 }
 
 // ReduceScatter validates its arguments and does nothing.
 func (n *NoOp) ReduceScatter(send, recv DevicePtr, count int, t DType, op ReduceOp) error {
-	_, err := n.g.typedGather(opReduceScatter, send, recv, count, t, op, true)
+	_, err := n.g.TypedGather(core.OpReduceScatter, send, recv, count, t, op, true)
 	return err
 }
 
 // Send validates its arguments and does nothing.
 func (n *NoOp) Send(ptr DevicePtr, count int, t DType, dest int, _ uint32) error {
-	_, err := n.g.typedP2P(opSend, "dest", ptr, count, t, dest)
+	_, err := n.g.TypedP2P(core.OpSend, "dest", ptr, count, t, dest)
 	return err
 }
 
 // Recv validates its arguments and does nothing.
 func (n *NoOp) Recv(ptr DevicePtr, count int, t DType, src int, _ uint32) error {
-	_, err := n.g.typedP2P(opRecv, "src", ptr, count, t, src)
+	_, err := n.g.TypedP2P(core.OpRecv, "src", ptr, count, t, src)
 	return err
 }
 
 // Sync returns at once (or ctx's error).
 func (n *NoOp) Sync(ctx context.Context) error {
-	if err := n.g.outsideGroup(opSync); err != nil {
+	if err := n.g.OutsideGroup(core.OpSync); err != nil {
 		return err
 	}
 	return ctx.Err()
@@ -199,7 +201,7 @@ func (n *NoOp) Sync(ctx context.Context) error {
 
 // Barrier returns at once (or ctx's error).
 func (n *NoOp) Barrier(ctx context.Context) error {
-	if err := n.g.outsideGroup(opBarrier); err != nil {
+	if err := n.g.OutsideGroup(core.OpBarrier); err != nil {
 		return err
 	}
 	return ctx.Err()
@@ -207,24 +209,24 @@ func (n *NoOp) Barrier(ctx context.Context) error {
 
 // Split returns ErrUnsupported.
 func (n *NoOp) Split(_ context.Context, color, _ int) (Communicator, error) {
-	if err := n.g.outsideGroup(opSplit); err != nil {
+	if err := n.g.OutsideGroup(core.OpSplit); err != nil {
 		return nil, err
 	}
-	return nil, &ArgError{Op: opSplit, Arg: "color", Value: color, Err: ErrUnsupported,
+	return nil, &ArgError{Op: core.OpSplit, Arg: "color", Value: color, Err: ErrUnsupported,
 		Reason: fmt.Sprintf("%T cannot split", n)}
 }
 
 // GroupStart opens a group level.
-func (n *NoOp) GroupStart() error { return n.g.groupStart() }
+func (n *NoOp) GroupStart() error { return n.g.GroupStart() }
 
 // GroupEnd closes a group level.
 func (n *NoOp) GroupEnd() error {
-	_, err := n.g.groupEnd()
+	_, err := n.g.GroupEnd()
 	return err
 }
 
 // Close closes n.
 func (n *NoOp) Close() error {
-	_, err := n.g.close()
+	_, err := n.g.Close()
 	return err
 }

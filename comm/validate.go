@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-)
 
-// checked is implemented by the backends that already run comm's validation.
-type checked interface{ checked() }
+	"github.com/ncclgo/ncclgo/comm/internal/core"
+)
 
 // Validate puts comm's validation layer in front of a Backend written outside comm (for
 // example a Base around a user's Core), so that it rejects bad input exactly as Single
@@ -22,117 +21,104 @@ func Validate(b Backend, opts ...Option) (Backend, error) {
 	if b == nil {
 		return nil, errors.New("validate: backend is nil")
 	}
-	if _, ok := b.(checked); ok {
+	if core.IsChecked(b) {
 		return b, nil
 	}
-	cfg := newConfig(opts)
+	cfg := newOptions(opts)
 	world, rank := b.WorldSize(), b.Rank()
-	if err := checkWorld("validate", rank, world, cfg.elem); err != nil {
+	if err := core.CheckWorld("validate", rank, world, cfg.elem, "comm.WithElementType"); err != nil {
 		return nil, err
 	}
-	return &validated{b: b, g: newGuard(rank, world, cfg.elem)}, nil
-}
-
-func checkWorld(op string, rank, world int, elem DType) error {
-	if world < 1 {
-		return &ArgError{Op: op, Arg: "world size", Value: world, Err: ErrInvalidSize, Reason: "must be at least 1"}
-	}
-	if err := checkRank(op, "rank", rank, world); err != nil {
-		return err
-	}
-	if !elem.Valid() {
-		return &ArgError{Op: op, Arg: "element type", Value: int32(elem), Err: ErrInvalidType}
-	}
-	return nil
+	return &validated{b: b, g: core.NewGuard(rank, world, cfg.elem)}, nil
 }
 
 type validated struct {
 	b Backend
-	g *guard
+	g *core.Guard
 }
 
-func (*validated) checked() {}
+func init() { core.MarkChecked((*validated)(nil)) }
 
 func (v *validated) AllReduce(ptr DevicePtr, bytes int) error {
-	if err := v.g.reduce(opAllReduce, ptr, bytes); err != nil {
+	if err := v.g.Reduce(core.OpAllReduce, ptr, bytes); err != nil {
 		return err
 	}
 	return v.b.AllReduce(ptr, bytes)
 }
 
 func (v *validated) AllGather(send, recv DevicePtr, bytes int) error {
-	if err := v.g.gather(opAllGather, send, recv, bytes, false); err != nil {
+	if err := v.g.Gather(core.OpAllGather, send, recv, bytes, false); err != nil {
 		return err
 	}
 	return v.b.AllGather(send, recv, bytes)
 }
 
 func (v *validated) ReduceScatter(send, recv DevicePtr, bytes int) error {
-	if err := v.g.gather(opReduceScatter, send, recv, bytes, true); err != nil {
+	if err := v.g.Gather(core.OpReduceScatter, send, recv, bytes, true); err != nil {
 		return err
 	}
 	return v.b.ReduceScatter(send, recv, bytes)
 }
 
 func (v *validated) Broadcast(ptr DevicePtr, bytes, root int) error {
-	if err := v.g.broadcast(ptr, bytes, root); err != nil {
+	if err := v.g.Broadcast(ptr, bytes, root); err != nil {
 		return err
 	}
 	return v.b.Broadcast(ptr, bytes, root)
 }
 
 func (v *validated) Barrier() error {
-	if err := v.g.open(opBarrier); err != nil {
+	if err := v.g.Open(core.OpBarrier); err != nil {
 		return err
 	}
 	return v.b.Barrier()
 }
 
 func (v *validated) SendTo(ptr DevicePtr, bytes, dest int, s Stream) error {
-	if err := v.g.p2p(opSend, "dest", ptr, bytes, dest); err != nil {
+	if err := v.g.P2p(core.OpSend, "dest", ptr, bytes, dest); err != nil {
 		return err
 	}
 	return v.b.SendTo(ptr, bytes, dest, s)
 }
 
 func (v *validated) RecvFrom(ptr DevicePtr, bytes, src int, s Stream) error {
-	if err := v.g.p2p(opRecv, "src", ptr, bytes, src); err != nil {
+	if err := v.g.P2p(core.OpRecv, "src", ptr, bytes, src); err != nil {
 		return err
 	}
 	return v.b.RecvFrom(ptr, bytes, src, s)
 }
 
-func (v *validated) Rank() int      { return v.g.rank }
-func (v *validated) WorldSize() int { return v.g.world }
+func (v *validated) Rank() int      { return v.g.Rank }
+func (v *validated) WorldSize() int { return v.g.World }
 
 func (v *validated) RecvCommandU32(ctx context.Context, ptr DevicePtr, root int) error {
-	if err := v.g.recvCommand(ptr, root); err != nil {
+	if err := v.g.RecvCommand(ptr, root); err != nil {
 		return err
 	}
 	return v.b.RecvCommandU32(ctx, ptr, root)
 }
 
 func (v *validated) AllReduceAsync(ptr DevicePtr, bytes int, compute Stream) error {
-	if err := v.g.reduceAsync(ptr, bytes); err != nil {
+	if err := v.g.ReduceAsync(ptr, bytes); err != nil {
 		return err
 	}
 	return v.b.AllReduceAsync(ptr, bytes, compute)
 }
 
 func (v *validated) RegisterBuffer(ptr DevicePtr, bytes int) (BufferHandle, error) {
-	if err := v.g.register(ptr, bytes); err != nil {
+	if err := v.g.Register(ptr, bytes); err != nil {
 		return 0, err
 	}
 	h, err := v.b.RegisterBuffer(ptr, bytes)
 	if err != nil {
 		return 0, err
 	}
-	v.g.registered(h)
+	v.g.Registered(h)
 	return h, nil
 }
 
 func (v *validated) DeregisterBuffer(h BufferHandle) error {
-	undo, err := v.g.deregister(h)
+	undo, err := v.g.Deregister(h)
 	if err != nil {
 		return err
 	}
@@ -144,7 +130,7 @@ func (v *validated) DeregisterBuffer(h BufferHandle) error {
 }
 
 func (v *validated) SymmetricAlloc(bytes int) (DevicePtr, error) {
-	if err := v.g.symAlloc(bytes); err != nil {
+	if err := v.g.SymAlloc(bytes); err != nil {
 		return 0, err
 	}
 	p, err := v.b.SymmetricAlloc(bytes)
@@ -152,15 +138,15 @@ func (v *validated) SymmetricAlloc(bytes int) (DevicePtr, error) {
 		return 0, err
 	}
 	if p == 0 {
-		return 0, &OpError{Op: opSymmetricAlloc, Bytes: bytes, Rank: v.g.rank,
+		return 0, &OpError{Op: core.OpSymmetricAlloc, Bytes: bytes, Rank: v.g.Rank, GlobalRank: v.g.Rank,
 			Err: fmt.Errorf("backend returned a null pointer")}
 	}
-	v.g.allocated(p, bytes)
+	v.g.Allocated(p, bytes)
 	return p, nil
 }
 
 func (v *validated) SymmetricFree(p DevicePtr) error {
-	_, undo, err := v.g.symFree(p)
+	_, undo, err := v.g.SymFree(p)
 	if err != nil {
 		return err
 	}
@@ -172,47 +158,47 @@ func (v *validated) SymmetricFree(p DevicePtr) error {
 }
 
 func (v *validated) SetAddKernel(k Kernel) error {
-	if err := v.g.kernel(k); err != nil {
+	if err := v.g.Kernel(k); err != nil {
 		return err
 	}
 	return v.b.SetAddKernel(k)
 }
 
 func (v *validated) GroupStart() error {
-	if err := v.g.groupStart(); err != nil {
+	if err := v.g.GroupStart(); err != nil {
 		return err
 	}
 	if err := v.b.GroupStart(); err != nil {
-		_, _ = v.g.groupEnd()
+		_, _ = v.g.GroupEnd()
 		return err
 	}
 	return nil
 }
 
 func (v *validated) GroupEnd() error {
-	if _, err := v.g.groupEnd(); err != nil {
+	if _, err := v.g.GroupEnd(); err != nil {
 		return err
 	}
 	return v.b.GroupEnd()
 }
 
-func (v *validated) IsHealthy() bool { return !v.g.isClosed() && v.b.IsHealthy() }
+func (v *validated) IsHealthy() bool { return !v.g.IsClosed() && v.b.IsHealthy() }
 
 func (v *validated) AttemptReconnect(ctx context.Context) error {
-	if err := v.g.outsideGroup(opAttemptReconnect); err != nil {
+	if err := v.g.OutsideGroup(core.OpAttemptReconnect); err != nil {
 		return err
 	}
 	return v.b.AttemptReconnect(ctx)
 }
 
 func (v *validated) Close() error {
-	open, err := v.g.close()
+	open, err := v.g.Close()
 	if err != nil {
 		return err
 	}
 	err = v.b.Close()
 	if open > 0 {
-		err = errors.Join(groupLeftOpen(open), err)
+		err = errors.Join(core.GroupLeftOpen(open), err)
 	}
 	return err
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest/internal/sim"
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
+	"github.com/ncclgo/ncclgo/comm/internal/ncclcfg"
+	"github.com/ncclgo/ncclgo/comm/nccl"
 )
 
 // Cluster is a world of ranks running comm's NCCL backend on a simulated machine: one
@@ -22,7 +24,7 @@ type Cluster struct {
 	cfg clusterConfig
 
 	mu       sync.Mutex
-	backends []*comm.NCCL // nil for a memory-only cluster (SingleHarness)
+	backends []*nccl.Backend // nil for a memory-only cluster (SingleHarness)
 	ids      map[int]gpulib.UniqueID
 	base     []int // per rank: the cluster generation its backend counts from
 
@@ -31,7 +33,7 @@ type Cluster struct {
 }
 
 type clusterConfig struct {
-	comm        []comm.Option
+	comm        []nccl.Option
 	sim         []sim.Option
 	initTimeout time.Duration
 	closeWait   time.Duration
@@ -42,9 +44,9 @@ type clusterConfig struct {
 // Option configures a Cluster.
 type Option func(*clusterConfig)
 
-// WithCommOptions passes options to every rank's backend (comm.WithElementType,
-// comm.WithTimeout, ...).
-func WithCommOptions(opts ...comm.Option) Option {
+// WithCommOptions passes options to every rank's backend (nccl.WithElementType,
+// nccl.WithTimeout, ...).
+func WithCommOptions(opts ...nccl.Option) Option {
 	return func(c *clusterConfig) { c.comm = append(c.comm, opts...) }
 }
 
@@ -66,7 +68,7 @@ func WithInProgress(polls int) Option {
 	return func(c *clusterConfig) { c.sim = append(c.sim, sim.WithInProgress(polls)) }
 }
 
-// WithReconnect gives every backend a comm.WithReconnect function that hands all ranks
+// WithReconnect gives every backend a nccl.WithReconnect function that hands all ranks
 // the same new unique id for each generation, so that AttemptReconnect works when every
 // rank calls it; Replace brings a killed rank back into such a generation.
 func WithReconnect() Option {
@@ -79,7 +81,8 @@ func WithInitTimeout(d time.Duration) Option {
 }
 
 // NewCluster starts n ranks of comm's NCCL backend, each on its own simulated device,
-// sharing one communicator.
+// sharing one communicator. Unlike nccl.New, a Cluster has a default element type:
+// its backends reduce bfloat16 unless WithCommOptions passes nccl.WithElementType.
 func NewCluster(n int, opts ...Option) (*Cluster, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("new cluster: %d ranks: need at least 1: %w", n, comm.ErrInvalidSize)
@@ -94,7 +97,7 @@ func NewCluster(n int, opts ...Option) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new cluster: %w", err)
 	}
-	c := &Cluster{w: w, n: n, backends: make([]*comm.NCCL, n), cfg: cfg,
+	c := &Cluster{w: w, n: n, backends: make([]*nccl.Backend, n), cfg: cfg,
 		ids: map[int]gpulib.UniqueID{0: w.NewUniqueID()}, base: make([]int, n)}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.initTimeout)
 	defer cancel()
@@ -121,17 +124,17 @@ func NewCluster(n int, opts ...Option) (*Cluster, error) {
 }
 
 // start creates rank's backend in the communicator of cluster generation gen.
-func (c *Cluster) start(ctx context.Context, rank, gen int) (*comm.NCCL, error) {
+func (c *Cluster) start(ctx context.Context, rank, gen int) (*nccl.Backend, error) {
 	d, err := c.w.Driver(rank)
 	if err != nil {
 		return nil, err
 	}
-	opts := c.cfg.comm
+	opts := append([]nccl.Option{nccl.WithElementType(comm.BFloat16)}, c.cfg.comm...) // the documented default
 	if c.cfg.reconnect {
-		opts = append(slices.Clone(opts), comm.WithReconnect(c.reconnectFunc(rank)))
+		opts = append(slices.Clone(opts), nccl.WithReconnect(c.reconnectFunc(rank)))
 	}
-	opts = append(slices.Clone(opts), comm.WithDriver(d))
-	b, err := comm.NewNCCL(ctx, comm.UniqueID(c.generationID(gen)), rank, c.n, opts...)
+	opts = append(slices.Clone(opts), ncclcfg.WithDriver(d))
+	b, err := nccl.New(ctx, comm.UniqueID(c.generationID(gen)), rank, c.n, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: %w", rank, err)
 	}
@@ -152,7 +155,7 @@ func (c *Cluster) generationID(gen int) gpulib.UniqueID {
 
 // reconnectFunc maps rank's backend generations (counted from its own start) to
 // cluster generations.
-func (c *Cluster) reconnectFunc(rank int) comm.ReconnectFunc {
+func (c *Cluster) reconnectFunc(rank int) nccl.ReconnectFunc {
 	return func(ctx context.Context, generation int) (comm.UniqueID, error) {
 		if err := ctx.Err(); err != nil {
 			return comm.UniqueID{}, err
@@ -169,7 +172,7 @@ func (c *Cluster) reconnectFunc(rank int) comm.ReconnectFunc {
 // generation gen, the generation the survivors' AttemptReconnect is creating (1 after
 // the first failure; needs WithReconnect). Call it while the survivors reconnect: it
 // waits for them. The new backend replaces the old one in Backends.
-func (c *Cluster) Replace(ctx context.Context, rank, gen int) (*comm.NCCL, error) {
+func (c *Cluster) Replace(ctx context.Context, rank, gen int) (*nccl.Backend, error) {
 	if err := c.checkRank("replace", rank); err != nil {
 		return nil, err
 	}
@@ -201,7 +204,7 @@ func (c *Cluster) Replace(ctx context.Context, rank, gen int) (*comm.NCCL, error
 	return b, nil
 }
 
-// SplitBackends splits every rank's backend at once (comm.NCCL.Split with key = rank):
+// SplitBackends splits every rank's backend at once (nccl.Backend.Split with key = rank):
 // rank r joins sub-group color(r). It returns the new backends, index = rank (nil for a
 // negative color); the caller closes them before the Cluster.
 func (c *Cluster) SplitBackends(ctx context.Context, color func(rank int) int) ([]comm.Backend, error) {
@@ -254,7 +257,7 @@ func (c *Cluster) Backends() []comm.Backend {
 }
 
 // Backend returns rank's backend.
-func (c *Cluster) Backend(rank int) (*comm.NCCL, error) {
+func (c *Cluster) Backend(rank int) (*nccl.Backend, error) {
 	if err := c.checkRank("backend", rank); err != nil {
 		return nil, err
 	}

@@ -13,12 +13,13 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
-	"github.com/ncclgo/ncclgo/raw/nccl"
+	"github.com/ncclgo/ncclgo/comm/nccl"
+	rawnccl "github.com/ncclgo/ncclgo/raw/nccl"
 )
 
 // fast keeps fault tests short: operations and teardown give up after one second, long
 // enough for a loaded CI machine to initialise a cluster.
-var fast = commtest.WithCommOptions(comm.WithTimeout(time.Second), comm.WithCloseTimeout(time.Second))
+var fast = commtest.WithCommOptions(nccl.WithTimeout(time.Second), nccl.WithCloseTimeout(time.Second))
 
 func newCluster(t *testing.T, n int, opts ...commtest.Option) *commtest.Cluster {
 	t.Helper()
@@ -42,7 +43,7 @@ func onAll(c *commtest.Cluster, f func(rank int, b comm.Backend) error) []error 
 func TestNewClusterRejectsBadInput(t *testing.T) {
 	_, err := commtest.NewCluster(0)
 	assert.ErrorIs(t, err, comm.ErrInvalidSize)
-	_, err = commtest.NewCluster(2, commtest.WithCommOptions(comm.WithElementType(99)))
+	_, err = commtest.NewCluster(2, commtest.WithCommOptions(nccl.WithElementType(99)))
 	assert.ErrorIs(t, err, comm.ErrInvalidType)
 
 	c := newCluster(t, 2)
@@ -106,7 +107,7 @@ func TestInjectedRemoteErrorMakesTheBackendUnhealthy(t *testing.T) {
 	b, err := c.Backend(0)
 	require.NoError(t, err)
 	require.True(t, b.IsHealthy())
-	require.NoError(t, c.InjectAsyncError(0, nccl.RemoteError))
+	require.NoError(t, c.InjectAsyncError(0, rawnccl.RemoteError))
 	assert.False(t, b.IsHealthy())
 	p, _ := c.Alloc(0, 8)
 	assert.Error(t, b.AllReduce(p, 8))
@@ -161,7 +162,7 @@ func TestRecvCommandReturnsTheTransportErrorItSeesWhileWaiting(t *testing.T) {
 	sent := calls(t, c, 1, "ncclBroadcast")
 	go func() { done <- b.RecvCommandU32(context.Background(), p, 0) }()
 	waitCalls(t, c, 1, "ncclBroadcast", sent+1) // root never sends: the wait has no deadline
-	require.NoError(t, c.InjectAsyncError(1, nccl.RemoteError))
+	require.NoError(t, c.InjectAsyncError(1, rawnccl.RemoteError))
 	select {
 	case err := <-done:
 		require.Error(t, err)

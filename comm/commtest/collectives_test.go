@@ -11,6 +11,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
+	"github.com/ncclgo/ncclgo/comm/nccl"
 )
 
 // The new collectives on every NCCL version the backend chooses a different path for:
@@ -124,15 +125,15 @@ func TestPreMulSumDoesNotSurviveReconnect(t *testing.T) {
 	defer cancel()
 	ops := make([]comm.ReduceOp, n)
 	ps := make([]comm.DevicePtr, n)
-	each := func(f func(r int, b *comm.NCCL) error) { t.Helper(); eachBackend(t, c, f) }
-	each(func(r int, b *comm.NCCL) (err error) {
+	each := func(f func(r int, b *nccl.Backend) error) { t.Helper(); eachBackend(t, c, f) }
+	each(func(r int, b *nccl.Backend) (err error) {
 		if ps[r], err = c.Alloc(r, 4); err != nil {
 			return err
 		}
 		ops[r], err = b.Communicator().PreMulSum(comm.Float32, 3)
 		return err
 	})
-	each(func(_ int, b *comm.NCCL) error { return b.AttemptReconnect(ctx) })
+	each(func(_ int, b *nccl.Backend) error { return b.AttemptReconnect(ctx) })
 	calls := c.DriverCalls()
 	b, err := c.Backend(0)
 	require.NoError(t, err)
@@ -141,7 +142,7 @@ func TestPreMulSumDoesNotSurviveReconnect(t *testing.T) {
 	assert.Contains(t, err.Error(), "lost in a reconnect")
 	assert.Equal(t, calls, c.DriverCalls(), "the stale operator reached the library")
 
-	each(func(r int, b *comm.NCCL) error {
+	each(func(r int, b *nccl.Backend) error {
 		if err := c.WriteValues(r, ps[r], comm.Float32, []float64{float64(r + 1)}); err != nil {
 			return err
 		}
@@ -162,7 +163,7 @@ func TestPreMulSumDoesNotSurviveReconnect(t *testing.T) {
 
 // eachBackend runs f on every rank's backend of c concurrently, as separate processes
 // would, and requires every call to succeed.
-func eachBackend(t *testing.T, c *commtest.Cluster, f func(r int, b *comm.NCCL) error) {
+func eachBackend(t *testing.T, c *commtest.Cluster, f func(r int, b *nccl.Backend) error) {
 	t.Helper()
 	n := c.Size()
 	errs := make(chan error, n)

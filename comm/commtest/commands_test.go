@@ -14,6 +14,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
+	"github.com/ncclgo/ncclgo/comm/nccl"
 )
 
 // TestNoCommandLostAcrossCancellations is a worker loop on RecvCommandU32 whose waits
@@ -28,7 +29,7 @@ func TestNoCommandLostAcrossCancellations(t *testing.T) {
 	for _, n := range []int{2, 4, 8} {
 		t.Run(fmt.Sprint("world", n), func(t *testing.T) {
 			const commands = 1000
-			c, err := commtest.NewCluster(n, commtest.WithCommOptions(comm.WithTimeout(time.Minute), comm.WithLogger(quietLog)))
+			c, err := commtest.NewCluster(n, commtest.WithCommOptions(nccl.WithTimeout(time.Minute), nccl.WithLogger(quietLog)))
 			require.NoError(t, err)
 			defer func() { require.NoError(t, c.Close()) }()
 			bs := c.Backends()

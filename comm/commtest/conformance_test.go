@@ -10,6 +10,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
+	"github.com/ncclgo/ncclgo/comm/nccl"
 )
 
 func TestConformanceSingle(t *testing.T) {
@@ -78,7 +79,7 @@ func twoRankHarness(opts ...commtest.Option) commtest.Harness {
 		for r := range c.Size() {
 			k, err := c.AddKernel(r, elem)
 			if err == nil {
-				var b *comm.NCCL
+				var b *nccl.Backend
 				if b, err = c.Backend(r); err == nil {
 					err = b.SetAddKernel(k)
 				}

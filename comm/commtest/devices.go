@@ -5,10 +5,12 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest/internal/sim"
+	"github.com/ncclgo/ncclgo/comm/internal/ncclcfg"
+	"github.com/ncclgo/ncclgo/comm/nccl"
 )
 
 // NewDevices starts a simulated machine of n devices with no backends, for code that
-// brings up its own through comm's bring-up (comm.Connect, comm.JoinJob): pass
+// brings up its own through comm's bring-up (job.Connect, job.JoinJob): pass
 // DeviceOption(rank) and the rank's backend runs on simulated device rank, its unique
 // id made by the simulated NCCL. The device helpers (Alloc, Write, Read, streams) and
 // the faults (Kill, Revive, InjectAsyncError, Hang, Delay, FailCall) work as on a
@@ -31,10 +33,10 @@ func NewDevices(n int, opts ...Option) (*Cluster, error) {
 	return &Cluster{w: w, n: n, cfg: cfg}, nil
 }
 
-// DeviceOption returns the comm.Option that makes comm.Connect, comm.JoinJob and
-// comm.Job.NewNCCL use simulated device rank instead of a GPU. Every rank of such a
+// DeviceOption returns the nccl.Option that makes job.Connect, job.JoinJob and
+// job.Job.NewNCCL use simulated device rank instead of a GPU. Every rank of such a
 // job must use a device of this Cluster: the unique id is the simulated NCCL's.
-func (c *Cluster) DeviceOption(rank int) (comm.Option, error) {
+func (c *Cluster) DeviceOption(rank int) (nccl.Option, error) {
 	if err := c.checkRank("device option", rank); err != nil {
 		return nil, err
 	}
@@ -42,7 +44,7 @@ func (c *Cluster) DeviceOption(rank int) (comm.Option, error) {
 	if err != nil {
 		return nil, err
 	}
-	return comm.WithDriver(d), nil
+	return ncclcfg.WithDriver(d), nil
 }
 
 // Revive brings a killed device back the way a restarted process finds it: empty (its

@@ -13,7 +13,8 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
-	"github.com/ncclgo/ncclgo/raw/nccl"
+	"github.com/ncclgo/ncclgo/comm/nccl"
+	rawnccl "github.com/ncclgo/ncclgo/raw/nccl"
 )
 
 // TestNCCLFailuresReachCallersTyped checks what an engine sees of NCCL's failures: the
@@ -25,28 +26,28 @@ func TestNCCLFailuresReachCallersTyped(t *testing.T) {
 	for _, n := range []int{2, 4, 8} {
 		t.Run(fmt.Sprint("world", n), func(t *testing.T) {
 			t.Run("async-error", func(t *testing.T) {
-				c, err := commtest.NewCluster(n, commtest.WithCommOptions(comm.WithTimeout(time.Minute), comm.WithLogger(quietLog)))
+				c, err := commtest.NewCluster(n, commtest.WithCommOptions(nccl.WithTimeout(time.Minute), nccl.WithLogger(quietLog)))
 				require.NoError(t, err)
 				defer func() { _ = c.Close() }()
 				b, err := c.Backend(1)
 				require.NoError(t, err)
 				p, err := c.Alloc(1, 64)
 				require.NoError(t, err)
-				require.NoError(t, c.InjectAsyncError(1, nccl.RemoteError))
+				require.NoError(t, c.InjectAsyncError(1, rawnccl.RemoteError))
 				err = b.AllReduce(p, 64)
 				require.Error(t, err)
-				assert.ErrorIs(t, err, nccl.RemoteError, "the raw result")
+				assert.ErrorIs(t, err, rawnccl.RemoteError, "the raw result")
 				assert.ErrorIs(t, err, comm.ErrUnhealthy, "the first fatal error already says unhealthy")
 				assert.Contains(t, err.Error(), "all-reduce of 64 bytes on rank 1")
 				assert.Contains(t, err.Error(), "ncclRemoteError")
 				err = b.SendTo(p, 8, 0, 0)
 				assert.ErrorIs(t, err, comm.ErrUnhealthy)
-				assert.ErrorIs(t, err, nccl.RemoteError, "later errors keep the cause")
+				assert.ErrorIs(t, err, rawnccl.RemoteError, "later errors keep the cause")
 				assert.Contains(t, err.Error(), "send of 8 bytes on rank 1 to rank 0")
 				assert.False(t, b.IsHealthy())
 			})
 			t.Run("mismatch", func(t *testing.T) {
-				c, err := commtest.NewCluster(n, commtest.WithCommOptions(comm.WithTimeout(time.Minute), comm.WithLogger(quietLog)))
+				c, err := commtest.NewCluster(n, commtest.WithCommOptions(nccl.WithTimeout(time.Minute), nccl.WithLogger(quietLog)))
 				require.NoError(t, err)
 				defer func() { _ = c.Close() }()
 				bs := c.Backends()
@@ -64,11 +65,11 @@ func TestNCCLFailuresReachCallersTyped(t *testing.T) {
 				wg.Wait()
 				for r, err := range errs {
 					require.Error(t, err, "rank %d", r)
-					assert.ErrorIs(t, err, nccl.InvalidUsage, "rank %d", r)
+					assert.ErrorIs(t, err, rawnccl.InvalidUsage, "rank %d", r)
 					assert.ErrorIs(t, err, comm.ErrUnhealthy, "rank %d", r)
 					assert.Contains(t, err.Error(), fmt.Sprintf("on rank %d", r))
 					assert.Contains(t, err.Error(), "does not match across ranks: rank 0 called ncclAllReduce(count 32", "rank %d: the simulator's account", r)
-					assert.True(t, errors.Is(err, nccl.InvalidUsage))
+					assert.True(t, errors.Is(err, rawnccl.InvalidUsage))
 				}
 			})
 		})
@@ -81,8 +82,8 @@ func TestNCCLFailuresReachCallersTyped(t *testing.T) {
 func TestCloseSaysWhatItAbandoned(t *testing.T) {
 	for _, n := range []int{2, 4, 8} {
 		t.Run(fmt.Sprint("world", n), func(t *testing.T) {
-			c, err := commtest.NewCluster(n, commtest.WithCommOptions(comm.WithTimeout(time.Minute),
-				comm.WithCloseTimeout(200*time.Millisecond), comm.WithLogger(quietLog)))
+			c, err := commtest.NewCluster(n, commtest.WithCommOptions(nccl.WithTimeout(time.Minute),
+				nccl.WithCloseTimeout(200*time.Millisecond), nccl.WithLogger(quietLog)))
 			require.NoError(t, err)
 			defer func() { _ = c.Close() }()
 			b, err := c.Backend(0)
@@ -102,15 +103,15 @@ func TestCloseSaysWhatItAbandoned(t *testing.T) {
 
 // TestSymmetricAllocIsLocalAndTheWindowCollective: SymmetricAlloc on one rank alone
 // returns at once (allocation is local); registering the window is the collective
-// step, and a rank that registers alone gets an error saying that a peer never joined.
+// step, and a rank that registers alone gets a timeout saying that a collective waits until every rank joins it.
 // Registered by every rank, the window serves an all-reduce.
 func TestSymmetricAllocIsLocalAndTheWindowCollective(t *testing.T) {
 	for _, n := range []int{2, 4, 8} {
 		t.Run(fmt.Sprint("world", n), func(t *testing.T) {
-			c, err := commtest.NewCluster(n, commtest.WithCommOptions(comm.WithTimeout(time.Minute), comm.WithLogger(quietLog)))
+			c, err := commtest.NewCluster(n, commtest.WithCommOptions(nccl.WithTimeout(time.Minute), nccl.WithLogger(quietLog)))
 			require.NoError(t, err)
 			defer func() { _ = c.Close() }()
-			bs := make([]*comm.NCCL, n)
+			bs := make([]*nccl.Backend, n)
 			for r := range n {
 				bs[r], err = c.Backend(r)
 				require.NoError(t, err)
@@ -155,7 +156,7 @@ func TestSymmetricAllocIsLocalAndTheWindowCollective(t *testing.T) {
 	}
 	t.Run("alone", func(t *testing.T) {
 		// The timeout bounds the cluster's init too: a second, as fast gives.
-		c, err := commtest.NewCluster(2, commtest.WithCommOptions(comm.WithTimeout(time.Second), comm.WithLogger(quietLog)))
+		c, err := commtest.NewCluster(2, commtest.WithCommOptions(nccl.WithTimeout(time.Second), nccl.WithLogger(quietLog)))
 		require.NoError(t, err)
 		defer func() { _ = c.Close() }()
 		b, err := c.Backend(0)
@@ -165,6 +166,6 @@ func TestSymmetricAllocIsLocalAndTheWindowCollective(t *testing.T) {
 		_, err = b.RegisterWindow(context.Background(), p, 4096) // rank 1 never registers
 		require.ErrorIs(t, err, comm.ErrTimeout)
 		assert.Contains(t, err.Error(), "register-window of 4096 bytes on rank 0")
-		assert.Contains(t, err.Error(), "a collective that a peer never joined")
+		assert.Contains(t, err.Error(), "a collective waits until every rank joins it")
 	})
 }

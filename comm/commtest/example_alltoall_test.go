@@ -7,6 +7,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
+	"github.com/ncclgo/ncclgo/comm/nccl"
 )
 
 // Mixture-of-experts dispatch: two ranks exchange tokens with AllToAll on a caller's
@@ -32,7 +33,7 @@ func ExampleCluster_Communicators_allToAll() {
 	var wg sync.WaitGroup
 	for rank, cc := range cluster.Communicators() {
 		wg.Go(func() {
-			c := cc.(*comm.NCCLCommunicator)
+			c := cc.(*nccl.Communicator)
 			s, err := cluster.NewStream(rank) // the engine's compute stream
 			if err != nil {
 				fmt.Println(err)

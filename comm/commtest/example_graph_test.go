@@ -7,6 +7,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
+	"github.com/ncclgo/ncclgo/comm/nccl"
 )
 
 // A captured decode step: each rank records an all-reduce on its compute stream into
@@ -27,13 +28,13 @@ func ExampleCluster_BeginCapture() {
 	for rank, cc := range cluster.Communicators() {
 		acts[rank], _ = cluster.Alloc(rank, 8)
 		streams[rank], _ = cluster.NewStream(rank)
-		onCompute, err := cc.(*comm.NCCLCommunicator).OnStream(streams[rank])
+		onCompute, err := cc.(*nccl.Communicator).OnStream(streams[rank])
 		if err == nil {
 			err = cluster.BeginCapture(rank, streams[rank])
 		}
 		if err == nil {
-			if serr := onCompute.Sync(ctx); errors.Is(serr, comm.ErrCapturing) && rank == 0 {
-				fmt.Println("sync during capture:", comm.ErrCapturing)
+			if serr := onCompute.Sync(ctx); errors.Is(serr, nccl.ErrCapturing) && rank == 0 {
+				fmt.Println("sync during capture:", nccl.ErrCapturing)
 			}
 			err = onCompute.AllReduce(acts[rank], 2, comm.Float32, comm.Sum)
 		}

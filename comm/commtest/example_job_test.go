@@ -10,10 +10,12 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
+	"github.com/ncclgo/ncclgo/comm/job"
+	"github.com/ncclgo/ncclgo/comm/nccl"
 	"github.com/ncclgo/ncclgo/comm/rendezvous"
 )
 
-// Two ranks start the way two processes of a job do, through comm.Connect and a
+// Two ranks start the way two processes of a job do, through job.Connect and a
 // rendezvous store on loopback (rank 0 serves it), each on a simulated GPU; they sum a
 // buffer. An engine's own bring-up code can be tested like this without a GPU.
 func ExampleNewDevices() {
@@ -37,16 +39,16 @@ func ExampleNewDevices() {
 	sums := make([][]float64, 2)
 	for rank := range 2 {
 		wg.Go(func() {
-			// In a real job: comm.Connect(ctx) with MASTER_ADDR, MASTER_PORT, RANK,
+			// In a real job: job.Connect(ctx) with MASTER_ADDR, MASTER_PORT, RANK,
 			// WORLD_SIZE and LOCAL_RANK in the environment.
 			gpu, err := devices.DeviceOption(rank)
 			if err != nil {
 				fmt.Println(err)
 				return
 			}
-			job := rendezvous.Config{MasterAddr: "127.0.0.1", MasterPort: port, Rank: rank, WorldSize: 2, LocalRank: rank}
-			b, err := comm.Connect(ctx, comm.WithJob(job), gpu, comm.WithWatchdog(0),
-				comm.WithLogger(slog.New(slog.DiscardHandler)))
+			jc := rendezvous.Config{MasterAddr: "127.0.0.1", MasterPort: port, Rank: rank, WorldSize: 2, LocalRank: rank}
+			b, err := job.Connect(ctx, job.WithJob(jc), job.WithLogger(slog.New(slog.DiscardHandler)),
+				job.WithNCCL(gpu, nccl.WithElementType(comm.BFloat16), nccl.WithWatchdog(0)))
 			if err != nil {
 				fmt.Println("rank", rank, err)
 				return

@@ -15,9 +15,10 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
+	"github.com/ncclgo/ncclgo/comm/nccl"
 	"github.com/ncclgo/ncclgo/raw/cuda"
 	"github.com/ncclgo/ncclgo/raw/cuda/cudatest"
-	"github.com/ncclgo/ncclgo/raw/nccl"
+	rawnccl "github.com/ncclgo/ncclgo/raw/nccl"
 )
 
 // TestGPUConformanceRealNCCL runs the conformance suite on the real NCCL backend and real
@@ -38,11 +39,11 @@ func TestGPUConformanceRealNCCL(t *testing.T) {
 	if err != nil {
 		t.Skipf("no usable GPU: %v (run make libs; NCCLGO_LIBCUDA selects libcuda)", err)
 	}
-	if _, err := comm.NewUniqueID(); err != nil {
+	if _, err := nccl.NewUniqueID(); err != nil {
 		t.Skipf("NCCL unavailable: %v (run make libs; NCCLGO_LIBNCCL selects libnccl)", err)
 	}
 	var version int32
-	if err := nccl.GetVersion(&version); err != nil {
+	if err := rawnccl.GetVersion(&version); err != nil {
 		t.Fatalf("ncclGetVersion: %v", err)
 	}
 	var caps []commtest.Capability // what the loaded NCCL has, by NCCL's release notes
@@ -94,23 +95,23 @@ func gpuContexts(world int) ([]cuda.Context, error) {
 // handled through the CUDA driver.
 type gpuInstance struct {
 	ctxs     []cuda.Context
-	backends []*comm.NCCL
+	backends []*nccl.Backend
 }
 
 func startGPU(ctxs []cuda.Context, elem comm.DType) (*gpuInstance, error) {
 	world := len(ctxs)
-	id, err := comm.NewUniqueID()
+	id, err := nccl.NewUniqueID()
 	if err != nil {
 		return nil, err
 	}
-	g := &gpuInstance{ctxs: ctxs, backends: make([]*comm.NCCL, world)}
+	g := &gpuInstance{ctxs: ctxs, backends: make([]*nccl.Backend, world)}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	errs := make([]error, world)
 	var wg sync.WaitGroup
 	for r := range world {
 		wg.Go(func() {
-			g.backends[r], errs[r] = comm.NewNCCL(ctx, id, r, world, comm.WithElementType(elem), comm.WithTimeout(time.Minute))
+			g.backends[r], errs[r] = nccl.New(ctx, id, r, world, nccl.WithElementType(elem), nccl.WithTimeout(time.Minute))
 		})
 	}
 	wg.Wait()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
+	"github.com/ncclgo/ncclgo/comm/nccl"
 )
 
 const replays = 100
@@ -20,7 +21,7 @@ const replays = 100
 type graphRank struct {
 	s             comm.Stream
 	in, buf, recv comm.DevicePtr
-	v             comm.StreamComm
+	v             nccl.StreamComm
 	g             *commtest.Graph
 }
 
@@ -36,7 +37,7 @@ func newGraphRanks(t *testing.T, c *commtest.Cluster, count int) []*graphRank {
 		}
 		g.s, err = c.NewStream(r)
 		require.NoError(t, err)
-		g.v, err = c.Communicators()[r].(*comm.NCCLCommunicator).OnStream(g.s)
+		g.v, err = c.Communicators()[r].(*nccl.Communicator).OnStream(g.s)
 		require.NoError(t, err)
 		rs[r] = g
 	}
@@ -135,11 +136,11 @@ func TestCapturedAllReduceAsyncReplays(t *testing.T) {
 	for _, n := range []int{2, 4} {
 		t.Run(fmt.Sprintf("%d ranks", n), func(t *testing.T) {
 			const count = 64
-			c, err := commtest.NewCluster(n, commtest.WithCommOptions(comm.WithTwoRankThreshold(1<<20), comm.WithElementType(comm.Float32)))
+			c, err := commtest.NewCluster(n, commtest.WithCommOptions(nccl.WithTwoRankThreshold(1<<20), nccl.WithElementType(comm.Float32)))
 			require.NoError(t, err)
 			defer func() { require.NoError(t, c.Close()) }()
 			rs := newGraphRanks(t, c, count)
-			bs := make([]*comm.NCCL, n)
+			bs := make([]*nccl.Backend, n)
 			for r := range bs {
 				bs[r], err = c.Backend(r)
 				require.NoError(t, err)
@@ -229,7 +230,7 @@ func TestOperationsThatWaitAreRejectedDuringCapture(t *testing.T) {
 			"NCCL.ReduceScatter (block)": b.ReduceScatter(g.buf, g.recv, 4),
 		}
 		for name, err := range rejected {
-			if !errors.Is(err, comm.ErrCapturing) {
+			if !errors.Is(err, nccl.ErrCapturing) {
 				return fmt.Errorf("%s during capture: got %v, want ErrCapturing", name, err)
 			}
 		}
@@ -253,7 +254,7 @@ func TestOperationsThatWaitAreRejectedDuringCapture(t *testing.T) {
 	}
 	// Outside capture the same calls work again.
 	for _, cc := range c.Communicators() {
-		require.NoError(t, cc.(*comm.NCCLCommunicator).Sync(ctx))
+		require.NoError(t, cc.(*nccl.Communicator).Sync(ctx))
 	}
 }
 
@@ -261,13 +262,13 @@ func TestOperationsThatWaitAreRejectedDuringCapture(t *testing.T) {
 // query it): the capture stays valid and the communicator healthy.
 func TestWatchdogLeavesACaptureValid(t *testing.T) {
 	const n, count = 2, 8
-	c, err := commtest.NewCluster(n, commtest.WithCommOptions(comm.WithWatchdog(time.Millisecond)))
+	c, err := commtest.NewCluster(n, commtest.WithCommOptions(nccl.WithWatchdog(time.Millisecond)))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, c.Close()) }()
 	bufs := make([]comm.DevicePtr, n)
 	graphs := make([]*commtest.Graph, n)
 	for r, cc := range c.Communicators() {
-		nc := cc.(*comm.NCCLCommunicator)
+		nc := cc.(*nccl.Communicator)
 		bufs[r], err = c.Alloc(r, count*4)
 		require.NoError(t, err)
 		require.NoError(t, c.WriteValues(r, bufs[r], comm.Float32, stepInput(r, 0, count)))
@@ -285,12 +286,12 @@ func TestWatchdogLeavesACaptureValid(t *testing.T) {
 		require.True(t, nc.IsHealthy(), "rank %d", r)
 	}
 	for r, cc := range c.Communicators() {
-		require.NoError(t, graphs[r].Launch(cc.(*comm.NCCLCommunicator).CommStream()))
+		require.NoError(t, graphs[r].Launch(cc.(*nccl.Communicator).CommStream()))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for r, cc := range c.Communicators() {
-		require.NoError(t, cc.(*comm.NCCLCommunicator).Sync(ctx))
+		require.NoError(t, cc.(*nccl.Communicator).Sync(ctx))
 		got, err := c.ReadValues(r, bufs[r], comm.Float32, count)
 		require.NoError(t, err)
 		assert.Equal(t, sumOf(n, 0, count), got, "rank %d", r)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
+	"github.com/ncclgo/ncclgo/comm/nccl"
 )
 
 // TestTensorParallelAllReduceInsidePipelineGroup is the engine pattern of two backends
@@ -25,8 +26,8 @@ import (
 func TestTensorParallelAllReduceInsidePipelineGroup(t *testing.T) {
 	for _, n := range []int{2, 4, 8} {
 		t.Run(fmt.Sprint("world", n), func(t *testing.T) {
-			c, err := commtest.NewCluster(n, commtest.WithCommOptions(comm.WithElementType(comm.Float32),
-				comm.WithTimeout(time.Minute), comm.WithLogger(quietLog)))
+			c, err := commtest.NewCluster(n, commtest.WithCommOptions(nccl.WithElementType(comm.Float32),
+				nccl.WithTimeout(time.Minute), nccl.WithLogger(quietLog)))
 			require.NoError(t, err)
 			defer func() { require.NoError(t, c.Close()) }()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -11,7 +11,8 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
-	"github.com/ncclgo/ncclgo/raw/nccl"
+	"github.com/ncclgo/ncclgo/comm/nccl"
+	rawnccl "github.com/ncclgo/ncclgo/raw/nccl"
 )
 
 // TestGroupIsOneSubmission checks that an all-to-all written as a group of sends and
@@ -20,7 +21,7 @@ import (
 // arrives as if each call had been made on its own.
 func TestGroupIsOneSubmission(t *testing.T) {
 	const n, block = 4, 16
-	c, err := commtest.NewCluster(n, commtest.WithCommOptions(comm.WithTimeout(time.Minute), comm.WithLogger(quietLog)))
+	c, err := commtest.NewCluster(n, commtest.WithCommOptions(nccl.WithTimeout(time.Minute), nccl.WithLogger(quietLog)))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, c.Close()) }()
 	send, recv := make([]comm.DevicePtr, n), make([]comm.DevicePtr, n)
@@ -95,7 +96,7 @@ func TestGroupIsOneSubmission(t *testing.T) {
 // operation, its rank and peer, with NCCL's result and text; the group is dropped and
 // the communicator stays usable (an invalid argument is not fatal).
 func TestGroupEndNamesTheRejectedCall(t *testing.T) {
-	c, err := commtest.NewCluster(2, commtest.WithCommOptions(comm.WithTimeout(time.Minute), comm.WithLogger(quietLog)))
+	c, err := commtest.NewCluster(2, commtest.WithCommOptions(nccl.WithTimeout(time.Minute), nccl.WithLogger(quietLog)))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, c.Close()) }()
 	buf, err := c.Alloc(0, 64)
@@ -107,7 +108,7 @@ func TestGroupEndNamesTheRejectedCall(t *testing.T) {
 	require.NoError(t, b.RecvFrom(buf+32, 64, 1, 0), "NCCL's own checks run at the outermost GroupEnd")
 	err = b.GroupEnd()
 	require.Error(t, err)
-	assert.ErrorIs(t, err, nccl.InvalidArgument)
+	assert.ErrorIs(t, err, rawnccl.InvalidArgument)
 	var outer *comm.OpError
 	require.ErrorAs(t, err, &outer)
 	assert.Equal(t, "group-end", outer.Op)

@@ -7,7 +7,8 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest/internal/sim"
-	"github.com/ncclgo/ncclgo/raw/nccl"
+	"github.com/ncclgo/ncclgo/comm/nccl"
+	rawnccl "github.com/ncclgo/ncclgo/raw/nccl"
 )
 
 // SimHarness returns the Harness of comm's NCCL backend on a simulated world of world
@@ -39,13 +40,13 @@ func SimHarness(world int, opts ...Option) Harness {
 		World:    world,
 		Requires: caps,
 		StartWatched: func(elem comm.DType, timeout time.Duration) (Instance, error) {
-			o := append([]Option{WithCommOptions(comm.WithElementType(elem), comm.WithTimeout(timeout),
-				comm.WithWatchdog(timeout/10), comm.WithAbortOnFailure(), comm.WithCloseTimeout(10*time.Second))}, opts...)
+			o := append([]Option{WithCommOptions(nccl.WithElementType(elem), nccl.WithTimeout(timeout),
+				nccl.WithWatchdog(timeout/10), nccl.WithAbortOnFailure(), nccl.WithCloseTimeout(10*time.Second))}, opts...)
 			return NewCluster(world, o...)
 		},
 		Start: func(elem comm.DType) (Instance, error) {
-			o := append([]Option{WithCommOptions(comm.WithElementType(elem), comm.WithTimeout(time.Minute),
-				comm.WithCloseTimeout(10*time.Second))}, opts...)
+			o := append([]Option{WithCommOptions(nccl.WithElementType(elem), nccl.WithTimeout(time.Minute),
+				nccl.WithCloseTimeout(10*time.Second))}, opts...)
 			return NewCluster(world, o...)
 		},
 	}
@@ -87,7 +88,7 @@ type singleInstance struct {
 func (s *singleInstance) Backends() []comm.Backend { return []comm.Backend{s.single} }
 
 // InjectAsyncError returns ErrUnsupported: comm.Single has no library to fail.
-func (s *singleInstance) InjectAsyncError(int, nccl.Result) error {
+func (s *singleInstance) InjectAsyncError(int, rawnccl.Result) error {
 	return fmt.Errorf("inject async error: %w: comm.Single calls no library", comm.ErrUnsupported)
 }
 

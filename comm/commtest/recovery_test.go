@@ -16,26 +16,28 @@ import (
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
 	"github.com/ncclgo/ncclgo/comm/internal/nettest"
+	"github.com/ncclgo/ncclgo/comm/job"
+	"github.com/ncclgo/ncclgo/comm/nccl"
 	"github.com/ncclgo/ncclgo/comm/rendezvous"
-	"github.com/ncclgo/ncclgo/raw/nccl"
+	rawnccl "github.com/ncclgo/ncclgo/raw/nccl"
 )
 
-// Recovery end to end on the simulator: ranks brought up by comm.Connect through a
+// Recovery end to end on the simulator: ranks brought up by job.Connect through a
 // rendezvous store on loopback, each on a simulated device; a rank dies in the middle
 // of a collective; the survivors notice, and come back either with a replacement
 // (AttemptReconnect) or without the dead rank (Shrink).
 
 var quietLog = slog.New(slog.DiscardHandler)
 
-// job is a world of ranks brought up through comm's bring-up on simulated devices.
-type job struct {
+// simJob is a world of ranks brought up through comm's bring-up on simulated devices.
+type simJob struct {
 	devs    *commtest.Cluster
 	port    int
 	release func() // ends the port's reservation
-	opts    []comm.Option
+	opts    []nccl.Option
 }
 
-func newJob(world int, opts ...comm.Option) (*job, error) {
+func newJob(world int, opts ...nccl.Option) (*simJob, error) {
 	// The store's port stays reserved until rank 0 listens on it (connectAll): a port
 	// found free and closed again may be another process's by then.
 	port, release, err := nettest.Reserve()
@@ -47,24 +49,24 @@ func newJob(world int, opts ...comm.Option) (*job, error) {
 		release()
 		return nil, err
 	}
-	return &job{devs: devs, port: port, release: release, opts: append([]comm.Option{comm.WithLogger(quietLog)}, opts...)}, nil
+	return &simJob{devs: devs, port: port, release: release, opts: append([]nccl.Option{nccl.WithElementType(comm.BFloat16), nccl.WithLogger(quietLog)}, opts...)}, nil
 }
 
-// connect brings rank up with comm.Connect.
-func (j *job) connect(ctx context.Context, rank int) (*comm.NCCL, error) {
+// connect brings rank up with job.Connect.
+func (j *simJob) connect(ctx context.Context, rank int) (*nccl.Backend, error) {
 	dev, err := j.devs.DeviceOption(rank)
 	if err != nil {
 		return nil, err
 	}
 	cfg := rendezvous.Config{MasterAddr: "127.0.0.1", MasterPort: j.port, Rank: rank, WorldSize: j.devs.Size(), LocalRank: rank}
-	return comm.Connect(ctx, append([]comm.Option{comm.WithJob(cfg), dev}, j.opts...)...)
+	return job.Connect(ctx, job.WithJob(cfg), job.WithNCCL(append([]nccl.Option{dev}, j.opts...)...))
 }
 
 // connectAll brings up every rank concurrently. Rank 0 then serves the store on the
 // job's port, and its reservation ends.
-func (j *job) connectAll(ctx context.Context) ([]*comm.NCCL, error) {
+func (j *simJob) connectAll(ctx context.Context) ([]*nccl.Backend, error) {
 	defer j.release()
-	bs := make([]*comm.NCCL, j.devs.Size())
+	bs := make([]*nccl.Backend, j.devs.Size())
 	errs := make([]error, len(bs))
 	var wg sync.WaitGroup
 	for r := range bs {
@@ -86,7 +88,7 @@ func (j *job) connectAll(ctx context.Context) ([]*comm.NCCL, error) {
 // die before it takes part: the others' all-reduces never complete. (The victim dies
 // before it enqueues its part so that no work of the dead process is left on its
 // device when it is revived.)
-func (j *job) dieMidCollective(bs []*comm.NCCL, bufs []comm.DevicePtr, bytes, victim int) error {
+func (j *simJob) dieMidCollective(bs []*nccl.Backend, bufs []comm.DevicePtr, bytes, victim int) error {
 	for r, b := range bs {
 		if r == victim {
 			continue
@@ -110,7 +112,7 @@ func TestSurvivorsTurnUnhealthyOneWatchdogIntervalAfterTheTimeout(t *testing.T) 
 		}
 		assert.LessOrEqual(t, runtime.NumGoroutine(), before, "goroutines left: watchdogs, stores, simulation")
 	}()
-	j, err := newJob(3, comm.WithWatchdog(interval), comm.WithTimeout(timeout), comm.WithCloseTimeout(time.Second))
+	j, err := newJob(3, nccl.WithWatchdog(interval), nccl.WithTimeout(timeout), nccl.WithCloseTimeout(time.Second))
 	require.NoError(t, err)
 	defer j.devs.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -151,9 +153,9 @@ func TestSurvivorsTurnUnhealthyOneWatchdogIntervalAfterTheTimeout(t *testing.T) 
 // devices listed (new rank r runs on device devices[r]).
 type recovered struct {
 	*commtest.Cluster
-	backends []*comm.NCCL
+	backends []*nccl.Backend
 	devices  []int
-	old      []*comm.NCCL // the failed backends, closed with the world
+	old      []*nccl.Backend // the failed backends, closed with the world
 }
 
 var (
@@ -186,7 +188,7 @@ func (w *recovered) dev(rank int) (int, error) {
 }
 
 // InjectAsyncError injects into the device of the backend at rank.
-func (w *recovered) InjectAsyncError(rank int, code nccl.Result) error {
+func (w *recovered) InjectAsyncError(rank int, code rawnccl.Result) error {
 	d, err := w.dev(rank)
 	if err != nil {
 		return err
@@ -281,8 +283,8 @@ func (w *recovered) Close() error {
 
 // failed brings up a world of three ranks with element type elem and kills victim in
 // the middle of an all-reduce.
-func failed(elem comm.DType, victim int) (*job, []*comm.NCCL, error) {
-	j, err := newJob(3, comm.WithElementType(elem), comm.WithTimeout(time.Minute), comm.WithCloseTimeout(10*time.Second))
+func failed(elem comm.DType, victim int) (*simJob, []*nccl.Backend, error) {
+	j, err := newJob(3, nccl.WithElementType(elem), nccl.WithTimeout(time.Minute), nccl.WithCloseTimeout(10*time.Second))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -313,10 +315,10 @@ func failed(elem comm.DType, victim int) (*job, []*comm.NCCL, error) {
 }
 
 // reconnectHarness: the survivors call AttemptReconnect while a restarted rank 2 calls
-// comm.Connect; they meet in the job's next generation.
+// job.Connect; they meet in the job's next generation.
 func reconnectHarness() commtest.Harness {
 	return commtest.Harness{
-		Name:  "simulated NCCL via comm.Connect, rank 2 replaced after it died",
+		Name:  "simulated NCCL via job.Connect, rank 2 replaced after it died",
 		World: 3,
 		Start: func(elem comm.DType) (commtest.Instance, error) {
 			const victim = 2
@@ -325,15 +327,15 @@ func reconnectHarness() commtest.Harness {
 				return nil, err
 			}
 			_ = bs[victim].Close() // the dead process is gone
-			w := &recovered{Cluster: j.devs, backends: []*comm.NCCL{bs[0], bs[1]}, devices: []int{0, 1, 2},
-				old: []*comm.NCCL{bs[victim]}}
+			w := &recovered{Cluster: j.devs, backends: []*nccl.Backend{bs[0], bs[1]}, devices: []int{0, 1, 2},
+				old: []*nccl.Backend{bs[victim]}}
 			if err := j.devs.Revive(victim); err != nil {
 				return nil, errors.Join(err, w.Close())
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			errs := make([]error, 3)
-			var replacement *comm.NCCL
+			var replacement *nccl.Backend
 			var wg sync.WaitGroup
 			for r := range 3 {
 				wg.Go(func() {
@@ -360,7 +362,7 @@ func reconnectHarness() commtest.Harness {
 // two in which rank 2 becomes rank 1.
 func shrinkHarness() commtest.Harness {
 	return commtest.Harness{
-		Name:  "simulated NCCL via comm.Connect, shrunk after rank 1 died",
+		Name:  "simulated NCCL via job.Connect, shrunk after rank 1 died",
 		World: 2,
 		Start: func(elem comm.DType) (commtest.Instance, error) {
 			const victim = 1
@@ -371,7 +373,7 @@ func shrinkHarness() commtest.Harness {
 			w := &recovered{Cluster: j.devs, devices: []int{0, 2}, old: bs}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			shrunk := make([]*comm.NCCL, 2)
+			shrunk := make([]*nccl.Backend, 2)
 			errs := make([]error, 2)
 			var wg sync.WaitGroup
 			for i, old := range []int{0, 2} {
@@ -432,7 +434,7 @@ func TestShrinkOnNCCL227(t *testing.T) {
 	require.NoError(t, c.Kill(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	shrunk := make([]*comm.NCCL, 3)
+	shrunk := make([]*nccl.Backend, 3)
 	errs := make([]error, 3)
 	var wg sync.WaitGroup
 	for _, r := range []int{1, 2} {

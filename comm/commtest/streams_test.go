@@ -11,6 +11,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
+	"github.com/ncclgo/ncclgo/comm/nccl"
 )
 
 // onStreams is a Cluster whose typed communicators are StreamComm views on a caller's
@@ -38,8 +39,8 @@ func streamHarness(world int) commtest.Harness {
 		for r, cc := range c.Communicators() {
 			s, err := c.NewStream(r)
 			if err == nil {
-				var v comm.StreamComm
-				v, err = cc.(*comm.NCCLCommunicator).OnStream(s)
+				var v nccl.StreamComm
+				v, err = cc.(*nccl.Communicator).OnStream(s)
 				o.views = append(o.views, v)
 			}
 			if err != nil {
@@ -69,7 +70,7 @@ func TestTypedOperationsOnACallerStreamOrderWithItsWork(t *testing.T) {
 	type rankState struct {
 		s                  comm.Stream
 		src, buf, out, own comm.DevicePtr
-		v                  comm.StreamComm
+		v                  nccl.StreamComm
 		release            func()
 	}
 	st := make([]*rankState, n)
@@ -92,7 +93,7 @@ func TestTypedOperationsOnACallerStreamOrderWithItsWork(t *testing.T) {
 		require.NoError(t, c.WriteValues(r, rs.own, comm.Float32, vals))
 		rs.s, err = c.NewStream(r)
 		require.NoError(t, err)
-		cc := c.Communicators()[r].(*comm.NCCLCommunicator)
+		cc := c.Communicators()[r].(*nccl.Communicator)
 		rs.v, err = cc.OnStream(rs.s)
 		require.NoError(t, err)
 		rs.release, err = c.HoldStream(r, rs.s)
@@ -143,6 +144,6 @@ func TestTypedOperationsOnACallerStreamOrderWithItsWork(t *testing.T) {
 			assert.Equal(t, float64(10+i), mx[i], "rank %d element %d of the max", r, i)
 		}
 	}
-	_, err = c.Communicators()[0].(*comm.NCCLCommunicator).OnStream(0)
+	_, err = c.Communicators()[0].(*nccl.Communicator).OnStream(0)
 	assert.ErrorIs(t, err, comm.ErrUnsupported, "the legacy default stream")
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
 	"github.com/ncclgo/ncclgo/comm/internal/pairbench"
+	"github.com/ncclgo/ncclgo/comm/nccl"
 )
 
 // Tests of the NCCL backend's two-rank send/recv + add all-reduce path on the
@@ -26,19 +27,19 @@ var addKernelTypes = []comm.DType{comm.BFloat16, comm.Float16, comm.Float32}
 
 // twoRankCluster starts a 2-rank cluster of element type elem whose backends have the
 // add kernel of that type.
-func twoRankCluster(t testing.TB, elem comm.DType, opts ...comm.Option) (*commtest.Cluster, []*comm.NCCL) {
+func twoRankCluster(t testing.TB, elem comm.DType, opts ...nccl.Option) (*commtest.Cluster, []*nccl.Backend) {
 	t.Helper()
 	return clusterWithKernel(t, elem, elem, opts...)
 }
 
 // clusterWithKernel starts a 2-rank cluster of element type elem whose backends have
 // the add kernel of type kernel.
-func clusterWithKernel(t testing.TB, elem, kernel comm.DType, opts ...comm.Option) (*commtest.Cluster, []*comm.NCCL) {
+func clusterWithKernel(t testing.TB, elem, kernel comm.DType, opts ...nccl.Option) (*commtest.Cluster, []*nccl.Backend) {
 	t.Helper()
-	c, err := commtest.NewCluster(2, commtest.WithCommOptions(append([]comm.Option{comm.WithElementType(elem)}, opts...)...))
+	c, err := commtest.NewCluster(2, commtest.WithCommOptions(append([]nccl.Option{nccl.WithElementType(elem)}, opts...)...))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
-	bs := make([]*comm.NCCL, 2)
+	bs := make([]*nccl.Backend, 2)
 	for r := range 2 {
 		bs[r], err = c.Backend(r)
 		require.NoError(t, err)
@@ -135,7 +136,7 @@ func TestTwoRankPathMatchesNCCLAllReduceBitForBit(t *testing.T) {
 				maxBytes, dense = 256<<10, 512
 			}
 			counts := sweepCounts(dense, maxBytes/es)
-			c, bs := twoRankCluster(t, elem, comm.WithTwoRankThreshold(maxBytes+es))
+			c, bs := twoRankCluster(t, elem, nccl.WithTwoRankThreshold(maxBytes+es))
 			comms := c.Communicators()
 			offsets := []int{0, 1, 3, 7, 5, 2}        // in elements: 16-byte misaligned for all but 0
 			span := (counts[len(counts)-1] + 16) * es // largest count plus offset and a guard element
@@ -256,7 +257,7 @@ func TestTwoRankPathIsTakenOnlyWhereItApplies(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c, bs := clusterWithKernel(t, tc.elem, tc.kernel, comm.WithTwoRankThreshold(threshold))
+			c, bs := clusterWithKernel(t, tc.elem, tc.kernel, nccl.WithTwoRankThreshold(threshold))
 			var p [2]comm.DevicePtr
 			for r := range 2 {
 				var err error
@@ -343,7 +344,7 @@ func BenchmarkTwoRankPathVsNCCLAllReduce(b *testing.B) {
 		for _, bytes := range []int{4 << 10, 256 << 10} {
 			b.Run(fmt.Sprintf("simulated/%v/bytes=%d", elem, bytes), func(b *testing.B) {
 				allReduce := func(threshold int) func() {
-					c, bs := twoRankCluster(b, elem, comm.WithTwoRankThreshold(threshold))
+					c, bs := twoRankCluster(b, elem, nccl.WithTwoRankThreshold(threshold))
 					var p [2]comm.DevicePtr
 					for r := range 2 {
 						var err error
@@ -356,7 +357,7 @@ func BenchmarkTwoRankPathVsNCCLAllReduce(b *testing.B) {
 						}
 					}
 				}
-				path, nccl := allReduce(comm.DefaultTwoRankThreshold), allReduce(0)
+				path, nccl := allReduce(nccl.DefaultTwoRankThreshold), allReduce(0)
 				path()
 				nccl()
 				b.ReportAllocs() // both paths and the simulator, together

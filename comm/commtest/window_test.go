@@ -10,6 +10,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
+	"github.com/ncclgo/ncclgo/comm/nccl"
 )
 
 // RegisterWindow registers a caller's buffer as a window on every rank (a collective
@@ -28,7 +29,7 @@ func TestRegisterWindowSurvivesReconnect(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	each := func(f func(r int, b *comm.NCCL) error) { t.Helper(); eachBackend(t, c, f) }
+	each := func(f func(r int, b *nccl.Backend) error) { t.Helper(); eachBackend(t, c, f) }
 	calls := func(call string) int64 {
 		v, err := c.Calls(1, call)
 		require.NoError(t, err)
@@ -36,8 +37,8 @@ func TestRegisterWindowSurvivesReconnect(t *testing.T) {
 	}
 	// Windows need NCCL's memory (ncclMemAlloc or CUDA VMM): three 4 KiB windows inside
 	// one symmetric allocation, which is local and registers nothing itself.
-	hs := make([][3]comm.WindowHandle, n)
-	each(func(r int, b *comm.NCCL) error {
+	hs := make([][3]nccl.WindowHandle, n)
+	each(func(r int, b *nccl.Backend) error {
 		base, err := b.SymmetricAlloc(3 * 4096)
 		if err != nil {
 			return err
@@ -52,9 +53,9 @@ func TestRegisterWindowSurvivesReconnect(t *testing.T) {
 	assert.NotEqual(t, hs[1][0], hs[1][1])
 	assert.Equal(t, int64(3), calls("ncclCommWindowRegister"))
 
-	each(func(_ int, b *comm.NCCL) error { return b.AttemptReconnect(ctx) })
+	each(func(_ int, b *nccl.Backend) error { return b.AttemptReconnect(ctx) })
 	assert.Equal(t, int64(6), calls("ncclCommWindowRegister"), "every window registered again with the new communicator")
-	each(func(r int, b *comm.NCCL) error { return b.DeregisterWindow(hs[r][0]) })
+	each(func(r int, b *nccl.Backend) error { return b.DeregisterWindow(hs[r][0]) })
 	assert.Equal(t, int64(1), calls("ncclCommWindowDeregister"), "the new window was deregistered (the simulator rejects the old one)")
 
 	b, err := c.Backend(0)
@@ -99,8 +100,8 @@ func TestSymmetricFreeDeregistersItsWindows(t *testing.T) {
 		return v
 	}
 	freed := make([]comm.DevicePtr, n)
-	kept := make([]comm.WindowHandle, n)
-	eachBackend(t, c, func(r int, b *comm.NCCL) error {
+	kept := make([]nccl.WindowHandle, n)
+	eachBackend(t, c, func(r int, b *nccl.Backend) error {
 		p, err := b.SymmetricAlloc(2 * 4096)
 		if err != nil {
 			return err
@@ -122,7 +123,7 @@ func TestSymmetricFreeDeregistersItsWindows(t *testing.T) {
 		freed[r] = p
 		return nil
 	})
-	eachBackend(t, c, func(r int, b *comm.NCCL) error { return b.SymmetricFree(freed[r]) })
+	eachBackend(t, c, func(r int, b *nccl.Backend) error { return b.SymmetricFree(freed[r]) })
 	assert.Equal(t, int64(2), calls("ncclCommWindowDeregister"), "the two windows inside the freed allocation")
 	b, err := c.Backend(0)
 	require.NoError(t, err)

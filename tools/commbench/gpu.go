@@ -10,13 +10,14 @@ import (
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/comm/nccl"
 	"github.com/ncclgo/ncclgo/raw/cuda"
 )
 
 // gpuRank is one GPU of this process: comm's NCCL backend on it and its memory through
 // the CUDA driver's primary context.
 type gpuRank struct {
-	b   *comm.NCCL
+	b   *nccl.Backend
 	dev cuda.Device
 	ctx cuda.Context
 	// stream is the rank's stream for -G, created by the first Capture: graphs are
@@ -66,7 +67,7 @@ func (g *gpuRank) Write(p comm.DevicePtr, data []byte) error {
 // rank's context current, until the capture has ended.
 func (g *gpuRank) Capture(record func(c comm.Communicator) error) (graph, error) {
 	var exec cuda.GraphExec
-	var v comm.StreamComm
+	var v nccl.StreamComm
 	err := g.onDevice(func() error {
 		if g.stream == 0 {
 			if err := cuda.StreamCreate(&g.stream, uint32(cuda.StreamNonBlocking)); err != nil {
@@ -104,7 +105,7 @@ func (g *gpuRank) Capture(record func(c comm.Communicator) error) (graph, error)
 type gpuGraph struct {
 	r    *gpuRank
 	exec cuda.GraphExec
-	v    comm.StreamComm
+	v    nccl.StreamComm
 }
 
 func (g gpuGraph) Launch() error {
@@ -144,7 +145,7 @@ func openGPUs(ctx context.Context, n int) (*world, error) {
 	case n > int(count) && os.Getenv("NCCL_MULTI_RANK_GPU_ENABLE") != "1":
 		return nil, fmt.Errorf("-g %d: only %d GPUs are visible (with NCCL >= 2.30, NCCL_MULTI_RANK_GPU_ENABLE=1 lets ranks share a GPU)", n, count)
 	}
-	id, err := comm.NewUniqueID()
+	id, err := nccl.NewUniqueID()
 	if err != nil {
 		return nil, fmt.Errorf("creating the NCCL unique id: %w", err)
 	}
@@ -202,7 +203,7 @@ func openGPU(ctx context.Context, id comm.UniqueID, i, n, dev int) (*gpuRank, er
 	if err := cuda.DevicePrimaryCtxRetain(&g.ctx, g.dev); err != nil {
 		return nil, fmt.Errorf("rank %d: cuDevicePrimaryCtxRetain: %w", i, err)
 	}
-	b, err := comm.NewNCCL(ctx, id, i, n, comm.WithDevice(dev), comm.WithName(fmt.Sprintf("commbench-%d", i)))
+	b, err := nccl.New(ctx, id, i, n, nccl.WithDevice(dev), nccl.WithName(fmt.Sprintf("commbench-%d", i)))
 	if err != nil {
 		return nil, errors.Join(err, cuda.DevicePrimaryCtxRelease(g.dev))
 	}

@@ -10,12 +10,13 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
+	"github.com/ncclgo/ncclgo/comm/mpi"
 )
 
 // mpiRank is this process's rank of an mpirun job: comm's MPI Communicator on pinned
 // host memory.
 type mpiRank struct {
-	c   *comm.MPICommunicator
+	c   *mpi.Communicator
 	mem *commtest.HostMemory
 }
 
@@ -39,14 +40,14 @@ const deviceLine = 160
 // runs with GOMAXPROCS of at least 2 (comm.WithMinGOMAXPROCS): mpirun binds a rank to
 // one core, and with one P Go's scheduler takes it from every long MPI call.
 func openMPI(ctx context.Context) (*world, error) {
-	c, err := comm.NewMPI(ctx, comm.WithMinGOMAXPROCS(2))
+	c, err := mpi.New(ctx, mpi.WithMinGOMAXPROCS(2))
 	if err != nil {
 		return nil, fmt.Errorf("-mpi: %w", err)
 	}
 	r := mpiRank{c: c, mem: commtest.NewHostMemory()}
 	w := &world{ranks: []rank{r}, size: c.WorldSize(), ids: []int{c.Rank()}, quiet: c.Rank() != 0, close: c.Close}
 	host, _ := os.Hostname()
-	line := fmt.Sprintf("Rank %2d Group  0 Pid %6d on %10s device  - [host] host memory (MPI, comm.MPICommunicator)",
+	line := fmt.Sprintf("Rank %2d Group  0 Pid %6d on %10s device  - [host] host memory (MPI, mpi.Communicator)",
 		c.Rank(), os.Getpid(), host)
 	if w.devices, err = gatherLines(ctx, r, line, c.WorldSize()); err != nil {
 		_ = c.Close()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
+	"github.com/ncclgo/ncclgo/comm/nccl"
 )
 
 // simRank is one rank of a commtest cluster: comm's NCCL backend on a simulated device.
@@ -35,7 +36,7 @@ func (r *simRank) Read(p comm.DevicePtr, n int64) ([]byte, error) {
 // Capture records what record issues, on the rank's stream, into a graph of the
 // simulated device (commtest's model of CUDA's global capture mode).
 func (r *simRank) Capture(record func(c comm.Communicator) error) (graph, error) {
-	nc, ok := r.comm.(*comm.NCCLCommunicator)
+	nc, ok := r.comm.(*nccl.Communicator)
 	if !ok {
 		return nil, fmt.Errorf("rank %d: %T has no stream to capture on", r.rank, r.comm)
 	}
@@ -60,7 +61,7 @@ func (r *simRank) Capture(record func(c comm.Communicator) error) (graph, error)
 // simGraph is a graph of a simulated device and the view of the stream it replays on.
 type simGraph struct {
 	g *commtest.Graph
-	v comm.StreamComm
+	v nccl.StreamComm
 }
 
 func (g simGraph) Launch() error { return g.g.Launch(g.v.Stream()) }

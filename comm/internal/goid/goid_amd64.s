@@ -1,7 +1,9 @@
 #include "textflag.h"
 
-// func Key() uintptr
-TEXT ·Key(SB), NOSPLIT, $0-8
+// func loadAt(off uintptr) uint64
+TEXT ·loadAt(SB), NOSPLIT, $0-16
 	MOVQ (TLS), AX
-	MOVQ AX, ret+0(FP)
+	MOVQ off+0(FP), BX
+	MOVQ (AX)(BX*1), AX
+	MOVQ AX, ret+8(FP)
 	RET

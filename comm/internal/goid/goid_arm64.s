@@ -1,7 +1,9 @@
 #include "textflag.h"
 
-// func Key() uintptr
-TEXT ·Key(SB), NOSPLIT, $0-8
-	MOVD g, R0
-	MOVD R0, ret+0(FP)
+// func loadAt(off uintptr) uint64
+TEXT ·loadAt(SB), NOSPLIT, $0-16
+	MOVD off+0(FP), R1
+	ADD R1, g, R2
+	MOVD (R2), R0
+	MOVD R0, ret+8(FP)
 	RET

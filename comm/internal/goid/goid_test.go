@@ -1,5 +1,3 @@
-//go:build amd64 || arm64
-
 package goid
 
 import (
@@ -7,35 +5,44 @@ import (
 	"testing"
 )
 
-// TestKeyNamesTheGoroutine checks that Key is stable within a goroutine, never 0, and
-// differs between goroutines that run at the same time.
-func TestKeyNamesTheGoroutine(t *testing.T) {
-	me := Key()
-	if me == 0 || Key() != me {
-		t.Fatalf("Key: %#x then %#x; want a stable non-zero key", me, Key())
+// TestIDIsTheRuntimesGoroutineID checks that ID is what runtime.Stack prints, on the
+// fast path where there is one, in this goroutine and in others.
+func TestIDIsTheRuntimesGoroutineID(t *testing.T) {
+	if fastPath && idOffset == 0 {
+		t.Fatal("no offset of the goroutine id found in the runtime's goroutine record")
 	}
-	const n = 8
-	keys := make([]uintptr, n)
-	var started, done sync.WaitGroup
-	started.Add(n)
-	done.Add(n)
-	release := make(chan struct{})
-	for i := range n {
-		go func() {
-			defer done.Done()
-			keys[i] = Key()
-			started.Done()
-			<-release // all alive at once: no key can be reused
-		}()
+	if got, want := ID(), parsed(); got != want || got == 0 {
+		t.Fatalf("ID() = %d, runtime.Stack says %d", got, want)
 	}
-	started.Wait()
-	close(release)
-	done.Wait()
-	seen := map[uintptr]bool{me: true}
-	for i, k := range keys {
-		if k == 0 || seen[k] {
-			t.Fatalf("goroutine %d: key %#x is 0 or shared", i, k)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if got, want := ID(), parsed(); got != want {
+				t.Errorf("ID() = %d, runtime.Stack says %d", got, want)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestIDIsNeverReused checks that goroutines started one after the other, each after
+// the last ended (so that the runtime reuses their records), all get different ids.
+func TestIDIsNeverReused(t *testing.T) {
+	seen := map[uint64]bool{ID(): true}
+	for i := range 1000 {
+		ch := make(chan uint64)
+		go func() { ch <- ID() }()
+		id := <-ch
+		if seen[id] {
+			t.Fatalf("goroutine %d: id %d reused", i, id)
 		}
-		seen[k] = true
+		seen[id] = true
+	}
+}
+
+// BenchmarkID measures ID (one load on amd64 and arm64).
+func BenchmarkID(b *testing.B) {
+	for b.Loop() {
+		_ = ID()
 	}
 }

@@ -1,0 +1,68 @@
+package job
+
+import (
+	"log/slog"
+
+	"github.com/ncclgo/ncclgo/comm/internal/core"
+	"github.com/ncclgo/ncclgo/comm/nccl"
+	"github.com/ncclgo/ncclgo/comm/rendezvous"
+)
+
+// Option configures JoinJob and Connect. Options of the NCCL backends the Job creates
+// are nccl.Option values, passed through WithNCCL (or to Job.NewNCCL directly).
+type Option func(*options)
+
+type options struct {
+	log      *slog.Logger
+	job      *rendezvous.Config        // WithJob; nil: torchrun's environment
+	external bool                      // WithExternalStore
+	torch    []rendezvous.ServerOption // WithTorchClients
+	nccl     []nccl.Option             // WithNCCL, WithLogger: for every backend of the Job
+}
+
+func newOptions(opts []Option) options {
+	o := options{log: slog.Default()}
+	core.Apply(&o, opts)
+	if o.log == nil {
+		o.log = slog.Default()
+	}
+	return o
+}
+
+// WithJob describes the job (store address, rank, world size, local rank, token) for
+// Connect and JoinJob, instead of torchrun's environment variables (MASTER_ADDR,
+// MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, NCCLGO_TOKEN). Build it with
+// rendezvous.FromEnv and its options to override only some of them.
+func WithJob(j rendezvous.Config) Option { return func(o *options) { o.job = &j } }
+
+// WithExternalStore makes rank 0 use a store that runs on its own (tools/rendezvous) at
+// MASTER_ADDR:MASTER_PORT instead of serving one itself. With an external store a
+// restarted rank 0 rejoins the job; with the embedded one the job ends with rank 0.
+func WithExternalStore() Option { return func(o *options) { o.external = true } }
+
+// WithTorchClients decides whether rank 0's store answers clients that speak PyTorch's
+// TCPStore protocol. That protocol has no authentication: a torch client that reaches
+// the store's port can read and write every key, whatever the job's token. So without
+// this option rank 0's store answers torch clients only when the job has no token
+// (NCCLGO_TOKEN); WithTorchClients(true) lets them in on a token-protected store too,
+// and WithTorchClients(false) refuses them always. It changes nothing where rank 0
+// serves no store (WithExternalStore, torchrun's agent store). See
+// rendezvous.WithTorchClients.
+func WithTorchClients(allow bool) Option {
+	return func(o *options) { o.torch = []rendezvous.ServerOption{rendezvous.WithTorchClients(allow)} }
+}
+
+// WithLogger sets the logger of the Job (bring-up, store) and of the backends it creates
+// (default slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) {
+		o.log = l
+		o.nccl = append(o.nccl, nccl.WithLogger(l))
+	}
+}
+
+// WithNCCL passes options to every NCCL backend the Job creates (Connect's, and
+// Job.NewNCCL's before its own options).
+func WithNCCL(opts ...nccl.Option) Option {
+	return func(o *options) { o.nccl = append(o.nccl, opts...) }
+}

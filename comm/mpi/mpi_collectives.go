@@ -1,0 +1,254 @@
+package mpi
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/comm/internal/core"
+	"github.com/ncclgo/ncclgo/raw/mpi"
+)
+
+// The MPI Communicator's out-of-place, rooted and all-to-all collectives: blocking MPI
+// calls on host memory that have completed when they return, with the validation,
+// element types and reduce operations of AllReduce (Avg pre-multiplied for floating
+// types, summed and divided for integers).
+
+// scratch returns c.tmp grown to at least bytes (at least one byte, so that its first
+// element has an address). The caller holds p.mu.
+func (c *Communicator) scratch(bytes int) unsafe.Pointer {
+	if cap(c.tmp) < max(bytes, 1) {
+		c.tmp = make([]byte, max(bytes, 1))
+	}
+	return unsafe.Pointer(&c.tmp[:1][0])
+}
+
+// AllReduceInto reduces count elements at send across ranks with op into recv
+// (MPI_Allreduce out of place; send == recv is the in-place AllReduce). It has
+// completed when it returns.
+func (c *Communicator) AllReduceInto(send, recv comm.DevicePtr, count int, t comm.DType, op comm.ReduceOp) error {
+	bytes, err := c.g.TypedInto(core.OpAllReduceInto, send, recv, count, t, op, 0, false)
+	if err != nil {
+		return err
+	}
+	if err := checkMPICount(core.OpAllReduceInto, "count", count); err != nil {
+		return err
+	}
+	if err := c.lock(core.OpAllReduceInto); err != nil {
+		return err
+	}
+	defer c.unlockBlocking(bytes)
+	in, out := hostPtr(send), hostPtr(recv)
+	mop := op
+	switch {
+	case op == comm.Avg:
+		// recv gets the pre-multiplied contributions (a copy for integers), reduced in place.
+		c.premultiply(out, in, count, t)
+		in, mop = c.p.inPlace, comm.Sum
+	case send == recv:
+		in = c.p.inPlace
+	}
+	err = mpi.Allreduce(in, out, int32(count), c.p.types[t], c.p.ops[t][mop], c.comm)
+	if err == nil && op == comm.Avg {
+		c.divide(out, count, t)
+	}
+	return c.opErr(core.OpAllReduceInto, bytes, err)
+}
+
+// BroadcastInto copies count elements at send on root to recv on every rank (MPI_Bcast
+// of recv, into which root first copies send; send == recv is the in-place Broadcast).
+// It has completed when it returns.
+func (c *Communicator) BroadcastInto(send, recv comm.DevicePtr, count int, t comm.DType, root int) error {
+	bytes, err := c.g.TypedBroadcastInto(send, recv, count, t, root)
+	if err != nil {
+		return err
+	}
+	if err := checkMPICount(core.OpBroadcastInto, "bytes", bytes); err != nil {
+		return err
+	}
+	if err := c.lock(core.OpBroadcastInto); err != nil {
+		return err
+	}
+	defer c.unlockBlocking(bytes)
+	if c.rank == root && send != recv && bytes > 0 {
+		copy(unsafe.Slice((*byte)(hostPtr(recv)), bytes), unsafe.Slice((*byte)(hostPtr(send)), bytes))
+	}
+	return c.opErr(core.OpBroadcastInto, bytes, mpi.Bcast(hostPtr(recv), int32(bytes), c.p.types[comm.Uint8], int32(root), c.comm))
+}
+
+// Reduce reduces count elements at send across ranks with op into recv on root
+// (MPI_Reduce; recv is used on root only, and send == recv on root is the in-place
+// form). It has completed when it returns.
+func (c *Communicator) Reduce(send, recv comm.DevicePtr, count int, t comm.DType, op comm.ReduceOp, root int) error {
+	bytes, err := c.g.TypedInto(core.OpReduce, send, recv, count, t, op, root, true)
+	if err != nil {
+		return err
+	}
+	if err := checkMPICount(core.OpReduce, "count", count); err != nil {
+		return err
+	}
+	if err := c.lock(core.OpReduce); err != nil {
+		return err
+	}
+	defer c.unlockBlocking(bytes)
+	in, out := hostPtr(send), hostPtr(recv)
+	isRoot := c.rank == root
+	if !isRoot {
+		out = nil
+	}
+	mop := op
+	switch {
+	case op == comm.Avg && isRoot:
+		c.premultiply(out, in, count, t)
+		in, mop = c.p.inPlace, comm.Sum
+	case op == comm.Avg:
+		tmp := c.scratch(bytes)
+		c.premultiply(tmp, in, count, t)
+		in, mop = tmp, comm.Sum
+	case isRoot && send == recv:
+		in = c.p.inPlace
+	}
+	err = mpi.Reduce(in, out, int32(count), c.p.types[t], c.p.ops[t][mop], int32(root), c.comm)
+	if err == nil && op == comm.Avg && isRoot {
+		c.divide(out, count, t)
+	}
+	return c.opErr(core.OpReduce, bytes, err)
+}
+
+// Gather collects count elements at send from every rank into recv on root, in rank
+// order (MPI_Gather of bytes; on root, send == recv + root*count elements is the
+// in-place form). It has completed when it returns.
+func (c *Communicator) Gather(send, recv comm.DevicePtr, count int, t comm.DType, root int) error {
+	bytes, err := c.g.TypedRooted(core.OpGather, send, recv, count, t, root, false)
+	if err != nil {
+		return err
+	}
+	if err := checkMPICount(core.OpGather, "bytes", bytes*c.world); err != nil {
+		return err
+	}
+	if err := c.lock(core.OpGather); err != nil {
+		return err
+	}
+	defer c.unlockBlocking(bytes)
+	in, out := hostPtr(send), hostPtr(recv)
+	if c.rank != root {
+		out = nil
+	} else if send == recv+comm.DevicePtr(root*bytes) {
+		in = c.p.inPlace
+	}
+	u8 := c.p.types[comm.Uint8]
+	return c.opErr(core.OpGather, bytes, mpi.Gather(in, int32(bytes), u8, out, int32(bytes), u8, int32(root), c.comm))
+}
+
+// Scatter sends block i of root's send (count elements at send + i*count) to rank i's
+// recv (MPI_Scatter of bytes; on root, recv == send + root*count elements is the
+// in-place form). It has completed when it returns.
+func (c *Communicator) Scatter(send, recv comm.DevicePtr, count int, t comm.DType, root int) error {
+	bytes, err := c.g.TypedRooted(core.OpScatter, send, recv, count, t, root, true)
+	if err != nil {
+		return err
+	}
+	if err := checkMPICount(core.OpScatter, "bytes", bytes*c.world); err != nil {
+		return err
+	}
+	if err := c.lock(core.OpScatter); err != nil {
+		return err
+	}
+	defer c.unlockBlocking(bytes)
+	in, out := hostPtr(send), hostPtr(recv)
+	if c.rank != root {
+		in = nil
+	} else if recv == send+comm.DevicePtr(root*bytes) {
+		out = c.p.inPlace
+	}
+	u8 := c.p.types[comm.Uint8]
+	return c.opErr(core.OpScatter, bytes, mpi.Scatter(in, int32(bytes), u8, out, int32(bytes), u8, int32(root), c.comm))
+}
+
+// AllToAll sends block j (count elements at send + j*count) to rank j and receives
+// rank i's block at recv + i*count (MPI_Alltoall of bytes). It has completed when it
+// returns.
+func (c *Communicator) AllToAll(send, recv comm.DevicePtr, count int, t comm.DType) error {
+	bytes, err := c.g.TypedAllToAll(send, recv, count, t)
+	if err != nil {
+		return err
+	}
+	if err := checkMPICount(core.OpAllToAll, "bytes", bytes*c.world); err != nil {
+		return err
+	}
+	if err := c.lock(core.OpAllToAll); err != nil {
+		return err
+	}
+	defer c.unlockBlocking(bytes)
+	u8 := c.p.types[comm.Uint8]
+	return c.opErr(core.OpAllToAll, bytes*c.world, mpi.Alltoall(hostPtr(send), int32(bytes), u8, hostPtr(recv), int32(bytes), u8, c.comm))
+}
+
+// AllToAllv is AllToAll with per-peer counts and displacements in elements
+// (MPI_Alltoallv of bytes: every displacement plus its count must fit MPI's int in
+// bytes). It has completed when it returns.
+func (c *Communicator) AllToAllv(send comm.DevicePtr, sendCounts, sendDispls []int, recv comm.DevicePtr, recvCounts, recvDispls []int, t comm.DType) error {
+	bytes, err := c.g.TypedAllToAllv(send, sendCounts, sendDispls, recv, recvCounts, recvDispls, t)
+	if err != nil {
+		return err
+	}
+	es := t.Size()
+	sc, sd, err := mpiByteCounts("send", sendCounts, sendDispls, es)
+	if err != nil {
+		return err
+	}
+	rc, rd, err := mpiByteCounts("recv", recvCounts, recvDispls, es)
+	if err != nil {
+		return err
+	}
+	if err := c.lock(core.OpAllToAllv); err != nil {
+		return err
+	}
+	defer c.unlockBlocking(mpiAlwaysTimed)
+	u8 := c.p.types[comm.Uint8]
+	return c.opErr(core.OpAllToAllv, bytes, mpi.Alltoallv(hostPtr(send), &sc[0], &sd[0], u8, hostPtr(recv), &rc[0], &rd[0], u8, c.comm))
+}
+
+// mpiByteCounts converts one side of AllToAllv (validated: one entry per rank, none
+// negative) to MPI's int byte counts and displacements.
+func mpiByteCounts(side string, counts, displs []int, es int) (cs, ds []int32, err error) {
+	cs, ds = make([]int32, len(counts)), make([]int32, len(counts))
+	for i := range counts {
+		if err := checkMPICount(core.OpAllToAllv, fmt.Sprintf("%s displacement[%d] + count[%d] in bytes", side, i, i), (displs[i]+counts[i])*es); err != nil {
+			return nil, nil, err
+		}
+		cs[i], ds[i] = int32(counts[i]*es), int32(displs[i]*es)
+	}
+	return cs, ds, nil
+}
+
+// PreMulSum fails with ErrUnsupported: pre-multiplied sums are NCCL's reduction
+// operators (ncclRedOpCreatePreMulSum), which MPI has no counterpart of. Avg is the
+// pre-multiplied sum by 1/WorldSize() that every communicator has.
+func (c *Communicator) PreMulSum(t comm.DType, _ float64) (comm.ReduceOp, error) {
+	if _, err := c.g.Typed(core.OpPreMulSum, 0, t); err != nil {
+		return 0, err
+	}
+	return 0, errMPIPreMulSum()
+}
+
+// PreMulSumDevice fails with ErrUnsupported, as PreMulSum.
+func (c *Communicator) PreMulSumDevice(t comm.DType, _ comm.DevicePtr) (comm.ReduceOp, error) {
+	if _, err := c.g.Typed(core.OpPreMulSum, 0, t); err != nil {
+		return 0, err
+	}
+	return 0, errMPIPreMulSum()
+}
+
+// DestroyReduceOp fails with ErrUnsupported: the MPI Communicator makes no operators.
+func (c *Communicator) DestroyReduceOp(comm.ReduceOp) error {
+	if err := c.g.Open(core.OpPreMulSum); err != nil {
+		return err
+	}
+	return errMPIPreMulSum()
+}
+
+func errMPIPreMulSum() error {
+	return &comm.ArgError{Op: core.OpPreMulSum, Arg: "communicator", Value: "mpi", Err: comm.ErrUnsupported,
+		Reason: "pre-mul-sum operators are NCCL's (ncclRedOpCreatePreMulSum); MPI has none"}
+}

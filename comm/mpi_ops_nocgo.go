@@ -1,7 +1,0 @@
-//go:build !cgo
-
-package comm
-
-// Without cgo there is no MPI (raw/mpi returns ErrNeedsCgo before these are reached).
-
-func mpiNarrowOp(int, int) uintptr { return 0 }
