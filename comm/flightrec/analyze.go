@@ -60,11 +60,6 @@ type Verdict struct {
 // gkey identifies a communicator across ranks: its name and members.
 type gkey struct{ name, ranks string }
 
-type member struct {
-	trace   *Trace
-	entries []*Entry
-}
-
 // Analyze compares the dumps of a job's ranks and returns one Verdict per
 // communicator, those with a problem first.
 func Analyze(traces []*Trace) []Verdict {
