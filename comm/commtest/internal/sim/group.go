@@ -197,7 +197,38 @@ func (d *Driver) groupEnd() error {
 			return ncclErr(gpulib.InvalidUsage, call, "communicator %#x was aborted or destroyed inside the group", uintptr(t.rc.h))
 		}
 	}
+	if err := p2pOverlap(g.tasks); err != nil {
+		return err
+	}
 	return w.submitLocked(g.tasks, call)
+}
+
+// p2pOverlap reports a receive of the group whose buffer overlaps another receive's or
+// a send's on the same device: the group's point-to-point operations run concurrently,
+// so on a GPU that is a data race. Sends may share data.
+func p2pOverlap(tasks []*task) error {
+	for i, t := range tasks {
+		if t.p2p == nil || t.p2p.send || t.p2p.count == 0 {
+			continue
+		}
+		recv := t.p2p
+		n := recv.count * uint64(elemSize(recv.dt))
+		for j, o := range tasks {
+			if j == i || o.p2p == nil || o.p2p.count == 0 || o.rc.dev != t.rc.dev || (!o.p2p.send && j < i) {
+				continue
+			}
+			if spansOverlap(recv.buf, n, o.p2p.buf, o.p2p.count*uint64(elemSize(o.p2p.dt))) {
+				dir := "from"
+				if o.p2p.send {
+					dir = "to"
+				}
+				return ncclErr(gpulib.InvalidArgument, "ncclGroupEnd",
+					"ncclRecv from rank %d into [%#x, +%d) overlaps the %s %s rank %d at %#x in the same group (a data race on a GPU)",
+					recv.peer, uint64(recv.buf), n, o.p2p.call(), dir, o.p2p.peer, uint64(o.p2p.buf))
+			}
+		}
+	}
+	return nil
 }
 
 // inGroup returns an error for calls that cannot be made inside a group (on the
