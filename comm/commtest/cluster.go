@@ -253,8 +253,9 @@ func (c *Cluster) Backends() []comm.Backend {
 	return out
 }
 
-// Backend returns rank's backend.
-func (c *Cluster) Backend(rank int) (*comm.NCCL, error) {
+// Backend returns rank's backend, the same value as Backends()[rank]. It is a
+// *comm.NCCL for the NCCL-only methods (Split, Shrink, Communicator, ...).
+func (c *Cluster) Backend(rank int) (comm.Backend, error) {
 	if err := c.checkRank("backend", rank); err != nil {
 		return nil, err
 	}

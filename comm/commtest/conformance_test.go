@@ -79,7 +79,7 @@ func twoRankHarness(opts ...commtest.Option) commtest.Harness {
 			k, err := c.AddKernel(r, elem)
 			if err == nil {
 				var b *comm.NCCL
-				if b, err = c.Backend(r); err == nil {
+				if b, err = ncclBackend(c, r); err == nil {
 					err = b.SetAddKernel(k)
 				}
 			}

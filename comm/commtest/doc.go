@@ -6,6 +6,9 @@
 // on goroutines, and a simulated NCCL connects the ranks with exact arithmetic for every
 // element type. Engine authors use it to test their own engines in CI; [Cluster] gives
 // device memory access, streams, the add kernels, fault injection and leak counters.
+// [RunRanks] runs a function on every rank, each in its own goroutine as separate
+// processes would, attributes each error to its rank and, at the context's deadline,
+// names the ranks still running (a [RanksError]).
 //
 // [RunConformance] is one table-driven suite that every backend must pass: every
 // operation, every element type it applies to, in place and out of place, every root,

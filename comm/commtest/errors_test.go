@@ -112,7 +112,7 @@ func TestSymmetricAllocIsLocalAndTheWindowCollective(t *testing.T) {
 			defer func() { _ = c.Close() }()
 			bs := make([]*comm.NCCL, n)
 			for r := range n {
-				bs[r], err = c.Backend(r)
+				bs[r], err = ncclBackend(c, r)
 				require.NoError(t, err)
 			}
 			alone, err := bs[0].SymmetricAlloc(8192) // returns: no peer takes part
@@ -158,7 +158,7 @@ func TestSymmetricAllocIsLocalAndTheWindowCollective(t *testing.T) {
 		c, err := commtest.NewCluster(2, commtest.WithCommOptions(comm.WithTimeout(time.Second), comm.WithLogger(quietLog)))
 		require.NoError(t, err)
 		defer func() { _ = c.Close() }()
-		b, err := c.Backend(0)
+		b, err := ncclBackend(c, 0)
 		require.NoError(t, err)
 		p, err := b.SymmetricAlloc(4096)
 		require.NoError(t, err)

@@ -141,7 +141,7 @@ func TestCapturedAllReduceAsyncReplays(t *testing.T) {
 			rs := newGraphRanks(t, c, count)
 			bs := make([]*comm.NCCL, n)
 			for r := range bs {
-				bs[r], err = c.Backend(r)
+				bs[r], err = ncclBackend(c, r)
 				require.NoError(t, err)
 				k, err := c.AddKernel(r, comm.Float32)
 				require.NoError(t, err)

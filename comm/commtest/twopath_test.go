@@ -40,7 +40,7 @@ func clusterWithKernel(t testing.TB, elem, kernel comm.DType, opts ...comm.Optio
 	t.Cleanup(func() { _ = c.Close() })
 	bs := make([]*comm.NCCL, 2)
 	for r := range 2 {
-		bs[r], err = c.Backend(r)
+		bs[r], err = ncclBackend(c, r)
 		require.NoError(t, err)
 		k, err := c.AddKernel(r, kernel)
 		require.NoError(t, err)
