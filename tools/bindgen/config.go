@@ -62,6 +62,10 @@ type Config struct {
 	// Unchecked are void * parameters passed to C without cgo's pointer check (unchecked.go).
 	Unchecked []UncheckedPointers `json:"uncheckedPointers"`
 
+	// Tables asks for tables of facts the generator knows (emit_tables.go): struct field
+	// tables with the first version of each field, names of enum values.
+	Tables *TablesConfig `json:"tables"`
+
 	file    string
 	skip    []*regexp.Regexp
 	version *regexp.Regexp
