@@ -47,7 +47,8 @@
 // split build new communicators; functions newer than the simulated version
 // (WithNCCLVersion) are missing. Unlike NCCL, which leaves them to race on the GPU, the
 // simulator reports buffers of one call that overlap anywhere but NCCL's in-place
-// position, and receives of one group into overlapping memory, as ncclInvalidArgument.
+// position, and receives of one group from different peers into overlapping memory, as
+// ncclInvalidArgument.
 //
 // Arithmetic: integers wrap, avg of integers truncates towards zero; float32 and
 // float64 use their own IEEE arithmetic; float16, bfloat16 and fp8 compute each step in
