@@ -220,7 +220,7 @@ func (e *env) badCollectives(t *testing.T, c comm.Communicator, p comm.DevicePtr
 		}, comm.ErrOverlap},
 		{"all-reduce-into partly overlapping buffers", func() error { return c.AllReduceInto(p, p+4, 2, comm.Float32, comm.Sum) }, comm.ErrOverlap},
 		{"gather on root: send overlapping recv off its in-place block", func() error {
-			return c.Gather(p+comm.DevicePtr(me+1), p, 2, comm.Int8, me)
+			return c.Gather(p+comm.DevicePtr(2*me+1), p, 2, comm.Int8, me) // in place is p + 2*me
 		}, comm.ErrOverlap},
 		{"gather root = world size", func() error { return c.Gather(p, p, 1, comm.Int8, n) }, comm.ErrInvalidRank},
 		{"gather null recv on root", func() error { return c.Gather(p, 0, 1, comm.Int8, me) }, comm.ErrNullPointer},
