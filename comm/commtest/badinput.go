@@ -35,6 +35,8 @@ func (e *env) badInput(t *testing.T) {
 		{"reduce-scatter bytes not a multiple", func(b comm.Backend) error { return b.ReduceScatter(p, p, es+1) }, comm.ErrInvalidSize},
 		{"reduce-scatter null send", func(b comm.Backend) error { return b.ReduceScatter(0, p, es) }, comm.ErrNullPointer},
 		{"reduce-scatter null recv", func(b comm.Backend) error { return b.ReduceScatter(p, 0, es) }, comm.ErrNullPointer},
+		{"all-gather send inside recv off its in-place block", func(b comm.Backend) error { return b.AllGather(p+comm.DevicePtr(es), p, 2*es) }, comm.ErrOverlap},
+		{"reduce-scatter recv inside send off its in-place block", func(b comm.Backend) error { return b.ReduceScatter(p, p+comm.DevicePtr(es), 2*es) }, comm.ErrOverlap},
 		{"broadcast root negative", func(b comm.Backend) error { return b.Broadcast(p, 8, -1) }, comm.ErrInvalidRank},
 		{"broadcast root = world size", func(b comm.Backend) error { return b.Broadcast(p, 8, n) }, comm.ErrInvalidRank},
 		{"broadcast negative bytes", func(b comm.Backend) error { return b.Broadcast(p, -8, 0) }, comm.ErrInvalidSize},

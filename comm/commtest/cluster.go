@@ -256,8 +256,20 @@ func (c *Cluster) Backends() []comm.Backend {
 	return out
 }
 
-// Backend returns rank's backend.
-func (c *Cluster) Backend(rank int) (*nccl.Backend, error) {
+// Backend returns rank's backend, the same value as Backends()[rank]; NCCL(rank) gives
+// the same backend as its concrete type, for the NCCL-only methods (Split, Shrink,
+// Communicator, ...).
+func (c *Cluster) Backend(rank int) (comm.Backend, error) {
+	b, err := c.NCCL(rank)
+	if err != nil {
+		return nil, err // not a nil *nccl.Backend in a non-nil interface
+	}
+	return b, nil
+}
+
+// NCCL returns rank's backend as the NCCL backend it is (the value Backend(rank)
+// returns), for the methods only it has: Split, Shrink, Communicator, AttemptReconnect.
+func (c *Cluster) NCCL(rank int) (*nccl.Backend, error) {
 	if err := c.checkRank("backend", rank); err != nil {
 		return nil, err
 	}

@@ -212,10 +212,29 @@ func (e *env) badCollectives(t *testing.T, c comm.Communicator, p comm.DevicePtr
 		}, comm.ErrInvalidSize},
 		{"all-to-allv overlap", func() error { return c.AllToAllv(p, ones, zeros, p, ones, zeros, comm.Int8) }, comm.ErrOverlap},
 		{"all-to-allv null recv", func() error { return c.AllToAllv(p, ones, zeros, 0, ones, zeros, comm.Int8) }, comm.ErrNullPointer},
+		{"all-gather send overlapping recv off its in-place block", func() error {
+			return c.AllGather(p+comm.DevicePtr(2*me+1), p, 2, comm.Int8)
+		}, comm.ErrOverlap},
+		{"reduce-scatter recv overlapping send off its in-place block", func() error {
+			return c.ReduceScatter(p, p+comm.DevicePtr(8*me+4), 2, comm.Float32, comm.Sum)
+		}, comm.ErrOverlap},
+		{"all-reduce-into partly overlapping buffers", func() error { return c.AllReduceInto(p, p+4, 2, comm.Float32, comm.Sum) }, comm.ErrOverlap},
+		{"gather on root: send overlapping recv off its in-place block", func() error {
+			return c.Gather(p+comm.DevicePtr(2*me+1), p, 2, comm.Int8, me) // in place is p + 2*me
+		}, comm.ErrOverlap},
 		{"gather root = world size", func() error { return c.Gather(p, p, 1, comm.Int8, n) }, comm.ErrInvalidRank},
 		{"gather null recv on root", func() error { return c.Gather(p, 0, 1, comm.Int8, me) }, comm.ErrNullPointer},
 		{"scatter null send on root", func() error { return c.Scatter(0, p, 1, comm.Int8, me) }, comm.ErrNullPointer},
 		{"scatter negative count", func() error { return c.Scatter(p, p, -2, comm.Int8, 0) }, comm.ErrInvalidSize},
+	}
+	if n > 1 {
+		cases = append(cases, struct {
+			name string
+			call func() error
+			want error
+		}{"all-to-allv receive blocks all at displacement 0", func() error {
+			return c.AllToAllv(p, ones, zeros, p+1024, ones, zeros, comm.Int8)
+		}, comm.ErrOverlap})
 	}
 	for _, tc := range cases {
 		e.expectFailure(t, tc.name, tc.call, tc.want)

@@ -135,7 +135,7 @@ func TestPreMulSumDoesNotSurviveReconnect(t *testing.T) {
 	})
 	each(func(_ int, b *nccl.Backend) error { return b.AttemptReconnect(ctx) })
 	calls := c.DriverCalls()
-	b, err := c.Backend(0)
+	b, err := c.NCCL(0)
 	require.NoError(t, err)
 	err = b.Communicator().AllReduce(ps[0], 1, comm.Float32, ops[0])
 	require.ErrorIs(t, err, comm.ErrInvalidOp)
@@ -168,7 +168,7 @@ func eachBackend(t *testing.T, c *commtest.Cluster, f func(r int, b *nccl.Backen
 	n := c.Size()
 	errs := make(chan error, n)
 	for r := range n {
-		b, err := c.Backend(r)
+		b, err := c.NCCL(r)
 		require.NoError(t, err)
 		go func() { errs <- f(r, b) }()
 	}

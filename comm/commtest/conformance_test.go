@@ -80,7 +80,7 @@ func twoRankHarness(opts ...commtest.Option) commtest.Harness {
 			k, err := c.AddKernel(r, elem)
 			if err == nil {
 				var b *nccl.Backend
-				if b, err = c.Backend(r); err == nil {
+				if b, err = c.NCCL(r); err == nil {
 					err = b.SetAddKernel(k)
 				}
 			}

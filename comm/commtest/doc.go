@@ -6,6 +6,9 @@
 // on goroutines, and a simulated NCCL connects the ranks with exact arithmetic for every
 // element type. Engine authors use it to test their own engines in CI; [Cluster] gives
 // device memory access, streams, the add kernels, fault injection and leak counters.
+// [RunRanks] runs a function on every rank, each in its own goroutine as separate
+// processes would, attributes each error to its rank and, at the context's deadline,
+// names the ranks still running (a [RanksError]).
 //
 // [RunConformance] is one table-driven suite that every backend must pass: every
 // operation, every element type it applies to, in place and out of place, every root,
@@ -42,7 +45,10 @@
 // window registration); destroy waits for pending work (it hangs while an operation
 // waits for a dead peer), abort never waits; revoke ends in-flight work; shrink and
 // split build new communicators; functions newer than the simulated version
-// (WithNCCLVersion) are missing.
+// (WithNCCLVersion) are missing. Unlike NCCL, which leaves them to race on the GPU, the
+// simulator reports buffers of one call that overlap anywhere but NCCL's in-place
+// position, and receives of one group from different peers into overlapping memory, as
+// ncclInvalidArgument.
 //
 // Arithmetic: integers wrap, avg of integers truncates towards zero; float32 and
 // float64 use their own IEEE arithmetic; float16, bfloat16 and fp8 compute each step in

@@ -113,7 +113,7 @@ func TestSymmetricAllocIsLocalAndTheWindowCollective(t *testing.T) {
 			defer func() { _ = c.Close() }()
 			bs := make([]*nccl.Backend, n)
 			for r := range n {
-				bs[r], err = c.Backend(r)
+				bs[r], err = c.NCCL(r)
 				require.NoError(t, err)
 			}
 			alone, err := bs[0].SymmetricAlloc(8192) // returns: no peer takes part
@@ -159,7 +159,7 @@ func TestSymmetricAllocIsLocalAndTheWindowCollective(t *testing.T) {
 		c, err := commtest.NewCluster(2, commtest.WithCommOptions(nccl.WithTimeout(time.Second), nccl.WithLogger(quietLog)))
 		require.NoError(t, err)
 		defer func() { _ = c.Close() }()
-		b, err := c.Backend(0)
+		b, err := c.NCCL(0)
 		require.NoError(t, err)
 		p, err := b.SymmetricAlloc(4096)
 		require.NoError(t, err)

@@ -142,7 +142,7 @@ func TestCapturedAllReduceAsyncReplays(t *testing.T) {
 			rs := newGraphRanks(t, c, count)
 			bs := make([]*nccl.Backend, n)
 			for r := range bs {
-				bs[r], err = c.Backend(r)
+				bs[r], err = c.NCCL(r)
 				require.NoError(t, err)
 				k, err := c.AddKernel(r, comm.Float32)
 				require.NoError(t, err)

@@ -408,7 +408,7 @@ func TestShrinkNeedsNCCL227(t *testing.T) {
 	c, err := commtest.NewCluster(2, commtest.WithNCCLVersion(22603))
 	require.NoError(t, err)
 	defer c.Close()
-	b, err := c.Backend(0)
+	b, err := c.NCCL(0)
 	require.NoError(t, err)
 	_, err = b.Shrink(context.Background(), []int{1})
 	require.ErrorIs(t, err, comm.ErrUnsupported)
@@ -438,7 +438,7 @@ func TestShrinkOnNCCL227(t *testing.T) {
 	errs := make([]error, 3)
 	var wg sync.WaitGroup
 	for _, r := range []int{1, 2} {
-		b, err := c.Backend(r)
+		b, err := c.NCCL(r)
 		require.NoError(t, err)
 		wg.Go(func() { shrunk[r], errs[r] = b.Shrink(ctx, []int{0}) })
 	}

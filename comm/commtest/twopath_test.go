@@ -41,7 +41,7 @@ func clusterWithKernel(t testing.TB, elem, kernel comm.DType, opts ...nccl.Optio
 	t.Cleanup(func() { _ = c.Close() })
 	bs := make([]*nccl.Backend, 2)
 	for r := range 2 {
-		bs[r], err = c.Backend(r)
+		bs[r], err = c.NCCL(r)
 		require.NoError(t, err)
 		k, err := c.AddKernel(r, kernel)
 		require.NoError(t, err)

@@ -58,7 +58,7 @@ func TestRegisterWindowSurvivesReconnect(t *testing.T) {
 	each(func(r int, b *nccl.Backend) error { return b.DeregisterWindow(hs[r][0]) })
 	assert.Equal(t, int64(1), calls("ncclCommWindowDeregister"), "the new window was deregistered (the simulator rejects the old one)")
 
-	b, err := c.Backend(0)
+	b, err := c.NCCL(0)
 	require.NoError(t, err)
 	before := c.DriverCalls()
 	for name, tc := range map[string]struct {
@@ -125,7 +125,7 @@ func TestSymmetricFreeDeregistersItsWindows(t *testing.T) {
 	})
 	eachBackend(t, c, func(r int, b *nccl.Backend) error { return b.SymmetricFree(freed[r]) })
 	assert.Equal(t, int64(2), calls("ncclCommWindowDeregister"), "the two windows inside the freed allocation")
-	b, err := c.Backend(0)
+	b, err := c.NCCL(0)
 	require.NoError(t, err)
 	require.NoError(t, b.DeregisterWindow(kept[0]), "the other allocation's window stays registered")
 	closed = true
@@ -137,7 +137,7 @@ func TestRegisterWindowNeedsNCCL2273(t *testing.T) {
 	c, err := commtest.NewCluster(1, commtest.WithNCCLVersion(22605))
 	require.NoError(t, err)
 	defer c.Close()
-	b, err := c.Backend(0)
+	b, err := c.NCCL(0)
 	require.NoError(t, err)
 	p, err := c.Alloc(0, 64)
 	require.NoError(t, err)

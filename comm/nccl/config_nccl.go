@@ -3,8 +3,6 @@ package nccl
 import (
 	"fmt"
 	"math"
-	"reflect"
-	"unicode"
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/internal/core"
@@ -12,17 +10,6 @@ import (
 	"github.com/ncclgo/ncclgo/comm/internal/ncclcfg"
 	"github.com/ncclgo/ncclgo/raw/nccl"
 )
-
-// configSince is the first NCCL whose ncclConfig_t has each field, from the pinned
-// headers (`make headers`); fields of later headers that are not listed here are taken
-// as present whenever raw/nccl's generated Config has them.
-var configSince = map[string]int{
-	"blocking": 21400, "cgaClusterSize": 21400, "minCTAs": 21400, "maxCTAs": 21400,
-	"netName": 21400, "splitShare": 21800, "trafficClass": 22602, "commName": 22703,
-	"collnetEnable": 22703, "CTAPolicy": 22703, "shrinkShare": 22703, "nvlsCTAs": 22703,
-	"nChannelsPerNetPeer": 22803, "nvlinkCentricSched": 22803, "graphUsageMode": 22902,
-	"numRmaCtx": 22902,
-}
 
 // WithBlocking makes the communicators blocking (config.blocking = 1): NCCL calls then
 // return only once done, and initialisation, Split and Shrink block inside NCCL, where
@@ -68,8 +55,8 @@ func WithSplitShare(share bool) Option {
 func WithTrafficClass(class int) Option { return WithConfigField("trafficClass", class) }
 
 // WithConfigField sets any int field of ncclConfig_t by its C name ("nvlsCTAs",
-// "CTAPolicy", "collnetEnable", "graphUsageMode", ...), including fields that headers
-// newer than this package's list add, as long as raw/nccl's generated Config has them.
+// "CTAPolicy", "collnetEnable", "graphUsageMode", ...): every int field of raw/nccl's
+// generated nccl.ConfigFields, which also gives the release that added each.
 // A field the loaded NCCL lacks fails the communicator's creation with ErrUnsupported,
 // naming the version that added it; an unknown field or a value outside int32 fails it
 // with ErrInvalidSize or ErrUnsupported. The last setting of a field wins.
@@ -83,17 +70,13 @@ func WithConfigField(name string, value int) Option {
 	}
 }
 
-// configFields are the int fields of the generated ncclConfig_t, by C name.
-var configFields = func() map[string]bool {
-	m := map[string]bool{}
-	t := reflect.TypeOf(nccl.Config{})
-	for i := 3; i < t.NumField(); i++ { // after size, magic, version
-		if f := t.Field(i); f.Type.Kind() == reflect.Int32 {
-			r := []rune(f.Name)
-			if len(r) > 1 && unicode.IsLower(r[1]) { // CgaClusterSize -> cgaClusterSize; CTAPolicy stays
-				r[0] = unicode.ToLower(r[0])
-			}
-			m[string(r)] = true
+// configFields are the int fields of ncclConfig_t after size, magic and version, by C
+// name, from the generated table.
+var configFields = func() map[string]nccl.StructField {
+	m := map[string]nccl.StructField{}
+	for _, f := range nccl.ConfigFields[3:] {
+		if f.Type == "int" {
+			m[f.C] = f
 		}
 	}
 	return m
@@ -105,13 +88,15 @@ func checkConfig(s ncclcfg.Settings, version int) error {
 		return &comm.ArgError{Op: core.OpInit, Arg: "nccl config", Value: s.Bad[0], Err: comm.ErrInvalidSize, Reason: "outside int32"}
 	}
 	need := func(field string) error {
-		if since, ok := configSince[field]; ok && version < since {
-			return unsupported(core.OpInit, "ncclConfig_t."+field, since, version)
+		for _, f := range nccl.ConfigFields {
+			if f.C == field && version < f.SinceCode {
+				return unsupported(core.OpInit, "ncclConfig_t."+field, f.SinceCode, version)
+			}
 		}
 		return nil
 	}
 	for _, f := range s.Ints {
-		if !configFields[f.Name] {
+		if _, ok := configFields[f.Name]; !ok {
 			return &comm.ArgError{Op: core.OpInit, Arg: "nccl config field", Value: f.Name, Err: comm.ErrUnsupported,
 				Reason: "not an int field of ncclConfig_t in this package's header"}
 		}

@@ -56,7 +56,9 @@ func TestNCCLConfigOptionsTheLoadedNCCLLacksFail(t *testing.T) {
 		{"trafficClass on 2.22.3", 22203, WithTrafficClass(1), comm.ErrUnsupported, "ncclConfig_t.trafficClass needs NCCL 2.26.2 (loaded 2.22.3)"},
 		{"nvlsCTAs on 2.26.5", 22605, WithConfigField("nvlsCTAs", 1), comm.ErrUnsupported, "ncclConfig_t.nvlsCTAs needs NCCL 2.27.3 (loaded 2.26.5)"},
 		{"graphUsageMode on 2.28.9", 22809, WithConfigField("graphUsageMode", 1), comm.ErrUnsupported, "needs NCCL 2.29.2"},
-		{"splitShare on 2.17.1", 21701, WithSplitShare(true), comm.ErrUnsupported, "needs NCCL 2.18.0"},
+		{"splitShare on 2.17.1", 21701, WithSplitShare(true), comm.ErrUnsupported, "needs NCCL 2.18.1"}, // the oldest pinned header
+		{"maxP2pPeers on 2.29.7", 22907, WithConfigField("maxP2pPeers", 4), comm.ErrUnsupported, "ncclConfig_t.maxP2pPeers needs NCCL 2.30.3 (loaded 2.29.7)"},
+		{"graphStreamOrdering on 2.30.4", 23004, WithConfigField("graphStreamOrdering", 1), comm.ErrUnsupported, "needs NCCL 2.30.7"},
 		{"unknown field", 22907, WithConfigField("noSuchField", 1), comm.ErrUnsupported, "not an int field"},
 		{"pointer field by number", 22907, WithConfigField("commName", 1), comm.ErrUnsupported, "not an int field"},
 		{"value outside int32", 22907, WithConfigField("minCTAs", 1<<40), comm.ErrInvalidSize, "outside int32"},

@@ -41,6 +41,9 @@ type Config struct {
 	// SetVersion is a regular expression with one group that takes the version out of a
 	// header set name ("^nccl-(.+)$"); default: the text after the last "-".
 	SetVersion string `json:"setVersion"`
+	// Tables asks for tables of facts the generator knows (emit_tables.go): struct field
+	// tables with the first version of each field, names of enum values.
+	Tables *TablesConfig `json:"tables"`
 	// DocExamples are C names shown in the package doc's naming table; default: the
 	// first few functions, types, enumerators and macros.
 	DocExamples []string `json:"docExamples"`

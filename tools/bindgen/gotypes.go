@@ -50,6 +50,8 @@ type goPkg struct {
 
 	optionalHeader bool   // the target set's source is one of headers.optionalSources
 	headerSource   string // the target set's source in the manifest
+
+	snaps []map[string]*entity // the snapshots of cfg.Sets, oldest first (emit_tables.go)
 }
 
 func declKey(d *TypeDecl) string {

@@ -274,6 +274,7 @@ func generate(cfg *Config, root, cache string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	g.snaps = snaps
 	if line := manifestLine(cfg, root, target); len(line) > 3 {
 		g.headerSource = line[3]
 		g.optionalHeader = contains(cfg.Headers.OptionalSources, line[3])
@@ -318,6 +319,13 @@ func (g *goPkg) write(dir string) error {
 			return err
 		}
 		files["zerrors.go"] = f
+	}
+	if g.cfg.Tables != nil {
+		f, err := g.emitTables(g.snaps)
+		if err != nil {
+			return err
+		}
+		files["ztables.go"] = f
 	}
 	if g.cfg.Batch != nil {
 		batch, err := g.emitBatch()

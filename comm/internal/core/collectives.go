@@ -4,10 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 )
 
-// ErrOverlap: the send and receive buffers of an operation that needs them apart
-// (AllToAll, AllToAllv) overlap.
+// ErrOverlap: buffers of one operation overlap where the operation writes one while it
+// reads or writes the other, which corrupts data on a GPU. A send buffer may overlap the
+// receive buffer only at NCCL's in-place position: send == recv for AllReduceInto,
+// BroadcastInto and Reduce (on root); send == recv + Rank()*size for AllGather and for
+// Gather on root (size: the per-rank part); recv == send + Rank()*size for
+// ReduceScatter and for Scatter on root. AllToAll's buffers must be apart, and
+// AllToAllv's receive blocks must be apart from each other and from the send buffer.
 var ErrOverlap = errors.New("overlapping buffers")
 
 // Operation names of the collectives in this file, used in errors.
@@ -64,6 +70,30 @@ func apart(op string, a, b DevicePtr, bytes int) error {
 	return nil
 }
 
+// overlaps reports whether na bytes at a and nb bytes at b share a byte (without
+// overflowing near the top of the address space).
+func overlaps(a DevicePtr, na int, b DevicePtr, nb int) bool {
+	if na <= 0 || nb <= 0 {
+		return false
+	}
+	if a <= b {
+		return uint64(b-a) < uint64(na)
+	}
+	return uint64(a-b) < uint64(nb)
+}
+
+// inPlaceOrApart fails with ErrOverlap when the per-rank buffer part (bytes at part,
+// argument arg) overlaps the whole buffer (total bytes at whole, argument wholeArg)
+// anywhere but at whole+at, the operation's in-place position.
+func inPlaceOrApart(op, arg string, part DevicePtr, bytes int, wholeArg string, whole DevicePtr, total, at int) error {
+	if part == whole+DevicePtr(at) || !overlaps(part, bytes, whole, total) {
+		return nil
+	}
+	return &ArgError{Op: op, Arg: arg, Value: fmt.Sprintf("%#x", uint64(part)), Err: ErrOverlap,
+		Reason: fmt.Sprintf("its %d bytes overlap the %d bytes of %s at %#x; in place is %s = %s + %d",
+			bytes, total, wholeArg, uint64(whole), arg, wholeArg, at)}
+}
+
 // perRank returns count elements per rank times the world, failing on overflow.
 func (g *Guard) perRank(op string, count int, t DType) (int, error) {
 	bytes, err := g.Typed(op, count, t)
@@ -94,7 +124,13 @@ func (g *Guard) TypedInto(op string, send, recv DevicePtr, count int, t DType, r
 			recvCount = 0
 		}
 	}
-	return bytes, TypedBuffers(op, t, true, Span{"send", send, count}, Span{"recv", recv, recvCount})
+	if err := TypedBuffers(op, t, true, Span{"send", send, count}, Span{"recv", recv, recvCount}); err != nil {
+		return 0, err
+	}
+	if recvCount == 0 {
+		return bytes, nil
+	}
+	return bytes, inPlaceOrApart(op, "recv", recv, bytes, "send", send, bytes, 0)
 }
 
 // typedBroadcastInto checks BroadcastInto: send is used on root only.
@@ -110,7 +146,13 @@ func (g *Guard) TypedBroadcastInto(send, recv DevicePtr, count int, t DType, roo
 	if g.Rank != root {
 		sendCount = 0
 	}
-	return bytes, TypedBuffers(OpBroadcastInto, t, false, Span{"send", send, sendCount}, Span{"recv", recv, count})
+	if err := TypedBuffers(OpBroadcastInto, t, false, Span{"send", send, sendCount}, Span{"recv", recv, count}); err != nil {
+		return 0, err
+	}
+	if sendCount == 0 {
+		return bytes, nil
+	}
+	return bytes, inPlaceOrApart(OpBroadcastInto, "recv", recv, bytes, "send", send, bytes, 0)
 }
 
 // typedAllToAll checks AllToAll: count elements per peer, buffers apart.
@@ -147,7 +189,16 @@ func (g *Guard) TypedRooted(op string, send, recv DevicePtr, count int, t DType,
 			recvCount = 0
 		}
 	}
-	return bytes, TypedBuffers(op, t, false, Span{"send", send, sendCount}, Span{"recv", recv, recvCount})
+	if err := TypedBuffers(op, t, false, Span{"send", send, sendCount}, Span{"recv", recv, recvCount}); err != nil {
+		return 0, err
+	}
+	switch {
+	case g.Rank != root:
+		return bytes, nil
+	case scatter:
+		return bytes, inPlaceOrApart(op, "recv", recv, bytes, "send", send, bytes*g.World, root*bytes)
+	}
+	return bytes, inPlaceOrApart(op, "send", send, bytes, "recv", recv, bytes*g.World, root*bytes)
 }
 
 // typedAllToAllv checks AllToAllv's per-peer counts and displacements (in elements) and
@@ -171,6 +222,9 @@ func (g *Guard) TypedAllToAllv(send DevicePtr, sendCounts, sendDispls []int, rec
 	if err := TypedBuffers(OpAllToAllv, t, false, Span{"send", send, sendExt}, Span{"recv", recv, recvExt}); err != nil {
 		return 0, err
 	}
+	if err := recvBlocksApart(recvCounts, recvDispls, t); err != nil {
+		return 0, err
+	}
 	if sendExt > 0 && recvExt > 0 {
 		es := t.Size()
 		lo, hi := send, send+DevicePtr(sendExt*es)
@@ -180,6 +234,42 @@ func (g *Guard) TypedAllToAllv(send DevicePtr, sendCounts, sendDispls []int, rec
 		}
 	}
 	return (sent + received) * t.Size(), nil
+}
+
+// recvBlocksApart fails with ErrOverlap when two of AllToAllv's non-empty receive
+// blocks overlap (two peers would write the same elements). Displacements in rank order
+// (the usual prefix sums) are checked in one pass without allocating; others are sorted.
+func recvBlocksApart(counts, displs []int, t DType) error {
+	end, sorted := 0, true
+	for r, n := range counts {
+		if n == 0 {
+			continue
+		}
+		if displs[r] < end {
+			sorted = false
+			break
+		}
+		end = displs[r] + n
+	}
+	if sorted {
+		return nil
+	}
+	order := make([]int, 0, len(counts))
+	for r, n := range counts {
+		if n > 0 {
+			order = append(order, r)
+		}
+	}
+	slices.SortFunc(order, func(a, b int) int { return displs[a] - displs[b] })
+	for i := 1; i < len(order); i++ {
+		prev, r := order[i-1], order[i]
+		if displs[r] < displs[prev]+counts[prev] {
+			return &ArgError{Op: OpAllToAllv, Arg: fmt.Sprintf("recv displacement[%d]", r), Value: displs[r], Err: ErrOverlap,
+				Reason: fmt.Sprintf("%d elements (%s) from rank %d overlap the %d elements at displacement %d from rank %d",
+					counts[r], t, r, counts[prev], displs[prev], prev)}
+		}
+	}
+	return nil
 }
 
 // extent checks one side of AllToAllv: one count and one displacement per rank, none

@@ -200,9 +200,21 @@ func (g *Guard) Gather(op string, send, recv DevicePtr, bytes int, reduce bool) 
 		if err := checkAlign(op, "send", send, g.elem); err != nil {
 			return err
 		}
-		return checkAlign(op, "recv", recv, g.elem)
+		if err := checkAlign(op, "recv", recv, g.elem); err != nil {
+			return err
+		}
 	}
-	return nil
+	return g.gatherInPlaceOrApart(op, send, recv, bytes, reduce)
+}
+
+// gatherInPlaceOrApart checks the buffers of an all-gather (reduce false) or a
+// reduce-scatter of bytes per rank: the per-rank buffer is at its in-place position in
+// the whole one or apart from it.
+func (g *Guard) gatherInPlaceOrApart(op string, send, recv DevicePtr, bytes int, reduce bool) error {
+	if reduce {
+		return inPlaceOrApart(op, "recv", recv, bytes, "send", send, bytes*g.World, g.Rank*bytes)
+	}
+	return inPlaceOrApart(op, "send", send, bytes, "recv", recv, bytes*g.World, g.Rank*bytes)
 }
 
 func (g *Guard) Broadcast(ptr DevicePtr, bytes, root int) error {
@@ -492,7 +504,7 @@ func (g *Guard) TypedGather(op string, send, recv DevicePtr, count int, t DType,
 			return 0, err
 		}
 	}
-	return bytes, nil
+	return bytes, g.gatherInPlaceOrApart(op, send, recv, bytes, reduce)
 }
 
 func (g *Guard) TypedP2P(op, peerArg string, ptr DevicePtr, count int, t DType, peer int) (int, error) {

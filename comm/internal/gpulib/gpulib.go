@@ -8,8 +8,6 @@
 package gpulib
 
 import (
-	"fmt"
-
 	"github.com/ncclgo/ncclgo/raw/nccl"
 )
 
@@ -76,8 +74,7 @@ const (
 	InvalidUsage       = nccl.InvalidUsage
 	RemoteError        = nccl.RemoteError
 	InProgress         = nccl.InProgress
-	// Timeout is ncclTimeout, new in NCCL 2.30 (the generated header predates it).
-	Timeout Result = 8
+	Timeout            = nccl.Timeout
 
 	// SplitNoColor is NCCL_SPLIT_NOCOLOR: the rank joins no child communicator.
 	SplitNoColor = nccl.SplitNocolor
@@ -88,18 +85,9 @@ const (
 	ShrinkAbort   = nccl.ShrinkAbort
 )
 
-var resultNames = [...]string{"ncclSuccess", "ncclUnhandledCudaError", "ncclSystemError",
-	"ncclInternalError", "ncclInvalidArgument", "ncclInvalidUsage", "ncclRemoteError",
-	"ncclInProgress", "ncclTimeout"}
-
 // ResultName returns the C name of r ("ncclRemoteError"), also when no library is
 // loaded.
-func ResultName(r Result) string {
-	if r >= 0 && int(r) < len(resultNames) {
-		return resultNames[r]
-	}
-	return fmt.Sprintf("ncclResult(%d)", int32(r))
-}
+func ResultName(r Result) string { return r.Name() }
 
 // Fatal reports whether a communicator that returned r must be aborted and re-created
 // (NCCL's rule: only invalid-argument leaves it usable; in-progress is not an error).

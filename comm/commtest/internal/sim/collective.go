@@ -125,7 +125,56 @@ func (w *World) prepareCollLocked(d *device, c gpulib.Comm, s gpulib.Stream, des
 	if err := d.check(desc.recv, out); err != nil {
 		return nil, ncclErr(gpulib.InvalidArgument, call, "recvbuff [%#x, +%d): %v", uint64(desc.recv), out, err)
 	}
+	if msg := desc.overlap(rc.rank, in, out); msg != "" {
+		return nil, ncclErr(gpulib.InvalidArgument, call, "%s", msg)
+	}
 	return &task{rc: rc, s: st, coll: desc}, nil
+}
+
+// overlap describes rank's send and receive buffers (in and out bytes, as sizes
+// returns) overlapping anywhere but at NCCL's in-place position, "" when they do not:
+// on a GPU the kernels would read data they have already overwritten, so the simulator
+// reports what it would otherwise compute exactly. In place is sendbuff == recvbuff for
+// all-reduce, broadcast and reduce, sendbuff == recvbuff + rank*size for all-gather and
+// gather, recvbuff == sendbuff + rank*size for reduce-scatter and scatter; all-to-all
+// has none.
+func (c *collDesc) overlap(rank int, in, out uint64) string {
+	if !spansOverlap(c.send, in, c.recv, out) {
+		return ""
+	}
+	at := uint64(rank) * c.count * uint64(elemSize(c.dt))
+	var inPlace string
+	switch c.call {
+	case "ncclAlltoAll":
+	case "ncclAllGather", "ncclGather":
+		if c.send == c.recv+gpulib.Ptr(at) {
+			return ""
+		}
+		inPlace = fmt.Sprintf("; in place is sendbuff = recvbuff + %d", at)
+	case "ncclReduceScatter", "ncclScatter":
+		if c.recv == c.send+gpulib.Ptr(at) {
+			return ""
+		}
+		inPlace = fmt.Sprintf("; in place is recvbuff = sendbuff + %d", at)
+	default:
+		if c.send == c.recv {
+			return ""
+		}
+		inPlace = "; in place is sendbuff = recvbuff"
+	}
+	return fmt.Sprintf("sendbuff [%#x, +%d) and recvbuff [%#x, +%d) overlap (a data race on a GPU)%s",
+		uint64(c.send), in, uint64(c.recv), out, inPlace)
+}
+
+// spansOverlap reports whether na bytes at a and nb bytes at b share a byte.
+func spansOverlap(a gpulib.Ptr, na uint64, b gpulib.Ptr, nb uint64) bool {
+	if na == 0 || nb == 0 {
+		return false
+	}
+	if a <= b {
+		return uint64(b-a) < na
+	}
+	return uint64(a-b) < nb
 }
 
 // operandsLocked checks what every NCCL communication call names (a ready communicator

@@ -30,8 +30,9 @@ func (w *World) Kill(dev int) error {
 	w.mu.Lock()
 	d.dead = true
 	d.halt()
+	life := d.streams
 	w.mu.Unlock()
-	d.streams.Wait()
+	life.Wait()
 	return nil
 }
 
@@ -48,11 +49,12 @@ func (w *World) Revive(dev int) error {
 	}
 	w.mu.Lock()
 	err = w.reviveCheckLocked(d)
+	life := d.streams
 	w.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	d.streams.Wait() // the device is halted: no stream goroutine of it starts any more
+	life.Wait() // the device is halted: no stream goroutine of it starts any more
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := w.reviveCheckLocked(d); err != nil { // a concurrent Revive or Close won
@@ -79,8 +81,12 @@ func (w *World) Revive(dev int) error {
 			delete(w.comms, h)
 		}
 	}
+	if d.streams != life { // a concurrent Revive won (and a Kill may have followed)
+		return fmt.Errorf("revive device %d: revived concurrently", d.idx)
+	}
 	d.wipe()
 	d.def = &stream{h: 0, dev: d}
+	d.streams = new(sync.WaitGroup)
 	d.stop = make(chan struct{})
 	d.halted, d.dead, d.sticky, d.hang, d.delay = false, false, nil, 0, 0
 	drv := w.drivers[dev]

@@ -197,7 +197,38 @@ func (d *Driver) groupEnd() error {
 			return ncclErr(gpulib.InvalidUsage, call, "communicator %#x was aborted or destroyed inside the group", uintptr(t.rc.h))
 		}
 	}
+	if err := p2pOverlap(g.tasks); err != nil {
+		return err
+	}
 	return w.submitLocked(g.tasks, call)
+}
+
+// p2pOverlap reports two receives of the group from different peers into overlapping
+// memory of one device: the group's point-to-point operations run concurrently, so on a
+// GPU two peers' data race for the same bytes (an all-to-allv whose receive
+// displacements collide). Receives from one peer (nccl-tests' aggregated iterations)
+// and a receive into the buffer a send of the group reads (nccl-tests' in-place
+// sendrecv) are left alone: real programs rely on both.
+func p2pOverlap(tasks []*task) error {
+	for i, t := range tasks {
+		a := t.p2p
+		if a == nil || a.send || a.count == 0 {
+			continue
+		}
+		for _, o := range tasks[i+1:] {
+			b := o.p2p
+			if b == nil || b.send || b.count == 0 || b.peer == a.peer || o.rc.dev != t.rc.dev {
+				continue
+			}
+			na, nb := a.count*uint64(elemSize(a.dt)), b.count*uint64(elemSize(b.dt))
+			if spansOverlap(a.buf, na, b.buf, nb) {
+				return ncclErr(gpulib.InvalidArgument, "ncclGroupEnd",
+					"ncclRecv from rank %d into [%#x, +%d) overlaps the ncclRecv from rank %d into [%#x, +%d) in the same group (a data race on a GPU)",
+					a.peer, uint64(a.buf), na, b.peer, uint64(b.buf), nb)
+			}
+		}
+	}
+	return nil
 }
 
 // inGroup returns an error for calls that cannot be made inside a group (on the

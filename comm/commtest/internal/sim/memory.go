@@ -44,8 +44,11 @@ type device struct {
 	used  uint64
 
 	// streams counts the stream goroutines of the device's current life; Add only under
-	// World.mu while !halted, so that Wait after halt joins them all.
-	streams sync.WaitGroup
+	// World.mu while !halted, so that Wait after halt joins them all. Revive gives the
+	// new life a new WaitGroup: a Kill still waiting for the old life's goroutines must
+	// not share one with the revived device's first stream (sync.WaitGroup forbids an Add
+	// from zero before every Wait of the previous round has returned). Guarded by World.mu.
+	streams *sync.WaitGroup
 
 	// The fields below are guarded by World.mu.
 	def    *stream       // the legacy default stream (handle 0)
@@ -59,7 +62,7 @@ type device struct {
 
 func newDevice(idx int, limit uint64) *device {
 	base := uint64(addrBase) + uint64(idx)*addrSpan
-	return &device{idx: idx, limit: limit, next: base, stop: make(chan struct{})}
+	return &device{idx: idx, limit: limit, next: base, stop: make(chan struct{}), streams: new(sync.WaitGroup)}
 }
 
 // halt closes stop once. Caller holds World.mu.

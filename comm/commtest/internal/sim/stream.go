@@ -60,9 +60,10 @@ func (w *World) enqueueLocked(s *stream, name string, run func() error) *op {
 	s.tail = o
 	if !s.running && !s.dev.halted {
 		s.running = true
-		s.dev.streams.Add(1)
+		life := s.dev.streams
+		life.Add(1)
 		w.goLocked(func() {
-			defer s.dev.streams.Done()
+			defer life.Done()
 			w.drain(s)
 		})
 	}
