@@ -30,10 +30,15 @@ import (
 // (MPI_Isend, MPI_Irecv with the tag) and complete in Sync, Barrier or Close; so a ring of
 // sends and receives never deadlocks whatever the order in which the ranks post them,
 // and GroupStart/GroupEnd (NCCL's grouping) only check nesting: there is nothing to
-// defer. Sync, Barrier and Close poll (MPI_Testall, MPI_Ibarrier) so that ctx is honoured.
+// defer. Sync, Barrier and Close poll (MPI_Testall, MPI_Ibarrier) so that ctx is
+// honoured, sleeping between polls once a short spin is over (see mpiSpinFor).
 //
-// Threads: MPI is initialised with MPI_THREAD_SERIALIZED. Every MPI call of the process
-// made through comm is serialised by one process-wide lock, so goroutines may call from
+// Threads: MPI is initialised with MPI_THREAD_MULTIPLE (Open MPI 4.1.4 grants it). Each
+// communicator serialises its own calls with its own lock, so a Split child and its
+// parent used from two goroutines proceed independently, as MPI requires (each
+// communicator's collectives in the same order on every rank); when the application
+// initialised MPI below MPI_THREAD_MULTIPLE (serialised at least), one process-wide lock
+// serialises every call instead, and such a pair deadlocks. Goroutines may call from
 // any OS thread; MPI_Init_thread and MPI_Finalize (which MPI wants on one thread) run
 // on a goroutine locked to its OS thread. Signals: Open MPI installs its backtrace
 // handlers (OMPI_MCA_opal_signal: SIGABRT, SIGBUS, SIGFPE, SIGSEGV) only where no handler
@@ -64,16 +69,21 @@ type Communicator struct {
 	comm  mpi.Comm
 	rank  int
 	world int
-	reqs  []mpi.Request // pending Isend/Irecv/Ibarrier, guarded by p.mu
-	tmp   []byte        // scratch of the pre-multiplied Avg contributions, guarded by p.mu
-	calls int64         // MPI calls made, see MPICalls; guarded by p.mu (a plain add under the lock costs less than an atomic one)
+	// mu serialises the communicator's MPI calls: its own lock under MPI_THREAD_MULTIPLE,
+	// the process's (p.mu) under a lower thread level. The fields below are guarded by it.
+	mu      *sync.Mutex
+	reqs    []mpi.Request // pending Isend/Irecv/Ibarrier
+	tmp     []byte        // scratch of the pre-multiplied Avg contributions
+	calls   int64         // MPI calls made, see MPICalls (a plain add under the lock costs less than an atomic one)
+	yielded time.Time     // the last yield of a goroutine making blocking calls (unlockBlocking)
 }
 
 var _ comm.Communicator = (*Communicator)(nil)
 
 // mpiProcess is the process's MPI: initialised once, finalised once.
 type mpiProcess struct {
-	mu        sync.Mutex // serialises every MPI call (MPI_THREAD_SERIALIZED)
+	mu        sync.Mutex // serialises the calls on MPI_COMM_WORLD and the operators; every call below MPI_THREAD_MULTIPLE
+	multiple  bool       // MPI provides MPI_THREAD_MULTIPLE: each communicator has its own lock
 	owner     bool       // comm called MPI_Init_thread, so it calls MPI_Finalize
 	finalized atomic.Bool
 	refs      int // open communicators
@@ -83,7 +93,6 @@ type mpiProcess struct {
 	userOps   []mpi.Op                       // created here, freed with the last communicator
 	inPlace   unsafe.Pointer
 	tagUB     int
-	yielded   time.Time // the last yield of a goroutine making blocking calls (unlockBlocking)
 }
 
 var (
@@ -122,8 +131,9 @@ func narrowFormat(t comm.DType) (int, bool) {
 
 // New returns this process's rank of MPI_COMM_WORLD as a Communicator (a duplicate
 // of it, so that its messages never match the application's own). It initialises MPI
-// (MPI_Init_thread, MPI_THREAD_SERIALIZED) unless the process already did, in which case
-// the thread level provided must be at least serialised. MPI_Init waits for every rank
+// (MPI_Init_thread, MPI_THREAD_MULTIPLE) unless the process already did, in which case
+// the thread level provided must be at least serialised (below multiple, every call of
+// the process is serialised: see Communicator). MPI_Init waits for every rank
 // that mpirun started; if ctx ends first New returns ctx's error while the
 // initialisation goes on, and the process should exit. Options: WithLogger,
 // WithCloseTimeout, WithMinGOMAXPROCS (recommended for ranks that mpirun binds to one
@@ -139,7 +149,7 @@ func New(ctx context.Context, opts ...Option) (*Communicator, error) {
 	}
 	world, err := mpi.CommWorld()
 	if err == nil {
-		c, err := p.newCommunicator(cfg, func(out *mpi.Comm) error { return mpi.CommDup(world, out) })
+		c, err := p.newCommunicator(cfg, &p.mu, func(out *mpi.Comm) error { return mpi.CommDup(world, out) })
 		if err == nil {
 			raiseProcs(cfg)
 			return c, nil
@@ -213,7 +223,7 @@ func acquireMPI(ctx context.Context) (*mpiProcess, error) {
 		go p.mainThread()
 		done := make(chan error, 1)
 		var provided int32
-		p.main <- func() { done <- mpi.InitThread(nil, nil, mpi.ThreadSerialized, &provided) }
+		p.main <- func() { done <- mpi.InitThread(nil, nil, mpi.ThreadMultiple, &provided) }
 		select {
 		case err := <-done:
 			if err != nil {
@@ -227,6 +237,7 @@ func acquireMPI(ctx context.Context) (*mpiProcess, error) {
 		if provided < mpi.ThreadSerialized {
 			return nil, fmt.Errorf("mpi provides thread level %d, comm needs MPI_THREAD_SERIALIZED (%d)", provided, mpi.ThreadSerialized)
 		}
+		p.multiple = provided >= mpi.ThreadMultiple
 	} else {
 		var provided int32
 		if err := mpi.QueryThread(&provided); err != nil {
@@ -235,6 +246,7 @@ func acquireMPI(ctx context.Context) (*mpiProcess, error) {
 		if provided < mpi.ThreadSerialized {
 			return nil, fmt.Errorf("mpi was initialised with thread level %d; comm needs MPI_THREAD_SERIALIZED (%d) or more", provided, mpi.ThreadSerialized)
 		}
+		p.multiple = provided >= mpi.ThreadMultiple
 	}
 	if err := p.handles(); err != nil {
 		return nil, err
@@ -284,6 +296,15 @@ func (p *mpiProcess) handles() error {
 			continue
 		}
 		p.ops[t] = native
+		dt := comm.DType(t)
+		for o := range 4 {
+			if fn := mpiWideOp(dt.Size(), dt == comm.Float32 || dt == comm.Float64, o); fn != 0 {
+				var h mpi.Op
+				errs = append(errs, mpi.OpCreate(mpi.UserFunction(fn), 1, &h))
+				p.ops[t][o] = h
+				p.userOps = append(p.userOps, h)
+			}
+		}
 	}
 	var flag int32
 	var ub *int32 // MPI_TAG_UB's value is a pointer to the bound
@@ -300,10 +321,11 @@ func (p *mpiProcess) handles() error {
 }
 
 // newCommunicator makes a communicator from the handle create gives (MPI_Comm_dup or
-// MPI_Comm_split), with MPI_ERRORS_RETURN. It returns (nil, nil) for MPI_COMM_NULL.
-func (p *mpiProcess) newCommunicator(cfg options, create func(*mpi.Comm) error) (*Communicator, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// MPI_Comm_split), with MPI_ERRORS_RETURN, holding parent: the lock of the communicator
+// create calls MPI on. It returns (nil, nil) for MPI_COMM_NULL.
+func (p *mpiProcess) newCommunicator(cfg options, parent *sync.Mutex, create func(*mpi.Comm) error) (*Communicator, error) {
+	parent.Lock()
+	defer parent.Unlock()
 	var h mpi.Comm
 	if err := create(&h); err != nil {
 		return nil, err
@@ -327,7 +349,11 @@ func (p *mpiProcess) newCommunicator(cfg options, create func(*mpi.Comm) error) 
 		_ = mpi.CommFree(&h)
 		return nil, err
 	}
-	return &Communicator{g: core.NewGuard(int(rank), int(size), comm.BFloat16), p: p, cfg: cfg, comm: h,
+	mu := &p.mu
+	if p.multiple {
+		mu = new(sync.Mutex)
+	}
+	return &Communicator{g: core.NewGuard(int(rank), int(size), comm.BFloat16), p: p, cfg: cfg, comm: h, mu: mu,
 		rank: int(rank), world: int(size), reqs: make([]mpi.Request, 0, 16)}, nil
 }
 
@@ -373,15 +399,15 @@ func (c *Communicator) WorldSize() int { return c.world }
 // MPICalls is the number of MPI calls the communicator has made (for diagnostics and
 // for tests proving that bad input never reaches MPI).
 func (c *Communicator) MPICalls() int64 {
-	c.p.mu.Lock()
-	defer c.p.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	return c.calls
 }
 
 // lock takes the process lock for an MPI call, failing when MPI was finalised. It is
 // small enough to be inlined; the failure is finalizedErr.
 func (c *Communicator) lock(op string) error {
-	c.p.mu.Lock()
+	c.mu.Lock()
 	if c.p.finalized.Load() {
 		return c.finalizedErr(op)
 	}
@@ -391,7 +417,7 @@ func (c *Communicator) lock(op string) error {
 
 // finalizedErr releases the process lock lock took and says that MPI was finalised.
 func (c *Communicator) finalizedErr(op string) error {
-	c.p.mu.Unlock()
+	c.mu.Unlock()
 	return &comm.ArgError{Op: op, Arg: "rank", Value: c.rank, Err: comm.ErrClosed, Reason: "mpi was finalized"}
 }
 
@@ -418,7 +444,7 @@ const (
 // that read the clock take unlockTimed.
 func (c *Communicator) unlockBlocking(bytes int) {
 	if c.calls&31 != 0 && bytes < mpiAlwaysTimed {
-		c.p.mu.Unlock()
+		c.mu.Unlock()
 		return
 	}
 	c.unlockTimed()
@@ -426,12 +452,11 @@ func (c *Communicator) unlockBlocking(bytes int) {
 
 // unlockTimed is unlockBlocking after a call that reads the clock.
 func (c *Communicator) unlockTimed() {
-	p := c.p
 	yield := false
-	if now := time.Now(); now.Sub(p.yielded) >= mpiYieldEvery {
-		p.yielded, yield = now, true
+	if now := time.Now(); now.Sub(c.yielded) >= mpiYieldEvery {
+		c.yielded, yield = now, true
 	}
-	p.mu.Unlock()
+	c.mu.Unlock()
 	if yield {
 		runtime.Gosched()
 	}
@@ -615,7 +640,7 @@ func (c *Communicator) p2p(op, peerArg string, ptr comm.DevicePtr, count int, t 
 	if err := c.lock(op); err != nil {
 		return err
 	}
-	defer c.p.mu.Unlock()
+	defer c.mu.Unlock()
 	var req mpi.Request
 	if send {
 		err = mpi.Isend(hostPtr(ptr), int32(bytes), c.p.types[comm.Uint8], int32(peer), int32(tag), c.comm, &req)
@@ -649,13 +674,29 @@ func (c *Communicator) Sync(ctx context.Context) error {
 	return c.wait(ctx, core.OpSync)
 }
 
+// Waiting: Sync, Barrier and Close poll MPI_Testall (MPI cannot be interrupted while
+// blocked in MPI_Waitall, and ctx must be honoured). They poll back to back for
+// mpiSpinFor, which covers ranks arriving close together, then sleep between polls,
+// from mpiNapMin doubling to mpiNapMax. A sleeping goroutine is woken by its timer
+// ahead of the goroutines waiting in the run queue, so a wait costs at most a
+// scheduling slice of another goroutine per nap however many are runnable
+// (runtime.Gosched instead queued the waiter behind all of them:
+// TestMPIWaitDoesNotStarve).
+const (
+	mpiSpinFor = 200 * time.Microsecond
+	mpiNapMin  = 20 * time.Microsecond
+	mpiNapMax  = time.Millisecond
+)
+
 func (c *Communicator) wait(ctx context.Context, op string) error {
+	var start time.Time
+	nap := time.Duration(0)
 	for {
 		if err := c.lock(op); err != nil {
 			return err
 		}
 		if len(c.reqs) == 0 {
-			c.p.mu.Unlock()
+			c.mu.Unlock()
 			return nil
 		}
 		var flag int32
@@ -663,7 +704,7 @@ func (c *Communicator) wait(ctx context.Context, op string) error {
 		if flag != 0 || err != nil {
 			c.reqs = c.reqs[:0]
 		}
-		c.p.mu.Unlock()
+		c.mu.Unlock()
 		switch {
 		case err != nil:
 			return c.opErr(op, -1, err)
@@ -672,7 +713,15 @@ func (c *Communicator) wait(ctx context.Context, op string) error {
 		case ctx.Err() != nil:
 			return &comm.OpError{Op: op, Bytes: -1, Rank: c.rank, Err: context.Cause(ctx)}
 		}
-		runtime.Gosched()
+		switch {
+		case start.IsZero():
+			start = time.Now()
+		case nap > 0:
+			time.Sleep(nap)
+			nap = min(2*nap, mpiNapMax)
+		case time.Since(start) >= mpiSpinFor:
+			nap = mpiNapMin
+		}
 	}
 }
 
@@ -694,7 +743,7 @@ func (c *Communicator) Barrier(ctx context.Context) error {
 	if err == nil {
 		c.reqs = append(c.reqs, req)
 	}
-	c.p.mu.Unlock()
+	c.mu.Unlock()
 	if err != nil {
 		return c.opErr(core.OpBarrier, -1, err)
 	}
@@ -726,8 +775,8 @@ func (c *Communicator) Split(_ context.Context, color, key int) (comm.Communicat
 	}
 	c.p.refs++
 	mpiMu.Unlock()
-	child, err := c.p.newCommunicator(c.cfg, func(out *mpi.Comm) error {
-		c.calls++ // newCommunicator holds p.mu
+	child, err := c.p.newCommunicator(c.cfg, c.mu, func(out *mpi.Comm) error {
+		c.calls++ // newCommunicator holds c.mu
 		return mpi.CommSplit(c.comm, col, int32(key), out)
 	})
 	if child == nil {
@@ -765,7 +814,7 @@ func (c *Communicator) Close() error {
 		if err := mpi.CommFree(&h); err != nil {
 			errs = append(errs, c.opErr(core.OpClose, -1, err))
 		}
-		c.p.mu.Unlock()
+		c.mu.Unlock()
 		c.p.release(c.cfg)
 	} else {
 		errs = append(errs, err)
@@ -782,7 +831,7 @@ func (c *Communicator) cancelPending() {
 	if c.lock(core.OpClose) != nil {
 		return
 	}
-	defer c.p.mu.Unlock()
+	defer c.mu.Unlock()
 	for i := range c.reqs {
 		_ = mpi.Cancel(&c.reqs[i])
 		_ = mpi.RequestFree(&c.reqs[i])

@@ -86,7 +86,7 @@ func (c *Communicator) BootstrapNCCL(ctx context.Context) (NCCLBootstrap, error)
 			err = errFree
 		}
 	}
-	c.p.mu.Unlock()
+	c.mu.Unlock()
 	if err != nil {
 		return b, c.opErr(core.OpInit, -1, fmt.Errorf("exchange the nccl unique id over mpi: %w", err))
 	}

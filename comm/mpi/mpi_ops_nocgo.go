@@ -8,4 +8,6 @@ import "unsafe"
 
 func mpiNarrowOp(int, int) uintptr { return 0 }
 
+func mpiWideOp(int, bool, int) uintptr { return 0 }
+
 func mpiCombine(int, int, unsafe.Pointer, unsafe.Pointer, int) {}
