@@ -72,10 +72,13 @@ type Communicator struct {
 	// mu serialises the communicator's MPI calls: its own lock under MPI_THREAD_MULTIPLE,
 	// the process's (p.mu) under a lower thread level. The fields below are guarded by it.
 	mu      *sync.Mutex
-	reqs    []mpi.Request // pending Isend/Irecv/Ibarrier
-	tmp     []byte        // scratch of the pre-multiplied Avg contributions
-	calls   int64         // MPI calls made, see MPICalls (a plain add under the lock costs less than an atomic one)
-	yielded time.Time     // the last yield of a goroutine making blocking calls (unlockBlocking)
+	reqs    []mpi.Request     // pending Isend/Irecv/Ibarrier
+	posted  []posted          // what each of reqs is, for errors
+	stats   []mpi.Status      // Testall's statuses, as many as reqs
+	tmp     []byte            // scratch of the pre-multiplied Avg contributions
+	calls   int64             // MPI calls made, see MPICalls (a plain add under the lock costs less than an atomic one)
+	yielded time.Time         // the last yield of a goroutine making blocking calls (unlockBlocking)
+	pins    []*runtime.Pinner // Go memory of the pending slice Send and Recv (slices.go)
 }
 
 var _ comm.Communicator = (*Communicator)(nil)
@@ -651,7 +654,46 @@ func (c *Communicator) p2p(op, peerArg string, ptr comm.DevicePtr, count int, t 
 		return c.opErr(op, bytes, err)
 	}
 	c.reqs = append(c.reqs, req)
+	c.posted = append(c.posted, posted{op: op, peer: peer, tag: tag, bytes: bytes})
 	return nil
+}
+
+// posted describes a pending request, for the error that its status may report.
+type posted struct {
+	op    string
+	peer  int
+	tag   uint32
+	bytes int
+}
+
+func (r posted) String() string {
+	if r.op == core.OpBarrier {
+		return "barrier"
+	}
+	dir := "to"
+	if r.op == core.OpRecv {
+		dir = "from"
+	}
+	return fmt.Sprintf("%s of %d bytes %s rank %d with tag %d", r.op, r.bytes, dir, r.peer, r.tag)
+}
+
+// statusErr turns MPI_ERR_IN_STATUS from Testall into the errors of the requests that
+// failed, read from their statuses: which request, and MPI's error.
+func (c *Communicator) statusErr(err error) error {
+	var code mpi.ErrorCode
+	if !errors.As(err, &code) || code != mpi.ErrInStatus {
+		return err
+	}
+	var errs []error
+	for i, st := range c.stats[:len(c.reqs)] {
+		if st.MpiError != mpi.Success && st.MpiError != mpi.ErrPending {
+			errs = append(errs, fmt.Errorf("%v (request %d of %d): %w", c.posted[i], i+1, len(c.reqs), mpi.ErrorCode(st.MpiError)))
+		}
+	}
+	if len(errs) == 0 {
+		return err
+	}
+	return errors.Join(errs...)
 }
 
 // GroupStart opens a group. Point-to-point operations are non-blocking anyway, so a
@@ -696,13 +738,21 @@ func (c *Communicator) wait(ctx context.Context, op string) error {
 			return err
 		}
 		if len(c.reqs) == 0 {
+			c.unpinAll()
 			c.mu.Unlock()
 			return nil
 		}
 		var flag int32
-		err := mpi.Testall(int32(len(c.reqs)), &c.reqs[0], &flag, nil)
+		if len(c.stats) < len(c.reqs) {
+			c.stats = make([]mpi.Status, cap(c.reqs))
+		}
+		err := mpi.Testall(int32(len(c.reqs)), &c.reqs[0], &flag, &c.stats[0])
+		if err != nil {
+			err = c.statusErr(err)
+		}
 		if flag != 0 || err != nil {
-			c.reqs = c.reqs[:0]
+			c.reqs, c.posted = c.reqs[:0], c.posted[:0]
+			c.unpinAll()
 		}
 		c.mu.Unlock()
 		switch {
@@ -742,6 +792,7 @@ func (c *Communicator) Barrier(ctx context.Context) error {
 	err := mpi.Ibarrier(c.comm, &req)
 	if err == nil {
 		c.reqs = append(c.reqs, req)
+		c.posted = append(c.posted, posted{op: core.OpBarrier})
 	}
 	c.mu.Unlock()
 	if err != nil {
@@ -836,7 +887,8 @@ func (c *Communicator) cancelPending() {
 		_ = mpi.Cancel(&c.reqs[i])
 		_ = mpi.RequestFree(&c.reqs[i])
 	}
-	c.reqs = c.reqs[:0]
+	c.reqs, c.posted = c.reqs[:0], c.posted[:0]
+	c.unpinAll()
 }
 
 // premultiply writes the Avg contributions of count elements of t at in to out (which

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/mpi"
+	rawmpi "github.com/ncclgo/ncclgo/raw/mpi"
 )
 
 // TestMPISplitChildAndParentConcurrently runs, on 4 ranks, all-reduces on the world
@@ -244,4 +245,41 @@ func wrapCheck[T int8 | uint8 | int32 | uint32 | int64 | uint64](t *testing.T, c
 			}
 		}
 	}
+}
+
+// TestMPITruncatedRecvKeepsItsCause checks that a receive shorter than the message
+// fails Sync with the request it was (receive, peer, tag, bytes) and MPI's own error
+// (MPI_ERR_TRUNCATE, read from the statuses), not MPI_ERR_IN_STATUS alone.
+func TestMPITruncatedRecvKeepsItsCause(t *testing.T) {
+	if inRank(t) {
+		mpiRankTruncatedRecvKeepsItsCause(t)
+		return
+	}
+	runMPI(t, 2, t.Name())
+}
+
+func mpiRankTruncatedRecvKeepsItsCause(t *testing.T) {
+	c := newMPI(t)
+	defer func() { _ = c.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if c.Rank() == 0 {
+		_, p := hostBuf[int32](t, 8)
+		require.NoError(t, c.Send(p, 1, comm.Int32, 1, 6))
+		require.NoError(t, c.Send(p, 8, comm.Int32, 1, 5))
+		require.NoError(t, c.Sync(ctx))
+	} else {
+		_, po := hostBuf[int32](t, 1)
+		require.NoError(t, c.Recv(po, 1, comm.Int32, 0, 6)) // completes
+		_, p := hostBuf[int32](t, 4)
+		require.NoError(t, c.Recv(p, 4, comm.Int32, 0, 5))
+		err := c.Sync(ctx)
+		require.Error(t, err)
+		var code rawmpi.ErrorCode
+		require.ErrorAs(t, err, &code)
+		assert.Equal(t, rawmpi.ErrorCode(rawmpi.ErrTruncate), code, "%v", err)
+		assert.Contains(t, err.Error(), "recv of 16 bytes from rank 0 with tag 5 (request 2 of 2)")
+		assert.NotContains(t, err.Error(), "request 1 of 2", "the completed request is no error")
+	}
+	require.NoError(t, c.Barrier(ctx))
 }
