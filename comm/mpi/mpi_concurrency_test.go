@@ -283,3 +283,62 @@ func mpiRankTruncatedRecvKeepsItsCause(t *testing.T) {
 	}
 	require.NoError(t, c.Barrier(ctx))
 }
+
+// TestMPISlices runs the slice functions on 2 and 4 ranks: every collective, and a ring
+// of Send and Recv completed by Sync after garbage collections (the library keeps the
+// pending slices pinned).
+func TestMPISlices(t *testing.T) {
+	if inRank(t) {
+		mpiRankSlices(t)
+		return
+	}
+	for _, np := range []int{2, 4} {
+		t.Run(fmt.Sprint(np, "-ranks"), func(t *testing.T) { runMPI(t, np, "TestMPISlices") })
+	}
+}
+
+func mpiRankSlices(t *testing.T) {
+	c := newMPI(t)
+	defer func() { require.NoError(t, c.Close()) }()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, n := c.Rank(), c.WorldSize()
+
+	v := []float64{float64(r), 1}
+	require.NoError(t, mpi.AllReduce(c, v, comm.Sum))
+	assert.Equal(t, []float64{float64(n * (n - 1) / 2), float64(n)}, v)
+
+	out := make([]int32, 2)
+	require.NoError(t, mpi.AllReduceInto(c, []int32{int32(r), -int32(r)}, out, comm.Max))
+	assert.Equal(t, []int32{int32(n - 1), 0}, out)
+
+	b := []uint64{uint64(r), uint64(r)}
+	require.NoError(t, mpi.Broadcast(c, b, n-1))
+	assert.Equal(t, []uint64{uint64(n - 1), uint64(n - 1)}, b)
+
+	all := make([]int8, 2*n)
+	require.NoError(t, mpi.AllGather(c, []int8{int8(r), int8(-r)}, all))
+	for i := range n {
+		assert.Equal(t, []int8{int8(i), int8(-i)}, all[2*i:2*i+2])
+	}
+
+	send := make([]float32, n)
+	for i := range send {
+		send[i] = float32(i * r)
+	}
+	mine := make([]float32, 1)
+	require.NoError(t, mpi.ReduceScatter(c, send, mine, comm.Sum))
+	assert.Equal(t, float32(r*n*(n-1)/2), mine[0])
+
+	// A ring: the slices go out of scope here, only the library holds them.
+	func() {
+		require.NoError(t, mpi.Send(c, []uint32{uint32(r), 7, 8}, (r+1)%n, 3))
+	}()
+	in := make([]uint32, 3)
+	require.NoError(t, mpi.Recv(c, in, (r+n-1)%n, 3))
+	runtime.GC()
+	runtime.GC()
+	require.NoError(t, c.Sync(ctx))
+	assert.Equal(t, []uint32{uint32((r + n - 1) % n), 7, 8}, in)
+	require.NoError(t, c.Barrier(ctx))
+}
