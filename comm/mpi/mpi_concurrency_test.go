@@ -19,7 +19,9 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/mpi"
+	rawcuda "github.com/ncclgo/ncclgo/raw/cuda"
 	rawmpi "github.com/ncclgo/ncclgo/raw/mpi"
+	rawnccl "github.com/ncclgo/ncclgo/raw/nccl"
 )
 
 // TestMPISplitChildAndParentConcurrently runs, on 4 ranks, all-reduces on the world
@@ -340,5 +342,31 @@ func mpiRankSlices(t *testing.T) {
 	runtime.GC()
 	require.NoError(t, c.Sync(ctx))
 	assert.Equal(t, []uint32{uint32((r + n - 1) % n), 7, 8}, in)
+	require.NoError(t, c.Barrier(ctx))
+}
+
+// TestMPINoNCCLErrorKeepsItsCause brings NCCL up over MPI with NCCLGO_LIBNCCL naming a
+// missing file whose path is longer than 255 bytes: every rank's error must carry the
+// whole path and match raw/nccl's ErrLibraryNotFound (and not raw/cuda's).
+func TestMPINoNCCLErrorKeepsItsCause(t *testing.T) {
+	if inRank(t) {
+		mpiRankNoNCCLErrorKeepsItsCause(t)
+		return
+	}
+	runMPI(t, 2, t.Name(), "NCCLGO_LIBNCCL="+missingNCCL)
+}
+
+var missingNCCL = "/nonexistent/" + strings.Repeat("long-folder-name/", 20) + "libnccl.so.2"
+
+func mpiRankNoNCCLErrorKeepsItsCause(t *testing.T) {
+	c := newMPI(t)
+	defer func() { require.NoError(t, c.Close()) }()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := c.BootstrapNCCL(ctx)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, rawnccl.ErrLibraryNotFound, "rank %d: %v", c.Rank(), err)
+	assert.NotErrorIs(t, err, rawcuda.ErrLibraryNotFound, "rank %d: a missing nccl is no missing cuda driver", c.Rank())
+	assert.Contains(t, err.Error(), missingNCCL, "rank %d: the whole message", c.Rank())
 	require.NoError(t, c.Barrier(ctx))
 }
