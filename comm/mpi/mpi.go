@@ -182,12 +182,12 @@ func New(ctx context.Context, opts ...Option) (*Communicator, error) {
 // GOMAXPROCS in the environment (mpirun -x GOMAXPROCS=2) has the same effect.
 func WithMinGOMAXPROCS(n int) Option { return func(o *options) { o.minProcs = n } }
 
-// raiseProcs applies WithMinGOMAXPROCS; without it, it says (slog, Info) when
+// raiseProcs applies WithMinGOMAXPROCS; without it, it says (slog, Debug) when
 // GOMAXPROCS is 1.
 func raiseProcs(cfg options) {
 	if cfg.minProcs == 0 {
 		if runtime.GOMAXPROCS(0) == 1 {
-			cfg.log.Info("comm: GOMAXPROCS is 1 (mpirun bound the rank to one core?): mpi calls longer than 20 µs lose their P to Go's sysmon; WithMinGOMAXPROCS(2) or GOMAXPROCS=2 avoids it", "cpus", runtime.NumCPU())
+			cfg.log.Debug("comm: GOMAXPROCS is 1 (mpirun bound the rank to one core?): mpi calls longer than 20 µs lose their P to Go's sysmon; WithMinGOMAXPROCS(2) or GOMAXPROCS=2 avoids it", "cpus", runtime.NumCPU())
 		}
 		return
 	}

@@ -4,9 +4,13 @@ package mpi_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -19,6 +23,8 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/mpi"
+	"github.com/ncclgo/ncclgo/comm/nccl"
+	"github.com/ncclgo/ncclgo/kernels"
 	rawcuda "github.com/ncclgo/ncclgo/raw/cuda"
 	rawmpi "github.com/ncclgo/ncclgo/raw/mpi"
 	rawnccl "github.com/ncclgo/ncclgo/raw/nccl"
@@ -369,4 +375,96 @@ func mpiRankNoNCCLErrorKeepsItsCause(t *testing.T) {
 	assert.NotErrorIs(t, err, rawcuda.ErrLibraryNotFound, "rank %d: a missing nccl is no missing cuda driver", c.Rank())
 	assert.Contains(t, err.Error(), missingNCCL, "rank %d: the whole message", c.Rank())
 	require.NoError(t, c.Barrier(ctx))
+}
+
+// TestMPISignedZeroMinMax checks the one rule of every floating type for signed zeros:
+// Min(-0, +0) is -0 and Max(-0, +0) is +0, whichever rank holds which (float32 and
+// float64 gave +0 for both through MPI's own operators, bfloat16 -0).
+func TestMPISignedZeroMinMax(t *testing.T) {
+	if inRank(t) {
+		mpiRankSignedZeroMinMax(t)
+		return
+	}
+	for _, np := range []int{2, 4} {
+		t.Run(fmt.Sprint(np, "-ranks"), func(t *testing.T) { runMPI(t, np, "TestMPISignedZeroMinMax") })
+	}
+}
+
+func mpiRankSignedZeroMinMax(t *testing.T) {
+	c := newMPI(t)
+	defer func() { require.NoError(t, c.Close()) }()
+	negZero := math.Copysign(0, -1)
+	first := c.Rank() == 0
+	for _, tc := range []struct {
+		dt     comm.DType
+		encode func(float64) []byte
+		decode func([]byte) float64
+	}{
+		{comm.Float32, func(v float64) []byte { return binary.LittleEndian.AppendUint32(nil, math.Float32bits(float32(v))) },
+			func(b []byte) float64 { return float64(math.Float32frombits(binary.LittleEndian.Uint32(b))) }},
+		{comm.Float64, func(v float64) []byte { return binary.LittleEndian.AppendUint64(nil, math.Float64bits(v)) },
+			func(b []byte) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(b)) }},
+		{comm.BFloat16, func(v float64) []byte {
+			return binary.LittleEndian.AppendUint16(nil, kernels.Float32ToBF16(float32(v)))
+		},
+			func(b []byte) float64 { return float64(kernels.BF16ToFloat32(binary.LittleEndian.Uint16(b))) }},
+		{comm.Float16, func(v float64) []byte { return binary.LittleEndian.AppendUint16(nil, kernels.Float32ToF16(float32(v))) },
+			func(b []byte) float64 { return float64(kernels.F16ToFloat32(binary.LittleEndian.Uint16(b))) }},
+	} {
+		for _, op := range []comm.ReduceOp{comm.Min, comm.Max} {
+			es := tc.dt.Size()
+			buf, p := hostBuf[byte](t, 2*es)
+			// Element 0: -0 on rank 0, +0 elsewhere; element 1 the other way round.
+			a, b := 0.0, negZero
+			if first {
+				a, b = negZero, 0.0
+			}
+			copy(buf, tc.encode(a))
+			copy(buf[es:], tc.encode(b))
+			require.NoError(t, c.AllReduce(p, 2, tc.dt, op))
+			wantNeg := op == comm.Min
+			for i := range 2 {
+				got := tc.decode(buf[i*es : (i+1)*es])
+				assert.True(t, got == 0 && math.Signbit(got) == wantNeg, "%v %v element %d: %v (sign bit %v)", tc.dt, op, i, got, math.Signbit(got))
+			}
+		}
+	}
+}
+
+// TestMPIQuietStart checks that New at GOMAXPROCS 1 without WithMinGOMAXPROCS logs
+// nothing at Info (every rank of every job said so at start); the notice is at Debug.
+func TestMPIQuietStart(t *testing.T) {
+	if inRank(t) {
+		mpiRankQuietStart(t)
+		return
+	}
+	runMPI(t, 2, t.Name())
+}
+
+func mpiRankQuietStart(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var info, debug strings.Builder
+	var mu sync.Mutex
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := mpi.New(ctx, mpi.WithLogger(slog.New(slog.NewTextHandler(lockedWriter{&mu, &info}, nil))))
+	require.NoError(t, err)
+	c2, err := mpi.New(ctx, mpi.WithLogger(slog.New(slog.NewTextHandler(lockedWriter{&mu, &debug}, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	require.NoError(t, err)
+	mu.Lock()
+	assert.Empty(t, info.String(), "nothing at Info")
+	assert.Contains(t, debug.String(), "level=DEBUG", "the notice is still there at Debug")
+	mu.Unlock()
+	require.NoError(t, c2.Close())
+	require.NoError(t, c.Close())
+}
+
+// TestNCCLTimeoutIsNoMPIOption checks that mpi.New cannot be given NCCL's WithTimeout,
+// which it would ignore: an nccl.Option is not an mpi.Option, so
+// mpi.New(ctx, nccl.WithTimeout(d)) does not compile (NewNCCL takes and honours it).
+func TestNCCLTimeoutIsNoMPIOption(t *testing.T) {
+	opt := reflect.TypeOf(nccl.WithTimeout(time.Second))
+	mpiOpt := reflect.TypeFor[mpi.Option]()
+	assert.False(t, opt.AssignableTo(mpiOpt))
+	assert.False(t, opt.ConvertibleTo(mpiOpt))
 }
