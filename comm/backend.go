@@ -2,8 +2,9 @@ package comm
 
 import (
 	"context"
-	"github.com/ncclgo/ncclgo/comm/internal/core"
 	"io"
+
+	"github.com/ncclgo/ncclgo/comm/internal/core"
 )
 
 // Backend is the engine-facing set of collective and point-to-point operations on device
@@ -72,16 +73,18 @@ type Backend interface {
 	// bf16 one by default); the NCCL backend of a 2-rank world then takes a send/recv
 	// + add all-reduce path for small messages.
 	SetAddKernel(k Kernel) error
-	// GroupStart opens a group: the operations up to the matching GroupEnd are
-	// submitted together (ncclGroupStart/End on NCCL). Groups nest. GroupStart and
-	// GroupEnd must be called from the same goroutine. On NCCL the group covers every
-	// NCCL operation that goroutine issues, on any backend or communicator of the
-	// process (NCCL keeps group state per OS thread), and blocking collectives inside
-	// it complete at the outermost GroupEnd. On NCCL the operations' NCCL calls are
-	// recorded and made by the outermost GroupEnd in one cgo crossing.
+	// GroupStart opens a group on the calling goroutine: the operations it issues up to
+	// the matching GroupEnd, which it must call itself, are submitted together
+	// (ncclGroupStart/End on NCCL, in one cgo crossing). Groups nest. On NCCL the group
+	// covers the goroutine's operations on every backend and communicator of the process
+	// (NCCL keeps group state per OS thread) and is keyed by the runtime's goroutine id,
+	// which no other goroutine ever gets: a goroutine that ends inside a group leaves
+	// nothing another goroutine can see. Blocking collectives inside it complete at the
+	// outermost GroupEnd. Prefer a [Group] value, or [InGroup], which never leaves a
+	// group open.
 	GroupStart() error
 	// GroupEnd closes the group opened by GroupStart. On NCCL a call NCCL rejects inside
-	// the group is reported here, naming the operation (see NCCLCommunicator.GroupEnd).
+	// the group is reported here, naming the operation (see nccl.Communicator.GroupEnd).
 	GroupEnd() error
 	// IsHealthy is false after the backend saw a transport error or a completion
 	// timeout, until a successful AttemptReconnect, and after Close.

@@ -18,7 +18,8 @@ type Communicator interface {
 	Rank() int
 	// WorldSize is the number of ranks.
 	WorldSize() int
-	// AllReduce reduces count elements at ptr across ranks with op, in place.
+	// AllReduce reduces count elements at ptr across ranks with op, in place. Unlike
+	// Backend.AllReduce it only enqueues: the result exists after Sync.
 	AllReduce(ptr DevicePtr, count int, t DType, op ReduceOp) error
 	// Broadcast copies count elements at ptr on root to every rank, in place.
 	Broadcast(ptr DevicePtr, count int, t DType, root int) error
@@ -61,7 +62,8 @@ type Communicator interface {
 	// Sync waits, as long as ctx allows, until every operation submitted so far has
 	// completed: results are readable and inputs reusable.
 	Sync(ctx context.Context) error
-	// Barrier waits until every rank has reached it; it implies Sync.
+	// Barrier waits until every rank has reached it; it implies Sync. (Backend.Barrier
+	// is not a barrier: it synchronises nothing.)
 	Barrier(ctx context.Context) error
 	// Split creates sub-communicators collectively: ranks passing the same color join
 	// one, ordered by key. A negative color joins none and returns (nil, nil). Backends
@@ -70,9 +72,10 @@ type Communicator interface {
 	// GroupStart opens a group: the operations up to the matching GroupEnd are
 	// submitted together, so that a two-way exchange (Send and Recv on both sides)
 	// progresses instead of deadlocking. Groups nest. On NCCL the group is the calling
-	// goroutine's (locked to its OS thread until the matching GroupEnd) and covers every
-	// NCCL communicator of the process; operations that wait (Sync, Barrier, Split)
-	// fail with ErrGroupOpen inside it. One-rank communicators count levels only.
+	// goroutine's (locked to its OS thread until the matching GroupEnd, keyed by its
+	// goroutine id, never inherited) and covers every NCCL communicator of the process;
+	// operations that wait (Sync, Barrier, Split) fail with ErrGroupOpen inside it.
+	// One-rank communicators count levels only. See also [Group] and [InGroup].
 	GroupStart() error
 	// GroupEnd closes the innermost group opened by GroupStart; the outermost one
 	// submits the group's operations (on NCCL in one cgo crossing, reporting there a

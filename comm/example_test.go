@@ -91,3 +91,26 @@ func ExampleNoOp() {
 	// true
 	// false
 }
+
+// InGroup runs a function inside a group and submits what it issued, or discards the
+// group when the function fails: the goroutine never leaves a group open behind it. On
+// a one-rank backend groups only count levels; on NCCL the function's operations are
+// launched together by the GroupEnd that InGroup makes.
+func ExampleInGroup() {
+	b, err := comm.NewSingle(comm.WithElementType(comm.Float32))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close()
+	err = comm.InGroup(b, func() error {
+		if err := b.AllReduce(0x10000, 64); err != nil {
+			return err
+		}
+		return b.AllReduce(0x20000, 3) // not a multiple of 4: the group is discarded
+	})
+	fmt.Println(errors.Is(err, comm.ErrInvalidSize))
+	fmt.Println(errors.Is(b.GroupEnd(), comm.ErrGroupNotOpen)) // nothing left open
+	// Output:
+	// true
+	// true
+}

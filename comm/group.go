@@ -62,8 +62,34 @@ type Group interface {
 	// be discarded (Submit does so and returns the error).
 	Add(f func() error) error
 	// Submit launches the group's operations and, for blocking Backend collectives,
-	// waits for them. The group ends.
+	// waits for them. The group is empty afterwards, ready for the next batch.
 	Submit() error
-	// Discard ends the group without launching anything.
+	// Discard empties the group without launching anything.
 	Discard() error
 }
+
+// GroupMaker is the optional capability of a backend or communicator with group values
+// (nccl.Backend, nccl.Communicator): NewGroup returns an empty Group whose operations
+// are deferred to Submit.
+type GroupMaker interface {
+	NewGroup() Group
+}
+
+// NewGroup returns an empty Group for g's operations: g's own (GroupMaker) where it has
+// one, as the NCCL types do. Elsewhere (Single, NoOp, Validate's wrapper, comm/mpi) groups
+// only count levels and defer nothing, so the Group returned runs each function given to
+// Add between GroupStart and GroupEnd at once (InGroup), and Submit and Discard have
+// nothing left to do.
+func NewGroup(g Grouper) Group {
+	if m, ok := g.(GroupMaker); ok {
+		return m.NewGroup()
+	}
+	return levelsGroup{g}
+}
+
+// levelsGroup is NewGroup's Group for a Grouper without group values.
+type levelsGroup struct{ g Grouper }
+
+func (l levelsGroup) Add(f func() error) error { return InGroup(l.g, f) }
+func (levelsGroup) Submit() error              { return nil }
+func (levelsGroup) Discard() error             { return nil }

@@ -13,11 +13,7 @@ type options struct {
 
 func newOptions(opts []Option) options {
 	o := options{elem: core.ElemUnset}
-	for _, f := range opts {
-		if f != nil {
-			f(&o)
-		}
-	}
+	core.Apply(&o, opts)
 	return o
 }
 

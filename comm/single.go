@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"fmt"
+
 	"github.com/ncclgo/ncclgo/comm/internal/core"
 )
 

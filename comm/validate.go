@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
 	"github.com/ncclgo/ncclgo/comm/internal/core"
 )
 
@@ -137,7 +138,7 @@ func (v *validated) SymmetricAlloc(bytes int) (DevicePtr, error) {
 		return 0, err
 	}
 	if p == 0 {
-		return 0, &OpError{Op: core.OpSymmetricAlloc, Bytes: bytes, Rank: v.g.Rank,
+		return 0, &OpError{Op: core.OpSymmetricAlloc, Bytes: bytes, Rank: v.g.Rank, GlobalRank: v.g.Rank,
 			Err: fmt.Errorf("backend returned a null pointer")}
 	}
 	v.g.Allocated(p, bytes)

@@ -68,7 +68,7 @@ func WithInProgress(polls int) Option {
 	return func(c *clusterConfig) { c.sim = append(c.sim, sim.WithInProgress(polls)) }
 }
 
-// WithReconnect gives every backend a comm.WithReconnect function that hands all ranks
+// WithReconnect gives every backend a nccl.WithReconnect function that hands all ranks
 // the same new unique id for each generation, so that AttemptReconnect works when every
 // rank calls it; Replace brings a killed rank back into such a generation.
 func WithReconnect() Option {
@@ -204,7 +204,7 @@ func (c *Cluster) Replace(ctx context.Context, rank, gen int) (*nccl.Backend, er
 	return b, nil
 }
 
-// SplitBackends splits every rank's backend at once (comm.NCCL.Split with key = rank):
+// SplitBackends splits every rank's backend at once (nccl.Backend.Split with key = rank):
 // rank r joins sub-group color(r). It returns the new backends, index = rank (nil for a
 // negative color); the caller closes them before the Cluster.
 func (c *Cluster) SplitBackends(ctx context.Context, color func(rank int) int) ([]comm.Backend, error) {

@@ -47,7 +47,7 @@ type CallCounter interface {
 }
 
 // BackendSplitter is an Instance whose backends can make backends of sub-groups
-// (comm.NCCL.Split): SplitBackends calls it on every rank at once, rank r joining the
+// (nccl.Backend.Split): SplitBackends calls it on every rank at once, rank r joining the
 // sub-group color(r) ordered by rank, and returns the new backends (nil for a negative
 // color), index = rank. The caller closes them.
 type BackendSplitter interface {
@@ -84,7 +84,7 @@ type Harness struct {
 	// that takes longer fails the test instead of hanging it.
 	Timeout time.Duration
 	// StartWatched, when set, starts World ranks like Start but with the backend's
-	// health watchdog on (comm.WithWatchdog, comm.WithAbortOnFailure) and the operation
+	// health watchdog on (nccl.WithWatchdog, comm.WithAbortOnFailure) and the operation
 	// timeout timeout, for the idle-worker case.
 	StartWatched func(elem comm.DType, timeout time.Duration) (Instance, error)
 	// Requires lists the optional capabilities the backend must have. A case whose

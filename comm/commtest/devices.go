@@ -10,7 +10,7 @@ import (
 )
 
 // NewDevices starts a simulated machine of n devices with no backends, for code that
-// brings up its own through comm's bring-up (comm.Connect, comm.JoinJob): pass
+// brings up its own through comm's bring-up (job.Connect, job.JoinJob): pass
 // DeviceOption(rank) and the rank's backend runs on simulated device rank, its unique
 // id made by the simulated NCCL. The device helpers (Alloc, Write, Read, streams) and
 // the faults (Kill, Revive, InjectAsyncError, Hang, Delay, FailCall) work as on a
@@ -33,8 +33,8 @@ func NewDevices(n int, opts ...Option) (*Cluster, error) {
 	return &Cluster{w: w, n: n, cfg: cfg}, nil
 }
 
-// DeviceOption returns the comm.Option that makes comm.Connect, comm.JoinJob and
-// comm.Job.NewNCCL use simulated device rank instead of a GPU. Every rank of such a
+// DeviceOption returns the nccl.Option that makes job.Connect, job.JoinJob and
+// job.Job.NewNCCL use simulated device rank instead of a GPU. Every rank of such a
 // job must use a device of this Cluster: the unique id is the simulated NCCL's.
 func (c *Cluster) DeviceOption(rank int) (nccl.Option, error) {
 	if err := c.checkRank("device option", rank); err != nil {

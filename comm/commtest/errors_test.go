@@ -103,7 +103,7 @@ func TestCloseSaysWhatItAbandoned(t *testing.T) {
 
 // TestSymmetricAllocIsLocalAndTheWindowCollective: SymmetricAlloc on one rank alone
 // returns at once (allocation is local); registering the window is the collective
-// step, and a rank that registers alone gets an error saying that a peer never joined.
+// step, and a rank that registers alone gets a timeout saying that a collective waits until every rank joins it.
 // Registered by every rank, the window serves an all-reduce.
 func TestSymmetricAllocIsLocalAndTheWindowCollective(t *testing.T) {
 	for _, n := range []int{2, 4, 8} {
@@ -166,6 +166,6 @@ func TestSymmetricAllocIsLocalAndTheWindowCollective(t *testing.T) {
 		_, err = b.RegisterWindow(context.Background(), p, 4096) // rank 1 never registers
 		require.ErrorIs(t, err, comm.ErrTimeout)
 		assert.Contains(t, err.Error(), "register-window of 4096 bytes on rank 0")
-		assert.Contains(t, err.Error(), "a collective that a peer never joined")
+		assert.Contains(t, err.Error(), "a collective waits until every rank joins it")
 	})
 }

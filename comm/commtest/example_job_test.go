@@ -3,7 +3,6 @@ package commtest_test
 import (
 	"context"
 	"fmt"
-	"github.com/ncclgo/ncclgo/comm/job"
 	"log/slog"
 	"net"
 	"sync"
@@ -11,11 +10,12 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
+	"github.com/ncclgo/ncclgo/comm/job"
 	"github.com/ncclgo/ncclgo/comm/nccl"
 	"github.com/ncclgo/ncclgo/comm/rendezvous"
 )
 
-// Two ranks start the way two processes of a job do, through comm.Connect and a
+// Two ranks start the way two processes of a job do, through job.Connect and a
 // rendezvous store on loopback (rank 0 serves it), each on a simulated GPU; they sum a
 // buffer. An engine's own bring-up code can be tested like this without a GPU.
 func ExampleNewDevices() {

@@ -210,7 +210,7 @@ func TestGroupValueCollectsOperationsOfSeveralBackends(t *testing.T) {
 		var wg sync.WaitGroup
 		for r := range n {
 			wg.Go(func() {
-				g := world[r].(*nccl.Backend).NewGroup()
+				g := comm.NewGroup(world[r])
 				added := make(chan error)
 				go func() { added <- g.Add(func() error { return world[r].AllReduce(a[r], 4*count) }) }()
 				if err := <-added; err != nil {

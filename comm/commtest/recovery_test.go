@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ncclgo/ncclgo/comm/job"
 	"log/slog"
 	"runtime"
 	"sync"
@@ -17,12 +16,13 @@ import (
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
 	"github.com/ncclgo/ncclgo/comm/internal/nettest"
+	"github.com/ncclgo/ncclgo/comm/job"
 	"github.com/ncclgo/ncclgo/comm/nccl"
 	"github.com/ncclgo/ncclgo/comm/rendezvous"
 	rawnccl "github.com/ncclgo/ncclgo/raw/nccl"
 )
 
-// Recovery end to end on the simulator: ranks brought up by comm.Connect through a
+// Recovery end to end on the simulator: ranks brought up by job.Connect through a
 // rendezvous store on loopback, each on a simulated device; a rank dies in the middle
 // of a collective; the survivors notice, and come back either with a replacement
 // (AttemptReconnect) or without the dead rank (Shrink).
@@ -52,7 +52,7 @@ func newJob(world int, opts ...nccl.Option) (*simJob, error) {
 	return &simJob{devs: devs, port: port, release: release, opts: append([]nccl.Option{nccl.WithElementType(comm.BFloat16), nccl.WithLogger(quietLog)}, opts...)}, nil
 }
 
-// connect brings rank up with comm.Connect.
+// connect brings rank up with job.Connect.
 func (j *simJob) connect(ctx context.Context, rank int) (*nccl.Backend, error) {
 	dev, err := j.devs.DeviceOption(rank)
 	if err != nil {
@@ -315,10 +315,10 @@ func failed(elem comm.DType, victim int) (*simJob, []*nccl.Backend, error) {
 }
 
 // reconnectHarness: the survivors call AttemptReconnect while a restarted rank 2 calls
-// comm.Connect; they meet in the job's next generation.
+// job.Connect; they meet in the job's next generation.
 func reconnectHarness() commtest.Harness {
 	return commtest.Harness{
-		Name:  "simulated NCCL via comm.Connect, rank 2 replaced after it died",
+		Name:  "simulated NCCL via job.Connect, rank 2 replaced after it died",
 		World: 3,
 		Start: func(elem comm.DType) (commtest.Instance, error) {
 			const victim = 2
@@ -362,7 +362,7 @@ func reconnectHarness() commtest.Harness {
 // two in which rank 2 becomes rank 1.
 func shrinkHarness() commtest.Harness {
 	return commtest.Harness{
-		Name:  "simulated NCCL via comm.Connect, shrunk after rank 1 died",
+		Name:  "simulated NCCL via job.Connect, shrunk after rank 1 died",
 		World: 2,
 		Start: func(elem comm.DType) (commtest.Instance, error) {
 			const victim = 1

@@ -8,7 +8,7 @@ import (
 )
 
 // preMulSummer is a Communicator with NCCL's PreMulSum operators
-// (comm.NCCLCommunicator).
+// (nccl.Communicator).
 type preMulSummer interface {
 	PreMulSum(t comm.DType, scalar float64) (comm.ReduceOp, error)
 	PreMulSumDevice(t comm.DType, scalar comm.DevicePtr) (comm.ReduceOp, error)

@@ -230,7 +230,7 @@ func (j *Job) NewNCCL(ctx context.Context, opts ...nccl.Option) (*nccl.Backend, 
 	dev := ncclcfg.JobDevice(cfg, j.cfg.LocalRank)
 	d, err := ncclcfg.DriverFor(cfg, dev, rank)
 	if err != nil {
-		return nil, &comm.OpError{Op: core.OpInit, Bytes: -1, Rank: rank, Err: fmt.Errorf("open device %d: %w", dev, err)}
+		return nil, &comm.OpError{Op: core.OpInit, Bytes: -1, Rank: rank, GlobalRank: rank, Err: fmt.Errorf("open device %d: %w", dev, err)}
 	}
 	group := cfg.Name
 	if group == "" {
@@ -240,7 +240,7 @@ func (j *Job) NewNCCL(ctx context.Context, opts ...nccl.Option) (*nccl.Backend, 
 	start := time.Now()
 	id, err := m.meet(ctx)
 	if err != nil {
-		return nil, &comm.OpError{Op: opRendezvous, Bytes: -1, Rank: rank, Err: err}
+		return nil, &comm.OpError{Op: opRendezvous, Bytes: -1, Rank: rank, GlobalRank: rank, Err: err}
 	}
 	cfg.Reconnect = m.Reconnect
 	cfg.Job.Member = m

@@ -4,7 +4,6 @@ package job
 
 import (
 	"context"
-	"github.com/ncclgo/ncclgo/comm/internal/leaktest"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/comm/internal/leaktest"
 	"github.com/ncclgo/ncclgo/comm/nccl"
 	"github.com/ncclgo/ncclgo/raw/cuda"
 )

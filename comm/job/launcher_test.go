@@ -3,7 +3,6 @@ package job
 import (
 	"context"
 	"errors"
-	"github.com/ncclgo/ncclgo/comm/internal/leaktest"
 	"net"
 	"strconv"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/comm/internal/leaktest"
 	"github.com/ncclgo/ncclgo/comm/internal/nettest"
 	"github.com/ncclgo/ncclgo/comm/nccl"
 	"github.com/ncclgo/ncclgo/comm/rendezvous"

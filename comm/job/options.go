@@ -3,6 +3,7 @@ package job
 import (
 	"log/slog"
 
+	"github.com/ncclgo/ncclgo/comm/internal/core"
 	"github.com/ncclgo/ncclgo/comm/nccl"
 	"github.com/ncclgo/ncclgo/comm/rendezvous"
 )
@@ -21,11 +22,7 @@ type options struct {
 
 func newOptions(opts []Option) options {
 	o := options{log: slog.Default()}
-	for _, f := range opts {
-		if f != nil {
-			f(&o)
-		}
-	}
+	core.Apply(&o, opts)
 	if o.log == nil {
 		o.log = slog.Default()
 	}

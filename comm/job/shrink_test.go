@@ -2,8 +2,6 @@ package job
 
 import (
 	"context"
-	"github.com/ncclgo/ncclgo/comm/internal/leaktest"
-	"github.com/ncclgo/ncclgo/comm/nccl"
 	"net"
 	"strconv"
 	"testing"
@@ -11,6 +9,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm/internal/leaktest"
+	"github.com/ncclgo/ncclgo/comm/nccl"
 )
 
 // Survivors of a job shrink, and the shrunk backends reconnect among themselves in a

@@ -17,7 +17,7 @@ import (
 	"github.com/ncclgo/ncclgo/raw/mpi"
 )
 
-// MPICommunicator is a Communicator over an MPI communicator (Open MPI's libmpi.so.40,
+// Communicator is a comm.Communicator over an MPI communicator (Open MPI's libmpi.so.40,
 // loaded at run time through raw/mpi), for processes started by mpirun (or srun with
 // PMIx). Its pointers are HOST addresses: the DevicePtr arguments carry the address of
 // host memory the caller keeps alive and unmoved (C memory, or Go memory pinned with
@@ -148,7 +148,7 @@ func New(ctx context.Context, opts ...Option) (*Communicator, error) {
 	}
 	p, err := acquireMPI(ctx)
 	if err != nil {
-		return nil, &comm.OpError{Op: core.OpInit, Bytes: -1, Rank: -1, Err: err}
+		return nil, &comm.OpError{Op: core.OpInit, Bytes: -1, Rank: -1, GlobalRank: -1, Err: err}
 	}
 	world, err := mpi.CommWorld()
 	if err == nil {
@@ -159,7 +159,7 @@ func New(ctx context.Context, opts ...Option) (*Communicator, error) {
 		}
 	}
 	p.release(cfg)
-	return nil, &comm.OpError{Op: core.OpInit, Bytes: -1, Rank: -1, Err: err}
+	return nil, &comm.OpError{Op: core.OpInit, Bytes: -1, Rank: -1, GlobalRank: -1, Err: err}
 }
 
 // WithMinGOMAXPROCS makes NewMPI raise the process's GOMAXPROCS to n when it is lower,
@@ -469,7 +469,7 @@ func (c *Communicator) opErr(op string, bytes int, err error) error {
 	if err == nil {
 		return nil
 	}
-	return &comm.OpError{Op: op, Bytes: bytes, Rank: c.rank, Err: err}
+	return &comm.OpError{Op: op, Bytes: bytes, Rank: c.rank, GlobalRank: c.rank, Err: err}
 }
 
 func checkMPICount(op, arg string, n int) error {
@@ -761,7 +761,7 @@ func (c *Communicator) wait(ctx context.Context, op string) error {
 		case flag != 0:
 			return nil
 		case ctx.Err() != nil:
-			return &comm.OpError{Op: op, Bytes: -1, Rank: c.rank, Err: context.Cause(ctx)}
+			return &comm.OpError{Op: op, Bytes: -1, Rank: c.rank, GlobalRank: c.rank, Err: context.Cause(ctx)}
 		}
 		switch {
 		case start.IsZero():

@@ -6,11 +6,12 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/internal/core"
 	"github.com/ncclgo/ncclgo/comm/internal/guardtest"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 // TestMPIAllReduceFastPathMatchesChecks checks that AllReduce's one-test fast path

@@ -131,7 +131,7 @@ func (c *Communicator) BootstrapNCCL(ctx context.Context) (NCCLBootstrap, error)
 			}
 			idErr = &relayedError{msg: string(text), is: is}
 		}
-		return b, &comm.OpError{Op: core.OpInit, Bytes: -1, Rank: c.rank,
+		return b, &comm.OpError{Op: core.OpInit, Bytes: -1, Rank: c.rank, GlobalRank: c.rank,
 			Err: fmt.Errorf("rank 0 could not create the nccl unique id: %w", idErr)}
 	}
 	b.ID = m.id
@@ -160,7 +160,7 @@ func (c *Communicator) NewNCCL(ctx context.Context, opts ...nccl.Option) (*nccl.
 		"local_rank", b.LocalRank, "local_world", b.LocalWorld, "device", dev, "id", b.Fingerprint())
 	d, err := ncclcfg.DriverFor(cfg, dev, b.Rank)
 	if err != nil {
-		return nil, &comm.OpError{Op: core.OpInit, Bytes: -1, Rank: b.Rank,
+		return nil, &comm.OpError{Op: core.OpInit, Bytes: -1, Rank: b.Rank, GlobalRank: b.Rank,
 			Err: fmt.Errorf("open device %d (local rank %d): %w", dev, b.LocalRank, err)}
 	}
 	cfg.Log.Info("comm: device opened", "rank", b.Rank, "device", dev)

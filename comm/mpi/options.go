@@ -3,6 +3,8 @@ package mpi
 import (
 	"log/slog"
 	"time"
+
+	"github.com/ncclgo/ncclgo/comm/internal/core"
 )
 
 // Option configures New. The options of the NCCL backend that Communicator.NewNCCL
@@ -17,11 +19,7 @@ type options struct {
 
 func newOptions(opts []Option) options {
 	o := options{log: slog.Default(), closeWait: 10 * time.Second}
-	for _, f := range opts {
-		if f != nil {
-			f(&o)
-		}
-	}
+	core.Apply(&o, opts)
 	if o.log == nil {
 		o.log = slog.Default()
 	}

@@ -3,11 +3,13 @@ package nccl
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
-	"github.com/ncclgo/ncclgo/comm"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm"
 )
 
 // recordingCore records the required methods Base's defaults call.
@@ -134,7 +136,25 @@ func TestReduceOpNames(t *testing.T) {
 
 func TestOpErrorMessages(t *testing.T) {
 	cause := errors.New("ncclSystemError")
-	assert.EqualError(t, &comm.OpError{Op: "all-reduce", Bytes: 4096, Rank: 1, Err: cause}, "all-reduce of 4096 bytes on rank 1: ncclSystemError")
+	assert.EqualError(t, &comm.OpError{Op: "all-reduce", Bytes: 4096, Rank: 1, GlobalRank: 1, Err: cause}, "all-reduce of 4096 bytes on rank 1: ncclSystemError")
+	// Defect 4 of issue 24: the communicator's name and the global rank of a
+	// sub-communicator's rank, and a timeout that says what waited.
+	assert.EqualError(t, &comm.OpError{Op: "sync", Bytes: -1, Rank: 0, GlobalRank: 1, Name: "tp", Err: cause},
+		`sync on rank 0 (global rank 1) of communicator "tp": ncclSystemError`)
+	timeout := fmt.Errorf("%w: not completed within 1s", comm.ErrTimeout)
+	for op, want := range map[string]string{
+		"all-reduce":        "a collective waits until every rank joins it",
+		"send":              "a send waits for the matching receive",
+		"sync":              "the operations submitted so far had not completed",
+		"split":             "every rank of the communicator must make this call",
+		"attempt-reconnect": "every rank of the communicator must make this call",
+	} {
+		msg := (&comm.OpError{Op: op, Bytes: -1, Err: timeout}).Error()
+		assert.Contains(t, msg, want, op)
+		if op != "all-reduce" {
+			assert.NotContains(t, msg, "collective waits until every rank joins it", op)
+		}
+	}
 	assert.EqualError(t, &comm.OpError{Op: "init", Bytes: -1, Rank: 0, Err: cause}, "init on rank 0: ncclSystemError")
 	assert.ErrorIs(t, &comm.OpError{Err: cause}, cause)
 }

@@ -16,7 +16,7 @@ import (
 // refused, on any machine, so the example runs without a GPU.
 func ExampleNew() {
 	ctx := context.Background()
-	var id comm.UniqueID // from rank 0's comm.NewUniqueID, via the rendezvous store
+	var id comm.UniqueID // from rank 0's nccl.NewUniqueID, via the rendezvous store
 	rank, world := 2, 2  // from the launcher: RANK, WORLD_SIZE
 	b, err := nccl.New(ctx, id, rank, world, nccl.WithElementType(comm.BFloat16))
 	if err != nil {

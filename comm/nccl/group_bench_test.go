@@ -78,6 +78,22 @@ func commP2PGroup(nb *Backend, n int) {
 	_ = nb.GroupEnd()
 }
 
+// commP2PGroupValue is commP2PGroup through a Group value (kept warm): one Add, then
+// Submit.
+func commP2PGroupValue(g *Group, nb *Backend, n int) {
+	_ = g.Add(func() error {
+		for i := range n {
+			if i%2 == 0 {
+				_ = nb.SendTo(p, 8, 1, 3)
+			} else {
+				_ = nb.RecvFrom(p, 8, 1, 3)
+			}
+		}
+		return nil
+	})
+	_ = g.Submit()
+}
+
 // alternate3 runs fs in blocks of block calls until each has run n times, rotating
 // which goes first, and returns each block's time per call, by function: on a loaded
 // machine the medians of these, and of per-block ratios, are what one run can trust.
@@ -184,6 +200,37 @@ func BenchmarkGroupOverhead(b *testing.B) {
 				commP2PGroup(nb, ops)
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(ops), "ns/grouped-op")
+		})
+	}
+}
+
+// BenchmarkGroupValueVsRaw is BenchmarkGroupVsRaw's comparison for a warm Group value (one
+// Add, Submit) and for GroupStart/GroupEnd, against the same raw calls, alternating
+// in the same run: value/start is the Group value's time over GroupStart/GroupEnd's.
+func BenchmarkGroupValueVsRaw(b *testing.B) {
+	libcache.Load(b)
+	for _, ops := range []int{1, 8, 64} {
+		b.Run("ops="+strconv.Itoa(ops), func(b *testing.B) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			nb := newStubNCCL(b, groupCalls{})
+			g := NewGroup()
+			value := func() { commP2PGroupValue(g, nb, ops) }
+			start := func() { commP2PGroup(nb, ops) }
+			value()
+			allocs := testing.AllocsPerRun(100, value)
+			b.ResetTimer()
+			per := alternate3(b.N, 64, [3]func(int){
+				pairbench.Repeat(value),
+				pairbench.Repeat(start),
+				pairbench.Repeat(func() { rawP2PGroup(ops) }),
+			})
+			b.StopTimer()
+			v, st, raw := median(slices.Clone(per[0])), median(slices.Clone(per[1])), median(slices.Clone(per[2]))
+			b.ReportMetric(v/raw, "value/raw")
+			b.ReportMetric(st/raw, "start/raw")
+			b.ReportMetric(v/st, "value/start")
+			b.ReportMetric(allocs, "value-allocs/submit")
 		})
 	}
 }

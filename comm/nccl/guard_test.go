@@ -4,10 +4,11 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/internal/core"
 	"github.com/ncclgo/ncclgo/comm/internal/guardtest"
-	"github.com/stretchr/testify/require"
 )
 
 // TestReduceFastPathMatchesChecks checks that guard.reduce's one-test fast path accepts

@@ -7,10 +7,11 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/internal/fakegpu"
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
-	"github.com/stretchr/testify/require"
 )
 
 // exclusiveDriver records two ways the locks of the operations' success path could

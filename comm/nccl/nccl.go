@@ -49,8 +49,8 @@ func unsupported(op, call string, since, loaded int) error {
 		Reason: fmt.Sprintf("%s needs NCCL %s (loaded %s)", call, versionString(since), versionString(loaded))}
 }
 
-// NCCL is the Backend over one rank of an NCCL communicator, built on an
-// [NCCLCommunicator] (see Communicator for the typed API on the same communicator).
+// Backend is the comm.Backend over one rank of an NCCL communicator, built on a
+// [Communicator] (the typed API on the same communicator).
 //
 // Semantics, per operation:
 //   - AllReduce, AllGather, ReduceScatter, Broadcast enqueue on the communication stream
@@ -104,13 +104,13 @@ var _ comm.Backend = (*Backend)(nil)
 
 func init() { core.MarkChecked((*Backend)(nil)) }
 
-// NCCLCommunicator is the Communicator of one rank of an NCCL communicator. It is
+// Communicator is the comm.Communicator of one rank of an NCCL communicator. It is
 // created non-blocking (ncclCommInitRankConfig with blocking = 0) and enqueues every
 // operation on its own non-blocking CUDA stream; it also implements StreamSyncer. The
 // host waits only in Sync, Barrier, Split and Close, and every wait keeps polling
 // ncclCommGetAsyncError, so a transport error ends it with that error.
 //
-// An NCCLCommunicator is safe for concurrent use: calls into NCCL are serialised, and
+// A Communicator is safe for concurrent use: calls into NCCL are serialised, and
 // Close interrupts a goroutine that is waiting. Teardown happens only in Close (never
 // from a finalizer): a bounded wait for pending work, ncclCommFinalize with a deadline,
 // then ncclCommDestroy, or ncclCommAbort when the communicator failed or the deadline
@@ -120,6 +120,7 @@ type Communicator struct {
 	d       gpulib.Driver
 	cfg     ncclcfg.Config
 	rank    int
+	global  int // rank in the world this communicator was split or shrunk from
 	world   int
 	version int
 
@@ -193,7 +194,7 @@ func New(ctx context.Context, id comm.UniqueID, rank, world int, opts ...Option)
 	}
 	d, err := ncclcfg.DriverFor(cfg, cfg.Device, rank)
 	if err != nil {
-		return nil, &comm.OpError{Op: core.OpInit, Bytes: -1, Rank: rank, Err: err}
+		return nil, &comm.OpError{Op: core.OpInit, Bytes: -1, Rank: rank, GlobalRank: rank, Err: err}
 	}
 	return newNCCL(ctx, d, id, rank, world, cfg)
 }
@@ -240,13 +241,13 @@ func newNCCLCommunicator(ctx context.Context, d gpulib.Driver, id comm.UniqueID,
 	}
 	version, err := d.Version()
 	if err != nil {
-		return nil, &comm.OpError{Op: "get-version", Bytes: -1, Rank: rank, Err: err}
+		return nil, &comm.OpError{Op: "get-version", Bytes: -1, Rank: rank, GlobalRank: rank, Err: err}
 	}
 	if err := checkConfig(cfg.Nccl, version); err != nil {
 		return nil, err
 	}
-	c := &Communicator{d: d, direct: d, cfg: cfg, rank: rank, world: world, version: version}
-	comm, err := c.initComm(ctx, id)
+	c := &Communicator{d: d, direct: d, cfg: cfg, rank: rank, global: rank, world: world, version: version}
+	comm, err := c.initComm(ctx, id, core.OpInit)
 	if err != nil {
 		return nil, err
 	}

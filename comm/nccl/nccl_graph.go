@@ -31,13 +31,13 @@ var ErrCapturing = errors.New("stream is capturing into a CUDA graph")
 func (c *Communicator) IsCapturing(s comm.Stream) (bool, error) {
 	if s == 0 { // the legacy default stream is the current context's: make it the rank's
 		if err := bind(c.d); err != nil {
-			return false, &comm.OpError{Op: "is-capturing", Bytes: -1, Rank: c.rank, Err: err}
+			return false, &comm.OpError{Op: "is-capturing", Bytes: -1, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
 		}
 		defer runtime.UnlockOSThread()
 	}
 	capturing, err := c.d.StreamIsCapturing(gpulib.Stream(s))
 	if err != nil {
-		return false, &comm.OpError{Op: "is-capturing", Bytes: -1, Rank: c.rank, Err: fmt.Errorf("cuStreamIsCapturing: %w", err)}
+		return false, &comm.OpError{Op: "is-capturing", Bytes: -1, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: fmt.Errorf("cuStreamIsCapturing: %w", err)}
 	}
 	return capturing, nil
 }
@@ -59,9 +59,9 @@ func (c *Communicator) refuseCapture(op string, bytes int, s gpulib.Stream) erro
 func (c *Communicator) captureErr(op string, bytes int, s gpulib.Stream, capturing bool, err error) error {
 	switch {
 	case err != nil:
-		return &comm.OpError{Op: op, Bytes: bytes, Rank: c.rank, Err: fmt.Errorf("cuStreamIsCapturing: %w", err)}
+		return &comm.OpError{Op: op, Bytes: bytes, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: fmt.Errorf("cuStreamIsCapturing: %w", err)}
 	case capturing:
-		return &comm.OpError{Op: op, Bytes: bytes, Rank: c.rank,
+		return &comm.OpError{Op: op, Bytes: bytes, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name,
 			Err: fmt.Errorf("%w: stream %#x: %s waits for its work; use the enqueue-only operations in a graph", ErrCapturing, uintptr(s), op)}
 	}
 	return nil

@@ -244,6 +244,12 @@ func popGroup() (ended *threadGroup, ok bool) {
 
 // recycle empties an ended group, keeping its memory, and frees it.
 func recycle(tg *threadGroup) {
+	empty(tg)
+	tg.owner.Store(0) // last: the next owner finds it empty
+}
+
+// empty forgets a group's members and calls, keeping its memory.
+func empty(tg *threadGroup) {
 	for _, m := range tg.members {
 		m.c.grouped.Add(-1)
 	}
@@ -256,7 +262,6 @@ func recycle(tg *threadGroup) {
 	clear(tg.meta)
 	tg.meta = tg.meta[:0]
 	tg.rec.c, tg.rec.op = nil, ""
-	tg.owner.Store(0) // last: the next owner finds it empty
 }
 
 // groupsOpenedBy reports the levels c opened: on the calling goroutine (which Close can
@@ -420,10 +425,10 @@ func (tg *threadGroup) complete(c *Communicator, unlock func()) error {
 	unlock()
 	members := ended.members
 	if err != nil && (failed != len(ended.meta) || code(err) != gpulib.InProgress) {
-		e := &comm.OpError{Op: core.OpGroupEnd, Bytes: -1, Rank: c.rank, Err: err}
+		e := &comm.OpError{Op: core.OpGroupEnd, Bytes: -1, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
 		if failed >= 0 && failed < len(ended.meta) { // name the operation NCCL rejected
 			m := ended.meta[failed]
-			op := &comm.OpError{Op: m.op, Bytes: m.bytes, Rank: m.c.rank, Peer: m.peer, Err: err}
+			op := &comm.OpError{Op: m.op, Bytes: m.bytes, Rank: m.c.rank, GlobalRank: m.c.global, Name: m.c.cfg.Name, Peer: m.peer, Err: err}
 			if gpulib.Fatal(code(err)) {
 				op.Err = m.c.fail(err)
 			}
@@ -470,7 +475,7 @@ func (tg *threadGroup) submit() (int, error) {
 		m.c.life.RLock()
 		err := m.c.usable(core.OpGroupEnd, -1)
 		if err == nil && m.c.comm != m.comm {
-			err = &comm.OpError{Op: core.OpGroupEnd, Bytes: -1, Rank: m.c.rank,
+			err = &comm.OpError{Op: core.OpGroupEnd, Bytes: -1, Rank: m.c.rank, GlobalRank: m.c.global, Name: m.c.cfg.Name,
 				Err: fmt.Errorf("%w: the communicator was re-created inside the group", comm.ErrUnhealthy)}
 		}
 		if err != nil {
@@ -514,7 +519,7 @@ func (c *Communicator) launched(wait, inProgress bool) error {
 	}
 	if inProgress {
 		if err := c.settle(bg, c.comm, bounded); err != nil {
-			return &comm.OpError{Op: core.OpGroupEnd, Bytes: -1, Rank: c.rank, Err: err}
+			return &comm.OpError{Op: core.OpGroupEnd, Bytes: -1, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
 		}
 	}
 	if c.wd != nil {
@@ -576,12 +581,14 @@ var addLevel = &Communicator{}
 // given to Add issue, on any communicators and backends of this package, are added to
 // it and launched together, in one cgo crossing (ncclGroupStart, every call in order,
 // ncclGroupEnd), by Submit. Nothing reaches NCCL before Submit, and nothing joins the
-// group but what Add's functions issue: no other goroutine, and nothing after Submit
-// or Discard. Add and Submit may be called from different goroutines, one at a time.
+// group but what Add's functions issue: no other goroutine's operations, ever. Add and
+// Submit may be called from different goroutines, one at a time. Submit and Discard
+// leave the group empty, ready for the next batch: an engine keeps one Group per
+// pattern and a warm one allocates nothing.
 //
-// A Group that is dropped without Submit or Discard is discarded when the garbage
-// collector finds it (its operations never reach NCCL; a warning is logged): it is
-// never inherited by anything.
+// A Group that is dropped with operations in it (never submitted or discarded) is
+// discarded when the garbage collector finds it (its operations never reach NCCL; a
+// warning is logged): it is never inherited by anything.
 type Group struct {
 	mu sync.Mutex
 	st *groupState
@@ -589,9 +596,8 @@ type Group struct {
 
 // groupState is what a Group's cleanup needs (not the Group itself).
 type groupState struct {
-	tg     *threadGroup
-	ended  atomic.Bool // submitted or discarded: tg went back to the pool
-	failed error       // the first error of an Add's function
+	tg     *threadGroup // held (owner reserved) for the Group's life
+	failed error        // the first error of an Add's function since the last Submit
 }
 
 // NewGroup returns an empty Group.
@@ -599,34 +605,28 @@ func NewGroup() *Group {
 	st := &groupState{tg: takeGroup(reserved)}
 	g := &Group{st: st}
 	runtime.AddCleanup(g, func(st *groupState) {
-		if st.ended.CompareAndSwap(false, true) {
-			if len(st.tg.members) > 0 {
-				st.tg.members[0].c.cfg.Log.Warn("comm: nccl group dropped without Submit or Discard: discarded",
-					"calls", len(st.tg.meta))
-			}
-			recycle(st.tg)
+		if len(st.tg.members) > 0 {
+			st.tg.members[0].c.cfg.Log.Warn("comm: nccl group dropped without Submit or Discard: discarded",
+				"calls", len(st.tg.meta))
 		}
+		recycle(st.tg)
 	}, st)
 	return g
 }
 
-// NewGroup returns an empty Group (see the package's Group).
-func (b *Backend) NewGroup() *Group { return NewGroup() }
+// NewGroup returns an empty Group (a *Group; see the package's Group). It makes b a
+// comm.GroupMaker, so comm.NewGroup(b) gives the same.
+func (b *Backend) NewGroup() comm.Group { return NewGroup() }
 
-// NewGroup returns an empty Group (see the package's Group).
-func (c *Communicator) NewGroup() *Group { return NewGroup() }
+// NewGroup returns an empty Group (a *Group; see the package's Group). It makes c a
+// comm.GroupMaker, so comm.NewGroup(c) gives the same.
+func (c *Communicator) NewGroup() comm.Group { return NewGroup() }
 
 // opGroupAdd and opGroupSubmit name a Group's methods in errors.
 const (
 	opGroupAdd    = "group-add"
 	opGroupSubmit = "group-submit"
 )
-
-// errGroupEnded is the error of a Group used after Submit or Discard.
-func errGroupEnded(op string) error {
-	return &comm.ArgError{Op: op, Arg: "group", Value: "ended", Err: comm.ErrClosed,
-		Reason: "the group was submitted or discarded"}
-}
 
 // Add runs f on the calling goroutine with the group open: the NCCL operations f issues
 // (on any communicator) are checked at once, as outside a group, and recorded in g;
@@ -638,9 +638,6 @@ func (g *Group) Add(f func() error) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	st := g.st
-	if st.ended.Load() {
-		return errGroupEnded(opGroupAdd)
-	}
 	if d := groupDepth(); d > 0 {
 		return core.GroupOpenErr(opGroupAdd, d)
 	}
@@ -669,35 +666,33 @@ func (g *Group) Add(f func() error) error {
 
 // Submit launches the group's operations in one crossing into NCCL and completes them
 // like the outermost GroupEnd (it waits for the blocking Backend collectives among
-// them), or, after an Add whose function failed, discards the group and returns that
-// error. An empty group does nothing. The group ends either way.
+// them), or, after an Add whose function failed, discards them and returns that error.
+// An empty group does nothing. The group is empty afterwards, either way.
 func (g *Group) Submit() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	st := g.st
-	if !st.ended.CompareAndSwap(false, true) {
-		return errGroupEnded(opGroupSubmit)
-	}
 	tg := st.tg
-	defer recycle(tg)
-	if st.failed != nil {
-		return fmt.Errorf("%s: group discarded: %w", opGroupSubmit, st.failed)
+	if failed := st.failed; failed != nil {
+		st.failed = nil
+		empty(tg)
+		return fmt.Errorf("%s: group discarded: %w", opGroupSubmit, failed)
 	}
 	if len(tg.members) == 0 {
 		return nil
 	}
+	defer empty(tg)
 	runtime.LockOSThread()
 	return tg.complete(tg.members[0].c, runtime.UnlockOSThread)
 }
 
-// Discard ends the group without launching anything: its operations never reach NCCL.
-// Every rank must discard the same group. Discarding an ended group does nothing.
+// Discard empties the group without launching anything: its operations never reach
+// NCCL. Every rank must discard the same operations.
 func (g *Group) Discard() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.st.ended.CompareAndSwap(false, true) {
-		recycle(g.st.tg)
-	}
+	g.st.failed = nil
+	empty(g.st.tg)
 	return nil
 }
 

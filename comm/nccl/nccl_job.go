@@ -2,6 +2,7 @@ package nccl
 
 import (
 	"context"
+
 	"github.com/ncclgo/ncclgo/comm/internal/ncclcfg"
 )
 

@@ -11,11 +11,11 @@ import (
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
-// initComm creates the NCCL communicator and waits, within ctx and the operation
+// initComm creates the NCCL communicator (op: init, or attempt-reconnect) and waits, within ctx and the operation
 // timeout, until it leaves ncclInProgress. On failure it aborts what it created.
-func (c *Communicator) initComm(ctx context.Context, id comm.UniqueID) (gpulib.Comm, error) {
+func (c *Communicator) initComm(ctx context.Context, id comm.UniqueID, op string) (gpulib.Comm, error) {
 	if err := bind(c.d); err != nil {
-		return 0, &comm.OpError{Op: core.OpInit, Bytes: -1, Rank: c.rank, Err: err}
+		return 0, &comm.OpError{Op: op, Bytes: -1, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
 	}
 	defer runtime.UnlockOSThread()
 	comm, err := c.d.CommInitRank(c.world, gpulib.UniqueID(id), c.rank, c.ncclConfig())
@@ -32,7 +32,7 @@ func (c *Communicator) initComm(ctx context.Context, id comm.UniqueID) (gpulib.C
 				c.cfg.Log.Error("comm: abort after failed init", "rank", c.rank, "err", aerr)
 			}
 		}
-		return 0, &core.OpError{Op: core.OpInit, Bytes: -1, Rank: c.rank, Err: err}
+		return 0, &core.OpError{Op: op, Bytes: -1, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
 	}
 	return comm, nil
 }
@@ -45,7 +45,7 @@ func (c *Communicator) adopt(comm gpulib.Comm, rank, world int) (err error) {
 	c.g.UseScope(&groups.open, outsideGroup)
 	if err := bind(c.d); err != nil {
 		_ = c.d.CommAbort(comm)
-		return &core.OpError{Op: core.OpInit, Bytes: -1, Rank: rank, Err: err}
+		return &core.OpError{Op: core.OpInit, Bytes: -1, Rank: rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
 	}
 	defer runtime.UnlockOSThread()
 	defer func() {
@@ -54,7 +54,7 @@ func (c *Communicator) adopt(comm gpulib.Comm, rank, world int) (err error) {
 			if aerr := c.d.CommAbort(comm); aerr != nil {
 				c.cfg.Log.Error("comm: abort after failed init", "rank", rank, "err", aerr)
 			}
-			err = &core.OpError{Op: core.OpInit, Bytes: -1, Rank: rank, Err: err}
+			err = &core.OpError{Op: core.OpInit, Bytes: -1, Rank: rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
 		}
 	}()
 	if c.stream, err = c.d.StreamCreate(); err != nil {
@@ -200,7 +200,7 @@ func (c *Communicator) shutdown(before func(ctx context.Context, note func(strin
 	}
 	var err error
 	if len(errs) > 0 {
-		err = &comm.OpError{Op: core.OpClose, Bytes: -1, Rank: c.rank, Err: errors.Join(errs...)}
+		err = &comm.OpError{Op: core.OpClose, Bytes: -1, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: errors.Join(errs...)}
 	}
 	if openGroups > 0 {
 		return errors.Join(core.GroupLeftOpen(openGroups), err)

@@ -35,7 +35,7 @@ const (
 )
 
 // ncclOps are the NCCL communication calls an operation makes: the driver's
-// (NCCLCommunicator.direct), or, inside a group, the group's recorder, which records them
+// (Communicator.direct), or, inside a group, the group's recorder, which records them
 // for the outermost GroupEnd.
 type ncclOps interface {
 	AllReduce(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, op gpulib.RedOp, c gpulib.Comm, s gpulib.Stream) error
@@ -378,7 +378,7 @@ func (b *Backend) AllReduceAsync(ptr comm.DevicePtr, bytes int, compute comm.Str
 	}
 	if compute == 0 { // the legacy default stream is the current context's
 		if err := bind(c.d); err != nil {
-			return &comm.OpError{Op: core.OpAllReduceAsync, Bytes: bytes, Rank: c.rank, Err: err}
+			return &comm.OpError{Op: core.OpAllReduceAsync, Bytes: bytes, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
 		}
 		defer runtime.UnlockOSThread()
 	}
@@ -436,10 +436,10 @@ func (b *Backend) SetAddKernel(k comm.Kernel) error {
 	return b.useAddKernel(k)
 }
 
-// GroupStart opens an NCCL group; see NCCLCommunicator.GroupStart.
+// GroupStart opens an NCCL group; see Communicator.GroupStart.
 func (b *Backend) GroupStart() error { return b.c.GroupStart() }
 
-// GroupEnd closes the group; see NCCLCommunicator.GroupEnd.
+// GroupEnd closes the group; see Communicator.GroupEnd.
 func (b *Backend) GroupEnd() error { return b.c.GroupEnd() }
 
 // AllReduce enqueues an in-place ncclAllReduce of count elements at ptr.
@@ -550,7 +550,7 @@ func (c *Communicator) order(op string, from, to gpulib.Stream, ev gpulib.Event)
 	}
 	if from == 0 || to == 0 { // the legacy default stream is the current context's
 		if err := bind(c.d); err != nil {
-			return &comm.OpError{Op: op, Bytes: -1, Rank: c.rank, Err: err}
+			return &comm.OpError{Op: op, Bytes: -1, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
 		}
 		defer runtime.UnlockOSThread()
 	}
@@ -600,7 +600,7 @@ func (c *Communicator) unusable(op string, bytes int) error {
 		return &comm.ArgError{Op: op, Arg: "rank", Value: c.rank, Err: comm.ErrClosed}
 	}
 	if f := c.faultErr(); f != nil {
-		return &comm.OpError{Op: op, Bytes: bytes, Rank: c.rank, Err: fmt.Errorf("%w: %w", comm.ErrUnhealthy, f)}
+		return &comm.OpError{Op: op, Bytes: bytes, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: fmt.Errorf("%w: %w", comm.ErrUnhealthy, f)}
 	}
 	return nil
 }
@@ -624,5 +624,5 @@ func (c *Communicator) failed(op string, bytes int, err error) error {
 	case gpulib.Fatal(r):
 		err = c.fail(err)
 	}
-	return &comm.OpError{Op: op, Bytes: bytes, Rank: c.rank, Err: err}
+	return &comm.OpError{Op: op, Bytes: bytes, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
 }

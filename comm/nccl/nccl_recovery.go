@@ -39,7 +39,7 @@ func (c *Communicator) reinit(ctx context.Context, next func() int, after func(c
 		return err
 	}
 	if c.cfg.Reconnect == nil {
-		return &comm.OpError{Op: core.OpAttemptReconnect, Bytes: -1, Rank: c.rank,
+		return &comm.OpError{Op: core.OpAttemptReconnect, Bytes: -1, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name,
 			Err: fmt.Errorf("%w: no WithReconnect option", comm.ErrUnsupported)}
 	}
 	ctx, stop := c.untilClose(ctx) // Close does not wait for a rendezvous with dead peers
@@ -62,9 +62,9 @@ func (c *Communicator) reinit(ctx context.Context, next func() int, after func(c
 	gen := next()
 	id, err := c.cfg.Reconnect(ctx, gen)
 	if err != nil {
-		return &comm.OpError{Op: core.OpAttemptReconnect, Bytes: -1, Rank: c.rank, Err: err}
+		return &comm.OpError{Op: core.OpAttemptReconnect, Bytes: -1, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
 	}
-	comm, err := c.initComm(ctx, id)
+	comm, err := c.initComm(ctx, id, core.OpAttemptReconnect)
 	if err != nil {
 		return err
 	}
@@ -193,7 +193,7 @@ func (c *Communicator) aborted(op string) error {
 	if c.comm != 0 {
 		return nil
 	}
-	return &comm.OpError{Op: op, Bytes: -1, Rank: c.rank,
+	return &comm.OpError{Op: op, Bytes: -1, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name,
 		Err: fmt.Errorf("%w: the communicator was aborted; only attempt-reconnect and close remain", comm.ErrUnhealthy)}
 }
 
@@ -215,7 +215,7 @@ func (b *Backend) Split(ctx context.Context, color, key int) (*Backend, error) {
 }
 
 // Split creates child communicators with ncclCommSplit (NCCL >= 2.18); see
-// Communicator.Split. The child is an *NCCLCommunicator with its own stream and the
+// Communicator.Split. The child is a *Communicator with its own stream and the
 // parent's options. It needs a driver that can report the child's rank and size.
 func (c *Communicator) Split(ctx context.Context, color, key int) (comm.Communicator, error) {
 	child, err := c.split(ctx, color, key)
@@ -243,7 +243,7 @@ func (c *Communicator) split(ctx context.Context, color, key int) (*Communicator
 		col = gpulib.SplitNoColor
 	}
 	if err := bind(c.d); err != nil {
-		return nil, &comm.OpError{Op: core.OpSplit, Bytes: -1, Rank: c.rank, Err: err}
+		return nil, &comm.OpError{Op: core.OpSplit, Bytes: -1, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
 	}
 	defer runtime.UnlockOSThread()
 	c.mu.Lock()
@@ -259,7 +259,7 @@ func (c *Communicator) split(ctx context.Context, color, key int) (*Communicator
 		if comm != 0 {
 			_ = c.d.CommAbort(comm)
 		}
-		return nil, &core.OpError{Op: core.OpSplit, Bytes: -1, Rank: c.rank, Err: err}
+		return nil, &core.OpError{Op: core.OpSplit, Bytes: -1, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
 	}
 	if color < 0 || comm == 0 {
 		return nil, nil
@@ -268,7 +268,7 @@ func (c *Communicator) split(ctx context.Context, color, key int) (*Communicator
 	if err == nil {
 		var world int
 		if world, err = info.CommCount(comm); err == nil {
-			child := &Communicator{d: c.d, direct: c.d, cfg: c.cfg, version: c.version}
+			child := &Communicator{d: c.d, direct: c.d, cfg: c.cfg, global: c.global, version: c.version}
 			if err = child.adopt(comm, rank, world); err == nil {
 				return child, nil
 			}
@@ -276,7 +276,7 @@ func (c *Communicator) split(ctx context.Context, color, key int) (*Communicator
 		}
 	}
 	_ = c.d.CommAbort(comm)
-	return nil, &core.OpError{Op: core.OpSplit, Bytes: -1, Rank: c.rank, Err: err}
+	return nil, &core.OpError{Op: core.OpSplit, Bytes: -1, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
 }
 
 // Revoke stops every operation in flight on the communicator (ncclCommRevoke, NCCL >=
@@ -306,7 +306,7 @@ func (c *Communicator) Revoke() error {
 	}
 	c.fail(fmt.Errorf("%w: revoked", comm.ErrUnhealthy))
 	if err != nil {
-		return &comm.OpError{Op: op, Bytes: -1, Rank: c.rank, Err: err}
+		return &comm.OpError{Op: op, Bytes: -1, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
 	}
 	return nil
 }
@@ -341,7 +341,7 @@ func (c *Communicator) Shrink(ctx context.Context, exclude []int, abort bool) (*
 		flags = gpulib.ShrinkAbort
 	}
 	if err := bind(c.d); err != nil {
-		return nil, &comm.OpError{Op: op, Bytes: -1, Rank: c.rank, Err: err}
+		return nil, &comm.OpError{Op: op, Bytes: -1, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
 	}
 	defer runtime.UnlockOSThread()
 	c.mu.Lock()
@@ -363,9 +363,9 @@ func (c *Communicator) Shrink(ctx context.Context, exclude []int, abort bool) (*
 		if comm != 0 {
 			_ = c.d.CommAbort(comm)
 		}
-		return nil, &core.OpError{Op: op, Bytes: -1, Rank: c.rank, Err: err}
+		return nil, &core.OpError{Op: op, Bytes: -1, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
 	}
-	child := &Communicator{d: c.d, direct: c.d, cfg: c.cfg, version: c.version}
+	child := &Communicator{d: c.d, direct: c.d, cfg: c.cfg, global: c.global, version: c.version}
 	if err := child.adopt(comm, rank, world); err != nil {
 		return nil, err
 	}

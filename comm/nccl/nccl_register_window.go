@@ -57,7 +57,7 @@ func (uw *userWindows) find(ptr comm.DevicePtr, bytes int) (WindowHandle, bool) 
 // It is a collective call: every rank registers its buffer of the same size, in the
 // same order, outside any group, and the call waits, within ctx and the operation
 // timeout, until every rank has; a rank that registers alone fails with ErrTimeout
-// saying that a peer never joined, and the communicator is unhealthy afterwards.
+// saying that a collective waits until every rank joins it, and the communicator is unhealthy afterwards.
 // Registering the same ptr and bytes again returns the same handle and calls nothing.
 // AttemptReconnect registers the windows again with the new communicator, in
 // registration order, so handles stay valid (if that fails, AttemptReconnect fails);
@@ -164,7 +164,7 @@ func (b *Backend) rewindow(ctx context.Context) error {
 				err = c.settle(ctx, c.comm, bounded)
 			}
 			if err != nil {
-				return &comm.OpError{Op: core.OpAttemptReconnect, Bytes: w.bytes, Rank: c.rank,
+				return &comm.OpError{Op: core.OpAttemptReconnect, Bytes: w.bytes, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name,
 					Err: fmt.Errorf("re-register window %d at %#x: %w", h, uint64(w.ptr), err)}
 			}
 			w.h = nh

@@ -75,7 +75,7 @@ func (v StreamComm) Sync(ctx context.Context) error {
 		return err
 	}
 	if err := c.drainOn(ctx, v.s, bounded); err != nil {
-		return &comm.OpError{Op: core.OpSync, Bytes: -1, Rank: c.rank, Err: err}
+		return &comm.OpError{Op: core.OpSync, Bytes: -1, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
 	}
 	return nil
 }

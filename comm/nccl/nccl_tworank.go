@@ -51,7 +51,7 @@ const minScratch = 4096
 // WithTwoRankThreshold sets the largest all-reduce, in bytes, that a two-rank NCCL
 // backend sends through the send/recv + add path once SetAddKernel has given it the
 // add kernel (default DefaultTwoRankThreshold; larger ones call ncclAllReduce). 0
-// disables the path; a negative value makes NewNCCL fail with ErrInvalidSize. Every
+// disables the path; a negative value makes New fail with ErrInvalidSize. Every
 // rank must use the same threshold and set the kernel at the same point of its call
 // sequence: the two paths issue different NCCL operations, and ranks that disagree
 // wait for each other until the operation timeout.
@@ -109,7 +109,7 @@ func (b *Backend) useAddKernel(k comm.Kernel) error {
 			err = fmt.Errorf("device reports %d multiprocessors", n)
 		}
 		if err != nil {
-			return &comm.OpError{Op: core.OpSetAddKernel, Bytes: -1, Rank: b.c.rank, Err: err}
+			return &comm.OpError{Op: core.OpSetAddKernel, Bytes: -1, Rank: b.c.rank, GlobalRank: b.c.global, Name: b.c.cfg.Name, Err: err}
 		}
 		b.two.sms = n
 	}

@@ -82,7 +82,7 @@ func (c *Communicator) wait(ctx context.Context, op string, bytes int, m waitMod
 
 // opErr is the *OpError of op on this rank.
 func (c *Communicator) opErr(op string, bytes int, err error) error {
-	return &comm.OpError{Op: op, Bytes: bytes, Rank: c.rank, Err: err}
+	return &comm.OpError{Op: op, Bytes: bytes, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
 }
 
 // waitShared is wait for operations that hold nothing yet: it takes the communicator
@@ -141,7 +141,7 @@ func (c *Communicator) expired(ctx context.Context, deadline time.Time) error {
 		return err
 	}
 	if !deadline.IsZero() && time.Now().After(deadline) {
-		return c.fail(fmt.Errorf("%w: not completed within %v; a collective that a peer never joined waits forever (every rank must make the same collective calls in the same order)", comm.ErrTimeout, c.cfg.Timeout))
+		return c.fail(fmt.Errorf("%w: not completed within %v", comm.ErrTimeout, c.cfg.Timeout))
 	}
 	return nil
 }

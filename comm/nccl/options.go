@@ -2,10 +2,11 @@ package nccl
 
 import (
 	"context"
-	"github.com/ncclgo/ncclgo/comm"
-	"github.com/ncclgo/ncclgo/comm/internal/ncclcfg"
 	"log/slog"
 	"time"
+
+	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/comm/internal/ncclcfg"
 )
 
 // Option configures a backend or communicator at construction.

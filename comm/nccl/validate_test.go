@@ -7,10 +7,11 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/ncclgo/ncclgo/comm"
-	"github.com/ncclgo/ncclgo/comm/internal/fakegpu"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/comm/internal/fakegpu"
 )
 
 // countingCore is a user backend's Core that counts the calls reaching it.
@@ -259,7 +260,7 @@ func TestMessagesSayWhatWasWrong(t *testing.T) {
 		{func() error { return s.AllReduce(p, -3) }, "all-reduce: bytes -3: invalid size: negative"},
 		{func() error { return s.AllReduce(p, 5) }, "all-reduce: bytes 5: invalid size: not a multiple of 2 (bfloat16)"},
 		{func() error { return s.Broadcast(p, 4, 2) }, "broadcast: root 2: invalid rank: world size is 1"},
-		{func() error { return s.SendTo(0, 16, 0, 0) }, "send: ptr 0: null pointer: with 16 bytes"},
+		{func() error { return s.SendTo(0, 16, 0, 0) }, "send: ptr 0x0: null pointer: with 16 bytes"},
 		{func() error { return s.DeregisterBuffer(7) }, "deregister-buffer: handle 7: unknown buffer handle: not returned by register-buffer or already deregistered"},
 		{func() error { return s.GroupEnd() }, "group-end: group depth 0: no group open: group-end without group-start"},
 	}

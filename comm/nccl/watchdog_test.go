@@ -3,7 +3,6 @@ package nccl
 import (
 	"context"
 	"fmt"
-	"github.com/ncclgo/ncclgo/comm/internal/leaktest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/internal/fakegpu"
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
+	"github.com/ncclgo/ncclgo/comm/internal/leaktest"
 )
 
 // stuckFake is the fake driver whose events do not complete while stuck is set (work

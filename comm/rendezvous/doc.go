@@ -87,7 +87,7 @@
 // matching ErrUnresponsive and ErrClosed that names the store's address and how long
 // it was silent, whatever the calls' contexts. Dial retries until its context ends;
 // when nothing ever listened at the address its error says so ("rank 0 never served
-// the store at ADDR" with WithServedBy, as comm.Connect does).
+// the store at ADDR" with WithServedBy, as job.Connect does).
 //
 // Memory. The server has one memory budget (WithMaxStoreBytes, 1 GiB by default):
 // keys and values with a fixed overhead per key, blocked requests and barriers with

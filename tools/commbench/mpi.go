@@ -47,7 +47,7 @@ func openMPI(ctx context.Context) (*world, error) {
 	r := mpiRank{c: c, mem: commtest.NewHostMemory()}
 	w := &world{ranks: []rank{r}, size: c.WorldSize(), ids: []int{c.Rank()}, quiet: c.Rank() != 0, close: c.Close}
 	host, _ := os.Hostname()
-	line := fmt.Sprintf("Rank %2d Group  0 Pid %6d on %10s device  - [host] host memory (MPI, comm.MPICommunicator)",
+	line := fmt.Sprintf("Rank %2d Group  0 Pid %6d on %10s device  - [host] host memory (MPI, mpi.Communicator)",
 		c.Rank(), os.Getpid(), host)
 	if w.devices, err = gatherLines(ctx, r, line, c.WorldSize()); err != nil {
 		_ = c.Close()

@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Sentinel errors. Every argument error comm returns is an [*ArgError] wrapping one of
@@ -23,7 +24,7 @@ var (
 	// ErrInvalidType: a DType that is not one of comm's element types.
 	ErrInvalidType = errors.New("invalid element type")
 	// ErrInvalidOp: a ReduceOp that is not one of comm's operators.
-	ErrInvalidOp = errors.New("invalid reduce op")
+	ErrInvalidOp = errors.New("invalid reduce operation")
 	// ErrClosed: the backend or communicator was closed.
 	ErrClosed = errors.New("closed")
 	// ErrGroupNotOpen: GroupEnd without a matching GroupStart.
@@ -87,8 +88,13 @@ type OpError struct {
 	Op string
 	// Bytes is the size the operation was called with, or -1 where none applies.
 	Bytes int
-	// Rank is the calling rank.
+	// Rank is the calling rank, in the communicator the operation ran on.
 	Rank int
+	// GlobalRank is the calling rank in the world the communicator was split or shrunk
+	// from (Rank for a communicator made by a constructor).
+	GlobalRank int
+	// Name is the communicator's name (nccl.WithName), "" for none.
+	Name string
 	// Peer is the other rank of a point-to-point operation (Op "send" or "recv"); it
 	// is not used for other operations.
 	Peer int
@@ -100,19 +106,52 @@ type OpError struct {
 }
 
 // Error returns "op of N bytes on rank R: cause" (without the size where none applies),
-// with "to rank P" or "from rank P" after the rank for a send or receive.
+// with " (global rank G)" when the communicator is a split or shrunk one where G
+// differs from R, ` of communicator "name"` when it has a name, and "to rank P" or
+// "from rank P" for a send or receive. A timeout says what was waited for.
 func (e *OpError) Error() string {
-	peer := ""
+	var b strings.Builder
+	b.WriteString(e.Op)
+	if e.Bytes >= 0 {
+		fmt.Fprintf(&b, " of %d bytes", e.Bytes)
+	}
+	fmt.Fprintf(&b, " on rank %d", e.Rank)
+	if e.GlobalRank != e.Rank {
+		fmt.Fprintf(&b, " (global rank %d)", e.GlobalRank)
+	}
+	if e.Name != "" {
+		fmt.Fprintf(&b, " of communicator %q", e.Name)
+	}
 	switch e.Op {
 	case OpSend:
-		peer = fmt.Sprintf(" to rank %d", e.Peer)
+		fmt.Fprintf(&b, " to rank %d", e.Peer)
 	case OpRecv:
-		peer = fmt.Sprintf(" from rank %d", e.Peer)
+		fmt.Fprintf(&b, " from rank %d", e.Peer)
 	}
-	if e.Bytes >= 0 {
-		return fmt.Sprintf("%s of %d bytes on rank %d%s: %v", e.Op, e.Bytes, e.Rank, peer, e.Err)
+	fmt.Fprintf(&b, ": %v", e.Err)
+	if errors.Is(e.Err, ErrTimeout) {
+		if hint := timeoutHint(e.Op); hint != "" {
+			b.WriteString(" (" + hint + ")")
+		}
 	}
-	return fmt.Sprintf("%s on rank %d%s: %v", e.Op, e.Rank, peer, e.Err)
+	return b.String()
+}
+
+// timeoutHint says what an operation that timed out was waiting for.
+func timeoutHint(op string) string {
+	switch op {
+	case OpSend, OpRecv:
+		return "a send waits for the matching receive on its peer, and a receive for the matching send"
+	case OpSync:
+		return "the operations submitted so far had not completed: each collective among them waits for every rank to join it, each send or receive for its peer's match"
+	case OpSplit, "shrink", OpInit, OpAttemptReconnect, "rendezvous":
+		return "every rank of the communicator must make this call"
+	case OpGroupEnd:
+		return "the group's operations had not completed: each waits for its peers' matching calls"
+	case OpClose, OpRecvCommand:
+		return ""
+	}
+	return "a collective waits until every rank joins it: every rank must make the same collective calls in the same order"
 }
 
 // Unwrap returns the underlying error.

@@ -419,7 +419,8 @@ func (g *Guard) Typed(op string, count int, t DType) (int, error) {
 
 func checkOp(op string, r ReduceOp) error {
 	if !r.Valid() {
-		return &ArgError{Op: op, Arg: "op", Value: int32(r), Err: ErrInvalidOp}
+		return &ArgError{Op: op, Arg: "op", Value: int32(r), Err: ErrInvalidOp,
+			Reason: "not sum, prod, max, min or avg"}
 	}
 	return nil
 }

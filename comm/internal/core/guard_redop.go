@@ -21,7 +21,7 @@ func (g *Guard) checkOp(op string, r ReduceOp, t DType) error {
 				Reason: fmt.Sprintf("pre-mul-sum operator made for %s, used on %s", dt, t)}
 		}
 		return &ArgError{Op: op, Arg: "op", Value: int32(r), Err: ErrInvalidOp,
-			Reason: "not a live pre-mul-sum operator of this communicator (destroyed, or lost in a reconnect)"}
+			Reason: "not sum, prod, max, min or avg, nor a live pre-mul-sum operator of this communicator (PreMulSum; destroyed, or lost in a reconnect)"}
 	}
 	return checkOp(op, r)
 }

@@ -1,9 +1,15 @@
 package core
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+)
 
 // DevicePtr is a device address (a CUDA CUdeviceptr). 0 is the null pointer.
 type DevicePtr uint64
+
+// String writes the address in hex, "0x7f0000001000" (errors print pointers this way).
+func (p DevicePtr) String() string { return "0x" + strconv.FormatUint(uint64(p), 16) }
 
 // Stream is a CUDA stream handle (CUstream, the same value as cudaStream_t). 0 is the
 // legacy default stream.

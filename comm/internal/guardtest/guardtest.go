@@ -5,9 +5,10 @@ import (
 	"math"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/internal/core"
-	"github.com/stretchr/testify/assert"
 )
 
 // typedReduceInputs are the input classes of the typed reduce checks: element types and

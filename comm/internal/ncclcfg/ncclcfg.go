@@ -102,11 +102,7 @@ func JobDevice(cfg Config, localRank int) int {
 // defaults.
 func New[O ~func(*Config)](opts []O) Config {
 	c := Defaults()
-	for _, o := range opts {
-		if o != nil {
-			o(&c)
-		}
-	}
+	core.Apply(&c, opts)
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
