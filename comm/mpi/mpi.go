@@ -72,13 +72,16 @@ type Communicator struct {
 	// mu serialises the communicator's MPI calls: its own lock under MPI_THREAD_MULTIPLE,
 	// the process's (p.mu) under a lower thread level. The fields below are guarded by it.
 	mu      *sync.Mutex
-	reqs    []mpi.Request     // pending Isend/Irecv/Ibarrier
-	posted  []posted          // what each of reqs is, for errors
-	stats   []mpi.Status      // Testall's statuses, as many as reqs
-	tmp     []byte            // scratch of the pre-multiplied Avg contributions
-	calls   int64             // MPI calls made, see MPICalls (a plain add under the lock costs less than an atomic one)
-	yielded time.Time         // the last yield of a goroutine making blocking calls (unlockBlocking)
-	pins    []*runtime.Pinner // Go memory of the pending slice Send and Recv (slices.go)
+	reqs    []mpi.Request // pending Isend/Irecv/Ibarrier
+	posted  []posted      // what each of reqs is, for errors
+	stats   []mpi.Status  // Testall's statuses, as many as reqs
+	tmp     []byte        // scratch of the pre-multiplied Avg contributions
+	calls   int64         // MPI calls made, see MPICalls (a plain add under the lock costs less than an atomic one)
+	yielded time.Time     // the last yield of a goroutine making blocking calls (unlockBlocking)
+	// contended says that the last nap of a wait took a scheduling slice longer than
+	// asked: waits nap without spinning first (see mpiSpinFor).
+	contended atomic.Bool
+	pins      []*runtime.Pinner // Go memory of the pending slice Send and Recv (slices.go)
 }
 
 var _ comm.Communicator = (*Communicator)(nil)
@@ -723,11 +726,18 @@ func (c *Communicator) Sync(ctx context.Context) error {
 // ahead of the goroutines waiting in the run queue, so a wait costs at most a
 // scheduling slice of another goroutine per nap however many are runnable
 // (runtime.Gosched instead queued the waiter behind all of them:
-// TestMPIWaitDoesNotStarve).
+// TestMPIWaitDoesNotStarve). But a goroutine woken so runs in what is left of the slice
+// it took over: if it spins, Go's sysmon preempts it within microseconds and it joins
+// the global run queue, behind all of them again. So once a nap has taken a slice
+// longer than asked (mpiContended: other goroutines hold the P), waits nap from their
+// first poll, until a nap returns on time.
 const (
 	mpiSpinFor = 200 * time.Microsecond
 	mpiNapMin  = 20 * time.Microsecond
 	mpiNapMax  = time.Millisecond
+	// mpiContended is how much longer than asked a nap must take to say that other
+	// goroutines hold the Ps (a scheduling slice is 10 ms).
+	mpiContended = 3 * time.Millisecond
 )
 
 func (c *Communicator) wait(ctx context.Context, op string) error {
@@ -766,8 +776,13 @@ func (c *Communicator) wait(ctx context.Context, op string) error {
 		switch {
 		case start.IsZero():
 			start = time.Now()
+			if c.contended.Load() {
+				nap = mpiNapMin
+			}
 		case nap > 0:
+			before := time.Now()
 			time.Sleep(nap)
+			c.contended.Store(time.Since(before) > nap+mpiContended)
 			nap = min(2*nap, mpiNapMax)
 		case time.Since(start) >= mpiSpinFor:
 			nap = mpiNapMin
