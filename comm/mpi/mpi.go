@@ -52,9 +52,14 @@ import (
 // GOMAXPROCS=2), or every call lasting across two of sysmon's ticks loses its P.
 //
 // Element types: the eight MPI has (int8 ... uint64 as MPI_INT8_T ..., float32 and
-// float64) reduce with MPI's predefined operations; float16, bfloat16 and the two fp8
-// formats reduce with user-defined operations written in C, which widen to float32,
-// combine and round once, bit for bit as the Go reference in package kernels. Avg is
+// float64) reduce with MPI's predefined operations, except integer Sum and Prod, which
+// wrap around as NCCL's do through user-defined operations (Open MPI's AVX component
+// saturates 8-bit sums), and float32 and float64 Max and Min, which follow the narrow
+// formats' rule below; float16, bfloat16 and the two fp8 formats reduce with
+// user-defined operations written in C, which widen to float32, combine and round once,
+// bit for bit as the Go reference in package kernels. Max and Min of every floating
+// type ignore a NaN operand and order -0 below +0: Min(-0, +0) is -0 whichever rank
+// holds which. Avg is
 // NCCL's: floating contributions are pre-multiplied by 1/n (rounded to the format) and
 // summed, integers are summed and divided. Counts must fit MPI's int (2^31-1 elements;
 // bytes for the byte movers).
