@@ -30,10 +30,15 @@ import (
 // (MPI_Isend, MPI_Irecv with the tag) and complete in Sync, Barrier or Close; so a ring of
 // sends and receives never deadlocks whatever the order in which the ranks post them,
 // and GroupStart/GroupEnd (NCCL's grouping) only check nesting: there is nothing to
-// defer. Sync, Barrier and Close poll (MPI_Testall, MPI_Ibarrier) so that ctx is honoured.
+// defer. Sync, Barrier and Close poll (MPI_Testall, MPI_Ibarrier) so that ctx is
+// honoured, sleeping between polls once a short spin is over (see mpiSpinFor).
 //
-// Threads: MPI is initialised with MPI_THREAD_SERIALIZED. Every MPI call of the process
-// made through comm is serialised by one process-wide lock, so goroutines may call from
+// Threads: MPI is initialised with MPI_THREAD_MULTIPLE (Open MPI 4.1.4 grants it). Each
+// communicator serialises its own calls with its own lock, so a Split child and its
+// parent used from two goroutines proceed independently, as MPI requires (each
+// communicator's collectives in the same order on every rank); when the application
+// initialised MPI below MPI_THREAD_MULTIPLE (serialised at least), one process-wide lock
+// serialises every call instead, and such a pair deadlocks. Goroutines may call from
 // any OS thread; MPI_Init_thread and MPI_Finalize (which MPI wants on one thread) run
 // on a goroutine locked to its OS thread. Signals: Open MPI installs its backtrace
 // handlers (OMPI_MCA_opal_signal: SIGABRT, SIGBUS, SIGFPE, SIGSEGV) only where no handler
@@ -47,9 +52,14 @@ import (
 // GOMAXPROCS=2), or every call lasting across two of sysmon's ticks loses its P.
 //
 // Element types: the eight MPI has (int8 ... uint64 as MPI_INT8_T ..., float32 and
-// float64) reduce with MPI's predefined operations; float16, bfloat16 and the two fp8
-// formats reduce with user-defined operations written in C, which widen to float32,
-// combine and round once, bit for bit as the Go reference in package kernels. Avg is
+// float64) reduce with MPI's predefined operations, except integer Sum and Prod, which
+// wrap around as NCCL's do through user-defined operations (Open MPI's AVX component
+// saturates 8-bit sums), and float32 and float64 Max and Min, which follow the narrow
+// formats' rule below; float16, bfloat16 and the two fp8 formats reduce with
+// user-defined operations written in C, which widen to float32, combine and round once,
+// bit for bit as the Go reference in package kernels. Max and Min of every floating
+// type ignore a NaN operand and order -0 below +0: Min(-0, +0) is -0 whichever rank
+// holds which. Avg is
 // NCCL's: floating contributions are pre-multiplied by 1/n (rounded to the format) and
 // summed, integers are summed and divided. Counts must fit MPI's int (2^31-1 elements;
 // bytes for the byte movers).
@@ -64,16 +74,27 @@ type Communicator struct {
 	comm  mpi.Comm
 	rank  int
 	world int
-	reqs  []mpi.Request // pending Isend/Irecv/Ibarrier, guarded by p.mu
-	tmp   []byte        // scratch of the pre-multiplied Avg contributions, guarded by p.mu
-	calls int64         // MPI calls made, see MPICalls; guarded by p.mu (a plain add under the lock costs less than an atomic one)
+	// mu serialises the communicator's MPI calls: its own lock under MPI_THREAD_MULTIPLE,
+	// the process's (p.mu) under a lower thread level. The fields below are guarded by it.
+	mu      *sync.Mutex
+	reqs    []mpi.Request // pending Isend/Irecv/Ibarrier
+	posted  []posted      // what each of reqs is, for errors
+	stats   []mpi.Status  // Testall's statuses, as many as reqs
+	tmp     []byte        // scratch of the pre-multiplied Avg contributions
+	calls   int64         // MPI calls made, see MPICalls (a plain add under the lock costs less than an atomic one)
+	yielded time.Time     // the last yield of a goroutine making blocking calls (unlockBlocking)
+	// contended says that the last nap of a wait took a scheduling slice longer than
+	// asked: waits nap without spinning first (see mpiSpinFor).
+	contended atomic.Bool
+	pins      []*runtime.Pinner // Go memory of the pending slice Send and Recv (slices.go)
 }
 
 var _ comm.Communicator = (*Communicator)(nil)
 
 // mpiProcess is the process's MPI: initialised once, finalised once.
 type mpiProcess struct {
-	mu        sync.Mutex // serialises every MPI call (MPI_THREAD_SERIALIZED)
+	mu        sync.Mutex // serialises the calls on MPI_COMM_WORLD and the operators; every call below MPI_THREAD_MULTIPLE
+	multiple  bool       // MPI provides MPI_THREAD_MULTIPLE: each communicator has its own lock
 	owner     bool       // comm called MPI_Init_thread, so it calls MPI_Finalize
 	finalized atomic.Bool
 	refs      int // open communicators
@@ -83,7 +104,6 @@ type mpiProcess struct {
 	userOps   []mpi.Op                       // created here, freed with the last communicator
 	inPlace   unsafe.Pointer
 	tagUB     int
-	yielded   time.Time // the last yield of a goroutine making blocking calls (unlockBlocking)
 }
 
 var (
@@ -122,8 +142,9 @@ func narrowFormat(t comm.DType) (int, bool) {
 
 // New returns this process's rank of MPI_COMM_WORLD as a Communicator (a duplicate
 // of it, so that its messages never match the application's own). It initialises MPI
-// (MPI_Init_thread, MPI_THREAD_SERIALIZED) unless the process already did, in which case
-// the thread level provided must be at least serialised. MPI_Init waits for every rank
+// (MPI_Init_thread, MPI_THREAD_MULTIPLE) unless the process already did, in which case
+// the thread level provided must be at least serialised (below multiple, every call of
+// the process is serialised: see Communicator). MPI_Init waits for every rank
 // that mpirun started; if ctx ends first New returns ctx's error while the
 // initialisation goes on, and the process should exit. Options: WithLogger,
 // WithCloseTimeout, WithMinGOMAXPROCS (recommended for ranks that mpirun binds to one
@@ -139,7 +160,7 @@ func New(ctx context.Context, opts ...Option) (*Communicator, error) {
 	}
 	world, err := mpi.CommWorld()
 	if err == nil {
-		c, err := p.newCommunicator(cfg, func(out *mpi.Comm) error { return mpi.CommDup(world, out) })
+		c, err := p.newCommunicator(cfg, &p.mu, func(out *mpi.Comm) error { return mpi.CommDup(world, out) })
 		if err == nil {
 			raiseProcs(cfg)
 			return c, nil
@@ -169,12 +190,12 @@ func New(ctx context.Context, opts ...Option) (*Communicator, error) {
 // GOMAXPROCS in the environment (mpirun -x GOMAXPROCS=2) has the same effect.
 func WithMinGOMAXPROCS(n int) Option { return func(o *options) { o.minProcs = n } }
 
-// raiseProcs applies WithMinGOMAXPROCS; without it, it says (slog, Info) when
+// raiseProcs applies WithMinGOMAXPROCS; without it, it says (slog, Debug) when
 // GOMAXPROCS is 1.
 func raiseProcs(cfg options) {
 	if cfg.minProcs == 0 {
 		if runtime.GOMAXPROCS(0) == 1 {
-			cfg.log.Info("comm: GOMAXPROCS is 1 (mpirun bound the rank to one core?): mpi calls longer than 20 µs lose their P to Go's sysmon; WithMinGOMAXPROCS(2) or GOMAXPROCS=2 avoids it", "cpus", runtime.NumCPU())
+			cfg.log.Debug("comm: GOMAXPROCS is 1 (mpirun bound the rank to one core?): mpi calls longer than 20 µs lose their P to Go's sysmon; WithMinGOMAXPROCS(2) or GOMAXPROCS=2 avoids it", "cpus", runtime.NumCPU())
 		}
 		return
 	}
@@ -213,7 +234,7 @@ func acquireMPI(ctx context.Context) (*mpiProcess, error) {
 		go p.mainThread()
 		done := make(chan error, 1)
 		var provided int32
-		p.main <- func() { done <- mpi.InitThread(nil, nil, mpi.ThreadSerialized, &provided) }
+		p.main <- func() { done <- mpi.InitThread(nil, nil, mpi.ThreadMultiple, &provided) }
 		select {
 		case err := <-done:
 			if err != nil {
@@ -227,6 +248,7 @@ func acquireMPI(ctx context.Context) (*mpiProcess, error) {
 		if provided < mpi.ThreadSerialized {
 			return nil, fmt.Errorf("mpi provides thread level %d, comm needs MPI_THREAD_SERIALIZED (%d)", provided, mpi.ThreadSerialized)
 		}
+		p.multiple = provided >= mpi.ThreadMultiple
 	} else {
 		var provided int32
 		if err := mpi.QueryThread(&provided); err != nil {
@@ -235,6 +257,7 @@ func acquireMPI(ctx context.Context) (*mpiProcess, error) {
 		if provided < mpi.ThreadSerialized {
 			return nil, fmt.Errorf("mpi was initialised with thread level %d; comm needs MPI_THREAD_SERIALIZED (%d) or more", provided, mpi.ThreadSerialized)
 		}
+		p.multiple = provided >= mpi.ThreadMultiple
 	}
 	if err := p.handles(); err != nil {
 		return nil, err
@@ -284,6 +307,15 @@ func (p *mpiProcess) handles() error {
 			continue
 		}
 		p.ops[t] = native
+		dt := comm.DType(t)
+		for o := range 4 {
+			if fn := mpiWideOp(dt.Size(), dt == comm.Float32 || dt == comm.Float64, o); fn != 0 {
+				var h mpi.Op
+				errs = append(errs, mpi.OpCreate(mpi.UserFunction(fn), 1, &h))
+				p.ops[t][o] = h
+				p.userOps = append(p.userOps, h)
+			}
+		}
 	}
 	var flag int32
 	var ub *int32 // MPI_TAG_UB's value is a pointer to the bound
@@ -300,10 +332,11 @@ func (p *mpiProcess) handles() error {
 }
 
 // newCommunicator makes a communicator from the handle create gives (MPI_Comm_dup or
-// MPI_Comm_split), with MPI_ERRORS_RETURN. It returns (nil, nil) for MPI_COMM_NULL.
-func (p *mpiProcess) newCommunicator(cfg options, create func(*mpi.Comm) error) (*Communicator, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// MPI_Comm_split), with MPI_ERRORS_RETURN, holding parent: the lock of the communicator
+// create calls MPI on. It returns (nil, nil) for MPI_COMM_NULL.
+func (p *mpiProcess) newCommunicator(cfg options, parent *sync.Mutex, create func(*mpi.Comm) error) (*Communicator, error) {
+	parent.Lock()
+	defer parent.Unlock()
 	var h mpi.Comm
 	if err := create(&h); err != nil {
 		return nil, err
@@ -327,7 +360,11 @@ func (p *mpiProcess) newCommunicator(cfg options, create func(*mpi.Comm) error) 
 		_ = mpi.CommFree(&h)
 		return nil, err
 	}
-	return &Communicator{g: core.NewGuard(int(rank), int(size), comm.BFloat16), p: p, cfg: cfg, comm: h,
+	mu := &p.mu
+	if p.multiple {
+		mu = new(sync.Mutex)
+	}
+	return &Communicator{g: core.NewGuard(int(rank), int(size), comm.BFloat16), p: p, cfg: cfg, comm: h, mu: mu,
 		rank: int(rank), world: int(size), reqs: make([]mpi.Request, 0, 16)}, nil
 }
 
@@ -373,15 +410,15 @@ func (c *Communicator) WorldSize() int { return c.world }
 // MPICalls is the number of MPI calls the communicator has made (for diagnostics and
 // for tests proving that bad input never reaches MPI).
 func (c *Communicator) MPICalls() int64 {
-	c.p.mu.Lock()
-	defer c.p.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	return c.calls
 }
 
 // lock takes the process lock for an MPI call, failing when MPI was finalised. It is
 // small enough to be inlined; the failure is finalizedErr.
 func (c *Communicator) lock(op string) error {
-	c.p.mu.Lock()
+	c.mu.Lock()
 	if c.p.finalized.Load() {
 		return c.finalizedErr(op)
 	}
@@ -391,7 +428,7 @@ func (c *Communicator) lock(op string) error {
 
 // finalizedErr releases the process lock lock took and says that MPI was finalised.
 func (c *Communicator) finalizedErr(op string) error {
-	c.p.mu.Unlock()
+	c.mu.Unlock()
 	return &comm.ArgError{Op: op, Arg: "rank", Value: c.rank, Err: comm.ErrClosed, Reason: "mpi was finalized"}
 }
 
@@ -418,7 +455,7 @@ const (
 // that read the clock take unlockTimed.
 func (c *Communicator) unlockBlocking(bytes int) {
 	if c.calls&31 != 0 && bytes < mpiAlwaysTimed {
-		c.p.mu.Unlock()
+		c.mu.Unlock()
 		return
 	}
 	c.unlockTimed()
@@ -426,12 +463,11 @@ func (c *Communicator) unlockBlocking(bytes int) {
 
 // unlockTimed is unlockBlocking after a call that reads the clock.
 func (c *Communicator) unlockTimed() {
-	p := c.p
 	yield := false
-	if now := time.Now(); now.Sub(p.yielded) >= mpiYieldEvery {
-		p.yielded, yield = now, true
+	if now := time.Now(); now.Sub(c.yielded) >= mpiYieldEvery {
+		c.yielded, yield = now, true
 	}
-	p.mu.Unlock()
+	c.mu.Unlock()
 	if yield {
 		runtime.Gosched()
 	}
@@ -615,7 +651,7 @@ func (c *Communicator) p2p(op, peerArg string, ptr comm.DevicePtr, count int, t 
 	if err := c.lock(op); err != nil {
 		return err
 	}
-	defer c.p.mu.Unlock()
+	defer c.mu.Unlock()
 	var req mpi.Request
 	if send {
 		err = mpi.Isend(hostPtr(ptr), int32(bytes), c.p.types[comm.Uint8], int32(peer), int32(tag), c.comm, &req)
@@ -626,7 +662,46 @@ func (c *Communicator) p2p(op, peerArg string, ptr comm.DevicePtr, count int, t 
 		return c.opErr(op, bytes, err)
 	}
 	c.reqs = append(c.reqs, req)
+	c.posted = append(c.posted, posted{op: op, peer: peer, tag: tag, bytes: bytes})
 	return nil
+}
+
+// posted describes a pending request, for the error that its status may report.
+type posted struct {
+	op    string
+	peer  int
+	tag   uint32
+	bytes int
+}
+
+func (r posted) String() string {
+	if r.op == core.OpBarrier {
+		return "barrier"
+	}
+	dir := "to"
+	if r.op == core.OpRecv {
+		dir = "from"
+	}
+	return fmt.Sprintf("%s of %d bytes %s rank %d with tag %d", r.op, r.bytes, dir, r.peer, r.tag)
+}
+
+// statusErr turns MPI_ERR_IN_STATUS from Testall into the errors of the requests that
+// failed, read from their statuses: which request, and MPI's error.
+func (c *Communicator) statusErr(err error) error {
+	var code mpi.ErrorCode
+	if !errors.As(err, &code) || code != mpi.ErrInStatus {
+		return err
+	}
+	var errs []error
+	for i, st := range c.stats[:len(c.reqs)] {
+		if st.MpiError != mpi.Success && st.MpiError != mpi.ErrPending {
+			errs = append(errs, fmt.Errorf("%v (request %d of %d): %w", c.posted[i], i+1, len(c.reqs), mpi.ErrorCode(st.MpiError)))
+		}
+	}
+	if len(errs) == 0 {
+		return err
+	}
+	return errors.Join(errs...)
 }
 
 // GroupStart opens a group. Point-to-point operations are non-blocking anyway, so a
@@ -649,21 +724,52 @@ func (c *Communicator) Sync(ctx context.Context) error {
 	return c.wait(ctx, core.OpSync)
 }
 
+// Waiting: Sync, Barrier and Close poll MPI_Testall (MPI cannot be interrupted while
+// blocked in MPI_Waitall, and ctx must be honoured). They poll back to back for
+// mpiSpinFor, which covers ranks arriving close together, then sleep between polls,
+// from mpiNapMin doubling to mpiNapMax. A sleeping goroutine is woken by its timer
+// ahead of the goroutines waiting in the run queue, so a wait costs at most a
+// scheduling slice of another goroutine per nap however many are runnable
+// (runtime.Gosched instead queued the waiter behind all of them:
+// TestMPIWaitDoesNotStarve). But a goroutine woken so runs in what is left of the slice
+// it took over: if it spins, Go's sysmon preempts it within microseconds and it joins
+// the global run queue, behind all of them again. So once a nap has taken a slice
+// longer than asked (mpiContended: other goroutines hold the P), waits nap from their
+// first poll, until a nap returns on time.
+const (
+	mpiSpinFor = 200 * time.Microsecond
+	mpiNapMin  = 20 * time.Microsecond
+	mpiNapMax  = time.Millisecond
+	// mpiContended is how much longer than asked a nap must take to say that other
+	// goroutines hold the Ps (a scheduling slice is 10 ms).
+	mpiContended = 3 * time.Millisecond
+)
+
 func (c *Communicator) wait(ctx context.Context, op string) error {
+	var start time.Time
+	nap := time.Duration(0)
 	for {
 		if err := c.lock(op); err != nil {
 			return err
 		}
 		if len(c.reqs) == 0 {
-			c.p.mu.Unlock()
+			c.unpinAll()
+			c.mu.Unlock()
 			return nil
 		}
 		var flag int32
-		err := mpi.Testall(int32(len(c.reqs)), &c.reqs[0], &flag, nil)
-		if flag != 0 || err != nil {
-			c.reqs = c.reqs[:0]
+		if len(c.stats) < len(c.reqs) {
+			c.stats = make([]mpi.Status, cap(c.reqs))
 		}
-		c.p.mu.Unlock()
+		err := mpi.Testall(int32(len(c.reqs)), &c.reqs[0], &flag, &c.stats[0])
+		if err != nil {
+			err = c.statusErr(err)
+		}
+		if flag != 0 || err != nil {
+			c.reqs, c.posted = c.reqs[:0], c.posted[:0]
+			c.unpinAll()
+		}
+		c.mu.Unlock()
 		switch {
 		case err != nil:
 			return c.opErr(op, -1, err)
@@ -672,7 +778,20 @@ func (c *Communicator) wait(ctx context.Context, op string) error {
 		case ctx.Err() != nil:
 			return &comm.OpError{Op: op, Bytes: -1, Rank: c.rank, GlobalRank: c.rank, Err: context.Cause(ctx)}
 		}
-		runtime.Gosched()
+		switch {
+		case start.IsZero():
+			start = time.Now()
+			if c.contended.Load() {
+				nap = mpiNapMin
+			}
+		case nap > 0:
+			before := time.Now()
+			time.Sleep(nap)
+			c.contended.Store(time.Since(before) > nap+mpiContended)
+			nap = min(2*nap, mpiNapMax)
+		case time.Since(start) >= mpiSpinFor:
+			nap = mpiNapMin
+		}
 	}
 }
 
@@ -693,8 +812,9 @@ func (c *Communicator) Barrier(ctx context.Context) error {
 	err := mpi.Ibarrier(c.comm, &req)
 	if err == nil {
 		c.reqs = append(c.reqs, req)
+		c.posted = append(c.posted, posted{op: core.OpBarrier})
 	}
-	c.p.mu.Unlock()
+	c.mu.Unlock()
 	if err != nil {
 		return c.opErr(core.OpBarrier, -1, err)
 	}
@@ -726,8 +846,8 @@ func (c *Communicator) Split(_ context.Context, color, key int) (comm.Communicat
 	}
 	c.p.refs++
 	mpiMu.Unlock()
-	child, err := c.p.newCommunicator(c.cfg, func(out *mpi.Comm) error {
-		c.calls++ // newCommunicator holds p.mu
+	child, err := c.p.newCommunicator(c.cfg, c.mu, func(out *mpi.Comm) error {
+		c.calls++ // newCommunicator holds c.mu
 		return mpi.CommSplit(c.comm, col, int32(key), out)
 	})
 	if child == nil {
@@ -765,7 +885,7 @@ func (c *Communicator) Close() error {
 		if err := mpi.CommFree(&h); err != nil {
 			errs = append(errs, c.opErr(core.OpClose, -1, err))
 		}
-		c.p.mu.Unlock()
+		c.mu.Unlock()
 		c.p.release(c.cfg)
 	} else {
 		errs = append(errs, err)
@@ -782,12 +902,13 @@ func (c *Communicator) cancelPending() {
 	if c.lock(core.OpClose) != nil {
 		return
 	}
-	defer c.p.mu.Unlock()
+	defer c.mu.Unlock()
 	for i := range c.reqs {
 		_ = mpi.Cancel(&c.reqs[i])
 		_ = mpi.RequestFree(&c.reqs[i])
 	}
-	c.reqs = c.reqs[:0]
+	c.reqs, c.posted = c.reqs[:0], c.posted[:0]
+	c.unpinAll()
 }
 
 // premultiply writes the Avg contributions of count elements of t at in to out (which

@@ -3,6 +3,7 @@ package mpi
 import (
 	"errors"
 	"math"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -38,11 +39,11 @@ func TestMPIAllReduceFastPathMatchesChecks(t *testing.T) {
 // TestMPILockFailsWhenFinalized checks the process lock's two outcomes: taken, with the
 // call counted, while MPI runs; released again, with ErrClosed, once it was finalised.
 func TestMPILockFailsWhenFinalized(t *testing.T) {
-	c := &Communicator{p: &mpiProcess{}, rank: 3}
+	c := &Communicator{p: &mpiProcess{}, mu: new(sync.Mutex), rank: 3}
 	require.NoError(t, c.lock(core.OpAllReduce))
-	assert.False(t, c.p.mu.TryLock(), "the process lock is held")
+	assert.False(t, c.mu.TryLock(), "the process lock is held")
 	assert.Equal(t, int64(1), c.calls)
-	c.p.mu.Unlock()
+	c.mu.Unlock()
 
 	c.p.finalized.Store(true)
 	err := c.lock(core.OpAllReduce)
@@ -52,6 +53,6 @@ func TestMPILockFailsWhenFinalized(t *testing.T) {
 	assert.Equal(t, 3, ae.Value)
 	assert.Contains(t, err.Error(), "mpi was finalized")
 	assert.Equal(t, int64(1), c.calls, "a failed lock counts no call")
-	assert.True(t, c.p.mu.TryLock(), "the process lock is released")
-	c.p.mu.Unlock()
+	assert.True(t, c.mu.TryLock(), "the process lock is released")
+	c.mu.Unlock()
 }

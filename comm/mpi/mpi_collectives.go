@@ -15,7 +15,7 @@ import (
 // types, summed and divided for integers).
 
 // scratch returns c.tmp grown to at least bytes (at least one byte, so that its first
-// element has an address). The caller holds p.mu.
+// element has an address). The caller holds c.mu.
 func (c *Communicator) scratch(bytes int) unsafe.Pointer {
 	if cap(c.tmp) < max(bytes, 1) {
 		c.tmp = make([]byte, max(bytes, 1))

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo/comm"
@@ -13,6 +14,7 @@ import (
 	"github.com/ncclgo/ncclgo/comm/internal/ncclcfg"
 	"github.com/ncclgo/ncclgo/comm/nccl"
 	"github.com/ncclgo/ncclgo/raw/mpi"
+	rawnccl "github.com/ncclgo/ncclgo/raw/nccl"
 )
 
 // Bring-up of an NCCL job over MPI, as nccl-tests does it: the processes mpirun (or srun
@@ -39,13 +41,29 @@ func (b NCCLBootstrap) Fingerprint() string {
 	return hex.EncodeToString(s[:6])
 }
 
-// mpiIDMessage is what rank 0 broadcasts: a status byte, the id, and on failure the
-// error text.
+// mpiIDMessage is what rank 0 broadcasts first: a status byte, on failure the index
+// of the sentinel its error matches in relayedSentinels (0: none) and the length of
+// the error text that a second broadcast carries, and the id.
 type mpiIDMessage struct {
-	ok  byte
-	id  comm.UniqueID
-	msg [255]byte
+	ok   byte
+	kind byte
+	n    uint32
+	id   comm.UniqueID
 }
+
+// relayedSentinels are the errors of rank 0's failure that the other ranks' errors
+// match too (errors.Is), by their index in this list.
+var relayedSentinels = []error{nil, rawnccl.ErrLibraryNotFound, rawnccl.ErrSymbolNotFound, rawnccl.ErrNeedsCgo}
+
+// relayedError is rank 0's error as another rank sees it: its whole text, and the
+// sentinel it matched.
+type relayedError struct {
+	msg string
+	is  error
+}
+
+func (e *relayedError) Error() string { return e.msg }
+func (e *relayedError) Unwrap() error { return e.is }
 
 // BootstrapNCCL does the MPI side of an NCCL bring-up, collectively: rank 0 creates the
 // NCCL unique id (ncclGetUniqueId, which needs no device), MPI_Bcast shares it, MPI gives
@@ -58,18 +76,33 @@ func (c *Communicator) BootstrapNCCL(ctx context.Context) (NCCLBootstrap, error)
 		return b, err
 	}
 	var m mpiIDMessage
+	var idErr error
+	var text []byte
 	if c.rank == 0 {
 		id, err := nccl.NewUniqueID()
 		if err == nil {
 			m.ok, m.id = 1, id
 		} else {
-			copy(m.msg[:], err.Error())
+			idErr, text = err, []byte(err.Error())
+			m.n = uint32(min(len(text), math.MaxInt32))
+			for i, s := range relayedSentinels {
+				if s != nil && errors.Is(err, s) {
+					m.kind = byte(i)
+					break
+				}
+			}
 		}
 	}
 	if err := c.lock(core.OpInit); err != nil {
 		return b, err
 	}
 	err := mpi.Bcast(unsafe.Pointer(&m), int32(unsafe.Sizeof(m)), c.p.types[comm.Uint8], 0, c.comm)
+	if err == nil && m.ok == 0 && m.n > 0 {
+		if c.rank != 0 {
+			text = make([]byte, m.n)
+		}
+		err = mpi.Bcast(unsafe.Pointer(&text[0]), int32(m.n), c.p.types[comm.Uint8], 0, c.comm)
+	}
 	var local mpi.Comm
 	info, errInfo := mpi.InfoNull()
 	if err == nil {
@@ -86,17 +119,20 @@ func (c *Communicator) BootstrapNCCL(ctx context.Context) (NCCLBootstrap, error)
 			err = errFree
 		}
 	}
-	c.p.mu.Unlock()
+	c.mu.Unlock()
 	if err != nil {
 		return b, c.opErr(core.OpInit, -1, fmt.Errorf("exchange the nccl unique id over mpi: %w", err))
 	}
 	if m.ok == 0 {
-		n := 0
-		for n < len(m.msg) && m.msg[n] != 0 {
-			n++
+		if idErr == nil {
+			var is error
+			if int(m.kind) < len(relayedSentinels) {
+				is = relayedSentinels[m.kind]
+			}
+			idErr = &relayedError{msg: string(text), is: is}
 		}
 		return b, &comm.OpError{Op: core.OpInit, Bytes: -1, Rank: c.rank, GlobalRank: c.rank,
-			Err: fmt.Errorf("rank 0 could not create the nccl unique id: %s", m.msg[:n])}
+			Err: fmt.Errorf("rank 0 could not create the nccl unique id: %w", idErr)}
 	}
 	b.ID = m.id
 	if err := c.Barrier(ctx); err != nil {

@@ -140,6 +140,42 @@ typedef void (*ncclgo_user_fn)(void *, void *, int *, void *);
 static const ncclgo_user_fn ncclgo_ops[4][4] = { NCCLGO_ROW(F_F16), NCCLGO_ROW(F_BF16), NCCLGO_ROW(F_E4M3), NCCLGO_ROW(F_E5M2) };
 
 static uintptr_t ncclgo_op_addr(int f, int op) { return (uintptr_t)ncclgo_ops[f][op]; }
+
+// Integer sums and products wrapping around as NCCL's do (two's complement, computed on
+// the unsigned type of the width so that no overflow is undefined): Open MPI's AVX
+// component saturates 8-bit sums from 16 elements. Float32 and float64 maxima and
+// minima with the narrow formats' rule (apply): a NaN operand is ignored and -0 is below
+// +0, whatever the order of the operands.
+#define NCCLGO_WRAP(T, W) \
+	static void ncclgo_sum_##W(void *in, void *inout, int *len, void *dt) { (void)dt; const T *x = in; T *y = inout; for (int i = 0; i < *len; i++) y[i] = (T)(x[i] + y[i]); } \
+	static void ncclgo_prod_##W(void *in, void *inout, int *len, void *dt) { (void)dt; const T *x = in; T *y = inout; for (int i = 0; i < *len; i++) y[i] = (T)((T)x[i] * (T)y[i]); }
+NCCLGO_WRAP(uint8_t, 8)
+NCCLGO_WRAP(uint32_t, 32)
+NCCLGO_WRAP(uint64_t, 64)
+
+static double apply_d(int op, double a, double b) {
+	if (a != a) return b;
+	if (b != b) return a;
+	if (op == O_MAX) return (a > b || (a == b && !signbit(a))) ? a : b;
+	return (a < b || (a == b && signbit(a))) ? a : b;
+}
+static void ncclgo_max_f32(void *in, void *inout, int *len, void *dt) { (void)dt; const float *x = in; float *y = inout; for (int i = 0; i < *len; i++) y[i] = apply(O_MAX, x[i], y[i]); }
+static void ncclgo_min_f32(void *in, void *inout, int *len, void *dt) { (void)dt; const float *x = in; float *y = inout; for (int i = 0; i < *len; i++) y[i] = apply(O_MIN, x[i], y[i]); }
+static void ncclgo_max_f64(void *in, void *inout, int *len, void *dt) { (void)dt; const double *x = in; double *y = inout; for (int i = 0; i < *len; i++) y[i] = apply_d(O_MAX, x[i], y[i]); }
+static void ncclgo_min_f64(void *in, void *inout, int *len, void *dt) { (void)dt; const double *x = in; double *y = inout; for (int i = 0; i < *len; i++) y[i] = apply_d(O_MIN, x[i], y[i]); }
+
+// ncclgo_wide_op_addr is the user function for elements of width bytes (1, 4, 8: the
+// integers; 4, 8 with fl: float32, float64) and op, or 0 where MPI's own operator serves.
+static uintptr_t ncclgo_wide_op_addr(int width, int fl, int op) {
+	if (fl) {
+		if (op == O_MAX) return (uintptr_t)(width == 4 ? ncclgo_max_f32 : ncclgo_max_f64);
+		if (op == O_MIN) return (uintptr_t)(width == 4 ? ncclgo_min_f32 : ncclgo_min_f64);
+		return 0;
+	}
+	if (op == O_SUM) return (uintptr_t)(width == 1 ? ncclgo_sum_8 : width == 4 ? ncclgo_sum_32 : ncclgo_sum_64);
+	if (op == O_PROD) return (uintptr_t)(width == 1 ? ncclgo_prod_8 : width == 4 ? ncclgo_prod_32 : ncclgo_prod_64);
+	return 0;
+}
 static void ncclgo_op_call(int f, int op, void *in, void *inout, int n) { int len = n; ncclgo_ops[f][op](in, inout, &len, 0); }
 */
 import "C"
@@ -149,6 +185,17 @@ import "unsafe"
 // mpiNarrowOp returns the address of the C MPI_User_function reducing elements of format
 // f (mpiF16 ...) with op (mpiOpSum ...).
 func mpiNarrowOp(f, op int) uintptr { return uintptr(C.ncclgo_op_addr(C.int(f), C.int(op))) }
+
+// mpiWideOp returns the address of the C MPI_User_function for elements of width bytes
+// (floating or integer) with op (mpiOpSum ...), or 0 where MPI's predefined operator
+// gives NCCL's result.
+func mpiWideOp(width int, floating bool, op int) uintptr {
+	fl := 0
+	if floating {
+		fl = 1
+	}
+	return uintptr(C.ncclgo_wide_op_addr(C.int(width), C.int(fl), C.int(op)))
+}
 
 // mpiCombine applies the user function of (f, op) to n elements: inout = in op inout.
 // The tests compare it with the Go reference.

@@ -1,6 +1,7 @@
 package mpi
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -11,7 +12,7 @@ import (
 // call or one of mpiAlwaysTimed bytes or more, once mpiYieldEvery has passed since the
 // last yield; and that the process lock is free afterwards either way.
 func TestMPIYieldCadence(t *testing.T) {
-	c := &Communicator{p: &mpiProcess{}}
+	c := &Communicator{p: &mpiProcess{}, mu: new(sync.Mutex)}
 	long := time.Now().Add(-2 * mpiYieldEvery)
 	for _, tc := range []struct {
 		name   string
@@ -28,17 +29,17 @@ func TestMPIYieldCadence(t *testing.T) {
 		{"first call of the process", 32, 8, time.Time{}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c.calls, c.p.yielded = tc.calls, tc.last
-			c.p.mu.Lock()
+			c.calls, c.yielded = tc.calls, tc.last
+			c.mu.Lock()
 			before := time.Now()
 			c.unlockBlocking(tc.bytes)
 			if tc.yields {
-				assert.False(t, c.p.yielded.Before(before), "the yield is recorded")
+				assert.False(t, c.yielded.Before(before), "the yield is recorded")
 			} else {
-				assert.Equal(t, tc.last, c.p.yielded, "no yield")
+				assert.Equal(t, tc.last, c.yielded, "no yield")
 			}
-			assert.True(t, c.p.mu.TryLock(), "the process lock is released")
-			c.p.mu.Unlock()
+			assert.True(t, c.mu.TryLock(), "the process lock is released")
+			c.mu.Unlock()
 		})
 	}
 }

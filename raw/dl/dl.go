@@ -85,7 +85,11 @@ type Library struct {
 	// e.g. 22907 -> "NCCL 2.29.7". Nil prints the code.
 	FormatVersion func(code int) string
 
-	mu    sync.Mutex
+	mu       sync.Mutex
+	notFound struct {
+		once sync.Once
+		err  error
+	} // NotFound's error
 	path  string                 // set by SetPath; guarded by mu
 	state atomic.Pointer[loaded] // nil until the first load attempt
 }
@@ -134,6 +138,8 @@ type LoadError struct {
 	Library string
 	// Attempts lists every candidate tried, with the loader's message.
 	Attempts []Attempt
+
+	notFound error // the library's NotFound error
 }
 
 // Error lists the attempts with the loader's messages.
@@ -154,8 +160,26 @@ func (e *LoadError) Error() string {
 	return b.String()
 }
 
-// Is reports whether target is [ErrLibraryNotFound].
-func (e *LoadError) Is(target error) bool { return target == ErrLibraryNotFound }
+// Is reports whether target is [ErrLibraryNotFound] or the NotFound error of the
+// library that could not be loaded.
+func (e *LoadError) Is(target error) bool {
+	return target == ErrLibraryNotFound || (e.notFound != nil && target == e.notFound)
+}
+
+// NotFound returns the library's own not-found error, the same value on every call: a
+// failed load of this library matches it (errors.Is), another library's does not, and
+// it matches [ErrLibraryNotFound] itself. The generated packages export it as their
+// ErrLibraryNotFound, so that a missing CUDA driver never matches NCCL's.
+func (l *Library) NotFound() error {
+	l.notFound.once.Do(func() { l.notFound.err = &notFoundError{library: l.Name} })
+	return l.notFound.err
+}
+
+// notFoundError is a library's NotFound error.
+type notFoundError struct{ library string }
+
+func (e *notFoundError) Error() string        { return e.library + " library not found" }
+func (e *notFoundError) Is(target error) bool { return target == ErrLibraryNotFound }
 
 // SymbolError is the error of a symbol that the loaded library does not export.
 // It matches [ErrSymbolNotFound] with errors.Is.
@@ -354,7 +378,7 @@ func (l *Library) search(explicit string) *loaded {
 			"version", st.info.Version, "attempts", len(st.info.Attempts))
 		return st
 	}
-	st.info.Err = &LoadError{Library: l.Name, Attempts: st.info.Attempts}
+	st.info.Err = &LoadError{Library: l.Name, Attempts: st.info.Attempts, notFound: l.NotFound()}
 	slog.Debug("ncclgo: library not loaded", "library", l.Name, "error", st.info.Err)
 	return st
 }

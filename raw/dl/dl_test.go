@@ -440,3 +440,21 @@ func BenchmarkResolve(b *testing.B) {
 		_, _ = l.Resolve(sym)
 	}
 }
+
+// TestNotFoundIsPerLibrary checks that each library's NotFound error is its own value:
+// a failed load matches its library's, not another's, and both match
+// ErrLibraryNotFound (the generated packages' ErrLibraryNotFound were one shared value,
+// so a missing CUDA driver matched NCCL's).
+func TestNotFoundIsPerLibrary(t *testing.T) {
+	isolate(t)
+	t.Setenv("NCCLGO_DLTEST_LIB", "/nonexistent/"+fakeSoname)
+	l, other := fakeLibrary(), fakeLibrary()
+	require.Same(t, l.NotFound(), l.NotFound(), "one value per library")
+	require.False(t, l.NotFound() == other.NotFound(), "distinct values")
+	err := l.Load()
+	assert.ErrorIs(t, err, l.NotFound())
+	assert.NotErrorIs(t, err, other.NotFound())
+	assert.ErrorIs(t, err, ErrLibraryNotFound)
+	assert.ErrorIs(t, l.NotFound(), ErrLibraryNotFound)
+	assert.Contains(t, l.NotFound().Error(), "library not found")
+}

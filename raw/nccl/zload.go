@@ -23,7 +23,8 @@ var lib = &dl.Library{
 var (
 	// ErrLibraryNotFound is matched by the error of every call when no NCCL library could be
 	// loaded; the error is a *LoadError listing each file tried and the loader's message.
-	ErrLibraryNotFound = dl.ErrLibraryNotFound
+	// It is this library's own value (it matches dl.ErrLibraryNotFound; no other library's error matches it).
+	ErrLibraryNotFound = lib.NotFound()
 	// ErrSymbolNotFound is matched by a *SymbolError: the loaded library is older than the
 	// function.
 	ErrSymbolNotFound = dl.ErrSymbolNotFound

@@ -99,7 +99,8 @@ func (g *goPkg) emitLoad() *jen.File {
 	f.Var().Defs(
 		jen.Comment(fmt.Sprintf("ErrLibraryNotFound is matched by the error of every call when no %s library could be", name)).Line().
 			Comment("loaded; the error is a *LoadError listing each file tried and the loader's message.").Line().
-			Id("ErrLibraryNotFound").Op("=").Qual(dlPath, "ErrLibraryNotFound"),
+			Comment("It is this library's own value (it matches dl.ErrLibraryNotFound; no other library's error matches it).").Line().
+			Id("ErrLibraryNotFound").Op("=").Id("lib").Dot("NotFound").Call(),
 		jen.Comment("ErrSymbolNotFound is matched by a *SymbolError: the loaded library is older than the").Line().
 			Comment("function.").Line().
 			Id("ErrSymbolNotFound").Op("=").Qual(dlPath, "ErrSymbolNotFound"),
