@@ -82,13 +82,15 @@ func (c *serverConn) park() bool {
 		return false
 	}
 	c.dropBuffers()
-	c.parked.Store(true)
-	if !c.idleBy.IsZero() {
-		if c.idleTimer == nil {
-			c.idleTimer = time.AfterFunc(time.Until(c.idleBy), c.wake)
-		} else {
-			c.idleTimer.Reset(time.Until(c.idleBy))
-		}
+	if !c.idleBy.IsZero() && c.idleTimer == nil {
+		// Made here, stopped, so that the goroutine it starts sees it.
+		c.idleTimer = time.AfterFunc(time.Hour, c.wake)
+		c.idleTimer.Stop()
+	}
+	idleBy, timer := c.idleBy, c.idleTimer
+	c.parked.Store(true) // from here on, c may be woken: its fields are the new goroutine's
+	if !idleBy.IsZero() {
+		timer.Reset(time.Until(idleBy)) // a late one wakes c early, and c parks again
 	}
 	if p.park(c) {
 		return true

@@ -106,7 +106,7 @@ func (p *poller) park(c *serverConn) bool {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.stopped {
+	if p.stopped || c.pollID < 0 { // c ended meanwhile (forget)
 		return false
 	}
 	if c.pollID == 0 {
@@ -140,11 +140,10 @@ func (p *poller) park(c *serverConn) bool {
 func (p *poller) forget(c *serverConn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if c.pollID == 0 {
-		return
+	if c.pollID > 0 {
+		delete(p.conns, c.pollID)
 	}
-	delete(p.conns, c.pollID)
-	c.pollID = 0
+	c.pollID = -1 // park refuses it now
 	if !c.polled {
 		return
 	}

@@ -625,8 +625,8 @@ type serverConn struct {
 
 	// Parking (park.go). step serves requests once the handshake is done (resumed:
 	// on a goroutine that wake started); idleBy is when the idle timeout closes the
-	// connection (zero: never), both of the serving goroutine. pollID and polled are
-	// guarded by the poller's lock.
+	// connection (zero: never), both of the serving goroutine. pollID (0: never
+	// parked, -1: ended) and polled are guarded by the poller's lock.
 	step      func(resumed bool) (parked bool)
 	idleBy    time.Time
 	parked    atomic.Bool
