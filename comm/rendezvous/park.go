@@ -148,6 +148,7 @@ func (c *serverConn) dropBuffers() {
 	c.wmu.Unlock()
 	if t := c.torch; t != nil {
 		t.rd.r = nil
+		t.rd.spare = keyList{} // the next query of a few keys makes them again
 		t.wmu.Lock()
 		if len(t.out) == 0 {
 			t.out = nil

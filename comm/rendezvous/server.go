@@ -312,7 +312,7 @@ func (s *Server) accept(nc net.Conn) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetReadBuffer(recvWindow)
 	}
-	c := &serverConn{s: s, nc: nc, raw: nc, remote: nc.RemoteAddr().String(), pending: make(map[uint32]func() bool)}
+	c := &serverConn{s: s, nc: nc, raw: nc, remote: nc.RemoteAddr().String()}
 	if s.cfg.tls != nil {
 		// Heard at the first byte of the TLS handshake, not of the first frame.
 		c.nc = tls.Server(rawReader{nc, c}, s.cfg.tls)
@@ -1511,7 +1511,10 @@ func (c *serverConn) addPending(id uint32) error {
 	if _, dup := c.pending[id]; dup {
 		return fmt.Errorf("%w: request id %d reused while still pending", ErrProtocol, id)
 	}
-	if c.pending != nil {
+	if !c.gone {
+		if c.pending == nil {
+			c.pending = make(map[uint32]func() bool)
+		}
 		c.pending[id] = func() bool { return false } // replaced once registered
 	}
 	return nil

@@ -331,6 +331,12 @@ func serveNcclgo(args []string) {
 		// so that RSS counts what the server holds.
 		runtime.GC()
 		debug.FreeOSMemory()
+		if os.Getenv("STOREBENCH_MEMSTATS") != "" {
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			fmt.Fprintf(os.Stderr, "storebench: ncclgo's server: heap in use %d KiB, stacks %d KiB, goroutines %d, runtime's other %d KiB, released %d KiB\n",
+				ms.HeapInuse>>10, ms.StackInuse>>10, runtime.NumGoroutine(), (ms.MSpanInuse+ms.MCacheInuse+ms.BuckHashSys+ms.GCSys+ms.OtherSys)>>10, ms.HeapReleased>>10)
+		}
 		fmt.Println("ok")
 	}
 	_ = s.Close()
