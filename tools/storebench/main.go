@@ -190,6 +190,24 @@ func main() {
 
 const floorOp = "floor: plain TCP connect, one 16-byte round trip, close (ms)"
 
+// joinIdle is comm's join by n clients on srv, and the server's memory per client
+// once they are all connected and idle (as in measure).
+func joinIdle(srv *server, n int, deadline time.Duration, dial dialer) (phase, float64) {
+	before := srv.settledRSS()
+	ph, clients := bringUpKeep(srv, n, deadline, dial, joinLikeComm)
+	kib := float64(timedOut)
+	if ph != failed {
+		time.Sleep(time.Second) // idle: see measure
+		kib = (srv.settledRSS() - before) / float64(n)
+	}
+	for _, c := range clients {
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+	return ph, kib
+}
+
 // maxClients is the largest client count -clients takes.
 const maxClients = 65536
 
@@ -201,16 +219,17 @@ func scaleRows(python []string, n int, deadline time.Duration) (torchVersion str
 		fatalf("start PyTorch's server: %v", err)
 	}
 	proto := detect(torch.addr)
-	tj := bringUp(torch, n, deadline, dialTorch(torch.addr, proto), joinLikeComm)
+	tj, tkib := joinIdle(torch, n, deadline, dialTorch(torch.addr, proto))
 	torch.stop()
 	ours := startOurs(n, "")
 	defer ours.stop()
 	bare := floor(ours, n, deadline)
-	oj := bringUp(ours, n, deadline, dialTorch(ours.addr, proto), joinLikeComm)
+	oj, okib := joinIdle(ours, n, deadline, dialTorch(ours.addr, proto))
 	ownJoin := bringUp(ours, n, deadline, dialOwn(ours.addr), joinLikeComm)
 	return torch.version, []row{
 		{n, "bring-up, comm's join, TCPStore protocol (ms)", oj.ms, tj.ms, true},
 		{n, "  server CPU for it (ms)", oj.cpuMs, tj.cpuMs, true},
+		{n, "server KiB per idle client (after comm's join)", okib, tkib, true},
 		{n, floorOp, bare.ms, -1, true},
 		{n, "bring-up, comm's join, ncclgo protocol (ms)", ownJoin.ms, -1, true},
 		{n, "  server CPU for it (ms)", ownJoin.cpuMs, -1, true},
