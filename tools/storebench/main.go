@@ -318,7 +318,7 @@ func serveNcclgo(args []string) {
 	// PyTorch's server has no budget: give ncclgo's one that does not refuse the
 	// bring-up, and keep every client's share of it at the default eighth.
 	s := rendezvous.NewServer(rendezvous.WithLogger(slog.New(slog.DiscardHandler)), rendezvous.WithMaxConns(3*maxClients),
-		rendezvous.WithMaxHandshakes(rendezvous.MaxKeysPerRequest),
+		rendezvous.WithMaxHandshakes(maxClients),
 		rendezvous.WithMaxStoreBytes(16<<30))
 	go func() { _ = s.Serve(context.Background(), l) }()
 	echo, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0") // the floor's, accepted alike
