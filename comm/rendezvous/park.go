@@ -132,14 +132,7 @@ func (c *serverConn) shut() {
 // dropBuffers gives c's read buffers back to the pools, and lets go of the write
 // buffers when nothing is queued.
 func (c *serverConn) dropBuffers() {
-	c.br.Reset(nil)
-	readers.Put(c.br)
-	c.br = nil
-	if c.small != nil {
-		b := c.small
-		smalls.Put(&b)
-		c.small = nil
-	}
+	c.putReadBuffers()
 	c.fields = nil
 	c.wmu.Lock()
 	if c.out.n == 0 {
@@ -154,6 +147,20 @@ func (c *serverConn) dropBuffers() {
 			t.out = nil
 		}
 		t.wmu.Unlock()
+	}
+}
+
+// putReadBuffers gives c's read buffers back to the pools.
+func (c *serverConn) putReadBuffers() {
+	if c.br != nil {
+		c.br.Reset(nil)
+		readers.Put(c.br)
+		c.br = nil
+	}
+	if c.small != nil {
+		b := c.small
+		smalls.Put(&b)
+		c.small = nil
 	}
 }
 

@@ -923,16 +923,7 @@ func (c *serverConn) close() {
 	}
 	c.releaseBig()
 	c.forget()
-	if c.br != nil {
-		c.br.Reset(nil)
-		readers.Put(c.br)
-		c.br = nil
-	}
-	if c.small != nil {
-		b := c.small
-		smalls.Put(&b)
-		c.small = nil
-	}
+	c.putReadBuffers()
 	s.mu.Lock()
 	s.leaveHandshakeLocked(c)
 	if c.authed && !c.slotGone {
