@@ -15,8 +15,8 @@ import (
 // its goroutine ends and its read buffers go back to a pool, and the server's poller
 // (epoll, poll_linux.go) starts a new goroutine once bytes arrive, the connection
 // closes or its idle timeout passes. A connection in use keeps its goroutine, so
-// parking costs nothing per request; an idle rank costs its socket and a few hundred
-// bytes of state, not a goroutine's stack and 8 KiB of buffers.
+// parking costs nothing per request; an idle rank costs its socket and its state
+// (doc.go), not a goroutine's stack and 8 KiB of buffers.
 const parkAfter = 250 * time.Millisecond
 
 // readers and smalls hold the read buffers of parked connections for the next
