@@ -61,8 +61,8 @@ type clientConfig struct {
 	log      *slog.Logger
 	tls      *tls.Config
 	servedBy string
-	// localAddr, for tests, is the address dialled from: the server tells clients
-	// apart by their source host.
+	// localAddr is the address dialled from (WithLocalAddr): the server tells
+	// clients apart by their source host.
 	localAddr net.Addr
 }
 
@@ -92,6 +92,19 @@ func (o LoggerOption) applyClient(c *clientConfig) { c.log = o.l }
 // WithLogger sets where the server logs refused and dropped connections, and where the
 // client logs retries (default slog.Default()). A nil logger keeps the default.
 func WithLogger(l *slog.Logger) LoggerOption { return LoggerOption{l} }
+
+// LocalAddrOption sets the local address a client dials from.
+type LocalAddrOption struct{ a net.Addr }
+
+func (o LocalAddrOption) applyClient(c *clientConfig)     { c.localAddr = o.a }
+func (o LocalAddrOption) applyTCPStore(c *tcpStoreConfig) { c.localAddr = o.a }
+
+// WithLocalAddr makes a client (Dial, DialTCPStore) dial from addr, a *net.TCPAddr
+// whose port is usually 0: on a host with several interfaces it picks the one, and a
+// benchmark spreads many clients over loopback addresses (127.0.0.x), each with its
+// own range of ports. The server counts each source host as a client of its own.
+// nil dials from wherever the system chooses.
+func WithLocalAddr(addr net.Addr) LocalAddrOption { return LocalAddrOption{addr} }
 
 // WithHandshakeTimeout bounds how long a new connection may take to say hello and
 // authenticate (default 10 s). Zero or negative keeps the default.

@@ -79,6 +79,9 @@ type Server struct {
 	slotFreed chan struct{}     // a handshake slot was left (accept waits on it)
 	authed    int               // connections past their handshake
 	clients   map[string]*share // by clientIdentity: those with connections or charges
+	// poll watches parked connections (park.go), from the first park until Close.
+	poll       *poller
+	pollFailed bool
 }
 
 // NewServer returns a server configured by opts; it listens nowhere until Serve or
@@ -252,7 +255,13 @@ func (s *Server) Close() error {
 	writes.Wait()
 	s.handling.Unlock()
 	for _, c := range conns {
-		_ = c.nc.Close()
+		c.shut()
+	}
+	s.mu.Lock()
+	p := s.poll
+	s.mu.Unlock()
+	if p != nil {
+		p.close()
 	}
 	s.wg.Wait()
 	return nil
@@ -303,7 +312,7 @@ func (s *Server) accept(nc net.Conn) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetReadBuffer(recvWindow)
 	}
-	c := &serverConn{s: s, nc: nc, raw: nc, remote: nc.RemoteAddr().String(), pending: make(map[uint32]func() bool)}
+	c := &serverConn{s: s, nc: nc, raw: nc, remote: nc.RemoteAddr().String()}
 	if s.cfg.tls != nil {
 		// Heard at the first byte of the TLS handshake, not of the first frame.
 		c.nc = tls.Server(rawReader{nc, c}, s.cfg.tls)
@@ -364,7 +373,7 @@ func (s *Server) startLocked(c *serverConn, id string) {
 	s.unauth = append(s.unauth, c)
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
-	go c.serve()
+	go c.run(c.serve, false)
 }
 
 // admitQueued gives the connections in the queue (those of a host that held every
@@ -613,6 +622,17 @@ type serverConn struct {
 	pmu     sync.Mutex
 	pending map[uint32]func() bool // cancel of each blocked request, by id
 	gone    bool
+
+	// Parking (park.go). step serves requests once the handshake is done (resumed:
+	// on a goroutine that wake started); idleBy is when the idle timeout closes the
+	// connection (zero: never), both of the serving goroutine. pollID (0: never
+	// parked, -1: ended) and polled are guarded by the poller's lock.
+	step      func(resumed bool) (parked bool)
+	idleBy    time.Time
+	parked    atomic.Bool
+	idleTimer *time.Timer
+	pollID    int32
+	polled    bool
 }
 
 // spoke reports whether c's client has sent anything: its goroutine has read a byte,
@@ -690,49 +710,66 @@ func (r heardReader) Read(p []byte) (int, error) {
 	return r.c.readRaw(p)
 }
 
-func (c *serverConn) serve() {
+// serve is the first step of a connection's goroutine (run): the handshake of
+// either protocol, then its requests.
+func (c *serverConn) serve(bool) (parked bool) {
 	s := c.s
-	defer s.wg.Done()
-	defer c.close()
-	defer func() {
-		if r := recover(); r != nil {
-			s.log.Error("rendezvous server: panic while serving a connection; closing it", "remote", c.remote, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-		}
-	}()
 	if h := s.cfg.beforeServe; h != nil {
 		h()
 	}
-	c.br = bufio.NewReaderSize(heardReader{c}, smallFrame)
+	c.br = readers.Get().(*bufio.Reader)
+	c.br.Reset(heardReader{c})
 	if gen, err := c.sniffTorch(); err != nil || gen != 0 {
 		if err != nil {
 			c.logEnd("handshake", err)
-		} else {
-			c.serveTorch(gen)
+			return false
 		}
-		return
+		return c.serveTorch(gen)
 	}
-	c.small = make([]byte, smallFrame)
+	c.small = *smalls.Get().(*[]byte)
 	if err := c.handshake(); err != nil {
 		c.logEnd("handshake", err)
-		return
+		return false
 	}
 	c.turn = make(chan struct{}, 1)
+	c.step = c.serveFrames
+	return c.serveFrames(false)
+}
+
+// serveFrames reads and answers requests until the connection ends or is parked.
+func (c *serverConn) serveFrames(resumed bool) (parked bool) {
+	s := c.s
 	flush := func() {
 		if err := c.flush(); err != nil {
 			_ = c.nc.Close() // the next read ends the loop
 		}
 	}
 	for {
+		if !resumed {
+			c.idleBy = time.Time{}
+			if s.cfg.idleTimeout > 0 {
+				c.idleBy = time.Now().Add(s.cfg.idleTimeout)
+			}
+		}
+		resumed = false
 		s.turns.pace(c, flush)
-		f, refused, err := c.readRequest()
+		parked, err := c.await()
+		if parked {
+			return true
+		}
+		var f frame
+		var refused error
+		if err == nil {
+			f, refused, err = c.readRequest()
+		}
 		if err != nil {
 			_ = c.flush()
 			c.logEnd("read", err)
-			return
+			return false
 		}
 		if err = c.handleHeld(f, refused); err != nil {
 			c.logEnd(f.op.String(), err)
-			return
+			return false
 		}
 		if cap(c.fields) > 64 {
 			c.fields = nil
@@ -745,10 +782,8 @@ func (c *serverConn) serve() {
 // frame that does not fit is read to its end and discarded, and refused says why.
 func (c *serverConn) readRequest() (f frame, refused error, err error) {
 	s := c.s
-	if s.cfg.idleTimeout > 0 {
-		_ = c.nc.SetReadDeadline(time.Now().Add(s.cfg.idleTimeout))
-	} else {
-		_ = c.nc.SetReadDeadline(time.Time{})
+	if c.br.Buffered() == 0 { // else await saw the first byte arrive
+		_ = c.nc.SetReadDeadline(c.idleBy)
 	}
 	var lb [4]byte
 	if _, err := io.ReadFull(c.br, lb[:1]); err != nil {
@@ -887,6 +922,8 @@ func (c *serverConn) close() {
 		cancel()
 	}
 	c.releaseBig()
+	c.forget()
+	c.putReadBuffers()
 	s.mu.Lock()
 	s.leaveHandshakeLocked(c)
 	if c.authed && !c.slotGone {
@@ -1076,7 +1113,7 @@ func (s *Server) idleTorchLocked(host *share) {
 	victim.acct.share.authed--
 	victim.releaseConn()
 	s.warn("rendezvous server: closing an idle PyTorch TCPStore connection to make room for a newcomer", "remote", victim.remote, "idle_timeout", s.cfg.idleTimeout)
-	_ = victim.nc.Close()
+	victim.shut()
 }
 
 // reply writes one frame; safe from any goroutine. Large fields (values) are written
@@ -1465,7 +1502,10 @@ func (c *serverConn) addPending(id uint32) error {
 	if _, dup := c.pending[id]; dup {
 		return fmt.Errorf("%w: request id %d reused while still pending", ErrProtocol, id)
 	}
-	if c.pending != nil {
+	if !c.gone {
+		if c.pending == nil {
+			c.pending = make(map[uint32]func() bool)
+		}
 		c.pending[id] = func() bool { return false } // replaced once registered
 	}
 	return nil
@@ -1514,7 +1554,7 @@ func (c *serverConn) deliver(id uint32, o op, release func(), fields ...[]byte) 
 		defer func() {
 			if r := recover(); r != nil {
 				s.log.Error("rendezvous server: panic while writing a reply; closing the connection", "remote", c.remote, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-				_ = c.nc.Close()
+				c.shut()
 			}
 		}()
 		c.pmu.Lock()
@@ -1522,7 +1562,7 @@ func (c *serverConn) deliver(id uint32, o op, release func(), fields ...[]byte) 
 		c.pmu.Unlock()
 		if err := c.reply(id, o, statusOK, fields...); err != nil {
 			s.warn("rendezvous server: closing connection: reply failed", "remote", c.remote, "op", o.String(), "err", err)
-			_ = c.nc.Close()
+			c.shut()
 		}
 	}()
 }

@@ -21,6 +21,8 @@ type tcpStoreConfig struct {
 	prefix   string
 	protocol TorchProtocol
 	log      *slog.Logger
+	// localAddr is the address dialled from (WithLocalAddr).
+	localAddr net.Addr
 }
 
 type tcpStoreOption func(*tcpStoreConfig)
@@ -61,6 +63,7 @@ type TCPStoreClient struct {
 	prefix   string // wire prefix: "/" or "/" + prefix + "/"
 	protocol TorchProtocol
 	log      *slog.Logger
+	local    net.Addr // dialled from (WithLocalAddr)
 
 	mu       sync.Mutex
 	closed   bool
@@ -103,7 +106,7 @@ func DialTCPStore(ctx context.Context, addr string, opts ...TCPStoreOption) (*TC
 	if cfg.protocol < TorchProtocolAuto || cfg.protocol > TorchProtocol2 {
 		return nil, fmt.Errorf("dial tcpstore %s: %w: protocol %d (want 0, 1 or 2)", addr, ErrInvalidArgument, cfg.protocol)
 	}
-	c := &TCPStoreClient{addr: addr, prefix: "/", log: cfg.log, open: map[*tsConn]struct{}{}}
+	c := &TCPStoreClient{addr: addr, prefix: "/", log: cfg.log, local: cfg.localAddr, open: map[*tsConn]struct{}{}}
 	if cfg.prefix != "" {
 		c.prefix = "/" + cfg.prefix + "/"
 	}
@@ -157,7 +160,7 @@ func (c *TCPStoreClient) dialDetect(ctx context.Context, p TorchProtocol) (*tsCo
 // dialConn connects and checks that the server answers protocol p: generation 2 by
 // validation and ping, generation 1 by GETNUMKEYS.
 func (c *TCPStoreClient) dialConn(ctx context.Context, p TorchProtocol) (*tsConn, error) {
-	var d net.Dialer
+	d := net.Dialer{LocalAddr: c.local}
 	nc, err := d.DialContext(ctx, "tcp", c.addr)
 	if err != nil {
 		return nil, err

@@ -168,12 +168,12 @@ func (c *serverConn) sniffTorch() (TorchProtocol, error) {
 }
 
 // serveTorch serves a connection whose client speaks torch's protocol.
-func (c *serverConn) serveTorch(gen TorchProtocol) {
+func (c *serverConn) serveTorch(gen TorchProtocol) (parked bool) {
 	s := c.s
 	if !s.torchAllowed() {
 		s.warn("rendezvous server: refusing a PyTorch TCPStore client: torch's protocol has no authentication and this store has a token (WithTorchClients(true) allows them)",
 			"remote", c.remote, "protocol", int(gen))
-		return
+		return false
 	}
 	s.log.Debug("rendezvous server: PyTorch TCPStore client", "remote", c.remote, "protocol", int(gen))
 	maxValue := s.maxTorchValue()
@@ -186,8 +186,9 @@ func (c *serverConn) serveTorch(gen TorchProtocol) {
 	c.flushOut = t.flush // Close writes the answers queued
 	c.torch = t          // an idle one may make room for newcomers (idleTorchLocked)
 	s.mu.Unlock()
-	stage, err := t.serve()
-	c.logTorchEnd("torch "+stage, err)
+	c.step = t.serve
+	t.armed = true // by sniffTorch: the first query must come within the handshake timeout
+	return t.serve(false)
 }
 
 // chargeBuf takes n bytes of the buffers of the query being read (n < 0: gives them
@@ -251,23 +252,46 @@ type tsRequest struct {
 	world  uint64
 }
 
-func (t *torchConn) serve() (stage string, err error) {
-	defer func() {
+// serve answers queries until the connection ends or is parked (resumed: on a
+// goroutine that wake started).
+func (t *torchConn) serve(resumed bool) (parked bool) {
+	var stage string
+	var err error
+	defer func() { // also when a query panics
+		if parked {
+			return
+		}
 		t.cancelAll()
 		_ = t.flush() // the answers to the queries before the one that ended it
 		_ = t.c.nc.Close()
 		t.late.Wait()
 		t.releaseBufs()
+		if stage != "" {
+			t.c.logTorchEnd("torch "+stage, err)
+		}
 	}()
-	t.armed = true // by sniffTorch: the first query must come within the handshake timeout
+	stage, err = t.queries(!resumed)
+	return stage == ""
+}
+
+// queries reads and answers queries; it returns no stage once the connection is
+// parked.
+func (t *torchConn) queries(first bool) (stage string, err error) {
 	turns := t.c.s.turns
 	idle := func() { // a client held back first gets the answers it has queued
 		if err := t.flush(); err != nil {
 			_ = t.c.nc.Close() // the next read ends the loop
 		}
 	}
-	for first := true; ; first = false {
+	for ; ; first = false {
 		turns.pace(t.c, idle)
+		parked, err := t.c.await()
+		if parked {
+			return "", nil
+		}
+		if err != nil {
+			return "read", err
+		}
 		r, err := t.read()
 		if err != nil {
 			return "read", err
@@ -773,14 +797,14 @@ func (t *torchConn) answerFired() {
 	defer func() {
 		if r := recover(); r != nil {
 			s.log.Error("rendezvous server: panic while answering a PyTorch TCPStore wait; closing the connection", "remote", t.c.remote, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-			_ = t.c.nc.Close()
+			t.c.shut()
 		}
 	}()
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
 	t.queueAnswers(0, nil)
 	if err := t.flushLocked(); err != nil {
-		_ = t.c.nc.Close() // the serve loop ends on its next read
+		t.c.shut() // the serve loop ends on its next read
 	}
 }
 

@@ -98,16 +98,26 @@ func main() {
 	var counts []int
 	for _, f := range strings.Split(*clientsFlag, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || n > rendezvous.MaxKeysPerRequest {
-			fatalf("-clients: %q is not a count in 1..%d", f, rendezvous.MaxKeysPerRequest)
+		if err != nil || n < 1 || n > maxClients {
+			fatalf("-clients: %q is not a count in 1..%d", f, maxClients)
 		}
 		counts = append(counts, n)
 	}
+	raiseFileLimit(4*slices.Max(counts) + 4096)
 	var rows []row
 	torchVersion := ""
 	for _, n := range counts {
 		if *ownOnly {
 			rows = append(rows, ownRows(n, *deadline, *profile)...)
+			continue
+		}
+		if n > rendezvous.MaxKeysPerRequest {
+			// Too many to wait for in one request (the all-keys pattern): the
+			// bring-ups of comm's join only, and the floor.
+			var scale []row
+			torchVersion, scale = scaleRows(strings.Fields(*python), n, *deadline)
+			rows = append(rows, scale...)
+			fmt.Fprintf(os.Stderr, "storebench: %d clients done\n", n)
 			continue
 		}
 		torch, err := startServer(strings.Fields(*python), "-c", torchServer)
@@ -179,6 +189,52 @@ func main() {
 }
 
 const floorOp = "floor: plain TCP connect, one 16-byte round trip, close (ms)"
+
+// joinIdle is comm's join by n clients on srv, and the server's memory per client
+// once they are all connected and idle (as in measure).
+func joinIdle(srv *server, n int, deadline time.Duration, dial dialer) (phase, float64) {
+	before := srv.settledRSS()
+	ph, clients := bringUpKeep(srv, n, deadline, dial, joinLikeComm)
+	kib := float64(timedOut)
+	if ph != failed {
+		time.Sleep(time.Second) // idle: see measure
+		kib = (srv.settledRSS() - before) / float64(n)
+	}
+	for _, c := range clients {
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+	return ph, kib
+}
+
+// maxClients is the largest client count -clients takes.
+const maxClients = 65536
+
+// scaleRows measures the bring-up of comm's join by n clients (more than one request
+// may wait for) on PyTorch's server and ncclgo's, and the floor.
+func scaleRows(python []string, n int, deadline time.Duration) (torchVersion string, rows []row) {
+	torch, err := startServer(python, "-c", torchServer)
+	if err != nil {
+		fatalf("start PyTorch's server: %v", err)
+	}
+	proto := detect(torch.addr)
+	tj, tkib := joinIdle(torch, n, deadline, dialTorch(torch.addr, proto))
+	torch.stop()
+	ours := startOurs(n, "")
+	defer ours.stop()
+	bare := floor(ours, n, deadline)
+	oj, okib := joinIdle(ours, n, deadline, dialTorch(ours.addr, proto))
+	ownJoin := bringUp(ours, n, deadline, dialOwn(ours.addr), joinLikeComm)
+	return torch.version, []row{
+		{n, "bring-up, comm's join, TCPStore protocol (ms)", oj.ms, tj.ms, true},
+		{n, "  server CPU for it (ms)", oj.cpuMs, tj.cpuMs, true},
+		{n, "server KiB per idle client (after comm's join)", okib, tkib, true},
+		{n, floorOp, bare.ms, -1, true},
+		{n, "bring-up, comm's join, ncclgo protocol (ms)", ownJoin.ms, -1, true},
+		{n, "  server CPU for it (ms)", ownJoin.cpuMs, -1, true},
+	}
+}
 
 // startOurs starts ncclgo's server in a process of its own.
 func startOurs(n int, profile string) *server {
@@ -261,8 +317,8 @@ func serveNcclgo(args []string) {
 	// the default budget of 1 GiB, though the process holds far less (measured below).
 	// PyTorch's server has no budget: give ncclgo's one that does not refuse the
 	// bring-up, and keep every client's share of it at the default eighth.
-	s := rendezvous.NewServer(rendezvous.WithLogger(slog.New(slog.DiscardHandler)), rendezvous.WithMaxConns(3*rendezvous.MaxKeysPerRequest),
-		rendezvous.WithMaxHandshakes(rendezvous.MaxKeysPerRequest),
+	s := rendezvous.NewServer(rendezvous.WithLogger(slog.New(slog.DiscardHandler)), rendezvous.WithMaxConns(3*maxClients),
+		rendezvous.WithMaxHandshakes(maxClients),
 		rendezvous.WithMaxStoreBytes(16<<30))
 	go func() { _ = s.Serve(context.Background(), l) }()
 	echo, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0") // the floor's, accepted alike
@@ -294,6 +350,12 @@ func serveNcclgo(args []string) {
 		// so that RSS counts what the server holds.
 		runtime.GC()
 		debug.FreeOSMemory()
+		if os.Getenv("STOREBENCH_MEMSTATS") != "" {
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			fmt.Fprintf(os.Stderr, "storebench: ncclgo's server: heap in use %d KiB, stacks %d KiB, goroutines %d, runtime's other %d KiB, released %d KiB\n",
+				ms.HeapInuse>>10, ms.StackInuse>>10, runtime.NumGoroutine(), (ms.MSpanInuse+ms.MCacheInuse+ms.BuckHashSys+ms.GCSys+ms.OtherSys)>>10, ms.HeapReleased>>10)
+		}
 		fmt.Println("ok")
 	}
 	_ = s.Close()
@@ -337,9 +399,9 @@ func floor(srv *server, n int, limit time.Duration) phase {
 	errs := make(chan error, n)
 	cpu0 := cpuMs(srv.cmd.Process.Pid)
 	start := time.Now()
-	for range n {
+	for i := range n {
 		wg.Go(func() {
-			d := net.Dialer{KeepAlive: -1}
+			d := net.Dialer{KeepAlive: -1, LocalAddr: source(i, n)}
 			nc, err := d.DialContext(ctx, "tcp", srv.echo)
 			if err != nil {
 				errs <- err
@@ -510,16 +572,31 @@ const (
 var failed = phase{timedOut, timedOut}
 
 // dialer connects one rank.
-type dialer func(ctx context.Context) (rendezvous.Store, error)
+type dialer func(ctx context.Context, from net.Addr) (rendezvous.Store, error)
 
 func dialTorch(addr string, proto rendezvous.TorchProtocol) dialer {
-	return func(ctx context.Context) (rendezvous.Store, error) {
-		return rendezvous.DialTCPStore(ctx, addr, rendezvous.WithTorchProtocol(proto), quiet)
+	return func(ctx context.Context, from net.Addr) (rendezvous.Store, error) {
+		return rendezvous.DialTCPStore(ctx, addr, rendezvous.WithTorchProtocol(proto), rendezvous.WithLocalAddr(from), quiet)
 	}
 }
 
 func dialOwn(addr string) dialer {
-	return func(ctx context.Context) (rendezvous.Store, error) { return rendezvous.Dial(ctx, addr, quiet) }
+	return func(ctx context.Context, from net.Addr) (rendezvous.Store, error) {
+		return rendezvous.Dial(ctx, addr, rendezvous.WithLocalAddr(from), quiet)
+	}
+}
+
+// ranksPerSource is how many of a bring-up's clients dial from one loopback address:
+// one address has about 28,000 ports (net.ipv4.ip_local_port_range), less those the
+// phases before left in TIME_WAIT, so larger bring-ups spread their clients over
+// 127.0.0.1, 127.0.0.2, ... (Linux routes all of 127.0.0.0/8 to loopback).
+const ranksPerSource = 4096
+
+// source is the address rank dials from in a bring-up of world clients: 127.0.0.1
+// up to ranksPerSource clients, else one of ceil(world/ranksPerSource) addresses.
+func source(rank, world int) net.Addr {
+	hosts := (world + ranksPerSource - 1) / ranksPerSource
+	return &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+rank%hosts))}
 }
 
 var quiet = rendezvous.WithLogger(slog.New(slog.DiscardHandler))
@@ -662,7 +739,7 @@ func bringUpKeep(srv *server, world int, limit time.Duration, dial dialer, p pat
 	start := time.Now()
 	for i := range world {
 		wg.Go(func() {
-			c, err := dial(ctx)
+			c, err := dial(ctx, source(i, world))
 			if err == nil {
 				clients[i] = c
 				err = p(ctx, c, keys, i, world)
@@ -777,6 +854,9 @@ func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, limit t
 			return result{failed, failed, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut}
 		}
 	}
+	// Idle means silent for a second: ncclgo's server parks a connection silent for
+	// 250 ms (comm/rendezvous/park.go); PyTorch's costs the same at any time.
+	time.Sleep(time.Second)
 	r.kibPerClient = (srv.settledRSS() - before) / float64(n)
 	steadyMix(srv, n, stores, steady, &r)
 	r.join = bringUp(srv, n, limit, dialTorch(srv.addr, proto), joinLikeComm)

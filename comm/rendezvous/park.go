@@ -1,0 +1,214 @@
+package rendezvous
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"sync"
+	"time"
+)
+
+// parkAfter is how long a connection past its handshake may wait for its client's
+// next request on a goroutine of its own. A connection silent that long is parked:
+// its goroutine ends and its read buffers go back to a pool, and the server's poller
+// (epoll, poll_linux.go) starts a new goroutine once bytes arrive, the connection
+// closes or its idle timeout passes. A connection in use keeps its goroutine, so
+// parking costs nothing per request; an idle rank costs its socket and its state
+// (doc.go), not a goroutine's stack and 8 KiB of buffers.
+const parkAfter = 250 * time.Millisecond
+
+// readers and smalls hold the read buffers of parked connections for the next
+// connection that needs them.
+var (
+	readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, smallFrame) }}
+	smalls  = sync.Pool{New: func() any { b := make([]byte, smallFrame); return &b }}
+)
+
+// run runs step on the connection's goroutine, recovering a panic; unless step
+// parked the connection, the connection ends with it.
+func (c *serverConn) run(step func(resumed bool) bool, resumed bool) {
+	parked := false
+	defer func() {
+		if !parked {
+			c.close()
+			c.s.wg.Done()
+		}
+	}()
+	defer func() {
+		if r := recover(); r != nil {
+			c.s.log.Error("rendezvous server: panic while serving a connection; closing it", "remote", c.remote, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		}
+	}()
+	parked = step(resumed)
+}
+
+// parkable reports whether c may be parked: it is past its handshake, not under TLS
+// (whose reader may hold bytes the socket no longer shows), and the platform has a
+// poller.
+func (c *serverConn) parkable() bool {
+	return pollSupported && c.authed && c.nc == c.raw && c.step != nil
+}
+
+// await waits for the first byte of c's next request for at most parkAfter (and
+// never past c.idleBy). It reports parked when c was silent that long and now waits
+// in the poller: the calling goroutine must then return at once. An error is the
+// read's (the idle timeout, a closed connection). A connection that cannot be parked
+// returns at once and reads as before.
+func (c *serverConn) await() (parked bool, err error) {
+	if c.br.Buffered() > 0 || !c.parkable() {
+		return false, nil
+	}
+	by := time.Now().Add(parkAfter)
+	if !c.idleBy.IsZero() && c.idleBy.Before(by) {
+		by = c.idleBy
+	}
+	_ = c.nc.SetReadDeadline(by)
+	if _, err = c.br.Peek(1); err == nil {
+		return false, nil
+	}
+	if !errors.Is(err, os.ErrDeadlineExceeded) || (!c.idleBy.IsZero() && !time.Now().Before(c.idleBy)) {
+		return false, err
+	}
+	return c.park(), nil
+}
+
+// park hands c to the poller, its buffers to the pools. It reports false when c
+// stays with the calling goroutine (no poller, or c could not be registered).
+func (c *serverConn) park() bool {
+	p := c.s.poller()
+	if p == nil {
+		return false
+	}
+	c.dropBuffers()
+	if !c.idleBy.IsZero() && c.idleTimer == nil {
+		// Made here, stopped, so that the goroutine it starts sees it.
+		c.idleTimer = time.AfterFunc(time.Hour, c.wake)
+		c.idleTimer.Stop()
+	}
+	idleBy, timer := c.idleBy, c.idleTimer
+	c.parked.Store(true) // from here on, c may be woken: its fields are the new goroutine's
+	if !idleBy.IsZero() {
+		timer.Reset(time.Until(idleBy)) // a late one wakes c early, and c parks again
+	}
+	if p.park(c) {
+		return true
+	}
+	if !c.parked.CompareAndSwap(true, false) {
+		return true // woken meanwhile: a new goroutine serves c
+	}
+	if c.idleTimer != nil {
+		c.idleTimer.Stop()
+	}
+	c.takeBuffers()
+	return false
+}
+
+// wake gives a parked connection a goroutine again; it does nothing to one that is
+// not parked.
+func (c *serverConn) wake() {
+	if c.parked.CompareAndSwap(true, false) {
+		go c.run(c.resume, true)
+	}
+}
+
+// resume is the first step of a goroutine that wake started.
+func (c *serverConn) resume(bool) bool {
+	if c.idleTimer != nil {
+		c.idleTimer.Stop() // a timer that fires late wakes nothing or a connection that parks again
+	}
+	c.takeBuffers()
+	return c.step(true)
+}
+
+// shut closes c's connection from any goroutine; a parked connection is woken to
+// end, as a blocked read would.
+func (c *serverConn) shut() {
+	_ = c.nc.Close()
+	c.wake()
+}
+
+// dropBuffers gives c's read buffers back to the pools, and lets go of the write
+// buffers when nothing is queued.
+func (c *serverConn) dropBuffers() {
+	c.putReadBuffers()
+	c.fields = nil
+	c.wmu.Lock()
+	if c.out.n == 0 {
+		c.out = replies{}
+	}
+	c.wmu.Unlock()
+	if t := c.torch; t != nil {
+		t.rd.r = nil
+		t.rd.spare = keyList{} // the next query of a few keys makes them again
+		t.wmu.Lock()
+		if len(t.out) == 0 {
+			t.out = nil
+		}
+		t.wmu.Unlock()
+	}
+}
+
+// putReadBuffers gives c's read buffers back to the pools.
+func (c *serverConn) putReadBuffers() {
+	if c.br != nil {
+		c.br.Reset(nil)
+		readers.Put(c.br)
+		c.br = nil
+	}
+	if c.small != nil {
+		b := c.small
+		smalls.Put(&b)
+		c.small = nil
+	}
+}
+
+// takeBuffers gives c read buffers again (dropBuffers).
+func (c *serverConn) takeBuffers() {
+	c.br = readers.Get().(*bufio.Reader)
+	c.br.Reset(heardReader{c})
+	if c.torch != nil {
+		c.torch.rd.r = c.br
+	} else {
+		c.small = *smalls.Get().(*[]byte)
+	}
+}
+
+// forget unregisters c from the poller when it ends.
+func (c *serverConn) forget() {
+	c.s.mu.Lock()
+	p := c.s.poll
+	c.s.mu.Unlock()
+	if p != nil {
+		p.forget(c)
+	}
+	if c.idleTimer != nil {
+		c.idleTimer.Stop()
+	}
+}
+
+// poller returns the server's poller, started at the first park; nil when the
+// platform has none, it failed to start, or the server is closed.
+func (s *Server) poller() *poller {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.pollFailed {
+		return nil
+	}
+	if s.poll == nil {
+		p, err := newPoller()
+		if err != nil {
+			s.pollFailed = true
+			s.log.Warn("rendezvous server: idle connections keep their goroutines: no poller", "err", err)
+			return nil
+		}
+		s.poll = p
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			p.run()
+		}()
+	}
+	return s.poll
+}

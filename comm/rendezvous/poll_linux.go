@@ -1,0 +1,157 @@
+//go:build linux
+
+package rendezvous
+
+import (
+	"fmt"
+	"sync"
+	"syscall"
+)
+
+const pollSupported = true
+
+// poller watches parked connections (park.go) with one epoll instance and one
+// goroutine: each parked connection is registered for one readiness event
+// (EPOLLONESHOT), which starts a goroutine for it.
+type poller struct {
+	ep   int
+	stop [2]int // a pipe: a byte written to stop[1] ends run
+
+	mu      sync.Mutex
+	conns   map[int32]*serverConn // by pollID; 0 is the pipe
+	next    int32
+	stopped bool
+}
+
+func newPoller() (*poller, error) {
+	ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("epoll_create1: %w", err)
+	}
+	p := &poller{ep: ep, conns: make(map[int32]*serverConn)}
+	if err := syscall.Pipe2(p.stop[:], syscall.O_NONBLOCK|syscall.O_CLOEXEC); err != nil {
+		_ = syscall.Close(ep)
+		return nil, fmt.Errorf("pipe2: %w", err)
+	}
+	if err := syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, p.stop[0], &syscall.EpollEvent{Events: syscall.EPOLLIN}); err != nil {
+		p.closeFDs()
+		return nil, fmt.Errorf("epoll_ctl: %w", err)
+	}
+	return p, nil
+}
+
+func (p *poller) closeFDs() {
+	_ = syscall.Close(p.ep)
+	_ = syscall.Close(p.stop[0])
+	_ = syscall.Close(p.stop[1])
+}
+
+// run wakes the connections that become readable until close; then it wakes every
+// connection still parked (they go on with goroutines of their own).
+func (p *poller) run() {
+	defer p.closeFDs()
+	events := make([]syscall.EpollEvent, 256)
+	for {
+		n, err := syscall.EpollWait(p.ep, events, -1)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			break
+		}
+		var woken []*serverConn
+		p.mu.Lock()
+		for _, ev := range events[:n] {
+			if ev.Fd == 0 {
+				p.stopped = true
+			} else if c := p.conns[ev.Fd]; c != nil {
+				woken = append(woken, c)
+			}
+		}
+		stopped := p.stopped
+		p.mu.Unlock()
+		for _, c := range woken {
+			c.wake()
+		}
+		if stopped {
+			break
+		}
+	}
+	p.mu.Lock()
+	p.stopped = true
+	parked := make([]*serverConn, 0, len(p.conns))
+	for _, c := range p.conns {
+		parked = append(parked, c)
+	}
+	p.mu.Unlock()
+	for _, c := range parked {
+		c.wake()
+	}
+}
+
+// close ends run.
+func (p *poller) close() {
+	_, _ = syscall.Write(p.stop[1], []byte{0})
+}
+
+// park registers c's socket for its next readiness event; false when it cannot.
+func (p *poller) park(c *serverConn) bool {
+	sc, ok := c.raw.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped || c.pollID < 0 { // c ended meanwhile (forget)
+		return false
+	}
+	if c.pollID == 0 {
+		for {
+			p.next++
+			if p.next <= 0 {
+				p.next = 1
+			}
+			if p.conns[p.next] == nil {
+				break
+			}
+		}
+		c.pollID = p.next
+		p.conns[c.pollID] = c
+	}
+	op := syscall.EPOLL_CTL_MOD
+	if !c.polled {
+		op = syscall.EPOLL_CTL_ADD
+	}
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT, Fd: c.pollID}
+	var cerr error
+	// Control holds the socket open: its descriptor is c's, not a reused number.
+	if err := rc.Control(func(fd uintptr) { cerr = syscall.EpollCtl(p.ep, op, int(fd), &ev) }); err != nil || cerr != nil {
+		return false
+	}
+	c.polled = true
+	return true
+}
+
+// forget unregisters c (it ends).
+func (p *poller) forget(c *serverConn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c.pollID > 0 {
+		delete(p.conns, c.pollID)
+	}
+	c.pollID = -1 // park refuses it now
+	if !c.polled {
+		return
+	}
+	c.polled = false
+	if sc, ok := c.raw.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			// A closed socket has left the epoll set with its descriptor.
+			_ = rc.Control(func(fd uintptr) { _ = syscall.EpollCtl(p.ep, syscall.EPOLL_CTL_DEL, int(fd), nil) })
+		}
+	}
+}
