@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -29,6 +30,8 @@ func TestOverlappingBuffersAreReportedNotComputed(t *testing.T) {
 		{"all-to-all in place", func() error { return r.d[0].AlltoAll(p, p, 4, i8, r.c[0], r.s[0]) }},
 		{"gather on root: send = recv+1", func() error { return r.d[0].Gather(p+1, p, 4, i8, 0, r.c[0], r.s[0]) }},
 		{"receives from two peers into overlapping buffers in one group", func() error {
+			runtime.LockOSThread() // NCCL's group state is per thread
+			defer runtime.UnlockOSThread()
 			require.NoError(t, r.d[0].GroupStart())
 			require.NoError(t, r.d[0].Recv(p, 4, i8, 1, r.c[0], r.s[0]))
 			require.NoError(t, r.d[0].Recv(p+2, 4, i8, 0, r.c[0], r.s[0]))
@@ -48,6 +51,8 @@ func TestOverlappingBuffersAreReportedNotComputed(t *testing.T) {
 		return r.d[i].ReduceScatter(bufs[i], bufs[i]+gpulib.Ptr(4*i), 4, i8, gpulib.Sum, r.c[i], r.s[i])
 	})
 	r.each(t, func(i int) error {
+		runtime.LockOSThread() // NCCL's group state is per thread
+		defer runtime.UnlockOSThread()
 		if err := r.d[i].GroupStart(); err != nil {
 			return err
 		}
@@ -63,6 +68,8 @@ func TestOverlappingBuffersAreReportedNotComputed(t *testing.T) {
 	// (aggregated iterations) and a receive into the buffer a send reads (in-place
 	// sendrecv).
 	r.each(t, func(i int) error {
+		runtime.LockOSThread() // NCCL's group state is per thread
+		defer runtime.UnlockOSThread()
 		if err := r.d[i].GroupStart(); err != nil {
 			return err
 		}
