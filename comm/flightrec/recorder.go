@@ -597,6 +597,41 @@ func (c *Comm) CompletedThrough(id ID) {
 	}
 	c.r.mu.Lock()
 	defer c.r.mu.Unlock()
+	c.completedThrough(id)
+}
+
+// RecordAfter is CompletedThrough(done) and Record(call) under one lock: what a
+// backend calls when it enqueues an operation after learning that those up to done
+// completed (a blocking operation's wait), so that the completion costs no lock of its
+// own. The completion is noted with the time of the record.
+func (c *Comm) RecordAfter(call Call, done ID) ID {
+	if c == nil {
+		return 0
+	}
+	c.r.mu.Lock()
+	if done > c.doneThrough {
+		c.completedThrough(done)
+	}
+	if call.Op.IsP2P() {
+		c.p2pSeq++
+	} else {
+		c.collSeq++
+	}
+	c.opID++
+	var pc uintptr
+	if c.sites {
+		pc = c.callSite(c.skip)
+	}
+	id := c.add(&call, pc)
+	if c.g.Blocking {
+		c.blocking(id)
+	}
+	c.r.mu.Unlock()
+	return id
+}
+
+// completedThrough is CompletedThrough with r.mu held.
+func (c *Comm) completedThrough(id ID) {
 	if id > c.next {
 		id = c.next
 	}

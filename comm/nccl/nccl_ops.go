@@ -196,7 +196,9 @@ func (b *Backend) AllReduce(ptr comm.DevicePtr, bytes int) error {
 	p := c.buf(ptr)
 	n := uint64(bytes / b.size)
 	c.mu.Lock()
-	id := c.fr.Record(flightrec.Call{Op: flightrec.AllReduce, In: int64(n), Out: int64(n), Type: frType(gpulib.DataType(b.elem))})
+	// the completion of the last waited-for all-reduce is noted with this record
+	id := c.fr.RecordAfter(flightrec.Call{Op: flightrec.AllReduce, In: int64(n), Out: int64(n), Type: frType(gpulib.DataType(b.elem))},
+		flightrec.ID(c.frDone.Load()))
 	err := c.d.AllReduce(p, p, n, gpulib.DataType(b.elem), gpulib.Sum, c.comm, c.stream)
 	c.mu.Unlock()
 	if c.wd != nil {
@@ -209,7 +211,7 @@ func (b *Backend) AllReduce(ptr comm.DevicePtr, bytes int) error {
 	if err == nil && done {
 		res, err := c.d.CommGetAsyncError(c.comm)
 		if asyncOK(res, err) {
-			c.fr.CompletedThrough(id)
+			c.frDone.Store(uint64(id))
 			return nil
 		}
 		return c.opErr(core.OpAllReduce, bytes, c.asyncFailure(c.comm, res, err))
@@ -217,7 +219,7 @@ func (b *Backend) AllReduce(ptr comm.DevicePtr, bytes int) error {
 	if err := c.waitFrom(core.OpAllReduce, bytes, done, err); err != nil {
 		return err
 	}
-	c.fr.CompletedThrough(id)
+	c.frDone.Store(uint64(id))
 	return nil
 }
 
