@@ -497,9 +497,11 @@ func (c *Comm) add(call *Call, pc uintptr) ID {
 	c.next++
 	c.r.records++
 	e := &c.ring[int((c.next-1)%ID(len(c.ring)))]
-	*e = entry{id: c.next, record: c.r.records - 1, created: c.r.now.Load(),
-		in: call.In, out: call.Out, collSeq: c.collSeq, p2pSeq: c.p2pSeq, opID: c.opID, pc: pc,
-		peer: int32(call.Peer), op: call.Op, dtype: call.Type}
+	// field by field: a composite literal is built on the stack and copied
+	e.id, e.record, e.created = c.next, c.r.records-1, c.r.now.Load()
+	e.started, e.completed = 0, 0
+	e.in, e.out, e.collSeq, e.p2pSeq, e.opID, e.pc = call.In, call.Out, c.collSeq, c.p2pSeq, c.opID, pc
+	e.peer, e.op, e.dtype, e.state, e.retired = int32(call.Peer), call.Op, call.Type, scheduled, false
 	return c.next
 }
 

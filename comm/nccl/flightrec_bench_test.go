@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/comm/flightrec"
 )
 
 // newStubNCCLRec is newStubNCCL with the flight recorder set to entries (0: off).
@@ -42,7 +43,7 @@ func BenchmarkFlightRecorderCost(b *testing.B) {
 		b.Run(pt.name, func(b *testing.B) {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			on, off := newStubNCCLRec(b, -1), newStubNCCLRec(b, 0)
+			on, off := newStubNCCLRec(b, flightrec.DefaultEntries), newStubNCCLRec(b, 0)
 			if on.FlightRecorder() == nil || off.FlightRecorder() != nil {
 				b.Fatal("recorder not on (or not off) as configured")
 			}

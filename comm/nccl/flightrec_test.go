@@ -3,6 +3,7 @@ package nccl
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -57,13 +58,27 @@ func TestFlightRecorderDumpsOnFailure(t *testing.T) {
 	require.NoError(t, err)
 }
 
-// TestFlightRecorderOffByDefault: without the option or the environment there is no
-// recorder and no dump.
-func TestFlightRecorderOffByDefault(t *testing.T) {
+// TestFlightRecorderDefaults: on by default with flightrec.DefaultEntries; the
+// environment's size, and the option over it, set it; 0 turns it off.
+func TestFlightRecorderDefaults(t *testing.T) {
 	for _, n := range flightrec.EnvEntries {
 		t.Setenv(n, "")
+		os.Unsetenv(n)
 	}
-	b := newStubNCCL(t, stubDriver{})
-	// "" does not parse: ConfigFromEnv refuses it and the recorder stays off either way
-	assert.Nil(t, b.FlightRecorder())
+	size := func(opts ...Option) int {
+		b, err := newNCCL(context.Background(), stubDriver{}, comm.UniqueID{}, 0, 2, newConfig(append([]Option{bf16, quiet}, opts...)))
+		require.NoError(t, err)
+		defer b.Close()
+		if b.FlightRecorder() == nil {
+			return 0
+		}
+		return b.FlightRecorder().Config().Entries
+	}
+	assert.Equal(t, flightrec.DefaultEntries, size())
+	assert.Equal(t, 0, size(WithFlightRecorder(0)))
+	t.Setenv("TORCH_FR_BUFFER_SIZE", "7")
+	assert.Equal(t, 7, size())
+	assert.Equal(t, 9, size(WithFlightRecorder(9)))
+	t.Setenv("TORCH_FR_BUFFER_SIZE", "0")
+	assert.Equal(t, 0, size())
 }
