@@ -399,6 +399,8 @@ type Comm struct {
 	lastStarted   int64 // collective seq
 	lastCompleted int64
 	doneThrough   ID // CompletedThrough's mark
+
+	later atomic.Uint64 // CompletedLater's mark, applied under r.mu by applyLater
 }
 
 // Group returns the communicator's description.
@@ -421,6 +423,7 @@ func (c *Comm) Record(call Call) ID {
 		pc = c.callSite(c.skip)
 	}
 	c.r.mu.Lock()
+	c.applyLater()
 	if call.Op.IsP2P() {
 		c.p2pSeq++
 	} else {
@@ -471,6 +474,7 @@ func (c *Comm) RecordGroup(calls []Call) ID {
 		}
 	}
 	c.r.mu.Lock()
+	c.applyLater()
 	if p2p {
 		c.p2pSeq++
 	} else {
@@ -602,34 +606,23 @@ func (c *Comm) CompletedThrough(id ID) {
 	c.completedThrough(id)
 }
 
-// RecordAfter is CompletedThrough(done) and Record(call) under one lock: what a
-// backend calls when it enqueues an operation after learning that those up to done
-// completed (a blocking operation's wait), so that the completion costs no lock of its
-// own. The completion is noted with the time of the record.
-func (c *Comm) RecordAfter(call Call, done ID) ID {
+// CompletedLater notes that every operation recorded up to and including id
+// completed, like CompletedThrough, but without taking the lock: an atomic store,
+// applied by the next Record or RecordGroup of the communicator, or by a dump, with
+// their time. It is what a backend calls on a hot path after a wait that it does not
+// want to pay a second lock for; the later of two concurrent calls wins.
+func (c *Comm) CompletedLater(id ID) {
 	if c == nil {
-		return 0
+		return
 	}
-	c.r.mu.Lock()
-	if done > c.doneThrough {
-		c.completedThrough(done)
+	c.later.Store(uint64(id))
+}
+
+// applyLater applies CompletedLater's mark; r.mu is held.
+func (c *Comm) applyLater() {
+	if id := ID(c.later.Load()); id > c.doneThrough {
+		c.completedThrough(id)
 	}
-	if call.Op.IsP2P() {
-		c.p2pSeq++
-	} else {
-		c.collSeq++
-	}
-	c.opID++
-	var pc uintptr
-	if c.sites {
-		pc = c.callSite(c.skip)
-	}
-	id := c.add(&call, pc)
-	if c.g.Blocking {
-		c.blocking(id)
-	}
-	c.r.mu.Unlock()
-	return id
 }
 
 // completedThrough is CompletedThrough with r.mu held.

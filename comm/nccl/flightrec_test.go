@@ -58,8 +58,8 @@ func TestFlightRecorderDumpsOnFailure(t *testing.T) {
 	require.NoError(t, err)
 }
 
-// TestFlightRecorderDefaults: on by default with flightrec.DefaultEntries; the
-// environment's size, and the option over it, set it; 0 turns it off.
+// TestFlightRecorderDefaults: off by default; the environment's size, and the option
+// over it, set it; 0 turns it off.
 func TestFlightRecorderDefaults(t *testing.T) {
 	for _, n := range flightrec.EnvEntries {
 		t.Setenv(n, "")
@@ -74,7 +74,8 @@ func TestFlightRecorderDefaults(t *testing.T) {
 		}
 		return b.FlightRecorder().Config().Entries
 	}
-	assert.Equal(t, flightrec.DefaultEntries, size())
+	assert.Equal(t, 0, size())
+	assert.Equal(t, flightrec.DefaultEntries, size(WithFlightRecorder(flightrec.DefaultEntries)))
 	assert.Equal(t, 0, size(WithFlightRecorder(0)))
 	t.Setenv("TORCH_FR_BUFFER_SIZE", "7")
 	assert.Equal(t, 7, size())

@@ -174,7 +174,6 @@ type Communicator struct {
 	frName   string
 	frRanks  []int
 	children atomic.Int32
-	frDone   atomic.Uint64 // a flightrec.ID AllReduce completed through, noted lazily
 
 	// wd is the health watchdog (WithWatchdog), nil without one. Set once in adopt.
 	wd *watchdog

@@ -196,9 +196,7 @@ func (b *Backend) AllReduce(ptr comm.DevicePtr, bytes int) error {
 	p := c.buf(ptr)
 	n := uint64(bytes / b.size)
 	c.mu.Lock()
-	// the completion of the last waited-for all-reduce is noted with this record
-	id := c.fr.RecordAfter(flightrec.Call{Op: flightrec.AllReduce, In: int64(n), Out: int64(n), Type: frType(gpulib.DataType(b.elem))},
-		flightrec.ID(c.frDone.Load()))
+	id := c.fr.Record(flightrec.Call{Op: flightrec.AllReduce, In: int64(n), Out: int64(n), Type: frType(gpulib.DataType(b.elem))})
 	err := c.d.AllReduce(p, p, n, gpulib.DataType(b.elem), gpulib.Sum, c.comm, c.stream)
 	c.mu.Unlock()
 	if c.wd != nil {
@@ -211,7 +209,7 @@ func (b *Backend) AllReduce(ptr comm.DevicePtr, bytes int) error {
 	if err == nil && done {
 		res, err := c.d.CommGetAsyncError(c.comm)
 		if asyncOK(res, err) {
-			c.frDone.Store(uint64(id))
+			c.fr.CompletedLater(id) // no second lock: noted by the next record or a dump
 			return nil
 		}
 		return c.opErr(core.OpAllReduce, bytes, c.asyncFailure(c.comm, res, err))
@@ -219,7 +217,7 @@ func (b *Backend) AllReduce(ptr comm.DevicePtr, bytes int) error {
 	if err := c.waitFrom(core.OpAllReduce, bytes, done, err); err != nil {
 		return err
 	}
-	c.frDone.Store(uint64(id))
+	c.fr.CompletedLater(id) // no second lock: noted by the next record or a dump
 	return nil
 }
 
