@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/comm/flightrec"
 	"github.com/ncclgo/ncclgo/comm/internal/core"
 	"github.com/ncclgo/ncclgo/kernels"
 	"github.com/ncclgo/ncclgo/raw/mpi"
@@ -67,6 +68,7 @@ type Communicator struct {
 	reqs  []mpi.Request // pending Isend/Irecv/Ibarrier, guarded by p.mu
 	tmp   []byte        // scratch of the pre-multiplied Avg contributions, guarded by p.mu
 	calls int64         // MPI calls made, see MPICalls; guarded by p.mu (a plain add under the lock costs less than an atomic one)
+	fr    frState       // the flight recorder (mpi_flightrec.go)
 }
 
 var _ comm.Communicator = (*Communicator)(nil)
@@ -142,6 +144,7 @@ func New(ctx context.Context, opts ...Option) (*Communicator, error) {
 		c, err := p.newCommunicator(cfg, func(out *mpi.Comm) error { return mpi.CommDup(world, out) })
 		if err == nil {
 			raiseProcs(cfg)
+			c.startRecorder()
 			return c, nil
 		}
 	}
@@ -417,6 +420,7 @@ const (
 // yields when it is due (see mpiYieldEvery). It is small enough to be inlined: the calls
 // that read the clock take unlockTimed.
 func (c *Communicator) unlockBlocking(bytes int) {
+	c.recorded()
 	if c.calls&31 != 0 && bytes < mpiAlwaysTimed {
 		c.p.mu.Unlock()
 		return
@@ -466,6 +470,7 @@ func (c *Communicator) AllReduce(ptr comm.DevicePtr, count int, t comm.DType, op
 	if err := c.lock(core.OpAllReduce); err != nil {
 		return err
 	}
+	c.record(flightrec.AllReduce, count, t, 0)
 	var err error
 	buf := hostPtr(ptr)
 	if op == comm.Avg {
@@ -514,6 +519,7 @@ func (c *Communicator) ReduceScatter(send, recv comm.DevicePtr, count int, t com
 	if err := c.lock(core.OpReduceScatter); err != nil {
 		return err
 	}
+	c.record(flightrec.ReduceScatter, count, t, 0)
 	defer c.unlockBlocking(bytes)
 	total := bytes * c.world
 	in := hostPtr(send)
@@ -560,6 +566,7 @@ func (c *Communicator) Broadcast(ptr comm.DevicePtr, count int, t comm.DType, ro
 	if err := c.lock(core.OpBroadcast); err != nil {
 		return err
 	}
+	c.record(flightrec.Broadcast, count, t, 0)
 	defer c.unlockBlocking(bytes)
 	return c.opErr(core.OpBroadcast, bytes, mpi.Bcast(hostPtr(ptr), int32(bytes), c.p.types[comm.Uint8], int32(root), c.comm))
 }
@@ -578,6 +585,7 @@ func (c *Communicator) AllGather(send, recv comm.DevicePtr, count int, t comm.DT
 	if err := c.lock(core.OpAllGather); err != nil {
 		return err
 	}
+	c.record(flightrec.AllGather, count, t, 0)
 	defer c.unlockBlocking(bytes)
 	in := hostPtr(send)
 	if send == recv+comm.DevicePtr(c.rank*bytes) {
@@ -615,6 +623,7 @@ func (c *Communicator) p2p(op, peerArg string, ptr comm.DevicePtr, count int, t 
 	if err := c.lock(op); err != nil {
 		return err
 	}
+	c.record(p2pOp(send), count, t, peer)
 	defer c.p.mu.Unlock()
 	var req mpi.Request
 	if send {
@@ -737,6 +746,7 @@ func (c *Communicator) Split(_ context.Context, color, key int) (comm.Communicat
 		}
 		return nil, nil
 	}
+	c.splitRecorder(child)
 	return child, nil
 }
 
@@ -774,6 +784,7 @@ func (c *Communicator) Close() error {
 	if err != nil {
 		c.cfg.log.Error("comm: mpi communicator close", "rank", c.rank, "err", err)
 	}
+	c.closeRecorder(err)
 	return err
 }
 

@@ -194,7 +194,8 @@ var (
 // time. Initialisation is non-blocking and waits for the other ranks as long as ctx and
 // the operation timeout allow. Options: WithElementType, WithDevice, WithTimeout,
 // WithCloseTimeout, WithLogger, WithName, WithReconnect, WithPollInterval,
-// WithTwoRankThreshold, WithWatchdog, WithAbortOnFailure, and the ncclConfig_t settings
+// WithTwoRankThreshold, WithWatchdog, WithAbortOnFailure, WithFlightRecorder, and the
+// ncclConfig_t settings
 // (WithBlocking, WithCTAs, WithConfigField, ...).
 func New(ctx context.Context, id comm.UniqueID, rank, world int, opts ...Option) (*Backend, error) {
 	cfg := newConfig(opts)
