@@ -2,6 +2,7 @@ package nccl
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/ncclgo/ncclgo/comm/flightrec"
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
@@ -204,4 +205,17 @@ func (o frOps) Send(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, 
 func (o frOps) Recv(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, c gpulib.Comm, s gpulib.Stream) error {
 	o.fr.Record(frCall(flightrec.Recv, count, dt, peer, 0))
 	return o.d.Recv(buf, count, dt, peer, c, s)
+}
+
+// DumpOnStoreKey writes the flight recorder's dump each time an operator sets the next
+// key of <key>/1, <key>/2, ... in the store s, checking every interval (0:
+// flightrec.DefaultKeyInterval), until Close (flightrec.Recorder.DumpOnKey). It does
+// nothing while the recorder is off. Job.NewNCCL (comm/job) calls it with the job's
+// store and job.DumpKey.
+func (b *Backend) DumpOnStoreKey(s flightrec.KeyChecker, key string, interval time.Duration) {
+	c := b.c
+	if c.rec == nil || s == nil {
+		return
+	}
+	c.rec.DumpOnKey(c.closing(), s, key, interval, c.cfg.Log)
 }
