@@ -24,6 +24,7 @@ func (r *Recorder) snapshot() (comms []*Comm, status []pgStatus, entries []snap)
 	defer r.mu.Unlock()
 	comms = slices.Clone(r.comms)
 	for _, c := range comms {
+		c.applyLater()
 		n := min(c.next, ID(len(c.ring)))
 		for id := c.next - n + 1; id <= c.next; id++ {
 			if e := c.slot(id); e != nil {

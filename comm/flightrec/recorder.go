@@ -399,6 +399,8 @@ type Comm struct {
 	lastStarted   int64 // collective seq
 	lastCompleted int64
 	doneThrough   ID // CompletedThrough's mark
+
+	later atomic.Uint64 // CompletedLater's mark, applied under r.mu by applyLater
 }
 
 // Group returns the communicator's description.
@@ -421,6 +423,7 @@ func (c *Comm) Record(call Call) ID {
 		pc = c.callSite(c.skip)
 	}
 	c.r.mu.Lock()
+	c.applyLater()
 	if call.Op.IsP2P() {
 		c.p2pSeq++
 	} else {
@@ -471,6 +474,7 @@ func (c *Comm) RecordGroup(calls []Call) ID {
 		}
 	}
 	c.r.mu.Lock()
+	c.applyLater()
 	if p2p {
 		c.p2pSeq++
 	} else {
@@ -497,9 +501,11 @@ func (c *Comm) add(call *Call, pc uintptr) ID {
 	c.next++
 	c.r.records++
 	e := &c.ring[int((c.next-1)%ID(len(c.ring)))]
-	*e = entry{id: c.next, record: c.r.records - 1, created: c.r.now.Load(),
-		in: call.In, out: call.Out, collSeq: c.collSeq, p2pSeq: c.p2pSeq, opID: c.opID, pc: pc,
-		peer: int32(call.Peer), op: call.Op, dtype: call.Type}
+	// field by field: a composite literal is built on the stack and copied
+	e.id, e.record, e.created = c.next, c.r.records-1, c.r.now.Load()
+	e.started, e.completed = 0, 0
+	e.in, e.out, e.collSeq, e.p2pSeq, e.opID, e.pc = call.In, call.Out, c.collSeq, c.p2pSeq, c.opID, pc
+	e.peer, e.op, e.dtype, e.state, e.retired = int32(call.Peer), call.Op, call.Type, scheduled, false
 	return c.next
 }
 
@@ -597,6 +603,30 @@ func (c *Comm) CompletedThrough(id ID) {
 	}
 	c.r.mu.Lock()
 	defer c.r.mu.Unlock()
+	c.completedThrough(id)
+}
+
+// CompletedLater notes that every operation recorded up to and including id
+// completed, like CompletedThrough, but without taking the lock: an atomic store,
+// applied by the next Record or RecordGroup of the communicator, or by a dump, with
+// their time. It is what a backend calls on a hot path after a wait that it does not
+// want to pay a second lock for; the later of two concurrent calls wins.
+func (c *Comm) CompletedLater(id ID) {
+	if c == nil {
+		return
+	}
+	c.later.Store(uint64(id))
+}
+
+// applyLater applies CompletedLater's mark; r.mu is held.
+func (c *Comm) applyLater() {
+	if id := ID(c.later.Load()); id > c.doneThrough {
+		c.completedThrough(id)
+	}
+}
+
+// completedThrough is CompletedThrough with r.mu held.
+func (c *Comm) completedThrough(id ID) {
 	if id > c.next {
 		id = c.next
 	}

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
+	"time"
 )
 
 // DumpOnSignal writes the dump (WriteFile) each time one of sigs arrives, until ctx
@@ -33,6 +35,65 @@ func (r *Recorder) DumpOnSignal(ctx context.Context, log *slog.Logger, sigs ...o
 				} else {
 					log.Info("flightrec: dump written", "signal", s.String(), "path", path)
 				}
+			}
+		}
+	}()
+}
+
+// KeyChecker is what DumpOnKey needs of a key-value store: rendezvous.Store and
+// PyTorch's TCPStore client (comm/rendezvous) have it.
+type KeyChecker interface {
+	Check(ctx context.Context, keys ...string) ([]bool, error)
+}
+
+// DefaultKeyInterval is how often DumpOnKey checks the store unless told otherwise.
+const DefaultKeyInterval = 2 * time.Second
+
+// DumpOnKey writes the dump each time the next key of the sequence <key>/1,
+// <key>/2, ... appears in the store s, until ctx is done: an operator sets
+// "<key>/1" once (any value) and every rank watching the key dumps, then "<key>/2"
+// for the next dump. It checks every interval (0: DefaultKeyInterval), one Check
+// request, as PyTorch's ranks poll their store for a dump signal. log (nil:
+// slog.Default) says where each dump went, or why it could not be written; a failed
+// Check is logged once until one succeeds again. It returns at once.
+func (r *Recorder) DumpOnKey(ctx context.Context, s KeyChecker, key string, interval time.Duration, log *slog.Logger) {
+	if r == nil || s == nil {
+		return
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	if interval <= 0 {
+		interval = DefaultKeyInterval
+	}
+	go func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		next, failing := 1, false
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			k := key + "/" + strconv.Itoa(next)
+			found, err := s.Check(ctx, k)
+			if err != nil || len(found) != 1 {
+				if !failing && ctx.Err() == nil {
+					log.Warn("flightrec: dump key check failed", "key", k, "err", err)
+				}
+				failing = true
+				continue
+			}
+			failing = false
+			if !found[0] {
+				continue
+			}
+			next++
+			if path, err := r.WriteFile(); err != nil {
+				log.Error("flightrec: dump on key failed", "key", k, "err", err)
+			} else {
+				log.Info("flightrec: dump written", "key", k, "path", path)
 			}
 		}
 	}()

@@ -100,58 +100,65 @@ func intSet(s string) []int {
 // torch 2.14's fr_trace, on the dumps of each simulated hang, names the rank and
 // operation Analyze (what tools/commtrace prints) names.
 func TestTorchAnalyzerAgreesOnEachHang(t *testing.T) {
-	root := sidRoot(t)
+	sidRoot(t)
 	for _, h := range hangs {
-		t.Run(h.name, func(t *testing.T) {
-			dir := tmpDir(t)
-			h.build(t, dir)
-			traces, err := ReadDir(dir, "")
-			require.NoError(t, err)
-			vs := Analyze(traces)
-			var ours bytes.Buffer
-			require.NoError(t, Report(&ours, vs))
-			v := verdictOf(t, vs, h)
-			require.Equal(t, []int{h.culprit}, v.Culprits, "commtrace:\n%s", ours.String())
+		t.Run(h.name, func(t *testing.T) { agreeOnHang(t, h) })
+	}
+}
 
-			out, err := frTrace(t, root, dir)
-			t.Logf("fr_trace %s:\n%s\ncommtrace:\n%s", dir, out, ours.String())
-			if h.noDump {
-				require.Error(t, err, "fr_trace accepted a job with a rank's dump missing")
-				m := frNoDump.FindStringSubmatch(out)
-				require.NotNil(t, m, "fr_trace does not say which dump is missing")
-				require.Equal(t, []int{h.culprit}, intSet(m[1]))
-				// With --allow-incomplete-ranks it analyses the others: the op they wait in.
-				out, err = frTrace(t, root, dir, "--allow-incomplete-ranks")
-				require.NoError(t, err, "%s", out)
-				require.Contains(t, out, "missed FR dumps from ranks ({"+strconv.Itoa(h.culprit)+"})")
-				return
-			}
-			require.NoError(t, err, "fr_trace failed:\n%s", out)
-			m := frCollective.FindStringSubmatch(out)
-			require.NotNil(t, m, "fr_trace found nothing wrong")
-			require.Equal(t, "nccl", m[1])
-			require.Equal(t, h.op, m[2], "fr_trace names another operation")
-			switch h.problem {
-			case Missing, Unmatched:
-				mm := frMissing.FindStringSubmatch(out)
-				require.NotNil(t, mm, "fr_trace names no missing rank")
-				require.Equal(t, []int{h.culprit}, intSet(mm[1]))
-			case Mismatch:
-				var culprits []int
-				for _, c := range frCulprit.FindAllStringSubmatch(out, -1) {
-					n, _ := strconv.Atoi(c[1])
-					culprits = append(culprits, n)
-				}
-				sort.Ints(culprits)
-				// fr_trace compares every rank with the first dump it lists (directory
-				// order): it names the odd rank, or, when it started from the odd rank,
-				// every other member.
-				others := slices.DeleteFunc(slices.Clone(h.ranks), func(r int) bool { return r == h.culprit })
-				if !slices.Equal(culprits, []int{h.culprit}) {
-					require.Equal(t, others, culprits, "fr_trace blames neither rank %d nor the others", h.culprit)
-				}
-			}
-		})
+// agreeOnHang builds h's dumps in a directory the sid root shares, checks that
+// Analyze names h's culprit, then (skipping without the sid root) that torch 2.14's
+// fr_trace names the same rank and operation.
+func agreeOnHang(t *testing.T, h hang) {
+	dir := tmpDir(t)
+	h.build(t, dir)
+	traces, err := ReadDir(dir, "")
+	require.NoError(t, err)
+	vs := Analyze(traces)
+	var ours bytes.Buffer
+	require.NoError(t, Report(&ours, vs))
+	v := verdictOf(t, vs, h)
+	require.Equal(t, h.problem, v.Problem, "commtrace:\n%s", ours.String())
+	require.Equal(t, []int{h.culprit}, v.Culprits, "commtrace:\n%s", ours.String())
+	t.Logf("commtrace %s:\n%s", dir, ours.String())
+	root := sidRoot(t)
+	out, err := frTrace(t, root, dir)
+	t.Logf("fr_trace %s:\n%s\ncommtrace:\n%s", dir, out, ours.String())
+	if h.noDump {
+		require.Error(t, err, "fr_trace accepted a job with a rank's dump missing")
+		m := frNoDump.FindStringSubmatch(out)
+		require.NotNil(t, m, "fr_trace does not say which dump is missing")
+		require.Equal(t, []int{h.culprit}, intSet(m[1]))
+		// With --allow-incomplete-ranks it analyses the others: the op they wait in.
+		out, err = frTrace(t, root, dir, "--allow-incomplete-ranks")
+		require.NoError(t, err, "%s", out)
+		require.Contains(t, out, "missed FR dumps from ranks ({"+strconv.Itoa(h.culprit)+"})")
+		return
+	}
+	require.NoError(t, err, "fr_trace failed:\n%s", out)
+	m := frCollective.FindStringSubmatch(out)
+	require.NotNil(t, m, "fr_trace found nothing wrong")
+	require.Equal(t, "nccl", m[1])
+	require.Equal(t, h.op, m[2], "fr_trace names another operation")
+	switch h.problem {
+	case Missing, Unmatched:
+		mm := frMissing.FindStringSubmatch(out)
+		require.NotNil(t, mm, "fr_trace names no missing rank")
+		require.Equal(t, []int{h.culprit}, intSet(mm[1]))
+	case Mismatch:
+		var culprits []int
+		for _, c := range frCulprit.FindAllStringSubmatch(out, -1) {
+			n, _ := strconv.Atoi(c[1])
+			culprits = append(culprits, n)
+		}
+		sort.Ints(culprits)
+		// fr_trace compares every rank with the first dump it lists (directory
+		// order): it names the odd rank, or, when it started from the odd rank,
+		// every other member.
+		others := slices.DeleteFunc(slices.Clone(h.ranks), func(r int) bool { return r == h.culprit })
+		if !slices.Equal(culprits, []int{h.culprit}) {
+			require.Equal(t, others, culprits, "fr_trace blames neither rank %d nor the others", h.culprit)
+		}
 	}
 }
 

@@ -251,8 +251,18 @@ func (j *Job) NewNCCL(ctx context.Context, opts ...nccl.Option) (*nccl.Backend, 
 	}
 	j.log.Info("comm: communicator ready", "rank", rank, "world", world, "group", group,
 		"generation", m.generation(), "elapsed", time.Since(start))
+	if s := j.Store(); s != nil && b.FlightRecorder() != nil {
+		b.DumpOnStoreKey(s, DumpKey, 0) // an operator's dump on every rank
+	}
 	return b, nil
 }
+
+// DumpKey is the store key an operator sets to have every rank of a job whose flight
+// recorder is on write its dump: "ncclgo/flightrec/dump/1" for the first dump,
+// ".../2" for the next, and so on (any value; each rank checks every
+// flightrec.DefaultKeyInterval until its backend closes). From Python:
+// TCPStore(addr, port).set("ncclgo/flightrec/dump/1", "").
+const DumpKey = "ncclgo/flightrec/dump"
 
 // Connect brings up this process's rank of an NCCL job in one call: JoinJob (the
 // environment as torchrun sets it, or WithJob), then Job.NewNCCL. The backend owns the

@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/comm/flightrec"
 	"github.com/ncclgo/ncclgo/comm/internal/core"
 	"github.com/ncclgo/ncclgo/kernels"
 	"github.com/ncclgo/ncclgo/raw/mpi"
@@ -87,6 +88,7 @@ type Communicator struct {
 	// asked: waits nap without spinning first (see mpiSpinFor).
 	contended atomic.Bool
 	pins      []*runtime.Pinner // Go memory of the pending slice Send and Recv (slices.go)
+	fr        frState           // the flight recorder (mpi_flightrec.go)
 }
 
 var _ comm.Communicator = (*Communicator)(nil)
@@ -163,6 +165,7 @@ func New(ctx context.Context, opts ...Option) (*Communicator, error) {
 		c, err := p.newCommunicator(cfg, &p.mu, func(out *mpi.Comm) error { return mpi.CommDup(world, out) })
 		if err == nil {
 			raiseProcs(cfg)
+			c.startRecorder()
 			return c, nil
 		}
 	}
@@ -454,6 +457,7 @@ const (
 // yields when it is due (see mpiYieldEvery). It is small enough to be inlined: the calls
 // that read the clock take unlockTimed.
 func (c *Communicator) unlockBlocking(bytes int) {
+	c.recorded()
 	if c.calls&31 != 0 && bytes < mpiAlwaysTimed {
 		c.mu.Unlock()
 		return
@@ -502,6 +506,7 @@ func (c *Communicator) AllReduce(ptr comm.DevicePtr, count int, t comm.DType, op
 	if err := c.lock(core.OpAllReduce); err != nil {
 		return err
 	}
+	c.record(flightrec.AllReduce, count, t, 0)
 	var err error
 	buf := hostPtr(ptr)
 	if op == comm.Avg {
@@ -550,6 +555,7 @@ func (c *Communicator) ReduceScatter(send, recv comm.DevicePtr, count int, t com
 	if err := c.lock(core.OpReduceScatter); err != nil {
 		return err
 	}
+	c.record(flightrec.ReduceScatter, count, t, 0)
 	defer c.unlockBlocking(bytes)
 	total := bytes * c.world
 	in := hostPtr(send)
@@ -596,6 +602,7 @@ func (c *Communicator) Broadcast(ptr comm.DevicePtr, count int, t comm.DType, ro
 	if err := c.lock(core.OpBroadcast); err != nil {
 		return err
 	}
+	c.record(flightrec.Broadcast, count, t, 0)
 	defer c.unlockBlocking(bytes)
 	return c.opErr(core.OpBroadcast, bytes, mpi.Bcast(hostPtr(ptr), int32(bytes), c.p.types[comm.Uint8], int32(root), c.comm))
 }
@@ -614,6 +621,7 @@ func (c *Communicator) AllGather(send, recv comm.DevicePtr, count int, t comm.DT
 	if err := c.lock(core.OpAllGather); err != nil {
 		return err
 	}
+	c.record(flightrec.AllGather, count, t, 0)
 	defer c.unlockBlocking(bytes)
 	in := hostPtr(send)
 	if send == recv+comm.DevicePtr(c.rank*bytes) {
@@ -651,6 +659,7 @@ func (c *Communicator) p2p(op, peerArg string, ptr comm.DevicePtr, count int, t 
 	if err := c.lock(op); err != nil {
 		return err
 	}
+	c.record(p2pOp(send), count, t, peer)
 	defer c.mu.Unlock()
 	var req mpi.Request
 	if send {
@@ -857,6 +866,7 @@ func (c *Communicator) Split(_ context.Context, color, key int) (comm.Communicat
 		}
 		return nil, nil
 	}
+	c.splitRecorder(child)
 	return child, nil
 }
 
@@ -894,6 +904,7 @@ func (c *Communicator) Close() error {
 	if err != nil {
 		c.cfg.log.Error("comm: mpi communicator close", "rank", c.rank, "err", err)
 	}
+	c.closeRecorder(err)
 	return err
 }
 

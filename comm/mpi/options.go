@@ -14,7 +14,8 @@ type Option func(*options)
 type options struct {
 	log       *slog.Logger
 	closeWait time.Duration
-	minProcs  int // WithMinGOMAXPROCS; 0: leave GOMAXPROCS alone
+	minProcs  int      // WithMinGOMAXPROCS; 0: leave GOMAXPROCS alone
+	fr        frOption // WithFlightRecorder (mpi_flightrec.go)
 }
 
 func newOptions(opts []Option) options {

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/comm/flightrec"
 	"github.com/ncclgo/ncclgo/comm/internal/core"
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/comm/internal/ncclcfg"
@@ -163,6 +164,17 @@ type Communicator struct {
 	// onClose runs in Close before the communicator ends (the Backend's cleanup).
 	onClose func(ctx context.Context, note func(string, error))
 
+	// rec is the flight recorder (nccl_flightrec.go), shared with the communicators
+	// shrunk from this one; ownsRec says this one closes it. fr is this
+	// communicator's ring, frName and frRanks its name and members' global ranks.
+	// children counts the shrinks made from it. nil and zero while the recorder is off.
+	rec      *flightrec.Recorder
+	ownsRec  bool
+	fr       *flightrec.Comm
+	frName   string
+	frRanks  []int
+	children atomic.Int32
+
 	// wd is the health watchdog (WithWatchdog), nil without one. Set once in adopt.
 	wd *watchdog
 
@@ -182,7 +194,8 @@ var (
 // time. Initialisation is non-blocking and waits for the other ranks as long as ctx and
 // the operation timeout allow. Options: WithElementType, WithDevice, WithTimeout,
 // WithCloseTimeout, WithLogger, WithName, WithReconnect, WithPollInterval,
-// WithTwoRankThreshold, WithWatchdog, WithAbortOnFailure, and the ncclConfig_t settings
+// WithTwoRankThreshold, WithWatchdog, WithAbortOnFailure, WithFlightRecorder, and the
+// ncclConfig_t settings
 // (WithBlocking, WithCTAs, WithConfigField, ...).
 func New(ctx context.Context, id comm.UniqueID, rank, world int, opts ...Option) (*Backend, error) {
 	cfg := newConfig(opts)
@@ -254,6 +267,7 @@ func newNCCLCommunicator(ctx context.Context, d gpulib.Driver, id comm.UniqueID,
 	if err := c.adopt(comm, rank, world); err != nil {
 		return nil, err
 	}
+	c.startRecorder()
 	return c, nil
 }
 

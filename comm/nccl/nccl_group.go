@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/comm/flightrec"
 	"github.com/ncclgo/ncclgo/comm/internal/core"
 	"github.com/ncclgo/ncclgo/comm/internal/goid"
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
@@ -323,44 +324,57 @@ func (r *recorder) note(peer int, err error) error {
 }
 
 func (r *recorder) AllReduce(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, op gpulib.RedOp, c gpulib.Comm, s gpulib.Stream) error {
+	r.c.fr.Record(frCall(flightrec.AllReduce, count, dt, 0, r.size()))
 	return r.note(0, r.to().AllReduce(send, recv, count, dt, op, c, s))
 }
 
 func (r *recorder) Broadcast(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
+	r.c.fr.Record(frCall(flightrec.Broadcast, count, dt, 0, r.size()))
 	return r.note(root, r.to().Broadcast(send, recv, count, dt, root, c, s))
 }
 
 func (r *recorder) AllGather(send, recv gpulib.Ptr, sendCount uint64, dt gpulib.DataType, c gpulib.Comm, s gpulib.Stream) error {
+	r.c.fr.Record(frCall(flightrec.AllGather, sendCount, dt, 0, r.size()))
 	return r.note(0, r.to().AllGather(send, recv, sendCount, dt, c, s))
 }
 
 func (r *recorder) ReduceScatter(send, recv gpulib.Ptr, recvCount uint64, dt gpulib.DataType, op gpulib.RedOp, c gpulib.Comm, s gpulib.Stream) error {
+	r.c.fr.Record(frCall(flightrec.ReduceScatter, recvCount, dt, 0, r.size()))
 	return r.note(0, r.to().ReduceScatter(send, recv, recvCount, dt, op, c, s))
 }
 
 func (r *recorder) Reduce(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, op gpulib.RedOp, root int, c gpulib.Comm, s gpulib.Stream) error {
+	r.c.fr.Record(frCall(flightrec.Reduce, count, dt, 0, r.size()))
 	return r.note(root, r.to().Reduce(send, recv, count, dt, op, root, c, s))
 }
 
 func (r *recorder) AlltoAll(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, c gpulib.Comm, s gpulib.Stream) error {
+	r.c.fr.Record(frCall(flightrec.AllToAll, count, dt, 0, r.size()))
 	return r.note(0, r.to().AlltoAll(send, recv, count, dt, c, s))
 }
 
 func (r *recorder) Gather(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
+	r.c.fr.Record(frCall(flightrec.Gather, count, dt, 0, r.size()))
 	return r.note(root, r.to().Gather(send, recv, count, dt, root, c, s))
 }
 
 func (r *recorder) Scatter(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
+	r.c.fr.Record(frCall(flightrec.Scatter, count, dt, 0, r.size()))
 	return r.note(root, r.to().Scatter(send, recv, count, dt, root, c, s))
 }
 
 func (r *recorder) Send(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, c gpulib.Comm, s gpulib.Stream) error {
+	r.c.fr.Record(frCall(flightrec.Send, count, dt, peer, r.size()))
 	return r.note(peer, r.to().Send(buf, count, dt, peer, c, s))
 }
 
 func (r *recorder) Recv(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, c gpulib.Comm, s gpulib.Stream) error {
+	r.c.fr.Record(frCall(flightrec.Recv, count, dt, peer, r.size()))
 	return r.note(peer, r.to().Recv(buf, count, dt, peer, c, s))
 }
+
+// size is the recording communicator's size (the flight recorder's gathers).
+func (r *recorder) size() int { return r.c.world }
 
 // grouped reports whether an operation's calls go into a group.
 func grouped(to ncclOps) bool {
@@ -526,7 +540,12 @@ func (c *Communicator) launched(wait, inProgress bool) error {
 		c.wd.enqueued()
 	}
 	if wait {
-		return c.wait(bg, core.OpGroupEnd, -1, bounded)
+		last := c.fr.Last()
+		err := c.wait(bg, core.OpGroupEnd, -1, bounded)
+		if err == nil {
+			c.fr.CompletedThrough(last)
+		}
+		return err
 	}
 	return nil
 }

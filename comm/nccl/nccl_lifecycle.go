@@ -116,6 +116,7 @@ func (c *Communicator) fail(err error) error {
 	c.faultMu.Unlock()
 	if first {
 		c.cfg.Log.Warn("comm: communicator failed", "rank", c.rank, "err", err)
+		c.dump("failure")
 	}
 	if errors.Is(err, comm.ErrUnhealthy) {
 		return err
@@ -146,7 +147,14 @@ func (c *Communicator) Close() error {
 	c.interrupt.Store(interruptClose) // a reconnect holding the communicator gives up
 	c.cancelOnClose()
 	c.wd.shutdown()
-	return c.shutdown(c.onClose)
+	err := c.shutdown(c.onClose)
+	if c.faulted.Load() || err != nil {
+		c.dump("close after a failure")
+	}
+	if c.ownsRec {
+		c.rec.Close()
+	}
+	return err
 }
 
 // shutdown interrupts waiting operations, takes the communicator exclusively and tears

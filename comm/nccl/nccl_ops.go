@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/comm/flightrec"
 	"github.com/ncclgo/ncclgo/comm/internal/core"
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
@@ -82,6 +83,10 @@ func (c *Communicator) enqueue(op string, bytes int, kind opKind, call func(to n
 	}
 	c.mu.Lock()
 	err := call(c.direct)
+	var last flightrec.ID // what a completed wait completes, under mu: no record of others after it
+	if c.fr != nil && kind == blocking {
+		last = c.fr.Last()
+	}
 	c.mu.Unlock()
 	if c.wd != nil && kind != untimed {
 		c.wd.enqueued()
@@ -90,7 +95,11 @@ func (c *Communicator) enqueue(op string, bytes int, kind opKind, call func(to n
 		return err
 	}
 	if kind == blocking {
-		return c.waitDone(op, bytes)
+		err := c.waitDone(op, bytes)
+		if err == nil {
+			c.fr.CompletedThrough(last)
+		}
+		return err
 	}
 	return nil
 }
@@ -185,8 +194,10 @@ func (b *Backend) AllReduce(ptr comm.DevicePtr, bytes int) error {
 		return c.captureErr(core.OpAllReduce, bytes, c.stream, capturing, err)
 	}
 	p := c.buf(ptr)
+	n := uint64(bytes / b.size)
 	c.mu.Lock()
-	err := c.d.AllReduce(p, p, uint64(bytes/b.size), gpulib.DataType(b.elem), gpulib.Sum, c.comm, c.stream)
+	id := c.fr.Record(flightrec.Call{Op: flightrec.AllReduce, In: int64(n), Out: int64(n), Type: frType(gpulib.DataType(b.elem))})
+	err := c.d.AllReduce(p, p, n, gpulib.DataType(b.elem), gpulib.Sum, c.comm, c.stream)
 	c.mu.Unlock()
 	if c.wd != nil {
 		c.wd.enqueued()
@@ -198,11 +209,16 @@ func (b *Backend) AllReduce(ptr comm.DevicePtr, bytes int) error {
 	if err == nil && done {
 		res, err := c.d.CommGetAsyncError(c.comm)
 		if asyncOK(res, err) {
+			c.fr.CompletedLater(id) // no second lock: noted by the next record or a dump
 			return nil
 		}
 		return c.opErr(core.OpAllReduce, bytes, c.asyncFailure(c.comm, res, err))
 	}
-	return c.waitFrom(core.OpAllReduce, bytes, done, err)
+	if err := c.waitFrom(core.OpAllReduce, bytes, done, err); err != nil {
+		return err
+	}
+	c.fr.CompletedLater(id) // no second lock: noted by the next record or a dump
+	return nil
 }
 
 // allReduce is AllReduce through guard.reduce and enqueue: invalid arguments, a group
@@ -507,7 +523,12 @@ func (c *Communicator) Sync(ctx context.Context) error {
 	if err := c.refuseCapture(core.OpSync, -1, c.stream); err != nil {
 		return err
 	}
-	return c.waitShared(ctx, core.OpSync, -1, bounded)
+	last := c.fr.Last()
+	err := c.waitShared(ctx, core.OpSync, -1, bounded)
+	if err == nil {
+		c.fr.CompletedThrough(last)
+	}
+	return err
 }
 
 // Barrier all-reduces one int32 across ranks and waits for it: no rank returns before

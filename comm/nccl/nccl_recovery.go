@@ -369,5 +369,6 @@ func (c *Communicator) Shrink(ctx context.Context, exclude []int, abort bool) (*
 	if err := child.adopt(comm, rank, world); err != nil {
 		return nil, err
 	}
+	c.shrunk(child, exclude)
 	return child, nil
 }

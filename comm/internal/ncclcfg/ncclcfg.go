@@ -26,6 +26,9 @@ type Config struct {
 	Job        JobConfig     // Connect and JoinJob (job.go)
 	Watch      WatchConfig   // the health watchdog (watchdog.go)
 	Nccl       Settings      // ncclConfig_t fields (config_nccl.go)
+	// FlightRec is the flight recorder's ring size per communicator
+	// (nccl.WithFlightRecorder): -1 the default (the environment's, else off), 0 off.
+	FlightRec int
 }
 
 // defaults is the configuration before options.
@@ -39,6 +42,7 @@ func Defaults() Config {
 		Device:    -1,
 
 		TwoRankMax: DefaultTwoRankThreshold,
+		FlightRec:  -1,
 	}
 }
 

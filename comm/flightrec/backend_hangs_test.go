@@ -1,0 +1,138 @@
+package flightrec_test
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/comm/commtest"
+	"github.com/ncclgo/ncclgo/comm/flightrec"
+	"github.com/ncclgo/ncclgo/comm/nccl"
+)
+
+// The timeout of the hung ranks' operations: the hang ends in it, and the operations
+// before the hang complete well within it.
+const hangTimeout = 3 * time.Second
+
+// simJob is a job of n ranks of the NCCL backend on the simulator (commtest), whose
+// flight recorders dump into dir.
+type simJob struct {
+	t   testing.TB
+	c   *commtest.Cluster
+	b   []*nccl.Backend
+	buf []comm.DevicePtr
+}
+
+func newSimJob(t testing.TB, dir string, n int) *simJob {
+	t.Helper()
+	t.Setenv("NCCLGO_FR_DUMP_FILE", filepath.Join(dir, "nccl_trace_rank_"))
+	t.Setenv("NCCLGO_FR_BUFFER_SIZE", "64") // the recorder is off by default
+	c, err := commtest.NewCluster(n, commtest.WithCommOptions(nccl.WithElementType(comm.Float32), nccl.WithTimeout(hangTimeout)))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	j := &simJob{t: t, c: c}
+	for r := range n {
+		b, err := c.NCCL(r)
+		require.NoError(t, err)
+		require.NotNil(t, b.FlightRecorder(), "NCCLGO_FR_BUFFER_SIZE did not turn the flight recorder on")
+		p, err := c.Alloc(r, 8192)
+		require.NoError(t, err)
+		j.b, j.buf = append(j.b, b), append(j.buf, p)
+	}
+	return j
+}
+
+// each runs f on every rank listed (all when none), concurrently, and returns their
+// errors by rank.
+func (j *simJob) each(f func(r int, b *nccl.Backend) error, ranks ...int) []error {
+	if len(ranks) == 0 {
+		for r := range j.b {
+			ranks = append(ranks, r)
+		}
+	}
+	errs := make([]error, len(j.b))
+	var wg sync.WaitGroup
+	for _, r := range ranks {
+		wg.Go(func() { errs[r] = f(r, j.b[r]) })
+	}
+	wg.Wait()
+	return errs
+}
+
+// steps runs k all-reduces of 1024 floats on every rank, all of which succeed.
+func (j *simJob) steps(k int) {
+	for range k {
+		for r, err := range j.each(func(r int, b *nccl.Backend) error { return b.AllReduce(j.buf[r], 4096) }) {
+			require.NoError(j.t, err, "rank %d", r)
+		}
+	}
+}
+
+// dumpOnDemand writes the dumps of ranks that did not fail (an operator's signal).
+func (j *simJob) dumpOnDemand(ranks ...int) {
+	for _, r := range ranks {
+		_, err := j.b[r].FlightRecorder().WriteFile()
+		require.NoError(j.t, err)
+	}
+}
+
+// Hangs produced by the NCCL backend itself on the simulator: the failing ranks dump
+// on their timeout or error, the others on demand; commtrace's verdict (Analyze) and
+// torch 2.14's fr_trace must name the same rank and operation.
+var backendHangs = []flightrec.Hang{
+	flightrec.NewHang("a rank skips a collective", func(t testing.TB, dir string) {
+		j := newSimJob(t, dir, 4)
+		j.steps(2)
+		errs := j.each(func(r int, b *nccl.Backend) error { return b.AllReduce(j.buf[r], 4096) }, 0, 1, 2)
+		for r := range 3 {
+			require.ErrorIs(t, errs[r], comm.ErrTimeout, "rank %d", r)
+		}
+		j.dumpOnDemand(3)
+	}, flightrec.Missing, "0", []int{0, 1, 2, 3}, 3, "all_reduce"),
+
+	flightrec.NewHang("a rank calls with another count", func(t testing.TB, dir string) {
+		j := newSimJob(t, dir, 4)
+		j.steps(2)
+		errs := j.each(func(r int, b *nccl.Backend) error {
+			if r == 2 {
+				return b.AllReduce(j.buf[r], 2048)
+			}
+			return b.AllReduce(j.buf[r], 4096)
+		})
+		for r, err := range errs {
+			require.Error(t, err, "rank %d", r)
+		}
+	}, flightrec.Mismatch, "0", []int{0, 1, 2, 3}, 2, "all_reduce"),
+
+	flightrec.NewHang("a rank dies", func(t testing.TB, dir string) {
+		j := newSimJob(t, dir, 4)
+		j.steps(2)
+		require.NoError(t, j.c.Kill(3))
+		errs := j.each(func(r int, b *nccl.Backend) error { return b.AllReduce(j.buf[r], 4096) }, 0, 1, 2)
+		for r := range 3 {
+			require.Error(t, errs[r], "rank %d", r)
+		}
+	}, flightrec.NoDump, "0", []int{0, 1, 2, 3}, 3, "all_reduce"),
+
+	flightrec.NewHang("a send without its receive", func(t testing.TB, dir string) {
+		j := newSimJob(t, dir, 2)
+		j.steps(2)
+		c := j.b[0].Communicator()
+		require.NoError(t, c.Send(j.buf[0], 16, comm.Float32, 1, 0))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		require.ErrorIs(t, c.Sync(ctx), comm.ErrTimeout)
+		j.dumpOnDemand(1)
+	}, flightrec.Unmatched, "0", []int{0, 1}, 1, "send"),
+}
+
+func TestBackendHangsBothAnalyzersAgree(t *testing.T) {
+	for _, h := range backendHangs {
+		t.Run(flightrec.HangName(h), func(t *testing.T) { flightrec.AgreeOnHang(t, h) })
+	}
+}

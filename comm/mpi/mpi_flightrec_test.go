@@ -1,0 +1,78 @@
+//go:build cgo
+
+package mpi_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/comm/flightrec"
+	"github.com/ncclgo/ncclgo/comm/mpi"
+)
+
+// TestMPIFlightRecorder runs three ranks that all-reduce on the world, split it by
+// parity and all-gather in each part, then rank 0 sends to rank 1, which never
+// receives; every rank dumps. The dumps name the world and both parts of the split
+// (one name, told apart by their world ranks), the operations as "gloo:..." with
+// MPI's blocking states, and Analyze names the send without its receive, and nothing
+// else.
+func TestMPIFlightRecorder(t *testing.T) {
+	const env = "NCCLGO_FR_DUMP_FILE"
+	if inRank(t) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c, err := mpi.New(ctx, mpi.WithFlightRecorder(16), mpi.WithCloseTimeout(time.Second))
+		require.NoError(t, err)
+		require.NotNil(t, c.FlightRecorder())
+		buf := make([]float32, 8)
+		ptr := comm.DevicePtr(uintptr(unsafe.Pointer(&buf[0])))
+		require.NoError(t, c.AllReduce(ptr, 4, comm.Float32, comm.Sum))
+		part, err := c.Split(ctx, c.Rank()%2, c.Rank())
+		require.NoError(t, err)
+		require.NoError(t, part.AllGather(ptr, ptr+16, 1, comm.Float32))
+		if c.Rank() == 0 {
+			require.NoError(t, c.Send(ptr, 2, comm.Float32, 1, 7))
+		}
+		_, err = c.FlightRecorder().WriteFile()
+		require.NoError(t, err)
+		require.NoError(t, part.Close())
+		_ = c.Close() // rank 0's send is still pending: canceled
+		return
+	}
+	dir := t.TempDir()
+	runMPI(t, 3, t.Name(), env+"="+filepath.Join(dir, "rank_"))
+	traces, err := flightrec.ReadDir(dir, "")
+	require.NoError(t, err)
+	require.Len(t, traces, 3)
+	for _, tr := range traces {
+		require.Equal(t, []int{0, 1, 2}, tr.Groups["mpi:0"].Ranks)
+		require.Equal(t, "gloo:all_reduce", tr.Entries[0].ProfilingName)
+		require.Equal(t, "completed", tr.Entries[0].State, "the next operation completed it")
+	}
+	vs := flightrec.Analyze(traces)
+	var parts []string
+	var problem *flightrec.Verdict
+	for i, v := range vs {
+		if v.Group.Name == "mpi:0:split1" {
+			parts = append(parts, fmt.Sprint(v.Group.Ranks))
+			require.Empty(t, v.Problem, "%+v", v)
+		}
+		if v.Problem != "" {
+			problem = &vs[i]
+		}
+	}
+	require.ElementsMatch(t, []string{"[0 2]", "[1]"}, parts)
+	require.NotNil(t, problem, "no verdict names the send")
+	require.Equal(t, "mpi:0", problem.Group.Name)
+	require.Equal(t, flightrec.Unmatched, problem.Problem)
+	require.Equal(t, []int{1}, problem.Culprits)
+	_ = os.RemoveAll(dir)
+}

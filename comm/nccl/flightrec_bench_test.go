@@ -1,0 +1,79 @@
+//go:build cgo
+
+package nccl
+
+import (
+	"context"
+	"runtime"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/comm/flightrec"
+)
+
+// newStubNCCLRec is newStubNCCL with the flight recorder set to entries (0: off).
+func newStubNCCLRec(tb testing.TB, entries int) *Backend {
+	tb.Helper()
+	b, err := newNCCL(context.Background(), stubDriver{}, comm.UniqueID{}, 0, 2,
+		newConfig([]Option{bf16, quiet, WithFlightRecorder(entries)}))
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// BenchmarkFlightRecorderCost is the flight recorder's cost per operation: the same
+// calls over stubDriver (which calls nothing, so comm's work alone) on a backend with
+// the recorder on (flightrec.DefaultEntries) and one with it off, alternating in
+// blocks of 64 in the same run. on-minus-off-ns/op is the target's figure (at most
+// 20 ns), on-allocs/op must be 0. AllReduce is Backend.AllReduce (its written-out
+// path); group=N is a GroupStart, N sends and receives, GroupEnd, per operation.
+func BenchmarkFlightRecorderCost(b *testing.B) {
+	type path struct {
+		name string
+		ops  int
+		run  func(nb *Backend)
+	}
+	paths := []path{{"AllReduce", 1, func(nb *Backend) { _ = nb.AllReduce(p, 4096) }}}
+	for _, n := range []int{1, 8, 64} {
+		paths = append(paths, path{"group=" + strconv.Itoa(n), n, func(nb *Backend) { commP2PGroup(nb, n) }})
+	}
+	for _, pt := range paths {
+		b.Run(pt.name, func(b *testing.B) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			on, off := newStubNCCLRec(b, flightrec.DefaultEntries), newStubNCCLRec(b, 0)
+			if on.FlightRecorder() == nil || off.FlightRecorder() != nil {
+				b.Fatal("recorder not on (or not off) as configured")
+			}
+			runOn, runOff := func() { pt.run(on) }, func() { pt.run(off) }
+			runOn()
+			runOff()
+			allocs := testing.AllocsPerRun(100, runOn)
+			b.ResetTimer()
+			per := alternate3(b.N, 64, [3]func(int){
+				repeat(runOn), repeat(runOff), repeat(runOn),
+			})
+			b.StopTimer()
+			k := float64(pt.ops)
+			onNs := median(append(slices.Clone(per[0]), per[2]...)) / k
+			offNs := median(slices.Clone(per[1])) / k
+			b.ReportMetric(onNs, "on-ns/op")
+			b.ReportMetric(offNs, "off-ns/op")
+			b.ReportMetric(onNs-offNs, "on-minus-off-ns/op")
+			b.ReportMetric(onNs/offNs, "on/off")
+			b.ReportMetric(allocs/k, "on-allocs/op")
+		})
+	}
+}
+
+func repeat(f func()) func(int) {
+	return func(n int) {
+		for range n {
+			f()
+		}
+	}
+}

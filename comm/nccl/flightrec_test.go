@@ -1,0 +1,85 @@
+package nccl
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/comm/flightrec"
+)
+
+// TestFlightRecorderDumpsOnFailure records operations through the backend's paths
+// (AllReduce's written-out path, enqueue, a group), then fails the communicator: the
+// failure writes the dump to the configured path, and it holds every operation in
+// order with the sequence numbers, sizes and types the calls had, the waited-for
+// all-reduces completed.
+func TestFlightRecorderDumpsOnFailure(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("NCCLGO_FR_DUMP_FILE", filepath.Join(dir, "rank_"))
+	b, err := newNCCL(context.Background(), stubDriver{}, comm.UniqueID{}, 0, 2,
+		newConfig([]Option{bf16, quiet, WithFlightRecorder(16), WithName("job")}))
+	require.NoError(t, err)
+	require.NotNil(t, b.FlightRecorder())
+	require.NoError(t, b.AllReduce(p, 4096))
+	require.NoError(t, b.AllReduce(p, 4096))
+	require.NoError(t, b.AllGather(p, p+8192, 64))
+	require.NoError(t, b.GroupStart())
+	require.NoError(t, b.SendTo(p, 8, 1, 3))
+	require.NoError(t, b.RecvFrom(p, 8, 1, 3))
+	require.NoError(t, b.GroupEnd())
+
+	b.c.fail(errors.New("injected failure"))
+	tr, err := flightrec.ReadFile(filepath.Join(dir, "rank_0"))
+	require.NoError(t, err)
+	require.Equal(t, []int{0, 1}, tr.Groups["job"].Ranks)
+	var names, states []string
+	var coll, p2p []int64
+	for _, e := range tr.Entries {
+		names = append(names, e.ProfilingName)
+		states = append(states, e.State)
+		coll, p2p = append(coll, e.CollectiveSeq), append(p2p, e.P2PSeq)
+	}
+	assert.Equal(t, []string{"nccl:all_reduce", "nccl:all_reduce", "nccl:all_gather", "nccl:send 0->1", "nccl:recv 0<-1"}, names)
+	assert.Equal(t, []int64{1, 2, 3, 3, 3}, coll)
+	assert.Equal(t, []int64{0, 0, 0, 1, 2}, p2p)
+	assert.Equal(t, []string{"completed", "completed", "completed"}, states[:3])
+	assert.Equal(t, [][]int64{{2048}}, tr.Entries[0].InputSizes)
+	assert.Equal(t, []string{"BFloat16"}, tr.Entries[0].InputTypes)
+	assert.Equal(t, [][]int64{{128}}, tr.Entries[2].OutputSizes) // 64 bytes from each of 2 ranks
+
+	_ = b.Close() // a failed communicator: Close dumps again
+	_, err = flightrec.ReadFile(filepath.Join(dir, "rank_0"))
+	require.NoError(t, err)
+}
+
+// TestFlightRecorderDefaults: off by default; the environment's size, and the option
+// over it, set it; 0 turns it off.
+func TestFlightRecorderDefaults(t *testing.T) {
+	for _, n := range flightrec.EnvEntries {
+		t.Setenv(n, "")
+		os.Unsetenv(n)
+	}
+	size := func(opts ...Option) int {
+		b, err := newNCCL(context.Background(), stubDriver{}, comm.UniqueID{}, 0, 2, newConfig(append([]Option{bf16, quiet}, opts...)))
+		require.NoError(t, err)
+		defer b.Close()
+		if b.FlightRecorder() == nil {
+			return 0
+		}
+		return b.FlightRecorder().Config().Entries
+	}
+	assert.Equal(t, 0, size())
+	assert.Equal(t, flightrec.DefaultEntries, size(WithFlightRecorder(flightrec.DefaultEntries)))
+	assert.Equal(t, 0, size(WithFlightRecorder(0)))
+	t.Setenv("TORCH_FR_BUFFER_SIZE", "7")
+	assert.Equal(t, 7, size())
+	assert.Equal(t, 9, size(WithFlightRecorder(9)))
+	t.Setenv("TORCH_FR_BUFFER_SIZE", "0")
+	assert.Equal(t, 0, size())
+}

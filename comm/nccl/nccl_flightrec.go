@@ -1,0 +1,221 @@
+package nccl
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/ncclgo/ncclgo/comm/flightrec"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
+	"github.com/ncclgo/ncclgo/comm/internal/ncclcfg"
+)
+
+// The flight recorder (package flightrec): one Recorder per world communicator (New,
+// Connect, Job.NewNCCL), shared by the communicators shrunk from it; each
+// communicator registers its ring. Operations are recorded when they are enqueued:
+// outside a group through frOps (Communicator.direct) and AllReduce's written-out
+// path, inside a group by the group's recorder as each call is recorded. A blocking
+// operation whose wait ends with the stream drained marks everything recorded up to it
+// completed. The first failure (a timeout, an asynchronous error) writes the dump, and
+// Close after a failure writes it again.
+
+// WithFlightRecorder sets how many operations the flight recorder keeps per
+// communicator (0 turns it off; flightrec.DefaultEntries, 512, is a good size).
+// Without the option the recorder is off unless the environment sets a size
+// (NCCLGO_FR_BUFFER_SIZE,
+// TORCH_FR_BUFFER_SIZE or TORCH_NCCL_TRACE_BUFFER_SIZE; the dump's path from
+// NCCLGO_FR_DUMP_FILE, TORCH_FR_DUMP_TEMP_FILE or TORCH_NCCL_DEBUG_INFO_TEMP_FILE: see
+// package flightrec). A negative n is the default. The option wins over the
+// environment. Its cost: about 14 ns per grouped operation and 23 ns per AllReduce
+// (BenchmarkFlightRecorderCost), no allocation; it is off by default because the
+// AllReduce figure misses the 20 ns budget comm set for an always-on recorder.
+func WithFlightRecorder(n int) Option {
+	return func(c *ncclcfg.Config) {
+		if n < 0 {
+			n = -1
+		}
+		c.FlightRec = n
+	}
+}
+
+// FlightRecorder returns the communicator's flight recorder, nil when it is off: Dump
+// and WriteFile write its dump on demand, DumpOnSignal on a signal.
+func (c *Communicator) FlightRecorder() *flightrec.Recorder { return c.rec }
+
+// FlightRecorder returns the backend's flight recorder (see
+// Communicator.FlightRecorder).
+func (b *Backend) FlightRecorder() *flightrec.Recorder { return b.c.rec }
+
+// startRecorder makes the recorder of a world communicator and registers c. A
+// configuration the environment breaks is logged and leaves the recorder off.
+func (c *Communicator) startRecorder() {
+	// Off unless asked for: its cost on AllReduce's path (about 23 ns,
+	// BenchmarkFlightRecorderCost) misses the 20 ns target for on by default.
+	cfg, err := flightrec.ConfigFromEnv(flightrec.Config{LibVersion: versionString(c.version)})
+	if err != nil {
+		c.cfg.Log.Warn("comm: flight recorder off", "rank", c.rank, "err", err)
+		return
+	}
+	if c.cfg.FlightRec >= 0 {
+		cfg.Entries = c.cfg.FlightRec
+	}
+	rec, err := flightrec.New(cfg, c.global)
+	if err != nil || rec == nil {
+		if err != nil {
+			c.cfg.Log.Warn("comm: flight recorder off", "rank", c.rank, "err", err)
+		}
+		return
+	}
+	ranks := make([]int, c.world)
+	for i := range ranks {
+		ranks[i] = i
+	}
+	name := c.cfg.Name
+	if name == "" {
+		name = "0" // PyTorch's name for its default process group
+	}
+	c.rec, c.ownsRec = rec, true
+	c.register(name, "default_pg", 0, ranks)
+}
+
+// register adds c's ring to its recorder (c.rec) under name, with the global ranks of
+// its members in rank order.
+func (c *Communicator) register(name, desc string, id int, ranks []int) {
+	fc, err := c.rec.Comm(flightrec.Group{Name: name, Desc: desc, ID: id, Ranks: ranks,
+		Backend: "nccl", Timeout: c.cfg.Timeout})
+	if err != nil {
+		c.cfg.Log.Warn("comm: flight recorder: communicator not recorded", "rank", c.rank, "err", err)
+		return
+	}
+	c.fr, c.frName, c.frRanks = fc, name, ranks
+	c.direct = frOps{d: c.d, fr: fc, n: len(ranks)}
+}
+
+// shrunk registers child, shrunk from c without the ranks in exclude (comm ranks of
+// c), in c's recorder: its members are c's in order, less the excluded.
+func (c *Communicator) shrunk(child *Communicator, exclude []int) {
+	if c.fr == nil {
+		return
+	}
+	out := make(map[int]bool, len(exclude))
+	for _, r := range exclude {
+		out[r] = true
+	}
+	var ranks []int
+	for i, g := range c.frRanks {
+		if !out[i] {
+			ranks = append(ranks, g)
+		}
+	}
+	n := c.children.Add(1)
+	child.rec = c.rec
+	child.register(c.frName+":shrink"+strconv.Itoa(int(n)), "shrink", int(n), ranks)
+}
+
+// dump writes the recorder's dump after a failure (why says which, logged with the
+// path).
+func (c *Communicator) dump(why string) {
+	if c.rec == nil {
+		return
+	}
+	path, err := c.rec.WriteFile()
+	if err != nil {
+		c.cfg.Log.Error("comm: flight recorder dump failed", "rank", c.rank, "reason", why, "err", err)
+		return
+	}
+	c.cfg.Log.Warn("comm: flight recorder dumped", "rank", c.rank, "reason", why, "path", path)
+}
+
+// frType is flightrec's name of an NCCL data type (NCCL's numbering plus one).
+func frType(dt gpulib.DataType) flightrec.DType {
+	if dt < 0 || dt > gpulib.Float8e5m2 {
+		return flightrec.NoType
+	}
+	return flightrec.DType(dt + 1)
+}
+
+// frCall is the record of one NCCL call of n elements of dt. AllGather's n is its
+// send count, ReduceScatter's its receive count: world gives the other side.
+func frCall(op flightrec.Op, n uint64, dt gpulib.DataType, peer, world int) flightrec.Call {
+	in, out := int64(n), int64(n)
+	switch op {
+	case flightrec.AllGather:
+		out *= int64(world)
+	case flightrec.ReduceScatter, flightrec.AllToAll:
+		in *= int64(world)
+		if op == flightrec.AllToAll {
+			out = in
+		}
+	}
+	return flightrec.Call{Op: op, Peer: peer, In: in, Out: out, Type: frType(dt)}
+}
+
+// frOps is Communicator.direct while the recorder is on: it records each call, then
+// makes it.
+type frOps struct {
+	d  gpulib.Driver
+	fr *flightrec.Comm
+	n  int // the communicator's size
+}
+
+func (o frOps) AllReduce(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, op gpulib.RedOp, c gpulib.Comm, s gpulib.Stream) error {
+	o.fr.Record(frCall(flightrec.AllReduce, count, dt, 0, 0))
+	return o.d.AllReduce(send, recv, count, dt, op, c, s)
+}
+
+func (o frOps) Broadcast(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
+	o.fr.Record(frCall(flightrec.Broadcast, count, dt, 0, 0))
+	return o.d.Broadcast(send, recv, count, dt, root, c, s)
+}
+
+func (o frOps) AllGather(send, recv gpulib.Ptr, sendCount uint64, dt gpulib.DataType, c gpulib.Comm, s gpulib.Stream) error {
+	o.fr.Record(frCall(flightrec.AllGather, sendCount, dt, 0, o.n))
+	return o.d.AllGather(send, recv, sendCount, dt, c, s)
+}
+
+func (o frOps) ReduceScatter(send, recv gpulib.Ptr, recvCount uint64, dt gpulib.DataType, op gpulib.RedOp, c gpulib.Comm, s gpulib.Stream) error {
+	o.fr.Record(frCall(flightrec.ReduceScatter, recvCount, dt, 0, o.n))
+	return o.d.ReduceScatter(send, recv, recvCount, dt, op, c, s)
+}
+
+func (o frOps) Reduce(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, op gpulib.RedOp, root int, c gpulib.Comm, s gpulib.Stream) error {
+	o.fr.Record(frCall(flightrec.Reduce, count, dt, 0, 0))
+	return o.d.Reduce(send, recv, count, dt, op, root, c, s)
+}
+
+func (o frOps) AlltoAll(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, c gpulib.Comm, s gpulib.Stream) error {
+	o.fr.Record(frCall(flightrec.AllToAll, count, dt, 0, o.n))
+	return o.d.AlltoAll(send, recv, count, dt, c, s)
+}
+
+func (o frOps) Gather(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
+	o.fr.Record(frCall(flightrec.Gather, count, dt, 0, 0))
+	return o.d.Gather(send, recv, count, dt, root, c, s)
+}
+
+func (o frOps) Scatter(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
+	o.fr.Record(frCall(flightrec.Scatter, count, dt, 0, 0))
+	return o.d.Scatter(send, recv, count, dt, root, c, s)
+}
+
+func (o frOps) Send(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, c gpulib.Comm, s gpulib.Stream) error {
+	o.fr.Record(frCall(flightrec.Send, count, dt, peer, 0))
+	return o.d.Send(buf, count, dt, peer, c, s)
+}
+
+func (o frOps) Recv(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, c gpulib.Comm, s gpulib.Stream) error {
+	o.fr.Record(frCall(flightrec.Recv, count, dt, peer, 0))
+	return o.d.Recv(buf, count, dt, peer, c, s)
+}
+
+// DumpOnStoreKey writes the flight recorder's dump each time an operator sets the next
+// key of <key>/1, <key>/2, ... in the store s, checking every interval (0:
+// flightrec.DefaultKeyInterval), until Close (flightrec.Recorder.DumpOnKey). It does
+// nothing while the recorder is off. Job.NewNCCL (comm/job) calls it with the job's
+// store and job.DumpKey.
+func (b *Backend) DumpOnStoreKey(s flightrec.KeyChecker, key string, interval time.Duration) {
+	c := b.c
+	if c.rec == nil || s == nil {
+		return
+	}
+	c.rec.DumpOnKey(c.closing(), s, key, interval, c.cfg.Log)
+}
