@@ -15,8 +15,8 @@ import (
 	"github.com/ncclgo/ncclgo/comm/nccl"
 )
 
-// TestGroupOfAnEndedGoroutineIsNotInherited is defect 1 of issue 24: a goroutine that
-// opens a group and returns without closing it (an error path) must leave nothing that
+// TestGroupOfAnEndedGoroutineIsNotInherited checks that a goroutine that
+// opens a group and returns without closing it (an error path) leaves nothing that
 // another goroutine can see. The runtime reuses the records of ended goroutines, so
 // many later goroutines, each running one rank's blocking AllReduce, must all really
 // reduce (not return nil with the buffer unreduced because a group they never opened

@@ -137,7 +137,7 @@ func TestReduceOpNames(t *testing.T) {
 func TestOpErrorMessages(t *testing.T) {
 	cause := errors.New("ncclSystemError")
 	assert.EqualError(t, &comm.OpError{Op: "all-reduce", Bytes: 4096, Rank: 1, GlobalRank: 1, Err: cause}, "all-reduce of 4096 bytes on rank 1: ncclSystemError")
-	// Defect 4 of issue 24: the communicator's name and the global rank of a
+	// The communicator's name and the global rank of a
 	// sub-communicator's rank, and a timeout that says what waited.
 	assert.EqualError(t, &comm.OpError{Op: "sync", Bytes: -1, Rank: 0, GlobalRank: 1, Name: "tp", Err: cause},
 		`sync on rank 0 (global rank 1) of communicator "tp": ncclSystemError`)

@@ -19,7 +19,7 @@ import (
 	"github.com/ncclgo/ncclgo/raw/cuda/cudatest"
 )
 
-// TestGPUGroupValueAndInGroup runs the group API of issue 24 on the real GPU and
+// TestGPUGroupValueAndInGroup runs the group API (Group, InGroup) on the real GPU and
 // libraries, one rank: a Group with a send/recv exchange and an all-reduce submitted in
 // one crossing (the data checked on the host), the same Group reused, comm.InGroup's
 // discard when its function fails (nothing reaches NCCL, nothing stays open), and a

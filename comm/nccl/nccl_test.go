@@ -586,8 +586,8 @@ func TestGroupedOperationsDoNotAllocate(t *testing.T) {
 	assert.Zero(t, testing.AllocsPerRun(100, group))
 }
 
-// TestBackendsNeedAnElementType is defect 5 of issue 24: a backend created without an
-// element type summed float32 data as bfloat16, silently. Every constructor of a
+// TestBackendsNeedAnElementType: a backend created without an
+// element type used to sum float32 data as bfloat16, silently. Every constructor of a
 // Backend now fails without one, naming the option.
 func TestBackendsNeedAnElementType(t *testing.T) {
 	_, err := New(context.Background(), comm.UniqueID{}, 0, 1, quiet, ncclcfg.WithDriver(fakegpu.New()))
