@@ -744,11 +744,16 @@ func (c *Communicator) Sync(ctx context.Context) error {
 // it took over: if it spins, Go's sysmon preempts it within microseconds and it joins
 // the global run queue, behind all of them again. So once a nap has taken a slice
 // longer than asked (mpiContended: other goroutines hold the P), waits nap from their
-// first poll, until a nap returns on time.
+// first poll, until a nap returns on time. Every nap is followed by mpiPollsAfterNap
+// polls back to back: with Open MPI, a barrier whose last message arrived during a nap
+// usually completes only at the second MPI_Testall after it, and under contention each
+// further nap costs another slice (TestMPIWaitDoesNotStarve's late barriers took two
+// naps each with one poll, one nap with three).
 const (
-	mpiSpinFor = 200 * time.Microsecond
-	mpiNapMin  = 20 * time.Microsecond
-	mpiNapMax  = time.Millisecond
+	mpiPollsAfterNap = 3
+	mpiSpinFor       = 200 * time.Microsecond
+	mpiNapMin        = 20 * time.Microsecond
+	mpiNapMax        = time.Millisecond
 	// mpiContended is how much longer than asked a nap must take to say that other
 	// goroutines hold the Ps (a scheduling slice is 10 ms).
 	mpiContended = 3 * time.Millisecond
@@ -757,6 +762,7 @@ const (
 func (c *Communicator) wait(ctx context.Context, op string) error {
 	var start time.Time
 	nap := time.Duration(0)
+	again := 0 // polls left before the next nap
 	for {
 		if err := c.lock(op); err != nil {
 			return err
@@ -793,7 +799,10 @@ func (c *Communicator) wait(ctx context.Context, op string) error {
 			if c.contended.Load() {
 				nap = mpiNapMin
 			}
+		case again > 0:
+			again--
 		case nap > 0:
+			again = mpiPollsAfterNap - 1
 			before := time.Now()
 			time.Sleep(nap)
 			c.contended.Store(time.Since(before) > nap+mpiContended)

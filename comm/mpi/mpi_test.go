@@ -46,6 +46,12 @@ const (
 // when a rank fails. Without mpirun it skips, or fails under NCCLGO_STRICT.
 func runMPI(t *testing.T, np int, test string, env ...string) string {
 	t.Helper()
+	return runMPIBinary(t, os.Args[0], np, test, env...)
+}
+
+// runMPIBinary is runMPI with the ranks running the test binary bin.
+func runMPIBinary(t *testing.T, bin string, np int, test string, env ...string) string {
+	t.Helper()
 	mpirun, err := exec.LookPath("mpirun")
 	if err == nil {
 		err = rawmpi.Load()
@@ -64,7 +70,7 @@ func runMPI(t *testing.T, np int, test string, env ...string) string {
 		k, _, _ := strings.Cut(e, "=")
 		args = append(args, "-x", k)
 	}
-	args = append(args, os.Args[0], "-test.run=^"+test+"$", "-test.count=1", "-test.v")
+	args = append(args, bin, "-test.run=^"+test+"$", "-test.count=1", "-test.v")
 	cmd := exec.CommandContext(ctx, mpirun, args...)
 	cmd.Env = append(append(os.Environ(), mpiChildEnv+"="+test), env...)
 	out, err := cmd.CombinedOutput()
