@@ -129,14 +129,12 @@ func TestMPIWaitDoesNotStarve(t *testing.T) {
 }
 
 // testBinaryWithoutRace builds this package's tests without the race detector, with
-// the go command that runs the tests (GOROOT's, else PATH's).
+// PATH's go command (go test puts its own first).
 func testBinaryWithoutRace(t *testing.T) string {
 	t.Helper()
-	goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goCmd); err != nil {
-		if goCmd, err = exec.LookPath("go"); err != nil {
-			t.Fatalf("no go command to build the ranks without -race: %v", err)
-		}
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("no go command to build the ranks without -race: %v", err)
 	}
 	bin := filepath.Join(t.TempDir(), "mpi.test")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
