@@ -164,6 +164,40 @@ var backendHangs = []flightrec.Hang{
 		require.ErrorIs(t, c.Sync(ctx), comm.ErrTimeout)
 		j.dumpOnDemand(1)
 	}, flightrec.Unmatched, "0", []int{0, 1}, 1, "send"),
+
+	flightrec.NewHang("a grouped send and receive without their peer", func(t testing.TB, dir string) {
+		j := newSimJob(t, dir, 2)
+		j.steps(2)
+		c := j.b[0].Communicator()
+		require.NoError(t, c.GroupStart())
+		require.NoError(t, c.Send(j.buf[0], 16, comm.Float32, 1, 0))
+		require.NoError(t, c.Recv(j.buf[0]+4096, 16, comm.Float32, 1, 0))
+		require.NoError(t, c.GroupEnd())
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		require.ErrorIs(t, c.Sync(ctx), comm.ErrTimeout)
+		j.dumpOnDemand(1)
+	}, flightrec.Unmatched, "0", []int{0, 1}, 1, "send"),
+
+	flightrec.NewHang("a group of collectives where a rank's count differs", func(t testing.TB, dir string) {
+		j := newSimJob(t, dir, 4)
+		j.steps(2)
+		errs := j.each(func(r int, b *nccl.Backend) error {
+			n := 4096
+			if r == 2 {
+				n = 2048
+			}
+			return comm.InGroup(b, func() error {
+				if err := b.AllGather(j.buf[r], j.buf[r]+4096, 512); err != nil {
+					return err
+				}
+				return b.AllReduce(j.buf[r], n)
+			})
+		})
+		for r, err := range errs {
+			require.Error(t, err, "rank %d", r)
+		}
+	}, flightrec.Mismatch, "0", []int{0, 1, 2, 3}, 2, "all_reduce"),
 }
 
 // splitJob is a job of 8 ranks split by parity into two children of 4 ranks
