@@ -22,7 +22,11 @@ import (
 // is launched (threadGroup.flights), each communicator's as one coalesced group, and
 // not at all when the group is discarded. A blocking
 // operation whose wait ends with the stream drained marks everything recorded up to it
-// completed. The first failure (a timeout, an asynchronous error) writes the dump, and
+// completed, and so does each event of the watchdog (WithWatchdog) once it completes:
+// it notes the last record when it is recorded, under the driver lock that recording
+// and enqueueing hold. Nothing marks an operation started: the watchdog's events
+// follow batches of operations, and a guessed start would differ between ranks, which
+// torch's fr_trace reports as a state mismatch. The first failure (a timeout, an asynchronous error) writes the dump, and
 // Close after a failure writes it again.
 
 // WithFlightRecorder sets how many operations the flight recorder keeps per
@@ -99,8 +103,10 @@ func (c *Communicator) register(name, desc string, id int, ranks []int) {
 		c.cfg.Log.Warn("comm: flight recorder: communicator not recorded", "rank", c.rank, "err", err)
 		return
 	}
+	c.mu.Lock() // the watchdog, already running, reads fr under mu
 	c.fr, c.frName, c.frRanks = fc, name, ranks
 	c.direct = frOps{d: c.d, fr: fc, n: len(ranks)}
+	c.mu.Unlock()
 }
 
 // shrunk registers child, shrunk from c without the ranks in exclude (comm ranks of
