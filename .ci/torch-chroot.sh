@@ -50,8 +50,14 @@ build() {
 	if [ "$suite" = sid ]; then
 		echo 'Acquire::Check-Valid-Until "false";' >"$root.tmp/etc/apt/apt.conf.d/99ncclgo-valid-until"
 	fi
-	# Inside: only apt, no service starts.
-	chroot "$root.tmp" /bin/sh -c "apt-get -o Acquire::Check-Valid-Until=false update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-torch && apt-get clean"
+	# Inside: only apt, no service starts. sid also gets python3-tabulate: torch 2.14's
+	# fr_trace prints a coalesced group's mismatch with it and fails without it
+	# (components/utils.py has no fallback).
+	local pkgs=python3-torch
+	if [ "$suite" = sid ]; then
+		pkgs="$pkgs python3-tabulate"
+	fi
+	chroot "$root.tmp" /bin/sh -c "apt-get -o Acquire::Check-Valid-Until=false update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $pkgs && apt-get clean"
 	chroot "$root.tmp" python3 -c 'import torch, torch.distributed; print("torch", torch.__version__)'
 	touch "$root.tmp/.ncclgo-ready"
 	rm -rf "$root"

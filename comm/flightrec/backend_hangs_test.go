@@ -119,6 +119,41 @@ var backendHangs = []flightrec.Hang{
 		}
 	}, flightrec.NoDump, "0", []int{0, 1, 2, 3}, 3, "all_reduce"),
 
+	flightrec.NewHang("a mismatch inside a split communicator", func(t testing.TB, dir string) {
+		j, gather := splitJob(t, dir)
+		// Rank 5 gathers another size in the odd child; the even child goes on.
+		errs := j.each(func(r int, _ *nccl.Backend) error {
+			if r == 5 {
+				return gather(r, 512)
+			}
+			return gather(r, 256)
+		})
+		for r, err := range errs {
+			if r%2 == 1 {
+				require.Error(t, err, "rank %d", r)
+			} else {
+				require.NoError(t, err, "rank %d", r)
+			}
+		}
+		j.dumpOnDemand(0, 2, 4, 6)
+	}, flightrec.Mismatch, "0:split1:1", []int{1, 3, 5, 7}, 5, "all_gather"),
+
+	flightrec.NewHang("a rank skips a collective inside a split communicator", func(t testing.TB, dir string) {
+		j, gather := splitJob(t, dir)
+		// Rank 3 never gathers in the odd child; the even child goes on.
+		errs := j.each(func(r int, _ *nccl.Backend) error { return gather(r, 256) }, 0, 1, 2, 4, 5, 6, 7)
+		for r, err := range errs {
+			switch {
+			case r == 3:
+			case r%2 == 1:
+				require.ErrorIs(t, err, comm.ErrTimeout, "rank %d", r)
+			default:
+				require.NoError(t, err, "rank %d", r)
+			}
+		}
+		j.dumpOnDemand(0, 2, 3, 4, 6)
+	}, flightrec.Missing, "0:split1:1", []int{1, 3, 5, 7}, 3, "all_gather"),
+
 	flightrec.NewHang("a send without its receive", func(t testing.TB, dir string) {
 		j := newSimJob(t, dir, 2)
 		j.steps(2)
@@ -129,6 +164,61 @@ var backendHangs = []flightrec.Hang{
 		require.ErrorIs(t, c.Sync(ctx), comm.ErrTimeout)
 		j.dumpOnDemand(1)
 	}, flightrec.Unmatched, "0", []int{0, 1}, 1, "send"),
+
+	flightrec.NewHang("a grouped send and receive without their peer", func(t testing.TB, dir string) {
+		j := newSimJob(t, dir, 2)
+		j.steps(2)
+		c := j.b[0].Communicator()
+		require.NoError(t, c.GroupStart())
+		require.NoError(t, c.Send(j.buf[0], 16, comm.Float32, 1, 0))
+		require.NoError(t, c.Recv(j.buf[0]+4096, 16, comm.Float32, 1, 0))
+		require.NoError(t, c.GroupEnd())
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		require.ErrorIs(t, c.Sync(ctx), comm.ErrTimeout)
+		j.dumpOnDemand(1)
+	}, flightrec.Unmatched, "0", []int{0, 1}, 1, "send"),
+
+	flightrec.NewHang("a group of collectives where a rank's count differs", func(t testing.TB, dir string) {
+		j := newSimJob(t, dir, 4)
+		j.steps(2)
+		errs := j.each(func(r int, b *nccl.Backend) error {
+			n := 4096
+			if r == 2 {
+				n = 2048
+			}
+			return comm.InGroup(b, func() error {
+				if err := b.AllGather(j.buf[r], j.buf[r]+4096, 512); err != nil {
+					return err
+				}
+				return b.AllReduce(j.buf[r], n)
+			})
+		})
+		for r, err := range errs {
+			require.Error(t, err, "rank %d", r)
+		}
+	}, flightrec.Mismatch, "0", []int{0, 1, 2, 3}, 2, "all_reduce"),
+}
+
+// splitJob is a job of 8 ranks split by parity into two children of 4 ranks
+// ("0:split1:0" and "0:split1:1") that each gathered once; gather(r, bytes) makes rank
+// r's child gather bytes from each member.
+func splitJob(t testing.TB, dir string) (*simJob, func(r, bytes int) error) {
+	j := newSimJob(t, dir, 8)
+	j.steps(1)
+	kids := make([]*nccl.Backend, 8)
+	for r, err := range j.each(func(r int, b *nccl.Backend) (err error) {
+		kids[r], err = b.Split(context.Background(), r%2, r)
+		return err
+	}) {
+		require.NoError(t, err, "rank %d", r)
+		t.Cleanup(func() { _ = kids[r].Close() })
+	}
+	gather := func(r, bytes int) error { return kids[r].AllGather(j.buf[r], j.buf[r]+4096, bytes) }
+	for r, err := range j.each(func(r int, _ *nccl.Backend) error { return gather(r, 256) }) {
+		require.NoError(t, err, "rank %d", r)
+	}
+	return j, gather
 }
 
 func TestBackendHangsBothAnalyzersAgree(t *testing.T) {

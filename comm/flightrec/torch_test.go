@@ -83,6 +83,12 @@ var (
 	frMissing    = regexp.MustCompile(`(?m)^missing ranks: \{([\d, ]+)\}`)
 	frCulprit    = regexp.MustCompile(`Culprit rank (\d+);`)
 	frNoDump     = regexp.MustCompile(`Missing dump files from ranks \{([\d, ]+)\}`)
+	// A coalesced group of sends and receives that does not match: fr_trace names the
+	// ranks that posted no part of it, and prints the group's operations, the first
+	// unmatched one first (global ranks).
+	frMismatch = regexp.MustCompile(`(?m)^MISMATCH`)
+	frEmptyOps = regexp.MustCompile(`Rank (\d+) has an empty op list\.`)
+	frGroupOp  = regexp.MustCompile(`(?m)^(send|recv)\(s=(\d+) d=(\d+),`)
 )
 
 func intSet(s string) []int {
@@ -136,6 +142,23 @@ func agreeOnHang(t *testing.T, h hang) {
 		return
 	}
 	require.NoError(t, err, "fr_trace failed:\n%s", out)
+	if h.problem == Unmatched && frMismatch.MatchString(out) {
+		op := frGroupOp.FindStringSubmatch(out)
+		require.NotNil(t, op, "fr_trace prints no operation of the coalesced group")
+		require.Equal(t, h.op, op[1], "fr_trace names another operation")
+		peer := op[3] // a send's receiver, a receive's sender, did not post its part
+		if op[1] == "recv" {
+			peer = op[2]
+		}
+		require.Equal(t, strconv.Itoa(h.culprit), peer)
+		var empty []int
+		for _, e := range frEmptyOps.FindAllStringSubmatch(out, -1) {
+			n, _ := strconv.Atoi(e[1])
+			empty = append(empty, n)
+		}
+		require.Equal(t, []int{h.culprit}, empty, "fr_trace names other ranks without their part")
+		return
+	}
 	m := frCollective.FindStringSubmatch(out)
 	require.NotNil(t, m, "fr_trace found nothing wrong")
 	require.Equal(t, "nccl", m[1])

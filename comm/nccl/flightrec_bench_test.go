@@ -3,27 +3,13 @@
 package nccl
 
 import (
-	"context"
 	"runtime"
 	"slices"
 	"strconv"
 	"testing"
 
-	"github.com/stretchr/testify/require"
-
-	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/flightrec"
 )
-
-// newStubNCCLRec is newStubNCCL with the flight recorder set to entries (0: off).
-func newStubNCCLRec(tb testing.TB, entries int) *Backend {
-	tb.Helper()
-	b, err := newNCCL(context.Background(), stubDriver{}, comm.UniqueID{}, 0, 2,
-		newConfig([]Option{bf16, quiet, WithFlightRecorder(entries)}))
-	require.NoError(tb, err)
-	tb.Cleanup(func() { _ = b.Close() })
-	return b
-}
 
 // BenchmarkFlightRecorderCost is the flight recorder's cost per operation: the same
 // calls over stubDriver (which calls nothing, so comm's work alone) on a backend with

@@ -1,8 +1,10 @@
 package nccl
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -45,10 +47,14 @@ func TestFlightRecorderDumpsOnFailure(t *testing.T) {
 		states = append(states, e.State)
 		coll, p2p = append(coll, e.CollectiveSeq), append(p2p, e.P2PSeq)
 	}
-	assert.Equal(t, []string{"nccl:all_reduce", "nccl:all_reduce", "nccl:all_gather", "nccl:send 0->1", "nccl:recv 0<-1"}, names)
-	assert.Equal(t, []int64{1, 2, 3, 3, 3}, coll)
-	assert.Equal(t, []int64{0, 0, 0, 1, 2}, p2p)
+	// The group is one coalesced group: its calls share a p2p sequence number and
+	// are followed by the coalesced entry, as PyTorch records a batch of sends and
+	// receives.
+	assert.Equal(t, []string{"nccl:all_reduce", "nccl:all_reduce", "nccl:all_gather", "nccl:send 0->1", "nccl:recv 0<-1", "nccl:coalesced"}, names)
+	assert.Equal(t, []int64{1, 2, 3, 3, 3, 3}, coll)
+	assert.Equal(t, []int64{0, 0, 0, 1, 1, 1}, p2p)
 	assert.Equal(t, []string{"completed", "completed", "completed"}, states[:3])
+	assert.Equal(t, []string{states[5], states[5]}, states[3:5], "the group's calls share its state")
 	assert.Equal(t, [][]int64{{2048}}, tr.Entries[0].InputSizes)
 	assert.Equal(t, []string{"BFloat16"}, tr.Entries[0].InputTypes)
 	assert.Equal(t, [][]int64{{128}}, tr.Entries[2].OutputSizes) // 64 bytes from each of 2 ranks
@@ -82,4 +88,56 @@ func TestFlightRecorderDefaults(t *testing.T) {
 	assert.Equal(t, 9, size(WithFlightRecorder(9)))
 	t.Setenv("TORCH_FR_BUFFER_SIZE", "0")
 	assert.Equal(t, 0, size())
+}
+
+// newStubNCCLRec is newStubNCCL with the flight recorder set to entries (0: off).
+func newStubNCCLRec(tb testing.TB, entries int) *Backend {
+	tb.Helper()
+	b, err := newNCCL(context.Background(), stubDriver{}, comm.UniqueID{}, 0, 2,
+		newConfig([]Option{bf16, quiet, WithFlightRecorder(entries)}))
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// entriesOf reads what b's recorder holds now: each entry's profiling name and
+// sequence number (p2p or collective).
+func entriesOf(t *testing.T, b *Backend) []string {
+	t.Helper()
+	var buf bytes.Buffer
+	require.NoError(t, b.FlightRecorder().Dump(&buf))
+	tr, err := flightrec.ReadTrace(&buf)
+	require.NoError(t, err)
+	var out []string
+	for _, e := range tr.Entries {
+		out = append(out, fmt.Sprintf("%s #%d", e.ProfilingName, e.Seq()))
+	}
+	return out
+}
+
+// A group's calls are recorded per communicator as one coalesced group when the group
+// is launched (GroupEnd or a Group's Submit), each communicator with its own sequence
+// numbers; a discarded group is not recorded (it never reached NCCL).
+func TestFlightRecorderCoalescesGroups(t *testing.T) {
+	a, b := newStubNCCLRec(t, 32), newStubNCCLRec(t, 32)
+
+	require.NoError(t, a.GroupStart())
+	require.NoError(t, a.SendTo(p, 8, 1, 3))
+	require.NoError(t, a.DiscardGroup())
+	assert.Empty(t, entriesOf(t, a), "a discarded group was recorded")
+
+	require.NoError(t, a.GroupStart())
+	require.NoError(t, a.AllReduce(p, 4096))
+	require.NoError(t, b.SendTo(p, 8, 1, 3))
+	require.NoError(t, a.AllGather(p, p+8192, 64))
+	require.NoError(t, b.RecvFrom(p, 8, 1, 3))
+	assert.Empty(t, entriesOf(t, a), "recorded before the launch")
+	require.NoError(t, a.GroupEnd())
+
+	g := NewGroup()
+	require.NoError(t, g.Add(func() error { return b.SendTo(p, 8, 1, 3) }))
+	require.NoError(t, g.Submit())
+
+	assert.Equal(t, []string{"nccl:all_reduce #1", "nccl:all_gather #1", "nccl:coalesced #1"}, entriesOf(t, a))
+	assert.Equal(t, []string{"nccl:send 0->1 #1", "nccl:recv 0<-1 #1", "nccl:coalesced #1", "nccl:send 0->1 #2"}, entriesOf(t, b))
 }

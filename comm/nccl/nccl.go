@@ -140,7 +140,7 @@ type Communicator struct {
 	evAhead gpulib.Event // recorded before it, after work the watchdog had not marked
 	cmdAt   int64        // UnixNano the command receive was enqueued (under mu)
 	aheadAt int64        // UnixNano of the first work evAhead covers; 0 for none (under mu)
-	scratch gpulib.Ptr   // 8 device bytes: Barrier's operand, zero-size operations' pointer
+	scratch gpulib.Ptr   // scratchBytes device bytes: Barrier's operand, zero-size operations' pointer
 
 	faultMu sync.Mutex
 	fault   error
@@ -165,15 +165,18 @@ type Communicator struct {
 	onClose func(ctx context.Context, note func(string, error))
 
 	// rec is the flight recorder (nccl_flightrec.go), shared with the communicators
-	// shrunk from this one; ownsRec says this one closes it. fr is this
+	// shrunk or split from this one; ownsRec says this one closes it. fr is this
 	// communicator's ring, frName and frRanks its name and members' global ranks.
 	// children counts the shrinks made from it. nil and zero while the recorder is off.
+	// splits counts the Splits made from it, recorder or not (every rank of it makes
+	// each Split, so the count names a split alike on every rank).
 	rec      *flightrec.Recorder
 	ownsRec  bool
 	fr       *flightrec.Comm
 	frName   string
 	frRanks  []int
 	children atomic.Int32
+	splits   atomic.Int32
 
 	// wd is the health watchdog (WithWatchdog), nil without one. Set once in adopt.
 	wd *watchdog

@@ -1,21 +1,32 @@
 package nccl
 
 import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
+	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/flightrec"
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/comm/internal/ncclcfg"
 )
 
 // The flight recorder (package flightrec): one Recorder per world communicator (New,
-// Connect, Job.NewNCCL), shared by the communicators shrunk from it; each
+// Connect, Job.NewNCCL), shared by the communicators shrunk or split from it; each
 // communicator registers its ring. Operations are recorded when they are enqueued:
 // outside a group through frOps (Communicator.direct) and AllReduce's written-out
-// path, inside a group by the group's recorder as each call is recorded. A blocking
+// path; a group's calls are kept by the group's recorder and recorded when the group
+// is launched (threadGroup.flights), each communicator's as one coalesced group, and
+// not at all when the group is discarded. A blocking
 // operation whose wait ends with the stream drained marks everything recorded up to it
-// completed. The first failure (a timeout, an asynchronous error) writes the dump, and
+// completed, and so does each event of the watchdog (WithWatchdog) once it completes:
+// it notes the last record when it is recorded, under the driver lock that recording
+// and enqueueing hold. Nothing marks an operation started: the watchdog's events
+// follow batches of operations, and a guessed start would differ between ranks, which
+// torch's fr_trace reports as a state mismatch. The first failure (a timeout, an asynchronous error) writes the dump, and
 // Close after a failure writes it again.
 
 // WithFlightRecorder sets how many operations the flight recorder keeps per
@@ -25,9 +36,15 @@ import (
 // TORCH_FR_BUFFER_SIZE or TORCH_NCCL_TRACE_BUFFER_SIZE; the dump's path from
 // NCCLGO_FR_DUMP_FILE, TORCH_FR_DUMP_TEMP_FILE or TORCH_NCCL_DEBUG_INFO_TEMP_FILE: see
 // package flightrec). A negative n is the default. The option wins over the
-// environment. Its cost: about 14 ns per grouped operation and 23 ns per AllReduce
-// (BenchmarkFlightRecorderCost), no allocation; it is off by default because the
-// AllReduce figure misses the 20 ns budget comm set for an always-on recorder.
+// environment. Its cost (BenchmarkFlightRecorderCost), with no allocation: about
+// 22 ns per AllReduce, 20 ns for a group of one operation and 12 ns per operation in
+// a group of 8 or more (a group is recorded at its launch, under one lock); it is off
+// by default because the AllReduce figure misses the 20 ns budget comm set for an
+// always-on recorder. With
+// the recorder on, Split also learns its child's members (their global ranks, for
+// the dump): an all-gather of 8 bytes per member on the new child, two small host
+// copies and a wait for them, once per Split; a driver that cannot copy between host
+// and device leaves split children unrecorded.
 func WithFlightRecorder(n int) Option {
 	return func(c *ncclcfg.Config) {
 		if n < 0 {
@@ -86,8 +103,10 @@ func (c *Communicator) register(name, desc string, id int, ranks []int) {
 		c.cfg.Log.Warn("comm: flight recorder: communicator not recorded", "rank", c.rank, "err", err)
 		return
 	}
+	c.mu.Lock() // the watchdog, already running, reads fr under mu
 	c.fr, c.frName, c.frRanks = fc, name, ranks
 	c.direct = frOps{d: c.d, fr: fc, n: len(ranks)}
+	c.mu.Unlock()
 }
 
 // shrunk registers child, shrunk from c without the ranks in exclude (comm ranks of
@@ -109,6 +128,73 @@ func (c *Communicator) shrunk(child *Communicator, exclude []int) {
 	n := c.children.Add(1)
 	child.rec = c.rec
 	child.register(c.frName+":shrink"+strconv.Itoa(int(n)), "shrink", int(n), ranks)
+}
+
+// splitRecorder registers child, made by c's n-th Split with color, in c's recorder
+// under the name "<c's name>:split<n>:<color>" (alike on every member, distinct from
+// its siblings'), with its members' global ranks from an all-gather on the child
+// (exchangeRanks). A failed exchange is logged and leaves the child unrecorded (its
+// failures still dump the recorder, with the parent's ring); the Split succeeds.
+func (c *Communicator) splitRecorder(ctx context.Context, child *Communicator, n, color int) {
+	if c.fr == nil {
+		return
+	}
+	ranks, err := child.exchangeRanks(ctx)
+	if err != nil {
+		c.cfg.Log.Warn("comm: flight recorder: split child not recorded", "rank", c.rank, "color", color, "err", err)
+		return
+	}
+	child.register(c.frName+":split"+strconv.Itoa(n)+":"+strconv.Itoa(color), "split", n, ranks)
+}
+
+// scratchBytes is the size of the scratch buffer: 8 bytes, and room for
+// exchangeRanks's all-gather when the communicator may be recorded.
+func (c *Communicator) scratchBytes() uint64 {
+	if c.rec == nil {
+		return 8
+	}
+	return 8 * uint64(c.world+1)
+}
+
+// exchangeRanks returns the global rank of every member of c, in c's rank order: an
+// all-gather of two int32 per member through the scratch buffer, the global rank and
+// its complement, so that the part of a member whose host copy failed (it takes part
+// all the same, lest the others wait) is refused by every member alike.
+func (c *Communicator) exchangeRanks(ctx context.Context) ([]int, error) {
+	hc, ok := c.d.(gpulib.HostCopier)
+	if !ok {
+		return nil, errors.New("the driver cannot copy between host and device memory")
+	}
+	var mine [8]byte
+	binary.LittleEndian.PutUint32(mine[:4], uint32(c.global))
+	binary.LittleEndian.PutUint32(mine[4:], ^uint32(c.global))
+	c.mu.Lock()
+	errIn := hc.MemcpyHtoDAsync(c.scratch, mine[:], c.stream)
+	c.mu.Unlock()
+	if err := c.AllGather(comm.DevicePtr(c.scratch), comm.DevicePtr(c.scratch+8), 2, comm.Int32); err != nil {
+		return nil, errors.Join(errIn, err)
+	}
+	all := make([]byte, 8*c.world)
+	c.mu.Lock()
+	errOut := hc.MemcpyDtoHAsync(all, c.scratch+8, c.stream)
+	c.mu.Unlock()
+	if err := errors.Join(errIn, errOut, c.Sync(ctx)); err != nil {
+		return nil, err
+	}
+	ranks := make([]int, c.world)
+	seen := make(map[int]bool, c.world)
+	for i := range ranks {
+		g, check := binary.LittleEndian.Uint32(all[8*i:]), binary.LittleEndian.Uint32(all[8*i+4:])
+		r := int(int32(g))
+		if check != ^g || r < 0 || seen[r] {
+			return nil, fmt.Errorf("member %d sent no valid global rank", i)
+		}
+		seen[r], ranks[i] = true, r
+	}
+	if ranks[c.rank] != c.global {
+		return nil, fmt.Errorf("member %d (this rank) has global rank %d, not %d", c.rank, ranks[c.rank], c.global)
+	}
+	return ranks, nil
 }
 
 // dump writes the recorder's dump after a failure (why says which, logged with the

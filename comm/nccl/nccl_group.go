@@ -78,6 +78,14 @@ type threadGroup struct {
 	batch   gpulib.Batch    // the recorded NCCL calls, in order
 	meta    []callMeta      // the operation behind each recorded call
 	rec     recorder        // where the current operation's calls go
+	// frCalls are the flight records of the calls of members whose recorder is on, in
+	// order, and frMeta their indexes in meta; frOne is the reusable list of one
+	// member's, when the group holds several. They are the group's, not each
+	// communicator's: a communicator can have calls in the groups of several
+	// goroutines at once.
+	frCalls []flightrec.Call
+	frMeta  []int32
+	frOne   []flightrec.Call
 }
 
 // groupMember is a communicator with operations in a group; wait says that one was a
@@ -262,6 +270,7 @@ func empty(tg *threadGroup) {
 	}
 	clear(tg.meta)
 	tg.meta = tg.meta[:0]
+	tg.frCalls, tg.frMeta = tg.frCalls[:0], tg.frMeta[:0]
 	tg.rec.c, tg.rec.op = nil, ""
 }
 
@@ -306,75 +315,108 @@ func (r *recorder) to() gpulib.Batch {
 	return tg.batch
 }
 
-// note names the operation behind the call just recorded (err nil), for GroupEnd.
-func (r *recorder) note(peer int, err error) error {
+// note names the operation behind the call just recorded (err nil), for GroupEnd, and
+// keeps its flight record (op of n elements of dt) while the recorder is on: the
+// group's launch records each member's calls as one coalesced group (flights).
+func (r *recorder) note(peer int, op flightrec.Op, n uint64, dt gpulib.DataType, err error) error {
 	if err != nil { // not recorded
 		return err
 	}
 	tg := r.tg
-	n := len(tg.meta)
-	if n == cap(tg.meta) {
+	i := len(tg.meta)
+	if i == cap(tg.meta) {
 		tg.meta = append(tg.meta, callMeta{})
 	} else {
-		tg.meta = tg.meta[:n+1]
+		tg.meta = tg.meta[:i+1]
 	}
-	m := &tg.meta[n] // field by field: a composite literal would go through the stack
+	m := &tg.meta[i] // field by field: a composite literal would go through the stack
 	m.c, m.op, m.bytes, m.peer = r.c, r.op, r.bytes, peer
+	if r.c.fr != nil {
+		if !op.IsP2P() {
+			peer = 0 // a rooted collective's root is not recorded
+		}
+		tg.frCalls = append(tg.frCalls, frCall(op, n, dt, peer, r.c.world))
+		tg.frMeta = append(tg.frMeta, int32(i))
+	}
 	return nil
 }
 
+// flights records, before the launch, each recording member's calls in the group as
+// one group in its flight recorder (flightrec.Comm.RecordGroup: one sequence number,
+// then a coalesced entry, as PyTorch records a coalesced group), so that a launch
+// that hangs is in the dump.
+func (tg *threadGroup) flights() {
+	n := len(tg.frCalls)
+	if n == 0 {
+		return
+	}
+	first := tg.meta[tg.frMeta[0]].c
+	if n == 1 {
+		first.fr.Record(tg.frCalls[0])
+		return
+	}
+	one := true
+	for _, i := range tg.frMeta[1:] {
+		one = one && tg.meta[i].c == first
+	}
+	if one { // the usual group: one communicator's calls
+		first.fr.RecordGroup(tg.frCalls)
+		return
+	}
+	for _, m := range tg.members {
+		if m.c.fr == nil {
+			continue
+		}
+		calls := tg.frOne[:0]
+		for k, i := range tg.frMeta {
+			if tg.meta[i].c == m.c {
+				calls = append(calls, tg.frCalls[k])
+			}
+		}
+		m.c.fr.RecordGroup(calls)
+		tg.frOne = calls
+	}
+}
+
 func (r *recorder) AllReduce(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, op gpulib.RedOp, c gpulib.Comm, s gpulib.Stream) error {
-	r.c.fr.Record(frCall(flightrec.AllReduce, count, dt, 0, r.size()))
-	return r.note(0, r.to().AllReduce(send, recv, count, dt, op, c, s))
+	return r.note(0, flightrec.AllReduce, count, dt, r.to().AllReduce(send, recv, count, dt, op, c, s))
 }
 
 func (r *recorder) Broadcast(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
-	r.c.fr.Record(frCall(flightrec.Broadcast, count, dt, 0, r.size()))
-	return r.note(root, r.to().Broadcast(send, recv, count, dt, root, c, s))
+	return r.note(root, flightrec.Broadcast, count, dt, r.to().Broadcast(send, recv, count, dt, root, c, s))
 }
 
 func (r *recorder) AllGather(send, recv gpulib.Ptr, sendCount uint64, dt gpulib.DataType, c gpulib.Comm, s gpulib.Stream) error {
-	r.c.fr.Record(frCall(flightrec.AllGather, sendCount, dt, 0, r.size()))
-	return r.note(0, r.to().AllGather(send, recv, sendCount, dt, c, s))
+	return r.note(0, flightrec.AllGather, sendCount, dt, r.to().AllGather(send, recv, sendCount, dt, c, s))
 }
 
 func (r *recorder) ReduceScatter(send, recv gpulib.Ptr, recvCount uint64, dt gpulib.DataType, op gpulib.RedOp, c gpulib.Comm, s gpulib.Stream) error {
-	r.c.fr.Record(frCall(flightrec.ReduceScatter, recvCount, dt, 0, r.size()))
-	return r.note(0, r.to().ReduceScatter(send, recv, recvCount, dt, op, c, s))
+	return r.note(0, flightrec.ReduceScatter, recvCount, dt, r.to().ReduceScatter(send, recv, recvCount, dt, op, c, s))
 }
 
 func (r *recorder) Reduce(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, op gpulib.RedOp, root int, c gpulib.Comm, s gpulib.Stream) error {
-	r.c.fr.Record(frCall(flightrec.Reduce, count, dt, 0, r.size()))
-	return r.note(root, r.to().Reduce(send, recv, count, dt, op, root, c, s))
+	return r.note(root, flightrec.Reduce, count, dt, r.to().Reduce(send, recv, count, dt, op, root, c, s))
 }
 
 func (r *recorder) AlltoAll(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, c gpulib.Comm, s gpulib.Stream) error {
-	r.c.fr.Record(frCall(flightrec.AllToAll, count, dt, 0, r.size()))
-	return r.note(0, r.to().AlltoAll(send, recv, count, dt, c, s))
+	return r.note(0, flightrec.AllToAll, count, dt, r.to().AlltoAll(send, recv, count, dt, c, s))
 }
 
 func (r *recorder) Gather(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
-	r.c.fr.Record(frCall(flightrec.Gather, count, dt, 0, r.size()))
-	return r.note(root, r.to().Gather(send, recv, count, dt, root, c, s))
+	return r.note(root, flightrec.Gather, count, dt, r.to().Gather(send, recv, count, dt, root, c, s))
 }
 
 func (r *recorder) Scatter(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
-	r.c.fr.Record(frCall(flightrec.Scatter, count, dt, 0, r.size()))
-	return r.note(root, r.to().Scatter(send, recv, count, dt, root, c, s))
+	return r.note(root, flightrec.Scatter, count, dt, r.to().Scatter(send, recv, count, dt, root, c, s))
 }
 
 func (r *recorder) Send(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, c gpulib.Comm, s gpulib.Stream) error {
-	r.c.fr.Record(frCall(flightrec.Send, count, dt, peer, r.size()))
-	return r.note(peer, r.to().Send(buf, count, dt, peer, c, s))
+	return r.note(peer, flightrec.Send, count, dt, r.to().Send(buf, count, dt, peer, c, s))
 }
 
 func (r *recorder) Recv(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, c gpulib.Comm, s gpulib.Stream) error {
-	r.c.fr.Record(frCall(flightrec.Recv, count, dt, peer, r.size()))
-	return r.note(peer, r.to().Recv(buf, count, dt, peer, c, s))
+	return r.note(peer, flightrec.Recv, count, dt, r.to().Recv(buf, count, dt, peer, c, s))
 }
-
-// size is the recording communicator's size (the flight recorder's gathers).
-func (r *recorder) size() int { return r.c.world }
 
 // grouped reports whether an operation's calls go into a group.
 func grouped(to ncclOps) bool {
@@ -502,6 +544,7 @@ func (tg *threadGroup) submit() (int, error) {
 	for _, m := range ms {
 		m.c.mu.Lock()
 	}
+	tg.flights()
 	failed, err := tg.batch.Submit()
 	for _, m := range ms {
 		m.c.mu.Unlock()

@@ -65,7 +65,7 @@ func (c *Communicator) adopt(comm gpulib.Comm, rank, world int) (err error) {
 			return err
 		}
 	}
-	if c.scratch, err = c.d.MemAlloc(8); err != nil {
+	if c.scratch, err = c.d.MemAlloc(c.scratchBytes()); err != nil {
 		return err
 	}
 	c.wd = startWatchdog(c)

@@ -261,6 +261,7 @@ func (c *Communicator) split(ctx context.Context, color, key int) (*Communicator
 		}
 		return nil, &core.OpError{Op: core.OpSplit, Bytes: -1, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
 	}
+	n := c.splits.Add(1) // on every rank, those without a child too
 	if color < 0 || comm == 0 {
 		return nil, nil
 	}
@@ -269,7 +270,11 @@ func (c *Communicator) split(ctx context.Context, color, key int) (*Communicator
 		var world int
 		if world, err = info.CommCount(comm); err == nil {
 			child := &Communicator{d: c.d, direct: c.d, cfg: c.cfg, global: c.global, version: c.version}
+			if c.fr != nil {
+				child.rec = c.rec // before adopt: the scratch buffer is sized for the exchange
+			}
 			if err = child.adopt(comm, rank, world); err == nil {
+				c.splitRecorder(ctx, child, int(n), color)
 				return child, nil
 			}
 			return nil, err

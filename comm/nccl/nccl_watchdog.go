@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/comm/flightrec"
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/comm/internal/ncclcfg"
 )
@@ -76,10 +77,13 @@ type watchdog struct {
 	done     chan struct{}
 }
 
-// mark is an event recorded after the operations enqueued since at (UnixNano).
+// mark is an event recorded after the operations enqueued since at (UnixNano); fr is
+// the flight recorder's last operation when it was recorded (0 while the recorder is
+// off), which its completion completes.
 type mark struct {
 	ev gpulib.Event
 	at int64
+	fr flightrec.ID
 }
 
 // startWatchdog starts c's watchdog if its options ask for one.
@@ -223,23 +227,30 @@ func (w *watchdog) commandState() (waiting bool, cmdAt, aheadAt int64) {
 	return true, c.cmdAt, c.aheadAt
 }
 
-// retire drops the marks whose work has completed, oldest first.
+// retire drops the marks whose work has completed, oldest first, and notes in the
+// flight recorder that the operations recorded up to the last of them completed.
 func (w *watchdog) retire() error {
 	c := w.c
+	var through flightrec.ID
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	for len(w.marks) > 0 {
-		done, err := c.d.EventQuery(w.marks[0].ev)
-		if err != nil {
-			return err
+	fr := c.fr // set under mu (register), after the watchdog started
+	err := func() error {
+		for len(w.marks) > 0 {
+			done, err := c.d.EventQuery(w.marks[0].ev)
+			if err != nil || !done {
+				return err
+			}
+			through = max(through, w.marks[0].fr)
+			w.free = append(w.free, w.marks[0].ev)
+			w.marks = w.marks[1:]
 		}
-		if !done {
-			return nil
-		}
-		w.free = append(w.free, w.marks[0].ev)
-		w.marks = w.marks[1:]
+		return nil
+	}()
+	c.mu.Unlock()
+	if through != 0 {
+		fr.CompletedThrough(through)
 	}
-	return nil
+	return err
 }
 
 // mark records an event after the work enqueued so far, the first of it at at.
@@ -267,7 +278,9 @@ func (w *watchdog) mark(at int64) {
 		c.cfg.Log.Warn("comm: watchdog event record failed", "rank", c.rank, "err", err)
 		return
 	}
-	w.marks = append(w.marks, mark{ev: ev, at: at})
+	// Operations are recorded and enqueued under mu: what the recorder holds now is
+	// what the event follows.
+	w.marks = append(w.marks, mark{ev: ev, at: at, fr: c.fr.Last()})
 }
 
 // forget moves every mark's event to the free list.

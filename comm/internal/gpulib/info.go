@@ -9,3 +9,17 @@ type CommInfo interface {
 	// CommUserRank is ncclCommUserRank: the calling rank's index in c.
 	CommUserRank(c Comm) (int, error)
 }
+
+// HostCopier is an optional Driver capability: copies between host and device memory
+// ordered on a stream (cuMemcpyHtoDAsync_v2, cuMemcpyDtoHAsync_v2). The flight
+// recorder needs it to learn the members of a Split's child; a Driver without it
+// leaves split children unrecorded.
+type HostCopier interface {
+	// MemcpyHtoDAsync copies src to dst on stream s. src is read before it returns
+	// (CUDA stages pageable memory): the caller may reuse it at once.
+	MemcpyHtoDAsync(dst Ptr, src []byte, s Stream) error
+	// MemcpyDtoHAsync copies len(dst) bytes at src into dst on stream s. dst holds
+	// them once s has been synchronized past the copy; the caller keeps it alive and
+	// untouched until then.
+	MemcpyDtoHAsync(dst []byte, src Ptr, s Stream) error
+}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/ncclgo/ncclgo/raw/cuda"
 	"github.com/ncclgo/ncclgo/raw/nccl"
 )
 
@@ -16,4 +17,6 @@ func TestWithoutCgoEveryCallFails(t *testing.T) {
 	_, err = UniqueID()
 	assert.ErrorIs(t, err, nccl.ErrNeedsCgo)
 	assert.ErrorIs(t, (&Driver{}).GroupStart(), nccl.ErrNeedsCgo)
+	assert.ErrorIs(t, (&Driver{}).MemcpyHtoDAsync(0x1000, []byte{1}, 0), cuda.ErrNeedsCgo)
+	assert.ErrorIs(t, (&Driver{}).MemcpyDtoHAsync([]byte{1}, 0x1000, 0), cuda.ErrNeedsCgo)
 }

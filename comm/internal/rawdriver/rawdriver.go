@@ -38,6 +38,7 @@ type launchArgs struct {
 
 var _ gpulib.Driver = (*Driver)(nil)
 var _ gpulib.CommInfo = (*Driver)(nil)
+var _ gpulib.HostCopier = (*Driver)(nil)
 
 var initOnce = sync.OnceValue(func() error { return cuda.Init(0) })
 
@@ -117,6 +118,24 @@ func (d *Driver) MemFree(p gpulib.Ptr) error { return cuda.MemFree(cuda.Devicept
 // MemcpyDtoDAsync is cuMemcpyDtoDAsync_v2.
 func (d *Driver) MemcpyDtoDAsync(dst, src gpulib.Ptr, bytes uint64, s gpulib.Stream) error {
 	return cuda.MemcpyDtoDAsync(cuda.Deviceptr(dst), cuda.Deviceptr(src), bytes, cuda.Stream(s))
+}
+
+// MemcpyHtoDAsync is cuMemcpyHtoDAsync_v2 (gpulib.HostCopier). For pageable memory
+// CUDA stages src before returning, so C keeps no Go pointer.
+func (d *Driver) MemcpyHtoDAsync(dst gpulib.Ptr, src []byte, s gpulib.Stream) error {
+	if len(src) == 0 {
+		return nil
+	}
+	return cuda.MemcpyHtoDAsync(cuda.Deviceptr(dst), unsafe.Pointer(&src[0]), uint64(len(src)), cuda.Stream(s))
+}
+
+// MemcpyDtoHAsync is cuMemcpyDtoHAsync_v2 (gpulib.HostCopier). Into pageable memory
+// CUDA returns only once the copy is done, so C keeps no Go pointer.
+func (d *Driver) MemcpyDtoHAsync(dst []byte, src gpulib.Ptr, s gpulib.Stream) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	return cuda.MemcpyDtoHAsync(unsafe.Pointer(&dst[0]), cuda.Deviceptr(src), uint64(len(dst)), cuda.Stream(s))
 }
 
 // StreamCreate is cuStreamCreate with CU_STREAM_NON_BLOCKING.

@@ -121,3 +121,16 @@ func TestMultiprocessorCountReportsTheDriverError(t *testing.T) {
 	assert.Zero(t, n)
 	assert.Contains(t, err.Error(), "cuDeviceGetAttribute(multiprocessor count, device 1048576)")
 }
+
+// TestHostCopiesReportTheDriverError checks gpulib.HostCopier against the real libcuda:
+// without a context (no GPU here, or none made current) a copy fails with CUDA's
+// result instead of crashing, and an empty copy calls nothing.
+func TestHostCopiesReportTheDriverError(t *testing.T) {
+	libcache.Load(t)
+	d := &Driver{}
+	var r cuda.Result
+	require.ErrorAs(t, d.MemcpyHtoDAsync(0x1000, []byte{1, 2, 3, 4, 5, 6, 7, 8}, 0), &r)
+	require.ErrorAs(t, d.MemcpyDtoHAsync(make([]byte, 8), 0x1000, 0), &r)
+	assert.NoError(t, d.MemcpyHtoDAsync(0x1000, nil, 0))
+	assert.NoError(t, d.MemcpyDtoHAsync(nil, 0x1000, 0))
+}

@@ -23,14 +23,16 @@ type Driver struct {
 }
 
 var (
-	_ gpulib.Driver   = (*Driver)(nil)
-	_ gpulib.CommInfo = (*Driver)(nil)
+	_ gpulib.Driver     = (*Driver)(nil)
+	_ gpulib.CommInfo   = (*Driver)(nil)
+	_ gpulib.HostCopier = (*Driver)(nil)
 )
 
 // CallNames lists the C function behind every Driver method, the names Calls and
 // FailCall take.
 var CallNames = []string{
 	"cuCtxSetCurrent", "cuMemAlloc_v2", "cuMemFree_v2", "cuMemcpyDtoDAsync_v2",
+	"cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2",
 	"cuStreamCreate", "cuStreamDestroy_v2", "cuStreamSynchronize", "cuStreamQuery",
 	"cuEventCreate", "cuEventDestroy_v2", "cuEventRecord", "cuEventQuery",
 	"cuStreamWaitEvent", "cuLaunchKernel", "cuDeviceGetAttribute", "cuStreamIsCapturing",
@@ -173,6 +175,57 @@ func (d *Driver) MemcpyDtoDAsync(dst, src gpulib.Ptr, bytes uint64, s gpulib.Str
 		return err
 	}
 	return d.memcpy(call, dst, src, bytes, s)
+}
+
+// MemcpyHtoDAsync is cuMemcpyHtoDAsync_v2: src is copied at once (CUDA stages pageable
+// memory) and written to dst when the stream reaches the copy.
+func (d *Driver) MemcpyHtoDAsync(dst gpulib.Ptr, src []byte, s gpulib.Stream) error {
+	const call = "cuMemcpyHtoDAsync_v2"
+	if err := d.enter(call); err != nil {
+		return err
+	}
+	data := slices.Clone(src)
+	dev := d.dev
+	return d.onStream(call, s, dst, uint64(len(data)), func() error { return dev.write(dst, data) })
+}
+
+// MemcpyDtoHAsync is cuMemcpyDtoHAsync_v2: dst is written when the stream reaches the
+// copy (read it after synchronizing the stream).
+func (d *Driver) MemcpyDtoHAsync(dst []byte, src gpulib.Ptr, s gpulib.Stream) error {
+	const call = "cuMemcpyDtoHAsync_v2"
+	if err := d.enter(call); err != nil {
+		return err
+	}
+	dev := d.dev
+	return d.onStream(call, s, src, uint64(len(dst)), func() error {
+		b, err := dev.read(src, uint64(len(dst)))
+		copy(dst, b)
+		return err
+	})
+}
+
+// onStream enqueues run, a copy touching bytes of device memory at p, on stream s.
+func (d *Driver) onStream(call string, s gpulib.Stream, p gpulib.Ptr, bytes uint64, run func() error) error {
+	w := d.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st, err := w.streamLocked(d.dev, s)
+	if err != nil {
+		return cudaErr(ErrorInvalidHandle, call, "%v", err)
+	}
+	if bytes == 0 {
+		return nil
+	}
+	if err := d.dev.check(p, bytes); err != nil {
+		return cudaErr(ErrorInvalidValue, call, "device memory: %v", err)
+	}
+	w.enqueueLocked(st, call, func() error {
+		if err := run(); err != nil {
+			return cudaErr(ErrorIllegalAddress, call, "%v", err)
+		}
+		return nil
+	})
+	return nil
 }
 
 func (d *Driver) memcpy(call string, dst, src gpulib.Ptr, bytes uint64, s gpulib.Stream) error {

@@ -133,3 +133,28 @@ func TestNCCLMemAllocIsAlignedForWindows(t *testing.T) {
 	assert.Equal(t, 3, u.NCCLAllocs)
 	assert.Equal(t, uint64(30), u.Bytes)
 }
+
+// Host copies are ordered on their stream: the host's bytes are taken at the call, the
+// device's land in the host buffer once the stream is synchronized; a copy touching
+// memory outside an allocation fails at the call.
+func TestHostCopiesAreOrderedOnTheirStream(t *testing.T) {
+	w := newWorld(t, 1)
+	d, _ := w.Driver(0)
+	p, err := d.MemAlloc(16)
+	require.NoError(t, err)
+	s, err := d.StreamCreate()
+	require.NoError(t, err)
+	src := []byte{1, 2, 3, 4, 5, 6, 7, 8}
+	require.NoError(t, d.MemcpyHtoDAsync(p+4, src, s))
+	src[0] = 99 // the copy took the bytes at the call
+	got := make([]byte, 12)
+	require.NoError(t, d.MemcpyDtoHAsync(got, p, s))
+	require.NoError(t, d.StreamSynchronize(s))
+	assert.Equal(t, []byte{0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8}, got)
+
+	var e *CUDAError
+	require.ErrorAs(t, d.MemcpyHtoDAsync(p+12, src, s), &e)
+	assert.Equal(t, ErrorInvalidValue, e.Code)
+	require.ErrorAs(t, d.MemcpyDtoHAsync(make([]byte, 32), p, s), &e)
+	assert.Equal(t, int64(2), d.Calls("cuMemcpyHtoDAsync_v2"))
+}
