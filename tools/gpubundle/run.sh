@@ -70,6 +70,7 @@ record() {
 finish() {
 	local rc=$?
 	trap - EXIT TERM INT HUP
+	if [ -n "${unpacked:-}" ]; then rm -rf "$unpacked"; fi
 	if [ -n "$interrupted" ]; then envline interrupted "$interrupted"; fi
 	record
 	local judged=$?
@@ -244,6 +245,22 @@ fi
 env | grep -E '^(NCCL|NCCLGO|CUDA)_' | sort | sed 's/^/  /' | { echo "variables:"; cat; } >>"$out/env.txt"
 record
 
+# test_binary NAME: the test binary NAME, unpacked from tests/NAME.test.gz (build.sh
+# gzips them to stay under the device tool's carry limit) into $unpacked on first use,
+# or tests/NAME.test as it is. It fails, saying so, when gzip does; the step then fails.
+unpacked="$(mktemp -d "${TMPDIR:-/tmp}/ncclgo-gpu-bundle.XXXXXX")" || exit 1
+test_binary() {
+	local gz="$here/tests/$1.test.gz" bin="$unpacked/$1.test"
+	if [ ! -f "$gz" ]; then echo "$here/tests/$1.test"; return; fi
+	if [ ! -x "$bin" ]; then
+		if ! gzip -dc "$gz" >"$bin.part" || ! chmod +x "$bin.part" || ! mv "$bin.part" "$bin"; then
+			echo "cannot unpack $gz into $unpacked" >&2
+			return 1
+		fi
+	fi
+	echo "$bin"
+}
+
 # --- Test binaries, lowest layer first, then the multi-rank passes ------------------
 # A test binary runs with -test.v=test2json and bin/test2json turns its output into the events
 # `go test -json` writes, which bin/testreport reads; the step's exit status stays the binary's.
@@ -254,7 +271,8 @@ gpu_args=(-test.count=1 -test.run GPU -test.bench GPU -test.benchmem -test.bench
 while read -r name pkg; do
 	[ -n "$name" ] || continue
 	fits "$pkg" "$out/tests.txt" "$per_pkg" "$bench_s" || continue
-	run_step test "$pkg" "$out/tests.txt" "$limit" "${events[@]}" "$pkg" "$here/tests/$name.test" "${gpu_args[@]}" -test.timeout "$(go_timeout "$limit")"
+	bin="$(test_binary "$name")" || bin="$unpacked/$name.test (not unpacked)"
+	run_step test "$pkg" "$out/tests.txt" "$limit" "${events[@]}" "$pkg" "$bin" "${gpu_args[@]}" -test.timeout "$(go_timeout "$limit")"
 done <"$here/tests/packages.txt"
 
 commtest="$(awk '$2 == "./comm/commtest" { print $1 }' "$here/tests/packages.txt")"
@@ -262,7 +280,8 @@ if [ "$multi" = 1 ] && [ -n "$commtest" ]; then
 	for world in 2 4; do
 		name="./comm/commtest ($world ranks)"
 		fits "$name" "$out/tests.txt" "$per_pkg" "$bench_s" || continue
-		NCCLGO_GPU_WORLD=$world run_step test "$name" "$out/tests.txt" "$limit" "${events[@]}" "$name" "$here/tests/$commtest.test" \
+		bin="$(test_binary "$commtest")" || bin="$unpacked/$commtest.test (not unpacked)"
+		NCCLGO_GPU_WORLD=$world run_step test "$name" "$out/tests.txt" "$limit" "${events[@]}" "$name" "$bin" \
 			-test.count=1 -test.run 'GPUConformance' -test.timeout "$(go_timeout "$limit")"
 	done
 fi

@@ -5,6 +5,7 @@ package gpubundle
 
 import (
 	"bytes"
+	"compress/gzip"
 	"errors"
 	"fmt"
 	"os"
@@ -365,6 +366,49 @@ func TestRunPassesOnlyWhenEveryStepPasses(t *testing.T) {
 	requireLine(t, rec, `^\*\*FAIL: the run could not be judged`)
 	requireLine(t, rec, `^### end \./raw/cuda exit=0 `)
 	requireLine(t, rec, `^### end commbench -g 1 exit=3 `)
+}
+
+// TestRunUnpacksCompressedTestBinaries runs a bundle whose test binaries are gzipped, as
+// build.sh leaves them: each is unpacked into a temporary folder before its step, the
+// folder is gone afterwards, and a binary that does not unpack fails its step.
+func TestRunUnpacksCompressedTestBinaries(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t, "2.30.3", 0, [2]string{"./raw/cuda", "pass"}, [2]string{"./comm/commtest", "pass"})
+	for _, name := range []string{"raw_cuda", "comm_commtest"} {
+		gzipFile(t, filepath.Join(b.dir, "tests", name+".test"))
+	}
+	tmp := t.TempDir()
+	code, stdout := b.run(t, "TMPDIR="+tmp)
+	assert.Equal(t, 0, code, stdout)
+	sum := b.file(t, "summary.txt")
+	requireLine(t, sum, `^verdict: PASS`)
+	for _, step := range []string{`\./raw/cuda +4 passed`, `\./comm/commtest +4 passed`, `\./comm/commtest \(4 ranks\)`} {
+		requireLine(t, sum, `^  ok +`+step)
+	}
+	left, err := os.ReadDir(tmp)
+	require.NoError(t, err)
+	assert.Empty(t, left, "the unpacked binaries are removed")
+
+	require.NoError(t, os.WriteFile(filepath.Join(b.dir, "tests", "raw_cuda.test.gz"), []byte("not gzip"), 0o644))
+	code, stdout = b.run(t, "TMPDIR="+tmp)
+	assert.Equal(t, 1, code, stdout)
+	assert.Contains(t, stdout, "cannot unpack")
+	requireLine(t, b.file(t, "summary.txt"), `^  FAIL\(\d+\) +\./raw/cuda `)
+	requireLine(t, b.file(t, "summary.txt"), `^  ok +\./comm/commtest +4 passed`)
+}
+
+// gzipFile replaces path with path.gz, its gzip.
+func gzipFile(t *testing.T, path string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	_, err = zw.Write(data)
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	require.NoError(t, os.WriteFile(path+".gz", buf.Bytes(), 0o644))
+	require.NoError(t, os.Remove(path))
 }
 
 func TestRunKeepsItsBudget(t *testing.T) {
