@@ -34,6 +34,7 @@ type Cluster struct {
 
 type clusterConfig struct {
 	comm        []nccl.Option
+	rankComm    func(rank int) []nccl.Option
 	sim         []sim.Option
 	initTimeout time.Duration
 	closeWait   time.Duration
@@ -48,6 +49,13 @@ type Option func(*clusterConfig)
 // nccl.WithTimeout, ...).
 func WithCommOptions(opts ...nccl.Option) Option {
 	return func(c *clusterConfig) { c.comm = append(c.comm, opts...) }
+}
+
+// WithRankCommOptions passes, after WithCommOptions's, the options opts returns for
+// each rank to that rank's backend: ranks configured apart, as processes of a real job
+// may be (one rank with a flight recorder, a name per rank, ...).
+func WithRankCommOptions(opts func(rank int) []nccl.Option) Option {
+	return func(c *clusterConfig) { c.rankComm = opts }
 }
 
 // WithNCCLVersion sets the NCCL version the simulated library reports (default 22907,
@@ -130,6 +138,9 @@ func (c *Cluster) start(ctx context.Context, rank, gen int) (*nccl.Backend, erro
 		return nil, err
 	}
 	opts := append([]nccl.Option{nccl.WithElementType(comm.BFloat16)}, c.cfg.comm...) // the documented default
+	if c.cfg.rankComm != nil {
+		opts = append(slices.Clone(opts), c.cfg.rankComm(rank)...)
+	}
 	if c.cfg.reconnect {
 		opts = append(slices.Clone(opts), nccl.WithReconnect(c.reconnectFunc(rank)))
 	}

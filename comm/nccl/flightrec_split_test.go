@@ -5,6 +5,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -90,21 +91,61 @@ func TestFlightRecorderRecordsSplitChildren(t *testing.T) {
 	}
 }
 
-// The exchange that learns a child's members is one all-gather on the child, made
-// only while the recorder is on.
-func TestFlightRecorderSplitExchangesOnlyWhenOn(t *testing.T) {
-	for _, tt := range []struct {
-		entries int
-		gathers int64
-	}{{0, 0}, {16, 1}} {
-		c, bs := splitCluster(t, 2, tt.entries)
+// The exchange that learns a child's members is one all-gather on the child, made on
+// every rank whether it records or not.
+func TestFlightRecorderSplitExchangesOnEveryRank(t *testing.T) {
+	for _, entries := range []int{0, 16} {
+		c, bs := splitCluster(t, 2, entries)
 		splitAll(t, bs, func(int) int { return 0 }, func(r int) int { return r })
 		for r := range bs {
 			n, err := c.Calls(r, "ncclAllGather")
 			require.NoError(t, err)
-			assert.Equal(t, tt.gathers, n, "entries %d rank %d", tt.entries, r)
+			assert.Equal(t, int64(1), n, "entries %d rank %d", entries, r)
 		}
 	}
+}
+
+// Ranks configured apart, rank 0 recording and the others not, split and use the
+// children: every rank makes the same calls on a child, so its first collective is
+// the same on all of them (an exchange made only where the recorder is on met the
+// other ranks' all-reduce and hung until the timeout), and rank 0 records the child.
+func TestFlightRecorderSplitWithRanksConfiguredApart(t *testing.T) {
+	c, err := commtest.NewCluster(4,
+		commtest.WithCommOptions(nccl.WithElementType(comm.Float32), nccl.WithTimeout(20*time.Second), nccl.WithFlightRecorder(0)),
+		commtest.WithRankCommOptions(func(rank int) []nccl.Option {
+			if rank == 0 {
+				return []nccl.Option{nccl.WithFlightRecorder(16)}
+			}
+			return nil
+		}))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	bs := make([]*nccl.Backend, 4)
+	for r := range bs {
+		bs[r], err = c.NCCL(r)
+		require.NoError(t, err)
+	}
+	require.NotNil(t, bs[0].FlightRecorder())
+	require.Nil(t, bs[1].FlightRecorder())
+	kids := splitAll(t, bs, func(r int) int { return r % 2 }, func(r int) int { return r })
+	var wg sync.WaitGroup
+	errs := make([]error, len(kids))
+	bufs := make([]comm.DevicePtr, len(kids))
+	for r, k := range kids {
+		bufs[r], err = c.Alloc(r, 16)
+		require.NoError(t, err)
+		require.NoError(t, c.WriteValues(r, bufs[r], comm.Float32, []float64{float64(r + 1), float64(r + 1), float64(r + 1), float64(r + 1)}))
+		wg.Go(func() { errs[r] = k.AllReduce(bufs[r], 16) })
+	}
+	wg.Wait()
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+		got, err := c.ReadValues(r, bufs[r], comm.Float32, 4)
+		require.NoError(t, err)
+		// ranks 0 and 2 sum 1+3, ranks 1 and 3 sum 2+4
+		assert.Equal(t, []float64{float64(4 + 2*(r%2)), float64(4 + 2*(r%2)), float64(4 + 2*(r%2)), float64(4 + 2*(r%2))}, got, "rank %d", r)
+	}
+	assert.Equal(t, []int{0, 2}, groupsOf(t, bs[0])["0:split1:0"].Ranks)
 }
 
 // A member whose part of the exchange fails (its host copy) still takes part, so that

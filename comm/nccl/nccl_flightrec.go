@@ -40,11 +40,12 @@ import (
 // 22 ns per AllReduce, 20 ns for a group of one operation and 12 ns per operation in
 // a group of 8 or more (a group is recorded at its launch, under one lock); it is off
 // by default because the AllReduce figure misses the 20 ns budget comm set for an
-// always-on recorder. With
-// the recorder on, Split also learns its child's members (their global ranks, for
-// the dump): an all-gather of 8 bytes per member on the new child, two small host
-// copies and a wait for them, once per Split; a driver that cannot copy between host
-// and device leaves split children unrecorded.
+// always-on recorder. Split learns its child's members (their global ranks, for the
+// dump) by an all-gather of 8 bytes per member on the new child, two small host copies
+// and a wait for them, once per Split: on every rank, recorder on or off, so that
+// ranks configured apart (one recording, the others not) make the same calls on the
+// child; a driver that cannot copy between host and device leaves split children
+// unrecorded.
 func WithFlightRecorder(n int) Option {
 	return func(c *ncclcfg.Config) {
 		if n < 0 {
@@ -133,28 +134,32 @@ func (c *Communicator) shrunk(child *Communicator, exclude []int) {
 // splitRecorder registers child, made by c's n-th Split with color, in c's recorder
 // under the name "<c's name>:split<n>:<color>" (alike on every member, distinct from
 // its siblings'), with its members' global ranks from an all-gather on the child
-// (exchangeRanks). A failed exchange is logged and leaves the child unrecorded (its
-// failures still dump the recorder, with the parent's ring); the Split succeeds.
+// (exchangeRanks). The exchange is made whether or not c records: a rank that records
+// and one that does not must make the same calls on the child, or the first
+// collective of the one would meet the exchange of the other. A failed exchange is
+// logged and leaves the child unrecorded (its failures still dump the recorder, with
+// the parent's ring); the Split succeeds.
 func (c *Communicator) splitRecorder(ctx context.Context, child *Communicator, n, color int) {
-	if c.fr == nil {
-		return
+	if _, ok := c.d.(gpulib.HostCopier); !ok {
+		return // no rank exchanges: the driver is the same program's on every rank
 	}
 	ranks, err := child.exchangeRanks(ctx)
-	if err != nil {
+	switch {
+	case err != nil && c.fr != nil:
 		c.cfg.Log.Warn("comm: flight recorder: split child not recorded", "rank", c.rank, "color", color, "err", err)
+		return
+	case err != nil:
+		c.cfg.Log.Debug("comm: split: members not learnt", "rank", c.rank, "color", color, "err", err)
+		return
+	case c.fr == nil:
 		return
 	}
 	child.register(c.frName+":split"+strconv.Itoa(n)+":"+strconv.Itoa(color), "split", n, ranks)
 }
 
 // scratchBytes is the size of the scratch buffer: 8 bytes, and room for
-// exchangeRanks's all-gather when the communicator may be recorded.
-func (c *Communicator) scratchBytes() uint64 {
-	if c.rec == nil {
-		return 8
-	}
-	return 8 * uint64(c.world+1)
-}
+// exchangeRanks's all-gather (8 bytes a member).
+func (c *Communicator) scratchBytes() uint64 { return 8 * uint64(c.world+1) }
 
 // exchangeRanks returns the global rank of every member of c, in c's rank order: an
 // all-gather of two int32 per member through the scratch buffer, the global rank and

@@ -271,7 +271,7 @@ func (c *Communicator) split(ctx context.Context, color, key int) (*Communicator
 		if world, err = info.CommCount(comm); err == nil {
 			child := &Communicator{d: c.d, direct: c.d, cfg: c.cfg, global: c.global, version: c.version}
 			if c.fr != nil {
-				child.rec = c.rec // before adopt: the scratch buffer is sized for the exchange
+				child.rec = c.rec
 			}
 			if err = child.adopt(comm, rank, world); err == nil {
 				c.splitRecorder(ctx, child, int(n), color)
