@@ -873,9 +873,11 @@ func (c *Communicator) Split(_ context.Context, color, key int) (comm.Communicat
 		if err != nil {
 			return nil, c.opErr(core.OpSplit, -1, err)
 		}
+		c.fr.splits++ // a rank without a child counts the split too: names agree
 		return nil, nil
 	}
-	c.splitRecorder(child)
+	c.fr.splits++
+	c.splitRecorder(child, c.fr.splits)
 	return child, nil
 }
 

@@ -1,12 +1,12 @@
 package mpi
 
 import (
-	"runtime"
+	"fmt"
 	"strconv"
-	"unsafe"
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/flightrec"
+	"github.com/ncclgo/ncclgo/raw/mpi"
 )
 
 // The flight recorder (package flightrec) of the MPI communicators: one Recorder per
@@ -25,8 +25,9 @@ type frOption struct {
 }
 
 // frState is a communicator's flight recorder: the process's recorder, whether this
-// communicator closes it, its own ring, its name and members' world ranks, and how
-// many splits it made. All zero while the recorder is off.
+// communicator closes it, its own ring, its name and members' world ranks (all zero
+// while the recorder is off), and how many splits it made (counted by every rank,
+// with a child or not, so that the children's names agree).
 type frState struct {
 	rec    *flightrec.Recorder
 	owns   bool
@@ -84,28 +85,56 @@ func (c *Communicator) register(name, desc string, id int, ranks []int) {
 	c.fr.ring, c.fr.name = ring, name
 }
 
-// splitRecorder registers child, split from c, in c's recorder: the members' world
-// ranks come from an all-gather on the child (every member is in Split).
-func (c *Communicator) splitRecorder(child *Communicator) {
+// splitRecorder registers child, made by c's n-th split, in c's recorder, with its
+// members' world ranks (worldRanks: a local query, so that ranks recording and ranks
+// not recording make the same MPI calls on the child). A failed query is logged and
+// leaves the child unrecorded.
+func (c *Communicator) splitRecorder(child *Communicator, n int) {
 	if c.fr.ring == nil {
 		return
 	}
-	mine := []int32{int32(c.fr.rec.Rank())}
-	ranks := make([]int32, child.world)
-	err := child.AllGather(comm.DevicePtr(uintptr(unsafe.Pointer(&mine[0]))), comm.DevicePtr(uintptr(unsafe.Pointer(&ranks[0]))), 1, comm.Int32)
-	runtime.KeepAlive(mine)
-	runtime.KeepAlive(ranks)
+	global, err := child.worldRanks()
 	if err != nil {
 		c.cfg.log.Warn("comm: flight recorder: split not recorded", "rank", c.rank, "err", err)
 		return
 	}
-	global := make([]int, len(ranks))
-	for i, r := range ranks {
-		global[i] = int(r)
-	}
-	c.fr.splits++
 	child.fr.rec = c.fr.rec
-	child.register(c.fr.name+":split"+strconv.Itoa(c.fr.splits), "split", c.fr.splits, global)
+	child.register(c.fr.name+":split"+strconv.Itoa(n), "split", n, global)
+}
+
+// worldRanks returns the MPI_COMM_WORLD rank of each member of c, in c's rank order
+// (MPI_Comm_group, MPI_Group_translate_ranks: no communication).
+func (c *Communicator) worldRanks() ([]int, error) {
+	world, err := mpi.CommWorld()
+	if err != nil {
+		return nil, err
+	}
+	in, out := make([]int32, c.world), make([]int32, c.world)
+	for i := range in {
+		in[i] = int32(i)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var g, wg mpi.Group
+	if err := mpi.CommGroup(c.comm, &g); err != nil {
+		return nil, err
+	}
+	defer mpi.GroupFree(&g)
+	if err := mpi.CommGroup(world, &wg); err != nil {
+		return nil, err
+	}
+	defer mpi.GroupFree(&wg)
+	if err := mpi.GroupTranslateRanks(g, int32(c.world), &in[0], wg, &out[0]); err != nil {
+		return nil, err
+	}
+	ranks := make([]int, c.world)
+	for i, r := range out {
+		if r < 0 {
+			return nil, fmt.Errorf("member %d is not in MPI_COMM_WORLD (%d)", i, r)
+		}
+		ranks[i] = int(r)
+	}
+	return ranks, nil
 }
 
 // record notes an operation of count elements of t (AllGather's and ReduceScatter's

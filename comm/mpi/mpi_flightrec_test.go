@@ -3,6 +3,7 @@
 package mpi_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -75,4 +76,48 @@ func TestMPIFlightRecorder(t *testing.T) {
 	require.Equal(t, flightrec.Unmatched, problem.Problem)
 	require.Equal(t, []int{1}, problem.Culprits)
 	_ = os.RemoveAll(dir)
+}
+
+// TestMPIFlightRecorderSplitWithRanksConfiguredApart: rank 0 records, ranks 1 and 2 do
+// not, and every rank makes the same MPI calls on a split's child (an all-gather made
+// only where the recorder was on met the others' all-reduce and hung). The children's
+// names count every split, those that gave a rank no child too: rank 0 records the
+// second split's child as split2.
+func TestMPIFlightRecorderSplitWithRanksConfiguredApart(t *testing.T) {
+	if !inRank(t) {
+		runMPI(t, 3, t.Name())
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	entries := 0
+	if os.Getenv("OMPI_COMM_WORLD_RANK") == "0" {
+		entries = 16
+	}
+	c, err := mpi.New(ctx, mpi.WithFlightRecorder(entries))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Close()) }()
+	require.Equal(t, c.Rank() == 0, c.FlightRecorder() != nil)
+	color := 0
+	if c.Rank() == 2 {
+		color = -1
+	}
+	first, err := c.Split(ctx, color, c.Rank())
+	require.NoError(t, err)
+	if first != nil {
+		require.NoError(t, first.Close())
+	}
+	part, err := c.Split(ctx, c.Rank()%2, c.Rank())
+	require.NoError(t, err)
+	defer func() { require.NoError(t, part.Close()) }()
+	sum := []float64{float64(c.Rank() + 1)}
+	require.NoError(t, mpi.AllReduce(part.(*mpi.Communicator), sum, comm.Sum))
+	require.Equal(t, []float64{float64(4 - 2*(c.Rank()%2))}, sum, "ranks 0 and 2 sum 1+3, rank 1 alone 2")
+	if c.Rank() == 0 {
+		var buf bytes.Buffer
+		require.NoError(t, c.FlightRecorder().Dump(&buf))
+		tr, err := flightrec.ReadTrace(&buf)
+		require.NoError(t, err)
+		require.Equal(t, []int{0, 2}, tr.Groups["mpi:0:split2"].Ranks, "%v", tr.Groups)
+	}
 }
