@@ -140,10 +140,11 @@ func (c *Communicator) shrunk(child *Communicator, exclude []int) {
 // logged and leaves the child unrecorded (its failures still dump the recorder, with
 // the parent's ring); the Split succeeds.
 func (c *Communicator) splitRecorder(ctx context.Context, child *Communicator, n, color int) {
-	if _, ok := c.d.(gpulib.HostCopier); !ok {
+	hc, ok := c.d.(gpulib.HostCopier)
+	if !ok {
 		return // no rank exchanges: the driver is the same program's on every rank
 	}
-	ranks, err := child.exchangeRanks(ctx)
+	ranks, err := child.exchangeRanks(ctx, hc)
 	switch {
 	case err != nil && c.fr != nil:
 		c.cfg.Log.Warn("comm: flight recorder: split child not recorded", "rank", c.rank, "color", color, "err", err)
@@ -165,11 +166,7 @@ func (c *Communicator) scratchBytes() uint64 { return 8 * uint64(c.world+1) }
 // all-gather of two int32 per member through the scratch buffer, the global rank and
 // its complement, so that the part of a member whose host copy failed (it takes part
 // all the same, lest the others wait) is refused by every member alike.
-func (c *Communicator) exchangeRanks(ctx context.Context) ([]int, error) {
-	hc, ok := c.d.(gpulib.HostCopier)
-	if !ok {
-		return nil, errors.New("the driver cannot copy between host and device memory")
-	}
+func (c *Communicator) exchangeRanks(ctx context.Context, hc gpulib.HostCopier) ([]int, error) {
 	var mine [8]byte
 	binary.LittleEndian.PutUint32(mine[:4], uint32(c.global))
 	binary.LittleEndian.PutUint32(mine[4:], ^uint32(c.global))

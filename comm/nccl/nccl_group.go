@@ -351,15 +351,11 @@ func (tg *threadGroup) flights() {
 		return
 	}
 	first := tg.meta[tg.frMeta[0]].c
-	if n == 1 {
-		first.fr.Record(tg.frCalls[0])
-		return
-	}
 	one := true
 	for _, i := range tg.frMeta[1:] {
 		one = one && tg.meta[i].c == first
 	}
-	if one { // the usual group: one communicator's calls
+	if one { // the usual group: one communicator's calls (RecordGroup records one call as Record does)
 		first.fr.RecordGroup(tg.frCalls)
 		return
 	}
