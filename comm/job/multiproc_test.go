@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 }
 
 // mpiRankEnv names the test a rank process of an mpirun job started by the MPI tests
-// runs (mpiChildEnv in mpi_test.go, of package comm_test).
+// runs (mpiChildEnv in communicator_test.go, of package comm_test).
 const mpiRankEnv = "NCCLGO_MPI_RANK_TEST"
 
 // launcherEnv is every variable through which a launcher (torchrun, srun, mpirun) or a

@@ -15,7 +15,7 @@ type options struct {
 	log       *slog.Logger
 	closeWait time.Duration
 	minProcs  int      // WithMinGOMAXPROCS; 0: leave GOMAXPROCS alone
-	fr        frOption // WithFlightRecorder (mpi_flightrec.go)
+	fr        frOption // WithFlightRecorder (flightrec.go)
 }
 
 func newOptions(opts []Option) options {

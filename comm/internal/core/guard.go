@@ -31,7 +31,7 @@ type Guard struct {
 	mu      sync.Mutex
 	handles map[BufferHandle]int
 	sym     map[DevicePtr]int
-	ops     map[ReduceOp]DType // live PreMulSum operators (nccl_redop.go), by element type
+	ops     map[ReduceOp]DType // live PreMulSum operators (redop.go), by element type
 }
 
 func NewGuard(rank, world int, elem DType) *Guard {

@@ -25,7 +25,7 @@ type Config struct {
 	Driver     gpulib.Driver // WithDriver; nil: the real libraries
 	Job        JobConfig     // Connect and JoinJob (job.go)
 	Watch      WatchConfig   // the health watchdog (watchdog.go)
-	Nccl       Settings      // ncclConfig_t fields (config_nccl.go)
+	Nccl       Settings      // ncclConfig_t fields (config.go)
 	// FlightRec is the flight recorder's ring size per communicator
 	// (nccl.WithFlightRecorder): -1 the default (the environment's, else off), 0 off.
 	FlightRec int

@@ -27,7 +27,7 @@ import (
 //
 // Completion: the collectives (AllReduce, Broadcast, AllGather, ReduceScatter and the
 // typed AllReduceInto, BroadcastInto, Reduce, Gather, Scatter, AllToAll, AllToAllv in
-// mpi_collectives.go) are blocking MPI calls and have completed when they return. Send and Recv are non-blocking
+// collectives.go) are blocking MPI calls and have completed when they return. Send and Recv are non-blocking
 // (MPI_Isend, MPI_Irecv with the tag) and complete in Sync, Barrier or Close; so a ring of
 // sends and receives never deadlocks whatever the order in which the ranks post them,
 // and GroupStart/GroupEnd (NCCL's grouping) only check nesting: there is nothing to
@@ -88,7 +88,7 @@ type Communicator struct {
 	// asked: waits nap without spinning first (see mpiSpinFor).
 	contended atomic.Bool
 	pins      []*runtime.Pinner // Go memory of the pending slice Send and Recv (slices.go)
-	fr        frState           // the flight recorder (mpi_flightrec.go)
+	fr        frState           // the flight recorder (flightrec.go)
 }
 
 var _ comm.Communicator = (*Communicator)(nil)
@@ -113,7 +113,7 @@ var (
 	mpiProc *mpiProcess
 )
 
-// Narrow element formats and operators of the C user functions (mpi_ops_cgo.go).
+// Narrow element formats and operators of the C user functions (ops_cgo.go).
 const (
 	mpiF16 = iota
 	mpiBF16

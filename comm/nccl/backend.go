@@ -15,20 +15,6 @@ import (
 	"github.com/ncclgo/ncclgo/comm/internal/rawdriver"
 )
 
-// The NCCL backend, by file:
-//
-//	nccl.go           the two types, their construction, NCCL's version thresholds
-//	nccl_ops.go       operations: one enqueue sequence used by every call
-//	nccl_group.go     group scope, per OS thread as NCCL keeps it
-//	nccl_wait.go      waiting for the device and for NCCL
-//	nccl_lifecycle.go init, Close, teardown
-//	nccl_memory.go    registration, symmetric memory, windows
-//	nccl_recovery.go  AttemptReconnect, Split, Shrink, Revoke
-//	nccl_tworank.go   the two-rank send/recv + add all-reduce path
-//	nccl_watchdog.go  the health watchdog
-//
-// Job membership (generations, the rendezvous of a re-creation) is in generation.go.
-
 // NCCL versions that introduced the calls the backend makes beyond the 2.14 baseline
 // (ncclCommInitRankConfig, non-blocking communicators, ncclCommFinalize).
 const (
@@ -97,7 +83,7 @@ type Backend struct {
 	regs       map[comm.BufferHandle]gpulib.Handle
 	nextHandle comm.BufferHandle
 	syms       map[comm.DevicePtr]int // SymmetricAlloc's allocations and their sizes
-	userWins   userWindows            // RegisterWindow's (nccl_register_window.go)
+	userWins   userWindows            // RegisterWindow's (register_window.go)
 	generation int
 }
 
@@ -151,20 +137,20 @@ type Communicator struct {
 	cmdArmed atomic.Bool
 
 	// grouped counts the open thread groups holding operations of this communicator
-	// (nccl_group.go); the watchdog does not abort while it is non-zero.
+	// (group.go); the watchdog does not abort while it is non-zero.
 	grouped atomic.Int32
 	// opened counts the group levels this communicator opened that are still open, on
-	// any goroutine (nccl_group.go).
+	// any goroutine (group.go).
 	opened atomic.Int32
-	// group caches the open group the last grouped operation found (nccl_group.go).
+	// group caches the open group the last grouped operation found (group.go).
 	group atomic.Pointer[threadGroup]
-	// direct is d as the calls an operation makes outside a group (nccl_ops.go).
+	// direct is d as the calls an operation makes outside a group (ops.go).
 	direct ncclOps
 
 	// onClose runs in Close before the communicator ends (the Backend's cleanup).
 	onClose func(ctx context.Context, note func(string, error))
 
-	// rec is the flight recorder (nccl_flightrec.go), shared with the communicators
+	// rec is the flight recorder (flightrec.go), shared with the communicators
 	// shrunk or split from this one; ownsRec says this one closes it. fr is this
 	// communicator's ring, frName and frRanks its name and members' global ranks.
 	// children counts the shrinks made from it. nil and zero while the recorder is off.

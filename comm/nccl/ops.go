@@ -69,7 +69,7 @@ func (c *Communicator) enqueue(op string, bytes int, kind opKind, call func(to n
 			return err
 		}
 	}
-	if kind == blocking { // the host would wait for captured work (nccl_graph.go)
+	if kind == blocking { // the host would wait for captured work (graph.go)
 		// refuseCapture without its closed check, which usable just made under life
 		if capturing, err := c.d.StreamIsCapturing(c.stream); err != nil || capturing {
 			return c.captureErr(op, bytes, c.stream, capturing, err)

@@ -423,7 +423,7 @@ func grouped(to ncclOps) bool {
 // GroupStart opens an NCCL group on the calling goroutine's OS thread: every NCCL
 // operation that goroutine issues up to the matching GroupEnd, on this or any other
 // communicator of the process, is launched together by the outermost GroupEnd (see the
-// group scope notes in nccl_group.go and the package documentation). Groups nest. The
+// group scope notes in group.go and the package documentation). Groups nest. The
 // goroutine stays locked to its OS thread until the matching GroupEnd, which it must
 // call itself.
 //
