@@ -15,7 +15,7 @@ import (
 	"github.com/ncclgo/ncclgo/comm/internal/torchtest"
 )
 
-// readmeConnect builds the README's Connect program ("Starting a job by hand") into a
+// readmeConnect builds the README's Connect program ("Quick start on GPUs") into a
 // directory under /tmp (which the torch 2.x roots share) and returns the binary.
 func readmeConnect(t *testing.T) string {
 	t.Helper()
@@ -24,14 +24,14 @@ func readmeConnect(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, after, ok := strings.Cut(string(md), "### Starting a job by hand")
+	_, after, ok := strings.Cut(string(md), "## Quick start on GPUs")
 	if !ok {
-		t.Fatal(`README.md has no "### Starting a job by hand" section`)
+		t.Fatal(`README.md has no "## Quick start on GPUs" section`)
 	}
 	_, after, ok = strings.Cut(after, "```go\n")
 	code, _, ok2 := strings.Cut(after, "```\n")
 	if !ok || !ok2 || !strings.Contains(code, "job.Connect(") {
-		t.Fatal("README.md's \"Starting a job by hand\" has no go block calling job.Connect")
+		t.Fatal("README.md's \"Quick start on GPUs\" has no go block calling job.Connect")
 	}
 	// Built inside the module (testdata is not a package of ./...), run from /tmp.
 	src, err := os.MkdirTemp(filepath.Join(root, "comm", "job", "testdata"), "readme-connect-")

@@ -10,11 +10,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestReadmeCommandLinesRun: every commbench command line of README.md parses, and
+// TestReadmeCommandLinesRun: every commbench command line of docs/performance.md parses, and
 // those on the simulator run (with -n 1 -w 0 appended to keep them short: later flags
 // win) with every result right.
 func TestReadmeCommandLinesRun(t *testing.T) {
-	md, err := os.ReadFile("../../README.md")
+	md, err := os.ReadFile("../../docs/performance.md")
 	require.NoError(t, err)
 	// A command line: up to a backquote, a comment or the end of the line.
 	re := regexp.MustCompile("go run \\./tools/commbench([^`#\\n]*)")
@@ -33,5 +33,5 @@ func TestReadmeCommandLinesRun(t *testing.T) {
 			assert.NotContains(t, out, "FAILED")
 		})
 	}
-	assert.GreaterOrEqual(t, n, 3, "README's commbench command lines")
+	assert.GreaterOrEqual(t, n, 3, "docs/performance.md's commbench command lines")
 }

@@ -7,8 +7,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -110,6 +112,22 @@ func readme(t *testing.T) string {
 	return string(b)
 }
 
+// pages returns README.md and every guide under docs/, by path relative to the
+// repository root: the pages whose code and commands the tests check.
+func pages(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{"README.md": readme(t)}
+	guides, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	require.NoError(t, err)
+	require.NotEmpty(t, guides, "no guides under docs/")
+	for _, g := range guides {
+		b, err := os.ReadFile(g)
+		require.NoError(t, err)
+		out[filepath.ToSlash(strings.TrimPrefix(g, root+"/"))] = string(b)
+	}
+	return out
+}
+
 // goTool is the go command that runs this test (go test puts it first on PATH).
 func goTool(t *testing.T) string {
 	t.Helper()
@@ -123,9 +141,10 @@ func goTool(t *testing.T) string {
 	return p
 }
 
-// written is the README's blocks written as packages under testdata.
+// written is the pages' blocks written as packages under testdata.
 type written struct {
 	blocks []block
+	page   []string // the page of each block
 	dirs   []string // package directory of each block, relative to this package
 }
 
@@ -133,15 +152,27 @@ type written struct {
 // readme_test.go for test files.
 func writeBlocks(t *testing.T) written {
 	t.Helper()
-	blocks, err := parseBlocks(readme(t))
-	require.NoError(t, err)
-	require.NotEmpty(t, blocks, "README.md has no go blocks")
+	var w written
+	all := pages(t)
+	names := make([]string, 0, len(all))
+	for name := range all {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		blocks, err := parseBlocks(all[name])
+		require.NoError(t, err, name)
+		for _, b := range blocks {
+			w.blocks = append(w.blocks, b)
+			w.page = append(w.page, name)
+		}
+	}
+	require.NotEmpty(t, w.blocks, "README.md and docs/ have no go blocks")
 	require.NoError(t, os.MkdirAll("testdata", 0o755))
 	tmp, err := os.MkdirTemp("testdata", "readme-")
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(tmp) })
-	w := written{blocks: blocks}
-	for i, b := range blocks {
+	for i, b := range w.blocks {
 		dir := filepath.Join(tmp, fmt.Sprintf("b%d", i))
 		require.NoError(t, os.Mkdir(dir, 0o755))
 		name := "main.go"
@@ -154,7 +185,8 @@ func writeBlocks(t *testing.T) written {
 	return w
 }
 
-// toReadme rewrites "…/bN/main.go:L:C" in the go command's messages as README.md lines.
+// toReadme rewrites "…/bN/main.go:L:C" in the go command's messages as lines of the
+// page the block came from.
 func (w written) toReadme(msg string) string {
 	re := regexp.MustCompile(`\S*/b(\d+)/(?:main|readme_test)\.go:(\d+)`)
 	return re.ReplaceAllStringFunc(msg, func(m string) string {
@@ -165,7 +197,7 @@ func (w written) toReadme(msg string) string {
 		if i >= len(w.blocks) {
 			return m
 		}
-		return fmt.Sprintf("README.md:%d", w.blocks[i].line+l-1)
+		return fmt.Sprintf("%s:%d", w.page[i], w.blocks[i].line+l-1)
 	})
 }
 
@@ -203,10 +235,10 @@ func cachedLibs() []string {
 func TestReadmeCodeCompilesRunsAndPrintsItsOutput(t *testing.T) {
 	w := writeBlocks(t)
 	out, err := w.goCmd(t, nil, append([]string{"vet"}, w.dirs...)...)
-	require.NoError(t, err, "README code does not compile or vet:\n%s", out)
+	require.NoError(t, err, "README or guide code does not compile or vet:\n%s", out)
 
 	for i, b := range w.blocks {
-		name := fmt.Sprintf("README.md:%d", b.line)
+		name := fmt.Sprintf("%s:%d", w.page[i], b.line)
 		switch {
 		case b.pkg != "main":
 			t.Run(name+" go test", func(t *testing.T) {
@@ -233,8 +265,7 @@ func TestReadmeCodeCompilesRunsAndPrintsItsOutput(t *testing.T) {
 }
 
 func TestReadmeNamesCommandsThatExist(t *testing.T) {
-	md := readme(t)
-	assert.Contains(t, md, "make test                 # the test command", "README names make test as the test command")
+	assert.Contains(t, readme(t), "make test                 # the test command", "README names make test as the test command")
 
 	makefile, err := os.ReadFile(filepath.Join(root, "Makefile"))
 	require.NoError(t, err)
@@ -242,22 +273,94 @@ func TestReadmeNamesCommandsThatExist(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^([a-z][a-z-]*):`).FindAllStringSubmatch(string(makefile), -1) {
 		targets[m[1]] = true
 	}
-	made := regexp.MustCompile("make ([a-z][a-z-]*)").FindAllStringSubmatch(md, -1)
-	require.NotEmpty(t, made)
-	for _, m := range made {
-		assert.True(t, targets[m[1]], "README runs make %s, which the Makefile does not have", m[1])
-	}
-
-	for _, m := range regexp.MustCompile(`go run (\./tools/[a-z]+)`).FindAllStringSubmatch(md, -1) {
-		_, err := os.Stat(filepath.Join(root, m[1], "main.go"))
-		assert.NoError(t, err, "README runs %s", m[1])
-	}
-	for _, path := range regexp.MustCompile("`((?:gen|headers|tools|comm|raw)/[A-Za-z0-9_./-]+)`").FindAllStringSubmatch(md, -1) {
-		p := strings.TrimSuffix(path[1], "/")
-		if strings.Contains(p, "2.30.1") {
-			continue // the example release
+	made := 0
+	for page, md := range pages(t) {
+		for _, m := range regexp.MustCompile("make ([a-z][a-z-]*)").FindAllStringSubmatch(md, -1) {
+			made++
+			assert.True(t, targets[m[1]], "%s runs make %s, which the Makefile does not have", page, m[1])
 		}
-		_, err := os.Stat(filepath.Join(root, p))
-		assert.NoError(t, err, "README names %s", p)
+		for _, m := range regexp.MustCompile(`go run (\./tools/[a-z]+)`).FindAllStringSubmatch(md, -1) {
+			_, err := os.Stat(filepath.Join(root, m[1], "main.go"))
+			assert.NoError(t, err, "%s runs %s", page, m[1])
+		}
+		for _, path := range regexp.MustCompile("`((?:gen|headers|tools|comm|raw|docs|kernels)/[A-Za-z0-9_./-]+)`").FindAllStringSubmatch(md, -1) {
+			p := strings.TrimSuffix(path[1], "/")
+			if p == "comm/raw" {
+				continue // a benchmark's ratio, comm's time over raw's
+			}
+			if strings.Contains(p, "2.30.1") || strings.Contains(p, "2.31.1") {
+				continue // the example release
+			}
+			_, err := os.Stat(filepath.Join(root, p))
+			assert.NoError(t, err, "%s names %s", page, p)
+		}
 	}
+	assert.Positive(t, made, "no make command in README.md or docs/")
+}
+
+// TestReadmeIsShort: README is the first screen of the project, at most 300 lines;
+// everything else lives in the guides under docs/ and in the package documentation.
+func TestReadmeIsShort(t *testing.T) {
+	lines := strings.Count(readme(t), "\n")
+	assert.LessOrEqual(t, lines, 300, "README.md has %d lines: move the depth to a guide under docs/", lines)
+}
+
+// TestLinksResolve: every relative link of README.md and the guides names a file that
+// exists, and a #fragment names a heading of that file.
+func TestLinksResolve(t *testing.T) {
+	all := pages(t)
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	n := 0
+	for page, md := range all {
+		for _, m := range link.FindAllStringSubmatch(md, -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			n++
+			file, frag, _ := strings.Cut(target, "#")
+			resolved := page
+			if file != "" {
+				resolved = filepath.ToSlash(filepath.Clean(filepath.Join(filepath.Dir(page), file)))
+				_, err := os.Stat(filepath.Join(root, resolved))
+				if !assert.NoError(t, err, "%s links to %s", page, target) {
+					continue
+				}
+			}
+			if frag == "" {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join(root, resolved))
+			require.NoError(t, err)
+			assert.Contains(t, anchors(string(b)), frag, "%s links to %s: no such heading in %s", page, target, resolved)
+		}
+	}
+	assert.Positive(t, n, "no relative links found")
+}
+
+// anchors returns the fragment GitHub makes of each heading of md: lower case, spaces
+// as hyphens, punctuation other than hyphens and underscores dropped.
+func anchors(md string) []string {
+	var out []string
+	fence := false
+	for _, l := range strings.Split(md, "\n") {
+		if strings.HasPrefix(l, "```") {
+			fence = !fence
+		}
+		if fence || !strings.HasPrefix(l, "#") {
+			continue
+		}
+		h := strings.TrimSpace(strings.TrimLeft(l, "#"))
+		var b strings.Builder
+		for _, r := range strings.ToLower(h) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		out = append(out, b.String())
+	}
+	return out
 }
