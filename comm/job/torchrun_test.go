@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ncclgo/ncclgo/comm/internal/torchtest"
+	"github.com/ncclgo/ncclgo/internal/testenv"
 )
 
 var (
@@ -64,7 +65,7 @@ func torchrun(t *testing.T, env torchtest.Env, nproc int, backend string, restar
 	for try := 1; ; try++ {
 		cmd := env.Command(ctx, filepath.Join(dir, "torchrun_launch.py"), strconv.Itoa(nproc), backend,
 			strconv.Itoa(freePort(t)), strconv.Itoa(restarts), bin)
-		cmd.Env = append(os.Environ(), extraEnv...)
+		cmd.Env = append(testenv.Environ(), extraEnv...)
 		out, err := cmd.CombinedOutput()
 		if try < 3 && bytes.Contains(out, []byte("ddress already in use")) {
 			t.Logf("torchrun attempt %d: its port was taken, trying another:\n%s", try, out)
