@@ -428,6 +428,30 @@ func TestJobServesTheStoreOnNCCLGOStorePort(t *testing.T) {
 	assert.Equal(t, "ok", string(state))
 }
 
+// In a LeaderWorkerSet pod (no MASTER_ADDR: the leader's address is LWS_LEADER_ADDRESS)
+// with NCCLGO_STORE_PORT, Connect serves the store on the leader's address and that port.
+func TestJobConnectsInALeaderWorkerSetPod(t *testing.T) {
+	port := freePort(t)
+	for _, k := range []string{rendezvous.EnvMasterAddr, rendezvous.EnvMasterPort, rendezvous.EnvRank, rendezvous.EnvWorldSize, rendezvous.EnvLocalRank} {
+		t.Setenv(k, "")
+	}
+	t.Setenv(rendezvous.EnvLWSLeaderAddress, "127.0.0.1")
+	t.Setenv(rendezvous.EnvLWSGroupSize, "1")
+	t.Setenv(rendezvous.EnvLWSWorkerIndex, "0")
+	t.Setenv(EnvStorePort, strconv.Itoa(port))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := Connect(ctx, withDevice(newIDFake()), quiet)
+	require.NoError(t, err)
+	defer b.Close()
+	c, err := rendezvous.Dial(ctx, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	require.NoError(t, err)
+	defer c.Close()
+	state, err := c.Get(ctx, rendezvous.GenerationKey(defaultGroup, 0, "state"))
+	require.NoError(t, err)
+	assert.Equal(t, "ok", string(state))
+}
+
 func TestJobRefusesAWrongToken(t *testing.T) {
 	port := freePort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

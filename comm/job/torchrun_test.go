@@ -158,8 +158,10 @@ func TestMpirunLaunchesGoRanks(t *testing.T) {
 	cmd := exec.CommandContext(ctx, mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2",
 		"-x", "MASTER_PORT="+strconv.Itoa(freePort(t)), bin)
 	for _, kv := range os.Environ() {
-		// A torchrun or Slurm environment around the test must not leak into the ranks.
-		if k, _, _ := strings.Cut(kv, "="); k == "RANK" || k == "WORLD_SIZE" || k == "LOCAL_RANK" || k == "MASTER_ADDR" || strings.HasPrefix(k, "SLURM_") || strings.HasPrefix(k, "TORCHELASTIC_") {
+		// A torchrun, Slurm or Kubernetes environment around the test must not leak into the ranks.
+		if k, _, _ := strings.Cut(kv, "="); k == "RANK" || k == "WORLD_SIZE" || k == "LOCAL_RANK" || k == "LOCAL_WORLD_SIZE" || k == "MASTER_ADDR" ||
+			k == "JOBSET_NAME" || k == "JOB_COMPLETION_INDEX" ||
+			strings.HasPrefix(k, "SLURM_") || strings.HasPrefix(k, "TORCHELASTIC_") || strings.HasPrefix(k, "LWS_") || strings.HasPrefix(k, "PET_") {
 			continue
 		}
 		cmd.Env = append(cmd.Env, kv)
