@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -557,12 +558,23 @@ func TestJobStoreAnswersTorchClientsOnlyWhenAllowed(t *testing.T) {
 			defer j.Close()
 			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 			for _, gen := range []rendezvous.TorchProtocol{rendezvous.TorchProtocol1, rendezvous.TorchProtocol2} {
-				wait := 10 * time.Second
+				// A refused client dials again until its context ends: the context ends
+				// once an attempt has been refused (no timer, which a loaded machine can
+				// outrun mid-attempt), and the error then carries that refusal. An
+				// allowed client has the test's hang guard.
+				tctx, tcancel := context.WithCancel(ctx)
+				log := quietLog
 				if !tt.want {
-					wait = 5 * time.Second // refused at every attempt (generous: a loaded machine dials slowly)
+					var expire func()
+					tctx, expire = nettest.ExpiringContext()
+					context.AfterFunc(ctx, expire) // the hang guard
+					log = slog.New(onRecord(func(msg string, attrs map[string]string) {
+						if strings.HasSuffix(attrs["err"], ": EOF") {
+							expire()
+						}
+					}))
 				}
-				tctx, tcancel := context.WithTimeout(ctx, wait)
-				tc, err := rendezvous.DialTCPStore(tctx, addr, rendezvous.WithTorchProtocol(gen), rendezvous.WithLogger(quietLog))
+				tc, err := rendezvous.DialTCPStore(tctx, addr, rendezvous.WithTorchProtocol(gen), rendezvous.WithLogger(log))
 				key := "torch/" + strconv.Itoa(int(gen))
 				if err == nil {
 					err = tc.Set(tctx, key, []byte("from python"))
@@ -695,3 +707,20 @@ func memberOf(b *nccl.Backend) *member { return ncclcfg.MemberOf(b).(*member) }
 
 // p is a device pointer for operations on the fake driver.
 const p comm.DevicePtr = 0x10000
+
+// onRecord is a slog.Handler, at every level, that calls f with each record's message
+// and attributes (as text).
+type onRecord func(msg string, attrs map[string]string)
+
+func (onRecord) Enabled(context.Context, slog.Level) bool { return true }
+func (f onRecord) Handle(_ context.Context, r slog.Record) error {
+	attrs := map[string]string{}
+	r.Attrs(func(a slog.Attr) bool {
+		attrs[a.Key] = a.Value.String()
+		return true
+	})
+	f(r.Message, attrs)
+	return nil
+}
+func (f onRecord) WithAttrs([]slog.Attr) slog.Handler { return f }
+func (f onRecord) WithGroup(string) slog.Handler      { return f }
