@@ -82,7 +82,7 @@ func waitCount(t *testing.T, s rendezvous.Store, key string, n int) {
 func joinAll(t *testing.T, port, world int, ranks ...int) (map[int]*Job, map[int]idFake) {
 	t.Helper()
 	jobs, fakes := map[int]*Job{}, map[int]idFake{}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
 	defer cancel()
 	for _, r := range ranks {
 		f := newIDFake()
@@ -123,7 +123,7 @@ func TestConnectGivesEveryRankRankZerosUniqueID(t *testing.T) {
 	const world = 3
 	port := freePort(t)
 	fakes := map[int]idFake{0: newIDFake(), 1: newIDFake(), 2: newIDFake()}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
 	defer cancel()
 	ranks := []int{2, 1, 0} // the store's server starts last: the others retry
 	bs, errs := onRanks(ranks, func(r int) (*nccl.Backend, error) {
@@ -176,7 +176,7 @@ func TestBringUpNamesTheMissingRankAndTheNextGenerationSucceeds(t *testing.T) {
 	}
 
 	// Everyone tries again: rank 2 skips the abandoned generation 0.
-	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Minute) // a hang guard
 	defer cancel2()
 	bs, errs := onRanks([]int{0, 1, 2}, func(r int) (*nccl.Backend, error) { return jobs[r].NewNCCL(ctx2) })
 	for r := range world {
@@ -197,7 +197,7 @@ func TestARestartedRankMovesTheWaitingRanksToTheNextGeneration(t *testing.T) {
 	const world = 3
 	port := freePort(t)
 	jobs, fakes := joinAll(t, port, world, 0, 2)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
 	defer cancel()
 	store := jobs[0].Store()
 	key := func(name string) string { return rendezvous.GenerationKey(defaultGroup, 0, name) }
@@ -246,7 +246,7 @@ func TestAttemptReconnectMeetsAReplacementInTheNextGeneration(t *testing.T) {
 	const world = 3
 	port := freePort(t)
 	fakes := map[int]idFake{0: newIDFake(), 1: newIDFake(), 2: newIDFake()}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
 	defer cancel()
 	connect := func(r int) (*nccl.Backend, error) {
 		return Connect(ctx, WithJob(jobOf(port, r, world)), withDevice(fakes[r]), quiet)
@@ -291,7 +291,7 @@ func TestAttemptReconnectNamesTheRanksThatDoNotCome(t *testing.T) {
 	const world = 2
 	port := freePort(t)
 	jobs, fakes := joinAll(t, port, world, 0, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
 	defer cancel()
 	bs, errs := onRanks([]int{0, 1}, func(r int) (*nccl.Backend, error) { return jobs[r].NewNCCL(ctx) })
 	require.NoError(t, errors.Join(errs[0], errs[1]))
@@ -323,7 +323,7 @@ func TestCloseEndsAReconnectWaitingForDeadPeers(t *testing.T) {
 	leaktest.Check(t)
 	port := freePort(t)
 	jobs, fakes := joinAll(t, port, 2, 0, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
 	defer cancel()
 	bs, errs := onRanks([]int{0, 1}, func(r int) (*nccl.Backend, error) { return jobs[r].NewNCCL(ctx) })
 	require.NoError(t, errors.Join(errs[0], errs[1]))
@@ -348,7 +348,7 @@ func TestCloseEndsAReconnectWaitingForDeadPeers(t *testing.T) {
 func TestConnectClosesItsJobAndItsStore(t *testing.T) {
 	leaktest.Check(t)
 	port := freePort(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
 	defer cancel()
 	b, err := Connect(ctx, WithJob(jobOf(port, 0, 1)), withDevice(newIDFake()), quiet)
 	require.NoError(t, err)
@@ -416,7 +416,7 @@ func TestJobServesTheStoreOnNCCLGOStorePort(t *testing.T) {
 	t.Setenv(rendezvous.EnvRank, "0")
 	t.Setenv(rendezvous.EnvWorldSize, "1")
 	t.Setenv(EnvStorePort, strconv.Itoa(port))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
 	defer cancel()
 	b, err := Connect(ctx, withDevice(newIDFake()), quiet)
 	require.NoError(t, err)
@@ -455,7 +455,7 @@ func TestJobConnectsInALeaderWorkerSetPod(t *testing.T) {
 
 func TestJobRefusesAWrongToken(t *testing.T) {
 	port := freePort(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
 	defer cancel()
 	cfg := jobOf(port, 0, 2)
 	cfg.Token = "secret"
@@ -478,7 +478,7 @@ func TestJobWithAnExternalStore(t *testing.T) {
 	go func() { defer close(served); _ = srv.Serve(context.Background(), l) }()
 	defer func() { _ = srv.Close(); <-served }()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
 	defer cancel()
 	fakes := map[int]idFake{0: newIDFake(), 1: newIDFake()}
 	bs, errs := onRanks([]int{0, 1}, func(r int) (*nccl.Backend, error) {
