@@ -88,7 +88,9 @@ func TestConfigAddr(t *testing.T) {
 // allLauncherVars are every variable FromEnv reads.
 var allLauncherVars = []string{EnvMasterAddr, EnvMasterPort, EnvRank, EnvWorldSize, EnvLocalRank, EnvToken,
 	EnvSlurmProcID, EnvSlurmNTasks, EnvSlurmLocalID, EnvSlurmJobNodeList, EnvSlurmLaunchNode,
-	EnvOMPIRank, EnvOMPISize, EnvOMPILocalRank, EnvOMPILocalSize, EnvPMIxRank}
+	EnvOMPIRank, EnvOMPISize, EnvOMPILocalRank, EnvOMPILocalSize, EnvPMIxRank,
+	EnvLWSLeaderAddress, EnvLWSGroupSize, EnvLWSWorkerIndex, EnvPETNNodes, EnvPETNodeRank, EnvPETNProcPerNode,
+	EnvPETMasterAddr, EnvPETMasterPort, EnvJobCompletionIndex, EnvJobSetName, EnvLocalWorldSize, EnvTorchElasticRunID}
 
 func TestFromEnvLaunchers(t *testing.T) {
 	tests := []struct {

@@ -7,12 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// podLauncherVars are the variables of the Kubernetes controllers and of torchrun's
-// workers that FromEnv reads, cleared around each case.
-var podLauncherVars = []string{EnvLWSLeaderAddress, EnvLWSGroupSize, EnvLWSWorkerIndex,
-	EnvPETNNodes, EnvPETNodeRank, EnvPETNProcPerNode, EnvPETMasterAddr, EnvPETMasterPort,
-	EnvJobCompletionIndex, EnvJobSetName, EnvLocalWorldSize, EnvTorchElasticRunID}
-
 // The environments below are what the controllers put in a pod, variable for variable:
 //
 //   - LeaderWorkerSet (sigs.k8s.io/lws, pkg/utils/pod AddLWSVariables): LWS_LEADER_ADDRESS
@@ -118,7 +112,7 @@ func TestFromEnvKubernetes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, k := range append(append([]string{}, allLauncherVars...), podLauncherVars...) {
+			for _, k := range allLauncherVars {
 				t.Setenv(k, tt.env[k])
 			}
 			t.Setenv("PYTHONUNBUFFERED", tt.env["PYTHONUNBUFFERED"])
