@@ -61,7 +61,7 @@ func TestFromEnv(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, k := range []string{EnvMasterAddr, EnvMasterPort, EnvRank, EnvWorldSize, EnvLocalRank, EnvToken} {
+			for _, k := range allLauncherVars {
 				t.Setenv(k, tt.env[k])
 			}
 			got, err := FromEnv(tt.opts...)
