@@ -46,7 +46,9 @@ func TestChangingAChildsVariableRerunsTheTest(t *testing.T) {
 		t.Skip("no go command on PATH")
 	}
 	base := []string{"NCCLGO_CACHE=" + filepath.Join(t.TempDir(), "cache"), "NCCLGO_STRICT=", "NCCLGO_TORCH2_ROOT=", "NCCL_DEBUG="}
-	var env []string // GOFLAGS unset: a -count=1 there would turn the cache off
+	// GOFLAGS set (over go env's file too) to a flag that leaves the cache on: a
+	// -count=1 there would turn it off.
+	env := []string{"GOFLAGS=-buildvcs=false"}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "GOFLAGS=") {
 			env = append(env, kv)
