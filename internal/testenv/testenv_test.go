@@ -69,6 +69,7 @@ func TestChangingAChildsVariableRerunsTheTest(t *testing.T) {
 		"NCCLGO_STRICT=1",
 		"NCCLGO_TORCH2_ROOT=" + t.TempDir(),
 		"NCCL_DEBUG=INFO",
+		"PATH=" + t.TempDir() + string(os.PathListSeparator) + os.Getenv("PATH"), // where mpirun, torchrun, python3 are found
 	} {
 		assert.NotContains(t, goTest(v), "(cached)", "go test replayed a result after %s changed", v)
 	}
