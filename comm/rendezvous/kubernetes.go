@@ -126,8 +126,8 @@ func fromPod(c *Config) []error {
 	if okProcs && okLocal {
 		switch {
 		case procs > 1 && os.Getenv(EnvLocalRank) == "":
-			errs = append(errs, &ConfigError{Var: EnvLocalRank, Reason: strconv.Itoa(procs) + " processes per pod (" + procsVar +
-				"): start them with torchrun, or give each its LOCAL_RANK"})
+			errs = append(errs, &ConfigError{Var: procsVar, Value: strconv.Itoa(procs),
+				Reason: "several processes per pod need each its LOCAL_RANK: start them with torchrun, or set LOCAL_RANK for each"})
 			okLocal = false
 		case local >= procs:
 			errs = append(errs, &ConfigError{Var: EnvLocalRank, Value: strconv.Itoa(local), Reason: "must be less than the processes per pod (" + strconv.Itoa(procs) + ")"})
