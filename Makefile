@@ -4,6 +4,10 @@ GO ?= go
 # The one rule for the cache folder (headers/fetch.sh, tools/bindgen and the tests read
 # NCCLGO_CACHE): $NCCLGO_CACHE, else $XDG_CACHE_HOME/ncclgo, else ~/.cache/ncclgo.
 export NCCLGO_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ncclgo
+# Two modules: the library (.) and the generator (tools/bindgen, nested so that a module using the library does not
+# get the generator's dependencies); go.work joins them here. ./... stops at a nested module, so PKGS names both.
+PKGS := ./... ./tools/bindgen/...
+MODULES := . tools/bindgen
 # make headers NCCL=x.y.z adds an NCCL release; NCCL_SOURCE=debian|github|pypi|git picks where
 # its nccl.h comes from, NCCL_GIT=DIR is the local clone of NVIDIA/nccl that git reads (no network).
 NCCL ?=
@@ -42,9 +46,9 @@ check-generated: generate
 	@git diff --exit-code --stat -- raw gen kernels docs || { echo "generated files are stale: run make generate and commit" >&2; exit 1; }
 	@test -z "$$(git status --porcelain -- raw gen docs)" || { git status --porcelain -- raw gen docs; echo "generate left untracked files" >&2; exit 1; }
 
-## tidy-check: fail when go.mod or go.sum is not what `go mod tidy` makes
+## tidy-check: fail when a module's go.mod or go.sum is not what `go mod tidy` makes
 tidy-check:
-	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy and commit" >&2; exit 1; }
+	@for m in $(MODULES); do (cd $$m && $(GO) mod tidy -diff) || { echo "$$m: go.mod/go.sum are not tidy: run go mod tidy there and commit" >&2; exit 1; }; done
 
 ## test: everything CI checks: lint, tidy go.mod, fresh generated code, tests with -race (the kernel checks included),
 ## no-cgo build, gpu-tagged code compiles. kernel-inputs comes before headers: it fetches the header sets too, so the
@@ -53,10 +57,10 @@ tidy-check:
 ## tools/testreport reads go test's -json events, keeps go test's closing lines and ends the log with the skipped tests per package.
 test: export NCCLGO_STRICT := 1
 test: deps lint tidy-check kernel-inputs headers libs check-generated
-	set -o pipefail; $(GO) test -race -count=1 -json ./... 2>&1 | $(GO) run ./tools/testreport
-	CGO_ENABLED=0 $(GO) build ./...
+	set -o pipefail; $(GO) test -race -count=1 -json $(PKGS) 2>&1 | $(GO) run ./tools/testreport
+	CGO_ENABLED=0 $(GO) build $(PKGS)
 	set -o pipefail; CGO_ENABLED=0 $(GO) test -count=1 -json ./raw/... 2>&1 | $(GO) run ./tools/testreport
-	$(GO) vet -tags gpu ./...
+	$(GO) vet -tags gpu $(PKGS)
 
 ## test-load: the timing-sensitive packages (deadlines, timeouts, processes) three times with -race while
 ## tools/cpuload keeps every CPU busy. Not the whole suite: on CI's 2 cores its tests take about 440 s once
@@ -70,11 +74,11 @@ test-load: deps libs
 
 ## test-short: the Go tests only (assumes make headers libs ran)
 test-short:
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 $(PKGS)
 
 ## bench: benchmarks with allocation counts
 bench: libs
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
 ## lint: gofmt, go vet and staticcheck (pinned here, run with `go run` so that go.mod gains no dependency; its checks
 ## are set in staticcheck.conf: the defaults plus ST1005). staticcheck checks three build configurations together
@@ -83,8 +87,8 @@ bench: libs
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 lint:
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; test -z "$$out" || { echo "gofmt needed:"; echo "$$out"; exit 1; }
-	$(GO) vet ./...
-	printf 'default:\ngpu: -tags=gpu\nnocgo: CGO_ENABLED=0\n' | $(STATICCHECK) -matrix ./...
+	$(GO) vet $(PKGS)
+	printf 'default:\ngpu: -tags=gpu\nnocgo: CGO_ENABLED=0\n' | $(STATICCHECK) -matrix $(PKGS)
 
 ## kernels: regenerate the committed PTX from kernels/*.cu with nvcc (installs nvidia-cuda-toolkit)
 kernels:

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo/comm/internal/libcache"
+	"github.com/ncclgo/ncclgo/internal/testenv"
 	"github.com/ncclgo/ncclgo/raw/nccl"
 )
 
@@ -45,7 +46,7 @@ func TestCollectivesChooseThePathFromTheRealLibrary(t *testing.T) {
 				t.Skip(msg)
 			}
 			cmd := exec.Command(exe, "-test.run=^TestCollectivesChooseThePathFromTheRealLibrary$", "-test.count=1")
-			cmd.Env = append(os.Environ(), "NCCLGO_COLLECTIVES_CHILD="+path, "NCCLGO_LIBNCCL="+path,
+			cmd.Env = append(testenv.Environ(), "NCCLGO_COLLECTIVES_CHILD="+path, "NCCLGO_LIBNCCL="+path,
 				"NCCLGO_COLLECTIVES_WANT="+strconv.Itoa(lib.code))
 			out, err := cmd.CombinedOutput()
 			require.NoError(t, err, "child with %s:\n%s", path, out)

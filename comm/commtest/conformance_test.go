@@ -11,6 +11,7 @@ import (
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
 	"github.com/ncclgo/ncclgo/comm/nccl"
+	"github.com/ncclgo/ncclgo/internal/testenv"
 )
 
 func TestConformanceSingle(t *testing.T) {
@@ -106,7 +107,7 @@ func TestRequiredCapabilityCannotSkip(t *testing.T) {
 		return
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRequiredCapabilityCannotSkip$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), "NCCLGO_CONFORMANCE_CHILD=1")
+	cmd.Env = append(testenv.Environ(), "NCCLGO_CONFORMANCE_CHILD=1")
 	out, err := cmd.CombinedOutput()
 	require.Error(t, err, "the suite must fail; output:\n%s", out)
 	require.Contains(t, string(out), "the harness requires register-buffer, but every rank answered ErrUnsupported")

@@ -121,7 +121,10 @@ func jobEnv(cfg options) (rendezvous.Config, error) {
 	if err != nil {
 		return rendezvous.Config{}, &rendezvous.ConfigError{Var: EnvStorePort, Value: v, Reason: "not an integer"}
 	}
-	return rendezvous.FromEnv(rendezvous.WithMaster(os.Getenv(rendezvous.EnvMasterAddr), port))
+	// The store's host is the environment's (MASTER_ADDR, a Slurm node list, a
+	// LeaderWorkerSet's leader, ...): only the port moves.
+	env, _ := rendezvous.FromEnv()
+	return rendezvous.FromEnv(rendezvous.WithMaster(env.MasterAddr, port))
 }
 
 // listenAddr is where rank 0 serves the store: MASTER_ADDR itself when it is an IP

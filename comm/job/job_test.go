@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -81,7 +82,7 @@ func waitCount(t *testing.T, s rendezvous.Store, key string, n int) {
 func joinAll(t *testing.T, port, world int, ranks ...int) (map[int]*Job, map[int]idFake) {
 	t.Helper()
 	jobs, fakes := map[int]*Job{}, map[int]idFake{}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
 	defer cancel()
 	for _, r := range ranks {
 		f := newIDFake()
@@ -122,7 +123,7 @@ func TestConnectGivesEveryRankRankZerosUniqueID(t *testing.T) {
 	const world = 3
 	port := freePort(t)
 	fakes := map[int]idFake{0: newIDFake(), 1: newIDFake(), 2: newIDFake()}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
 	defer cancel()
 	ranks := []int{2, 1, 0} // the store's server starts last: the others retry
 	bs, errs := onRanks(ranks, func(r int) (*nccl.Backend, error) {
@@ -175,7 +176,7 @@ func TestBringUpNamesTheMissingRankAndTheNextGenerationSucceeds(t *testing.T) {
 	}
 
 	// Everyone tries again: rank 2 skips the abandoned generation 0.
-	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Minute) // a hang guard
 	defer cancel2()
 	bs, errs := onRanks([]int{0, 1, 2}, func(r int) (*nccl.Backend, error) { return jobs[r].NewNCCL(ctx2) })
 	for r := range world {
@@ -196,7 +197,7 @@ func TestARestartedRankMovesTheWaitingRanksToTheNextGeneration(t *testing.T) {
 	const world = 3
 	port := freePort(t)
 	jobs, fakes := joinAll(t, port, world, 0, 2)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
 	defer cancel()
 	store := jobs[0].Store()
 	key := func(name string) string { return rendezvous.GenerationKey(defaultGroup, 0, name) }
@@ -245,7 +246,7 @@ func TestAttemptReconnectMeetsAReplacementInTheNextGeneration(t *testing.T) {
 	const world = 3
 	port := freePort(t)
 	fakes := map[int]idFake{0: newIDFake(), 1: newIDFake(), 2: newIDFake()}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
 	defer cancel()
 	connect := func(r int) (*nccl.Backend, error) {
 		return Connect(ctx, WithJob(jobOf(port, r, world)), withDevice(fakes[r]), quiet)
@@ -290,7 +291,7 @@ func TestAttemptReconnectNamesTheRanksThatDoNotCome(t *testing.T) {
 	const world = 2
 	port := freePort(t)
 	jobs, fakes := joinAll(t, port, world, 0, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
 	defer cancel()
 	bs, errs := onRanks([]int{0, 1}, func(r int) (*nccl.Backend, error) { return jobs[r].NewNCCL(ctx) })
 	require.NoError(t, errors.Join(errs[0], errs[1]))
@@ -322,7 +323,7 @@ func TestCloseEndsAReconnectWaitingForDeadPeers(t *testing.T) {
 	leaktest.Check(t)
 	port := freePort(t)
 	jobs, fakes := joinAll(t, port, 2, 0, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
 	defer cancel()
 	bs, errs := onRanks([]int{0, 1}, func(r int) (*nccl.Backend, error) { return jobs[r].NewNCCL(ctx) })
 	require.NoError(t, errors.Join(errs[0], errs[1]))
@@ -347,7 +348,7 @@ func TestCloseEndsAReconnectWaitingForDeadPeers(t *testing.T) {
 func TestConnectClosesItsJobAndItsStore(t *testing.T) {
 	leaktest.Check(t)
 	port := freePort(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
 	defer cancel()
 	b, err := Connect(ctx, WithJob(jobOf(port, 0, 1)), withDevice(newIDFake()), quiet)
 	require.NoError(t, err)
@@ -415,7 +416,31 @@ func TestJobServesTheStoreOnNCCLGOStorePort(t *testing.T) {
 	t.Setenv(rendezvous.EnvRank, "0")
 	t.Setenv(rendezvous.EnvWorldSize, "1")
 	t.Setenv(EnvStorePort, strconv.Itoa(port))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
+	defer cancel()
+	b, err := Connect(ctx, withDevice(newIDFake()), quiet)
+	require.NoError(t, err)
+	defer b.Close()
+	c, err := rendezvous.Dial(ctx, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	require.NoError(t, err)
+	defer c.Close()
+	state, err := c.Get(ctx, rendezvous.GenerationKey(defaultGroup, 0, "state"))
+	require.NoError(t, err)
+	assert.Equal(t, "ok", string(state))
+}
+
+// In a LeaderWorkerSet pod (no MASTER_ADDR: the leader's address is LWS_LEADER_ADDRESS)
+// with NCCLGO_STORE_PORT, Connect serves the store on the leader's address and that port.
+func TestJobConnectsInALeaderWorkerSetPod(t *testing.T) {
+	port := freePort(t)
+	for _, k := range []string{rendezvous.EnvMasterAddr, rendezvous.EnvMasterPort, rendezvous.EnvRank, rendezvous.EnvWorldSize, rendezvous.EnvLocalRank} {
+		t.Setenv(k, "")
+	}
+	t.Setenv(rendezvous.EnvLWSLeaderAddress, "127.0.0.1")
+	t.Setenv(rendezvous.EnvLWSGroupSize, "1")
+	t.Setenv(rendezvous.EnvLWSWorkerIndex, "0")
+	t.Setenv(EnvStorePort, strconv.Itoa(port))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	b, err := Connect(ctx, withDevice(newIDFake()), quiet)
 	require.NoError(t, err)
@@ -430,7 +455,7 @@ func TestJobServesTheStoreOnNCCLGOStorePort(t *testing.T) {
 
 func TestJobRefusesAWrongToken(t *testing.T) {
 	port := freePort(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
 	defer cancel()
 	cfg := jobOf(port, 0, 2)
 	cfg.Token = "secret"
@@ -453,7 +478,7 @@ func TestJobWithAnExternalStore(t *testing.T) {
 	go func() { defer close(served); _ = srv.Serve(context.Background(), l) }()
 	defer func() { _ = srv.Close(); <-served }()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
 	defer cancel()
 	fakes := map[int]idFake{0: newIDFake(), 1: newIDFake()}
 	bs, errs := onRanks([]int{0, 1}, func(r int) (*nccl.Backend, error) {
@@ -533,12 +558,23 @@ func TestJobStoreAnswersTorchClientsOnlyWhenAllowed(t *testing.T) {
 			defer j.Close()
 			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 			for _, gen := range []rendezvous.TorchProtocol{rendezvous.TorchProtocol1, rendezvous.TorchProtocol2} {
-				wait := 10 * time.Second
+				// A refused client dials again until its context ends: the context ends
+				// once an attempt has been refused (no timer, which a loaded machine can
+				// outrun mid-attempt), and the error then carries that refusal. An
+				// allowed client has the test's hang guard.
+				tctx, tcancel := context.WithCancel(ctx)
+				log := quietLog
 				if !tt.want {
-					wait = 5 * time.Second // refused at every attempt (generous: a loaded machine dials slowly)
+					var expire func()
+					tctx, expire = nettest.ExpiringContext()
+					context.AfterFunc(ctx, expire) // the hang guard
+					log = slog.New(onRecord(func(msg string, attrs map[string]string) {
+						if strings.HasSuffix(attrs["err"], ": EOF") {
+							expire()
+						}
+					}))
 				}
-				tctx, tcancel := context.WithTimeout(ctx, wait)
-				tc, err := rendezvous.DialTCPStore(tctx, addr, rendezvous.WithTorchProtocol(gen), rendezvous.WithLogger(quietLog))
+				tc, err := rendezvous.DialTCPStore(tctx, addr, rendezvous.WithTorchProtocol(gen), rendezvous.WithLogger(log))
 				key := "torch/" + strconv.Itoa(int(gen))
 				if err == nil {
 					err = tc.Set(tctx, key, []byte("from python"))
@@ -671,3 +707,20 @@ func memberOf(b *nccl.Backend) *member { return ncclcfg.MemberOf(b).(*member) }
 
 // p is a device pointer for operations on the fake driver.
 const p comm.DevicePtr = 0x10000
+
+// onRecord is a slog.Handler, at every level, that calls f with each record's message
+// and attributes (as text).
+type onRecord func(msg string, attrs map[string]string)
+
+func (onRecord) Enabled(context.Context, slog.Level) bool { return true }
+func (f onRecord) Handle(_ context.Context, r slog.Record) error {
+	attrs := map[string]string{}
+	r.Attrs(func(a slog.Attr) bool {
+		attrs[a.Key] = a.Value.String()
+		return true
+	})
+	f(r.Message, attrs)
+	return nil
+}
+func (f onRecord) WithAttrs([]slog.Attr) slog.Handler { return f }
+func (f onRecord) WithGroup(string) slog.Handler      { return f }

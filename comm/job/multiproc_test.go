@@ -42,14 +42,18 @@ func TestMain(m *testing.M) {
 // runs (mpiChildEnv in communicator_test.go, of package comm_test).
 const mpiRankEnv = "NCCLGO_MPI_RANK_TEST"
 
-// launcherEnv is every variable through which a launcher (torchrun, srun, mpirun) or a
-// store setting tells Connect and JoinJob who this process is.
+// launcherEnv is every variable through which a launcher (torchrun, srun, mpirun, a
+// Kubernetes controller) or a store setting tells Connect and JoinJob who this process is.
 var launcherEnv = []string{
 	rendezvous.EnvMasterAddr, rendezvous.EnvMasterPort, rendezvous.EnvRank, rendezvous.EnvWorldSize,
 	rendezvous.EnvLocalRank, rendezvous.EnvToken, rendezvous.EnvSlurmProcID, rendezvous.EnvSlurmNTasks,
 	rendezvous.EnvSlurmLocalID, rendezvous.EnvSlurmJobNodeList, rendezvous.EnvSlurmLaunchNode,
 	rendezvous.EnvOMPIRank, rendezvous.EnvOMPISize, rendezvous.EnvOMPILocalRank, rendezvous.EnvOMPILocalSize,
 	rendezvous.EnvPMIxRank, EnvStorePort, EnvUseAgentStore, EnvRestartCount,
+	rendezvous.EnvLWSLeaderAddress, rendezvous.EnvLWSGroupSize, rendezvous.EnvLWSWorkerIndex,
+	rendezvous.EnvPETNNodes, rendezvous.EnvPETNodeRank, rendezvous.EnvPETNProcPerNode, rendezvous.EnvPETMasterAddr,
+	rendezvous.EnvPETMasterPort, rendezvous.EnvJobCompletionIndex, rendezvous.EnvJobSetName, rendezvous.EnvLocalWorldSize,
+	rendezvous.EnvTorchElasticRunID,
 }
 
 // clearLauncherEnv unsets launcherEnv in the test process itself (not in the rank

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ncclgo/ncclgo/comm/internal/torchtest"
+	"github.com/ncclgo/ncclgo/internal/testenv"
 )
 
 var (
@@ -34,7 +35,7 @@ func buildTorchrank(t *testing.T) string {
 			return
 		}
 		torchrankBin = filepath.Join(dir, "torchrank")
-		out, err := exec.Command("go", "build", "-o", torchrankBin, "./testdata/torchrank").CombinedOutput()
+		out, err := exec.Command("go", append(append([]string{"build"}, buildFlags...), "-o", torchrankBin, "./testdata/torchrank")...).CombinedOutput()
 		if err != nil {
 			torchrankErr = fmt.Errorf("go build ./testdata/torchrank: %v\n%s", err, out)
 		}
@@ -64,7 +65,7 @@ func torchrun(t *testing.T, env torchtest.Env, nproc int, backend string, restar
 	for try := 1; ; try++ {
 		cmd := env.Command(ctx, filepath.Join(dir, "torchrun_launch.py"), strconv.Itoa(nproc), backend,
 			strconv.Itoa(freePort(t)), strconv.Itoa(restarts), bin)
-		cmd.Env = append(os.Environ(), extraEnv...)
+		cmd.Env = append(testenv.Environ(), extraEnv...)
 		out, err := cmd.CombinedOutput()
 		if try < 3 && bytes.Contains(out, []byte("ddress already in use")) {
 			t.Logf("torchrun attempt %d: its port was taken, trying another:\n%s", try, out)
@@ -103,23 +104,26 @@ func checkRanks(t *testing.T, out string, nproc int) {
 	}
 }
 
-// torchrun (torch 1.13 and 2.x) launches 2 and 4 Go ranks with static and c10d
-// rendezvous; every rank gets past the rendezvous and the unique id exchange to the
+// torchrun (torch 1.13 and 2.x) launches 4 Go ranks with static rendezvous and 2 with
+// c10d; every rank gets past the rendezvous and the unique id exchange to the
 // device step (which fails on a machine without a GPU).
 func TestTorchrunLaunchesGoRanks(t *testing.T) {
 	for _, name := range torchtest.Names() {
 		t.Run(name, func(t *testing.T) {
 			env := torchtest.Require(t, name)
-			for _, backend := range []string{"static", "c10d"} {
-				for _, n := range []int{2, 4} {
-					t.Run(fmt.Sprintf("%s/%d", backend, n), func(t *testing.T) {
-						out := torchrun(t, env, n, backend, 0)
-						checkRanks(t, out, n)
-						if strings.Contains(out, "*rendezvous.TCPStoreClient") && strings.Contains(out, "*rendezvous.Client") {
-							t.Errorf("ranks disagree on the store:\n%s", out)
-						}
-					})
-				}
+			// Each backend once, the sizes shared between them: every launch starts
+			// torch's python (seconds, more on a loaded machine).
+			for _, tc := range []struct {
+				backend string
+				n       int
+			}{{"static", 4}, {"c10d", 2}} {
+				t.Run(fmt.Sprintf("%s/%d", tc.backend, tc.n), func(t *testing.T) {
+					out := torchrun(t, env, tc.n, tc.backend, 0)
+					checkRanks(t, out, tc.n)
+					if strings.Contains(out, "*rendezvous.TCPStoreClient") && strings.Contains(out, "*rendezvous.Client") {
+						t.Errorf("ranks disagree on the store:\n%s", out)
+					}
+				})
 			}
 		})
 	}
@@ -157,8 +161,10 @@ func TestMpirunLaunchesGoRanks(t *testing.T) {
 	cmd := exec.CommandContext(ctx, mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2",
 		"-x", "MASTER_PORT="+strconv.Itoa(freePort(t)), bin)
 	for _, kv := range os.Environ() {
-		// A torchrun or Slurm environment around the test must not leak into the ranks.
-		if k, _, _ := strings.Cut(kv, "="); k == "RANK" || k == "WORLD_SIZE" || k == "LOCAL_RANK" || k == "MASTER_ADDR" || strings.HasPrefix(k, "SLURM_") || strings.HasPrefix(k, "TORCHELASTIC_") {
+		// A torchrun, Slurm or Kubernetes environment around the test must not leak into the ranks.
+		if k, _, _ := strings.Cut(kv, "="); k == "RANK" || k == "WORLD_SIZE" || k == "LOCAL_RANK" || k == "LOCAL_WORLD_SIZE" || k == "MASTER_ADDR" ||
+			k == "JOBSET_NAME" || k == "JOB_COMPLETION_INDEX" ||
+			strings.HasPrefix(k, "SLURM_") || strings.HasPrefix(k, "TORCHELASTIC_") || strings.HasPrefix(k, "LWS_") || strings.HasPrefix(k, "PET_") {
 			continue
 		}
 		cmd.Env = append(cmd.Env, kv)

@@ -26,6 +26,7 @@ import (
 	"github.com/ncclgo/ncclgo/comm/internal/libcache"
 	"github.com/ncclgo/ncclgo/comm/mpi"
 	"github.com/ncclgo/ncclgo/comm/nccl"
+	"github.com/ncclgo/ncclgo/internal/testenv"
 	"github.com/ncclgo/ncclgo/kernels"
 	rawmpi "github.com/ncclgo/ncclgo/raw/mpi"
 )
@@ -52,6 +53,49 @@ func runMPI(t *testing.T, np int, test string, env ...string) string {
 // runMPIBinary is runMPI with the ranks running the test binary bin.
 func runMPIBinary(t *testing.T, bin string, np int, test string, env ...string) string {
 	t.Helper()
+	mpirun := needMPI(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	args := []string{"--oversubscribe", "--allow-run-as-root", "-np", strconv.Itoa(np), "-x", mpiChildEnv}
+	for _, e := range env {
+		k, _, _ := strings.Cut(e, "=")
+		args = append(args, "-x", k)
+	}
+	args = append(args, bin, "-test.run=^"+test+"$", "-test.count=1", "-test.v")
+	cmd := exec.CommandContext(ctx, mpirun, args...)
+	cmd.Env = append(append(testenv.Environ(), mpiChildEnv+"="+test), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("mpirun -np %d %s: %v\n%s", np, test, err, out)
+	}
+	passed := strings.Count(string(out), "--- PASS: "+test+" ")
+	skipped := strings.Count(string(out), "--- SKIP: "+test+" ")
+	if skipped == np {
+		t.Skipf("mpirun -np %d %s: every rank skipped: %s", np, test, skipReason(string(out), test))
+	}
+	if passed != np {
+		t.Fatalf("mpirun -np %d %s: %d ranks passed, %d skipped\n%s", np, test, passed, skipped, out)
+	}
+	return string(out)
+}
+
+// skipReason is what a rank's test logged before "--- SKIP: test" in -test.v output: its
+// last indented line there.
+func skipReason(out, test string) string {
+	before, _, _ := strings.Cut(out, "--- SKIP: "+test+" ")
+	lines := strings.Split(strings.TrimRight(before, "\n"), "\n")
+	for i := len(lines) - 1; i >= 0 && strings.HasPrefix(lines[i], "    "); i-- {
+		if i == 0 || !strings.HasPrefix(lines[i-1], "    ") {
+			return strings.TrimSpace(lines[i])
+		}
+	}
+	return "no reason given"
+}
+
+// needMPI returns mpirun's path, having loaded libmpi; without them it skips t, or fails
+// it under NCCLGO_STRICT.
+func needMPI(t *testing.T) string {
+	t.Helper()
 	mpirun, err := exec.LookPath("mpirun")
 	if err == nil {
 		err = rawmpi.Load()
@@ -63,24 +107,7 @@ func runMPIBinary(t *testing.T, bin string, np int, test string, env ...string) 
 		}
 		t.Skip(msg)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	args := []string{"--oversubscribe", "--allow-run-as-root", "-np", strconv.Itoa(np), "-x", mpiChildEnv}
-	for _, e := range env {
-		k, _, _ := strings.Cut(e, "=")
-		args = append(args, "-x", k)
-	}
-	args = append(args, bin, "-test.run=^"+test+"$", "-test.count=1", "-test.v")
-	cmd := exec.CommandContext(ctx, mpirun, args...)
-	cmd.Env = append(append(os.Environ(), mpiChildEnv+"="+test), env...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("mpirun -np %d %s: %v\n%s", np, test, err, out)
-	}
-	if got := strings.Count(string(out), "--- PASS: "+test+" "); got != np {
-		t.Fatalf("mpirun -np %d %s: %d ranks passed\n%s", np, test, got, out)
-	}
-	return string(out)
+	return mpirun
 }
 
 // inRank reports whether this process is a rank that runMPI started for the test t: the
@@ -319,12 +346,29 @@ func mpiRankGoRuntimeAndSignals(t *testing.T) {
 // rank must report the same unique id (exchanged by MPI_Bcast, then a barrier), its local
 // rank from MPI, and then get as far as opening its device: on a machine without a GPU,
 // that is where it stops, with an error saying so.
+// TestMPIRanksThatSkipSkipTheParent: when every rank skips (a library the ranks load is
+// not cached), the parent test skips with the ranks' reason instead of failing for want
+// of passes.
+func TestMPIRanksThatSkipSkipTheParent(t *testing.T) {
+	if inRank(t) {
+		t.Skip("libnothing.so is not cached: run make libs")
+	}
+	needMPI(t) // so that a skip below is the ranks'
+	var skipped bool
+	t.Run("ranks", func(t *testing.T) {
+		defer func() { skipped = t.Skipped() }()
+		runMPI(t, 2, "TestMPIRanksThatSkipSkipTheParent")
+	})
+	assert.True(t, skipped, "the parent skips when its ranks skip")
+}
+
 func TestMPINCCLBringUp(t *testing.T) {
 	if inRank(t) {
 		mpiRankNCCLBringUp(t)
 		return
 	}
 	const np = 2
+	libcache.Load(t) // what the ranks load: skip here when it is not cached, before starting them
 	out := runMPI(t, np, t.Name())
 	ids := map[string]bool{}
 	locals := map[string]bool{}

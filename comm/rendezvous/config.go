@@ -84,14 +84,35 @@ var launcherVars = []struct {
 //     srun's default block distribution), else SLURM_LAUNCH_NODE_IPADDR;
 //
 // and the port is MASTER_PORT, else DefaultMasterPort. NCCLGO_TOKEN is the token.
+//
+// In a Kubernetes pod that torchrun did not start (TORCHELASTIC_RUN_ID unset), the
+// controllers' variables describe pods, and each pod runs LOCAL_WORLD_SIZE processes
+// (else an integer PET_NPROC_PER_NODE, else 1), each with its LOCAL_RANK (0 when the pod
+// runs one): the process with local rank l in pod n of N pods of P processes is rank
+// n*P+l of N*P. The pods come from
+//
+//   - LeaderWorkerSet: LWS_GROUP_SIZE pods (the leader included), this pod's index
+//     LWS_WORKER_INDEX (the leader is 0), the store on LWS_LEADER_ADDRESS;
+//   - Kubeflow PyTorchJob and Trainer: PET_NNODES, PET_NODE_RANK, PET_NPROC_PER_NODE,
+//     the store on PET_MASTER_ADDR:PET_MASTER_PORT; PyTorchJob's WORLD_SIZE, which
+//     counts processes, must agree, and its RANK (the pod's index) is not read;
+//   - JobSet (JOBSET_NAME set through the Downward API): this pod's index
+//     JOB_COMPLETION_INDEX; the number of pods (PET_NNODES) and MASTER_ADDR come from
+//     the manifest, since JobSet sets no variables;
+//
+// MASTER_ADDR and MASTER_PORT, when set, win over the controllers' address and port.
 // Errors are [*ConfigError]s (joined when several settings are wrong) naming each
 // variable and its value; when no launcher's variables are set at all, one more error
 // lists every variable looked for. All match ErrInvalidConfig.
 func FromEnv(opts ...ConfigOption) (Config, error) {
 	c := Config{MasterPort: unset, Rank: unset, WorldSize: unset, LocalRank: unset}
 	var errs []error
-	c.MasterAddr = os.Getenv(EnvMasterAddr)
 	c.Token = os.Getenv(EnvToken)
+	if inPod() {
+		errs = fromPod(&c)
+		return finishConfig(c, errs, opts)
+	}
+	c.MasterAddr = os.Getenv(EnvMasterAddr)
 	other := false // a launcher other than torchrun described the process
 	dsts := []*int{&c.Rank, &c.WorldSize, &c.LocalRank}
 	for i, lv := range launcherVars {
@@ -127,6 +148,11 @@ func FromEnv(opts ...ConfigOption) (Config, error) {
 		}
 		c.MasterAddr = addr
 	}
+	return finishConfig(c, errs, opts)
+}
+
+// finishConfig applies opts over what the environment gave and validates the result.
+func finishConfig(c Config, errs []error, opts []ConfigOption) (Config, error) {
 	for _, o := range opts {
 		if o != nil {
 			o.applyConfig(&c)
@@ -140,8 +166,9 @@ func FromEnv(opts ...ConfigOption) (Config, error) {
 		for _, lv := range launcherVars {
 			names = append(names, lv.vars...)
 		}
-		names = append(names, EnvMasterAddr, EnvMasterPort, EnvSlurmJobNodeList, EnvSlurmLaunchNode, EnvOMPILocalSize)
-		errs = append(errs, fmt.Errorf("%w: no launcher describes this process (torchrun, srun, mpirun); looked for %s",
+		names = append(names, EnvMasterAddr, EnvMasterPort, EnvSlurmJobNodeList, EnvSlurmLaunchNode, EnvOMPILocalSize,
+			EnvLWSGroupSize, EnvLWSWorkerIndex, EnvPETNNodes, EnvPETNodeRank, EnvJobSetName)
+		errs = append(errs, fmt.Errorf("%w: no launcher describes this process (torchrun, srun, mpirun, LeaderWorkerSet, PyTorchJob, JobSet); looked for %s",
 			ErrInvalidConfig, strings.Join(names, ", ")))
 	}
 	if len(errs) > 0 {

@@ -61,7 +61,7 @@ func TestFromEnv(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, k := range []string{EnvMasterAddr, EnvMasterPort, EnvRank, EnvWorldSize, EnvLocalRank, EnvToken} {
+			for _, k := range allLauncherVars {
 				t.Setenv(k, tt.env[k])
 			}
 			got, err := FromEnv(tt.opts...)
@@ -88,7 +88,9 @@ func TestConfigAddr(t *testing.T) {
 // allLauncherVars are every variable FromEnv reads.
 var allLauncherVars = []string{EnvMasterAddr, EnvMasterPort, EnvRank, EnvWorldSize, EnvLocalRank, EnvToken,
 	EnvSlurmProcID, EnvSlurmNTasks, EnvSlurmLocalID, EnvSlurmJobNodeList, EnvSlurmLaunchNode,
-	EnvOMPIRank, EnvOMPISize, EnvOMPILocalRank, EnvOMPILocalSize, EnvPMIxRank}
+	EnvOMPIRank, EnvOMPISize, EnvOMPILocalRank, EnvOMPILocalSize, EnvPMIxRank,
+	EnvLWSLeaderAddress, EnvLWSGroupSize, EnvLWSWorkerIndex, EnvPETNNodes, EnvPETNodeRank, EnvPETNProcPerNode,
+	EnvPETMasterAddr, EnvPETMasterPort, EnvJobCompletionIndex, EnvJobSetName, EnvLocalWorldSize, EnvTorchElasticRunID}
 
 func TestFromEnvLaunchers(t *testing.T) {
 	tests := []struct {

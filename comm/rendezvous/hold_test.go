@@ -20,6 +20,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/internal/testenv"
 )
 
 // The store holds: each abuse below runs against a tools/rendezvous process with a
@@ -427,7 +429,7 @@ func legitProcess(tb testing.TB, addr string) (stop func() (rounds, failures int
 	exe, err := os.Executable()
 	require.NoError(tb, err)
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), legitChildEnv+"="+addr)
+	cmd.Env = append(testenv.Environ(), legitChildEnv+"="+addr)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(tb, err)
 	var out bytes.Buffer

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/internal/testenv"
 )
 
 // The tests that measure what a server process really holds run tools/rendezvous, built
@@ -77,7 +79,7 @@ func startServerProc(t testing.TB, token string, args ...string) *serverProc {
 	t.Helper()
 	exe := toolBinary(t)
 	cmd := exec.Command(exe, append([]string{"-addr", "127.0.0.1:0"}, args...)...)
-	cmd.Env = append(os.Environ(), EnvToken+"="+token)
+	cmd.Env = append(testenv.Environ(), EnvToken+"="+token)
 	p := &serverProc{t: t, cmd: cmd, logs: &logBuffer{}}
 	cmd.Stderr = p.logs
 	require.NoError(t, cmd.Start())

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/internal/testenv"
 	"github.com/ncclgo/ncclgo/raw/internal/dl/dltest"
 )
 
@@ -45,7 +46,7 @@ var (
 // gccCommand runs gcc with the PATH the tests started with.
 func gccCommand(args ...string) *exec.Cmd {
 	cmd := exec.Command(gcc, args...)
-	cmd.Env = append(os.Environ(), "PATH="+gccPath)
+	cmd.Env = append(testenv.Environ(), "PATH="+gccPath)
 	return cmd
 }
 

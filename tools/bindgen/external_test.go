@@ -149,7 +149,7 @@ func TestGeneratedPackageWorksInAnotherModule(t *testing.T) {
 		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
 		require.NoError(t, os.WriteFile(p, []byte(text), 0o644))
 	}
-	write("go.mod", "module example.com/demoapp\n\ngo 1.26\n\nrequire github.com/ncclgo/ncclgo v0.0.0\n\nreplace github.com/ncclgo/ncclgo => "+repo+"\n")
+	write("go.mod", extGoMod("example.com/demoapp", repo))
 	write("include/demo-1.2.3/demo.h", demoHeader)
 	write("csrc/demo.c", demoSource)
 	write("gen/demo.json", demoConfig)

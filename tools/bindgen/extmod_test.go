@@ -89,3 +89,12 @@ func (m *extModule) goCmd(env []string, args ...string) string {
 	require.NoError(m.t, err, "go %s:\n%s", strings.Join(args, " "), out)
 	return out
 }
+
+// extGoMod is the go.mod of a module named name that requires ncclgo (for raw/dl) and
+// its generator, a module of its own, both replaced by the checkout at repo.
+func extGoMod(name, repo string) string {
+	return "module " + name + "\n\ngo 1.26\n\n" +
+		"require (\n\tgithub.com/ncclgo/ncclgo v0.0.0\n\tgithub.com/ncclgo/ncclgo/tools/bindgen v0.0.0\n)\n\n" +
+		"replace github.com/ncclgo/ncclgo => " + repo + "\n\n" +
+		"replace github.com/ncclgo/ncclgo/tools/bindgen => " + filepath.Join(repo, "tools", "bindgen") + "\n"
+}

@@ -117,7 +117,7 @@ free: <nil>
 // to an incomplete struct (ncclComm_t) does.
 func TestOpaqueStructsBuildWithAndWithoutCgo(t *testing.T) {
 	m := newExtModule(t)
-	m.write("go.mod", "module example.com/opapp\n\ngo 1.26\n\nrequire github.com/ncclgo/ncclgo v0.0.0\n\nreplace github.com/ncclgo/ncclgo => "+m.repo+"\n")
+	m.write("go.mod", extGoMod("example.com/opapp", m.repo))
 	m.write("include/op-1.0.0/op.h", opaqueHeader)
 	m.write("gen/op.json", opaqueConfig)
 	m.write("cmd/op/main.go", opaqueMain)

@@ -52,7 +52,8 @@ func TestReadmeRecipeWorksInAFreshModule(t *testing.T) {
 	require.NotEmpty(t, blocks["json"], "the section's json block (gen/demo.json)")
 	m := newExtModule(t)
 	m.goCmd(nil, "mod", "init", "example.com/demoapp")
-	m.goCmd(nil, "mod", "edit", "-replace", "github.com/ncclgo/ncclgo="+m.repo)
+	m.goCmd(nil, "mod", "edit", "-replace", "github.com/ncclgo/ncclgo="+m.repo,
+		"-replace", "github.com/ncclgo/ncclgo/tools/bindgen="+filepath.Join(m.repo, "tools", "bindgen"))
 	m.write("include/demo-1.2.3/demo.h", demoHeader)
 	m.write("gen/demo.json", strings.Join(blocks["json"], "\n")+"\n")
 	lib := m.library("libdemo.so.1", demoSource, "include/demo-1.2.3")

@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/internal/testenv"
 )
 
 const (
@@ -63,7 +65,7 @@ func TestMPIModeUnderMpirun(t *testing.T) {
 			dir := t.TempDir()
 			cmd := exec.CommandContext(ctx, mpirun, "--oversubscribe", "--allow-run-as-root", "-np", "2", "-x", mpiRankEnv, "-x", mpiArgsEnv,
 				"-x", mpiOutEnv, os.Args[0], "-test.run=^TestMPIModeUnderMpirun$", "-test.count=1")
-			cmd.Env = append(os.Environ(), mpiRankEnv+"=1", mpiArgsEnv+"="+extra, mpiOutEnv+"="+dir)
+			cmd.Env = append(testenv.Environ(), mpiRankEnv+"=1", mpiArgsEnv+"="+extra, mpiOutEnv+"="+dir)
 			b, err := cmd.CombinedOutput()
 			require.NoError(t, err, string(b))
 			rank0, err := os.ReadFile(filepath.Join(dir, "rank0"))

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/internal/testenv"
 	"github.com/ncclgo/ncclgo/raw/nccl"
 )
 
@@ -34,7 +35,7 @@ func TestMain(m *testing.M) {
 func ncclinfo(t *testing.T, env []string, args ...string) (string, int) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(append(os.Environ(), mainEnv+"=1"), env...)
+	cmd.Env = append(append(testenv.Environ(), mainEnv+"=1"), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

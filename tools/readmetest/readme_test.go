@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/internal/testenv"
 )
 
 // root is the repository root, relative to this package.
@@ -204,7 +206,7 @@ func (w written) toReadme(msg string) string {
 func (w written) goCmd(t *testing.T, env []string, args ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command(goTool(t), args...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(testenv.Environ(), env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo/comm/rendezvous"
+	"github.com/ncclgo/ncclgo/internal/testenv"
 )
 
 const toolChildEnv = "NCCLGO_RDZV_TOOL_CHILD"
@@ -145,7 +146,7 @@ func TestCommandStopsOnSIGTERM(t *testing.T) {
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	cmd := exec.Command(exe, "--", "-addr", "127.0.0.1:0")
-	cmd.Env = append(os.Environ(), toolChildEnv+"=1", rendezvous.EnvToken+"=tok")
+	cmd.Env = append(testenv.Environ(), toolChildEnv+"=1", rendezvous.EnvToken+"=tok")
 	logs := &syncBuffer{}
 	cmd.Stderr = logs
 	require.NoError(t, cmd.Start())

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/ncclgo/ncclgo/internal/testenv"
 )
 
 // Line is one line a rank process printed on stdout.
@@ -78,7 +80,7 @@ func (j *Job) Start(rank int, env ...string) *Proc {
 	j.t.Helper()
 	p := &Proc{Rank: rank, exited: make(chan struct{})}
 	p.Cmd = exec.CommandContext(j.ctx, j.exe, "-test.run=^$")
-	p.Cmd.Env = append(os.Environ(), env...)
+	p.Cmd.Env = append(testenv.Environ(), env...)
 	p.Cmd.Stderr = &p.stderr
 	out, err := p.Cmd.StdoutPipe()
 	if err != nil {

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ncclgo/ncclgo/internal/testenv"
 )
 
 // Names of the installations.
@@ -110,6 +112,11 @@ func lastLine(s string) string {
 
 func find() {
 	envs = map[string]found{}
+	// The probes below run python and .ci/torch-chroot.sh, which read variables and
+	// files go test's cache does not see: read the variables here, and stat python3-torch's
+	// folder, so that installing torch or pointing at another root runs the tests again.
+	testenv.Key()
+	_, _ = os.Stat("/usr/lib/python3/dist-packages/torch")
 	// torch 1.x: Debian bookworm's python3-torch, in the system python.
 	why := "no python3 with torch 1.x (install it: apt-get install python3-torch on Debian bookworm; or set NCCLGO_TORCH1_PYTHON)"
 	cands := []string{os.Getenv("NCCLGO_TORCH1_PYTHON"), "/usr/bin/python3"}

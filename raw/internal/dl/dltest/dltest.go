@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ncclgo/ncclgo/internal/testenv"
 )
 
 // childEnv marks a process started by RunChild.
@@ -96,7 +98,7 @@ func RunChild(t *testing.T, test string, env ...string) {
 		t.Fatalf("RunChild called inside a child for %s", test)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^"+regexp.QuoteMeta(test)+"$", "-test.count=1", "-test.v")
-	cmd.Env = append(append(os.Environ(), childEnv+"=1"), env...)
+	cmd.Env = append(append(testenv.Environ(), childEnv+"=1"), env...)
 	out, err := cmd.CombinedOutput()
 	switch {
 	case err != nil:
