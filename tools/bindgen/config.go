@@ -69,6 +69,13 @@ type Config struct {
 	// record, with those of every macro of the header they use (parse_defs.go).
 	MacroDefinitions []string `json:"macroDefinitions"`
 
+	// ExtraHeaders are more headers of a set whose declarations are bound too, included
+	// after Header in this order (parse_extra.go). One found in an Include folder is our
+	// prelude, included when a set has any of the others; one of the set
+	// ("nccl_device/core.h") is included in the sets whose manifest lines pin a file ending
+	// in it. With them, every file of the set's folder counts as the header's.
+	ExtraHeaders []string `json:"extraHeaders"`
+
 	file    string
 	skip    []*regexp.Regexp
 	version *regexp.Regexp

@@ -241,6 +241,14 @@ func (p *parser) aggregate(t cc.Type, nest, tdName, where string) (*TypeDecl, er
 		kind, word = DeclEnum, "enum"
 	}
 	tag := tagOf(t)
+	// A definition the skip list names ("struct tag") leaves the struct incomplete:
+	// behind a pointer typedef it is an opaque handle.
+	if tag != "" && kind != DeclEnum {
+		if r := p.cfg.skipped("type", word+" "+tag); r != "" {
+			p.skip("type", word+" "+tag, r)
+			return nil, nil
+		}
+	}
 	key, spell := "", ""
 	switch {
 	case tag != "":
