@@ -210,12 +210,12 @@ static int _ncclgo_tramp_ncclCommWindowRegister(uintptr_t fp, uintptr_t a0, void
 }
 #cgo noescape _ncclgo_tramp_ncclDevCommCreate
 #cgo nocallback _ncclgo_tramp_ncclDevCommCreate
-static int _ncclgo_tramp_ncclDevCommCreate(uintptr_t fp, uintptr_t a0, ncclDevCommRequirements_t *a1, uintptr_t a2) {
+static int _ncclgo_tramp_ncclDevCommCreate(uintptr_t fp, uintptr_t a0, ncclDevCommRequirements_t *a1, ncclDevComm_t *a2) {
 	return (int)((ncclResult_t (*)(ncclComm_t, const ncclDevCommRequirements_t *, ncclDevComm_t *))fp)((ncclComm_t)a0, (const ncclDevCommRequirements_t *)a1, (ncclDevComm_t *)a2);
 }
 #cgo noescape _ncclgo_tramp_ncclDevCommDestroy
 #cgo nocallback _ncclgo_tramp_ncclDevCommDestroy
-static int _ncclgo_tramp_ncclDevCommDestroy(uintptr_t fp, uintptr_t a0, uintptr_t a1) {
+static int _ncclgo_tramp_ncclDevCommDestroy(uintptr_t fp, uintptr_t a0, ncclDevComm_t *a1) {
 	return (int)((ncclResult_t (*)(ncclComm_t, const ncclDevComm_t *))fp)((ncclComm_t)a0, (const ncclDevComm_t *)a1);
 }
 #cgo noescape _ncclgo_tramp_ncclGather
@@ -265,7 +265,7 @@ static int _ncclgo_tramp_ncclGetVersion(uintptr_t fp, int *a0) {
 }
 #cgo noescape _ncclgo_tramp_ncclGinBarrierCreateRequirement
 #cgo nocallback _ncclgo_tramp_ncclGinBarrierCreateRequirement
-static int _ncclgo_tramp_ncclGinBarrierCreateRequirement(uintptr_t fp, uintptr_t a0, ncclTeam_t a1, int a2, uintptr_t a3, ncclDevResourceRequirements_t *a4) {
+static int _ncclgo_tramp_ncclGinBarrierCreateRequirement(uintptr_t fp, uintptr_t a0, ncclTeam_t a1, int a2, ncclGinBarrierHandle_t *a3, ncclDevResourceRequirements_t *a4) {
 	return (int)((ncclResult_t (*)(ncclComm_t, ncclTeam_t, int, ncclGinBarrierHandle_t *, ncclDevResourceRequirements_t *))fp)((ncclComm_t)a0, a1, (int)a2, (ncclGinBarrierHandle_t *)a3, (ncclDevResourceRequirements_t *)a4);
 }
 #cgo noescape _ncclgo_tramp_ncclGroupEnd
@@ -290,12 +290,12 @@ static int _ncclgo_tramp_ncclLLA2ACalcSlots(uintptr_t fp, int a0, int a1) {
 }
 #cgo noescape _ncclgo_tramp_ncclLLA2ACreateRequirement
 #cgo nocallback _ncclgo_tramp_ncclLLA2ACreateRequirement
-static int _ncclgo_tramp_ncclLLA2ACreateRequirement(uintptr_t fp, int a0, int a1, uintptr_t a2, ncclDevResourceRequirements_t *a3) {
+static int _ncclgo_tramp_ncclLLA2ACreateRequirement(uintptr_t fp, int a0, int a1, ncclLLA2AHandle_t *a2, ncclDevResourceRequirements_t *a3) {
 	return (int)((ncclResult_t (*)(int, int, ncclLLA2AHandle_t *, ncclDevResourceRequirements_t *))fp)((int)a0, (int)a1, (ncclLLA2AHandle_t *)a2, (ncclDevResourceRequirements_t *)a3);
 }
 #cgo noescape _ncclgo_tramp_ncclLsaBarrierCreateRequirement
 #cgo nocallback _ncclgo_tramp_ncclLsaBarrierCreateRequirement
-static int _ncclgo_tramp_ncclLsaBarrierCreateRequirement(uintptr_t fp, ncclTeam_t a0, int a1, uintptr_t a2, ncclDevResourceRequirements_t *a3) {
+static int _ncclgo_tramp_ncclLsaBarrierCreateRequirement(uintptr_t fp, ncclTeam_t a0, int a1, ncclLsaBarrierHandle_t *a2, ncclDevResourceRequirements_t *a3) {
 	return (int)((ncclResult_t (*)(ncclTeam_t, int, ncclLsaBarrierHandle_t *, ncclDevResourceRequirements_t *))fp)(a0, (int)a1, (ncclLsaBarrierHandle_t *)a2, (ncclDevResourceRequirements_t *)a3);
 }
 #cgo noescape _ncclgo_tramp_ncclMemAlloc
@@ -848,12 +848,12 @@ func CommWindowRegister(comm Comm, buff unsafe.Pointer, size uint64, win *Window
 //	ncclResult_t ncclDevCommCreate(ncclComm_t comm, const ncclDevCommRequirements_t *reqs, ncclDevComm_t *outDevComm)
 //
 // First pinned header declaring it: 2.28.3.
-func DevCommCreate(comm Comm, reqs *DevCommRequirements, outDevComm DevComm) error {
+func DevCommCreate(comm Comm, reqs *DevCommRequirements, outDevComm *DevComm) error {
 	fp, err := lib.Resolve(&_sym_ncclDevCommCreate)
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_ncclDevCommCreate(C.uintptr_t(fp), C.uintptr_t(comm), (*C.ncclDevCommRequirements_t)(unsafe.Pointer(reqs)), C.uintptr_t(outDevComm))))
+	return resultError(Result(C._ncclgo_tramp_ncclDevCommCreate(C.uintptr_t(fp), C.uintptr_t(comm), (*C.ncclDevCommRequirements_t)(unsafe.Pointer(reqs)), (*C.ncclDevComm_t)(unsafe.Pointer(outDevComm)))))
 }
 
 // DevCommDestroy calls ncclDevCommDestroy:
@@ -861,12 +861,12 @@ func DevCommCreate(comm Comm, reqs *DevCommRequirements, outDevComm DevComm) err
 //	ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const ncclDevComm_t *devComm)
 //
 // First pinned header declaring it: 2.28.3.
-func DevCommDestroy(comm Comm, devComm DevComm) error {
+func DevCommDestroy(comm Comm, devComm *DevComm) error {
 	fp, err := lib.Resolve(&_sym_ncclDevCommDestroy)
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_ncclDevCommDestroy(C.uintptr_t(fp), C.uintptr_t(comm), C.uintptr_t(devComm))))
+	return resultError(Result(C._ncclgo_tramp_ncclDevCommDestroy(C.uintptr_t(fp), C.uintptr_t(comm), (*C.ncclDevComm_t)(unsafe.Pointer(devComm)))))
 }
 
 // Gather calls ncclGather:
@@ -991,12 +991,12 @@ func GetVersion(version *int32) error {
 //	ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t comm, ncclTeam_t team, int nBarriers, ncclGinBarrierHandle_t *outHandle, ncclDevResourceRequirements_t *outReq)
 //
 // First pinned header declaring it: 2.28.7.
-func GinBarrierCreateRequirement(comm Comm, team Team, nBarriers int32, outHandle GinBarrierHandle, outReq *DevResourceRequirements) error {
+func GinBarrierCreateRequirement(comm Comm, team Team, nBarriers int32, outHandle *GinBarrierHandle, outReq *DevResourceRequirements) error {
 	fp, err := lib.Resolve(&_sym_ncclGinBarrierCreateRequirement)
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_ncclGinBarrierCreateRequirement(C.uintptr_t(fp), C.uintptr_t(comm), *(*C.ncclTeam_t)(unsafe.Pointer(&team)), C.int(nBarriers), C.uintptr_t(outHandle), (*C.ncclDevResourceRequirements_t)(unsafe.Pointer(outReq)))))
+	return resultError(Result(C._ncclgo_tramp_ncclGinBarrierCreateRequirement(C.uintptr_t(fp), C.uintptr_t(comm), *(*C.ncclTeam_t)(unsafe.Pointer(&team)), C.int(nBarriers), (*C.ncclGinBarrierHandle_t)(unsafe.Pointer(outHandle)), (*C.ncclDevResourceRequirements_t)(unsafe.Pointer(outReq)))))
 }
 
 // GroupEnd calls ncclGroupEnd:
@@ -1056,12 +1056,12 @@ func LLA2ACalcSlots(maxElts int32, maxEltSize int32) (r int32, err error) {
 //	ncclResult_t ncclLLA2ACreateRequirement(int nBlocks, int nSlots, ncclLLA2AHandle_t *outHandle, ncclDevResourceRequirements_t *outReq)
 //
 // First pinned header declaring it: 2.28.3.
-func LLA2ACreateRequirement(nBlocks int32, nSlots int32, outHandle LLA2AHandle, outReq *DevResourceRequirements) error {
+func LLA2ACreateRequirement(nBlocks int32, nSlots int32, outHandle *LLA2AHandle, outReq *DevResourceRequirements) error {
 	fp, err := lib.Resolve(&_sym_ncclLLA2ACreateRequirement)
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_ncclLLA2ACreateRequirement(C.uintptr_t(fp), C.int(nBlocks), C.int(nSlots), C.uintptr_t(outHandle), (*C.ncclDevResourceRequirements_t)(unsafe.Pointer(outReq)))))
+	return resultError(Result(C._ncclgo_tramp_ncclLLA2ACreateRequirement(C.uintptr_t(fp), C.int(nBlocks), C.int(nSlots), (*C.ncclLLA2AHandle_t)(unsafe.Pointer(outHandle)), (*C.ncclDevResourceRequirements_t)(unsafe.Pointer(outReq)))))
 }
 
 // LsaBarrierCreateRequirement calls ncclLsaBarrierCreateRequirement:
@@ -1069,12 +1069,12 @@ func LLA2ACreateRequirement(nBlocks int32, nSlots int32, outHandle LLA2AHandle, 
 //	ncclResult_t ncclLsaBarrierCreateRequirement(ncclTeam_t team, int nBarriers, ncclLsaBarrierHandle_t *outHandle, ncclDevResourceRequirements_t *outReq)
 //
 // First pinned header declaring it: 2.28.3.
-func LsaBarrierCreateRequirement(team Team, nBarriers int32, outHandle LsaBarrierHandle, outReq *DevResourceRequirements) error {
+func LsaBarrierCreateRequirement(team Team, nBarriers int32, outHandle *LsaBarrierHandle, outReq *DevResourceRequirements) error {
 	fp, err := lib.Resolve(&_sym_ncclLsaBarrierCreateRequirement)
 	if err != nil {
 		return err
 	}
-	return resultError(Result(C._ncclgo_tramp_ncclLsaBarrierCreateRequirement(C.uintptr_t(fp), *(*C.ncclTeam_t)(unsafe.Pointer(&team)), C.int(nBarriers), C.uintptr_t(outHandle), (*C.ncclDevResourceRequirements_t)(unsafe.Pointer(outReq)))))
+	return resultError(Result(C._ncclgo_tramp_ncclLsaBarrierCreateRequirement(C.uintptr_t(fp), *(*C.ncclTeam_t)(unsafe.Pointer(&team)), C.int(nBarriers), (*C.ncclLsaBarrierHandle_t)(unsafe.Pointer(outHandle)), (*C.ncclDevResourceRequirements_t)(unsafe.Pointer(outReq)))))
 }
 
 // MemAlloc calls ncclMemAlloc:

@@ -275,7 +275,7 @@ func CommWindowRegister(comm Comm, buff unsafe.Pointer, size uint64, win *Window
 //	ncclResult_t ncclDevCommCreate(ncclComm_t comm, const ncclDevCommRequirements_t *reqs, ncclDevComm_t *outDevComm)
 //
 // First pinned header declaring it: 2.28.3.
-func DevCommCreate(comm Comm, reqs *DevCommRequirements, outDevComm DevComm) error {
+func DevCommCreate(comm Comm, reqs *DevCommRequirements, outDevComm *DevComm) error {
 	return dl.ErrNeedsCgo
 }
 
@@ -284,7 +284,7 @@ func DevCommCreate(comm Comm, reqs *DevCommRequirements, outDevComm DevComm) err
 //	ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const ncclDevComm_t *devComm)
 //
 // First pinned header declaring it: 2.28.3.
-func DevCommDestroy(comm Comm, devComm DevComm) error {
+func DevCommDestroy(comm Comm, devComm *DevComm) error {
 	return dl.ErrNeedsCgo
 }
 
@@ -374,7 +374,7 @@ func GetVersion(version *int32) error {
 //	ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t comm, ncclTeam_t team, int nBarriers, ncclGinBarrierHandle_t *outHandle, ncclDevResourceRequirements_t *outReq)
 //
 // First pinned header declaring it: 2.28.7.
-func GinBarrierCreateRequirement(comm Comm, team Team, nBarriers int32, outHandle GinBarrierHandle, outReq *DevResourceRequirements) error {
+func GinBarrierCreateRequirement(comm Comm, team Team, nBarriers int32, outHandle *GinBarrierHandle, outReq *DevResourceRequirements) error {
 	return dl.ErrNeedsCgo
 }
 
@@ -419,7 +419,7 @@ func LLA2ACalcSlots(maxElts int32, maxEltSize int32) (r int32, err error) {
 //	ncclResult_t ncclLLA2ACreateRequirement(int nBlocks, int nSlots, ncclLLA2AHandle_t *outHandle, ncclDevResourceRequirements_t *outReq)
 //
 // First pinned header declaring it: 2.28.3.
-func LLA2ACreateRequirement(nBlocks int32, nSlots int32, outHandle LLA2AHandle, outReq *DevResourceRequirements) error {
+func LLA2ACreateRequirement(nBlocks int32, nSlots int32, outHandle *LLA2AHandle, outReq *DevResourceRequirements) error {
 	return dl.ErrNeedsCgo
 }
 
@@ -428,7 +428,7 @@ func LLA2ACreateRequirement(nBlocks int32, nSlots int32, outHandle LLA2AHandle, 
 //	ncclResult_t ncclLsaBarrierCreateRequirement(ncclTeam_t team, int nBarriers, ncclLsaBarrierHandle_t *outHandle, ncclDevResourceRequirements_t *outReq)
 //
 // First pinned header declaring it: 2.28.3.
-func LsaBarrierCreateRequirement(team Team, nBarriers int32, outHandle LsaBarrierHandle, outReq *DevResourceRequirements) error {
+func LsaBarrierCreateRequirement(team Team, nBarriers int32, outHandle *LsaBarrierHandle, outReq *DevResourceRequirements) error {
 	return dl.ErrNeedsCgo
 }
 

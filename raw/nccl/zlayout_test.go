@@ -25,6 +25,7 @@ const layoutProgram = `#include <stddef.h>
 #include <nccl_device/ll_a2a.h>
 #include <nccl_device/lsa_barrier.h>
 #include <nccl_device/gin_barrier.h>
+#include <nccl_device/impl/comm__types.h>
 
 int main(void) {
 	printf("%s\t%llu\t%llu\n", "enum CUmemLocationType_enum", (unsigned long long)(sizeof(enum CUmemLocationType_enum)), (unsigned long long)(_Alignof(enum CUmemLocationType_enum)));
@@ -68,6 +69,36 @@ int main(void) {
 	printf("%s\t%llu\t%llu\n", "struct ncclConfig_v23000.graphStreamOrdering", (unsigned long long)(offsetof(struct ncclConfig_v23000, graphStreamOrdering)), (unsigned long long)(sizeof(((struct ncclConfig_v23000 *)0)->graphStreamOrdering)));
 	printf("%s\t%llu\t%llu\n", "cudaStream_t", (unsigned long long)(sizeof(cudaStream_t)), (unsigned long long)(_Alignof(cudaStream_t)));
 	printf("%s\t%llu\t%llu\n", "ncclDataType_t", (unsigned long long)(sizeof(ncclDataType_t)), (unsigned long long)(_Alignof(ncclDataType_t)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm", (unsigned long long)(sizeof(struct ncclDevComm)), (unsigned long long)(_Alignof(struct ncclDevComm)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.magic", (unsigned long long)(offsetof(struct ncclDevComm, magic)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->magic)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.version", (unsigned long long)(offsetof(struct ncclDevComm, version)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->version)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.rank", (unsigned long long)(offsetof(struct ncclDevComm, rank)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->rank)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.nRanks", (unsigned long long)(offsetof(struct ncclDevComm, nRanks)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->nRanks)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.nRanks_rcp32", (unsigned long long)(offsetof(struct ncclDevComm, nRanks_rcp32)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->nRanks_rcp32)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.lsaRank", (unsigned long long)(offsetof(struct ncclDevComm, lsaRank)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->lsaRank)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.lsaSize", (unsigned long long)(offsetof(struct ncclDevComm, lsaSize)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->lsaSize)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.lsaSize_rcp32", (unsigned long long)(offsetof(struct ncclDevComm, lsaSize_rcp32)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->lsaSize_rcp32)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.windowTable", (unsigned long long)(offsetof(struct ncclDevComm, windowTable)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->windowTable)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.resourceWindow", (unsigned long long)(offsetof(struct ncclDevComm, resourceWindow)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->resourceWindow)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.resourceWindow_inlined", (unsigned long long)(offsetof(struct ncclDevComm, resourceWindow_inlined)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->resourceWindow_inlined)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.hybridWorldGinBarrier", (unsigned long long)(offsetof(struct ncclDevComm, hybridWorldGinBarrier)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->hybridWorldGinBarrier)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.lsaMultimem", (unsigned long long)(offsetof(struct ncclDevComm, lsaMultimem)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->lsaMultimem)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.lsaBarrier", (unsigned long long)(offsetof(struct ncclDevComm, lsaBarrier)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->lsaBarrier)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.railGinBarrier", (unsigned long long)(offsetof(struct ncclDevComm, railGinBarrier)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->railGinBarrier)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.ginConnectionCount", (unsigned long long)(offsetof(struct ncclDevComm, ginConnectionCount)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->ginConnectionCount)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.ginNetDeviceTypes", (unsigned long long)(offsetof(struct ncclDevComm, ginNetDeviceTypes)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->ginNetDeviceTypes)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.ginHandles", (unsigned long long)(offsetof(struct ncclDevComm, ginHandles)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->ginHandles)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.ginSignalCount", (unsigned long long)(offsetof(struct ncclDevComm, ginSignalCount)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->ginSignalCount)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.ginCounterCount", (unsigned long long)(offsetof(struct ncclDevComm, ginCounterCount)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->ginCounterCount)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.ginSignalShadows", (unsigned long long)(offsetof(struct ncclDevComm, ginSignalShadows)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->ginSignalShadows)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.ginContextCount", (unsigned long long)(offsetof(struct ncclDevComm, ginContextCount)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->ginContextCount)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.ginConnectionsRailed", (unsigned long long)(offsetof(struct ncclDevComm, ginConnectionsRailed)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->ginConnectionsRailed)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.ginStrongLegacySignals", (unsigned long long)(offsetof(struct ncclDevComm, ginStrongLegacySignals)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->ginStrongLegacySignals)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.ginContextsRailed", (unsigned long long)(offsetof(struct ncclDevComm, ginContextsRailed)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->ginContextsRailed)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.abortFlag", (unsigned long long)(offsetof(struct ncclDevComm, abortFlag)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->abortFlag)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.hybridLsaBarrier", (unsigned long long)(offsetof(struct ncclDevComm, hybridLsaBarrier)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->hybridLsaBarrier)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.hybridRailGinBarrier", (unsigned long long)(offsetof(struct ncclDevComm, hybridRailGinBarrier)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->hybridRailGinBarrier)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.worldGinBarrier", (unsigned long long)(offsetof(struct ncclDevComm, worldGinBarrier)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->worldGinBarrier)));
 	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements", (unsigned long long)(sizeof(struct ncclDevCommRequirements)), (unsigned long long)(_Alignof(struct ncclDevCommRequirements)));
 	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements.size", (unsigned long long)(offsetof(struct ncclDevCommRequirements, size)), (unsigned long long)(sizeof(((struct ncclDevCommRequirements *)0)->size)));
 	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements.magic", (unsigned long long)(offsetof(struct ncclDevCommRequirements, magic)), (unsigned long long)(sizeof(((struct ncclDevCommRequirements *)0)->magic)));
@@ -91,6 +122,7 @@ int main(void) {
 	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements.worldGinBarrierCount", (unsigned long long)(offsetof(struct ncclDevCommRequirements, worldGinBarrierCount)), (unsigned long long)(sizeof(((struct ncclDevCommRequirements *)0)->worldGinBarrierCount)));
 	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements.ginStrongSignalsRequired", (unsigned long long)(offsetof(struct ncclDevCommRequirements, ginStrongSignalsRequired)), (unsigned long long)(sizeof(((struct ncclDevCommRequirements *)0)->ginStrongSignalsRequired)));
 	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements.ginVaSignalsRequired", (unsigned long long)(offsetof(struct ncclDevCommRequirements, ginVaSignalsRequired)), (unsigned long long)(sizeof(((struct ncclDevCommRequirements *)0)->ginVaSignalsRequired)));
+	printf("%s\t%llu\t%llu\n", "ncclDevCommWindowTable_t", (unsigned long long)(sizeof(ncclDevCommWindowTable_t)), (unsigned long long)(_Alignof(ncclDevCommWindowTable_t)));
 	printf("%s\t%llu\t%llu\n", "ncclDevResourceHandle", (unsigned long long)(sizeof(ncclDevResourceHandle)), (unsigned long long)(_Alignof(ncclDevResourceHandle)));
 	printf("%s\t%llu\t%llu\n", "struct ncclDevResourceRequirements", (unsigned long long)(sizeof(struct ncclDevResourceRequirements)), (unsigned long long)(_Alignof(struct ncclDevResourceRequirements)));
 	printf("%s\t%llu\t%llu\n", "struct ncclDevResourceRequirements.next", (unsigned long long)(offsetof(struct ncclDevResourceRequirements, next)), (unsigned long long)(sizeof(((struct ncclDevResourceRequirements *)0)->next)));
@@ -101,6 +133,9 @@ int main(void) {
 	printf("%s\t%llu\t%llu\n", "struct ncclDevResourceRequirements.ginCounterCount", (unsigned long long)(offsetof(struct ncclDevResourceRequirements, ginCounterCount)), (unsigned long long)(sizeof(((struct ncclDevResourceRequirements *)0)->ginCounterCount)));
 	printf("%s\t%llu\t%llu\n", "struct ncclDevResourceRequirements.outGinSignalStart", (unsigned long long)(offsetof(struct ncclDevResourceRequirements, outGinSignalStart)), (unsigned long long)(sizeof(((struct ncclDevResourceRequirements *)0)->outGinSignalStart)));
 	printf("%s\t%llu\t%llu\n", "struct ncclDevResourceRequirements.outGinCounterStart", (unsigned long long)(offsetof(struct ncclDevResourceRequirements, outGinCounterStart)), (unsigned long long)(sizeof(((struct ncclDevResourceRequirements *)0)->outGinCounterStart)));
+	printf("%s\t%llu\t%llu\n", "struct ncclGinBarrierHandle", (unsigned long long)(sizeof(struct ncclGinBarrierHandle)), (unsigned long long)(_Alignof(struct ncclGinBarrierHandle)));
+	printf("%s\t%llu\t%llu\n", "struct ncclGinBarrierHandle.signal0", (unsigned long long)(offsetof(struct ncclGinBarrierHandle, signal0)), (unsigned long long)(sizeof(((struct ncclGinBarrierHandle *)0)->signal0)));
+	printf("%s\t%llu\t%llu\n", "struct ncclGinBarrierHandle.unused", (unsigned long long)(offsetof(struct ncclGinBarrierHandle, unused)), (unsigned long long)(sizeof(((struct ncclGinBarrierHandle *)0)->unused)));
 	printf("%s\t%llu\t%llu\n", "ncclGinConnectionType_t", (unsigned long long)(sizeof(ncclGinConnectionType_t)), (unsigned long long)(_Alignof(ncclGinConnectionType_t)));
 	printf("%s\t%llu\t%llu\n", "ncclGinCounter_t", (unsigned long long)(sizeof(ncclGinCounter_t)), (unsigned long long)(_Alignof(ncclGinCounter_t)));
 	printf("%s\t%llu\t%llu\n", "ncclGinGpuCtx_t", (unsigned long long)(sizeof(ncclGinGpuCtx_t)), (unsigned long long)(_Alignof(ncclGinGpuCtx_t)));
@@ -110,6 +145,12 @@ int main(void) {
 	printf("%s\t%llu\t%llu\n", "enum ncclGinSignalOp_t", (unsigned long long)(sizeof(enum ncclGinSignalOp_t)), (unsigned long long)(_Alignof(enum ncclGinSignalOp_t)));
 	printf("%s\t%llu\t%llu\n", "ncclGinType_t", (unsigned long long)(sizeof(ncclGinType_t)), (unsigned long long)(_Alignof(ncclGinType_t)));
 	printf("%s\t%llu\t%llu\n", "ncclGinWindow_t", (unsigned long long)(sizeof(ncclGinWindow_t)), (unsigned long long)(_Alignof(ncclGinWindow_t)));
+	printf("%s\t%llu\t%llu\n", "struct ncclLLA2AHandle", (unsigned long long)(sizeof(struct ncclLLA2AHandle)), (unsigned long long)(_Alignof(struct ncclLLA2AHandle)));
+	printf("%s\t%llu\t%llu\n", "struct ncclLLA2AHandle.bufHandle", (unsigned long long)(offsetof(struct ncclLLA2AHandle, bufHandle)), (unsigned long long)(sizeof(((struct ncclLLA2AHandle *)0)->bufHandle)));
+	printf("%s\t%llu\t%llu\n", "struct ncclLLA2AHandle.nSlots", (unsigned long long)(offsetof(struct ncclLLA2AHandle, nSlots)), (unsigned long long)(sizeof(((struct ncclLLA2AHandle *)0)->nSlots)));
+	printf("%s\t%llu\t%llu\n", "struct ncclLsaBarrierHandle", (unsigned long long)(sizeof(struct ncclLsaBarrierHandle)), (unsigned long long)(_Alignof(struct ncclLsaBarrierHandle)));
+	printf("%s\t%llu\t%llu\n", "struct ncclLsaBarrierHandle.bufHandle", (unsigned long long)(offsetof(struct ncclLsaBarrierHandle, bufHandle)), (unsigned long long)(sizeof(((struct ncclLsaBarrierHandle *)0)->bufHandle)));
+	printf("%s\t%llu\t%llu\n", "struct ncclLsaBarrierHandle.nBarriers", (unsigned long long)(offsetof(struct ncclLsaBarrierHandle, nBarriers)), (unsigned long long)(sizeof(((struct ncclLsaBarrierHandle *)0)->nBarriers)));
 	printf("%s\t%llu\t%llu\n", "struct ncclMultimemHandle_t", (unsigned long long)(sizeof(struct ncclMultimemHandle_t)), (unsigned long long)(_Alignof(struct ncclMultimemHandle_t)));
 	printf("%s\t%llu\t%llu\n", "struct ncclMultimemHandle_t.mcBasePtr", (unsigned long long)(offsetof(struct ncclMultimemHandle_t, mcBasePtr)), (unsigned long long)(sizeof(((struct ncclMultimemHandle_t *)0)->mcBasePtr)));
 	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_t", (unsigned long long)(sizeof(ncclNetDeviceHandle_t)), (unsigned long long)(_Alignof(ncclNetDeviceHandle_t)));
@@ -193,6 +234,19 @@ int main(void) {
 	printf("%s\t%llu\t%llu\n", "ncclWaitSignalDesc_t.sigIdx", (unsigned long long)(offsetof(ncclWaitSignalDesc_t, sigIdx)), (unsigned long long)(sizeof(((ncclWaitSignalDesc_t *)0)->sigIdx)));
 	printf("%s\t%llu\t%llu\n", "ncclWaitSignalDesc_t.ctx", (unsigned long long)(offsetof(ncclWaitSignalDesc_t, ctx)), (unsigned long long)(sizeof(((ncclWaitSignalDesc_t *)0)->ctx)));
 	printf("%s\t%llu\t%llu\n", "ncclWindow_t", (unsigned long long)(sizeof(ncclWindow_t)), (unsigned long long)(_Alignof(ncclWindow_t)));
+	printf("%s\t%llu\t%llu\n", "struct ncclWindow_vidmem", (unsigned long long)(sizeof(struct ncclWindow_vidmem)), (unsigned long long)(_Alignof(struct ncclWindow_vidmem)));
+	printf("%s\t%llu\t%llu\n", "struct ncclWindow_vidmem.winHost", (unsigned long long)(offsetof(struct ncclWindow_vidmem, winHost)), (unsigned long long)(sizeof(((struct ncclWindow_vidmem *)0)->winHost)));
+	printf("%s\t%llu\t%llu\n", "struct ncclWindow_vidmem.lsaFlatBase", (unsigned long long)(offsetof(struct ncclWindow_vidmem, lsaFlatBase)), (unsigned long long)(sizeof(((struct ncclWindow_vidmem *)0)->lsaFlatBase)));
+	printf("%s\t%llu\t%llu\n", "struct ncclWindow_vidmem.lsaRank", (unsigned long long)(offsetof(struct ncclWindow_vidmem, lsaRank)), (unsigned long long)(sizeof(((struct ncclWindow_vidmem *)0)->lsaRank)));
+	printf("%s\t%llu\t%llu\n", "struct ncclWindow_vidmem.worldRank", (unsigned long long)(offsetof(struct ncclWindow_vidmem, worldRank)), (unsigned long long)(sizeof(((struct ncclWindow_vidmem *)0)->worldRank)));
+	printf("%s\t%llu\t%llu\n", "struct ncclWindow_vidmem.stride4G", (unsigned long long)(offsetof(struct ncclWindow_vidmem, stride4G)), (unsigned long long)(sizeof(((struct ncclWindow_vidmem *)0)->stride4G)));
+	printf("%s\t%llu\t%llu\n", "struct ncclWindow_vidmem.mcOffset4K", (unsigned long long)(offsetof(struct ncclWindow_vidmem, mcOffset4K)), (unsigned long long)(sizeof(((struct ncclWindow_vidmem *)0)->mcOffset4K)));
+	printf("%s\t%llu\t%llu\n", "struct ncclWindow_vidmem.ginOffset4K", (unsigned long long)(offsetof(struct ncclWindow_vidmem, ginOffset4K)), (unsigned long long)(sizeof(((struct ncclWindow_vidmem *)0)->ginOffset4K)));
+	printf("%s\t%llu\t%llu\n", "struct ncclWindow_vidmem.ginWins", (unsigned long long)(offsetof(struct ncclWindow_vidmem, ginWins)), (unsigned long long)(sizeof(((struct ncclWindow_vidmem *)0)->ginWins)));
+	printf("%s\t%llu\t%llu\n", "struct ncclWindow_vidmem.ginMultiSegmentWins", (unsigned long long)(offsetof(struct ncclWindow_vidmem, ginMultiSegmentWins)), (unsigned long long)(sizeof(((struct ncclWindow_vidmem *)0)->ginMultiSegmentWins)));
+	printf("%s\t%llu\t%llu\n", "struct ncclWindow_vidmem.numSegments", (unsigned long long)(offsetof(struct ncclWindow_vidmem, numSegments)), (unsigned long long)(sizeof(((struct ncclWindow_vidmem *)0)->numSegments)));
+	printf("%s\t%llu\t%llu\n", "CU_MEM_LOCATION_TYPE_INVALID", (unsigned long long)((long long)(CU_MEM_LOCATION_TYPE_INVALID)), (unsigned long long)(0));
+	printf("%s\t%llu\t%llu\n", "CU_MEM_LOCATION_TYPE_MAX", (unsigned long long)((long long)(CU_MEM_LOCATION_TYPE_MAX)), (unsigned long long)(0));
 	printf("%s\t%llu\t%llu\n", "ncclSuccess", (unsigned long long)((long long)(ncclSuccess)), (unsigned long long)(0));
 	printf("%s\t%llu\t%llu\n", "ncclUnhandledCudaError", (unsigned long long)((long long)(ncclUnhandledCudaError)), (unsigned long long)(0));
 	printf("%s\t%llu\t%llu\n", "ncclSystemError", (unsigned long long)((long long)(ncclSystemError)), (unsigned long long)(0));
@@ -249,8 +303,6 @@ int main(void) {
 	printf("%s\t%llu\t%llu\n", "NCCL_NET_DEVICE_GIN_GPI", (unsigned long long)((long long)(NCCL_NET_DEVICE_GIN_GPI)), (unsigned long long)(0));
 	printf("%s\t%llu\t%llu\n", "ncclGinSignalInc", (unsigned long long)((long long)(ncclGinSignalInc)), (unsigned long long)(0));
 	printf("%s\t%llu\t%llu\n", "ncclGinSignalAdd", (unsigned long long)((long long)(ncclGinSignalAdd)), (unsigned long long)(0));
-	printf("%s\t%llu\t%llu\n", "CU_MEM_LOCATION_TYPE_INVALID", (unsigned long long)((long long)(CU_MEM_LOCATION_TYPE_INVALID)), (unsigned long long)(0));
-	printf("%s\t%llu\t%llu\n", "CU_MEM_LOCATION_TYPE_MAX", (unsigned long long)((long long)(CU_MEM_LOCATION_TYPE_MAX)), (unsigned long long)(0));
 	printf("%s\t%llu\t%llu\n", "NCCL_API_MAGIC", (unsigned long long)((unsigned long long)(NCCL_API_MAGIC)), (unsigned long long)(0));
 	printf("%s\t%llu\t%llu\n", "NCCL_COMM_NULL", (unsigned long long)((unsigned long long)(uintptr_t)(NCCL_COMM_NULL)), (unsigned long long)(0));
 	printf("%s\t%llu\t%llu\n", "NCCL_CONFIG_UNDEF_INT", (unsigned long long)((long long)(NCCL_CONFIG_UNDEF_INT)), (unsigned long long)(0));
@@ -300,9 +352,12 @@ func goLayout() []layoutEntry {
 	var vConfig Config
 	var vCudaStream CudaStream
 	var vDataType DataType
+	var vDevComm DevComm
 	var vDevCommRequirements DevCommRequirements
+	var vDevCommWindowTable DevCommWindowTable
 	var vDevResourceHandleBase DevResourceHandleBase
 	var vDevResourceRequirements DevResourceRequirements
+	var vGinBarrierHandle GinBarrierHandle
 	var vGinConnectionType GinConnectionType
 	var vGinCounter GinCounter
 	var vGinGpuCtx GinGpuCtx
@@ -311,6 +366,8 @@ func goLayout() []layoutEntry {
 	var vGinSignalOp GinSignalOp
 	var vGinType GinType
 	var vGinWindow GinWindow
+	var vLLA2AHandle LLA2AHandle
+	var vLsaBarrierHandle LsaBarrierHandle
 	var vMultimemHandle MultimemHandle
 	var vNetDeviceHandle NetDeviceHandle
 	var vNetDeviceHandleV10 NetDeviceHandleV10
@@ -333,6 +390,7 @@ func goLayout() []layoutEntry {
 	var vUniqueId UniqueId
 	var vWaitSignalDesc WaitSignalDesc
 	var vWindow Window
+	var vWindowVidmem WindowVidmem
 	return []layoutEntry{
 		{"enum CUmemLocationType_enum", uint64(unsafe.Sizeof(vCUmemLocationType)), uint64(unsafe.Alignof(vCUmemLocationType))},
 		{"ncclComm_t", uint64(unsafe.Sizeof(vComm)), uint64(unsafe.Alignof(vComm))},
@@ -375,6 +433,36 @@ func goLayout() []layoutEntry {
 		{"struct ncclConfig_v23000.graphStreamOrdering", uint64(uintptr(unsafe.Pointer(&vConfig.GraphStreamOrdering)) - uintptr(unsafe.Pointer(&vConfig))), uint64(unsafe.Sizeof(vConfig.GraphStreamOrdering))},
 		{"cudaStream_t", uint64(unsafe.Sizeof(vCudaStream)), uint64(unsafe.Alignof(vCudaStream))},
 		{"ncclDataType_t", uint64(unsafe.Sizeof(vDataType)), uint64(unsafe.Alignof(vDataType))},
+		{"struct ncclDevComm", uint64(unsafe.Sizeof(vDevComm)), uint64(unsafe.Alignof(vDevComm))},
+		{"struct ncclDevComm.magic", uint64(uintptr(unsafe.Pointer(&vDevComm.Magic)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.Magic))},
+		{"struct ncclDevComm.version", uint64(uintptr(unsafe.Pointer(&vDevComm.Version)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.Version))},
+		{"struct ncclDevComm.rank", uint64(uintptr(unsafe.Pointer(&vDevComm.Rank)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.Rank))},
+		{"struct ncclDevComm.nRanks", uint64(uintptr(unsafe.Pointer(&vDevComm.NRanks)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.NRanks))},
+		{"struct ncclDevComm.nRanks_rcp32", uint64(uintptr(unsafe.Pointer(&vDevComm.NRanksRcp32)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.NRanksRcp32))},
+		{"struct ncclDevComm.lsaRank", uint64(uintptr(unsafe.Pointer(&vDevComm.LsaRank)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.LsaRank))},
+		{"struct ncclDevComm.lsaSize", uint64(uintptr(unsafe.Pointer(&vDevComm.LsaSize)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.LsaSize))},
+		{"struct ncclDevComm.lsaSize_rcp32", uint64(uintptr(unsafe.Pointer(&vDevComm.LsaSizeRcp32)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.LsaSizeRcp32))},
+		{"struct ncclDevComm.windowTable", uint64(uintptr(unsafe.Pointer(&vDevComm.WindowTable)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.WindowTable))},
+		{"struct ncclDevComm.resourceWindow", uint64(uintptr(unsafe.Pointer(&vDevComm.ResourceWindow)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.ResourceWindow))},
+		{"struct ncclDevComm.resourceWindow_inlined", uint64(uintptr(unsafe.Pointer(&vDevComm.ResourceWindowInlined)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.ResourceWindowInlined))},
+		{"struct ncclDevComm.hybridWorldGinBarrier", uint64(uintptr(unsafe.Pointer(&vDevComm.HybridWorldGinBarrier)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.HybridWorldGinBarrier))},
+		{"struct ncclDevComm.lsaMultimem", uint64(uintptr(unsafe.Pointer(&vDevComm.LsaMultimem)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.LsaMultimem))},
+		{"struct ncclDevComm.lsaBarrier", uint64(uintptr(unsafe.Pointer(&vDevComm.LsaBarrier)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.LsaBarrier))},
+		{"struct ncclDevComm.railGinBarrier", uint64(uintptr(unsafe.Pointer(&vDevComm.RailGinBarrier)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.RailGinBarrier))},
+		{"struct ncclDevComm.ginConnectionCount", uint64(uintptr(unsafe.Pointer(&vDevComm.GinConnectionCount)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.GinConnectionCount))},
+		{"struct ncclDevComm.ginNetDeviceTypes", uint64(uintptr(unsafe.Pointer(&vDevComm.GinNetDeviceTypes)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.GinNetDeviceTypes))},
+		{"struct ncclDevComm.ginHandles", uint64(uintptr(unsafe.Pointer(&vDevComm.GinHandles)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.GinHandles))},
+		{"struct ncclDevComm.ginSignalCount", uint64(uintptr(unsafe.Pointer(&vDevComm.GinSignalCount)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.GinSignalCount))},
+		{"struct ncclDevComm.ginCounterCount", uint64(uintptr(unsafe.Pointer(&vDevComm.GinCounterCount)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.GinCounterCount))},
+		{"struct ncclDevComm.ginSignalShadows", uint64(uintptr(unsafe.Pointer(&vDevComm.GinSignalShadows)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.GinSignalShadows))},
+		{"struct ncclDevComm.ginContextCount", uint64(uintptr(unsafe.Pointer(&vDevComm.GinContextCount)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.GinContextCount))},
+		{"struct ncclDevComm.ginConnectionsRailed", uint64(uintptr(unsafe.Pointer(&vDevComm.GinConnectionsRailed)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.GinConnectionsRailed))},
+		{"struct ncclDevComm.ginStrongLegacySignals", uint64(uintptr(unsafe.Pointer(&vDevComm.GinStrongLegacySignals)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.GinStrongLegacySignals))},
+		{"struct ncclDevComm.ginContextsRailed", uint64(uintptr(unsafe.Pointer(&vDevComm.GinContextsRailed)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.GinContextsRailed))},
+		{"struct ncclDevComm.abortFlag", uint64(uintptr(unsafe.Pointer(&vDevComm.AbortFlag)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.AbortFlag))},
+		{"struct ncclDevComm.hybridLsaBarrier", uint64(uintptr(unsafe.Pointer(&vDevComm.HybridLsaBarrier)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.HybridLsaBarrier))},
+		{"struct ncclDevComm.hybridRailGinBarrier", uint64(uintptr(unsafe.Pointer(&vDevComm.HybridRailGinBarrier)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.HybridRailGinBarrier))},
+		{"struct ncclDevComm.worldGinBarrier", uint64(uintptr(unsafe.Pointer(&vDevComm.WorldGinBarrier)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.WorldGinBarrier))},
 		{"struct ncclDevCommRequirements", uint64(unsafe.Sizeof(vDevCommRequirements)), uint64(unsafe.Alignof(vDevCommRequirements))},
 		{"struct ncclDevCommRequirements.size", uint64(uintptr(unsafe.Pointer(&vDevCommRequirements.Size)) - uintptr(unsafe.Pointer(&vDevCommRequirements))), uint64(unsafe.Sizeof(vDevCommRequirements.Size))},
 		{"struct ncclDevCommRequirements.magic", uint64(uintptr(unsafe.Pointer(&vDevCommRequirements.Magic)) - uintptr(unsafe.Pointer(&vDevCommRequirements))), uint64(unsafe.Sizeof(vDevCommRequirements.Magic))},
@@ -398,6 +486,7 @@ func goLayout() []layoutEntry {
 		{"struct ncclDevCommRequirements.worldGinBarrierCount", uint64(uintptr(unsafe.Pointer(&vDevCommRequirements.WorldGinBarrierCount)) - uintptr(unsafe.Pointer(&vDevCommRequirements))), uint64(unsafe.Sizeof(vDevCommRequirements.WorldGinBarrierCount))},
 		{"struct ncclDevCommRequirements.ginStrongSignalsRequired", uint64(uintptr(unsafe.Pointer(&vDevCommRequirements.GinStrongSignalsRequired)) - uintptr(unsafe.Pointer(&vDevCommRequirements))), uint64(unsafe.Sizeof(vDevCommRequirements.GinStrongSignalsRequired))},
 		{"struct ncclDevCommRequirements.ginVaSignalsRequired", uint64(uintptr(unsafe.Pointer(&vDevCommRequirements.GinVaSignalsRequired)) - uintptr(unsafe.Pointer(&vDevCommRequirements))), uint64(unsafe.Sizeof(vDevCommRequirements.GinVaSignalsRequired))},
+		{"ncclDevCommWindowTable_t", uint64(unsafe.Sizeof(vDevCommWindowTable)), uint64(unsafe.Alignof(vDevCommWindowTable))},
 		{"ncclDevResourceHandle", uint64(unsafe.Sizeof(vDevResourceHandleBase)), uint64(unsafe.Alignof(vDevResourceHandleBase))},
 		{"struct ncclDevResourceRequirements", uint64(unsafe.Sizeof(vDevResourceRequirements)), uint64(unsafe.Alignof(vDevResourceRequirements))},
 		{"struct ncclDevResourceRequirements.next", uint64(uintptr(unsafe.Pointer(&vDevResourceRequirements.Next)) - uintptr(unsafe.Pointer(&vDevResourceRequirements))), uint64(unsafe.Sizeof(vDevResourceRequirements.Next))},
@@ -408,6 +497,9 @@ func goLayout() []layoutEntry {
 		{"struct ncclDevResourceRequirements.ginCounterCount", uint64(uintptr(unsafe.Pointer(&vDevResourceRequirements.GinCounterCount)) - uintptr(unsafe.Pointer(&vDevResourceRequirements))), uint64(unsafe.Sizeof(vDevResourceRequirements.GinCounterCount))},
 		{"struct ncclDevResourceRequirements.outGinSignalStart", uint64(uintptr(unsafe.Pointer(&vDevResourceRequirements.OutGinSignalStart)) - uintptr(unsafe.Pointer(&vDevResourceRequirements))), uint64(unsafe.Sizeof(vDevResourceRequirements.OutGinSignalStart))},
 		{"struct ncclDevResourceRequirements.outGinCounterStart", uint64(uintptr(unsafe.Pointer(&vDevResourceRequirements.OutGinCounterStart)) - uintptr(unsafe.Pointer(&vDevResourceRequirements))), uint64(unsafe.Sizeof(vDevResourceRequirements.OutGinCounterStart))},
+		{"struct ncclGinBarrierHandle", uint64(unsafe.Sizeof(vGinBarrierHandle)), uint64(unsafe.Alignof(vGinBarrierHandle))},
+		{"struct ncclGinBarrierHandle.signal0", uint64(uintptr(unsafe.Pointer(&vGinBarrierHandle.Signal0)) - uintptr(unsafe.Pointer(&vGinBarrierHandle))), uint64(unsafe.Sizeof(vGinBarrierHandle.Signal0))},
+		{"struct ncclGinBarrierHandle.unused", uint64(uintptr(unsafe.Pointer(&vGinBarrierHandle.Unused)) - uintptr(unsafe.Pointer(&vGinBarrierHandle))), uint64(unsafe.Sizeof(vGinBarrierHandle.Unused))},
 		{"ncclGinConnectionType_t", uint64(unsafe.Sizeof(vGinConnectionType)), uint64(unsafe.Alignof(vGinConnectionType))},
 		{"ncclGinCounter_t", uint64(unsafe.Sizeof(vGinCounter)), uint64(unsafe.Alignof(vGinCounter))},
 		{"ncclGinGpuCtx_t", uint64(unsafe.Sizeof(vGinGpuCtx)), uint64(unsafe.Alignof(vGinGpuCtx))},
@@ -417,6 +509,12 @@ func goLayout() []layoutEntry {
 		{"enum ncclGinSignalOp_t", uint64(unsafe.Sizeof(vGinSignalOp)), uint64(unsafe.Alignof(vGinSignalOp))},
 		{"ncclGinType_t", uint64(unsafe.Sizeof(vGinType)), uint64(unsafe.Alignof(vGinType))},
 		{"ncclGinWindow_t", uint64(unsafe.Sizeof(vGinWindow)), uint64(unsafe.Alignof(vGinWindow))},
+		{"struct ncclLLA2AHandle", uint64(unsafe.Sizeof(vLLA2AHandle)), uint64(unsafe.Alignof(vLLA2AHandle))},
+		{"struct ncclLLA2AHandle.bufHandle", uint64(uintptr(unsafe.Pointer(&vLLA2AHandle.BufHandle)) - uintptr(unsafe.Pointer(&vLLA2AHandle))), uint64(unsafe.Sizeof(vLLA2AHandle.BufHandle))},
+		{"struct ncclLLA2AHandle.nSlots", uint64(uintptr(unsafe.Pointer(&vLLA2AHandle.NSlots)) - uintptr(unsafe.Pointer(&vLLA2AHandle))), uint64(unsafe.Sizeof(vLLA2AHandle.NSlots))},
+		{"struct ncclLsaBarrierHandle", uint64(unsafe.Sizeof(vLsaBarrierHandle)), uint64(unsafe.Alignof(vLsaBarrierHandle))},
+		{"struct ncclLsaBarrierHandle.bufHandle", uint64(uintptr(unsafe.Pointer(&vLsaBarrierHandle.BufHandle)) - uintptr(unsafe.Pointer(&vLsaBarrierHandle))), uint64(unsafe.Sizeof(vLsaBarrierHandle.BufHandle))},
+		{"struct ncclLsaBarrierHandle.nBarriers", uint64(uintptr(unsafe.Pointer(&vLsaBarrierHandle.NBarriers)) - uintptr(unsafe.Pointer(&vLsaBarrierHandle))), uint64(unsafe.Sizeof(vLsaBarrierHandle.NBarriers))},
 		{"struct ncclMultimemHandle_t", uint64(unsafe.Sizeof(vMultimemHandle)), uint64(unsafe.Alignof(vMultimemHandle))},
 		{"struct ncclMultimemHandle_t.mcBasePtr", uint64(uintptr(unsafe.Pointer(&vMultimemHandle.McBasePtr)) - uintptr(unsafe.Pointer(&vMultimemHandle))), uint64(unsafe.Sizeof(vMultimemHandle.McBasePtr))},
 		{"ncclNetDeviceHandle_t", uint64(unsafe.Sizeof(vNetDeviceHandle)), uint64(unsafe.Alignof(vNetDeviceHandle))},
@@ -500,6 +598,19 @@ func goLayout() []layoutEntry {
 		{"ncclWaitSignalDesc_t.sigIdx", uint64(uintptr(unsafe.Pointer(&vWaitSignalDesc.SigIdx)) - uintptr(unsafe.Pointer(&vWaitSignalDesc))), uint64(unsafe.Sizeof(vWaitSignalDesc.SigIdx))},
 		{"ncclWaitSignalDesc_t.ctx", uint64(uintptr(unsafe.Pointer(&vWaitSignalDesc.Ctx)) - uintptr(unsafe.Pointer(&vWaitSignalDesc))), uint64(unsafe.Sizeof(vWaitSignalDesc.Ctx))},
 		{"ncclWindow_t", uint64(unsafe.Sizeof(vWindow)), uint64(unsafe.Alignof(vWindow))},
+		{"struct ncclWindow_vidmem", uint64(unsafe.Sizeof(vWindowVidmem)), uint64(unsafe.Alignof(vWindowVidmem))},
+		{"struct ncclWindow_vidmem.winHost", uint64(uintptr(unsafe.Pointer(&vWindowVidmem.WinHost)) - uintptr(unsafe.Pointer(&vWindowVidmem))), uint64(unsafe.Sizeof(vWindowVidmem.WinHost))},
+		{"struct ncclWindow_vidmem.lsaFlatBase", uint64(uintptr(unsafe.Pointer(&vWindowVidmem.LsaFlatBase)) - uintptr(unsafe.Pointer(&vWindowVidmem))), uint64(unsafe.Sizeof(vWindowVidmem.LsaFlatBase))},
+		{"struct ncclWindow_vidmem.lsaRank", uint64(uintptr(unsafe.Pointer(&vWindowVidmem.LsaRank)) - uintptr(unsafe.Pointer(&vWindowVidmem))), uint64(unsafe.Sizeof(vWindowVidmem.LsaRank))},
+		{"struct ncclWindow_vidmem.worldRank", uint64(uintptr(unsafe.Pointer(&vWindowVidmem.WorldRank)) - uintptr(unsafe.Pointer(&vWindowVidmem))), uint64(unsafe.Sizeof(vWindowVidmem.WorldRank))},
+		{"struct ncclWindow_vidmem.stride4G", uint64(uintptr(unsafe.Pointer(&vWindowVidmem.Stride4G)) - uintptr(unsafe.Pointer(&vWindowVidmem))), uint64(unsafe.Sizeof(vWindowVidmem.Stride4G))},
+		{"struct ncclWindow_vidmem.mcOffset4K", uint64(uintptr(unsafe.Pointer(&vWindowVidmem.McOffset4K)) - uintptr(unsafe.Pointer(&vWindowVidmem))), uint64(unsafe.Sizeof(vWindowVidmem.McOffset4K))},
+		{"struct ncclWindow_vidmem.ginOffset4K", uint64(uintptr(unsafe.Pointer(&vWindowVidmem.GinOffset4K)) - uintptr(unsafe.Pointer(&vWindowVidmem))), uint64(unsafe.Sizeof(vWindowVidmem.GinOffset4K))},
+		{"struct ncclWindow_vidmem.ginWins", uint64(uintptr(unsafe.Pointer(&vWindowVidmem.GinWins)) - uintptr(unsafe.Pointer(&vWindowVidmem))), uint64(unsafe.Sizeof(vWindowVidmem.GinWins))},
+		{"struct ncclWindow_vidmem.ginMultiSegmentWins", uint64(uintptr(unsafe.Pointer(&vWindowVidmem.GinMultiSegmentWins)) - uintptr(unsafe.Pointer(&vWindowVidmem))), uint64(unsafe.Sizeof(vWindowVidmem.GinMultiSegmentWins))},
+		{"struct ncclWindow_vidmem.numSegments", uint64(uintptr(unsafe.Pointer(&vWindowVidmem.NumSegments)) - uintptr(unsafe.Pointer(&vWindowVidmem))), uint64(unsafe.Sizeof(vWindowVidmem.NumSegments))},
+		{"CU_MEM_LOCATION_TYPE_INVALID", u64(int64(CuMemLocationTypeInvalid)), 0},
+		{"CU_MEM_LOCATION_TYPE_MAX", u64(int64(CuMemLocationTypeMax)), 0},
 		{"ncclSuccess", u64(int64(Success)), 0},
 		{"ncclUnhandledCudaError", u64(int64(UnhandledCudaError)), 0},
 		{"ncclSystemError", u64(int64(SystemError)), 0},
@@ -556,8 +667,6 @@ func goLayout() []layoutEntry {
 		{"NCCL_NET_DEVICE_GIN_GPI", u64(int64(NetDeviceGinGpi)), 0},
 		{"ncclGinSignalInc", u64(int64(GinSignalInc)), 0},
 		{"ncclGinSignalAdd", u64(int64(GinSignalAdd)), 0},
-		{"CU_MEM_LOCATION_TYPE_INVALID", u64(int64(CuMemLocationTypeInvalid)), 0},
-		{"CU_MEM_LOCATION_TYPE_MAX", u64(int64(CuMemLocationTypeMax)), 0},
 		{"NCCL_API_MAGIC", uint64(ApiMagic), 0},
 		{"NCCL_COMM_NULL", uint64(CommNull), 0},
 		{"NCCL_CONFIG_UNDEF_INT", u64(int64(ConfigUndefInt)), 0},
@@ -611,7 +720,7 @@ func TestLayoutMatchesGCC(t *testing.T) {
 		// nccl-2.30.7 comes from github, which a strict run (NCCLGO_STRICT) may not reach: a skip, never a failure.
 		t.Skipf("header set nccl-2.30.7 is not in %s: run make headers (a new release: make headers NCCL=<version>)", dir)
 	}
-	for _, h := range []string{"nccl_device/core.h", "nccl_device/ll_a2a.h", "nccl_device/lsa_barrier.h", "nccl_device/gin_barrier.h"} {
+	for _, h := range []string{"nccl_device/core.h", "nccl_device/ll_a2a.h", "nccl_device/lsa_barrier.h", "nccl_device/gin_barrier.h", "nccl_device/impl/comm__types.h"} {
 		if _, err := os.Stat(filepath.Join(dir, h)); err != nil {
 			// nccl-2.30.7 comes from github, which a strict run (NCCLGO_STRICT) may not reach: a skip, never a failure.
 			t.Skipf("header set nccl-2.30.7 is not in %s: run make headers (a new release: make headers NCCL=<version>)", dir)

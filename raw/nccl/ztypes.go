@@ -121,8 +121,38 @@ const (
 	NumTypes DataType = 12
 )
 
-// DevComm is ncclDevComm_t *, a pointer to ncclDevComm_t (typedef struct ncclDevComm ncclDevComm_t): an opaque handle, since the header declares the struct without its members.
-type DevComm uintptr
+// DevComm is struct ncclDevComm (struct, 240 bytes).
+type DevComm struct {
+	Magic                  uint32               // unsigned int magic
+	Version                uint32               // unsigned int version
+	Rank                   int32                // int rank
+	NRanks                 int32                // int nRanks
+	NRanksRcp32            uint32               // uint32_t nRanks_rcp32
+	LsaRank                int32                // int lsaRank
+	LsaSize                int32                // int lsaSize
+	LsaSizeRcp32           uint32               // uint32_t lsaSize_rcp32
+	WindowTable            DevCommWindowTable   // ncclDevCommWindowTable_t windowTable
+	ResourceWindow         Window               // ncclWindow_t resourceWindow
+	ResourceWindowInlined  ResourceWindowVidmem // ncclResourceWindow_vidmem_t resourceWindow_inlined
+	HybridWorldGinBarrier  GinBarrierHandle     // ncclGinBarrierHandle_t hybridWorldGinBarrier
+	LsaMultimem            MultimemHandle       // ncclMultimemHandle_t lsaMultimem
+	LsaBarrier             LsaBarrierHandle     // ncclLsaBarrierHandle_t lsaBarrier
+	RailGinBarrier         GinBarrierHandle     // ncclGinBarrierHandle_t railGinBarrier
+	GinConnectionCount     uint8                // uint8_t ginConnectionCount
+	GinNetDeviceTypes      [4]uint8             // uint8_t ginNetDeviceTypes[4]
+	GinHandles             [4]unsafe.Pointer    // void *ginHandles[4]
+	GinSignalCount         int32                // int ginSignalCount
+	GinCounterCount        int32                // int ginCounterCount
+	GinSignalShadows       *uint64              // uint64_t *ginSignalShadows
+	GinContextCount        uint32               // uint32_t ginContextCount
+	GinConnectionsRailed   bool                 // _Bool ginConnectionsRailed
+	GinStrongLegacySignals bool                 // _Bool ginStrongLegacySignals
+	GinContextsRailed      bool                 // _Bool ginContextsRailed
+	AbortFlag              *uint32              // uint32_t *abortFlag
+	HybridLsaBarrier       LsaBarrierHandle     // ncclLsaBarrierHandle_t hybridLsaBarrier
+	HybridRailGinBarrier   GinBarrierHandle     // ncclGinBarrierHandle_t hybridRailGinBarrier
+	WorldGinBarrier        GinBarrierHandle     // ncclGinBarrierHandle_t worldGinBarrier
+}
 
 // DevCommRequirements is struct ncclDevCommRequirements (struct, 96 bytes).
 type DevCommRequirements struct {
@@ -150,6 +180,9 @@ type DevCommRequirements struct {
 	GinVaSignalsRequired     bool                     // _Bool ginVaSignalsRequired
 }
 
+// DevCommWindowTable is typedef struct ncclDevCommWindowTable *ncclDevCommWindowTable_t (an opaque handle).
+type DevCommWindowTable uintptr
+
 // DevResourceHandle is typedef ncclDevResourceHandle ncclDevResourceHandle_t.
 type DevResourceHandle = DevResourceHandleBase
 
@@ -168,8 +201,11 @@ type DevResourceRequirements struct {
 	OutGinCounterStart *GinCounter              // ncclGinCounter_t *outGinCounterStart
 }
 
-// GinBarrierHandle is ncclGinBarrierHandle_t *, a pointer to ncclGinBarrierHandle_t (typedef struct ncclGinBarrierHandle ncclGinBarrierHandle_t): an opaque handle, since the header declares the struct without its members.
-type GinBarrierHandle uintptr
+// GinBarrierHandle is struct ncclGinBarrierHandle (struct, 8 bytes).
+type GinBarrierHandle struct {
+	Signal0 GinSignal         // ncclGinSignal_t signal0
+	Unused  DevResourceHandle // ncclDevResourceHandle_t unused
+}
 
 // GinConnectionType is ncclGinConnectionType_t (enum).
 type GinConnectionType int32
@@ -227,11 +263,17 @@ const (
 // GinWindow is typedef void *ncclGinWindow_t.
 type GinWindow unsafe.Pointer
 
-// LLA2AHandle is ncclLLA2AHandle_t *, a pointer to ncclLLA2AHandle_t (typedef struct ncclLLA2AHandle ncclLLA2AHandle_t): an opaque handle, since the header declares the struct without its members.
-type LLA2AHandle uintptr
+// LLA2AHandle is struct ncclLLA2AHandle (struct, 8 bytes).
+type LLA2AHandle struct {
+	BufHandle DevResourceHandle // ncclDevResourceHandle_t bufHandle
+	NSlots    uint32            // uint32_t nSlots
+}
 
-// LsaBarrierHandle is ncclLsaBarrierHandle_t *, a pointer to ncclLsaBarrierHandle_t (typedef struct ncclLsaBarrierHandle ncclLsaBarrierHandle_t): an opaque handle, since the header declares the struct without its members.
-type LsaBarrierHandle uintptr
+// LsaBarrierHandle is struct ncclLsaBarrierHandle (struct, 8 bytes).
+type LsaBarrierHandle struct {
+	BufHandle DevResourceHandle // ncclDevResourceHandle_t bufHandle
+	NBarriers int32             // int nBarriers
+}
 
 // MultimemHandle is struct ncclMultimemHandle_t (struct, 8 bytes).
 type MultimemHandle struct {
@@ -445,8 +487,19 @@ type WaitSignalDesc struct {
 // Window is typedef struct ncclWindow_vidmem *ncclWindow_t (an opaque handle).
 type Window uintptr
 
-// WindowVidmem is ncclWindow_vidmem_t *, a pointer to ncclWindow_vidmem_t (typedef struct ncclWindow_vidmem ncclWindow_vidmem_t): an opaque handle, since the header declares the struct without its members.
-type WindowVidmem uintptr
+// WindowVidmem is struct ncclWindow_vidmem (struct, 88 bytes).
+type WindowVidmem struct {
+	WinHost             unsafe.Pointer // void *winHost
+	LsaFlatBase         *byte          // char *lsaFlatBase
+	LsaRank             int32          // int lsaRank
+	WorldRank           int32          // int worldRank
+	Stride4G            uint32         // uint32_t stride4G
+	McOffset4K          uint32         // uint32_t mcOffset4K
+	GinOffset4K         uint32         // uint32_t ginOffset4K
+	GinWins             [4]GinWindow   // ncclGinWindow_t ginWins[4]
+	GinMultiSegmentWins *SegmentWindow // struct ncclSegmentWindow *ginMultiSegmentWins
+	NumSegments         int32          // int numSegments
+}
 
 // Valued macros of nccl.h.
 const (

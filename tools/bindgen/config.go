@@ -75,6 +75,9 @@ type Config struct {
 	// ("nccl_device/core.h") is included in the sets whose manifest lines pin a file ending
 	// in it. With them, every file of the set's folder counts as the header's.
 	ExtraHeaders []string `json:"extraHeaders"`
+	// Handles are typedefs of a pointer to a struct that stay opaque handles (a named
+	// uintptr) although a header defines the struct's members (for device code).
+	Handles []Handle `json:"handles"`
 
 	file    string
 	skip    []*regexp.Regexp
@@ -166,6 +169,22 @@ type Rename struct {
 	C      string `json:"c"`
 	Go     string `json:"go"`
 	Reason string `json:"reason"`
+}
+
+// Handle keeps the typedef C (a pointer to a struct) an opaque handle, with a reason.
+type Handle struct {
+	C      string `json:"c"`
+	Reason string `json:"reason"`
+}
+
+// handle reports whether the typedef name stays an opaque handle.
+func (c *Config) handle(name string) bool {
+	for _, h := range c.Handles {
+		if h.C == name {
+			return true
+		}
+	}
+	return false
 }
 
 // Skip leaves out the declarations of one kind whose C name matches a regular expression.

@@ -26,7 +26,11 @@ func extraSetup(t *testing.T) (cfg *Config, root, cache string) {
 		"inline __attribute__((always_inline)) int fakeTeamInlineOnly(fakeTeam_t t);\n"+
 		"struct fakeHidden { int a; };\n"+
 		"typedef struct fakeHidden *fakeHidden_t;\n"+
-		"int fakeHiddenUse(fakeHidden_t h);\n"))
+		"int fakeHiddenUse(fakeHidden_t h);\n"+
+		"struct fakeWinS { int a; };\n"+
+		"typedef struct fakeWinS *fakeWin_t;\n"+
+		"typedef struct fakeWinS *fakeWinPtr_t;\n"+
+		"int fakeWinUse(fakeWin_t w, fakeWinPtr_t p);\n"))
 	require.NoError(t, os.MkdirAll(filepath.Join(root, "headers"), 0o755))
 	require.NoError(t, writeFile(filepath.Join(root, "headers", "manifest.tsv"),
 		"header\tfake-0.9\tlibfake-dev\tsid\tmain\t0.9\tusr/include/fake.h\t"+zeros+"\n"+
@@ -34,6 +38,7 @@ func extraSetup(t *testing.T) (cfg *Config, root, cache string) {
 			"header\tfake-1.0\tlibfake-dev\tsid\tmain\t1.0\tusr/include/sub/dev.h\t"+zeros+"\n"))
 	cfg.Include = []string{"inc"}
 	cfg.ExtraHeaders = []string{"prelude.h", "sub/dev.h"}
+	cfg.Handles = []Handle{{C: "fakeWin_t", Reason: "members for device code"}}
 	return cfg, root, cache
 }
 
@@ -41,7 +46,7 @@ const zeros = "0000000000000000000000000000000000000000000000000000000000000000"
 
 // The host declarations of a set's extra headers are bound like the header's: a struct
 // result by value, a skipped struct left opaque, inline declarations left out, and each
-// function's Since from the first set whose manifest pins the header declaring it.
+// typedef that handles names stays a handle, and each function's Since from the first set whose manifest pins the header declaring it.
 func TestExtraHeadersAreBoundWhereTheManifestPinsThem(t *testing.T) {
 	cfg, root, cache := extraSetup(t)
 	require.NoError(t, generate(cfg, root, cache, io.Discard))
@@ -52,7 +57,10 @@ func TestExtraHeadersAreBoundWhereTheManifestPinsThem(t *testing.T) {
 	assert.Contains(t, funcs, "First pinned header declaring it: 1.0.")
 	assert.Contains(t, funcs, "func HiddenUse(h Hidden) (r int32, err error) {")
 	assert.NotContains(t, funcs, "InlineOnly")
-	assert.Contains(t, files[filepath.Join("raw", "fake", "ztypes.go")], "type Hidden uintptr")
+	types := files[filepath.Join("raw", "fake", "ztypes.go")]
+	assert.Contains(t, types, "type Hidden uintptr")
+	assert.Contains(t, types, "type Win uintptr", "handles keeps fakeWin_t a handle")
+	assert.Contains(t, types, "type WinPtr *WinS", "without handles a pointer to a defined struct is a Go pointer")
 	assert.Contains(t, files[filepath.Join("raw", "fake", "zlayout_test.go")], "#include <fake.h>\n#include <prelude.h>\n#include <sub/dev.h>\n")
 	assert.Contains(t, files[filepath.Join("gen", "snapshot", "fake-1.0.txt")], "fakeTeamWorld")
 	assert.NotContains(t, files[filepath.Join("gen", "snapshot", "fake-0.9.txt")], "fakeTeamWorld")

@@ -167,8 +167,8 @@ func (p *parser) typedefDecl(dr *cc.Declarator, spec, where string) (*TypeDecl, 
 	switch {
 	case u.Kind == Named && !isSystem(u.Name):
 		d.Alias = true
-	case u.Kind == Pointer && u.Elem.Kind == Struct && p.types["struct "+u.Elem.Name] == nil:
-		d.Handle = true // pointer to an incomplete struct
+	case u.Kind == Pointer && u.Elem.Kind == Struct && (p.types["struct "+u.Elem.Name] == nil || p.cfg.handle(name)):
+		d.Handle = true // pointer to an incomplete struct, or one the config keeps a handle
 	}
 	return d, nil
 }
