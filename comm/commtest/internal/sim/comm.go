@@ -86,6 +86,8 @@ type rankComm struct {
 	regs map[gpulib.Handle]registration
 	wins map[gpulib.Handle]window
 
+	devComms map[*gpulib.DevComm]bool // ncclDevCommCreate's, not yet destroyed (devapi.go)
+
 	redOps map[gpulib.RedOp]*preMulOp // ncclRedOpCreatePreMulSum's operators
 }
 
