@@ -316,8 +316,8 @@ func (d *DevComm) Bytes() []byte {
 	return append([]byte(nil), unsafe.Slice((*byte)(unsafe.Pointer(d.v)), unsafe.Sizeof(*d.v))...)
 }
 
-// Rank and LSA return the rank, the number of ranks, the LSA index and the LSA team's
-// size the device communicator holds (what kernels read); zero after Close.
+// Rank returns the rank and the number of ranks the device communicator holds (what
+// kernels read); zero after Close.
 func (d *DevComm) Rank() (rank, size int) {
 	if d == nil || d.v == nil {
 		return 0, 0
@@ -325,7 +325,8 @@ func (d *DevComm) Rank() (rank, size int) {
 	return int(d.v.Rank), int(d.v.NRanks)
 }
 
-// LSA returns the LSA index and LSA team size the device communicator holds.
+// LSA returns the LSA index and the LSA team's size the device communicator holds;
+// zero after Close.
 func (d *DevComm) LSA() (rank, size int) {
 	if d == nil || d.v == nil {
 		return 0, 0
