@@ -237,3 +237,23 @@ func TestDeviceAPINeedsItsNCCLVersion(t *testing.T) {
 		}
 	}
 }
+
+// struct ncclDevComm changed its layout in NCCL 2.30.3 (magic and version first): the
+// rank and LSA fields are read where the simulated version puts them.
+func TestDevCommLayoutFollowsTheNCCLVersion(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, v := range []int{22907, 23007} {
+		c := devCluster(t, 3, commtest.WithNCCLVersion(v), commtest.WithMachine(commtest.Machine{GPUsPerNode: 3}))
+		eachBackend(t, c, func(r int, b *nccl.Backend) error {
+			dc, err := b.Communicator().NewDevComm(ctx, nccl.DevCommRequirements{})
+			if err != nil {
+				return err
+			}
+			rank, size := dc.Rank()
+			lsaRank, lsaSize := dc.LSA()
+			assert.Equal(t, [4]int{r, 3, r, 3}, [4]int{rank, size, lsaRank, lsaSize}, "NCCL %d, rank %d", v, r)
+			return dc.Close()
+		})
+	}
+}

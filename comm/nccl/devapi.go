@@ -2,6 +2,7 @@ package nccl
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"unsafe"
 
@@ -305,10 +306,12 @@ func (c *Communicator) NewDevComm(ctx context.Context, req DevCommRequirements) 
 	return &DevComm{c: c, v: v}, nil
 }
 
-// Bytes returns the device communicator's value as NCCL made it (sizeof(ncclDevComm)
-// of the newest header raw/nccl binds; a kernel compiled against an older header reads
-// its own, shorter prefix): the bytes a kernel parameter of type ncclDevComm gets. Nil
-// after Close.
+// Bytes returns the device communicator's value as the loaded NCCL made it, in that
+// NCCL's layout of struct ncclDevComm (2.29 begins with rank and nRanks, 2.30 with
+// magic and version): the bytes a kernel parameter of type ncclDevComm gets, for a
+// kernel compiled against the loaded NCCL's headers. It is sizeof(ncclDevComm) of the
+// newest header raw/nccl binds (240 bytes, 2.30.7); an older NCCL's struct is a shorter
+// prefix. Nil after Close.
 func (d *DevComm) Bytes() []byte {
 	if d == nil || d.v == nil {
 		return nil
@@ -316,22 +319,41 @@ func (d *DevComm) Bytes() []byte {
 	return append([]byte(nil), unsafe.Slice((*byte)(unsafe.Pointer(d.v)), unsafe.Sizeof(*d.v))...)
 }
 
+// versionDevCommMagic: struct ncclDevComm begins with magic and version from NCCL 2.30.3
+// on (raw/nccl's DevComm); before, with int rank, nRanks; uint32_t nRanks_rcp32; int
+// lsaRank, lsaSize (nccl_device/impl/comm__types.h 2.29, gen/snapshot/nccl-2.29.7.txt).
+const versionDevCommMagic = 23003
+
+// place reads rank, nRanks, lsaRank and lsaSize from the value, in the layout of the
+// loaded NCCL.
+func (d *DevComm) place() (rank, size, lsaRank, lsaSize int) {
+	v := d.v
+	if d.c.version >= versionDevCommMagic {
+		return int(v.Rank), int(v.NRanks), int(v.LsaRank), int(v.LsaSize)
+	}
+	b := unsafe.Slice((*byte)(unsafe.Pointer(v)), unsafe.Sizeof(*v))
+	i32 := func(off int) int { return int(int32(binary.LittleEndian.Uint32(b[off:]))) }
+	return i32(0), i32(4), i32(12), i32(16)
+}
+
 // Rank returns the rank and the number of ranks the device communicator holds (what
 // kernels read); zero after Close.
 func (d *DevComm) Rank() (rank, size int) {
-	if d == nil || d.v == nil {
+	if d == nil || d.c == nil || d.v == nil {
 		return 0, 0
 	}
-	return int(d.v.Rank), int(d.v.NRanks)
+	rank, size, _, _ = d.place()
+	return rank, size
 }
 
 // LSA returns the LSA index and the LSA team's size the device communicator holds;
 // zero after Close.
 func (d *DevComm) LSA() (rank, size int) {
-	if d == nil || d.v == nil {
+	if d == nil || d.c == nil || d.v == nil {
 		return 0, 0
 	}
-	return int(d.v.LsaRank), int(d.v.LsaSize)
+	_, _, rank, size = d.place()
+	return rank, size
 }
 
 // Close destroys the device communicator (ncclDevCommDestroy); no kernel may still use

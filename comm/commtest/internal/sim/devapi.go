@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"encoding/binary"
 	"sort"
+	"unsafe"
 
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/raw/nccl"
@@ -16,6 +18,10 @@ const (
 	sinceProperties = 22907 // ncclCommQueryProperties
 	sinceDevComm    = 22907 // ncclDevCommCreate/Destroy with versioned requirements
 	sinceDevPointer = 22907 // ncclGet{Lsa,Peer,LsaMultimem}DevicePointer
+
+	// sinceDevCommMagic: struct ncclDevComm begins with magic and version from 2.30.3
+	// on (nccl_device/impl/comm__types.h); before, with rank and nRanks.
+	sinceDevCommMagic = 23003
 )
 
 var _ gpulib.DeviceAPI = (*Driver)(nil)
@@ -146,7 +152,8 @@ func (d *Driver) CommQueryProperties(c gpulib.Comm) (gpulib.Properties, error) {
 }
 
 // DevCommCreate is ncclDevCommCreate: it checks the requirements the way NCCL does and
-// fills the device communicator's rank and LSA fields. The simulator makes it at once,
+// fills the device communicator's rank and LSA fields, in the layout of the simulated
+// version. The simulator makes it at once,
 // without waiting for the other ranks.
 func (d *Driver) DevCommCreate(c gpulib.Comm, req gpulib.DevCommRequirements) (*gpulib.DevComm, error) {
 	const call = "ncclDevCommCreate"
@@ -186,13 +193,20 @@ func (d *Driver) DevCommCreate(c gpulib.Comm, req gpulib.DevCommRequirements) (*
 		return nil, ncclErr(gpulib.InvalidArgument, call, "multicast support requested for team but none available on system")
 	}
 	lsa, self := w.lsaLocked(rc)
-	dc := &gpulib.DevComm{
-		Magic: nccl.ApiMagic, Version: uint32(w.version),
-		Rank: int32(rc.rank), NRanks: int32(rc.cl.n), LsaRank: int32(self), LsaSize: int32(lsa),
-	}
-	if conn != ginConnNone {
-		dc.GinContextCount = uint32(max(req.GinContextCount, 1))
-		dc.GinSignalCount, dc.GinCounterCount = int32(req.GinSignalCount), int32(req.GinCounterCount)
+	dc := new(gpulib.DevComm)
+	if w.version >= sinceDevCommMagic {
+		*dc = gpulib.DevComm{
+			Magic: nccl.ApiMagic, Version: uint32(w.version),
+			Rank: int32(rc.rank), NRanks: int32(rc.cl.n), LsaRank: int32(self), LsaSize: int32(lsa),
+		}
+	} else {
+		// NCCL 2.29's struct ncclDevComm: int rank, nRanks; uint32_t nRanks_rcp32;
+		// int lsaRank, lsaSize; ... (the GIN fields are further on; the simulator
+		// leaves them zero).
+		b := unsafe.Slice((*byte)(unsafe.Pointer(dc)), unsafe.Sizeof(*dc))
+		for i, v := range []int{rc.rank, rc.cl.n, 0, self, lsa} {
+			binary.LittleEndian.PutUint32(b[4*i:], uint32(v))
+		}
 	}
 	if rc.devComms == nil {
 		rc.devComms = map[*gpulib.DevComm]bool{}
