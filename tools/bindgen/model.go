@@ -138,7 +138,7 @@ type Const struct {
 type API struct {
 	Set      string
 	Header   string
-	Extra    []string `json:",omitempty"` // ExtraHeaders included in this set, in order
+	Extra    []string // ExtraHeaders included in this set, in order
 	Funcs    []*Func
 	Types    []*TypeDecl
 	Enums    []*Enumerator
