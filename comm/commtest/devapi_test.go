@@ -211,12 +211,13 @@ func TestWindowDevicePointers(t *testing.T) {
 	assert.Equal(t, before, c.DriverCalls(), "bad input reached the library")
 }
 
-// The simulated older NCCLs (2.18, 2.22, 2.28) refuse what they lack, naming the
-// version that has it; nothing reaches the library.
+// The simulated older NCCLs (2.18, 2.22, 2.28, 2.29.2) refuse what they lack, naming the
+// version that has it (2.29.7 where 2.29.2's structs have another layout); nothing
+// reaches the library.
 func TestDeviceAPINeedsItsNCCLVersion(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for _, v := range []int{21805, 22203, 22809} {
+	for _, v := range []int{21805, 22203, 22809, 22902} {
 		c := devCluster(t, 1, commtest.WithNCCLVersion(v))
 		b, err := c.NCCL(0)
 		require.NoError(t, err)

@@ -12,14 +12,14 @@ import (
 	"github.com/ncclgo/ncclgo/raw/nccl"
 )
 
-// NCCL versions of the device API's host calls, as raw/nccl binds them (the first
-// pinned header declaring each with the layout raw/nccl uses: ncclCommProperties_t and
-// ncclDevCommRequirements_t carry size, magic and version from 2.29.4 on).
+// NCCL versions of the device API's host calls: the release that introduced the call,
+// or, for the calls that pass ncclCommProperties_t or ncclDevCommRequirements_t, the
+// first release whose layout of them is raw/nccl's (2.29.2 and 2.29.3 have others).
 const (
 	versionTeams      = 22803 // ncclTeamWorld, ncclTeamLsa, ncclTeamRail, ncclTeamRankTo*
-	versionProperties = 22907 // ncclCommQueryProperties
-	versionDevComm    = 22907 // ncclDevCommCreate, ncclDevCommDestroy
-	versionDevPointer = 22907 // ncclGet{Lsa,Peer,LsaMultimem}DevicePointer
+	versionProperties = 22907 // ncclCommQueryProperties (introduced in 2.29.2)
+	versionDevComm    = 22907 // ncclDevCommCreate, ncclDevCommDestroy (introduced in 2.28.3)
+	versionDevPointer = 22902 // ncclGet{Lsa,Peer,LsaMultimem}DevicePointer
 )
 
 // Names of the device API's operations in errors.
@@ -415,7 +415,7 @@ func (b *Backend) windowPointer(h WindowHandle, offset int, call string, f func(
 }
 
 // WindowLSAPointer returns the address at which this rank's kernels reach byte offset
-// of the window h of LSA team member lsaRank (ncclGetLsaDevicePointer, NCCL >= 2.29.7).
+// of the window h of LSA team member lsaRank (ncclGetLsaDevicePointer, NCCL >= 2.29.2).
 func (b *Backend) WindowLSAPointer(h WindowHandle, offset, lsaRank int) (comm.DevicePtr, error) {
 	if lsaRank < 0 {
 		return 0, &comm.ArgError{Op: opWindowPointer, Arg: "lsaRank", Value: lsaRank, Err: comm.ErrInvalidRank, Reason: "must not be negative"}
@@ -426,7 +426,7 @@ func (b *Backend) WindowLSAPointer(h WindowHandle, offset, lsaRank int) (comm.De
 }
 
 // WindowPeerPointer returns the address at which this rank's kernels reach byte offset
-// of rank peer's window h (ncclGetPeerDevicePointer, NCCL >= 2.29.7), or 0 when peer is
+// of rank peer's window h (ncclGetPeerDevicePointer, NCCL >= 2.29.2), or 0 when peer is
 // not in this rank's LSA team (its memory is not load/store accessible).
 func (b *Backend) WindowPeerPointer(h WindowHandle, offset, peer int) (comm.DevicePtr, error) {
 	if err := core.CheckRank(opWindowPointer, "peer", peer, b.c.world); err != nil {
@@ -438,7 +438,7 @@ func (b *Backend) WindowPeerPointer(h WindowHandle, offset, peer int) (comm.Devi
 }
 
 // WindowMultimemPointer returns the multicast address of byte offset of window h across
-// the LSA team (ncclGetLsaMultimemDevicePointer, NCCL >= 2.29.7), or 0 without
+// the LSA team (ncclGetLsaMultimemDevicePointer, NCCL >= 2.29.2), or 0 without
 // multicast support (Properties.Multimem).
 func (b *Backend) WindowMultimemPointer(h WindowHandle, offset int) (comm.DevicePtr, error) {
 	return b.windowPointer(h, offset, "ncclGetLsaMultimemDevicePointer", func(da gpulib.DeviceAPI, w gpulib.Handle) (gpulib.Ptr, error) {

@@ -717,7 +717,7 @@ func CommMemStats(comm Comm, stat CommMemStat, value *uint64) error {
 //
 //	ncclResult_t ncclCommQueryProperties(ncclComm_t comm, ncclCommProperties_t *props)
 //
-// First pinned header declaring it: 2.29.7.
+// First pinned header declaring it: 2.29.2.
 func CommQueryProperties(comm Comm, props *CommProperties) error {
 	fp, err := lib.Resolve(&_sym_ncclCommQueryProperties)
 	if err != nil {
@@ -912,7 +912,7 @@ func GetLastError(comm Comm) (r string, err error) {
 //
 //	ncclResult_t ncclGetLsaDevicePointer(ncclWindow_t window, size_t offset, int lsaRank, void **outPtr)
 //
-// First pinned header declaring it: 2.29.7.
+// First pinned header declaring it: 2.29.2.
 func GetLsaDevicePointer(window Window, offset uint64, lsaRank int32, outPtr *unsafe.Pointer) error {
 	fp, err := lib.Resolve(&_sym_ncclGetLsaDevicePointer)
 	if err != nil {
@@ -925,7 +925,7 @@ func GetLsaDevicePointer(window Window, offset uint64, lsaRank int32, outPtr *un
 //
 //	ncclResult_t ncclGetLsaMultimemDevicePointer(ncclWindow_t window, size_t offset, void **outPtr)
 //
-// First pinned header declaring it: 2.29.7.
+// First pinned header declaring it: 2.29.2.
 func GetLsaMultimemDevicePointer(window Window, offset uint64, outPtr *unsafe.Pointer) error {
 	fp, err := lib.Resolve(&_sym_ncclGetLsaMultimemDevicePointer)
 	if err != nil {
@@ -938,7 +938,7 @@ func GetLsaMultimemDevicePointer(window Window, offset uint64, outPtr *unsafe.Po
 //
 //	ncclResult_t ncclGetMultimemDevicePointer(ncclWindow_t window, size_t offset, ncclMultimemHandle_t multimem, void **outPtr)
 //
-// First pinned header declaring it: 2.29.7.
+// First pinned header declaring it: 2.29.2.
 func GetMultimemDevicePointer(window Window, offset uint64, multimem MultimemHandle, outPtr *unsafe.Pointer) error {
 	fp, err := lib.Resolve(&_sym_ncclGetMultimemDevicePointer)
 	if err != nil {
@@ -951,7 +951,7 @@ func GetMultimemDevicePointer(window Window, offset uint64, multimem MultimemHan
 //
 //	ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer, void **outPtr)
 //
-// First pinned header declaring it: 2.29.7.
+// First pinned header declaring it: 2.29.2.
 func GetPeerDevicePointer(window Window, offset uint64, peer int32, outPtr *unsafe.Pointer) error {
 	fp, err := lib.Resolve(&_sym_ncclGetPeerDevicePointer)
 	if err != nil {

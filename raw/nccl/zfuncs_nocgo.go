@@ -184,7 +184,7 @@ func CommMemStats(comm Comm, stat CommMemStat, value *uint64) error {
 //
 //	ncclResult_t ncclCommQueryProperties(ncclComm_t comm, ncclCommProperties_t *props)
 //
-// First pinned header declaring it: 2.29.7.
+// First pinned header declaring it: 2.29.2.
 func CommQueryProperties(comm Comm, props *CommProperties) error {
 	return dl.ErrNeedsCgo
 }
@@ -319,7 +319,7 @@ func GetLastError(comm Comm) (r string, err error) {
 //
 //	ncclResult_t ncclGetLsaDevicePointer(ncclWindow_t window, size_t offset, int lsaRank, void **outPtr)
 //
-// First pinned header declaring it: 2.29.7.
+// First pinned header declaring it: 2.29.2.
 func GetLsaDevicePointer(window Window, offset uint64, lsaRank int32, outPtr *unsafe.Pointer) error {
 	return dl.ErrNeedsCgo
 }
@@ -328,7 +328,7 @@ func GetLsaDevicePointer(window Window, offset uint64, lsaRank int32, outPtr *un
 //
 //	ncclResult_t ncclGetLsaMultimemDevicePointer(ncclWindow_t window, size_t offset, void **outPtr)
 //
-// First pinned header declaring it: 2.29.7.
+// First pinned header declaring it: 2.29.2.
 func GetLsaMultimemDevicePointer(window Window, offset uint64, outPtr *unsafe.Pointer) error {
 	return dl.ErrNeedsCgo
 }
@@ -337,7 +337,7 @@ func GetLsaMultimemDevicePointer(window Window, offset uint64, outPtr *unsafe.Po
 //
 //	ncclResult_t ncclGetMultimemDevicePointer(ncclWindow_t window, size_t offset, ncclMultimemHandle_t multimem, void **outPtr)
 //
-// First pinned header declaring it: 2.29.7.
+// First pinned header declaring it: 2.29.2.
 func GetMultimemDevicePointer(window Window, offset uint64, multimem MultimemHandle, outPtr *unsafe.Pointer) error {
 	return dl.ErrNeedsCgo
 }
@@ -346,7 +346,7 @@ func GetMultimemDevicePointer(window Window, offset uint64, multimem MultimemHan
 //
 //	ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer, void **outPtr)
 //
-// First pinned header declaring it: 2.29.7.
+// First pinned header declaring it: 2.29.2.
 func GetPeerDevicePointer(window Window, offset uint64, peer int32, outPtr *unsafe.Pointer) error {
 	return dl.ErrNeedsCgo
 }

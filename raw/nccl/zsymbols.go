@@ -25,7 +25,7 @@ var (
 	_sym_ncclCommInitRankConfig          = dl.Symbol{Name: "ncclCommInitRankConfig", Since: "2.18.1"}
 	_sym_ncclCommInitRankScalable        = dl.Symbol{Name: "ncclCommInitRankScalable", Since: "2.23.4"}
 	_sym_ncclCommMemStats                = dl.Symbol{Name: "ncclCommMemStats", Since: "2.29.7"}
-	_sym_ncclCommQueryProperties         = dl.Symbol{Name: "ncclCommQueryProperties", Since: "2.29.7"}
+	_sym_ncclCommQueryProperties         = dl.Symbol{Name: "ncclCommQueryProperties", Since: "2.29.2"}
 	_sym_ncclCommRegister                = dl.Symbol{Name: "ncclCommRegister", Since: "2.19.1"}
 	_sym_ncclCommResume                  = dl.Symbol{Name: "ncclCommResume", Since: "2.29.7"}
 	_sym_ncclCommRevoke                  = dl.Symbol{Name: "ncclCommRevoke", Since: "2.28.7"}
@@ -40,10 +40,10 @@ var (
 	_sym_ncclGather                      = dl.Symbol{Name: "ncclGather", Since: "2.28.3"}
 	_sym_ncclGetErrorString              = dl.Symbol{Name: "ncclGetErrorString", Since: "2.18.1"}
 	_sym_ncclGetLastError                = dl.Symbol{Name: "ncclGetLastError", Since: "2.18.1"}
-	_sym_ncclGetLsaDevicePointer         = dl.Symbol{Name: "ncclGetLsaDevicePointer", Since: "2.29.7"}
-	_sym_ncclGetLsaMultimemDevicePointer = dl.Symbol{Name: "ncclGetLsaMultimemDevicePointer", Since: "2.29.7"}
-	_sym_ncclGetMultimemDevicePointer    = dl.Symbol{Name: "ncclGetMultimemDevicePointer", Since: "2.29.7"}
-	_sym_ncclGetPeerDevicePointer        = dl.Symbol{Name: "ncclGetPeerDevicePointer", Since: "2.29.7"}
+	_sym_ncclGetLsaDevicePointer         = dl.Symbol{Name: "ncclGetLsaDevicePointer", Since: "2.29.2"}
+	_sym_ncclGetLsaMultimemDevicePointer = dl.Symbol{Name: "ncclGetLsaMultimemDevicePointer", Since: "2.29.2"}
+	_sym_ncclGetMultimemDevicePointer    = dl.Symbol{Name: "ncclGetMultimemDevicePointer", Since: "2.29.2"}
+	_sym_ncclGetPeerDevicePointer        = dl.Symbol{Name: "ncclGetPeerDevicePointer", Since: "2.29.2"}
 	_sym_ncclGetUniqueId                 = dl.Symbol{Name: "ncclGetUniqueId", Since: "2.18.1"}
 	_sym_ncclGetVersion                  = dl.Symbol{Name: "ncclGetVersion", Since: "2.18.1"}
 	_sym_ncclGinBarrierCreateRequirement = dl.Symbol{Name: "ncclGinBarrierCreateRequirement", Since: "2.28.7"}

@@ -9,15 +9,14 @@ import (
 	"github.com/ncclgo/ncclgo/raw/nccl"
 )
 
-// NCCL versions of the device API's host calls, as raw/nccl binds them: the first pinned
-// header declaring each with the layout raw/nccl uses (ncclCommProperties_t and
-// ncclDevCommRequirements_t carry size, magic and version from 2.29.4 on; 2.28's
-// requirements have another layout).
+// NCCL versions that introduced the device API's host calls (the first header declaring
+// each). comm/nccl asks for 2.29.7 before it passes ncclCommProperties_t or
+// ncclDevCommRequirements_t (their 2.29.2 layouts differ from raw/nccl's).
 const (
 	sinceTeams      = 22803 // ncclTeamWorld, ncclTeamLsa, ncclTeamRail, ncclTeamRankTo*
-	sinceProperties = 22907 // ncclCommQueryProperties
-	sinceDevComm    = 22907 // ncclDevCommCreate/Destroy with versioned requirements
-	sinceDevPointer = 22907 // ncclGet{Lsa,Peer,LsaMultimem}DevicePointer
+	sinceProperties = 22902 // ncclCommQueryProperties
+	sinceDevComm    = 22803 // ncclDevCommCreate/Destroy
+	sinceDevPointer = 22902 // ncclGet{Lsa,Peer,LsaMultimem}DevicePointer
 
 	// sinceDevCommMagic: struct ncclDevComm begins with magic and version from 2.30.3
 	// on (nccl_device/impl/comm__types.h); before, with rank and nRanks.
