@@ -258,3 +258,14 @@ func TestDevCommLayoutFollowsTheNCCLVersion(t *testing.T) {
 		})
 	}
 }
+
+// ncclDevCommCreate is collective: a rank that creates a device communicator alone waits
+// for the others, until the operation timeout, as with a window registration.
+func TestDevCommCreateWaitsForEveryRank(t *testing.T) {
+	c := devCluster(t, 2, commtest.WithCommOptions(nccl.WithTimeout(300*time.Millisecond)))
+	b, err := c.NCCL(0)
+	require.NoError(t, err)
+	_, err = b.Communicator().NewDevComm(context.Background(), nccl.DevCommRequirements{})
+	assert.ErrorIs(t, err, comm.ErrTimeout)
+	assert.False(t, b.IsHealthy())
+}

@@ -150,10 +150,10 @@ func (d *Driver) CommQueryProperties(c gpulib.Comm) (gpulib.Properties, error) {
 	return p, nil
 }
 
-// DevCommCreate is ncclDevCommCreate: it checks the requirements the way NCCL does and
-// fills the device communicator's rank and LSA fields, in the layout of the simulated
-// version. The simulator makes it at once,
-// without waiting for the other ranks.
+// DevCommCreate is ncclDevCommCreate, a collective call: it checks the requirements the
+// way NCCL does, and once every rank has called it, fills each rank's device
+// communicator (rank and LSA fields, in the layout of the simulated version). A
+// non-blocking communicator returns ncclInProgress until then.
 func (d *Driver) DevCommCreate(c gpulib.Comm, req gpulib.DevCommRequirements) (*gpulib.DevComm, error) {
 	const call = "ncclDevCommCreate"
 	if err := d.enter(call); err != nil {
@@ -164,32 +164,10 @@ func (d *Driver) DevCommCreate(c gpulib.Comm, req gpulib.DevCommRequirements) (*
 	}
 	w := d.w
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	rc, err := w.commLocked(d.dev, c, call)
+	rc, err := w.devCommCheckLocked(d.dev, c, req, call)
 	if err != nil {
+		w.mu.Unlock()
 		return nil, err
-	}
-	m := w.machine
-	if m.NoDeviceAPI {
-		return nil, ncclErr(gpulib.InvalidUsage, call, "communicator does not support symmetric memory")
-	}
-	if _, err := w.readyCommLocked(d.dev, c, call); err != nil {
-		return nil, err
-	}
-	conn := req.GinConnectionType
-	if req.GinForceEnable {
-		conn = ginConnFull
-	}
-	ginResources := req.GinSignalCount > 0 || req.GinCounterCount > 0 || req.RailGinBarrierCnt > 0 || req.BarrierCount > 0
-	switch {
-	case ginResources && conn == ginConnNone:
-		return nil, ncclErr(gpulib.InvalidArgument, call, "requested GIN resources but did not request GIN to be enabled")
-	case conn != ginConnNone && m.GinType == GinTypeNone:
-		return nil, ncclErr(gpulib.InvalidArgument, call, "requested GIN but not all ranks in the communicator support GIN")
-	case conn == ginConnFull && m.GinRailOnly:
-		return nil, ncclErr(gpulib.InvalidArgument, call, "requested GIN connection type NCCL_GIN_CONNECTION_FULL but the communicator supports only NCCL_GIN_CONNECTION_RAIL")
-	case req.LsaMultimem && !m.Multimem:
-		return nil, ncclErr(gpulib.InvalidArgument, call, "multicast support requested for team but none available on system")
 	}
 	lsa, self := w.lsaLocked(rc)
 	dc := new(gpulib.DevComm)
@@ -211,7 +189,76 @@ func (d *Driver) DevCommCreate(c gpulib.Comm, req gpulib.DevCommRequirements) (*
 		rc.devComms = map[*gpulib.DevComm]bool{}
 	}
 	rc.devComms[dc] = true
+	cl := rc.cl
+	seq := rc.devSeq
+	rc.devSeq++
+	g, ok := cl.devs[seq]
+	if !ok {
+		g = newGather(cl.n, "")
+		cl.devs[seq] = g
+	}
+	g.entries[rc.rank] = !rc.blocking
+	if !rc.blocking {
+		rc.busy++
+	}
+	complete := len(g.entries) == g.need
+	if complete {
+		for r, nonblocking := range g.entries {
+			if nonblocking.(bool) {
+				cl.ranks[r].busy--
+			}
+		}
+		close(g.done)
+		delete(cl.devs, seq)
+	}
+	w.mu.Unlock()
+	if !rc.blocking {
+		if !complete {
+			return dc, inProgress(call, "waiting for the other ranks")
+		}
+		return dc, nil
+	}
+	if err := w.waitDone(rc, cl, g.done, call); err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if cl.err != gpulib.Success {
+		return nil, ncclErr(cl.err, call, "%s", cl.errDetail)
+	}
 	return dc, nil
+}
+
+// devCommCheckLocked is ncclDevCommCreate's checks of the communicator and the
+// requirements (dev_runtime.cc). Caller holds World.mu.
+func (w *World) devCommCheckLocked(dev *device, c gpulib.Comm, req gpulib.DevCommRequirements, call string) (*rankComm, error) {
+	rc, err := w.commLocked(dev, c, call)
+	if err != nil {
+		return nil, err
+	}
+	m := w.machine
+	if m.NoDeviceAPI {
+		return nil, ncclErr(gpulib.InvalidUsage, call, "communicator does not support symmetric memory")
+	}
+	if _, err := w.readyCommLocked(dev, c, call); err != nil {
+		return nil, err
+	}
+	conn := req.GinConnectionType
+	if req.GinForceEnable {
+		conn = ginConnFull
+	}
+	ginResources := req.GinSignalCount > 0 || req.GinCounterCount > 0 || req.RailGinBarrierCnt > 0 || req.BarrierCount > 0
+	switch {
+	case ginResources && conn == ginConnNone:
+		return nil, ncclErr(gpulib.InvalidArgument, call, "requested GIN resources but did not request GIN to be enabled")
+	case conn != ginConnNone && m.GinType == GinTypeNone:
+		return nil, ncclErr(gpulib.InvalidArgument, call, "requested GIN but not all ranks in the communicator support GIN")
+	case conn == ginConnFull && m.GinRailOnly:
+		return nil, ncclErr(gpulib.InvalidArgument, call, "requested GIN connection type NCCL_GIN_CONNECTION_FULL but the communicator supports only NCCL_GIN_CONNECTION_RAIL")
+	case req.LsaMultimem && !m.Multimem:
+		return nil, ncclErr(gpulib.InvalidArgument, call, "multicast support requested for team but none available on system")
+	}
+	return rc, nil
 }
 
 // DevCommDestroy is ncclDevCommDestroy.
