@@ -187,14 +187,19 @@ fetch_kind() {
 		dir="$cache/$kind/$set"
 		case "$suite" in
 		github | pypi)
-			if [ -f "$dir/.verified" ]; then continue; fi
-			dest="$dir/$(basename "$file" .in)"
+			# A set's nccl.h, or a header it includes (src/include/X, cached as <set>/X).
+			local args=()
+			case "$file" in
+			src/include/*) dest="$dir/${file#src/include/}" args=(-file "$file") ;;
+			*) dest="$dir/$(basename "$file" .in)" ;;
+			esac
+			if [ -f "$dir/.verified" ] && [ -f "$dest" ]; then continue; fi
 			case "$unreachable" in *" $suite "*) continue ;; esac
 			who="$set: $pkg $ver ($suite)"
-			mkdir -p "$dir" || die "$who: cannot make $dir: check the cache folder (NCCLGO_CACHE)"
-			local v="${ver#v}" args=()
+			mkdir -p "$(dirname "$dest")" || die "$who: cannot make $dir: check the cache folder (NCCLGO_CACHE)"
+			local v="${ver#v}"
 			v="${v%-*}"
-			[ "$suite" = pypi ] && args=(-package "$pkg")
+			[ "$suite" = pypi ] && args+=(-package "$pkg")
 			echo "fetch.sh: $set: $suite $pkg $ver -> $dest" >&2
 			build_tool "$who" nvheader
 			rc=0
@@ -215,9 +220,13 @@ fetch_kind() {
 			continue
 			;;
 		esac
-		dest="$dir/$(basename "$file")"
 		# A set may pin several files (a header and the headers it includes): a header
-		# counts as fetched only once its own file is there too.
+		# counts as fetched only once its own file is there too. Files below usr/include
+		# keep their path there (nccl_device/core.h), the others only their name.
+		case "$file" in
+		usr/include/*) dest="$dir/${file#usr/include/}" ;;
+		*) dest="$dir/$(basename "$file")" ;;
+		esac
 		if [ -f "$dir/.verified" ] && { [ "$kind" = lib ] || [ -f "$dest" ]; }; then continue; fi
 		who="$set: $pkg $ver ($suite/$comp)"
 		echo "fetch.sh: $who -> $dest" >&2
@@ -226,7 +235,7 @@ fetch_kind() {
 		rm -rf "$tmp"
 		extract_files "$who" "$deb_path" "$tmp" "$file"
 		check_sum "$who" "$tmp/$file" "$file" "$sum"
-		{ mkdir -p "$dir" && mv "$tmp/$file" "$dest"; } || die "$who: cannot write $dest: check the cache folder (NCCLGO_CACHE)"
+		{ mkdir -p "$(dirname "$dest")" && mv "$tmp/$file" "$dest"; } || die "$who: cannot write $dest: check the cache folder (NCCLGO_CACHE)"
 		if [ "$kind" = lib ]; then prepare_lib "$who" "$set" "$dir" "$dest"; fi
 		touch "$dir/.verified" || die "$who: cannot write $dir: check the cache folder (NCCLGO_CACHE)"
 	done <"$manifest"

@@ -119,6 +119,9 @@ const (
 	// per-thread group state). Communicators whose operations complete when they
 	// return, so that groups defer nothing, lack it.
 	CapGroupScope Capability = "group-scope"
+	// CapDeviceAPI: NCCL's device API on *nccl.Backend (conformance_devapi.go):
+	// Communicator.Properties, the teams and device communicators (NCCL >= 2.29.7).
+	CapDeviceAPI Capability = "device-api"
 )
 
 // lacking ends a case whose capability c the harness does not offer (has false): it
@@ -180,6 +183,7 @@ func RunConformance(t *testing.T, h Harness) {
 		t.Run("recv-command-u32", e.recvCommand)
 		t.Run("register", e.register)
 		t.Run("symmetric-memory", e.symmetric)
+		t.Run("device-api", e.deviceAPI)
 	})
 	t.Run("typed", func(t *testing.T) {
 		e := start(t, h, comm.BFloat16)

@@ -15,7 +15,8 @@ import (
 // ranks (see NewCluster); opts apply to every Cluster it starts, after the element type.
 // Each Start returns a *Cluster. The simulated NCCL is 2.29.7 unless opts say otherwise,
 // so the harness requires every capability the suite knows of the NCCL version it
-// simulates: registration and symmetric memory from 2.19, split from 2.18.
+// simulates: registration and symmetric memory from 2.19, split from 2.18, the device
+// API from 2.29.7.
 func SimHarness(world int, opts ...Option) Harness {
 	cfg := clusterConfig{}
 	for _, o := range opts {
@@ -33,6 +34,9 @@ func SimHarness(world int, opts ...Option) Harness {
 	}
 	if v >= 21900 {
 		caps = append(caps, CapRegister, CapSymmetricMemory)
+	}
+	if v >= 22907 {
+		caps = append(caps, CapDeviceAPI)
 	}
 	caps = append(caps, CapWatchdog, CapAsyncErrors)
 	return Harness{

@@ -174,7 +174,7 @@ func TestFetchShFetchesFromADebianArchive(t *testing.T) {
 		file string
 	}{
 		{"header/demo-1.0/demo.h", demoDev, "usr/include/demo.h"},
-		{"header/demo-1.0/more.h", demoDev, "usr/include/demo/more.h"},
+		{"header/demo-1.0/demo/more.h", demoDev, "usr/include/demo/more.h"},
 		{"header/demompi-4.1.4/mpi.h", demoMPI, "usr/lib/x86_64-linux-gnu/demompi/include/mpi.h"},
 		{"include/demo-fp-1.0/demo_fp.h", demoDev, "usr/include/demo_fp.h"},
 		{"tool/demoas-11.8.89/demoas", demoTool, "usr/bin/demoas"},
@@ -184,7 +184,8 @@ func TestFetchShFetchesFromADebianArchive(t *testing.T) {
 		if assert.NoError(t, err, out2) {
 			assert.Equal(t, sum(c.pkg.files[c.file]), sum(got), c.dest)
 		}
-		assert.FileExists(t, filepath.Join(cache, filepath.Dir(c.dest), ".verified"))
+		set := strings.SplitN(c.dest, "/", 3) // kind, set, the file's path in the set
+		assert.FileExists(t, filepath.Join(cache, set[0], set[1], ".verified"))
 	}
 	link, err := os.Readlink(filepath.Join(cache, "lib/demo-1.0/libdemo.so.1"))
 	require.NoError(t, err, out2)

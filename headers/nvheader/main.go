@@ -15,7 +15,10 @@
 //
 //	nvheader -source github|pypi|git -version 2.30.7 -out FILE [-sha256 SUM]
 //	         [-tag v2.30.7-1] [-package nvidia-nccl-cu12] [-git DIR]
-//	         [-github-base URL] [-pypi-base URL]
+//	         [-github-base URL] [-pypi-base URL] [-file src/include/nccl_device/core.h]
+//
+// With -file (github or git) it writes that file of the repository at the tag as it is
+// instead: the headers nccl.h's set also pins (NCCL's nccl_device/*.h).
 //
 // It writes FILE and prints one manifest line (headers/manifest.tsv) on stdout. With
 // -sha256 the result must have that checksum (a pinned line is being refetched). The exit
@@ -53,6 +56,7 @@ func main() {
 	flag.StringVar(&o.gitDir, "git", "", "git: a clone of NVIDIA/nccl (its folder or its git directory)")
 	flag.StringVar(&o.githubBase, "github-base", "https://raw.githubusercontent.com", "github: raw file server")
 	flag.StringVar(&o.pypiBase, "pypi-base", "https://pypi.org", "pypi: package index")
+	flag.StringVar(&o.file, "file", "", "github, git: a file of the repository to write as it is (a header nccl.h includes)")
 	out := flag.String("out", "", "file to write nccl.h to")
 	want := flag.String("sha256", "", "required sha256 of the result")
 	flag.Parse()
@@ -95,6 +99,7 @@ func (e *unreachableError) Unwrap() error { return e.err }
 
 type options struct {
 	source, version, tag, pkg, gitDir string
+	file                              string // a plain file of the repository instead of nccl.h
 	githubBase, pypiBase              string
 	client                            *http.Client
 }
@@ -124,7 +129,11 @@ func fetch(o options) (*header, error) {
 	switch o.source {
 	case "github":
 		base := strings.TrimRight(o.githubBase, "/") + "/NVIDIA/nccl/" + o.tag + "/"
-		h, err := fromSources(o.version, func(p string) ([]byte, error) { return get(o.client, base+p) })
+		read := func(p string) ([]byte, error) { return get(o.client, base+p) }
+		if o.file != "" {
+			return plainFile(o, read)
+		}
+		h, err := fromSources(o.version, read)
 		if err != nil {
 			return nil, err
 		}
@@ -138,7 +147,7 @@ func fetch(o options) (*header, error) {
 		if err != nil {
 			return nil, err
 		}
-		h, err := fromSources(o.version, func(p string) ([]byte, error) {
+		read := func(p string) ([]byte, error) {
 			out, err := exec.Command("git", "--git-dir", gitDir, "show", o.tag+":"+p).Output()
 			if err != nil {
 				var x *exec.ExitError
@@ -148,7 +157,11 @@ func fetch(o options) (*header, error) {
 				return nil, fmt.Errorf("git show %s:%s in %s: %w", o.tag, p, o.gitDir, err)
 			}
 			return out, nil
-		})
+		}
+		if o.file != "" {
+			return plainFile(o, read)
+		}
+		h, err := fromSources(o.version, read)
 		if err != nil {
 			return nil, err
 		}
@@ -156,9 +169,22 @@ func fetch(o options) (*header, error) {
 		h.url = strings.TrimRight(o.githubBase, "/") + "/NVIDIA/nccl/" + o.tag + "/src/nccl.h.in"
 		return h, nil
 	case "pypi":
+		if o.file != "" {
+			return nil, errors.New("-file needs source github or git")
+		}
 		return fromWheel(o)
 	}
 	return nil, fmt.Errorf("unknown source %q (github, pypi or git)", o.source)
+}
+
+// plainFile is o.file of NVIDIA/nccl at o.tag, as it is (read gets a path of the tag).
+func plainFile(o options, read func(string) ([]byte, error)) (*header, error) {
+	b, err := read(o.file)
+	if err != nil {
+		return nil, err
+	}
+	url := strings.TrimRight(o.githubBase, "/") + "/NVIDIA/nccl/" + o.tag + "/" + o.file
+	return &header{data: b, sha256: sum(b), pkg: "NVIDIA/nccl", suite: "github", version: o.tag, file: o.file, url: url}, nil
 }
 
 // resolveGitDir is the git directory of dir: dir itself (a bare clone, or a .git folder),

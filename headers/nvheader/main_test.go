@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,7 +29,8 @@ var fixture = map[string]string{
 		"\t    -e \"s/\\$${nccl:Suffix}/$(NCCL_SUFFIX)/g\" \\\n" +
 		"\t    -e \"s/\\$${nccl:Version}/$(NCCL_VERSION)/g\" \\\n" +
 		"\t    $< > $@\n\nclean:\n\trm -rf build\n",
-	"makefiles/version.mk": "##### version\nNCCL_MAJOR   := 9\nNCCL_MINOR   := 8\nNCCL_PATCH   := 7\nNCCL_SUFFIX  :=\nPKG_REVISION := 1\n",
+	"src/include/nccl_device/core.h": "NCCL_EXTERN_C __host__ ncclTeam_t ncclTeamWorld(ncclComm_t);\n",
+	"makefiles/version.mk":           "##### version\nNCCL_MAJOR   := 9\nNCCL_MINOR   := 8\nNCCL_PATCH   := 7\nNCCL_SUFFIX  :=\nPKG_REVISION := 1\n",
 }
 
 const wantHeader = "#define NCCL_MAJOR 9\n#define NCCL_MINOR 8\n#define NCCL_PATCH 7\n#define NCCL_SUFFIX \"\"\n#define NCCL_VERSION_CODE 90807\nint ncclGetVersion(int *v);\n"
@@ -58,6 +60,40 @@ func TestGithubAppliesTheMakefileSubstitutions(t *testing.T) {
 	assert.Equal(t, sum([]byte(wantHeader)), h.sha256)
 	assert.Equal(t, "header\tnccl-9.8.7\tNVIDIA/nccl\tgithub\t-\tv9.8.7-1\tsrc/nccl.h.in\t"+h.sha256+"\t"+srv.URL+"/NVIDIA/nccl/v9.8.7-1/src/nccl.h.in",
 		h.manifestLine("nccl-9.8.7"))
+}
+
+// A header nccl.h's set also pins (-file) is the repository's file at the tag, as it is,
+// from github or a local clone, pinned with github's URL.
+func TestFileIsTheRepositorysFileAtTheTag(t *testing.T) {
+	const file = "src/include/nccl_device/core.h"
+	want := fixture[file]
+	line := "header\tnccl-9.8.7\tNVIDIA/nccl\tgithub\t-\tv9.8.7-1\t" + file + "\t" + sum([]byte(want)) + "\t"
+
+	srv := githubServer(t, fixture)
+	o := opts("github", srv.URL)
+	o.file = file
+	h, err := fetch(o)
+	require.NoError(t, err)
+	assert.Equal(t, want, string(h.data))
+	assert.Equal(t, line+srv.URL+"/NVIDIA/nccl/v9.8.7-1/"+file, h.manifestLine("nccl-9.8.7"))
+
+	if _, err := exec.LookPath("git"); err == nil {
+		o = opts("git", "https://raw.githubusercontent.com")
+		o.gitDir, o.file = gitClone(t), file
+		h, err = fetch(o)
+		require.NoError(t, err)
+		assert.Equal(t, want, string(h.data))
+		assert.Equal(t, line+"https://raw.githubusercontent.com/NVIDIA/nccl/v9.8.7-1/"+file, h.manifestLine("nccl-9.8.7"))
+	}
+
+	o = opts("github", srv.URL)
+	o.file = "src/include/nccl_device/none.h"
+	_, err = fetch(o)
+	assert.ErrorContains(t, err, "404")
+	o = opts("pypi", srv.URL)
+	o.file = file
+	_, err = fetch(o)
+	assert.EqualError(t, err, "-file needs source github or git")
 }
 
 func TestGithubErrors(t *testing.T) {

@@ -26,10 +26,36 @@ struct _ncclgo_ncclUniqueId {
 	char internal[128];
 };
 typedef int ncclCommMemStat_t;
+struct ncclCommProperties;
+typedef struct ncclCommProperties ncclCommProperties_t;
 struct ncclWindow_vidmem;
 typedef struct ncclWindow_vidmem *ncclWindow_t;
+struct ncclDevCommRequirements;
+typedef struct ncclDevCommRequirements ncclDevCommRequirements_t;
+struct ncclDevComm;
+typedef struct ncclDevComm ncclDevComm_t;
+struct ncclMultimemHandle_t;
+struct ncclMultimemHandle_t {
+	void *mcBasePtr;
+};
+typedef struct ncclMultimemHandle_t ncclMultimemHandle_t;
+struct ncclTeam;
+struct ncclTeam {
+	int nRanks;
+	int rank;
+	int stride;
+};
+typedef struct ncclTeam ncclTeam_t;
+struct ncclGinBarrierHandle;
+typedef struct ncclGinBarrierHandle ncclGinBarrierHandle_t;
+struct ncclDevResourceRequirements;
+typedef struct ncclDevResourceRequirements ncclDevResourceRequirements_t;
 struct ncclSimInfo_v22200;
 typedef struct ncclSimInfo_v22200 ncclSimInfo_t;
+struct ncclLLA2AHandle;
+typedef struct ncclLLA2AHandle ncclLLA2AHandle_t;
+struct ncclLsaBarrierHandle;
+typedef struct ncclLsaBarrierHandle ncclLsaBarrierHandle_t;
 struct ncclParamHandle;
 typedef struct ncclParamHandle *ncclParamHandle_t;
 typedef int ncclScalarResidence_t;
@@ -132,6 +158,11 @@ static int _ncclgo_tramp_ncclCommInitRankScalable(uintptr_t fp, ncclComm_t *a0, 
 static int _ncclgo_tramp_ncclCommMemStats(uintptr_t fp, uintptr_t a0, int a1, uint64_t *a2) {
 	return (int)((ncclResult_t (*)(ncclComm_t, ncclCommMemStat_t, uint64_t *))fp)((ncclComm_t)a0, (ncclCommMemStat_t)a1, (uint64_t *)a2);
 }
+#cgo noescape _ncclgo_tramp_ncclCommQueryProperties
+#cgo nocallback _ncclgo_tramp_ncclCommQueryProperties
+static int _ncclgo_tramp_ncclCommQueryProperties(uintptr_t fp, uintptr_t a0, ncclCommProperties_t *a1) {
+	return (int)((ncclResult_t (*)(ncclComm_t, ncclCommProperties_t *))fp)((ncclComm_t)a0, (ncclCommProperties_t *)a1);
+}
 #cgo noescape _ncclgo_tramp_ncclCommRegister
 #cgo nocallback _ncclgo_tramp_ncclCommRegister
 static int _ncclgo_tramp_ncclCommRegister(uintptr_t fp, uintptr_t a0, void *a1, size_t a2, void *a3) {
@@ -177,6 +208,16 @@ static int _ncclgo_tramp_ncclCommWindowDeregister(uintptr_t fp, uintptr_t a0, ui
 static int _ncclgo_tramp_ncclCommWindowRegister(uintptr_t fp, uintptr_t a0, void *a1, size_t a2, ncclWindow_t *a3, int a4) {
 	return (int)((ncclResult_t (*)(ncclComm_t, void *, size_t, ncclWindow_t *, int))fp)((ncclComm_t)a0, (void *)a1, (size_t)a2, (ncclWindow_t *)a3, (int)a4);
 }
+#cgo noescape _ncclgo_tramp_ncclDevCommCreate
+#cgo nocallback _ncclgo_tramp_ncclDevCommCreate
+static int _ncclgo_tramp_ncclDevCommCreate(uintptr_t fp, uintptr_t a0, ncclDevCommRequirements_t *a1, ncclDevComm_t *a2) {
+	return (int)((ncclResult_t (*)(ncclComm_t, const ncclDevCommRequirements_t *, ncclDevComm_t *))fp)((ncclComm_t)a0, (const ncclDevCommRequirements_t *)a1, (ncclDevComm_t *)a2);
+}
+#cgo noescape _ncclgo_tramp_ncclDevCommDestroy
+#cgo nocallback _ncclgo_tramp_ncclDevCommDestroy
+static int _ncclgo_tramp_ncclDevCommDestroy(uintptr_t fp, uintptr_t a0, ncclDevComm_t *a1) {
+	return (int)((ncclResult_t (*)(ncclComm_t, const ncclDevComm_t *))fp)((ncclComm_t)a0, (const ncclDevComm_t *)a1);
+}
 #cgo noescape _ncclgo_tramp_ncclGather
 #cgo nocallback _ncclgo_tramp_ncclGather
 static int _ncclgo_tramp_ncclGather(uintptr_t fp, void *a0, void *a1, size_t a2, int a3, int a4, uintptr_t a5, uintptr_t a6) {
@@ -192,6 +233,26 @@ static const char * _ncclgo_tramp_ncclGetErrorString(uintptr_t fp, int a0) {
 static const char * _ncclgo_tramp_ncclGetLastError(uintptr_t fp, uintptr_t a0) {
 	return (const char *)((const char *(*)(ncclComm_t))fp)((ncclComm_t)a0);
 }
+#cgo noescape _ncclgo_tramp_ncclGetLsaDevicePointer
+#cgo nocallback _ncclgo_tramp_ncclGetLsaDevicePointer
+static int _ncclgo_tramp_ncclGetLsaDevicePointer(uintptr_t fp, uintptr_t a0, size_t a1, int a2, void *a3) {
+	return (int)((ncclResult_t (*)(ncclWindow_t, size_t, int, void **))fp)((ncclWindow_t)a0, (size_t)a1, (int)a2, (void **)a3);
+}
+#cgo noescape _ncclgo_tramp_ncclGetLsaMultimemDevicePointer
+#cgo nocallback _ncclgo_tramp_ncclGetLsaMultimemDevicePointer
+static int _ncclgo_tramp_ncclGetLsaMultimemDevicePointer(uintptr_t fp, uintptr_t a0, size_t a1, void *a2) {
+	return (int)((ncclResult_t (*)(ncclWindow_t, size_t, void **))fp)((ncclWindow_t)a0, (size_t)a1, (void **)a2);
+}
+#cgo noescape _ncclgo_tramp_ncclGetMultimemDevicePointer
+#cgo nocallback _ncclgo_tramp_ncclGetMultimemDevicePointer
+static int _ncclgo_tramp_ncclGetMultimemDevicePointer(uintptr_t fp, uintptr_t a0, size_t a1, ncclMultimemHandle_t a2, void *a3) {
+	return (int)((ncclResult_t (*)(ncclWindow_t, size_t, ncclMultimemHandle_t, void **))fp)((ncclWindow_t)a0, (size_t)a1, a2, (void **)a3);
+}
+#cgo noescape _ncclgo_tramp_ncclGetPeerDevicePointer
+#cgo nocallback _ncclgo_tramp_ncclGetPeerDevicePointer
+static int _ncclgo_tramp_ncclGetPeerDevicePointer(uintptr_t fp, uintptr_t a0, size_t a1, int a2, void *a3) {
+	return (int)((ncclResult_t (*)(ncclWindow_t, size_t, int, void **))fp)((ncclWindow_t)a0, (size_t)a1, (int)a2, (void **)a3);
+}
 #cgo noescape _ncclgo_tramp_ncclGetUniqueId
 #cgo nocallback _ncclgo_tramp_ncclGetUniqueId
 static int _ncclgo_tramp_ncclGetUniqueId(uintptr_t fp, ncclUniqueId *a0) {
@@ -201,6 +262,11 @@ static int _ncclgo_tramp_ncclGetUniqueId(uintptr_t fp, ncclUniqueId *a0) {
 #cgo nocallback _ncclgo_tramp_ncclGetVersion
 static int _ncclgo_tramp_ncclGetVersion(uintptr_t fp, int *a0) {
 	return (int)((ncclResult_t (*)(int *))fp)((int *)a0);
+}
+#cgo noescape _ncclgo_tramp_ncclGinBarrierCreateRequirement
+#cgo nocallback _ncclgo_tramp_ncclGinBarrierCreateRequirement
+static int _ncclgo_tramp_ncclGinBarrierCreateRequirement(uintptr_t fp, uintptr_t a0, ncclTeam_t a1, int a2, ncclGinBarrierHandle_t *a3, ncclDevResourceRequirements_t *a4) {
+	return (int)((ncclResult_t (*)(ncclComm_t, ncclTeam_t, int, ncclGinBarrierHandle_t *, ncclDevResourceRequirements_t *))fp)((ncclComm_t)a0, a1, (int)a2, (ncclGinBarrierHandle_t *)a3, (ncclDevResourceRequirements_t *)a4);
 }
 #cgo noescape _ncclgo_tramp_ncclGroupEnd
 #cgo nocallback _ncclgo_tramp_ncclGroupEnd
@@ -216,6 +282,21 @@ static int _ncclgo_tramp_ncclGroupSimulateEnd(uintptr_t fp, ncclSimInfo_t *a0) {
 #cgo nocallback _ncclgo_tramp_ncclGroupStart
 static int _ncclgo_tramp_ncclGroupStart(uintptr_t fp) {
 	return (int)((ncclResult_t (*)(void))fp)();
+}
+#cgo noescape _ncclgo_tramp_ncclLLA2ACalcSlots
+#cgo nocallback _ncclgo_tramp_ncclLLA2ACalcSlots
+static int _ncclgo_tramp_ncclLLA2ACalcSlots(uintptr_t fp, int a0, int a1) {
+	return (int)((int (*)(int, int))fp)((int)a0, (int)a1);
+}
+#cgo noescape _ncclgo_tramp_ncclLLA2ACreateRequirement
+#cgo nocallback _ncclgo_tramp_ncclLLA2ACreateRequirement
+static int _ncclgo_tramp_ncclLLA2ACreateRequirement(uintptr_t fp, int a0, int a1, ncclLLA2AHandle_t *a2, ncclDevResourceRequirements_t *a3) {
+	return (int)((ncclResult_t (*)(int, int, ncclLLA2AHandle_t *, ncclDevResourceRequirements_t *))fp)((int)a0, (int)a1, (ncclLLA2AHandle_t *)a2, (ncclDevResourceRequirements_t *)a3);
+}
+#cgo noescape _ncclgo_tramp_ncclLsaBarrierCreateRequirement
+#cgo nocallback _ncclgo_tramp_ncclLsaBarrierCreateRequirement
+static int _ncclgo_tramp_ncclLsaBarrierCreateRequirement(uintptr_t fp, ncclTeam_t a0, int a1, ncclLsaBarrierHandle_t *a2, ncclDevResourceRequirements_t *a3) {
+	return (int)((ncclResult_t (*)(ncclTeam_t, int, ncclLsaBarrierHandle_t *, ncclDevResourceRequirements_t *))fp)(a0, (int)a1, (ncclLsaBarrierHandle_t *)a2, (ncclDevResourceRequirements_t *)a3);
 }
 #cgo noescape _ncclgo_tramp_ncclMemAlloc
 #cgo nocallback _ncclgo_tramp_ncclMemAlloc
@@ -346,6 +427,31 @@ static int _ncclgo_tramp_ncclSend(uintptr_t fp, void *a0, size_t a1, int a2, int
 #cgo nocallback _ncclgo_tramp_ncclSignal
 static int _ncclgo_tramp_ncclSignal(uintptr_t fp, int a0, int a1, int a2, unsigned int a3, uintptr_t a4, uintptr_t a5) {
 	return (int)((ncclResult_t (*)(int, int, int, unsigned int, ncclComm_t, cudaStream_t))fp)((int)a0, (int)a1, (int)a2, (unsigned int)a3, (ncclComm_t)a4, (cudaStream_t)a5);
+}
+#cgo noescape _ncclgo_tramp_ncclTeamLsa
+#cgo nocallback _ncclgo_tramp_ncclTeamLsa
+static ncclTeam_t _ncclgo_tramp_ncclTeamLsa(uintptr_t fp, uintptr_t a0) {
+	return (ncclTeam_t)((ncclTeam_t (*)(ncclComm_t))fp)((ncclComm_t)a0);
+}
+#cgo noescape _ncclgo_tramp_ncclTeamRail
+#cgo nocallback _ncclgo_tramp_ncclTeamRail
+static ncclTeam_t _ncclgo_tramp_ncclTeamRail(uintptr_t fp, uintptr_t a0) {
+	return (ncclTeam_t)((ncclTeam_t (*)(ncclComm_t))fp)((ncclComm_t)a0);
+}
+#cgo noescape _ncclgo_tramp_ncclTeamRankToLsa
+#cgo nocallback _ncclgo_tramp_ncclTeamRankToLsa
+static int _ncclgo_tramp_ncclTeamRankToLsa(uintptr_t fp, uintptr_t a0, ncclTeam_t a1, int a2) {
+	return (int)((int (*)(ncclComm_t, ncclTeam_t, int))fp)((ncclComm_t)a0, a1, (int)a2);
+}
+#cgo noescape _ncclgo_tramp_ncclTeamRankToWorld
+#cgo nocallback _ncclgo_tramp_ncclTeamRankToWorld
+static int _ncclgo_tramp_ncclTeamRankToWorld(uintptr_t fp, uintptr_t a0, ncclTeam_t a1, int a2) {
+	return (int)((int (*)(ncclComm_t, ncclTeam_t, int))fp)((ncclComm_t)a0, a1, (int)a2);
+}
+#cgo noescape _ncclgo_tramp_ncclTeamWorld
+#cgo nocallback _ncclgo_tramp_ncclTeamWorld
+static ncclTeam_t _ncclgo_tramp_ncclTeamWorld(uintptr_t fp, uintptr_t a0) {
+	return (ncclTeam_t)((ncclTeam_t (*)(ncclComm_t))fp)((ncclComm_t)a0);
 }
 #cgo noescape _ncclgo_tramp_ncclWaitSignal
 #cgo nocallback _ncclgo_tramp_ncclWaitSignal
@@ -607,6 +713,19 @@ func CommMemStats(comm Comm, stat CommMemStat, value *uint64) error {
 	return resultError(Result(C._ncclgo_tramp_ncclCommMemStats(C.uintptr_t(fp), C.uintptr_t(comm), C.int(stat), (*C.uint64_t)(unsafe.Pointer(value)))))
 }
 
+// CommQueryProperties calls ncclCommQueryProperties:
+//
+//	ncclResult_t ncclCommQueryProperties(ncclComm_t comm, ncclCommProperties_t *props)
+//
+// First pinned header declaring it: 2.29.2.
+func CommQueryProperties(comm Comm, props *CommProperties) error {
+	fp, err := lib.Resolve(&_sym_ncclCommQueryProperties)
+	if err != nil {
+		return err
+	}
+	return resultError(Result(C._ncclgo_tramp_ncclCommQueryProperties(C.uintptr_t(fp), C.uintptr_t(comm), (*C.ncclCommProperties_t)(unsafe.Pointer(props)))))
+}
+
 // CommRegister calls ncclCommRegister:
 //
 //	ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle)
@@ -724,6 +843,32 @@ func CommWindowRegister(comm Comm, buff unsafe.Pointer, size uint64, win *Window
 	return resultError(Result(C._ncclgo_tramp_ncclCommWindowRegister(C.uintptr_t(fp), C.uintptr_t(comm), unsafe.Pointer(buff), C.size_t(size), (*C.ncclWindow_t)(unsafe.Pointer(win)), C.int(winFlags))))
 }
 
+// DevCommCreate calls ncclDevCommCreate:
+//
+//	ncclResult_t ncclDevCommCreate(ncclComm_t comm, const ncclDevCommRequirements_t *reqs, ncclDevComm_t *outDevComm)
+//
+// First pinned header declaring it: 2.28.3.
+func DevCommCreate(comm Comm, reqs *DevCommRequirements, outDevComm *DevComm) error {
+	fp, err := lib.Resolve(&_sym_ncclDevCommCreate)
+	if err != nil {
+		return err
+	}
+	return resultError(Result(C._ncclgo_tramp_ncclDevCommCreate(C.uintptr_t(fp), C.uintptr_t(comm), (*C.ncclDevCommRequirements_t)(unsafe.Pointer(reqs)), (*C.ncclDevComm_t)(unsafe.Pointer(outDevComm)))))
+}
+
+// DevCommDestroy calls ncclDevCommDestroy:
+//
+//	ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const ncclDevComm_t *devComm)
+//
+// First pinned header declaring it: 2.28.3.
+func DevCommDestroy(comm Comm, devComm *DevComm) error {
+	fp, err := lib.Resolve(&_sym_ncclDevCommDestroy)
+	if err != nil {
+		return err
+	}
+	return resultError(Result(C._ncclgo_tramp_ncclDevCommDestroy(C.uintptr_t(fp), C.uintptr_t(comm), (*C.ncclDevComm_t)(unsafe.Pointer(devComm)))))
+}
+
 // Gather calls ncclGather:
 //
 //	ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
@@ -763,6 +908,58 @@ func GetLastError(comm Comm) (r string, err error) {
 	return C.GoString(C._ncclgo_tramp_ncclGetLastError(C.uintptr_t(fp), C.uintptr_t(comm))), nil
 }
 
+// GetLsaDevicePointer calls ncclGetLsaDevicePointer:
+//
+//	ncclResult_t ncclGetLsaDevicePointer(ncclWindow_t window, size_t offset, int lsaRank, void **outPtr)
+//
+// First pinned header declaring it: 2.29.2.
+func GetLsaDevicePointer(window Window, offset uint64, lsaRank int32, outPtr *unsafe.Pointer) error {
+	fp, err := lib.Resolve(&_sym_ncclGetLsaDevicePointer)
+	if err != nil {
+		return err
+	}
+	return resultError(Result(C._ncclgo_tramp_ncclGetLsaDevicePointer(C.uintptr_t(fp), C.uintptr_t(window), C.size_t(offset), C.int(lsaRank), unsafe.Pointer(outPtr))))
+}
+
+// GetLsaMultimemDevicePointer calls ncclGetLsaMultimemDevicePointer:
+//
+//	ncclResult_t ncclGetLsaMultimemDevicePointer(ncclWindow_t window, size_t offset, void **outPtr)
+//
+// First pinned header declaring it: 2.29.2.
+func GetLsaMultimemDevicePointer(window Window, offset uint64, outPtr *unsafe.Pointer) error {
+	fp, err := lib.Resolve(&_sym_ncclGetLsaMultimemDevicePointer)
+	if err != nil {
+		return err
+	}
+	return resultError(Result(C._ncclgo_tramp_ncclGetLsaMultimemDevicePointer(C.uintptr_t(fp), C.uintptr_t(window), C.size_t(offset), unsafe.Pointer(outPtr))))
+}
+
+// GetMultimemDevicePointer calls ncclGetMultimemDevicePointer:
+//
+//	ncclResult_t ncclGetMultimemDevicePointer(ncclWindow_t window, size_t offset, ncclMultimemHandle_t multimem, void **outPtr)
+//
+// First pinned header declaring it: 2.29.2.
+func GetMultimemDevicePointer(window Window, offset uint64, multimem MultimemHandle, outPtr *unsafe.Pointer) error {
+	fp, err := lib.Resolve(&_sym_ncclGetMultimemDevicePointer)
+	if err != nil {
+		return err
+	}
+	return resultError(Result(C._ncclgo_tramp_ncclGetMultimemDevicePointer(C.uintptr_t(fp), C.uintptr_t(window), C.size_t(offset), *(*C.ncclMultimemHandle_t)(unsafe.Pointer(&multimem)), unsafe.Pointer(outPtr))))
+}
+
+// GetPeerDevicePointer calls ncclGetPeerDevicePointer:
+//
+//	ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer, void **outPtr)
+//
+// First pinned header declaring it: 2.29.2.
+func GetPeerDevicePointer(window Window, offset uint64, peer int32, outPtr *unsafe.Pointer) error {
+	fp, err := lib.Resolve(&_sym_ncclGetPeerDevicePointer)
+	if err != nil {
+		return err
+	}
+	return resultError(Result(C._ncclgo_tramp_ncclGetPeerDevicePointer(C.uintptr_t(fp), C.uintptr_t(window), C.size_t(offset), C.int(peer), unsafe.Pointer(outPtr))))
+}
+
 // GetUniqueId calls ncclGetUniqueId:
 //
 //	ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId)
@@ -787,6 +984,19 @@ func GetVersion(version *int32) error {
 		return err
 	}
 	return resultError(Result(C._ncclgo_tramp_ncclGetVersion(C.uintptr_t(fp), (*C.int)(unsafe.Pointer(version)))))
+}
+
+// GinBarrierCreateRequirement calls ncclGinBarrierCreateRequirement:
+//
+//	ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t comm, ncclTeam_t team, int nBarriers, ncclGinBarrierHandle_t *outHandle, ncclDevResourceRequirements_t *outReq)
+//
+// First pinned header declaring it: 2.28.7.
+func GinBarrierCreateRequirement(comm Comm, team Team, nBarriers int32, outHandle *GinBarrierHandle, outReq *DevResourceRequirements) error {
+	fp, err := lib.Resolve(&_sym_ncclGinBarrierCreateRequirement)
+	if err != nil {
+		return err
+	}
+	return resultError(Result(C._ncclgo_tramp_ncclGinBarrierCreateRequirement(C.uintptr_t(fp), C.uintptr_t(comm), *(*C.ncclTeam_t)(unsafe.Pointer(&team)), C.int(nBarriers), (*C.ncclGinBarrierHandle_t)(unsafe.Pointer(outHandle)), (*C.ncclDevResourceRequirements_t)(unsafe.Pointer(outReq)))))
 }
 
 // GroupEnd calls ncclGroupEnd:
@@ -826,6 +1036,45 @@ func GroupStart() error {
 		return err
 	}
 	return resultError(Result(C._ncclgo_tramp_ncclGroupStart(C.uintptr_t(fp))))
+}
+
+// LLA2ACalcSlots calls ncclLLA2ACalcSlots:
+//
+//	int ncclLLA2ACalcSlots(int maxElts, int maxEltSize)
+//
+// First pinned header declaring it: 2.28.3.
+func LLA2ACalcSlots(maxElts int32, maxEltSize int32) (r int32, err error) {
+	fp, err := lib.Resolve(&_sym_ncclLLA2ACalcSlots)
+	if err != nil {
+		return r, err
+	}
+	return int32(C._ncclgo_tramp_ncclLLA2ACalcSlots(C.uintptr_t(fp), C.int(maxElts), C.int(maxEltSize))), nil
+}
+
+// LLA2ACreateRequirement calls ncclLLA2ACreateRequirement:
+//
+//	ncclResult_t ncclLLA2ACreateRequirement(int nBlocks, int nSlots, ncclLLA2AHandle_t *outHandle, ncclDevResourceRequirements_t *outReq)
+//
+// First pinned header declaring it: 2.28.3.
+func LLA2ACreateRequirement(nBlocks int32, nSlots int32, outHandle *LLA2AHandle, outReq *DevResourceRequirements) error {
+	fp, err := lib.Resolve(&_sym_ncclLLA2ACreateRequirement)
+	if err != nil {
+		return err
+	}
+	return resultError(Result(C._ncclgo_tramp_ncclLLA2ACreateRequirement(C.uintptr_t(fp), C.int(nBlocks), C.int(nSlots), (*C.ncclLLA2AHandle_t)(unsafe.Pointer(outHandle)), (*C.ncclDevResourceRequirements_t)(unsafe.Pointer(outReq)))))
+}
+
+// LsaBarrierCreateRequirement calls ncclLsaBarrierCreateRequirement:
+//
+//	ncclResult_t ncclLsaBarrierCreateRequirement(ncclTeam_t team, int nBarriers, ncclLsaBarrierHandle_t *outHandle, ncclDevResourceRequirements_t *outReq)
+//
+// First pinned header declaring it: 2.28.3.
+func LsaBarrierCreateRequirement(team Team, nBarriers int32, outHandle *LsaBarrierHandle, outReq *DevResourceRequirements) error {
+	fp, err := lib.Resolve(&_sym_ncclLsaBarrierCreateRequirement)
+	if err != nil {
+		return err
+	}
+	return resultError(Result(C._ncclgo_tramp_ncclLsaBarrierCreateRequirement(C.uintptr_t(fp), *(*C.ncclTeam_t)(unsafe.Pointer(&team)), C.int(nBarriers), (*C.ncclLsaBarrierHandle_t)(unsafe.Pointer(outHandle)), (*C.ncclDevResourceRequirements_t)(unsafe.Pointer(outReq)))))
 }
 
 // MemAlloc calls ncclMemAlloc:
@@ -1166,6 +1415,74 @@ func Signal(peer int32, sigIdx int32, ctx int32, flags uint32, comm Comm, stream
 		return err
 	}
 	return resultError(Result(C._ncclgo_tramp_ncclSignal(C.uintptr_t(fp), C.int(peer), C.int(sigIdx), C.int(ctx), C.uint(flags), C.uintptr_t(comm), C.uintptr_t(stream))))
+}
+
+// TeamLsa calls ncclTeamLsa:
+//
+//	ncclTeam_t ncclTeamLsa(ncclComm_t comm)
+//
+// First pinned header declaring it: 2.28.3.
+func TeamLsa(comm Comm) (r Team, err error) {
+	fp, err := lib.Resolve(&_sym_ncclTeamLsa)
+	if err != nil {
+		return r, err
+	}
+	c := C._ncclgo_tramp_ncclTeamLsa(C.uintptr_t(fp), C.uintptr_t(comm))
+	return *(*Team)(unsafe.Pointer(&c)), nil
+}
+
+// TeamRail calls ncclTeamRail:
+//
+//	ncclTeam_t ncclTeamRail(ncclComm_t comm)
+//
+// First pinned header declaring it: 2.28.3.
+func TeamRail(comm Comm) (r Team, err error) {
+	fp, err := lib.Resolve(&_sym_ncclTeamRail)
+	if err != nil {
+		return r, err
+	}
+	c := C._ncclgo_tramp_ncclTeamRail(C.uintptr_t(fp), C.uintptr_t(comm))
+	return *(*Team)(unsafe.Pointer(&c)), nil
+}
+
+// TeamRankToLsa calls ncclTeamRankToLsa:
+//
+//	int ncclTeamRankToLsa(ncclComm_t comm, ncclTeam_t team, int rank)
+//
+// First pinned header declaring it: 2.28.3.
+func TeamRankToLsa(comm Comm, team Team, rank int32) (r int32, err error) {
+	fp, err := lib.Resolve(&_sym_ncclTeamRankToLsa)
+	if err != nil {
+		return r, err
+	}
+	return int32(C._ncclgo_tramp_ncclTeamRankToLsa(C.uintptr_t(fp), C.uintptr_t(comm), *(*C.ncclTeam_t)(unsafe.Pointer(&team)), C.int(rank))), nil
+}
+
+// TeamRankToWorld calls ncclTeamRankToWorld:
+//
+//	int ncclTeamRankToWorld(ncclComm_t comm, ncclTeam_t team, int rank)
+//
+// First pinned header declaring it: 2.28.3.
+func TeamRankToWorld(comm Comm, team Team, rank int32) (r int32, err error) {
+	fp, err := lib.Resolve(&_sym_ncclTeamRankToWorld)
+	if err != nil {
+		return r, err
+	}
+	return int32(C._ncclgo_tramp_ncclTeamRankToWorld(C.uintptr_t(fp), C.uintptr_t(comm), *(*C.ncclTeam_t)(unsafe.Pointer(&team)), C.int(rank))), nil
+}
+
+// TeamWorld calls ncclTeamWorld:
+//
+//	ncclTeam_t ncclTeamWorld(ncclComm_t comm)
+//
+// First pinned header declaring it: 2.28.3.
+func TeamWorld(comm Comm) (r Team, err error) {
+	fp, err := lib.Resolve(&_sym_ncclTeamWorld)
+	if err != nil {
+		return r, err
+	}
+	c := C._ncclgo_tramp_ncclTeamWorld(C.uintptr_t(fp), C.uintptr_t(comm))
+	return *(*Team)(unsafe.Pointer(&c)), nil
 }
 
 // WaitSignal calls ncclWaitSignal:

@@ -180,6 +180,15 @@ func CommMemStats(comm Comm, stat CommMemStat, value *uint64) error {
 	return dl.ErrNeedsCgo
 }
 
+// CommQueryProperties calls ncclCommQueryProperties:
+//
+//	ncclResult_t ncclCommQueryProperties(ncclComm_t comm, ncclCommProperties_t *props)
+//
+// First pinned header declaring it: 2.29.2.
+func CommQueryProperties(comm Comm, props *CommProperties) error {
+	return dl.ErrNeedsCgo
+}
+
 // CommRegister calls ncclCommRegister:
 //
 //	ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle)
@@ -261,6 +270,24 @@ func CommWindowRegister(comm Comm, buff unsafe.Pointer, size uint64, win *Window
 	return dl.ErrNeedsCgo
 }
 
+// DevCommCreate calls ncclDevCommCreate:
+//
+//	ncclResult_t ncclDevCommCreate(ncclComm_t comm, const ncclDevCommRequirements_t *reqs, ncclDevComm_t *outDevComm)
+//
+// First pinned header declaring it: 2.28.3.
+func DevCommCreate(comm Comm, reqs *DevCommRequirements, outDevComm *DevComm) error {
+	return dl.ErrNeedsCgo
+}
+
+// DevCommDestroy calls ncclDevCommDestroy:
+//
+//	ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const ncclDevComm_t *devComm)
+//
+// First pinned header declaring it: 2.28.3.
+func DevCommDestroy(comm Comm, devComm *DevComm) error {
+	return dl.ErrNeedsCgo
+}
+
 // Gather calls ncclGather:
 //
 //	ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
@@ -288,6 +315,42 @@ func GetLastError(comm Comm) (r string, err error) {
 	return r, dl.ErrNeedsCgo
 }
 
+// GetLsaDevicePointer calls ncclGetLsaDevicePointer:
+//
+//	ncclResult_t ncclGetLsaDevicePointer(ncclWindow_t window, size_t offset, int lsaRank, void **outPtr)
+//
+// First pinned header declaring it: 2.29.2.
+func GetLsaDevicePointer(window Window, offset uint64, lsaRank int32, outPtr *unsafe.Pointer) error {
+	return dl.ErrNeedsCgo
+}
+
+// GetLsaMultimemDevicePointer calls ncclGetLsaMultimemDevicePointer:
+//
+//	ncclResult_t ncclGetLsaMultimemDevicePointer(ncclWindow_t window, size_t offset, void **outPtr)
+//
+// First pinned header declaring it: 2.29.2.
+func GetLsaMultimemDevicePointer(window Window, offset uint64, outPtr *unsafe.Pointer) error {
+	return dl.ErrNeedsCgo
+}
+
+// GetMultimemDevicePointer calls ncclGetMultimemDevicePointer:
+//
+//	ncclResult_t ncclGetMultimemDevicePointer(ncclWindow_t window, size_t offset, ncclMultimemHandle_t multimem, void **outPtr)
+//
+// First pinned header declaring it: 2.29.2.
+func GetMultimemDevicePointer(window Window, offset uint64, multimem MultimemHandle, outPtr *unsafe.Pointer) error {
+	return dl.ErrNeedsCgo
+}
+
+// GetPeerDevicePointer calls ncclGetPeerDevicePointer:
+//
+//	ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer, void **outPtr)
+//
+// First pinned header declaring it: 2.29.2.
+func GetPeerDevicePointer(window Window, offset uint64, peer int32, outPtr *unsafe.Pointer) error {
+	return dl.ErrNeedsCgo
+}
+
 // GetUniqueId calls ncclGetUniqueId:
 //
 //	ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId)
@@ -303,6 +366,15 @@ func GetUniqueId(uniqueId *UniqueId) error {
 //
 // First pinned header declaring it: 2.18.1.
 func GetVersion(version *int32) error {
+	return dl.ErrNeedsCgo
+}
+
+// GinBarrierCreateRequirement calls ncclGinBarrierCreateRequirement:
+//
+//	ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t comm, ncclTeam_t team, int nBarriers, ncclGinBarrierHandle_t *outHandle, ncclDevResourceRequirements_t *outReq)
+//
+// First pinned header declaring it: 2.28.7.
+func GinBarrierCreateRequirement(comm Comm, team Team, nBarriers int32, outHandle *GinBarrierHandle, outReq *DevResourceRequirements) error {
 	return dl.ErrNeedsCgo
 }
 
@@ -330,6 +402,33 @@ func GroupSimulateEnd(simInfo *SimInfo) error {
 //
 // First pinned header declaring it: 2.18.1.
 func GroupStart() error {
+	return dl.ErrNeedsCgo
+}
+
+// LLA2ACalcSlots calls ncclLLA2ACalcSlots:
+//
+//	int ncclLLA2ACalcSlots(int maxElts, int maxEltSize)
+//
+// First pinned header declaring it: 2.28.3.
+func LLA2ACalcSlots(maxElts int32, maxEltSize int32) (r int32, err error) {
+	return r, dl.ErrNeedsCgo
+}
+
+// LLA2ACreateRequirement calls ncclLLA2ACreateRequirement:
+//
+//	ncclResult_t ncclLLA2ACreateRequirement(int nBlocks, int nSlots, ncclLLA2AHandle_t *outHandle, ncclDevResourceRequirements_t *outReq)
+//
+// First pinned header declaring it: 2.28.3.
+func LLA2ACreateRequirement(nBlocks int32, nSlots int32, outHandle *LLA2AHandle, outReq *DevResourceRequirements) error {
+	return dl.ErrNeedsCgo
+}
+
+// LsaBarrierCreateRequirement calls ncclLsaBarrierCreateRequirement:
+//
+//	ncclResult_t ncclLsaBarrierCreateRequirement(ncclTeam_t team, int nBarriers, ncclLsaBarrierHandle_t *outHandle, ncclDevResourceRequirements_t *outReq)
+//
+// First pinned header declaring it: 2.28.3.
+func LsaBarrierCreateRequirement(team Team, nBarriers int32, outHandle *LsaBarrierHandle, outReq *DevResourceRequirements) error {
 	return dl.ErrNeedsCgo
 }
 
@@ -565,6 +664,51 @@ func Send(sendbuff unsafe.Pointer, count uint64, datatype DataType, peer int32, 
 // First pinned header declaring it: 2.29.2.
 func Signal(peer int32, sigIdx int32, ctx int32, flags uint32, comm Comm, stream CudaStream) error {
 	return dl.ErrNeedsCgo
+}
+
+// TeamLsa calls ncclTeamLsa:
+//
+//	ncclTeam_t ncclTeamLsa(ncclComm_t comm)
+//
+// First pinned header declaring it: 2.28.3.
+func TeamLsa(comm Comm) (r Team, err error) {
+	return r, dl.ErrNeedsCgo
+}
+
+// TeamRail calls ncclTeamRail:
+//
+//	ncclTeam_t ncclTeamRail(ncclComm_t comm)
+//
+// First pinned header declaring it: 2.28.3.
+func TeamRail(comm Comm) (r Team, err error) {
+	return r, dl.ErrNeedsCgo
+}
+
+// TeamRankToLsa calls ncclTeamRankToLsa:
+//
+//	int ncclTeamRankToLsa(ncclComm_t comm, ncclTeam_t team, int rank)
+//
+// First pinned header declaring it: 2.28.3.
+func TeamRankToLsa(comm Comm, team Team, rank int32) (r int32, err error) {
+	return r, dl.ErrNeedsCgo
+}
+
+// TeamRankToWorld calls ncclTeamRankToWorld:
+//
+//	int ncclTeamRankToWorld(ncclComm_t comm, ncclTeam_t team, int rank)
+//
+// First pinned header declaring it: 2.28.3.
+func TeamRankToWorld(comm Comm, team Team, rank int32) (r int32, err error) {
+	return r, dl.ErrNeedsCgo
+}
+
+// TeamWorld calls ncclTeamWorld:
+//
+//	ncclTeam_t ncclTeamWorld(ncclComm_t comm)
+//
+// First pinned header declaring it: 2.28.3.
+func TeamWorld(comm Comm) (r Team, err error) {
+	return r, dl.ErrNeedsCgo
 }
 
 // WaitSignal calls ncclWaitSignal:

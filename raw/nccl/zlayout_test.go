@@ -20,10 +20,31 @@ const layoutProgram = `#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <nccl.h>
+#include <nccl_device_host.h>
+#include <nccl_device/core.h>
+#include <nccl_device/ll_a2a.h>
+#include <nccl_device/lsa_barrier.h>
+#include <nccl_device/gin_barrier.h>
+#include <nccl_device/impl/comm__types.h>
 
 int main(void) {
+	printf("%s\t%llu\t%llu\n", "enum CUmemLocationType_enum", (unsigned long long)(sizeof(enum CUmemLocationType_enum)), (unsigned long long)(_Alignof(enum CUmemLocationType_enum)));
 	printf("%s\t%llu\t%llu\n", "ncclComm_t", (unsigned long long)(sizeof(ncclComm_t)), (unsigned long long)(_Alignof(ncclComm_t)));
 	printf("%s\t%llu\t%llu\n", "ncclCommMemStat_t", (unsigned long long)(sizeof(ncclCommMemStat_t)), (unsigned long long)(_Alignof(ncclCommMemStat_t)));
+	printf("%s\t%llu\t%llu\n", "struct ncclCommProperties", (unsigned long long)(sizeof(struct ncclCommProperties)), (unsigned long long)(_Alignof(struct ncclCommProperties)));
+	printf("%s\t%llu\t%llu\n", "struct ncclCommProperties.size", (unsigned long long)(offsetof(struct ncclCommProperties, size)), (unsigned long long)(sizeof(((struct ncclCommProperties *)0)->size)));
+	printf("%s\t%llu\t%llu\n", "struct ncclCommProperties.magic", (unsigned long long)(offsetof(struct ncclCommProperties, magic)), (unsigned long long)(sizeof(((struct ncclCommProperties *)0)->magic)));
+	printf("%s\t%llu\t%llu\n", "struct ncclCommProperties.version", (unsigned long long)(offsetof(struct ncclCommProperties, version)), (unsigned long long)(sizeof(((struct ncclCommProperties *)0)->version)));
+	printf("%s\t%llu\t%llu\n", "struct ncclCommProperties.rank", (unsigned long long)(offsetof(struct ncclCommProperties, rank)), (unsigned long long)(sizeof(((struct ncclCommProperties *)0)->rank)));
+	printf("%s\t%llu\t%llu\n", "struct ncclCommProperties.nRanks", (unsigned long long)(offsetof(struct ncclCommProperties, nRanks)), (unsigned long long)(sizeof(((struct ncclCommProperties *)0)->nRanks)));
+	printf("%s\t%llu\t%llu\n", "struct ncclCommProperties.cudaDev", (unsigned long long)(offsetof(struct ncclCommProperties, cudaDev)), (unsigned long long)(sizeof(((struct ncclCommProperties *)0)->cudaDev)));
+	printf("%s\t%llu\t%llu\n", "struct ncclCommProperties.nvmlDev", (unsigned long long)(offsetof(struct ncclCommProperties, nvmlDev)), (unsigned long long)(sizeof(((struct ncclCommProperties *)0)->nvmlDev)));
+	printf("%s\t%llu\t%llu\n", "struct ncclCommProperties.deviceApiSupport", (unsigned long long)(offsetof(struct ncclCommProperties, deviceApiSupport)), (unsigned long long)(sizeof(((struct ncclCommProperties *)0)->deviceApiSupport)));
+	printf("%s\t%llu\t%llu\n", "struct ncclCommProperties.multimemSupport", (unsigned long long)(offsetof(struct ncclCommProperties, multimemSupport)), (unsigned long long)(sizeof(((struct ncclCommProperties *)0)->multimemSupport)));
+	printf("%s\t%llu\t%llu\n", "struct ncclCommProperties.ginType", (unsigned long long)(offsetof(struct ncclCommProperties, ginType)), (unsigned long long)(sizeof(((struct ncclCommProperties *)0)->ginType)));
+	printf("%s\t%llu\t%llu\n", "struct ncclCommProperties.nLsaTeams", (unsigned long long)(offsetof(struct ncclCommProperties, nLsaTeams)), (unsigned long long)(sizeof(((struct ncclCommProperties *)0)->nLsaTeams)));
+	printf("%s\t%llu\t%llu\n", "struct ncclCommProperties.hostRmaSupport", (unsigned long long)(offsetof(struct ncclCommProperties, hostRmaSupport)), (unsigned long long)(sizeof(((struct ncclCommProperties *)0)->hostRmaSupport)));
+	printf("%s\t%llu\t%llu\n", "struct ncclCommProperties.railedGinType", (unsigned long long)(offsetof(struct ncclCommProperties, railedGinType)), (unsigned long long)(sizeof(((struct ncclCommProperties *)0)->railedGinType)));
 	printf("%s\t%llu\t%llu\n", "struct ncclConfig_v23000", (unsigned long long)(sizeof(struct ncclConfig_v23000)), (unsigned long long)(_Alignof(struct ncclConfig_v23000)));
 	printf("%s\t%llu\t%llu\n", "struct ncclConfig_v23000.size", (unsigned long long)(offsetof(struct ncclConfig_v23000, size)), (unsigned long long)(sizeof(((struct ncclConfig_v23000 *)0)->size)));
 	printf("%s\t%llu\t%llu\n", "struct ncclConfig_v23000.magic", (unsigned long long)(offsetof(struct ncclConfig_v23000, magic)), (unsigned long long)(sizeof(((struct ncclConfig_v23000 *)0)->magic)));
@@ -48,16 +69,163 @@ int main(void) {
 	printf("%s\t%llu\t%llu\n", "struct ncclConfig_v23000.graphStreamOrdering", (unsigned long long)(offsetof(struct ncclConfig_v23000, graphStreamOrdering)), (unsigned long long)(sizeof(((struct ncclConfig_v23000 *)0)->graphStreamOrdering)));
 	printf("%s\t%llu\t%llu\n", "cudaStream_t", (unsigned long long)(sizeof(cudaStream_t)), (unsigned long long)(_Alignof(cudaStream_t)));
 	printf("%s\t%llu\t%llu\n", "ncclDataType_t", (unsigned long long)(sizeof(ncclDataType_t)), (unsigned long long)(_Alignof(ncclDataType_t)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm", (unsigned long long)(sizeof(struct ncclDevComm)), (unsigned long long)(_Alignof(struct ncclDevComm)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.magic", (unsigned long long)(offsetof(struct ncclDevComm, magic)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->magic)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.version", (unsigned long long)(offsetof(struct ncclDevComm, version)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->version)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.rank", (unsigned long long)(offsetof(struct ncclDevComm, rank)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->rank)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.nRanks", (unsigned long long)(offsetof(struct ncclDevComm, nRanks)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->nRanks)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.nRanks_rcp32", (unsigned long long)(offsetof(struct ncclDevComm, nRanks_rcp32)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->nRanks_rcp32)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.lsaRank", (unsigned long long)(offsetof(struct ncclDevComm, lsaRank)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->lsaRank)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.lsaSize", (unsigned long long)(offsetof(struct ncclDevComm, lsaSize)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->lsaSize)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.lsaSize_rcp32", (unsigned long long)(offsetof(struct ncclDevComm, lsaSize_rcp32)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->lsaSize_rcp32)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.windowTable", (unsigned long long)(offsetof(struct ncclDevComm, windowTable)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->windowTable)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.resourceWindow", (unsigned long long)(offsetof(struct ncclDevComm, resourceWindow)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->resourceWindow)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.resourceWindow_inlined", (unsigned long long)(offsetof(struct ncclDevComm, resourceWindow_inlined)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->resourceWindow_inlined)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.hybridWorldGinBarrier", (unsigned long long)(offsetof(struct ncclDevComm, hybridWorldGinBarrier)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->hybridWorldGinBarrier)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.lsaMultimem", (unsigned long long)(offsetof(struct ncclDevComm, lsaMultimem)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->lsaMultimem)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.lsaBarrier", (unsigned long long)(offsetof(struct ncclDevComm, lsaBarrier)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->lsaBarrier)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.railGinBarrier", (unsigned long long)(offsetof(struct ncclDevComm, railGinBarrier)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->railGinBarrier)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.ginConnectionCount", (unsigned long long)(offsetof(struct ncclDevComm, ginConnectionCount)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->ginConnectionCount)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.ginNetDeviceTypes", (unsigned long long)(offsetof(struct ncclDevComm, ginNetDeviceTypes)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->ginNetDeviceTypes)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.ginHandles", (unsigned long long)(offsetof(struct ncclDevComm, ginHandles)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->ginHandles)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.ginSignalCount", (unsigned long long)(offsetof(struct ncclDevComm, ginSignalCount)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->ginSignalCount)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.ginCounterCount", (unsigned long long)(offsetof(struct ncclDevComm, ginCounterCount)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->ginCounterCount)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.ginSignalShadows", (unsigned long long)(offsetof(struct ncclDevComm, ginSignalShadows)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->ginSignalShadows)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.ginContextCount", (unsigned long long)(offsetof(struct ncclDevComm, ginContextCount)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->ginContextCount)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.ginConnectionsRailed", (unsigned long long)(offsetof(struct ncclDevComm, ginConnectionsRailed)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->ginConnectionsRailed)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.ginStrongLegacySignals", (unsigned long long)(offsetof(struct ncclDevComm, ginStrongLegacySignals)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->ginStrongLegacySignals)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.ginContextsRailed", (unsigned long long)(offsetof(struct ncclDevComm, ginContextsRailed)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->ginContextsRailed)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.abortFlag", (unsigned long long)(offsetof(struct ncclDevComm, abortFlag)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->abortFlag)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.hybridLsaBarrier", (unsigned long long)(offsetof(struct ncclDevComm, hybridLsaBarrier)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->hybridLsaBarrier)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.hybridRailGinBarrier", (unsigned long long)(offsetof(struct ncclDevComm, hybridRailGinBarrier)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->hybridRailGinBarrier)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevComm.worldGinBarrier", (unsigned long long)(offsetof(struct ncclDevComm, worldGinBarrier)), (unsigned long long)(sizeof(((struct ncclDevComm *)0)->worldGinBarrier)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements", (unsigned long long)(sizeof(struct ncclDevCommRequirements)), (unsigned long long)(_Alignof(struct ncclDevCommRequirements)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements.size", (unsigned long long)(offsetof(struct ncclDevCommRequirements, size)), (unsigned long long)(sizeof(((struct ncclDevCommRequirements *)0)->size)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements.magic", (unsigned long long)(offsetof(struct ncclDevCommRequirements, magic)), (unsigned long long)(sizeof(((struct ncclDevCommRequirements *)0)->magic)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements.version", (unsigned long long)(offsetof(struct ncclDevCommRequirements, version)), (unsigned long long)(sizeof(((struct ncclDevCommRequirements *)0)->version)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements.resourceRequirementsList", (unsigned long long)(offsetof(struct ncclDevCommRequirements, resourceRequirementsList)), (unsigned long long)(sizeof(((struct ncclDevCommRequirements *)0)->resourceRequirementsList)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements.teamRequirementsList", (unsigned long long)(offsetof(struct ncclDevCommRequirements, teamRequirementsList)), (unsigned long long)(sizeof(((struct ncclDevCommRequirements *)0)->teamRequirementsList)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements.lsaMultimem", (unsigned long long)(offsetof(struct ncclDevCommRequirements, lsaMultimem)), (unsigned long long)(sizeof(((struct ncclDevCommRequirements *)0)->lsaMultimem)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements.barrierCount", (unsigned long long)(offsetof(struct ncclDevCommRequirements, barrierCount)), (unsigned long long)(sizeof(((struct ncclDevCommRequirements *)0)->barrierCount)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements.lsaBarrierCount", (unsigned long long)(offsetof(struct ncclDevCommRequirements, lsaBarrierCount)), (unsigned long long)(sizeof(((struct ncclDevCommRequirements *)0)->lsaBarrierCount)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements.railGinBarrierCount", (unsigned long long)(offsetof(struct ncclDevCommRequirements, railGinBarrierCount)), (unsigned long long)(sizeof(((struct ncclDevCommRequirements *)0)->railGinBarrierCount)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements.lsaLLA2ABlockCount", (unsigned long long)(offsetof(struct ncclDevCommRequirements, lsaLLA2ABlockCount)), (unsigned long long)(sizeof(((struct ncclDevCommRequirements *)0)->lsaLLA2ABlockCount)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements.lsaLLA2ASlotCount", (unsigned long long)(offsetof(struct ncclDevCommRequirements, lsaLLA2ASlotCount)), (unsigned long long)(sizeof(((struct ncclDevCommRequirements *)0)->lsaLLA2ASlotCount)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements.ginForceEnable", (unsigned long long)(offsetof(struct ncclDevCommRequirements, ginForceEnable)), (unsigned long long)(sizeof(((struct ncclDevCommRequirements *)0)->ginForceEnable)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements.ginContextCount", (unsigned long long)(offsetof(struct ncclDevCommRequirements, ginContextCount)), (unsigned long long)(sizeof(((struct ncclDevCommRequirements *)0)->ginContextCount)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements.ginSignalCount", (unsigned long long)(offsetof(struct ncclDevCommRequirements, ginSignalCount)), (unsigned long long)(sizeof(((struct ncclDevCommRequirements *)0)->ginSignalCount)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements.ginCounterCount", (unsigned long long)(offsetof(struct ncclDevCommRequirements, ginCounterCount)), (unsigned long long)(sizeof(((struct ncclDevCommRequirements *)0)->ginCounterCount)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements.ginConnectionType", (unsigned long long)(offsetof(struct ncclDevCommRequirements, ginConnectionType)), (unsigned long long)(sizeof(((struct ncclDevCommRequirements *)0)->ginConnectionType)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements.ginExclusiveContexts", (unsigned long long)(offsetof(struct ncclDevCommRequirements, ginExclusiveContexts)), (unsigned long long)(sizeof(((struct ncclDevCommRequirements *)0)->ginExclusiveContexts)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements.ginQueueDepth", (unsigned long long)(offsetof(struct ncclDevCommRequirements, ginQueueDepth)), (unsigned long long)(sizeof(((struct ncclDevCommRequirements *)0)->ginQueueDepth)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements.ginTrafficClass", (unsigned long long)(offsetof(struct ncclDevCommRequirements, ginTrafficClass)), (unsigned long long)(sizeof(((struct ncclDevCommRequirements *)0)->ginTrafficClass)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements.worldGinBarrierCount", (unsigned long long)(offsetof(struct ncclDevCommRequirements, worldGinBarrierCount)), (unsigned long long)(sizeof(((struct ncclDevCommRequirements *)0)->worldGinBarrierCount)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements.ginStrongSignalsRequired", (unsigned long long)(offsetof(struct ncclDevCommRequirements, ginStrongSignalsRequired)), (unsigned long long)(sizeof(((struct ncclDevCommRequirements *)0)->ginStrongSignalsRequired)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevCommRequirements.ginVaSignalsRequired", (unsigned long long)(offsetof(struct ncclDevCommRequirements, ginVaSignalsRequired)), (unsigned long long)(sizeof(((struct ncclDevCommRequirements *)0)->ginVaSignalsRequired)));
+	printf("%s\t%llu\t%llu\n", "ncclDevCommWindowTable_t", (unsigned long long)(sizeof(ncclDevCommWindowTable_t)), (unsigned long long)(_Alignof(ncclDevCommWindowTable_t)));
+	printf("%s\t%llu\t%llu\n", "ncclDevResourceHandle", (unsigned long long)(sizeof(ncclDevResourceHandle)), (unsigned long long)(_Alignof(ncclDevResourceHandle)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevResourceRequirements", (unsigned long long)(sizeof(struct ncclDevResourceRequirements)), (unsigned long long)(_Alignof(struct ncclDevResourceRequirements)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevResourceRequirements.next", (unsigned long long)(offsetof(struct ncclDevResourceRequirements, next)), (unsigned long long)(sizeof(((struct ncclDevResourceRequirements *)0)->next)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevResourceRequirements.bufferSize", (unsigned long long)(offsetof(struct ncclDevResourceRequirements, bufferSize)), (unsigned long long)(sizeof(((struct ncclDevResourceRequirements *)0)->bufferSize)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevResourceRequirements.bufferAlign", (unsigned long long)(offsetof(struct ncclDevResourceRequirements, bufferAlign)), (unsigned long long)(sizeof(((struct ncclDevResourceRequirements *)0)->bufferAlign)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevResourceRequirements.outBufferHandle", (unsigned long long)(offsetof(struct ncclDevResourceRequirements, outBufferHandle)), (unsigned long long)(sizeof(((struct ncclDevResourceRequirements *)0)->outBufferHandle)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevResourceRequirements.ginSignalCount", (unsigned long long)(offsetof(struct ncclDevResourceRequirements, ginSignalCount)), (unsigned long long)(sizeof(((struct ncclDevResourceRequirements *)0)->ginSignalCount)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevResourceRequirements.ginCounterCount", (unsigned long long)(offsetof(struct ncclDevResourceRequirements, ginCounterCount)), (unsigned long long)(sizeof(((struct ncclDevResourceRequirements *)0)->ginCounterCount)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevResourceRequirements.outGinSignalStart", (unsigned long long)(offsetof(struct ncclDevResourceRequirements, outGinSignalStart)), (unsigned long long)(sizeof(((struct ncclDevResourceRequirements *)0)->outGinSignalStart)));
+	printf("%s\t%llu\t%llu\n", "struct ncclDevResourceRequirements.outGinCounterStart", (unsigned long long)(offsetof(struct ncclDevResourceRequirements, outGinCounterStart)), (unsigned long long)(sizeof(((struct ncclDevResourceRequirements *)0)->outGinCounterStart)));
+	printf("%s\t%llu\t%llu\n", "struct ncclGinBarrierHandle", (unsigned long long)(sizeof(struct ncclGinBarrierHandle)), (unsigned long long)(_Alignof(struct ncclGinBarrierHandle)));
+	printf("%s\t%llu\t%llu\n", "struct ncclGinBarrierHandle.signal0", (unsigned long long)(offsetof(struct ncclGinBarrierHandle, signal0)), (unsigned long long)(sizeof(((struct ncclGinBarrierHandle *)0)->signal0)));
+	printf("%s\t%llu\t%llu\n", "struct ncclGinBarrierHandle.unused", (unsigned long long)(offsetof(struct ncclGinBarrierHandle, unused)), (unsigned long long)(sizeof(((struct ncclGinBarrierHandle *)0)->unused)));
+	printf("%s\t%llu\t%llu\n", "ncclGinConnectionType_t", (unsigned long long)(sizeof(ncclGinConnectionType_t)), (unsigned long long)(_Alignof(ncclGinConnectionType_t)));
+	printf("%s\t%llu\t%llu\n", "ncclGinCounter_t", (unsigned long long)(sizeof(ncclGinCounter_t)), (unsigned long long)(_Alignof(ncclGinCounter_t)));
+	printf("%s\t%llu\t%llu\n", "ncclGinGpuCtx_t", (unsigned long long)(sizeof(ncclGinGpuCtx_t)), (unsigned long long)(_Alignof(ncclGinGpuCtx_t)));
+	printf("%s\t%llu\t%llu\n", "ncclGinRequest_t", (unsigned long long)(sizeof(ncclGinRequest_t)), (unsigned long long)(_Alignof(ncclGinRequest_t)));
+	printf("%s\t%llu\t%llu\n", "ncclGinRequest_t.opaque", (unsigned long long)(offsetof(ncclGinRequest_t, opaque)), (unsigned long long)(sizeof(((ncclGinRequest_t *)0)->opaque)));
+	printf("%s\t%llu\t%llu\n", "ncclGinSignal_t", (unsigned long long)(sizeof(ncclGinSignal_t)), (unsigned long long)(_Alignof(ncclGinSignal_t)));
+	printf("%s\t%llu\t%llu\n", "enum ncclGinSignalOp_t", (unsigned long long)(sizeof(enum ncclGinSignalOp_t)), (unsigned long long)(_Alignof(enum ncclGinSignalOp_t)));
+	printf("%s\t%llu\t%llu\n", "ncclGinType_t", (unsigned long long)(sizeof(ncclGinType_t)), (unsigned long long)(_Alignof(ncclGinType_t)));
+	printf("%s\t%llu\t%llu\n", "ncclGinWindow_t", (unsigned long long)(sizeof(ncclGinWindow_t)), (unsigned long long)(_Alignof(ncclGinWindow_t)));
+	printf("%s\t%llu\t%llu\n", "struct ncclLLA2AHandle", (unsigned long long)(sizeof(struct ncclLLA2AHandle)), (unsigned long long)(_Alignof(struct ncclLLA2AHandle)));
+	printf("%s\t%llu\t%llu\n", "struct ncclLLA2AHandle.bufHandle", (unsigned long long)(offsetof(struct ncclLLA2AHandle, bufHandle)), (unsigned long long)(sizeof(((struct ncclLLA2AHandle *)0)->bufHandle)));
+	printf("%s\t%llu\t%llu\n", "struct ncclLLA2AHandle.nSlots", (unsigned long long)(offsetof(struct ncclLLA2AHandle, nSlots)), (unsigned long long)(sizeof(((struct ncclLLA2AHandle *)0)->nSlots)));
+	printf("%s\t%llu\t%llu\n", "struct ncclLsaBarrierHandle", (unsigned long long)(sizeof(struct ncclLsaBarrierHandle)), (unsigned long long)(_Alignof(struct ncclLsaBarrierHandle)));
+	printf("%s\t%llu\t%llu\n", "struct ncclLsaBarrierHandle.bufHandle", (unsigned long long)(offsetof(struct ncclLsaBarrierHandle, bufHandle)), (unsigned long long)(sizeof(((struct ncclLsaBarrierHandle *)0)->bufHandle)));
+	printf("%s\t%llu\t%llu\n", "struct ncclLsaBarrierHandle.nBarriers", (unsigned long long)(offsetof(struct ncclLsaBarrierHandle, nBarriers)), (unsigned long long)(sizeof(((struct ncclLsaBarrierHandle *)0)->nBarriers)));
+	printf("%s\t%llu\t%llu\n", "struct ncclMultimemHandle_t", (unsigned long long)(sizeof(struct ncclMultimemHandle_t)), (unsigned long long)(_Alignof(struct ncclMultimemHandle_t)));
+	printf("%s\t%llu\t%llu\n", "struct ncclMultimemHandle_t.mcBasePtr", (unsigned long long)(offsetof(struct ncclMultimemHandle_t, mcBasePtr)), (unsigned long long)(sizeof(((struct ncclMultimemHandle_t *)0)->mcBasePtr)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_t", (unsigned long long)(sizeof(ncclNetDeviceHandle_t)), (unsigned long long)(_Alignof(ncclNetDeviceHandle_t)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_t.netDeviceType", (unsigned long long)(offsetof(ncclNetDeviceHandle_t, netDeviceType)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_t *)0)->netDeviceType)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_t.netDeviceVersion", (unsigned long long)(offsetof(ncclNetDeviceHandle_t, netDeviceVersion)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_t *)0)->netDeviceVersion)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_t.handle", (unsigned long long)(offsetof(ncclNetDeviceHandle_t, handle)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_t *)0)->handle)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_t.size", (unsigned long long)(offsetof(ncclNetDeviceHandle_t, size)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_t *)0)->size)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_t.needsProxyProgress", (unsigned long long)(offsetof(ncclNetDeviceHandle_t, needsProxyProgress)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_t *)0)->needsProxyProgress)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v10_t", (unsigned long long)(sizeof(ncclNetDeviceHandle_v10_t)), (unsigned long long)(_Alignof(ncclNetDeviceHandle_v10_t)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v10_t.netDeviceType", (unsigned long long)(offsetof(ncclNetDeviceHandle_v10_t, netDeviceType)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v10_t *)0)->netDeviceType)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v10_t.netDeviceVersion", (unsigned long long)(offsetof(ncclNetDeviceHandle_v10_t, netDeviceVersion)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v10_t *)0)->netDeviceVersion)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v10_t.handle", (unsigned long long)(offsetof(ncclNetDeviceHandle_v10_t, handle)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v10_t *)0)->handle)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v10_t.size", (unsigned long long)(offsetof(ncclNetDeviceHandle_v10_t, size)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v10_t *)0)->size)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v10_t.needsProxyProgress", (unsigned long long)(offsetof(ncclNetDeviceHandle_v10_t, needsProxyProgress)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v10_t *)0)->needsProxyProgress)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v11_t", (unsigned long long)(sizeof(ncclNetDeviceHandle_v11_t)), (unsigned long long)(_Alignof(ncclNetDeviceHandle_v11_t)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v11_t.netDeviceType", (unsigned long long)(offsetof(ncclNetDeviceHandle_v11_t, netDeviceType)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v11_t *)0)->netDeviceType)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v11_t.netDeviceVersion", (unsigned long long)(offsetof(ncclNetDeviceHandle_v11_t, netDeviceVersion)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v11_t *)0)->netDeviceVersion)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v11_t.handle", (unsigned long long)(offsetof(ncclNetDeviceHandle_v11_t, handle)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v11_t *)0)->handle)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v11_t.size", (unsigned long long)(offsetof(ncclNetDeviceHandle_v11_t, size)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v11_t *)0)->size)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v11_t.needsProxyProgress", (unsigned long long)(offsetof(ncclNetDeviceHandle_v11_t, needsProxyProgress)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v11_t *)0)->needsProxyProgress)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v12_t", (unsigned long long)(sizeof(ncclNetDeviceHandle_v12_t)), (unsigned long long)(_Alignof(ncclNetDeviceHandle_v12_t)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v12_t.netDeviceType", (unsigned long long)(offsetof(ncclNetDeviceHandle_v12_t, netDeviceType)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v12_t *)0)->netDeviceType)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v12_t.netDeviceVersion", (unsigned long long)(offsetof(ncclNetDeviceHandle_v12_t, netDeviceVersion)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v12_t *)0)->netDeviceVersion)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v12_t.handle", (unsigned long long)(offsetof(ncclNetDeviceHandle_v12_t, handle)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v12_t *)0)->handle)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v12_t.size", (unsigned long long)(offsetof(ncclNetDeviceHandle_v12_t, size)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v12_t *)0)->size)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v12_t.needsProxyProgress", (unsigned long long)(offsetof(ncclNetDeviceHandle_v12_t, needsProxyProgress)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v12_t *)0)->needsProxyProgress)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v7_t", (unsigned long long)(sizeof(ncclNetDeviceHandle_v7_t)), (unsigned long long)(_Alignof(ncclNetDeviceHandle_v7_t)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v7_t.netDeviceType", (unsigned long long)(offsetof(ncclNetDeviceHandle_v7_t, netDeviceType)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v7_t *)0)->netDeviceType)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v7_t.netDeviceVersion", (unsigned long long)(offsetof(ncclNetDeviceHandle_v7_t, netDeviceVersion)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v7_t *)0)->netDeviceVersion)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v7_t.handle", (unsigned long long)(offsetof(ncclNetDeviceHandle_v7_t, handle)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v7_t *)0)->handle)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v7_t.size", (unsigned long long)(offsetof(ncclNetDeviceHandle_v7_t, size)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v7_t *)0)->size)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v7_t.needsProxyProgress", (unsigned long long)(offsetof(ncclNetDeviceHandle_v7_t, needsProxyProgress)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v7_t *)0)->needsProxyProgress)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v8_t", (unsigned long long)(sizeof(ncclNetDeviceHandle_v8_t)), (unsigned long long)(_Alignof(ncclNetDeviceHandle_v8_t)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v8_t.netDeviceType", (unsigned long long)(offsetof(ncclNetDeviceHandle_v8_t, netDeviceType)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v8_t *)0)->netDeviceType)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v8_t.netDeviceVersion", (unsigned long long)(offsetof(ncclNetDeviceHandle_v8_t, netDeviceVersion)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v8_t *)0)->netDeviceVersion)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v8_t.handle", (unsigned long long)(offsetof(ncclNetDeviceHandle_v8_t, handle)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v8_t *)0)->handle)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v8_t.size", (unsigned long long)(offsetof(ncclNetDeviceHandle_v8_t, size)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v8_t *)0)->size)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v8_t.needsProxyProgress", (unsigned long long)(offsetof(ncclNetDeviceHandle_v8_t, needsProxyProgress)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v8_t *)0)->needsProxyProgress)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v9_t", (unsigned long long)(sizeof(ncclNetDeviceHandle_v9_t)), (unsigned long long)(_Alignof(ncclNetDeviceHandle_v9_t)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v9_t.netDeviceType", (unsigned long long)(offsetof(ncclNetDeviceHandle_v9_t, netDeviceType)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v9_t *)0)->netDeviceType)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v9_t.netDeviceVersion", (unsigned long long)(offsetof(ncclNetDeviceHandle_v9_t, netDeviceVersion)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v9_t *)0)->netDeviceVersion)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v9_t.handle", (unsigned long long)(offsetof(ncclNetDeviceHandle_v9_t, handle)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v9_t *)0)->handle)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v9_t.size", (unsigned long long)(offsetof(ncclNetDeviceHandle_v9_t, size)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v9_t *)0)->size)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceHandle_v9_t.needsProxyProgress", (unsigned long long)(offsetof(ncclNetDeviceHandle_v9_t, needsProxyProgress)), (unsigned long long)(sizeof(((ncclNetDeviceHandle_v9_t *)0)->needsProxyProgress)));
+	printf("%s\t%llu\t%llu\n", "ncclNetDeviceType", (unsigned long long)(sizeof(ncclNetDeviceType)), (unsigned long long)(_Alignof(ncclNetDeviceType)));
 	printf("%s\t%llu\t%llu\n", "ncclParamHandle_t", (unsigned long long)(sizeof(ncclParamHandle_t)), (unsigned long long)(_Alignof(ncclParamHandle_t)));
 	printf("%s\t%llu\t%llu\n", "ncclRedOp_t", (unsigned long long)(sizeof(ncclRedOp_t)), (unsigned long long)(_Alignof(ncclRedOp_t)));
 	printf("%s\t%llu\t%llu\n", "ncclRedOp_dummy_t", (unsigned long long)(sizeof(ncclRedOp_dummy_t)), (unsigned long long)(_Alignof(ncclRedOp_dummy_t)));
+	printf("%s\t%llu\t%llu\n", "struct ncclResourceWindow_vidmem", (unsigned long long)(sizeof(struct ncclResourceWindow_vidmem)), (unsigned long long)(_Alignof(struct ncclResourceWindow_vidmem)));
+	printf("%s\t%llu\t%llu\n", "struct ncclResourceWindow_vidmem.reserved1", (unsigned long long)(offsetof(struct ncclResourceWindow_vidmem, reserved1)), (unsigned long long)(sizeof(((struct ncclResourceWindow_vidmem *)0)->reserved1)));
+	printf("%s\t%llu\t%llu\n", "struct ncclResourceWindow_vidmem.lsaFlatBase", (unsigned long long)(offsetof(struct ncclResourceWindow_vidmem, lsaFlatBase)), (unsigned long long)(sizeof(((struct ncclResourceWindow_vidmem *)0)->lsaFlatBase)));
+	printf("%s\t%llu\t%llu\n", "struct ncclResourceWindow_vidmem.reserved2", (unsigned long long)(offsetof(struct ncclResourceWindow_vidmem, reserved2)), (unsigned long long)(sizeof(((struct ncclResourceWindow_vidmem *)0)->reserved2)));
+	printf("%s\t%llu\t%llu\n", "struct ncclResourceWindow_vidmem.stride4G", (unsigned long long)(offsetof(struct ncclResourceWindow_vidmem, stride4G)), (unsigned long long)(sizeof(((struct ncclResourceWindow_vidmem *)0)->stride4G)));
+	printf("%s\t%llu\t%llu\n", "struct ncclResourceWindow_vidmem.mcOffset4K", (unsigned long long)(offsetof(struct ncclResourceWindow_vidmem, mcOffset4K)), (unsigned long long)(sizeof(((struct ncclResourceWindow_vidmem *)0)->mcOffset4K)));
+	printf("%s\t%llu\t%llu\n", "struct ncclResourceWindow_vidmem.reserved3", (unsigned long long)(offsetof(struct ncclResourceWindow_vidmem, reserved3)), (unsigned long long)(sizeof(((struct ncclResourceWindow_vidmem *)0)->reserved3)));
 	printf("%s\t%llu\t%llu\n", "ncclResult_t", (unsigned long long)(sizeof(ncclResult_t)), (unsigned long long)(_Alignof(ncclResult_t)));
 	printf("%s\t%llu\t%llu\n", "ncclScalarResidence_t", (unsigned long long)(sizeof(ncclScalarResidence_t)), (unsigned long long)(_Alignof(ncclScalarResidence_t)));
+	printf("%s\t%llu\t%llu\n", "struct ncclSegmentWindow", (unsigned long long)(sizeof(struct ncclSegmentWindow)), (unsigned long long)(_Alignof(struct ncclSegmentWindow)));
+	printf("%s\t%llu\t%llu\n", "struct ncclSegmentWindow.ginWins", (unsigned long long)(offsetof(struct ncclSegmentWindow, ginWins)), (unsigned long long)(sizeof(((struct ncclSegmentWindow *)0)->ginWins)));
+	printf("%s\t%llu\t%llu\n", "struct ncclSegmentWindow.segmentSize", (unsigned long long)(offsetof(struct ncclSegmentWindow, segmentSize)), (unsigned long long)(sizeof(((struct ncclSegmentWindow *)0)->segmentSize)));
+	printf("%s\t%llu\t%llu\n", "struct ncclSegmentWindow.memType", (unsigned long long)(offsetof(struct ncclSegmentWindow, memType)), (unsigned long long)(sizeof(((struct ncclSegmentWindow *)0)->memType)));
 	printf("%s\t%llu\t%llu\n", "struct ncclSimInfo_v22200", (unsigned long long)(sizeof(struct ncclSimInfo_v22200)), (unsigned long long)(_Alignof(struct ncclSimInfo_v22200)));
 	printf("%s\t%llu\t%llu\n", "struct ncclSimInfo_v22200.size", (unsigned long long)(offsetof(struct ncclSimInfo_v22200, size)), (unsigned long long)(sizeof(((struct ncclSimInfo_v22200 *)0)->size)));
 	printf("%s\t%llu\t%llu\n", "struct ncclSimInfo_v22200.magic", (unsigned long long)(offsetof(struct ncclSimInfo_v22200, magic)), (unsigned long long)(sizeof(((struct ncclSimInfo_v22200 *)0)->magic)));
 	printf("%s\t%llu\t%llu\n", "struct ncclSimInfo_v22200.version", (unsigned long long)(offsetof(struct ncclSimInfo_v22200, version)), (unsigned long long)(sizeof(((struct ncclSimInfo_v22200 *)0)->version)));
 	printf("%s\t%llu\t%llu\n", "struct ncclSimInfo_v22200.estimatedTime", (unsigned long long)(offsetof(struct ncclSimInfo_v22200, estimatedTime)), (unsigned long long)(sizeof(((struct ncclSimInfo_v22200 *)0)->estimatedTime)));
+	printf("%s\t%llu\t%llu\n", "struct ncclTeam", (unsigned long long)(sizeof(struct ncclTeam)), (unsigned long long)(_Alignof(struct ncclTeam)));
+	printf("%s\t%llu\t%llu\n", "struct ncclTeam.nRanks", (unsigned long long)(offsetof(struct ncclTeam, nRanks)), (unsigned long long)(sizeof(((struct ncclTeam *)0)->nRanks)));
+	printf("%s\t%llu\t%llu\n", "struct ncclTeam.rank", (unsigned long long)(offsetof(struct ncclTeam, rank)), (unsigned long long)(sizeof(((struct ncclTeam *)0)->rank)));
+	printf("%s\t%llu\t%llu\n", "struct ncclTeam.stride", (unsigned long long)(offsetof(struct ncclTeam, stride)), (unsigned long long)(sizeof(((struct ncclTeam *)0)->stride)));
+	printf("%s\t%llu\t%llu\n", "struct ncclTeamRequirements", (unsigned long long)(sizeof(struct ncclTeamRequirements)), (unsigned long long)(_Alignof(struct ncclTeamRequirements)));
+	printf("%s\t%llu\t%llu\n", "struct ncclTeamRequirements.next", (unsigned long long)(offsetof(struct ncclTeamRequirements, next)), (unsigned long long)(sizeof(((struct ncclTeamRequirements *)0)->next)));
+	printf("%s\t%llu\t%llu\n", "struct ncclTeamRequirements.team", (unsigned long long)(offsetof(struct ncclTeamRequirements, team)), (unsigned long long)(sizeof(((struct ncclTeamRequirements *)0)->team)));
+	printf("%s\t%llu\t%llu\n", "struct ncclTeamRequirements.multimem", (unsigned long long)(offsetof(struct ncclTeamRequirements, multimem)), (unsigned long long)(sizeof(((struct ncclTeamRequirements *)0)->multimem)));
+	printf("%s\t%llu\t%llu\n", "struct ncclTeamRequirements.outMultimemHandle", (unsigned long long)(offsetof(struct ncclTeamRequirements, outMultimemHandle)), (unsigned long long)(sizeof(((struct ncclTeamRequirements *)0)->outMultimemHandle)));
 	printf("%s\t%llu\t%llu\n", "ncclUniqueId", (unsigned long long)(sizeof(ncclUniqueId)), (unsigned long long)(_Alignof(ncclUniqueId)));
 	printf("%s\t%llu\t%llu\n", "ncclUniqueId.internal", (unsigned long long)(offsetof(ncclUniqueId, internal)), (unsigned long long)(sizeof(((ncclUniqueId *)0)->internal)));
 	printf("%s\t%llu\t%llu\n", "ncclWaitSignalDesc_t", (unsigned long long)(sizeof(ncclWaitSignalDesc_t)), (unsigned long long)(_Alignof(ncclWaitSignalDesc_t)));
@@ -66,6 +234,19 @@ int main(void) {
 	printf("%s\t%llu\t%llu\n", "ncclWaitSignalDesc_t.sigIdx", (unsigned long long)(offsetof(ncclWaitSignalDesc_t, sigIdx)), (unsigned long long)(sizeof(((ncclWaitSignalDesc_t *)0)->sigIdx)));
 	printf("%s\t%llu\t%llu\n", "ncclWaitSignalDesc_t.ctx", (unsigned long long)(offsetof(ncclWaitSignalDesc_t, ctx)), (unsigned long long)(sizeof(((ncclWaitSignalDesc_t *)0)->ctx)));
 	printf("%s\t%llu\t%llu\n", "ncclWindow_t", (unsigned long long)(sizeof(ncclWindow_t)), (unsigned long long)(_Alignof(ncclWindow_t)));
+	printf("%s\t%llu\t%llu\n", "struct ncclWindow_vidmem", (unsigned long long)(sizeof(struct ncclWindow_vidmem)), (unsigned long long)(_Alignof(struct ncclWindow_vidmem)));
+	printf("%s\t%llu\t%llu\n", "struct ncclWindow_vidmem.winHost", (unsigned long long)(offsetof(struct ncclWindow_vidmem, winHost)), (unsigned long long)(sizeof(((struct ncclWindow_vidmem *)0)->winHost)));
+	printf("%s\t%llu\t%llu\n", "struct ncclWindow_vidmem.lsaFlatBase", (unsigned long long)(offsetof(struct ncclWindow_vidmem, lsaFlatBase)), (unsigned long long)(sizeof(((struct ncclWindow_vidmem *)0)->lsaFlatBase)));
+	printf("%s\t%llu\t%llu\n", "struct ncclWindow_vidmem.lsaRank", (unsigned long long)(offsetof(struct ncclWindow_vidmem, lsaRank)), (unsigned long long)(sizeof(((struct ncclWindow_vidmem *)0)->lsaRank)));
+	printf("%s\t%llu\t%llu\n", "struct ncclWindow_vidmem.worldRank", (unsigned long long)(offsetof(struct ncclWindow_vidmem, worldRank)), (unsigned long long)(sizeof(((struct ncclWindow_vidmem *)0)->worldRank)));
+	printf("%s\t%llu\t%llu\n", "struct ncclWindow_vidmem.stride4G", (unsigned long long)(offsetof(struct ncclWindow_vidmem, stride4G)), (unsigned long long)(sizeof(((struct ncclWindow_vidmem *)0)->stride4G)));
+	printf("%s\t%llu\t%llu\n", "struct ncclWindow_vidmem.mcOffset4K", (unsigned long long)(offsetof(struct ncclWindow_vidmem, mcOffset4K)), (unsigned long long)(sizeof(((struct ncclWindow_vidmem *)0)->mcOffset4K)));
+	printf("%s\t%llu\t%llu\n", "struct ncclWindow_vidmem.ginOffset4K", (unsigned long long)(offsetof(struct ncclWindow_vidmem, ginOffset4K)), (unsigned long long)(sizeof(((struct ncclWindow_vidmem *)0)->ginOffset4K)));
+	printf("%s\t%llu\t%llu\n", "struct ncclWindow_vidmem.ginWins", (unsigned long long)(offsetof(struct ncclWindow_vidmem, ginWins)), (unsigned long long)(sizeof(((struct ncclWindow_vidmem *)0)->ginWins)));
+	printf("%s\t%llu\t%llu\n", "struct ncclWindow_vidmem.ginMultiSegmentWins", (unsigned long long)(offsetof(struct ncclWindow_vidmem, ginMultiSegmentWins)), (unsigned long long)(sizeof(((struct ncclWindow_vidmem *)0)->ginMultiSegmentWins)));
+	printf("%s\t%llu\t%llu\n", "struct ncclWindow_vidmem.numSegments", (unsigned long long)(offsetof(struct ncclWindow_vidmem, numSegments)), (unsigned long long)(sizeof(((struct ncclWindow_vidmem *)0)->numSegments)));
+	printf("%s\t%llu\t%llu\n", "CU_MEM_LOCATION_TYPE_INVALID", (unsigned long long)((long long)(CU_MEM_LOCATION_TYPE_INVALID)), (unsigned long long)(0));
+	printf("%s\t%llu\t%llu\n", "CU_MEM_LOCATION_TYPE_MAX", (unsigned long long)((long long)(CU_MEM_LOCATION_TYPE_MAX)), (unsigned long long)(0));
 	printf("%s\t%llu\t%llu\n", "ncclSuccess", (unsigned long long)((long long)(ncclSuccess)), (unsigned long long)(0));
 	printf("%s\t%llu\t%llu\n", "ncclUnhandledCudaError", (unsigned long long)((long long)(ncclUnhandledCudaError)), (unsigned long long)(0));
 	printf("%s\t%llu\t%llu\n", "ncclSystemError", (unsigned long long)((long long)(ncclSystemError)), (unsigned long long)(0));
@@ -108,6 +289,20 @@ int main(void) {
 	printf("%s\t%llu\t%llu\n", "ncclNumTypes", (unsigned long long)((long long)(ncclNumTypes)), (unsigned long long)(0));
 	printf("%s\t%llu\t%llu\n", "ncclScalarDevice", (unsigned long long)((long long)(ncclScalarDevice)), (unsigned long long)(0));
 	printf("%s\t%llu\t%llu\n", "ncclScalarHostImmediate", (unsigned long long)((long long)(ncclScalarHostImmediate)), (unsigned long long)(0));
+	printf("%s\t%llu\t%llu\n", "NCCL_GIN_CONNECTION_NONE", (unsigned long long)((long long)(NCCL_GIN_CONNECTION_NONE)), (unsigned long long)(0));
+	printf("%s\t%llu\t%llu\n", "NCCL_GIN_CONNECTION_FULL", (unsigned long long)((long long)(NCCL_GIN_CONNECTION_FULL)), (unsigned long long)(0));
+	printf("%s\t%llu\t%llu\n", "NCCL_GIN_CONNECTION_RAIL", (unsigned long long)((long long)(NCCL_GIN_CONNECTION_RAIL)), (unsigned long long)(0));
+	printf("%s\t%llu\t%llu\n", "NCCL_GIN_TYPE_NONE", (unsigned long long)((long long)(NCCL_GIN_TYPE_NONE)), (unsigned long long)(0));
+	printf("%s\t%llu\t%llu\n", "NCCL_GIN_TYPE_PROXY", (unsigned long long)((long long)(NCCL_GIN_TYPE_PROXY)), (unsigned long long)(0));
+	printf("%s\t%llu\t%llu\n", "NCCL_GIN_TYPE_GDAKI", (unsigned long long)((long long)(NCCL_GIN_TYPE_GDAKI)), (unsigned long long)(0));
+	printf("%s\t%llu\t%llu\n", "NCCL_GIN_TYPE_GPI", (unsigned long long)((long long)(NCCL_GIN_TYPE_GPI)), (unsigned long long)(0));
+	printf("%s\t%llu\t%llu\n", "NCCL_NET_DEVICE_HOST", (unsigned long long)((long long)(NCCL_NET_DEVICE_HOST)), (unsigned long long)(0));
+	printf("%s\t%llu\t%llu\n", "NCCL_NET_DEVICE_UNPACK", (unsigned long long)((long long)(NCCL_NET_DEVICE_UNPACK)), (unsigned long long)(0));
+	printf("%s\t%llu\t%llu\n", "NCCL_NET_DEVICE_GIN_PROXY", (unsigned long long)((long long)(NCCL_NET_DEVICE_GIN_PROXY)), (unsigned long long)(0));
+	printf("%s\t%llu\t%llu\n", "NCCL_NET_DEVICE_GIN_GDAKI", (unsigned long long)((long long)(NCCL_NET_DEVICE_GIN_GDAKI)), (unsigned long long)(0));
+	printf("%s\t%llu\t%llu\n", "NCCL_NET_DEVICE_GIN_GPI", (unsigned long long)((long long)(NCCL_NET_DEVICE_GIN_GPI)), (unsigned long long)(0));
+	printf("%s\t%llu\t%llu\n", "ncclGinSignalInc", (unsigned long long)((long long)(ncclGinSignalInc)), (unsigned long long)(0));
+	printf("%s\t%llu\t%llu\n", "ncclGinSignalAdd", (unsigned long long)((long long)(ncclGinSignalAdd)), (unsigned long long)(0));
 	printf("%s\t%llu\t%llu\n", "NCCL_API_MAGIC", (unsigned long long)((unsigned long long)(NCCL_API_MAGIC)), (unsigned long long)(0));
 	printf("%s\t%llu\t%llu\n", "NCCL_COMM_NULL", (unsigned long long)((unsigned long long)(uintptr_t)(NCCL_COMM_NULL)), (unsigned long long)(0));
 	printf("%s\t%llu\t%llu\n", "NCCL_CONFIG_UNDEF_INT", (unsigned long long)((long long)(NCCL_CONFIG_UNDEF_INT)), (unsigned long long)(0));
@@ -115,8 +310,12 @@ int main(void) {
 	printf("%s\t%llu\t%llu\n", "NCCL_CTA_POLICY_DEFAULT", (unsigned long long)((long long)(NCCL_CTA_POLICY_DEFAULT)), (unsigned long long)(0));
 	printf("%s\t%llu\t%llu\n", "NCCL_CTA_POLICY_EFFICIENCY", (unsigned long long)((long long)(NCCL_CTA_POLICY_EFFICIENCY)), (unsigned long long)(0));
 	printf("%s\t%llu\t%llu\n", "NCCL_CTA_POLICY_ZERO", (unsigned long long)((long long)(NCCL_CTA_POLICY_ZERO)), (unsigned long long)(0));
+	printf("%s\t%llu\t%llu\n", "NCCL_GIN_MAX_CONNECTIONS", (unsigned long long)((long long)(NCCL_GIN_MAX_CONNECTIONS)), (unsigned long long)(0));
 	printf("%s\t%llu\t%llu\n", "NCCL_MAJOR", (unsigned long long)((long long)(NCCL_MAJOR)), (unsigned long long)(0));
 	printf("%s\t%llu\t%llu\n", "NCCL_MINOR", (unsigned long long)((long long)(NCCL_MINOR)), (unsigned long long)(0));
+	printf("%s\t%llu\t%llu\n", "NCCL_NET_DEVICE_INVALID_VERSION", (unsigned long long)((long long)(NCCL_NET_DEVICE_INVALID_VERSION)), (unsigned long long)(0));
+	printf("%s\t%llu\t%llu\n", "NCCL_NET_DEVICE_UNPACK_VERSION", (unsigned long long)((long long)(NCCL_NET_DEVICE_UNPACK_VERSION)), (unsigned long long)(0));
+	printf("%s\t%llu\t%llu\n", "NCCL_NET_MTU_SIZE", (unsigned long long)((long long)(NCCL_NET_MTU_SIZE)), (unsigned long long)(0));
 	printf("%s\t%llu\t%llu\n", "NCCL_PATCH", (unsigned long long)((long long)(NCCL_PATCH)), (unsigned long long)(0));
 	printf("%s\t%llu\t%llu\n", "NCCL_REVOKE_DEFAULT", (unsigned long long)((long long)(NCCL_REVOKE_DEFAULT)), (unsigned long long)(0));
 	printf("%s\t%llu\t%llu\n", "NCCL_SHRINK_ABORT", (unsigned long long)((long long)(NCCL_SHRINK_ABORT)), (unsigned long long)(0));
@@ -146,23 +345,70 @@ func u64(v int64) uint64 {
 
 // goLayout is the same figures taken from the Go declarations.
 func goLayout() []layoutEntry {
+	var vCUmemLocationType CUmemLocationType
 	var vComm Comm
 	var vCommMemStat CommMemStat
+	var vCommProperties CommProperties
 	var vConfig Config
 	var vCudaStream CudaStream
 	var vDataType DataType
+	var vDevComm DevComm
+	var vDevCommRequirements DevCommRequirements
+	var vDevCommWindowTable DevCommWindowTable
+	var vDevResourceHandleBase DevResourceHandleBase
+	var vDevResourceRequirements DevResourceRequirements
+	var vGinBarrierHandle GinBarrierHandle
+	var vGinConnectionType GinConnectionType
+	var vGinCounter GinCounter
+	var vGinGpuCtx GinGpuCtx
+	var vGinRequest GinRequest
+	var vGinSignal GinSignal
+	var vGinSignalOp GinSignalOp
+	var vGinType GinType
+	var vGinWindow GinWindow
+	var vLLA2AHandle LLA2AHandle
+	var vLsaBarrierHandle LsaBarrierHandle
+	var vMultimemHandle MultimemHandle
+	var vNetDeviceHandle NetDeviceHandle
+	var vNetDeviceHandleV10 NetDeviceHandleV10
+	var vNetDeviceHandleV11 NetDeviceHandleV11
+	var vNetDeviceHandleV12 NetDeviceHandleV12
+	var vNetDeviceHandleV7 NetDeviceHandleV7
+	var vNetDeviceHandleV8 NetDeviceHandleV8
+	var vNetDeviceHandleV9 NetDeviceHandleV9
+	var vNetDeviceType NetDeviceType
 	var vParamHandle ParamHandle
 	var vRedOp RedOp
 	var vRedOpDummy RedOpDummy
+	var vResourceWindowVidmem ResourceWindowVidmem
 	var vResult Result
 	var vScalarResidence ScalarResidence
+	var vSegmentWindow SegmentWindow
 	var vSimInfo SimInfo
+	var vTeam Team
+	var vTeamRequirements TeamRequirements
 	var vUniqueId UniqueId
 	var vWaitSignalDesc WaitSignalDesc
 	var vWindow Window
+	var vWindowVidmem WindowVidmem
 	return []layoutEntry{
+		{"enum CUmemLocationType_enum", uint64(unsafe.Sizeof(vCUmemLocationType)), uint64(unsafe.Alignof(vCUmemLocationType))},
 		{"ncclComm_t", uint64(unsafe.Sizeof(vComm)), uint64(unsafe.Alignof(vComm))},
 		{"ncclCommMemStat_t", uint64(unsafe.Sizeof(vCommMemStat)), uint64(unsafe.Alignof(vCommMemStat))},
+		{"struct ncclCommProperties", uint64(unsafe.Sizeof(vCommProperties)), uint64(unsafe.Alignof(vCommProperties))},
+		{"struct ncclCommProperties.size", uint64(uintptr(unsafe.Pointer(&vCommProperties.Size)) - uintptr(unsafe.Pointer(&vCommProperties))), uint64(unsafe.Sizeof(vCommProperties.Size))},
+		{"struct ncclCommProperties.magic", uint64(uintptr(unsafe.Pointer(&vCommProperties.Magic)) - uintptr(unsafe.Pointer(&vCommProperties))), uint64(unsafe.Sizeof(vCommProperties.Magic))},
+		{"struct ncclCommProperties.version", uint64(uintptr(unsafe.Pointer(&vCommProperties.Version)) - uintptr(unsafe.Pointer(&vCommProperties))), uint64(unsafe.Sizeof(vCommProperties.Version))},
+		{"struct ncclCommProperties.rank", uint64(uintptr(unsafe.Pointer(&vCommProperties.Rank)) - uintptr(unsafe.Pointer(&vCommProperties))), uint64(unsafe.Sizeof(vCommProperties.Rank))},
+		{"struct ncclCommProperties.nRanks", uint64(uintptr(unsafe.Pointer(&vCommProperties.NRanks)) - uintptr(unsafe.Pointer(&vCommProperties))), uint64(unsafe.Sizeof(vCommProperties.NRanks))},
+		{"struct ncclCommProperties.cudaDev", uint64(uintptr(unsafe.Pointer(&vCommProperties.CudaDev)) - uintptr(unsafe.Pointer(&vCommProperties))), uint64(unsafe.Sizeof(vCommProperties.CudaDev))},
+		{"struct ncclCommProperties.nvmlDev", uint64(uintptr(unsafe.Pointer(&vCommProperties.NvmlDev)) - uintptr(unsafe.Pointer(&vCommProperties))), uint64(unsafe.Sizeof(vCommProperties.NvmlDev))},
+		{"struct ncclCommProperties.deviceApiSupport", uint64(uintptr(unsafe.Pointer(&vCommProperties.DeviceApiSupport)) - uintptr(unsafe.Pointer(&vCommProperties))), uint64(unsafe.Sizeof(vCommProperties.DeviceApiSupport))},
+		{"struct ncclCommProperties.multimemSupport", uint64(uintptr(unsafe.Pointer(&vCommProperties.MultimemSupport)) - uintptr(unsafe.Pointer(&vCommProperties))), uint64(unsafe.Sizeof(vCommProperties.MultimemSupport))},
+		{"struct ncclCommProperties.ginType", uint64(uintptr(unsafe.Pointer(&vCommProperties.GinType)) - uintptr(unsafe.Pointer(&vCommProperties))), uint64(unsafe.Sizeof(vCommProperties.GinType))},
+		{"struct ncclCommProperties.nLsaTeams", uint64(uintptr(unsafe.Pointer(&vCommProperties.NLsaTeams)) - uintptr(unsafe.Pointer(&vCommProperties))), uint64(unsafe.Sizeof(vCommProperties.NLsaTeams))},
+		{"struct ncclCommProperties.hostRmaSupport", uint64(uintptr(unsafe.Pointer(&vCommProperties.HostRmaSupport)) - uintptr(unsafe.Pointer(&vCommProperties))), uint64(unsafe.Sizeof(vCommProperties.HostRmaSupport))},
+		{"struct ncclCommProperties.railedGinType", uint64(uintptr(unsafe.Pointer(&vCommProperties.RailedGinType)) - uintptr(unsafe.Pointer(&vCommProperties))), uint64(unsafe.Sizeof(vCommProperties.RailedGinType))},
 		{"struct ncclConfig_v23000", uint64(unsafe.Sizeof(vConfig)), uint64(unsafe.Alignof(vConfig))},
 		{"struct ncclConfig_v23000.size", uint64(uintptr(unsafe.Pointer(&vConfig.Size)) - uintptr(unsafe.Pointer(&vConfig))), uint64(unsafe.Sizeof(vConfig.Size))},
 		{"struct ncclConfig_v23000.magic", uint64(uintptr(unsafe.Pointer(&vConfig.Magic)) - uintptr(unsafe.Pointer(&vConfig))), uint64(unsafe.Sizeof(vConfig.Magic))},
@@ -187,16 +433,163 @@ func goLayout() []layoutEntry {
 		{"struct ncclConfig_v23000.graphStreamOrdering", uint64(uintptr(unsafe.Pointer(&vConfig.GraphStreamOrdering)) - uintptr(unsafe.Pointer(&vConfig))), uint64(unsafe.Sizeof(vConfig.GraphStreamOrdering))},
 		{"cudaStream_t", uint64(unsafe.Sizeof(vCudaStream)), uint64(unsafe.Alignof(vCudaStream))},
 		{"ncclDataType_t", uint64(unsafe.Sizeof(vDataType)), uint64(unsafe.Alignof(vDataType))},
+		{"struct ncclDevComm", uint64(unsafe.Sizeof(vDevComm)), uint64(unsafe.Alignof(vDevComm))},
+		{"struct ncclDevComm.magic", uint64(uintptr(unsafe.Pointer(&vDevComm.Magic)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.Magic))},
+		{"struct ncclDevComm.version", uint64(uintptr(unsafe.Pointer(&vDevComm.Version)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.Version))},
+		{"struct ncclDevComm.rank", uint64(uintptr(unsafe.Pointer(&vDevComm.Rank)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.Rank))},
+		{"struct ncclDevComm.nRanks", uint64(uintptr(unsafe.Pointer(&vDevComm.NRanks)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.NRanks))},
+		{"struct ncclDevComm.nRanks_rcp32", uint64(uintptr(unsafe.Pointer(&vDevComm.NRanksRcp32)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.NRanksRcp32))},
+		{"struct ncclDevComm.lsaRank", uint64(uintptr(unsafe.Pointer(&vDevComm.LsaRank)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.LsaRank))},
+		{"struct ncclDevComm.lsaSize", uint64(uintptr(unsafe.Pointer(&vDevComm.LsaSize)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.LsaSize))},
+		{"struct ncclDevComm.lsaSize_rcp32", uint64(uintptr(unsafe.Pointer(&vDevComm.LsaSizeRcp32)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.LsaSizeRcp32))},
+		{"struct ncclDevComm.windowTable", uint64(uintptr(unsafe.Pointer(&vDevComm.WindowTable)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.WindowTable))},
+		{"struct ncclDevComm.resourceWindow", uint64(uintptr(unsafe.Pointer(&vDevComm.ResourceWindow)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.ResourceWindow))},
+		{"struct ncclDevComm.resourceWindow_inlined", uint64(uintptr(unsafe.Pointer(&vDevComm.ResourceWindowInlined)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.ResourceWindowInlined))},
+		{"struct ncclDevComm.hybridWorldGinBarrier", uint64(uintptr(unsafe.Pointer(&vDevComm.HybridWorldGinBarrier)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.HybridWorldGinBarrier))},
+		{"struct ncclDevComm.lsaMultimem", uint64(uintptr(unsafe.Pointer(&vDevComm.LsaMultimem)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.LsaMultimem))},
+		{"struct ncclDevComm.lsaBarrier", uint64(uintptr(unsafe.Pointer(&vDevComm.LsaBarrier)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.LsaBarrier))},
+		{"struct ncclDevComm.railGinBarrier", uint64(uintptr(unsafe.Pointer(&vDevComm.RailGinBarrier)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.RailGinBarrier))},
+		{"struct ncclDevComm.ginConnectionCount", uint64(uintptr(unsafe.Pointer(&vDevComm.GinConnectionCount)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.GinConnectionCount))},
+		{"struct ncclDevComm.ginNetDeviceTypes", uint64(uintptr(unsafe.Pointer(&vDevComm.GinNetDeviceTypes)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.GinNetDeviceTypes))},
+		{"struct ncclDevComm.ginHandles", uint64(uintptr(unsafe.Pointer(&vDevComm.GinHandles)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.GinHandles))},
+		{"struct ncclDevComm.ginSignalCount", uint64(uintptr(unsafe.Pointer(&vDevComm.GinSignalCount)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.GinSignalCount))},
+		{"struct ncclDevComm.ginCounterCount", uint64(uintptr(unsafe.Pointer(&vDevComm.GinCounterCount)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.GinCounterCount))},
+		{"struct ncclDevComm.ginSignalShadows", uint64(uintptr(unsafe.Pointer(&vDevComm.GinSignalShadows)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.GinSignalShadows))},
+		{"struct ncclDevComm.ginContextCount", uint64(uintptr(unsafe.Pointer(&vDevComm.GinContextCount)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.GinContextCount))},
+		{"struct ncclDevComm.ginConnectionsRailed", uint64(uintptr(unsafe.Pointer(&vDevComm.GinConnectionsRailed)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.GinConnectionsRailed))},
+		{"struct ncclDevComm.ginStrongLegacySignals", uint64(uintptr(unsafe.Pointer(&vDevComm.GinStrongLegacySignals)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.GinStrongLegacySignals))},
+		{"struct ncclDevComm.ginContextsRailed", uint64(uintptr(unsafe.Pointer(&vDevComm.GinContextsRailed)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.GinContextsRailed))},
+		{"struct ncclDevComm.abortFlag", uint64(uintptr(unsafe.Pointer(&vDevComm.AbortFlag)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.AbortFlag))},
+		{"struct ncclDevComm.hybridLsaBarrier", uint64(uintptr(unsafe.Pointer(&vDevComm.HybridLsaBarrier)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.HybridLsaBarrier))},
+		{"struct ncclDevComm.hybridRailGinBarrier", uint64(uintptr(unsafe.Pointer(&vDevComm.HybridRailGinBarrier)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.HybridRailGinBarrier))},
+		{"struct ncclDevComm.worldGinBarrier", uint64(uintptr(unsafe.Pointer(&vDevComm.WorldGinBarrier)) - uintptr(unsafe.Pointer(&vDevComm))), uint64(unsafe.Sizeof(vDevComm.WorldGinBarrier))},
+		{"struct ncclDevCommRequirements", uint64(unsafe.Sizeof(vDevCommRequirements)), uint64(unsafe.Alignof(vDevCommRequirements))},
+		{"struct ncclDevCommRequirements.size", uint64(uintptr(unsafe.Pointer(&vDevCommRequirements.Size)) - uintptr(unsafe.Pointer(&vDevCommRequirements))), uint64(unsafe.Sizeof(vDevCommRequirements.Size))},
+		{"struct ncclDevCommRequirements.magic", uint64(uintptr(unsafe.Pointer(&vDevCommRequirements.Magic)) - uintptr(unsafe.Pointer(&vDevCommRequirements))), uint64(unsafe.Sizeof(vDevCommRequirements.Magic))},
+		{"struct ncclDevCommRequirements.version", uint64(uintptr(unsafe.Pointer(&vDevCommRequirements.Version)) - uintptr(unsafe.Pointer(&vDevCommRequirements))), uint64(unsafe.Sizeof(vDevCommRequirements.Version))},
+		{"struct ncclDevCommRequirements.resourceRequirementsList", uint64(uintptr(unsafe.Pointer(&vDevCommRequirements.ResourceRequirementsList)) - uintptr(unsafe.Pointer(&vDevCommRequirements))), uint64(unsafe.Sizeof(vDevCommRequirements.ResourceRequirementsList))},
+		{"struct ncclDevCommRequirements.teamRequirementsList", uint64(uintptr(unsafe.Pointer(&vDevCommRequirements.TeamRequirementsList)) - uintptr(unsafe.Pointer(&vDevCommRequirements))), uint64(unsafe.Sizeof(vDevCommRequirements.TeamRequirementsList))},
+		{"struct ncclDevCommRequirements.lsaMultimem", uint64(uintptr(unsafe.Pointer(&vDevCommRequirements.LsaMultimem)) - uintptr(unsafe.Pointer(&vDevCommRequirements))), uint64(unsafe.Sizeof(vDevCommRequirements.LsaMultimem))},
+		{"struct ncclDevCommRequirements.barrierCount", uint64(uintptr(unsafe.Pointer(&vDevCommRequirements.BarrierCount)) - uintptr(unsafe.Pointer(&vDevCommRequirements))), uint64(unsafe.Sizeof(vDevCommRequirements.BarrierCount))},
+		{"struct ncclDevCommRequirements.lsaBarrierCount", uint64(uintptr(unsafe.Pointer(&vDevCommRequirements.LsaBarrierCount)) - uintptr(unsafe.Pointer(&vDevCommRequirements))), uint64(unsafe.Sizeof(vDevCommRequirements.LsaBarrierCount))},
+		{"struct ncclDevCommRequirements.railGinBarrierCount", uint64(uintptr(unsafe.Pointer(&vDevCommRequirements.RailGinBarrierCount)) - uintptr(unsafe.Pointer(&vDevCommRequirements))), uint64(unsafe.Sizeof(vDevCommRequirements.RailGinBarrierCount))},
+		{"struct ncclDevCommRequirements.lsaLLA2ABlockCount", uint64(uintptr(unsafe.Pointer(&vDevCommRequirements.LsaLLA2ABlockCount)) - uintptr(unsafe.Pointer(&vDevCommRequirements))), uint64(unsafe.Sizeof(vDevCommRequirements.LsaLLA2ABlockCount))},
+		{"struct ncclDevCommRequirements.lsaLLA2ASlotCount", uint64(uintptr(unsafe.Pointer(&vDevCommRequirements.LsaLLA2ASlotCount)) - uintptr(unsafe.Pointer(&vDevCommRequirements))), uint64(unsafe.Sizeof(vDevCommRequirements.LsaLLA2ASlotCount))},
+		{"struct ncclDevCommRequirements.ginForceEnable", uint64(uintptr(unsafe.Pointer(&vDevCommRequirements.GinForceEnable)) - uintptr(unsafe.Pointer(&vDevCommRequirements))), uint64(unsafe.Sizeof(vDevCommRequirements.GinForceEnable))},
+		{"struct ncclDevCommRequirements.ginContextCount", uint64(uintptr(unsafe.Pointer(&vDevCommRequirements.GinContextCount)) - uintptr(unsafe.Pointer(&vDevCommRequirements))), uint64(unsafe.Sizeof(vDevCommRequirements.GinContextCount))},
+		{"struct ncclDevCommRequirements.ginSignalCount", uint64(uintptr(unsafe.Pointer(&vDevCommRequirements.GinSignalCount)) - uintptr(unsafe.Pointer(&vDevCommRequirements))), uint64(unsafe.Sizeof(vDevCommRequirements.GinSignalCount))},
+		{"struct ncclDevCommRequirements.ginCounterCount", uint64(uintptr(unsafe.Pointer(&vDevCommRequirements.GinCounterCount)) - uintptr(unsafe.Pointer(&vDevCommRequirements))), uint64(unsafe.Sizeof(vDevCommRequirements.GinCounterCount))},
+		{"struct ncclDevCommRequirements.ginConnectionType", uint64(uintptr(unsafe.Pointer(&vDevCommRequirements.GinConnectionType)) - uintptr(unsafe.Pointer(&vDevCommRequirements))), uint64(unsafe.Sizeof(vDevCommRequirements.GinConnectionType))},
+		{"struct ncclDevCommRequirements.ginExclusiveContexts", uint64(uintptr(unsafe.Pointer(&vDevCommRequirements.GinExclusiveContexts)) - uintptr(unsafe.Pointer(&vDevCommRequirements))), uint64(unsafe.Sizeof(vDevCommRequirements.GinExclusiveContexts))},
+		{"struct ncclDevCommRequirements.ginQueueDepth", uint64(uintptr(unsafe.Pointer(&vDevCommRequirements.GinQueueDepth)) - uintptr(unsafe.Pointer(&vDevCommRequirements))), uint64(unsafe.Sizeof(vDevCommRequirements.GinQueueDepth))},
+		{"struct ncclDevCommRequirements.ginTrafficClass", uint64(uintptr(unsafe.Pointer(&vDevCommRequirements.GinTrafficClass)) - uintptr(unsafe.Pointer(&vDevCommRequirements))), uint64(unsafe.Sizeof(vDevCommRequirements.GinTrafficClass))},
+		{"struct ncclDevCommRequirements.worldGinBarrierCount", uint64(uintptr(unsafe.Pointer(&vDevCommRequirements.WorldGinBarrierCount)) - uintptr(unsafe.Pointer(&vDevCommRequirements))), uint64(unsafe.Sizeof(vDevCommRequirements.WorldGinBarrierCount))},
+		{"struct ncclDevCommRequirements.ginStrongSignalsRequired", uint64(uintptr(unsafe.Pointer(&vDevCommRequirements.GinStrongSignalsRequired)) - uintptr(unsafe.Pointer(&vDevCommRequirements))), uint64(unsafe.Sizeof(vDevCommRequirements.GinStrongSignalsRequired))},
+		{"struct ncclDevCommRequirements.ginVaSignalsRequired", uint64(uintptr(unsafe.Pointer(&vDevCommRequirements.GinVaSignalsRequired)) - uintptr(unsafe.Pointer(&vDevCommRequirements))), uint64(unsafe.Sizeof(vDevCommRequirements.GinVaSignalsRequired))},
+		{"ncclDevCommWindowTable_t", uint64(unsafe.Sizeof(vDevCommWindowTable)), uint64(unsafe.Alignof(vDevCommWindowTable))},
+		{"ncclDevResourceHandle", uint64(unsafe.Sizeof(vDevResourceHandleBase)), uint64(unsafe.Alignof(vDevResourceHandleBase))},
+		{"struct ncclDevResourceRequirements", uint64(unsafe.Sizeof(vDevResourceRequirements)), uint64(unsafe.Alignof(vDevResourceRequirements))},
+		{"struct ncclDevResourceRequirements.next", uint64(uintptr(unsafe.Pointer(&vDevResourceRequirements.Next)) - uintptr(unsafe.Pointer(&vDevResourceRequirements))), uint64(unsafe.Sizeof(vDevResourceRequirements.Next))},
+		{"struct ncclDevResourceRequirements.bufferSize", uint64(uintptr(unsafe.Pointer(&vDevResourceRequirements.BufferSize)) - uintptr(unsafe.Pointer(&vDevResourceRequirements))), uint64(unsafe.Sizeof(vDevResourceRequirements.BufferSize))},
+		{"struct ncclDevResourceRequirements.bufferAlign", uint64(uintptr(unsafe.Pointer(&vDevResourceRequirements.BufferAlign)) - uintptr(unsafe.Pointer(&vDevResourceRequirements))), uint64(unsafe.Sizeof(vDevResourceRequirements.BufferAlign))},
+		{"struct ncclDevResourceRequirements.outBufferHandle", uint64(uintptr(unsafe.Pointer(&vDevResourceRequirements.OutBufferHandle)) - uintptr(unsafe.Pointer(&vDevResourceRequirements))), uint64(unsafe.Sizeof(vDevResourceRequirements.OutBufferHandle))},
+		{"struct ncclDevResourceRequirements.ginSignalCount", uint64(uintptr(unsafe.Pointer(&vDevResourceRequirements.GinSignalCount)) - uintptr(unsafe.Pointer(&vDevResourceRequirements))), uint64(unsafe.Sizeof(vDevResourceRequirements.GinSignalCount))},
+		{"struct ncclDevResourceRequirements.ginCounterCount", uint64(uintptr(unsafe.Pointer(&vDevResourceRequirements.GinCounterCount)) - uintptr(unsafe.Pointer(&vDevResourceRequirements))), uint64(unsafe.Sizeof(vDevResourceRequirements.GinCounterCount))},
+		{"struct ncclDevResourceRequirements.outGinSignalStart", uint64(uintptr(unsafe.Pointer(&vDevResourceRequirements.OutGinSignalStart)) - uintptr(unsafe.Pointer(&vDevResourceRequirements))), uint64(unsafe.Sizeof(vDevResourceRequirements.OutGinSignalStart))},
+		{"struct ncclDevResourceRequirements.outGinCounterStart", uint64(uintptr(unsafe.Pointer(&vDevResourceRequirements.OutGinCounterStart)) - uintptr(unsafe.Pointer(&vDevResourceRequirements))), uint64(unsafe.Sizeof(vDevResourceRequirements.OutGinCounterStart))},
+		{"struct ncclGinBarrierHandle", uint64(unsafe.Sizeof(vGinBarrierHandle)), uint64(unsafe.Alignof(vGinBarrierHandle))},
+		{"struct ncclGinBarrierHandle.signal0", uint64(uintptr(unsafe.Pointer(&vGinBarrierHandle.Signal0)) - uintptr(unsafe.Pointer(&vGinBarrierHandle))), uint64(unsafe.Sizeof(vGinBarrierHandle.Signal0))},
+		{"struct ncclGinBarrierHandle.unused", uint64(uintptr(unsafe.Pointer(&vGinBarrierHandle.Unused)) - uintptr(unsafe.Pointer(&vGinBarrierHandle))), uint64(unsafe.Sizeof(vGinBarrierHandle.Unused))},
+		{"ncclGinConnectionType_t", uint64(unsafe.Sizeof(vGinConnectionType)), uint64(unsafe.Alignof(vGinConnectionType))},
+		{"ncclGinCounter_t", uint64(unsafe.Sizeof(vGinCounter)), uint64(unsafe.Alignof(vGinCounter))},
+		{"ncclGinGpuCtx_t", uint64(unsafe.Sizeof(vGinGpuCtx)), uint64(unsafe.Alignof(vGinGpuCtx))},
+		{"ncclGinRequest_t", uint64(unsafe.Sizeof(vGinRequest)), uint64(unsafe.Alignof(vGinRequest))},
+		{"ncclGinRequest_t.opaque", uint64(uintptr(unsafe.Pointer(&vGinRequest.Opaque)) - uintptr(unsafe.Pointer(&vGinRequest))), uint64(unsafe.Sizeof(vGinRequest.Opaque))},
+		{"ncclGinSignal_t", uint64(unsafe.Sizeof(vGinSignal)), uint64(unsafe.Alignof(vGinSignal))},
+		{"enum ncclGinSignalOp_t", uint64(unsafe.Sizeof(vGinSignalOp)), uint64(unsafe.Alignof(vGinSignalOp))},
+		{"ncclGinType_t", uint64(unsafe.Sizeof(vGinType)), uint64(unsafe.Alignof(vGinType))},
+		{"ncclGinWindow_t", uint64(unsafe.Sizeof(vGinWindow)), uint64(unsafe.Alignof(vGinWindow))},
+		{"struct ncclLLA2AHandle", uint64(unsafe.Sizeof(vLLA2AHandle)), uint64(unsafe.Alignof(vLLA2AHandle))},
+		{"struct ncclLLA2AHandle.bufHandle", uint64(uintptr(unsafe.Pointer(&vLLA2AHandle.BufHandle)) - uintptr(unsafe.Pointer(&vLLA2AHandle))), uint64(unsafe.Sizeof(vLLA2AHandle.BufHandle))},
+		{"struct ncclLLA2AHandle.nSlots", uint64(uintptr(unsafe.Pointer(&vLLA2AHandle.NSlots)) - uintptr(unsafe.Pointer(&vLLA2AHandle))), uint64(unsafe.Sizeof(vLLA2AHandle.NSlots))},
+		{"struct ncclLsaBarrierHandle", uint64(unsafe.Sizeof(vLsaBarrierHandle)), uint64(unsafe.Alignof(vLsaBarrierHandle))},
+		{"struct ncclLsaBarrierHandle.bufHandle", uint64(uintptr(unsafe.Pointer(&vLsaBarrierHandle.BufHandle)) - uintptr(unsafe.Pointer(&vLsaBarrierHandle))), uint64(unsafe.Sizeof(vLsaBarrierHandle.BufHandle))},
+		{"struct ncclLsaBarrierHandle.nBarriers", uint64(uintptr(unsafe.Pointer(&vLsaBarrierHandle.NBarriers)) - uintptr(unsafe.Pointer(&vLsaBarrierHandle))), uint64(unsafe.Sizeof(vLsaBarrierHandle.NBarriers))},
+		{"struct ncclMultimemHandle_t", uint64(unsafe.Sizeof(vMultimemHandle)), uint64(unsafe.Alignof(vMultimemHandle))},
+		{"struct ncclMultimemHandle_t.mcBasePtr", uint64(uintptr(unsafe.Pointer(&vMultimemHandle.McBasePtr)) - uintptr(unsafe.Pointer(&vMultimemHandle))), uint64(unsafe.Sizeof(vMultimemHandle.McBasePtr))},
+		{"ncclNetDeviceHandle_t", uint64(unsafe.Sizeof(vNetDeviceHandle)), uint64(unsafe.Alignof(vNetDeviceHandle))},
+		{"ncclNetDeviceHandle_t.netDeviceType", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandle.NetDeviceType)) - uintptr(unsafe.Pointer(&vNetDeviceHandle))), uint64(unsafe.Sizeof(vNetDeviceHandle.NetDeviceType))},
+		{"ncclNetDeviceHandle_t.netDeviceVersion", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandle.NetDeviceVersion)) - uintptr(unsafe.Pointer(&vNetDeviceHandle))), uint64(unsafe.Sizeof(vNetDeviceHandle.NetDeviceVersion))},
+		{"ncclNetDeviceHandle_t.handle", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandle.Handle)) - uintptr(unsafe.Pointer(&vNetDeviceHandle))), uint64(unsafe.Sizeof(vNetDeviceHandle.Handle))},
+		{"ncclNetDeviceHandle_t.size", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandle.Size)) - uintptr(unsafe.Pointer(&vNetDeviceHandle))), uint64(unsafe.Sizeof(vNetDeviceHandle.Size))},
+		{"ncclNetDeviceHandle_t.needsProxyProgress", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandle.NeedsProxyProgress)) - uintptr(unsafe.Pointer(&vNetDeviceHandle))), uint64(unsafe.Sizeof(vNetDeviceHandle.NeedsProxyProgress))},
+		{"ncclNetDeviceHandle_v10_t", uint64(unsafe.Sizeof(vNetDeviceHandleV10)), uint64(unsafe.Alignof(vNetDeviceHandleV10))},
+		{"ncclNetDeviceHandle_v10_t.netDeviceType", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV10.NetDeviceType)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV10))), uint64(unsafe.Sizeof(vNetDeviceHandleV10.NetDeviceType))},
+		{"ncclNetDeviceHandle_v10_t.netDeviceVersion", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV10.NetDeviceVersion)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV10))), uint64(unsafe.Sizeof(vNetDeviceHandleV10.NetDeviceVersion))},
+		{"ncclNetDeviceHandle_v10_t.handle", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV10.Handle)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV10))), uint64(unsafe.Sizeof(vNetDeviceHandleV10.Handle))},
+		{"ncclNetDeviceHandle_v10_t.size", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV10.Size)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV10))), uint64(unsafe.Sizeof(vNetDeviceHandleV10.Size))},
+		{"ncclNetDeviceHandle_v10_t.needsProxyProgress", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV10.NeedsProxyProgress)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV10))), uint64(unsafe.Sizeof(vNetDeviceHandleV10.NeedsProxyProgress))},
+		{"ncclNetDeviceHandle_v11_t", uint64(unsafe.Sizeof(vNetDeviceHandleV11)), uint64(unsafe.Alignof(vNetDeviceHandleV11))},
+		{"ncclNetDeviceHandle_v11_t.netDeviceType", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV11.NetDeviceType)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV11))), uint64(unsafe.Sizeof(vNetDeviceHandleV11.NetDeviceType))},
+		{"ncclNetDeviceHandle_v11_t.netDeviceVersion", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV11.NetDeviceVersion)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV11))), uint64(unsafe.Sizeof(vNetDeviceHandleV11.NetDeviceVersion))},
+		{"ncclNetDeviceHandle_v11_t.handle", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV11.Handle)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV11))), uint64(unsafe.Sizeof(vNetDeviceHandleV11.Handle))},
+		{"ncclNetDeviceHandle_v11_t.size", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV11.Size)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV11))), uint64(unsafe.Sizeof(vNetDeviceHandleV11.Size))},
+		{"ncclNetDeviceHandle_v11_t.needsProxyProgress", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV11.NeedsProxyProgress)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV11))), uint64(unsafe.Sizeof(vNetDeviceHandleV11.NeedsProxyProgress))},
+		{"ncclNetDeviceHandle_v12_t", uint64(unsafe.Sizeof(vNetDeviceHandleV12)), uint64(unsafe.Alignof(vNetDeviceHandleV12))},
+		{"ncclNetDeviceHandle_v12_t.netDeviceType", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV12.NetDeviceType)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV12))), uint64(unsafe.Sizeof(vNetDeviceHandleV12.NetDeviceType))},
+		{"ncclNetDeviceHandle_v12_t.netDeviceVersion", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV12.NetDeviceVersion)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV12))), uint64(unsafe.Sizeof(vNetDeviceHandleV12.NetDeviceVersion))},
+		{"ncclNetDeviceHandle_v12_t.handle", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV12.Handle)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV12))), uint64(unsafe.Sizeof(vNetDeviceHandleV12.Handle))},
+		{"ncclNetDeviceHandle_v12_t.size", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV12.Size)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV12))), uint64(unsafe.Sizeof(vNetDeviceHandleV12.Size))},
+		{"ncclNetDeviceHandle_v12_t.needsProxyProgress", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV12.NeedsProxyProgress)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV12))), uint64(unsafe.Sizeof(vNetDeviceHandleV12.NeedsProxyProgress))},
+		{"ncclNetDeviceHandle_v7_t", uint64(unsafe.Sizeof(vNetDeviceHandleV7)), uint64(unsafe.Alignof(vNetDeviceHandleV7))},
+		{"ncclNetDeviceHandle_v7_t.netDeviceType", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV7.NetDeviceType)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV7))), uint64(unsafe.Sizeof(vNetDeviceHandleV7.NetDeviceType))},
+		{"ncclNetDeviceHandle_v7_t.netDeviceVersion", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV7.NetDeviceVersion)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV7))), uint64(unsafe.Sizeof(vNetDeviceHandleV7.NetDeviceVersion))},
+		{"ncclNetDeviceHandle_v7_t.handle", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV7.Handle)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV7))), uint64(unsafe.Sizeof(vNetDeviceHandleV7.Handle))},
+		{"ncclNetDeviceHandle_v7_t.size", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV7.Size)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV7))), uint64(unsafe.Sizeof(vNetDeviceHandleV7.Size))},
+		{"ncclNetDeviceHandle_v7_t.needsProxyProgress", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV7.NeedsProxyProgress)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV7))), uint64(unsafe.Sizeof(vNetDeviceHandleV7.NeedsProxyProgress))},
+		{"ncclNetDeviceHandle_v8_t", uint64(unsafe.Sizeof(vNetDeviceHandleV8)), uint64(unsafe.Alignof(vNetDeviceHandleV8))},
+		{"ncclNetDeviceHandle_v8_t.netDeviceType", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV8.NetDeviceType)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV8))), uint64(unsafe.Sizeof(vNetDeviceHandleV8.NetDeviceType))},
+		{"ncclNetDeviceHandle_v8_t.netDeviceVersion", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV8.NetDeviceVersion)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV8))), uint64(unsafe.Sizeof(vNetDeviceHandleV8.NetDeviceVersion))},
+		{"ncclNetDeviceHandle_v8_t.handle", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV8.Handle)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV8))), uint64(unsafe.Sizeof(vNetDeviceHandleV8.Handle))},
+		{"ncclNetDeviceHandle_v8_t.size", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV8.Size)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV8))), uint64(unsafe.Sizeof(vNetDeviceHandleV8.Size))},
+		{"ncclNetDeviceHandle_v8_t.needsProxyProgress", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV8.NeedsProxyProgress)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV8))), uint64(unsafe.Sizeof(vNetDeviceHandleV8.NeedsProxyProgress))},
+		{"ncclNetDeviceHandle_v9_t", uint64(unsafe.Sizeof(vNetDeviceHandleV9)), uint64(unsafe.Alignof(vNetDeviceHandleV9))},
+		{"ncclNetDeviceHandle_v9_t.netDeviceType", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV9.NetDeviceType)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV9))), uint64(unsafe.Sizeof(vNetDeviceHandleV9.NetDeviceType))},
+		{"ncclNetDeviceHandle_v9_t.netDeviceVersion", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV9.NetDeviceVersion)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV9))), uint64(unsafe.Sizeof(vNetDeviceHandleV9.NetDeviceVersion))},
+		{"ncclNetDeviceHandle_v9_t.handle", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV9.Handle)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV9))), uint64(unsafe.Sizeof(vNetDeviceHandleV9.Handle))},
+		{"ncclNetDeviceHandle_v9_t.size", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV9.Size)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV9))), uint64(unsafe.Sizeof(vNetDeviceHandleV9.Size))},
+		{"ncclNetDeviceHandle_v9_t.needsProxyProgress", uint64(uintptr(unsafe.Pointer(&vNetDeviceHandleV9.NeedsProxyProgress)) - uintptr(unsafe.Pointer(&vNetDeviceHandleV9))), uint64(unsafe.Sizeof(vNetDeviceHandleV9.NeedsProxyProgress))},
+		{"ncclNetDeviceType", uint64(unsafe.Sizeof(vNetDeviceType)), uint64(unsafe.Alignof(vNetDeviceType))},
 		{"ncclParamHandle_t", uint64(unsafe.Sizeof(vParamHandle)), uint64(unsafe.Alignof(vParamHandle))},
 		{"ncclRedOp_t", uint64(unsafe.Sizeof(vRedOp)), uint64(unsafe.Alignof(vRedOp))},
 		{"ncclRedOp_dummy_t", uint64(unsafe.Sizeof(vRedOpDummy)), uint64(unsafe.Alignof(vRedOpDummy))},
+		{"struct ncclResourceWindow_vidmem", uint64(unsafe.Sizeof(vResourceWindowVidmem)), uint64(unsafe.Alignof(vResourceWindowVidmem))},
+		{"struct ncclResourceWindow_vidmem.reserved1", uint64(uintptr(unsafe.Pointer(&vResourceWindowVidmem.Reserved1)) - uintptr(unsafe.Pointer(&vResourceWindowVidmem))), uint64(unsafe.Sizeof(vResourceWindowVidmem.Reserved1))},
+		{"struct ncclResourceWindow_vidmem.lsaFlatBase", uint64(uintptr(unsafe.Pointer(&vResourceWindowVidmem.LsaFlatBase)) - uintptr(unsafe.Pointer(&vResourceWindowVidmem))), uint64(unsafe.Sizeof(vResourceWindowVidmem.LsaFlatBase))},
+		{"struct ncclResourceWindow_vidmem.reserved2", uint64(uintptr(unsafe.Pointer(&vResourceWindowVidmem.Reserved2)) - uintptr(unsafe.Pointer(&vResourceWindowVidmem))), uint64(unsafe.Sizeof(vResourceWindowVidmem.Reserved2))},
+		{"struct ncclResourceWindow_vidmem.stride4G", uint64(uintptr(unsafe.Pointer(&vResourceWindowVidmem.Stride4G)) - uintptr(unsafe.Pointer(&vResourceWindowVidmem))), uint64(unsafe.Sizeof(vResourceWindowVidmem.Stride4G))},
+		{"struct ncclResourceWindow_vidmem.mcOffset4K", uint64(uintptr(unsafe.Pointer(&vResourceWindowVidmem.McOffset4K)) - uintptr(unsafe.Pointer(&vResourceWindowVidmem))), uint64(unsafe.Sizeof(vResourceWindowVidmem.McOffset4K))},
+		{"struct ncclResourceWindow_vidmem.reserved3", uint64(uintptr(unsafe.Pointer(&vResourceWindowVidmem.Reserved3)) - uintptr(unsafe.Pointer(&vResourceWindowVidmem))), uint64(unsafe.Sizeof(vResourceWindowVidmem.Reserved3))},
 		{"ncclResult_t", uint64(unsafe.Sizeof(vResult)), uint64(unsafe.Alignof(vResult))},
 		{"ncclScalarResidence_t", uint64(unsafe.Sizeof(vScalarResidence)), uint64(unsafe.Alignof(vScalarResidence))},
+		{"struct ncclSegmentWindow", uint64(unsafe.Sizeof(vSegmentWindow)), uint64(unsafe.Alignof(vSegmentWindow))},
+		{"struct ncclSegmentWindow.ginWins", uint64(uintptr(unsafe.Pointer(&vSegmentWindow.GinWins)) - uintptr(unsafe.Pointer(&vSegmentWindow))), uint64(unsafe.Sizeof(vSegmentWindow.GinWins))},
+		{"struct ncclSegmentWindow.segmentSize", uint64(uintptr(unsafe.Pointer(&vSegmentWindow.SegmentSize)) - uintptr(unsafe.Pointer(&vSegmentWindow))), uint64(unsafe.Sizeof(vSegmentWindow.SegmentSize))},
+		{"struct ncclSegmentWindow.memType", uint64(uintptr(unsafe.Pointer(&vSegmentWindow.MemType)) - uintptr(unsafe.Pointer(&vSegmentWindow))), uint64(unsafe.Sizeof(vSegmentWindow.MemType))},
 		{"struct ncclSimInfo_v22200", uint64(unsafe.Sizeof(vSimInfo)), uint64(unsafe.Alignof(vSimInfo))},
 		{"struct ncclSimInfo_v22200.size", uint64(uintptr(unsafe.Pointer(&vSimInfo.Size)) - uintptr(unsafe.Pointer(&vSimInfo))), uint64(unsafe.Sizeof(vSimInfo.Size))},
 		{"struct ncclSimInfo_v22200.magic", uint64(uintptr(unsafe.Pointer(&vSimInfo.Magic)) - uintptr(unsafe.Pointer(&vSimInfo))), uint64(unsafe.Sizeof(vSimInfo.Magic))},
 		{"struct ncclSimInfo_v22200.version", uint64(uintptr(unsafe.Pointer(&vSimInfo.Version)) - uintptr(unsafe.Pointer(&vSimInfo))), uint64(unsafe.Sizeof(vSimInfo.Version))},
 		{"struct ncclSimInfo_v22200.estimatedTime", uint64(uintptr(unsafe.Pointer(&vSimInfo.EstimatedTime)) - uintptr(unsafe.Pointer(&vSimInfo))), uint64(unsafe.Sizeof(vSimInfo.EstimatedTime))},
+		{"struct ncclTeam", uint64(unsafe.Sizeof(vTeam)), uint64(unsafe.Alignof(vTeam))},
+		{"struct ncclTeam.nRanks", uint64(uintptr(unsafe.Pointer(&vTeam.NRanks)) - uintptr(unsafe.Pointer(&vTeam))), uint64(unsafe.Sizeof(vTeam.NRanks))},
+		{"struct ncclTeam.rank", uint64(uintptr(unsafe.Pointer(&vTeam.Rank)) - uintptr(unsafe.Pointer(&vTeam))), uint64(unsafe.Sizeof(vTeam.Rank))},
+		{"struct ncclTeam.stride", uint64(uintptr(unsafe.Pointer(&vTeam.Stride)) - uintptr(unsafe.Pointer(&vTeam))), uint64(unsafe.Sizeof(vTeam.Stride))},
+		{"struct ncclTeamRequirements", uint64(unsafe.Sizeof(vTeamRequirements)), uint64(unsafe.Alignof(vTeamRequirements))},
+		{"struct ncclTeamRequirements.next", uint64(uintptr(unsafe.Pointer(&vTeamRequirements.Next)) - uintptr(unsafe.Pointer(&vTeamRequirements))), uint64(unsafe.Sizeof(vTeamRequirements.Next))},
+		{"struct ncclTeamRequirements.team", uint64(uintptr(unsafe.Pointer(&vTeamRequirements.Team)) - uintptr(unsafe.Pointer(&vTeamRequirements))), uint64(unsafe.Sizeof(vTeamRequirements.Team))},
+		{"struct ncclTeamRequirements.multimem", uint64(uintptr(unsafe.Pointer(&vTeamRequirements.Multimem)) - uintptr(unsafe.Pointer(&vTeamRequirements))), uint64(unsafe.Sizeof(vTeamRequirements.Multimem))},
+		{"struct ncclTeamRequirements.outMultimemHandle", uint64(uintptr(unsafe.Pointer(&vTeamRequirements.OutMultimemHandle)) - uintptr(unsafe.Pointer(&vTeamRequirements))), uint64(unsafe.Sizeof(vTeamRequirements.OutMultimemHandle))},
 		{"ncclUniqueId", uint64(unsafe.Sizeof(vUniqueId)), uint64(unsafe.Alignof(vUniqueId))},
 		{"ncclUniqueId.internal", uint64(uintptr(unsafe.Pointer(&vUniqueId.Internal)) - uintptr(unsafe.Pointer(&vUniqueId))), uint64(unsafe.Sizeof(vUniqueId.Internal))},
 		{"ncclWaitSignalDesc_t", uint64(unsafe.Sizeof(vWaitSignalDesc)), uint64(unsafe.Alignof(vWaitSignalDesc))},
@@ -205,6 +598,19 @@ func goLayout() []layoutEntry {
 		{"ncclWaitSignalDesc_t.sigIdx", uint64(uintptr(unsafe.Pointer(&vWaitSignalDesc.SigIdx)) - uintptr(unsafe.Pointer(&vWaitSignalDesc))), uint64(unsafe.Sizeof(vWaitSignalDesc.SigIdx))},
 		{"ncclWaitSignalDesc_t.ctx", uint64(uintptr(unsafe.Pointer(&vWaitSignalDesc.Ctx)) - uintptr(unsafe.Pointer(&vWaitSignalDesc))), uint64(unsafe.Sizeof(vWaitSignalDesc.Ctx))},
 		{"ncclWindow_t", uint64(unsafe.Sizeof(vWindow)), uint64(unsafe.Alignof(vWindow))},
+		{"struct ncclWindow_vidmem", uint64(unsafe.Sizeof(vWindowVidmem)), uint64(unsafe.Alignof(vWindowVidmem))},
+		{"struct ncclWindow_vidmem.winHost", uint64(uintptr(unsafe.Pointer(&vWindowVidmem.WinHost)) - uintptr(unsafe.Pointer(&vWindowVidmem))), uint64(unsafe.Sizeof(vWindowVidmem.WinHost))},
+		{"struct ncclWindow_vidmem.lsaFlatBase", uint64(uintptr(unsafe.Pointer(&vWindowVidmem.LsaFlatBase)) - uintptr(unsafe.Pointer(&vWindowVidmem))), uint64(unsafe.Sizeof(vWindowVidmem.LsaFlatBase))},
+		{"struct ncclWindow_vidmem.lsaRank", uint64(uintptr(unsafe.Pointer(&vWindowVidmem.LsaRank)) - uintptr(unsafe.Pointer(&vWindowVidmem))), uint64(unsafe.Sizeof(vWindowVidmem.LsaRank))},
+		{"struct ncclWindow_vidmem.worldRank", uint64(uintptr(unsafe.Pointer(&vWindowVidmem.WorldRank)) - uintptr(unsafe.Pointer(&vWindowVidmem))), uint64(unsafe.Sizeof(vWindowVidmem.WorldRank))},
+		{"struct ncclWindow_vidmem.stride4G", uint64(uintptr(unsafe.Pointer(&vWindowVidmem.Stride4G)) - uintptr(unsafe.Pointer(&vWindowVidmem))), uint64(unsafe.Sizeof(vWindowVidmem.Stride4G))},
+		{"struct ncclWindow_vidmem.mcOffset4K", uint64(uintptr(unsafe.Pointer(&vWindowVidmem.McOffset4K)) - uintptr(unsafe.Pointer(&vWindowVidmem))), uint64(unsafe.Sizeof(vWindowVidmem.McOffset4K))},
+		{"struct ncclWindow_vidmem.ginOffset4K", uint64(uintptr(unsafe.Pointer(&vWindowVidmem.GinOffset4K)) - uintptr(unsafe.Pointer(&vWindowVidmem))), uint64(unsafe.Sizeof(vWindowVidmem.GinOffset4K))},
+		{"struct ncclWindow_vidmem.ginWins", uint64(uintptr(unsafe.Pointer(&vWindowVidmem.GinWins)) - uintptr(unsafe.Pointer(&vWindowVidmem))), uint64(unsafe.Sizeof(vWindowVidmem.GinWins))},
+		{"struct ncclWindow_vidmem.ginMultiSegmentWins", uint64(uintptr(unsafe.Pointer(&vWindowVidmem.GinMultiSegmentWins)) - uintptr(unsafe.Pointer(&vWindowVidmem))), uint64(unsafe.Sizeof(vWindowVidmem.GinMultiSegmentWins))},
+		{"struct ncclWindow_vidmem.numSegments", uint64(uintptr(unsafe.Pointer(&vWindowVidmem.NumSegments)) - uintptr(unsafe.Pointer(&vWindowVidmem))), uint64(unsafe.Sizeof(vWindowVidmem.NumSegments))},
+		{"CU_MEM_LOCATION_TYPE_INVALID", u64(int64(CuMemLocationTypeInvalid)), 0},
+		{"CU_MEM_LOCATION_TYPE_MAX", u64(int64(CuMemLocationTypeMax)), 0},
 		{"ncclSuccess", u64(int64(Success)), 0},
 		{"ncclUnhandledCudaError", u64(int64(UnhandledCudaError)), 0},
 		{"ncclSystemError", u64(int64(SystemError)), 0},
@@ -247,6 +653,20 @@ func goLayout() []layoutEntry {
 		{"ncclNumTypes", u64(int64(NumTypes)), 0},
 		{"ncclScalarDevice", u64(int64(ScalarDevice)), 0},
 		{"ncclScalarHostImmediate", u64(int64(ScalarHostImmediate)), 0},
+		{"NCCL_GIN_CONNECTION_NONE", u64(int64(GinConnectionNone)), 0},
+		{"NCCL_GIN_CONNECTION_FULL", u64(int64(GinConnectionFull)), 0},
+		{"NCCL_GIN_CONNECTION_RAIL", u64(int64(GinConnectionRail)), 0},
+		{"NCCL_GIN_TYPE_NONE", u64(int64(GinTypeNone)), 0},
+		{"NCCL_GIN_TYPE_PROXY", u64(int64(GinTypeProxy)), 0},
+		{"NCCL_GIN_TYPE_GDAKI", u64(int64(GinTypeGdaki)), 0},
+		{"NCCL_GIN_TYPE_GPI", u64(int64(GinTypeGpi)), 0},
+		{"NCCL_NET_DEVICE_HOST", u64(int64(NetDeviceHost)), 0},
+		{"NCCL_NET_DEVICE_UNPACK", u64(int64(NetDeviceUnpack)), 0},
+		{"NCCL_NET_DEVICE_GIN_PROXY", u64(int64(NetDeviceGinProxy)), 0},
+		{"NCCL_NET_DEVICE_GIN_GDAKI", u64(int64(NetDeviceGinGdaki)), 0},
+		{"NCCL_NET_DEVICE_GIN_GPI", u64(int64(NetDeviceGinGpi)), 0},
+		{"ncclGinSignalInc", u64(int64(GinSignalInc)), 0},
+		{"ncclGinSignalAdd", u64(int64(GinSignalAdd)), 0},
 		{"NCCL_API_MAGIC", uint64(ApiMagic), 0},
 		{"NCCL_COMM_NULL", uint64(CommNull), 0},
 		{"NCCL_CONFIG_UNDEF_INT", u64(int64(ConfigUndefInt)), 0},
@@ -254,8 +674,12 @@ func goLayout() []layoutEntry {
 		{"NCCL_CTA_POLICY_DEFAULT", u64(int64(CtaPolicyDefault)), 0},
 		{"NCCL_CTA_POLICY_EFFICIENCY", u64(int64(CtaPolicyEfficiency)), 0},
 		{"NCCL_CTA_POLICY_ZERO", u64(int64(CtaPolicyZero)), 0},
+		{"NCCL_GIN_MAX_CONNECTIONS", u64(int64(GinMaxConnections)), 0},
 		{"NCCL_MAJOR", u64(int64(Major)), 0},
 		{"NCCL_MINOR", u64(int64(Minor)), 0},
+		{"NCCL_NET_DEVICE_INVALID_VERSION", u64(int64(NetDeviceInvalidVersion)), 0},
+		{"NCCL_NET_DEVICE_UNPACK_VERSION", u64(int64(NetDeviceUnpackVersion)), 0},
+		{"NCCL_NET_MTU_SIZE", u64(int64(NetMtuSize)), 0},
 		{"NCCL_PATCH", u64(int64(Patch)), 0},
 		{"NCCL_REVOKE_DEFAULT", u64(int64(RevokeDefault)), 0},
 		{"NCCL_SHRINK_ABORT", u64(int64(ShrinkAbort)), 0},
@@ -295,6 +719,12 @@ func TestLayoutMatchesGCC(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "nccl.h")); err != nil {
 		// nccl-2.30.7 comes from github, which a strict run (NCCLGO_STRICT) may not reach: a skip, never a failure.
 		t.Skipf("header set nccl-2.30.7 is not in %s: run make headers (a new release: make headers NCCL=<version>)", dir)
+	}
+	for _, h := range []string{"nccl_device/core.h", "nccl_device/ll_a2a.h", "nccl_device/lsa_barrier.h", "nccl_device/gin_barrier.h", "nccl_device/impl/comm__types.h"} {
+		if _, err := os.Stat(filepath.Join(dir, h)); err != nil {
+			// nccl-2.30.7 comes from github, which a strict run (NCCLGO_STRICT) may not reach: a skip, never a failure.
+			t.Skipf("header set nccl-2.30.7 is not in %s: run make headers (a new release: make headers NCCL=<version>)", dir)
+		}
 	}
 	tmp := t.TempDir()
 	src := filepath.Join(tmp, "layout.c")

@@ -6,70 +6,86 @@ import dl "github.com/ncclgo/ncclgo/raw/dl"
 
 // The symbols the functions call, each with the first pinned header version declaring it.
 var (
-	_sym_ncclAllGather                = dl.Symbol{Name: "ncclAllGather", Since: "2.18.1"}
-	_sym_ncclAllReduce                = dl.Symbol{Name: "ncclAllReduce", Since: "2.18.1"}
-	_sym_ncclAlltoAll                 = dl.Symbol{Name: "ncclAlltoAll", Since: "2.28.3"}
-	_sym_ncclBcast                    = dl.Symbol{Name: "ncclBcast", Since: "2.18.1"}
-	_sym_ncclBroadcast                = dl.Symbol{Name: "ncclBroadcast", Since: "2.18.1"}
-	_sym_ncclCommAbort                = dl.Symbol{Name: "ncclCommAbort", Since: "2.18.1"}
-	_sym_ncclCommCount                = dl.Symbol{Name: "ncclCommCount", Since: "2.18.1"}
-	_sym_ncclCommCuDevice             = dl.Symbol{Name: "ncclCommCuDevice", Since: "2.18.1"}
-	_sym_ncclCommDeregister           = dl.Symbol{Name: "ncclCommDeregister", Since: "2.19.1"}
-	_sym_ncclCommDestroy              = dl.Symbol{Name: "ncclCommDestroy", Since: "2.18.1"}
-	_sym_ncclCommFinalize             = dl.Symbol{Name: "ncclCommFinalize", Since: "2.18.1"}
-	_sym_ncclCommGetAsyncError        = dl.Symbol{Name: "ncclCommGetAsyncError", Since: "2.18.1"}
-	_sym_ncclCommGetUniqueId          = dl.Symbol{Name: "ncclCommGetUniqueId", Since: "2.29.2"}
-	_sym_ncclCommGrow                 = dl.Symbol{Name: "ncclCommGrow", Since: "2.29.2"}
-	_sym_ncclCommInitAll              = dl.Symbol{Name: "ncclCommInitAll", Since: "2.18.1"}
-	_sym_ncclCommInitRank             = dl.Symbol{Name: "ncclCommInitRank", Since: "2.18.1"}
-	_sym_ncclCommInitRankConfig       = dl.Symbol{Name: "ncclCommInitRankConfig", Since: "2.18.1"}
-	_sym_ncclCommInitRankScalable     = dl.Symbol{Name: "ncclCommInitRankScalable", Since: "2.23.4"}
-	_sym_ncclCommMemStats             = dl.Symbol{Name: "ncclCommMemStats", Since: "2.29.7"}
-	_sym_ncclCommRegister             = dl.Symbol{Name: "ncclCommRegister", Since: "2.19.1"}
-	_sym_ncclCommResume               = dl.Symbol{Name: "ncclCommResume", Since: "2.29.7"}
-	_sym_ncclCommRevoke               = dl.Symbol{Name: "ncclCommRevoke", Since: "2.28.7"}
-	_sym_ncclCommShrink               = dl.Symbol{Name: "ncclCommShrink", Since: "2.27.3"}
-	_sym_ncclCommSplit                = dl.Symbol{Name: "ncclCommSplit", Since: "2.18.1"}
-	_sym_ncclCommSuspend              = dl.Symbol{Name: "ncclCommSuspend", Since: "2.29.7"}
-	_sym_ncclCommUserRank             = dl.Symbol{Name: "ncclCommUserRank", Since: "2.18.1"}
-	_sym_ncclCommWindowDeregister     = dl.Symbol{Name: "ncclCommWindowDeregister", Since: "2.27.3"}
-	_sym_ncclCommWindowRegister       = dl.Symbol{Name: "ncclCommWindowRegister", Since: "2.27.3"}
-	_sym_ncclGather                   = dl.Symbol{Name: "ncclGather", Since: "2.28.3"}
-	_sym_ncclGetErrorString           = dl.Symbol{Name: "ncclGetErrorString", Since: "2.18.1"}
-	_sym_ncclGetLastError             = dl.Symbol{Name: "ncclGetLastError", Since: "2.18.1"}
-	_sym_ncclGetUniqueId              = dl.Symbol{Name: "ncclGetUniqueId", Since: "2.18.1"}
-	_sym_ncclGetVersion               = dl.Symbol{Name: "ncclGetVersion", Since: "2.18.1"}
-	_sym_ncclGroupEnd                 = dl.Symbol{Name: "ncclGroupEnd", Since: "2.18.1"}
-	_sym_ncclGroupSimulateEnd         = dl.Symbol{Name: "ncclGroupSimulateEnd", Since: "2.22.3"}
-	_sym_ncclGroupStart               = dl.Symbol{Name: "ncclGroupStart", Since: "2.18.1"}
-	_sym_ncclMemAlloc                 = dl.Symbol{Name: "ncclMemAlloc", Since: "2.19.1"}
-	_sym_ncclMemFree                  = dl.Symbol{Name: "ncclMemFree", Since: "2.19.1"}
-	_sym_ncclParamBind                = dl.Symbol{Name: "ncclParamBind", Since: "2.30.4"}
-	_sym_ncclParamDumpAll             = dl.Symbol{Name: "ncclParamDumpAll", Since: "2.30.4"}
-	_sym_ncclParamGet                 = dl.Symbol{Name: "ncclParamGet", Since: "2.30.4"}
-	_sym_ncclParamGetAllParameterKeys = dl.Symbol{Name: "ncclParamGetAllParameterKeys", Since: "2.30.4"}
-	_sym_ncclParamGetI16              = dl.Symbol{Name: "ncclParamGetI16", Since: "2.30.4"}
-	_sym_ncclParamGetI32              = dl.Symbol{Name: "ncclParamGetI32", Since: "2.30.4"}
-	_sym_ncclParamGetI64              = dl.Symbol{Name: "ncclParamGetI64", Since: "2.30.4"}
-	_sym_ncclParamGetI8               = dl.Symbol{Name: "ncclParamGetI8", Since: "2.30.4"}
-	_sym_ncclParamGetParameter        = dl.Symbol{Name: "ncclParamGetParameter", Since: "2.30.4"}
-	_sym_ncclParamGetStr              = dl.Symbol{Name: "ncclParamGetStr", Since: "2.30.4"}
-	_sym_ncclParamGetU16              = dl.Symbol{Name: "ncclParamGetU16", Since: "2.30.4"}
-	_sym_ncclParamGetU32              = dl.Symbol{Name: "ncclParamGetU32", Since: "2.30.4"}
-	_sym_ncclParamGetU64              = dl.Symbol{Name: "ncclParamGetU64", Since: "2.30.4"}
-	_sym_ncclParamGetU8               = dl.Symbol{Name: "ncclParamGetU8", Since: "2.30.4"}
-	_sym_ncclPutSignal                = dl.Symbol{Name: "ncclPutSignal", Since: "2.29.2"}
-	_sym_ncclRecv                     = dl.Symbol{Name: "ncclRecv", Since: "2.18.1"}
-	_sym_ncclRedOpCreatePreMulSum     = dl.Symbol{Name: "ncclRedOpCreatePreMulSum", Since: "2.18.1"}
-	_sym_ncclRedOpDestroy             = dl.Symbol{Name: "ncclRedOpDestroy", Since: "2.18.1"}
-	_sym_ncclReduce                   = dl.Symbol{Name: "ncclReduce", Since: "2.18.1"}
-	_sym_ncclReduceScatter            = dl.Symbol{Name: "ncclReduceScatter", Since: "2.18.1"}
-	_sym_ncclResetDebugInit           = dl.Symbol{Name: "ncclResetDebugInit", Since: "2.24.3"}
-	_sym_ncclScatter                  = dl.Symbol{Name: "ncclScatter", Since: "2.28.3"}
-	_sym_ncclSend                     = dl.Symbol{Name: "ncclSend", Since: "2.18.1"}
-	_sym_ncclSignal                   = dl.Symbol{Name: "ncclSignal", Since: "2.29.2"}
-	_sym_ncclWaitSignal               = dl.Symbol{Name: "ncclWaitSignal", Since: "2.29.2"}
-	_sym_ncclWinGetUserPtr            = dl.Symbol{Name: "ncclWinGetUserPtr", Since: "2.29.2"}
+	_sym_ncclAllGather                   = dl.Symbol{Name: "ncclAllGather", Since: "2.18.1"}
+	_sym_ncclAllReduce                   = dl.Symbol{Name: "ncclAllReduce", Since: "2.18.1"}
+	_sym_ncclAlltoAll                    = dl.Symbol{Name: "ncclAlltoAll", Since: "2.28.3"}
+	_sym_ncclBcast                       = dl.Symbol{Name: "ncclBcast", Since: "2.18.1"}
+	_sym_ncclBroadcast                   = dl.Symbol{Name: "ncclBroadcast", Since: "2.18.1"}
+	_sym_ncclCommAbort                   = dl.Symbol{Name: "ncclCommAbort", Since: "2.18.1"}
+	_sym_ncclCommCount                   = dl.Symbol{Name: "ncclCommCount", Since: "2.18.1"}
+	_sym_ncclCommCuDevice                = dl.Symbol{Name: "ncclCommCuDevice", Since: "2.18.1"}
+	_sym_ncclCommDeregister              = dl.Symbol{Name: "ncclCommDeregister", Since: "2.19.1"}
+	_sym_ncclCommDestroy                 = dl.Symbol{Name: "ncclCommDestroy", Since: "2.18.1"}
+	_sym_ncclCommFinalize                = dl.Symbol{Name: "ncclCommFinalize", Since: "2.18.1"}
+	_sym_ncclCommGetAsyncError           = dl.Symbol{Name: "ncclCommGetAsyncError", Since: "2.18.1"}
+	_sym_ncclCommGetUniqueId             = dl.Symbol{Name: "ncclCommGetUniqueId", Since: "2.29.2"}
+	_sym_ncclCommGrow                    = dl.Symbol{Name: "ncclCommGrow", Since: "2.29.2"}
+	_sym_ncclCommInitAll                 = dl.Symbol{Name: "ncclCommInitAll", Since: "2.18.1"}
+	_sym_ncclCommInitRank                = dl.Symbol{Name: "ncclCommInitRank", Since: "2.18.1"}
+	_sym_ncclCommInitRankConfig          = dl.Symbol{Name: "ncclCommInitRankConfig", Since: "2.18.1"}
+	_sym_ncclCommInitRankScalable        = dl.Symbol{Name: "ncclCommInitRankScalable", Since: "2.23.4"}
+	_sym_ncclCommMemStats                = dl.Symbol{Name: "ncclCommMemStats", Since: "2.29.7"}
+	_sym_ncclCommQueryProperties         = dl.Symbol{Name: "ncclCommQueryProperties", Since: "2.29.2"}
+	_sym_ncclCommRegister                = dl.Symbol{Name: "ncclCommRegister", Since: "2.19.1"}
+	_sym_ncclCommResume                  = dl.Symbol{Name: "ncclCommResume", Since: "2.29.7"}
+	_sym_ncclCommRevoke                  = dl.Symbol{Name: "ncclCommRevoke", Since: "2.28.7"}
+	_sym_ncclCommShrink                  = dl.Symbol{Name: "ncclCommShrink", Since: "2.27.3"}
+	_sym_ncclCommSplit                   = dl.Symbol{Name: "ncclCommSplit", Since: "2.18.1"}
+	_sym_ncclCommSuspend                 = dl.Symbol{Name: "ncclCommSuspend", Since: "2.29.7"}
+	_sym_ncclCommUserRank                = dl.Symbol{Name: "ncclCommUserRank", Since: "2.18.1"}
+	_sym_ncclCommWindowDeregister        = dl.Symbol{Name: "ncclCommWindowDeregister", Since: "2.27.3"}
+	_sym_ncclCommWindowRegister          = dl.Symbol{Name: "ncclCommWindowRegister", Since: "2.27.3"}
+	_sym_ncclDevCommCreate               = dl.Symbol{Name: "ncclDevCommCreate", Since: "2.28.3"}
+	_sym_ncclDevCommDestroy              = dl.Symbol{Name: "ncclDevCommDestroy", Since: "2.28.3"}
+	_sym_ncclGather                      = dl.Symbol{Name: "ncclGather", Since: "2.28.3"}
+	_sym_ncclGetErrorString              = dl.Symbol{Name: "ncclGetErrorString", Since: "2.18.1"}
+	_sym_ncclGetLastError                = dl.Symbol{Name: "ncclGetLastError", Since: "2.18.1"}
+	_sym_ncclGetLsaDevicePointer         = dl.Symbol{Name: "ncclGetLsaDevicePointer", Since: "2.29.2"}
+	_sym_ncclGetLsaMultimemDevicePointer = dl.Symbol{Name: "ncclGetLsaMultimemDevicePointer", Since: "2.29.2"}
+	_sym_ncclGetMultimemDevicePointer    = dl.Symbol{Name: "ncclGetMultimemDevicePointer", Since: "2.29.2"}
+	_sym_ncclGetPeerDevicePointer        = dl.Symbol{Name: "ncclGetPeerDevicePointer", Since: "2.29.2"}
+	_sym_ncclGetUniqueId                 = dl.Symbol{Name: "ncclGetUniqueId", Since: "2.18.1"}
+	_sym_ncclGetVersion                  = dl.Symbol{Name: "ncclGetVersion", Since: "2.18.1"}
+	_sym_ncclGinBarrierCreateRequirement = dl.Symbol{Name: "ncclGinBarrierCreateRequirement", Since: "2.28.7"}
+	_sym_ncclGroupEnd                    = dl.Symbol{Name: "ncclGroupEnd", Since: "2.18.1"}
+	_sym_ncclGroupSimulateEnd            = dl.Symbol{Name: "ncclGroupSimulateEnd", Since: "2.22.3"}
+	_sym_ncclGroupStart                  = dl.Symbol{Name: "ncclGroupStart", Since: "2.18.1"}
+	_sym_ncclLLA2ACalcSlots              = dl.Symbol{Name: "ncclLLA2ACalcSlots", Since: "2.28.3"}
+	_sym_ncclLLA2ACreateRequirement      = dl.Symbol{Name: "ncclLLA2ACreateRequirement", Since: "2.28.3"}
+	_sym_ncclLsaBarrierCreateRequirement = dl.Symbol{Name: "ncclLsaBarrierCreateRequirement", Since: "2.28.3"}
+	_sym_ncclMemAlloc                    = dl.Symbol{Name: "ncclMemAlloc", Since: "2.19.1"}
+	_sym_ncclMemFree                     = dl.Symbol{Name: "ncclMemFree", Since: "2.19.1"}
+	_sym_ncclParamBind                   = dl.Symbol{Name: "ncclParamBind", Since: "2.30.4"}
+	_sym_ncclParamDumpAll                = dl.Symbol{Name: "ncclParamDumpAll", Since: "2.30.4"}
+	_sym_ncclParamGet                    = dl.Symbol{Name: "ncclParamGet", Since: "2.30.4"}
+	_sym_ncclParamGetAllParameterKeys    = dl.Symbol{Name: "ncclParamGetAllParameterKeys", Since: "2.30.4"}
+	_sym_ncclParamGetI16                 = dl.Symbol{Name: "ncclParamGetI16", Since: "2.30.4"}
+	_sym_ncclParamGetI32                 = dl.Symbol{Name: "ncclParamGetI32", Since: "2.30.4"}
+	_sym_ncclParamGetI64                 = dl.Symbol{Name: "ncclParamGetI64", Since: "2.30.4"}
+	_sym_ncclParamGetI8                  = dl.Symbol{Name: "ncclParamGetI8", Since: "2.30.4"}
+	_sym_ncclParamGetParameter           = dl.Symbol{Name: "ncclParamGetParameter", Since: "2.30.4"}
+	_sym_ncclParamGetStr                 = dl.Symbol{Name: "ncclParamGetStr", Since: "2.30.4"}
+	_sym_ncclParamGetU16                 = dl.Symbol{Name: "ncclParamGetU16", Since: "2.30.4"}
+	_sym_ncclParamGetU32                 = dl.Symbol{Name: "ncclParamGetU32", Since: "2.30.4"}
+	_sym_ncclParamGetU64                 = dl.Symbol{Name: "ncclParamGetU64", Since: "2.30.4"}
+	_sym_ncclParamGetU8                  = dl.Symbol{Name: "ncclParamGetU8", Since: "2.30.4"}
+	_sym_ncclPutSignal                   = dl.Symbol{Name: "ncclPutSignal", Since: "2.29.2"}
+	_sym_ncclRecv                        = dl.Symbol{Name: "ncclRecv", Since: "2.18.1"}
+	_sym_ncclRedOpCreatePreMulSum        = dl.Symbol{Name: "ncclRedOpCreatePreMulSum", Since: "2.18.1"}
+	_sym_ncclRedOpDestroy                = dl.Symbol{Name: "ncclRedOpDestroy", Since: "2.18.1"}
+	_sym_ncclReduce                      = dl.Symbol{Name: "ncclReduce", Since: "2.18.1"}
+	_sym_ncclReduceScatter               = dl.Symbol{Name: "ncclReduceScatter", Since: "2.18.1"}
+	_sym_ncclResetDebugInit              = dl.Symbol{Name: "ncclResetDebugInit", Since: "2.24.3"}
+	_sym_ncclScatter                     = dl.Symbol{Name: "ncclScatter", Since: "2.28.3"}
+	_sym_ncclSend                        = dl.Symbol{Name: "ncclSend", Since: "2.18.1"}
+	_sym_ncclSignal                      = dl.Symbol{Name: "ncclSignal", Since: "2.29.2"}
+	_sym_ncclTeamLsa                     = dl.Symbol{Name: "ncclTeamLsa", Since: "2.28.3"}
+	_sym_ncclTeamRail                    = dl.Symbol{Name: "ncclTeamRail", Since: "2.28.3"}
+	_sym_ncclTeamRankToLsa               = dl.Symbol{Name: "ncclTeamRankToLsa", Since: "2.28.3"}
+	_sym_ncclTeamRankToWorld             = dl.Symbol{Name: "ncclTeamRankToWorld", Since: "2.28.3"}
+	_sym_ncclTeamWorld                   = dl.Symbol{Name: "ncclTeamWorld", Since: "2.28.3"}
+	_sym_ncclWaitSignal                  = dl.Symbol{Name: "ncclWaitSignal", Since: "2.29.2"}
+	_sym_ncclWinGetUserPtr               = dl.Symbol{Name: "ncclWinGetUserPtr", Since: "2.29.2"}
 )
 
 // symbols lists every symbol above, sorted by name.
@@ -93,6 +109,7 @@ var symbols = []*dl.Symbol{
 	&_sym_ncclCommInitRankConfig,
 	&_sym_ncclCommInitRankScalable,
 	&_sym_ncclCommMemStats,
+	&_sym_ncclCommQueryProperties,
 	&_sym_ncclCommRegister,
 	&_sym_ncclCommResume,
 	&_sym_ncclCommRevoke,
@@ -102,14 +119,24 @@ var symbols = []*dl.Symbol{
 	&_sym_ncclCommUserRank,
 	&_sym_ncclCommWindowDeregister,
 	&_sym_ncclCommWindowRegister,
+	&_sym_ncclDevCommCreate,
+	&_sym_ncclDevCommDestroy,
 	&_sym_ncclGather,
 	&_sym_ncclGetErrorString,
 	&_sym_ncclGetLastError,
+	&_sym_ncclGetLsaDevicePointer,
+	&_sym_ncclGetLsaMultimemDevicePointer,
+	&_sym_ncclGetMultimemDevicePointer,
+	&_sym_ncclGetPeerDevicePointer,
 	&_sym_ncclGetUniqueId,
 	&_sym_ncclGetVersion,
+	&_sym_ncclGinBarrierCreateRequirement,
 	&_sym_ncclGroupEnd,
 	&_sym_ncclGroupSimulateEnd,
 	&_sym_ncclGroupStart,
+	&_sym_ncclLLA2ACalcSlots,
+	&_sym_ncclLLA2ACreateRequirement,
+	&_sym_ncclLsaBarrierCreateRequirement,
 	&_sym_ncclMemAlloc,
 	&_sym_ncclMemFree,
 	&_sym_ncclParamBind,
@@ -136,6 +163,11 @@ var symbols = []*dl.Symbol{
 	&_sym_ncclScatter,
 	&_sym_ncclSend,
 	&_sym_ncclSignal,
+	&_sym_ncclTeamLsa,
+	&_sym_ncclTeamRail,
+	&_sym_ncclTeamRankToLsa,
+	&_sym_ncclTeamRankToWorld,
+	&_sym_ncclTeamWorld,
 	&_sym_ncclWaitSignal,
 	&_sym_ncclWinGetUserPtr,
 }

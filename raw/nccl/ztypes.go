@@ -2,6 +2,19 @@
 
 package nccl
 
+import "unsafe"
+
+// CUmemLocationType is enum CUmemLocationType_enum (enum).
+type CUmemLocationType int32
+
+// Values of CUmemLocationType.
+const (
+	// CuMemLocationTypeInvalid is CU_MEM_LOCATION_TYPE_INVALID.
+	CuMemLocationTypeInvalid CUmemLocationType = 0
+	// CuMemLocationTypeMax is CU_MEM_LOCATION_TYPE_MAX.
+	CuMemLocationTypeMax CUmemLocationType = 2147483647
+)
+
 // Comm is typedef struct ncclComm *ncclComm_t (an opaque handle).
 type Comm uintptr
 
@@ -19,6 +32,23 @@ const (
 	// StatGpuMemTotal is ncclStatGpuMemTotal.
 	StatGpuMemTotal CommMemStat = 3
 )
+
+// CommProperties is struct ncclCommProperties (struct, 56 bytes).
+type CommProperties struct {
+	Size             uint64  // size_t size
+	Magic            uint32  // unsigned int magic
+	Version          uint32  // unsigned int version
+	Rank             int32   // int rank
+	NRanks           int32   // int nRanks
+	CudaDev          int32   // int cudaDev
+	NvmlDev          int32   // int nvmlDev
+	DeviceApiSupport bool    // _Bool deviceApiSupport
+	MultimemSupport  bool    // _Bool multimemSupport
+	GinType          GinType // ncclGinType_t ginType
+	NLsaTeams        int32   // int nLsaTeams
+	HostRmaSupport   bool    // _Bool hostRmaSupport
+	RailedGinType    GinType // ncclGinType_t railedGinType
+}
 
 // Config is struct ncclConfig_v23000 (struct, 96 bytes).
 type Config struct {
@@ -91,6 +121,245 @@ const (
 	NumTypes DataType = 12
 )
 
+// DevComm is struct ncclDevComm (struct, 240 bytes).
+type DevComm struct {
+	Magic                  uint32               // unsigned int magic
+	Version                uint32               // unsigned int version
+	Rank                   int32                // int rank
+	NRanks                 int32                // int nRanks
+	NRanksRcp32            uint32               // uint32_t nRanks_rcp32
+	LsaRank                int32                // int lsaRank
+	LsaSize                int32                // int lsaSize
+	LsaSizeRcp32           uint32               // uint32_t lsaSize_rcp32
+	WindowTable            DevCommWindowTable   // ncclDevCommWindowTable_t windowTable
+	ResourceWindow         Window               // ncclWindow_t resourceWindow
+	ResourceWindowInlined  ResourceWindowVidmem // ncclResourceWindow_vidmem_t resourceWindow_inlined
+	HybridWorldGinBarrier  GinBarrierHandle     // ncclGinBarrierHandle_t hybridWorldGinBarrier
+	LsaMultimem            MultimemHandle       // ncclMultimemHandle_t lsaMultimem
+	LsaBarrier             LsaBarrierHandle     // ncclLsaBarrierHandle_t lsaBarrier
+	RailGinBarrier         GinBarrierHandle     // ncclGinBarrierHandle_t railGinBarrier
+	GinConnectionCount     uint8                // uint8_t ginConnectionCount
+	GinNetDeviceTypes      [4]uint8             // uint8_t ginNetDeviceTypes[4]
+	GinHandles             [4]unsafe.Pointer    // void *ginHandles[4]
+	GinSignalCount         int32                // int ginSignalCount
+	GinCounterCount        int32                // int ginCounterCount
+	GinSignalShadows       *uint64              // uint64_t *ginSignalShadows
+	GinContextCount        uint32               // uint32_t ginContextCount
+	GinConnectionsRailed   bool                 // _Bool ginConnectionsRailed
+	GinStrongLegacySignals bool                 // _Bool ginStrongLegacySignals
+	GinContextsRailed      bool                 // _Bool ginContextsRailed
+	AbortFlag              *uint32              // uint32_t *abortFlag
+	HybridLsaBarrier       LsaBarrierHandle     // ncclLsaBarrierHandle_t hybridLsaBarrier
+	HybridRailGinBarrier   GinBarrierHandle     // ncclGinBarrierHandle_t hybridRailGinBarrier
+	WorldGinBarrier        GinBarrierHandle     // ncclGinBarrierHandle_t worldGinBarrier
+}
+
+// DevCommRequirements is struct ncclDevCommRequirements (struct, 96 bytes).
+type DevCommRequirements struct {
+	Size                     uint64                   // size_t size
+	Magic                    uint32                   // unsigned int magic
+	Version                  uint32                   // unsigned int version
+	ResourceRequirementsList *DevResourceRequirements // ncclDevResourceRequirements_t *resourceRequirementsList
+	TeamRequirementsList     *TeamRequirements        // ncclTeamRequirements_t *teamRequirementsList
+	LsaMultimem              bool                     // _Bool lsaMultimem
+	BarrierCount             int32                    // int barrierCount
+	LsaBarrierCount          int32                    // int lsaBarrierCount
+	RailGinBarrierCount      int32                    // int railGinBarrierCount
+	LsaLLA2ABlockCount       int32                    // int lsaLLA2ABlockCount
+	LsaLLA2ASlotCount        int32                    // int lsaLLA2ASlotCount
+	GinForceEnable           bool                     // _Bool ginForceEnable
+	GinContextCount          int32                    // int ginContextCount
+	GinSignalCount           int32                    // int ginSignalCount
+	GinCounterCount          int32                    // int ginCounterCount
+	GinConnectionType        GinConnectionType        // ncclGinConnectionType_t ginConnectionType
+	GinExclusiveContexts     bool                     // _Bool ginExclusiveContexts
+	GinQueueDepth            int32                    // int ginQueueDepth
+	GinTrafficClass          int32                    // int ginTrafficClass
+	WorldGinBarrierCount     int32                    // int worldGinBarrierCount
+	GinStrongSignalsRequired bool                     // _Bool ginStrongSignalsRequired
+	GinVaSignalsRequired     bool                     // _Bool ginVaSignalsRequired
+}
+
+// DevCommWindowTable is typedef struct ncclDevCommWindowTable *ncclDevCommWindowTable_t (an opaque handle).
+type DevCommWindowTable uintptr
+
+// DevResourceHandle is typedef ncclDevResourceHandle ncclDevResourceHandle_t.
+type DevResourceHandle = DevResourceHandleBase
+
+// DevResourceHandleBase is typedef uint32_t ncclDevResourceHandle.
+type DevResourceHandleBase uint32
+
+// DevResourceRequirements is struct ncclDevResourceRequirements (struct, 56 bytes).
+type DevResourceRequirements struct {
+	Next               *DevResourceRequirements // ncclDevResourceRequirements_t *next
+	BufferSize         uint64                   // size_t bufferSize
+	BufferAlign        uint64                   // size_t bufferAlign
+	OutBufferHandle    *DevResourceHandle       // ncclDevResourceHandle_t *outBufferHandle
+	GinSignalCount     int32                    // int ginSignalCount
+	GinCounterCount    int32                    // int ginCounterCount
+	OutGinSignalStart  *GinSignal               // ncclGinSignal_t *outGinSignalStart
+	OutGinCounterStart *GinCounter              // ncclGinCounter_t *outGinCounterStart
+}
+
+// GinBarrierHandle is struct ncclGinBarrierHandle (struct, 8 bytes).
+type GinBarrierHandle struct {
+	Signal0 GinSignal         // ncclGinSignal_t signal0
+	Unused  DevResourceHandle // ncclDevResourceHandle_t unused
+}
+
+// GinConnectionType is ncclGinConnectionType_t (enum).
+type GinConnectionType int32
+
+// Values of GinConnectionType.
+const (
+	// GinConnectionNone is NCCL_GIN_CONNECTION_NONE.
+	GinConnectionNone GinConnectionType = 0
+	// GinConnectionFull is NCCL_GIN_CONNECTION_FULL.
+	GinConnectionFull GinConnectionType = 1
+	// GinConnectionRail is NCCL_GIN_CONNECTION_RAIL.
+	GinConnectionRail GinConnectionType = 2
+)
+
+// GinCounter is typedef uint32_t ncclGinCounter_t.
+type GinCounter uint32
+
+// GinGpuCtx is typedef struct ncclGinGpuCtx *ncclGinGpuCtx_t (an opaque handle).
+type GinGpuCtx uintptr
+
+// GinRequest is ncclGinRequest_t (struct, 16 bytes).
+type GinRequest struct {
+	Opaque [2]uint64 // uint64_t opaque[2]
+}
+
+// GinSignal is typedef uint32_t ncclGinSignal_t.
+type GinSignal uint32
+
+// GinSignalOp is enum ncclGinSignalOp_t (enum).
+type GinSignalOp int32
+
+// Values of GinSignalOp.
+const (
+	// GinSignalInc is ncclGinSignalInc.
+	GinSignalInc GinSignalOp = 0
+	// GinSignalAdd is ncclGinSignalAdd.
+	GinSignalAdd GinSignalOp = 1
+)
+
+// GinType is ncclGinType_t (enum).
+type GinType int32
+
+// Values of GinType.
+const (
+	// GinTypeNone is NCCL_GIN_TYPE_NONE.
+	GinTypeNone GinType = 0
+	// GinTypeProxy is NCCL_GIN_TYPE_PROXY.
+	GinTypeProxy GinType = 2
+	// GinTypeGdaki is NCCL_GIN_TYPE_GDAKI.
+	GinTypeGdaki GinType = 3
+	// GinTypeGpi is NCCL_GIN_TYPE_GPI.
+	GinTypeGpi GinType = 4
+)
+
+// GinWindow is typedef void *ncclGinWindow_t.
+type GinWindow unsafe.Pointer
+
+// LLA2AHandle is struct ncclLLA2AHandle (struct, 8 bytes).
+type LLA2AHandle struct {
+	BufHandle DevResourceHandle // ncclDevResourceHandle_t bufHandle
+	NSlots    uint32            // uint32_t nSlots
+}
+
+// LsaBarrierHandle is struct ncclLsaBarrierHandle (struct, 8 bytes).
+type LsaBarrierHandle struct {
+	BufHandle DevResourceHandle // ncclDevResourceHandle_t bufHandle
+	NBarriers int32             // int nBarriers
+}
+
+// MultimemHandle is struct ncclMultimemHandle_t (struct, 8 bytes).
+type MultimemHandle struct {
+	McBasePtr unsafe.Pointer // void *mcBasePtr
+}
+
+// NetDeviceHandle is ncclNetDeviceHandle_t (struct, 32 bytes).
+type NetDeviceHandle struct {
+	NetDeviceType      NetDeviceType  // ncclNetDeviceType netDeviceType
+	NetDeviceVersion   int32          // int netDeviceVersion
+	Handle             unsafe.Pointer // void *handle
+	Size               uint64         // size_t size
+	NeedsProxyProgress int32          // int needsProxyProgress
+}
+
+// NetDeviceHandleV10 is ncclNetDeviceHandle_v10_t (struct, 32 bytes).
+type NetDeviceHandleV10 struct {
+	NetDeviceType      NetDeviceType  // ncclNetDeviceType netDeviceType
+	NetDeviceVersion   int32          // int netDeviceVersion
+	Handle             unsafe.Pointer // void *handle
+	Size               uint64         // size_t size
+	NeedsProxyProgress int32          // int needsProxyProgress
+}
+
+// NetDeviceHandleV11 is ncclNetDeviceHandle_v11_t (struct, 32 bytes).
+type NetDeviceHandleV11 struct {
+	NetDeviceType      NetDeviceType  // ncclNetDeviceType netDeviceType
+	NetDeviceVersion   int32          // int netDeviceVersion
+	Handle             unsafe.Pointer // void *handle
+	Size               uint64         // size_t size
+	NeedsProxyProgress int32          // int needsProxyProgress
+}
+
+// NetDeviceHandleV12 is ncclNetDeviceHandle_v12_t (struct, 32 bytes).
+type NetDeviceHandleV12 struct {
+	NetDeviceType      NetDeviceType  // ncclNetDeviceType netDeviceType
+	NetDeviceVersion   int32          // int netDeviceVersion
+	Handle             unsafe.Pointer // void *handle
+	Size               uint64         // size_t size
+	NeedsProxyProgress int32          // int needsProxyProgress
+}
+
+// NetDeviceHandleV7 is ncclNetDeviceHandle_v7_t (struct, 32 bytes).
+type NetDeviceHandleV7 struct {
+	NetDeviceType      NetDeviceType  // ncclNetDeviceType netDeviceType
+	NetDeviceVersion   int32          // int netDeviceVersion
+	Handle             unsafe.Pointer // void *handle
+	Size               uint64         // size_t size
+	NeedsProxyProgress int32          // int needsProxyProgress
+}
+
+// NetDeviceHandleV8 is ncclNetDeviceHandle_v8_t (struct, 32 bytes).
+type NetDeviceHandleV8 struct {
+	NetDeviceType      NetDeviceType  // ncclNetDeviceType netDeviceType
+	NetDeviceVersion   int32          // int netDeviceVersion
+	Handle             unsafe.Pointer // void *handle
+	Size               uint64         // size_t size
+	NeedsProxyProgress int32          // int needsProxyProgress
+}
+
+// NetDeviceHandleV9 is ncclNetDeviceHandle_v9_t (struct, 32 bytes).
+type NetDeviceHandleV9 struct {
+	NetDeviceType      NetDeviceType  // ncclNetDeviceType netDeviceType
+	NetDeviceVersion   int32          // int netDeviceVersion
+	Handle             unsafe.Pointer // void *handle
+	Size               uint64         // size_t size
+	NeedsProxyProgress int32          // int needsProxyProgress
+}
+
+// NetDeviceType is ncclNetDeviceType (enum).
+type NetDeviceType int32
+
+// Values of NetDeviceType.
+const (
+	// NetDeviceHost is NCCL_NET_DEVICE_HOST.
+	NetDeviceHost NetDeviceType = 0
+	// NetDeviceUnpack is NCCL_NET_DEVICE_UNPACK.
+	NetDeviceUnpack NetDeviceType = 1
+	// NetDeviceGinProxy is NCCL_NET_DEVICE_GIN_PROXY.
+	NetDeviceGinProxy NetDeviceType = 2
+	// NetDeviceGinGdaki is NCCL_NET_DEVICE_GIN_GDAKI.
+	NetDeviceGinGdaki NetDeviceType = 3
+	// NetDeviceGinGpi is NCCL_NET_DEVICE_GIN_GPI.
+	NetDeviceGinGpi NetDeviceType = 4
+)
+
 // ParamHandle is typedef struct ncclParamHandle *ncclParamHandle_t (an opaque handle).
 type ParamHandle uintptr
 
@@ -123,6 +392,16 @@ const (
 	// NumOpsDummy is ncclNumOps_dummy.
 	NumOpsDummy RedOpDummy = 5
 )
+
+// ResourceWindowVidmem is struct ncclResourceWindow_vidmem (struct, 64 bytes).
+type ResourceWindowVidmem struct {
+	Reserved1   [8]byte  // char reserved1[8]
+	LsaFlatBase *byte    // char *lsaFlatBase
+	Reserved2   [8]byte  // char reserved2[8]
+	Stride4G    uint32   // uint32_t stride4G
+	McOffset4K  uint32   // uint32_t mcOffset4K
+	Reserved3   [32]byte // char reserved3[32]
+}
 
 // Result is ncclResult_t (enum).
 type Result int32
@@ -162,12 +441,34 @@ const (
 	ScalarHostImmediate ScalarResidence = 1
 )
 
+// SegmentWindow is struct ncclSegmentWindow (struct, 48 bytes).
+type SegmentWindow struct {
+	GinWins     [4]GinWindow      // ncclGinWindow_t ginWins[4]
+	SegmentSize uint64            // size_t segmentSize
+	MemType     CUmemLocationType // CUmemLocationType memType
+}
+
 // SimInfo is struct ncclSimInfo_v22200 (struct, 24 bytes).
 type SimInfo struct {
 	Size          uint64  // size_t size
 	Magic         uint32  // unsigned int magic
 	Version       uint32  // unsigned int version
 	EstimatedTime float32 // float estimatedTime
+}
+
+// Team is struct ncclTeam (struct, 12 bytes).
+type Team struct {
+	NRanks int32 // int nRanks
+	Rank   int32 // int rank
+	Stride int32 // int stride
+}
+
+// TeamRequirements is struct ncclTeamRequirements (struct, 32 bytes).
+type TeamRequirements struct {
+	Next              *TeamRequirements // ncclTeamRequirements_t *next
+	Team              Team              // ncclTeam_t team
+	Multimem          bool              // _Bool multimem
+	OutMultimemHandle *MultimemHandle   // ncclMultimemHandle_t *outMultimemHandle
 }
 
 // UniqueId is ncclUniqueId (struct, 128 bytes).
@@ -186,6 +487,20 @@ type WaitSignalDesc struct {
 // Window is typedef struct ncclWindow_vidmem *ncclWindow_t (an opaque handle).
 type Window uintptr
 
+// WindowVidmem is struct ncclWindow_vidmem (struct, 88 bytes).
+type WindowVidmem struct {
+	WinHost             unsafe.Pointer // void *winHost
+	LsaFlatBase         *byte          // char *lsaFlatBase
+	LsaRank             int32          // int lsaRank
+	WorldRank           int32          // int worldRank
+	Stride4G            uint32         // uint32_t stride4G
+	McOffset4K          uint32         // uint32_t mcOffset4K
+	GinOffset4K         uint32         // uint32_t ginOffset4K
+	GinWins             [4]GinWindow   // ncclGinWindow_t ginWins[4]
+	GinMultiSegmentWins *SegmentWindow // struct ncclSegmentWindow *ginMultiSegmentWins
+	NumSegments         int32          // int numSegments
+}
+
 // Valued macros of nccl.h.
 const (
 	// ApiMagic is NCCL_API_MAGIC.
@@ -202,10 +517,18 @@ const (
 	CtaPolicyEfficiency = 1
 	// CtaPolicyZero is NCCL_CTA_POLICY_ZERO.
 	CtaPolicyZero = 2
+	// GinMaxConnections is NCCL_GIN_MAX_CONNECTIONS.
+	GinMaxConnections = 4
 	// Major is NCCL_MAJOR.
 	Major = 2
 	// Minor is NCCL_MINOR.
 	Minor = 30
+	// NetDeviceInvalidVersion is NCCL_NET_DEVICE_INVALID_VERSION.
+	NetDeviceInvalidVersion = 0
+	// NetDeviceUnpackVersion is NCCL_NET_DEVICE_UNPACK_VERSION.
+	NetDeviceUnpackVersion = 7
+	// NetMtuSize is NCCL_NET_MTU_SIZE.
+	NetMtuSize = 4096
 	// Patch is NCCL_PATCH.
 	Patch = 7
 	// RevokeDefault is NCCL_REVOKE_DEFAULT.

@@ -69,6 +69,16 @@ type Config struct {
 	// record, with those of every macro of the header they use (parse_defs.go).
 	MacroDefinitions []string `json:"macroDefinitions"`
 
+	// ExtraHeaders are more headers of a set whose declarations are bound too, included
+	// after Header in this order (parse_extra.go). One found in an Include folder is our
+	// prelude, included when a set has any of the others; one of the set
+	// ("nccl_device/core.h") is included in the sets whose manifest lines pin a file ending
+	// in it. With them, every file of the set's folder counts as the header's.
+	ExtraHeaders []string `json:"extraHeaders"`
+	// Handles are typedefs of a pointer to a struct that stay opaque handles (a named
+	// uintptr) although a header defines the struct's members (for device code).
+	Handles []Handle `json:"handles"`
+
 	file    string
 	skip    []*regexp.Regexp
 	version *regexp.Regexp
@@ -159,6 +169,22 @@ type Rename struct {
 	C      string `json:"c"`
 	Go     string `json:"go"`
 	Reason string `json:"reason"`
+}
+
+// Handle keeps the typedef C (a pointer to a struct) an opaque handle, with a reason.
+type Handle struct {
+	C      string `json:"c"`
+	Reason string `json:"reason"`
+}
+
+// handle reports whether the typedef name stays an opaque handle.
+func (c *Config) handle(name string) bool {
+	for _, h := range c.Handles {
+		if h.C == name {
+			return true
+		}
+	}
+	return false
 }
 
 // Skip leaves out the declarations of one kind whose C name matches a regular expression.

@@ -27,6 +27,7 @@ const (
 	resString                    // const char *: string
 	resNumber                    // a number or handle: (T, error)
 	resPointer                   // a pointer: (T, error)
+	resValue                     // a struct or union by value: (T, error), copied from C's bytes
 )
 
 // crossing is the Go <-> C plan of one function.
@@ -179,7 +180,7 @@ func (g *goPkg) plan(f *Func) (*crossing, error) {
 		case argPointer:
 			cr.res, tret = resPointer, "void *"
 		default:
-			return nil, fmt.Errorf("struct results are not supported")
+			cr.res, tret = resValue, g.mirrorDecl(unconst(rt), "")
 		}
 	}
 	fnType := g.mirrorDecl(&CType{Kind: Pointer, Elem: &CType{Kind: FuncPtr, Sig: unnamed(f.Sig)}}, "")
@@ -335,6 +336,13 @@ func (g *goPkg) emitFuncs() (cgoFile, nocgoFile *jen.File, err error) {
 			body = append(resolve,
 				jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Id("r"), jen.Err())),
 				jen.Return(conv, jen.Nil()))
+			stub = jen.Return(jen.Id("r"), jen.Qual(dlPath, "ErrNeedsCgo"))
+		case resValue:
+			// The Go type has the C layout (the layout test checks it): copy C's bytes.
+			body = append(resolve,
+				jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Id("r"), jen.Err())),
+				jen.Id("c").Op(":=").Add(call),
+				jen.Return(jen.Op("*").Parens(jen.Op("*").Add(cr.resType)).Parens(jen.Qual("unsafe", "Pointer").Call(jen.Op("&").Id("c"))), jen.Nil()))
 			stub = jen.Return(jen.Id("r"), jen.Qual(dlPath, "ErrNeedsCgo"))
 		}
 		for _, out := range []*jen.File{cgoFile, nocgoFile} {

@@ -113,7 +113,11 @@ func (g *goPkg) emitLayoutTest() (*jen.File, error) {
 	checks := g.layoutChecks()
 	var prog strings.Builder
 	prog.WriteString("#include <stddef.h>\n#include <stdint.h>\n#include <stdio.h>\n")
-	fmt.Fprintf(&prog, "#include <%s>\n\nint main(void) {\n", g.api.Header)
+	fmt.Fprintf(&prog, "#include <%s>\n", g.api.Header)
+	for _, h := range g.api.Extra {
+		fmt.Fprintf(&prog, "#include <%s>\n", h)
+	}
+	prog.WriteString("\nint main(void) {\n")
 	for _, c := range checks {
 		fmt.Fprintf(&prog, "\tprintf(\"%%s\\t%%llu\\t%%llu\\n\", %q, (unsigned long long)(%s), (unsigned long long)(%s));\n",
 			c.key, c.cA, c.cB)
@@ -173,6 +177,7 @@ func (g *goPkg) emitLayoutTest() (*jen.File, error) {
 			jen.Qual("path/filepath", "Join").Call(jen.Id("dir"), jen.Lit(g.api.Header))), jen.Id("err").Op("!=").Nil()).Block(
 			g.missingHeader()...,
 		),
+		g.missingExtra(),
 		jen.Id("tmp").Op(":=").Id("t").Dot("TempDir").Call(),
 		jen.Id("src").Op(":=").Qual("path/filepath", "Join").Call(jen.Id("tmp"), jen.Lit("layout.c")),
 		jen.Qual(req, "NoError").Call(jen.Id("t"), jen.Qual("os", "WriteFile").Call(jen.Id("src"), jen.Index().Byte().Parens(jen.Id("layoutProgram")), jen.Op("0o644"))),
@@ -249,6 +254,23 @@ func (g *goPkg) emitHeaderDir(f *jen.File) {
 	body = append(body, jen.Return(jen.Qual("path/filepath", "Join").Call(args...)))
 	f.Comment(fmt.Sprintf("layoutHeaderDir is the folder of header set %s.", g.api.Set))
 	f.Func().Id("layoutHeaderDir").Params(jen.Id("t").Op("*").Qual("testing", "T")).String().Block(body...)
+}
+
+// missingExtra checks that the set's extra headers are cached too (nothing without them).
+func (g *goPkg) missingExtra() jen.Code {
+	if len(g.setExtra) == 0 {
+		return jen.Null()
+	}
+	var list []jen.Code
+	for _, h := range g.setExtra {
+		list = append(list, jen.Lit(h))
+	}
+	return jen.For(jen.List(jen.Id("_"), jen.Id("h")).Op(":=").Range().Index().String().Values(list...)).Block(
+		jen.If(jen.List(jen.Id("_"), jen.Id("err")).Op(":=").Qual("os", "Stat").Call(
+			jen.Qual("path/filepath", "Join").Call(jen.Id("dir"), jen.Id("h"))), jen.Id("err").Op("!=").Nil()).Block(
+			g.missingHeader()...,
+		),
+	)
 }
 
 // missingHeader is what the layout test does without its header: skip, saying what to

@@ -48,8 +48,9 @@ type goPkg struct {
 	names  map[string]string    // Go name -> what declares it, for collisions
 	errs   []error
 
-	optionalHeader bool   // the target set's source is one of headers.optionalSources
-	headerSource   string // the target set's source in the manifest
+	optionalHeader bool     // the target set's source is one of headers.optionalSources
+	headerSource   string   // the target set's source in the manifest
+	setExtra       []string // the target's extra headers that are the set's own (not our preludes)
 
 	snaps []map[string]*entity // the snapshots of cfg.Sets, oldest first (emit_tables.go)
 }

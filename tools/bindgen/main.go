@@ -275,6 +275,11 @@ func generate(cfg *Config, root, cache string, stdout io.Writer) error {
 		return err
 	}
 	g.snaps = snaps
+	for _, h := range api.Extra {
+		if !inIncludeFolder(cfg, root, h) {
+			g.setExtra = append(g.setExtra, h)
+		}
+	}
 	if line := manifestLine(cfg, root, target); len(line) > 3 {
 		g.headerSource = line[3]
 		g.optionalHeader = contains(cfg.Headers.OptionalSources, line[3])

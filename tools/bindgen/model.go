@@ -138,6 +138,7 @@ type Const struct {
 type API struct {
 	Set      string
 	Header   string
+	Extra    []string // ExtraHeaders included in this set, in order
 	Funcs    []*Func
 	Types    []*TypeDecl
 	Enums    []*Enumerator

@@ -19,7 +19,7 @@ type modelFile struct {
 	// Comment says what the file is.
 	Comment string
 	// Config is a digest of the configuration fields that shape the model (header,
-	// include, settings, prefixes, skip, rename, spellingMacros, symbolSuffixes, macroDefinitions): a model written under
+	// include, settings, prefixes, skip, rename, spellingMacros, symbolSuffixes, macroDefinitions, extraHeaders, handles): a model written under
 	// another configuration needs the header to be regenerated.
 	Config string
 	API    *API
@@ -39,7 +39,9 @@ func modelDigest(cfg *Config) string {
 		SpellingMacros   map[string]string
 		SymbolSuffixes   []string `json:",omitempty"`
 		MacroDefinitions []string `json:",omitempty"`
-	}{cfg.Header, cfg.Include, cfg.Settings, cfg.Prefixes, cfg.Skip, cfg.Rename, cfg.SpellingMacros, cfg.SymbolSuffixes, cfg.MacroDefinitions})
+		ExtraHeaders     []string `json:",omitempty"`
+		Handles          []Handle `json:",omitempty"`
+	}{cfg.Header, cfg.Include, cfg.Settings, cfg.Prefixes, cfg.Skip, cfg.Rename, cfg.SpellingMacros, cfg.SymbolSuffixes, cfg.MacroDefinitions, cfg.ExtraHeaders, cfg.Handles})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }

@@ -53,8 +53,9 @@ func newCCConfig(includes []string) (*cc.Config, error) {
 	return &c, nil
 }
 
-// translate preprocesses, parses and type-checks the header in one setting.
-func translate(header string, includes []string, st Setting) (*cc.AST, error) {
+// translate preprocesses, parses and type-checks the header (and the extra headers after
+// it) in one setting.
+func translate(header string, extra, includes []string, st Setting) (*cc.AST, error) {
 	ccfg, err := newCCConfig(includes)
 	if err != nil {
 		return nil, err
@@ -64,6 +65,9 @@ func translate(header string, includes []string, st Setting) (*cc.AST, error) {
 		fmt.Fprintf(&pre, "#define %s 1\n", d)
 	}
 	fmt.Fprintf(&pre, "#include <%s>\n", header)
+	for _, h := range extra {
+		fmt.Fprintf(&pre, "#include <%s>\n", h)
+	}
 	return cc.Translate(ccfg, []cc.Source{
 		{Name: "<predefined>", Value: ccfg.Predefined},
 		{Name: "<builtin>", Value: cc.Builtin},
@@ -85,8 +89,9 @@ type parser struct {
 	cfg     *Config
 	set     string
 	hdrPath string
-	stubs   []string // our own include folders: typedefs from there are mirrored
-	lines   []string
+	ownDir  string              // with extra headers: the set's folder, all of whose files are the header's
+	files   map[string][]string // lines of the header's files, by path (publicName)
+	stubs   []string            // our own include folders: typedefs from there are mirrored
 	api     *API
 	errs    []error
 
@@ -121,11 +126,19 @@ func parseSet(cfg *Config, root, cache, set string) (*API, error) {
 		}
 		return nil, err
 	}
+	extra, err := extraHeaders(cfg, root, set, dir)
+	if err != nil {
+		return nil, err
+	}
 	p := &parser{
-		cfg: cfg, set: set, hdrPath: hdr, lines: strings.Split(string(src), "\n"),
-		api:   &API{Set: set, Header: cfg.Header, Counts: Counts{}},
+		cfg: cfg, set: set, hdrPath: hdr,
+		files: map[string][]string{hdr: strings.Split(string(src), "\n")},
+		api:   &API{Set: set, Header: cfg.Header, Extra: extra, Counts: Counts{}},
 		types: map[string]*TypeDecl{}, funcs: map[string]*Func{}, consts: map[string]*Const{},
 		enums: map[string]*Enumerator{}, skipped: map[string]bool{}, external: map[string]*TypeDecl{},
+	}
+	if len(extra) > 0 {
+		p.ownDir = filepath.Clean(dir)
 	}
 	includes := []string{dir}
 	for _, inc := range cfg.Include {
@@ -142,7 +155,7 @@ func parseSet(cfg *Config, root, cache, set string) (*API, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			asts[i], errs[i] = translate(cfg.Header, includes, st)
+			asts[i], errs[i] = translate(cfg.Header, extra, includes, st)
 			if errs[i] != nil {
 				errs[i] = fmt.Errorf("parse %s (set %s, setting %s): %w", cfg.Header, set, st.Name, errs[i])
 			}
@@ -181,7 +194,9 @@ func (p *parser) skip(kind, name, reason string) {
 	p.api.Counts.skip(kind, reason)
 }
 
-func (p *parser) inHeader(pos string) bool { return pos == p.hdrPath }
+func (p *parser) inHeader(pos string) bool {
+	return pos == p.hdrPath || p.ownDir != "" && strings.HasPrefix(filepath.Clean(pos), p.ownDir+string(filepath.Separator))
+}
 
 func (p *parser) inStub(file string) bool {
 	for _, s := range p.stubs {
@@ -193,7 +208,13 @@ func (p *parser) inStub(file string) bool {
 }
 
 func (p *parser) pos(file string, line, col int) string {
-	return fmt.Sprintf("%s:%d:%d", filepath.Base(file), line, col)
+	name := filepath.Base(file)
+	if p.ownDir != "" {
+		if rel, err := filepath.Rel(p.ownDir, filepath.Clean(file)); err == nil && !strings.HasPrefix(rel, "..") {
+			name = filepath.ToSlash(rel)
+		}
+	}
+	return fmt.Sprintf("%s:%d:%d", name, line, col)
 }
 
 func (p *parser) translationUnit(ast *cc.AST) {
@@ -256,8 +277,10 @@ func (p *parser) declaration(d *cc.Declaration) {
 		switch {
 		case dr.IsTypename():
 			p.typedef(dr, specTypedef(d.DeclarationSpecifiers), where)
+		case dr.Type().Kind() == cc.Function && isInline(d.DeclarationSpecifiers):
+			p.skip("function", dr.Name(), "declared inline: the header defines it for its own callers (NCCL_HOST_DEVICE_INLINE), the library does not export it")
 		case dr.Type().Kind() == cc.Function:
-			p.function(dr, where, pos.Line, pos.Column)
+			p.function(dr, where, pos.Filename, pos.Line, pos.Column)
 		default:
 			p.variable(dr, where)
 		}
@@ -266,11 +289,18 @@ func (p *parser) declaration(d *cc.Declaration) {
 
 // publicName is the identifier written in the header source at a declarator position
 // (before macro expansion): cuMemAlloc for the symbol cuMemAlloc_v2.
-func (p *parser) publicName(line, col int) string {
-	if line < 1 || line > len(p.lines) {
+func (p *parser) publicName(file string, line, col int) string {
+	lines, ok := p.files[file]
+	if !ok {
+		if b, err := os.ReadFile(file); err == nil {
+			lines = strings.Split(string(b), "\n")
+		}
+		p.files[file] = lines
+	}
+	if line < 1 || line > len(lines) {
 		return ""
 	}
-	s := p.lines[line-1]
+	s := lines[line-1]
 	if col < 1 || col > len(s) {
 		return ""
 	}
@@ -284,10 +314,20 @@ func (p *parser) publicName(line, col int) string {
 	return s
 }
 
-func (p *parser) function(dr *cc.Declarator, where string, line, col int) {
+// isInline says whether declaration specifiers include the inline function specifier.
+func isInline(s *cc.DeclarationSpecifiers) bool {
+	for ; s != nil; s = s.DeclarationSpecifiers {
+		if s.FunctionSpecifier != nil && s.FunctionSpecifier.Case == cc.FunctionSpecifierInline {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *parser) function(dr *cc.Declarator, where, file string, line, col int) {
 	sym := dr.Name()
 	p.fnSyms[sym] = true
-	public := p.publicName(line, col)
+	public := p.publicName(file, line, col)
 	if public == "" {
 		public = sym
 	}

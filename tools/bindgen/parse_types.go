@@ -167,8 +167,8 @@ func (p *parser) typedefDecl(dr *cc.Declarator, spec, where string) (*TypeDecl, 
 	switch {
 	case u.Kind == Named && !isSystem(u.Name):
 		d.Alias = true
-	case u.Kind == Pointer && u.Elem.Kind == Struct && p.types["struct "+u.Elem.Name] == nil:
-		d.Handle = true // pointer to an incomplete struct
+	case u.Kind == Pointer && u.Elem.Kind == Struct && (p.types["struct "+u.Elem.Name] == nil || p.cfg.handle(name)):
+		d.Handle = true // pointer to an incomplete struct, or one the config keeps a handle
 	}
 	return d, nil
 }
@@ -241,6 +241,14 @@ func (p *parser) aggregate(t cc.Type, nest, tdName, where string) (*TypeDecl, er
 		kind, word = DeclEnum, "enum"
 	}
 	tag := tagOf(t)
+	// A definition the skip list names ("struct tag") leaves the struct incomplete:
+	// behind a pointer typedef it is an opaque handle.
+	if tag != "" && kind != DeclEnum {
+		if r := p.cfg.skipped("type", word+" "+tag); r != "" {
+			p.skip("type", word+" "+tag, r)
+			return nil, nil
+		}
+	}
 	key, spell := "", ""
 	switch {
 	case tag != "":

@@ -25,6 +25,7 @@ type clique struct {
 	splits  map[uint64]*gather
 	shrinks map[uint64]*gather
 	wins    map[uint64]*gather
+	devs    map[uint64]*gather // ncclDevCommCreate calls waiting for every rank (devapi.go)
 }
 
 func newClique(n int) *clique {
@@ -38,6 +39,7 @@ func newClique(n int) *clique {
 		splits:  map[uint64]*gather{},
 		shrinks: map[uint64]*gather{},
 		wins:    map[uint64]*gather{},
+		devs:    map[uint64]*gather{},
 	}
 }
 
@@ -85,6 +87,9 @@ type rankComm struct {
 
 	regs map[gpulib.Handle]registration
 	wins map[gpulib.Handle]window
+
+	devComms map[*gpulib.DevComm]bool // ncclDevCommCreate's, not yet destroyed (devapi.go)
+	devSeq   uint64                   // ncclDevCommCreate calls made
 
 	redOps map[gpulib.RedOp]*preMulOp // ncclRedOpCreatePreMulSum's operators
 }

@@ -42,6 +42,9 @@ var CallNames = []string{
 	"ncclReduce", "ncclAlltoAll", "ncclGather", "ncclScatter", "ncclRedOpCreatePreMulSum", "ncclRedOpDestroy", "ncclSend", "ncclRecv", "ncclGroupStart", "ncclGroupEnd", "ncclCommRegister",
 	"ncclCommDeregister", "ncclMemAlloc", "ncclMemFree", "ncclCommWindowRegister",
 	"ncclCommWindowDeregister", "ncclCommCount", "ncclCommUserRank",
+	"ncclCommCuDevice", "ncclCommQueryProperties", "ncclDevCommCreate", "ncclDevCommDestroy",
+	"ncclGetLsaDevicePointer", "ncclGetPeerDevicePointer", "ncclGetLsaMultimemDevicePointer",
+	"ncclTeamWorld", "ncclTeamLsa", "ncclTeamRail", "ncclTeamRankToWorld", "ncclTeamRankToLsa",
 }
 
 // Device returns the index of the driver's device.

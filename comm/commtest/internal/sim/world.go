@@ -29,6 +29,7 @@ type World struct {
 	version         int
 	memLimit        uint64
 	inProgressPolls int
+	machine         Machine // what ncclCommQueryProperties and the device API see (devapi.go)
 
 	serial  uint64 // distinguishes worlds' unique ids
 	nextID  uint64
