@@ -277,7 +277,7 @@ func TestReadmeNamesCommandsThatExist(t *testing.T) {
 	}
 	made := 0
 	for page, md := range pages(t) {
-		for _, m := range regexp.MustCompile("make ([a-z][a-z-]*)").FindAllStringSubmatch(md, -1) {
+		for _, m := range regexp.MustCompile("(?m)(?:`|^\\s*)make ([a-z][a-z-]*)").FindAllStringSubmatch(md, -1) {
 			made++
 			assert.True(t, targets[m[1]], "%s runs make %s, which the Makefile does not have", page, m[1])
 		}
