@@ -50,7 +50,12 @@ import (
 // yields (runtime.Gosched) after one of them every 2 ms, or sysmon would take its P
 // away from nearly every long call (see mpiYieldEvery); ranks that mpirun binds to one
 // core should run with GOMAXPROCS 2 or more (WithMinGOMAXPROCS, or mpirun -x
-// GOMAXPROCS=2), or every call lasting across two of sysmon's ticks loses its P.
+// GOMAXPROCS=2), or every call lasting across two of sysmon's ticks loses its P. While
+// other goroutines wait for a P, the communicator does not yield, and its blocking
+// collectives run on a progress thread of the communicator (a C thread, outside Go's
+// scheduler) while the calling goroutine waits on a timer: a goroutine returning from a
+// long cgo call, or yielding, would queue behind every runnable goroutine (see
+// progress.go).
 //
 // Element types: the eight MPI has (int8 ... uint64 as MPI_INT8_T ..., float32 and
 // float64) reduce with MPI's predefined operations, except integer Sum and Prod, which
@@ -818,7 +823,7 @@ func (c *Communicator) wait(ctx context.Context, op string) error {
 		case nap > 0:
 			again = mpiPollsAfterNap - 1
 			before := time.Now()
-			time.Sleep(nap)
+			lockedNap(nap)
 			c.contended.Store(time.Since(before) > nap+mpiContended || runnableGoroutines() > 0)
 			nap = min(2*nap, mpiNapMax)
 		case time.Since(start) >= mpiSpinFor:

@@ -1,6 +1,10 @@
 package mpi
 
-import "runtime/metrics"
+import (
+	"runtime"
+	"runtime/metrics"
+	"time"
+)
 
 // Contention: while other goroutines wait for a P, a goroutine returning from a long
 // blocking cgo call finds its P taken (Go's sysmon hands it over after 20 µs) and joins
@@ -33,4 +37,16 @@ func runnableGoroutines() uint64 {
 		return 0
 	}
 	return s[0].Value.Uint64()
+}
+
+// lockedNap sleeps for d on the goroutine's own OS thread. A goroutine woken by its timer
+// runs next on its P but in what is left of the scheduling slice it took over, which
+// under contention is nothing: Go's sysmon preempts it within microseconds and it joins
+// the global run queue, behind every runnable goroutine. A goroutine locked to its
+// thread is resumed on that thread with a slice of its own (runtime.schedule runs a
+// locked goroutine without inheriting the slice), which lasts until its next wait.
+func lockedNap(d time.Duration) {
+	runtime.LockOSThread()
+	time.Sleep(d)
+	runtime.UnlockOSThread()
 }

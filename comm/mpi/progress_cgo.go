@@ -128,7 +128,6 @@ import "C"
 import (
 	"fmt"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo/raw/mpi"
@@ -193,7 +192,7 @@ func resolveFns() procFns {
 // checks the call's completion after each nap. A goroutine woken by its timer runs next
 // on its P, ahead of the goroutines in the run queues, so the wait costs at most one
 // scheduling slice of another goroutine per nap, however many rounds the call makes on
-// the progress thread.
+// the progress thread (and lockedNap gives it a slice of its own).
 func (c *Communicator) offload(kind int, args ...uintptr) (ran bool, err error) {
 	if !c.contended.Load() {
 		return false, nil
@@ -215,7 +214,7 @@ func (c *Communicator) offload(kind int, args ...uintptr) (ran bool, err error) 
 	C.ncclgo_progress_post(w, C.int(kind), C.uintptr_t(fns.fp[kind]), a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8])
 	done := (*atomic.Int32)(unsafe.Pointer(&w.done))
 	for nap := mpiNapMin; done.Load() == 0; nap = min(2*nap, mpiNapMax) {
-		time.Sleep(nap)
+		lockedNap(nap)
 	}
 	c.contended.Store(runnableGoroutines() > 0)
 	if rc := mpi.ErrorCode(w.rc); rc != mpi.Success {
