@@ -94,6 +94,7 @@ type Communicator struct {
 	contended atomic.Bool
 	pins      []*runtime.Pinner // Go memory of the pending slice Send and Recv (slices.go)
 	prog      progress          // the progress thread of blocking calls under contention (progress.go)
+	offloads  int64             // calls made on prog, for the tests
 	fr        frState           // the flight recorder (flightrec.go)
 }
 
@@ -779,6 +780,9 @@ const (
 )
 
 func (c *Communicator) wait(ctx context.Context, op string) error {
+	// Whether goroutines wait for a P decides how this wait and the blocking calls after
+	// it go (see progress.go); reading it costs about a microsecond.
+	c.contended.Store(runnableGoroutines() > 0)
 	var start time.Time
 	nap := time.Duration(0)
 	again := 0 // polls left before the next nap

@@ -211,6 +211,7 @@ func (c *Communicator) offload(kind int, args ...uintptr) (ran bool, err error) 
 		a[i] = C.uintptr_t(v)
 	}
 	w := c.prog.w
+	c.offloads++
 	C.ncclgo_progress_post(w, C.int(kind), C.uintptr_t(fns.fp[kind]), a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8])
 	done := (*atomic.Int32)(unsafe.Pointer(&w.done))
 	for nap := mpiNapMin; done.Load() == 0; nap = min(2*nap, mpiNapMax) {

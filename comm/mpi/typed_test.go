@@ -5,6 +5,9 @@ package mpi_test
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,8 +36,62 @@ func TestMPITypedSlicesAll(t *testing.T) {
 func mpiRankTypedSlicesAll(t *testing.T) {
 	c := newMPI(t)
 	defer func() { require.NoError(t, c.Close()) }()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	typedCollectives(t, c)
+	assert.Zero(t, mpi.Offloads(c), "no goroutine waits for a P: every call is made directly")
+
+	// Again with goroutines waiting for a P: the calls run on the progress thread.
+	func() {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+		var stop atomic.Bool
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		defer stop.Store(true)
+		for range 8 {
+			wg.Go(func() {
+				for !stop.Load() {
+				}
+			})
+		}
+		require.NoError(t, c.Barrier(ctx))
+		require.NoError(t, c.Barrier(ctx))
+		typedCollectives(t, c)
+	}()
+	assert.Greater(t, mpi.Offloads(c), int64(9), "calls made on the progress thread")
+	r := c.Rank()
+
+	// Split returns a *Communicator: typed calls take it directly.
+	n := c.WorldSize()
+	child, err := mpi.Split(ctx, c, r%2, r)
+	require.NoError(t, err)
+	require.NotNil(t, child)
+	v := []int32{1}
+	require.NoError(t, mpi.AllReduce(child, v, comm.Sum))
+	assert.Equal(t, int32((n+1-r%2)/2), v[0], "members of the child")
+	require.NoError(t, child.Close())
+	none, err := mpi.Split(ctx, c, -1, r)
+	require.NoError(t, err)
+	assert.Nil(t, none, "a negative color joins no communicator")
+	iface, err := c.Split(ctx, -1, r)
+	require.NoError(t, err)
+	assert.True(t, iface == nil, "the method returns an untyped nil interface")
+
+	// An invalid reduction operator is described with MPI's operators.
+	before := c.MPICalls()
+	for _, op := range []comm.ReduceOp{5, 42} {
+		err := mpi.AllReduce(c, []float32{1}, op)
+		require.ErrorIs(t, err, comm.ErrInvalidOp, "op %d", op)
+		assert.Contains(t, err.Error(), "MPI_SUM", "op %d", op)
+		assert.NotContains(t, err.Error(), "reconnect", "op %d", op)
+		assert.NotContains(t, err.Error(), "live pre-mul-sum", "op %d", op)
+	}
+	assert.Equal(t, before, c.MPICalls(), "invalid operators reached MPI")
+	require.NoError(t, c.Barrier(ctx))
+}
+
+// typedCollectives runs every typed collective on c and checks the results.
+func typedCollectives(t *testing.T, c *mpi.Communicator) {
 	r, n := c.Rank(), c.WorldSize()
 	root := n - 1
 
@@ -133,30 +190,12 @@ func mpiRankTypedSlicesAll(t *testing.T) {
 	require.NoError(t, mpi.AllReduce(c, m, comm.Max))
 	assert.Equal(t, float32(1), m[0].Float32())
 
-	// Split returns a *Communicator: typed calls take it directly.
-	child, err := mpi.Split(ctx, c, r%2, r)
-	require.NoError(t, err)
-	require.NotNil(t, child)
-	v := []int32{1}
-	require.NoError(t, mpi.AllReduce(child, v, comm.Sum))
-	assert.Equal(t, int32((n+1-r%2)/2), v[0], "members of the child")
-	require.NoError(t, child.Close())
-	none, err := mpi.Split(ctx, c, -1, r)
-	require.NoError(t, err)
-	assert.Nil(t, none, "a negative color joins no communicator")
-	iface, err := c.Split(ctx, -1, r)
-	require.NoError(t, err)
-	assert.True(t, iface == nil, "the method returns an untyped nil interface")
-
-	// An invalid reduction operator is described with MPI's operators.
-	before := c.MPICalls()
-	for _, op := range []comm.ReduceOp{5, 42} {
-		err := mpi.AllReduce(c, []float32{1}, op)
-		require.ErrorIs(t, err, comm.ErrInvalidOp, "op %d", op)
-		assert.Contains(t, err.Error(), "MPI_SUM", "op %d", op)
-		assert.NotContains(t, err.Error(), "reconnect", "op %d", op)
-		assert.NotContains(t, err.Error(), "live pre-mul-sum", "op %d", op)
+	// Reduce-scatter: block r of the sums.
+	rs := make([]int64, 2*n)
+	for j := range rs {
+		rs[j] = int64(j + r)
 	}
-	assert.Equal(t, before, c.MPICalls(), "invalid operators reached MPI")
-	require.NoError(t, c.Barrier(ctx))
+	blk := make([]int64, 2)
+	require.NoError(t, mpi.ReduceScatter(c, rs, blk, comm.Sum))
+	assert.Equal(t, []int64{int64(n*2*r + n*(n-1)/2), int64(n*(2*r+1) + n*(n-1)/2)}, blk)
 }
