@@ -22,6 +22,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/mpi"
+	rawmpi "github.com/ncclgo/ncclgo/raw/mpi"
 )
 
 // The loop of TestMPIBusyLoopWithinTwiceC, the same in Go (busyLoopPhases) and in C
@@ -56,8 +57,14 @@ func TestMPIBusyLoopWithinTwiceC(t *testing.T) {
 		t.Skip("takes minutes of two busy cores; run without -short")
 	}
 	mpicc, err := exec.LookPath("mpicc")
+	if err == nil {
+		_, err = exec.LookPath("mpirun")
+	}
+	if err == nil {
+		err = rawmpi.Load()
+	}
 	if err != nil {
-		msg := fmt.Sprintf("mpicc is missing (%v): %s", err, mpiInstallHint)
+		msg := fmt.Sprintf("Open MPI is missing (%v): %s", err, mpiInstallHint)
 		if os.Getenv("NCCLGO_STRICT") != "" {
 			t.Fatal(msg)
 		}
