@@ -827,7 +827,11 @@ func (c *Communicator) wait(ctx context.Context, op string) error {
 		case nap > 0:
 			again = mpiPollsAfterNap - 1
 			before := time.Now()
-			lockedNap(nap)
+			if c.contended.Load() {
+				lockedNap(nap) // a slice of its own once woken (progress.go)
+			} else {
+				time.Sleep(nap) // no thread handoffs when no goroutine waits for a P
+			}
 			c.contended.Store(time.Since(before) > nap+mpiContended || runnableGoroutines() > 0)
 			nap = min(2*nap, mpiNapMax)
 		case time.Since(start) >= mpiSpinFor:
