@@ -2,6 +2,7 @@ package mpi
 
 import (
 	"fmt"
+	"runtime"
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo/comm"
@@ -48,7 +49,7 @@ func (c *Communicator) AllReduceInto(send, recv comm.DevicePtr, count int, t com
 	case send == recv:
 		in = c.p.inPlace
 	}
-	err = mpi.Allreduce(in, out, int32(count), c.p.types[t], c.p.ops[t][mop], c.comm)
+	err = c.allreduce(in, out, count, c.p.types[t], c.p.ops[t][mop])
 	if err == nil && op == comm.Avg {
 		c.divide(out, count, t)
 	}
@@ -73,7 +74,7 @@ func (c *Communicator) BroadcastInto(send, recv comm.DevicePtr, count int, t com
 	if c.rank == root && send != recv && bytes > 0 {
 		copy(unsafe.Slice((*byte)(hostPtr(recv)), bytes), unsafe.Slice((*byte)(hostPtr(send)), bytes))
 	}
-	return c.opErr(core.OpBroadcastInto, bytes, mpi.Bcast(hostPtr(recv), int32(bytes), c.p.types[comm.Uint8], int32(root), c.comm))
+	return c.opErr(core.OpBroadcastInto, bytes, c.bcast(hostPtr(recv), bytes, root))
 }
 
 // Reduce reduces count elements at send across ranks with op into recv on root
@@ -108,7 +109,11 @@ func (c *Communicator) Reduce(send, recv comm.DevicePtr, count int, t comm.DType
 	case isRoot && send == recv:
 		in = c.p.inPlace
 	}
-	err = mpi.Reduce(in, out, int32(count), c.p.types[t], c.p.ops[t][mop], int32(root), c.comm)
+	if ran, e := c.offload(callReduce, uintptr(in), uintptr(out), uintptr(count), uintptr(c.p.types[t]), uintptr(c.p.ops[t][mop]), uintptr(root), uintptr(c.comm)); ran {
+		err = e
+	} else {
+		err = mpi.Reduce(in, out, int32(count), c.p.types[t], c.p.ops[t][mop], int32(root), c.comm)
+	}
 	if err == nil && op == comm.Avg && isRoot {
 		c.divide(out, count, t)
 	}
@@ -136,8 +141,7 @@ func (c *Communicator) Gather(send, recv comm.DevicePtr, count int, t comm.DType
 	} else if send == recv+comm.DevicePtr(root*bytes) {
 		in = c.p.inPlace
 	}
-	u8 := c.p.types[comm.Uint8]
-	return c.opErr(core.OpGather, bytes, mpi.Gather(in, int32(bytes), u8, out, int32(bytes), u8, int32(root), c.comm))
+	return c.opErr(core.OpGather, bytes, c.byteCall(callGather, in, bytes, out, root))
 }
 
 // Scatter sends block i of root's send (count elements at send + i*count) to rank i's
@@ -161,8 +165,7 @@ func (c *Communicator) Scatter(send, recv comm.DevicePtr, count int, t comm.DTyp
 	} else if recv == send+comm.DevicePtr(root*bytes) {
 		out = c.p.inPlace
 	}
-	u8 := c.p.types[comm.Uint8]
-	return c.opErr(core.OpScatter, bytes, mpi.Scatter(in, int32(bytes), u8, out, int32(bytes), u8, int32(root), c.comm))
+	return c.opErr(core.OpScatter, bytes, c.byteCall(callScatter, in, bytes, out, root))
 }
 
 // AllToAll sends block j (count elements at send + j*count) to rank j and receives
@@ -180,8 +183,7 @@ func (c *Communicator) AllToAll(send, recv comm.DevicePtr, count int, t comm.DTy
 		return err
 	}
 	defer c.unlockBlocking(bytes)
-	u8 := c.p.types[comm.Uint8]
-	return c.opErr(core.OpAllToAll, bytes*c.world, mpi.Alltoall(hostPtr(send), int32(bytes), u8, hostPtr(recv), int32(bytes), u8, c.comm))
+	return c.opErr(core.OpAllToAll, bytes*c.world, c.byteCall(callAlltoall, hostPtr(send), bytes, hostPtr(recv), -1))
 }
 
 // AllToAllv is AllToAll with per-peer counts and displacements in elements
@@ -206,7 +208,63 @@ func (c *Communicator) AllToAllv(send comm.DevicePtr, sendCounts, sendDispls []i
 	}
 	defer c.unlockBlocking(mpiAlwaysTimed)
 	u8 := c.p.types[comm.Uint8]
-	return c.opErr(core.OpAllToAllv, bytes, mpi.Alltoallv(hostPtr(send), &sc[0], &sd[0], u8, hostPtr(recv), &rc[0], &rd[0], u8, c.comm))
+	ran, err := c.offload(callAlltoallv, uintptr(hostPtr(send)), uintptr(unsafe.Pointer(&sc[0])), uintptr(unsafe.Pointer(&sd[0])), uintptr(u8),
+		uintptr(hostPtr(recv)), uintptr(unsafe.Pointer(&rc[0])), uintptr(unsafe.Pointer(&rd[0])), uintptr(u8), uintptr(c.comm))
+	if !ran {
+		err = mpi.Alltoallv(hostPtr(send), &sc[0], &sd[0], u8, hostPtr(recv), &rc[0], &rd[0], u8, c.comm)
+	}
+	runtime.KeepAlive(sc)
+	runtime.KeepAlive(sd)
+	runtime.KeepAlive(rc)
+	runtime.KeepAlive(rd)
+	return c.opErr(core.OpAllToAllv, bytes, err)
+}
+
+// allreduce is MPI_Allreduce on c, on the progress thread under contention (progress.go).
+func (c *Communicator) allreduce(in, out unsafe.Pointer, count int, t mpi.Datatype, op mpi.Op) error {
+	if ran, err := c.offload(callAllreduce, uintptr(in), uintptr(out), uintptr(count), uintptr(t), uintptr(op), uintptr(c.comm)); ran {
+		return err
+	}
+	return mpi.Allreduce(in, out, int32(count), t, op, c.comm)
+}
+
+// reduceScatterBlock is MPI_Reduce_scatter_block on c, as allreduce.
+func (c *Communicator) reduceScatterBlock(in, out unsafe.Pointer, count int, t mpi.Datatype, op mpi.Op) error {
+	if ran, err := c.offload(callReduceScatterBlock, uintptr(in), uintptr(out), uintptr(count), uintptr(t), uintptr(op), uintptr(c.comm)); ran {
+		return err
+	}
+	return mpi.ReduceScatterBlock(in, out, int32(count), t, op, c.comm)
+}
+
+// bcast is MPI_Bcast of bytes on c, as allreduce.
+func (c *Communicator) bcast(buf unsafe.Pointer, bytes, root int) error {
+	u8 := c.p.types[comm.Uint8]
+	if ran, err := c.offload(callBcast, uintptr(buf), uintptr(bytes), uintptr(u8), uintptr(root), uintptr(c.comm)); ran {
+		return err
+	}
+	return mpi.Bcast(buf, int32(bytes), u8, int32(root), c.comm)
+}
+
+// byteCall is MPI_Allgather, MPI_Alltoall (root -1), MPI_Gather or MPI_Scatter of bytes
+// per rank on c, as allreduce.
+func (c *Communicator) byteCall(kind int, in unsafe.Pointer, bytes int, out unsafe.Pointer, root int) error {
+	u8 := c.p.types[comm.Uint8]
+	if kind == callGather || kind == callScatter {
+		if ran, err := c.offload(kind, uintptr(in), uintptr(bytes), uintptr(u8), uintptr(out), uintptr(bytes), uintptr(u8), uintptr(root), uintptr(c.comm)); ran {
+			return err
+		}
+	} else if ran, err := c.offload(kind, uintptr(in), uintptr(bytes), uintptr(u8), uintptr(out), uintptr(bytes), uintptr(u8), uintptr(c.comm)); ran {
+		return err
+	}
+	switch kind {
+	case callAllgather:
+		return mpi.Allgather(in, int32(bytes), u8, out, int32(bytes), u8, c.comm)
+	case callAlltoall:
+		return mpi.Alltoall(in, int32(bytes), u8, out, int32(bytes), u8, c.comm)
+	case callGather:
+		return mpi.Gather(in, int32(bytes), u8, out, int32(bytes), u8, int32(root), c.comm)
+	}
+	return mpi.Scatter(in, int32(bytes), u8, out, int32(bytes), u8, int32(root), c.comm)
 }
 
 // mpiByteCounts converts one side of AllToAllv (validated: one entry per rank, none

@@ -50,7 +50,12 @@ import (
 // yields (runtime.Gosched) after one of them every 2 ms, or sysmon would take its P
 // away from nearly every long call (see mpiYieldEvery); ranks that mpirun binds to one
 // core should run with GOMAXPROCS 2 or more (WithMinGOMAXPROCS, or mpirun -x
-// GOMAXPROCS=2), or every call lasting across two of sysmon's ticks loses its P.
+// GOMAXPROCS=2), or every call lasting across two of sysmon's ticks loses its P. While
+// other goroutines wait for a P, the communicator does not yield, and its blocking
+// collectives run on a progress thread of the communicator (a C thread, outside Go's
+// scheduler) while the calling goroutine waits on a timer: a goroutine returning from a
+// long cgo call, or yielding, would queue behind every runnable goroutine (see
+// progress.go).
 //
 // Element types: the eight MPI has (int8 ... uint64 as MPI_INT8_T ..., float32 and
 // float64) reduce with MPI's predefined operations, except integer Sum and Prod, which
@@ -88,10 +93,16 @@ type Communicator struct {
 	// asked: waits nap without spinning first (see mpiSpinFor).
 	contended atomic.Bool
 	pins      []*runtime.Pinner // Go memory of the pending slice Send and Recv (slices.go)
+	prog      progress          // the progress thread of blocking calls under contention (progress.go)
+	offloads  int64             // calls made on prog, for the tests
 	fr        frState           // the flight recorder (flightrec.go)
 }
 
 var _ comm.Communicator = (*Communicator)(nil)
+
+// mpiOps is what an invalid reduction operator's error says the communicator has: MPI
+// has no pre-multiplied sums (PreMulSum fails with ErrUnsupported).
+const mpiOps = "mpi's MPI_SUM, MPI_PROD, MPI_MAX, MPI_MIN, and avg as a sum divided by the ranks; no pre-mul-sum operators"
 
 // mpiProcess is the process's MPI: initialised once, finalised once.
 type mpiProcess struct {
@@ -106,6 +117,9 @@ type mpiProcess struct {
 	userOps   []mpi.Op                       // created here, freed with the last communicator
 	inPlace   unsafe.Pointer
 	tagUB     int
+
+	fnsOnce     sync.Once
+	progressFns procFns // the functions the progress threads call (progress.go)
 }
 
 var (
@@ -193,7 +207,8 @@ func New(ctx context.Context, opts ...Option) (*Communicator, error) {
 // GOMAXPROCS in the environment (mpirun -x GOMAXPROCS=2) has the same effect.
 func WithMinGOMAXPROCS(n int) Option { return func(o *options) { o.minProcs = n } }
 
-// raiseProcs applies WithMinGOMAXPROCS; without it, it says (slog, Debug) when
+// raiseProcs applies WithMinGOMAXPROCS and says so at Debug (an option doing what it was
+// asked for is no news at Info on every rank); without it, it says (Debug) when
 // GOMAXPROCS is 1.
 func raiseProcs(cfg options) {
 	if cfg.minProcs == 0 {
@@ -204,7 +219,7 @@ func raiseProcs(cfg options) {
 	}
 	if old := runtime.GOMAXPROCS(0); old < cfg.minProcs {
 		runtime.GOMAXPROCS(cfg.minProcs)
-		cfg.log.Info("comm: raised GOMAXPROCS so that mpi's blocking calls keep their P", "from", old, "to", cfg.minProcs, "cpus", runtime.NumCPU())
+		cfg.log.Debug("comm: raised GOMAXPROCS so that mpi's blocking calls keep their P", "from", old, "to", cfg.minProcs, "cpus", runtime.NumCPU())
 	}
 }
 
@@ -367,7 +382,9 @@ func (p *mpiProcess) newCommunicator(cfg options, parent *sync.Mutex, create fun
 	if p.multiple {
 		mu = new(sync.Mutex)
 	}
-	return &Communicator{g: core.NewGuard(int(rank), int(size), comm.BFloat16), p: p, cfg: cfg, comm: h, mu: mu,
+	g := core.NewGuard(int(rank), int(size), comm.BFloat16)
+	g.OnlyOps = mpiOps
+	return &Communicator{g: g, p: p, cfg: cfg, comm: h, mu: mu,
 		rank: int(rank), world: int(size), reqs: make([]mpi.Request, 0, 16)}, nil
 }
 
@@ -469,7 +486,11 @@ func (c *Communicator) unlockBlocking(bytes int) {
 func (c *Communicator) unlockTimed() {
 	yield := false
 	if now := time.Now(); now.Sub(c.yielded) >= mpiYieldEvery {
-		c.yielded, yield = now, true
+		// Under contention a yield queues the goroutine behind every runnable one, and
+		// sysmon has other goroutines to give the P to anyway (see progress.go).
+		busy := runnableGoroutines() > 0
+		c.contended.Store(busy)
+		c.yielded, yield = now, !busy
 	}
 	c.mu.Unlock()
 	if yield {
@@ -514,7 +535,7 @@ func (c *Communicator) AllReduce(ptr comm.DevicePtr, count int, t comm.DType, op
 	} else {
 		// No defer on this path: it is the call BenchmarkMPIRankAllReduceOverhead times, and
 		// nothing between Lock and Unlock can panic.
-		err = mpi.Allreduce(c.p.inPlace, buf, int32(count), c.p.types[t], c.p.ops[t][op], c.comm)
+		err = c.allreduce(c.p.inPlace, buf, count, c.p.types[t], c.p.ops[t][op])
 	}
 	c.unlockBlocking(bytes)
 	return c.opErr(core.OpAllReduce, bytes, err)
@@ -534,7 +555,7 @@ func (c *Communicator) allReduceChecks(ptr comm.DevicePtr, count int, t comm.DTy
 // from a pre-multiplied (or, for integers, divided) Sum.
 func (c *Communicator) allReduceAvg(buf unsafe.Pointer, count int, t comm.DType) error {
 	c.premultiply(buf, buf, count, t)
-	err := mpi.Allreduce(c.p.inPlace, buf, int32(count), c.p.types[t], c.p.ops[t][comm.Sum], c.comm)
+	err := c.allreduce(c.p.inPlace, buf, count, c.p.types[t], c.p.ops[t][comm.Sum])
 	if err == nil {
 		c.divide(buf, count, t)
 	}
@@ -576,12 +597,12 @@ func (c *Communicator) ReduceScatter(send, recv comm.DevicePtr, count int, t com
 		if op == comm.Avg {
 			c.premultiply(unsafe.Pointer(&tmp[0]), unsafe.Pointer(&tmp[0]), count*c.world, t)
 		}
-		err = mpi.ReduceScatterBlock(c.p.inPlace, unsafe.Pointer(&tmp[0]), int32(count), c.p.types[t], c.p.ops[t][mop], c.comm)
+		err = c.reduceScatterBlock(c.p.inPlace, unsafe.Pointer(&tmp[0]), count, c.p.types[t], c.p.ops[t][mop])
 		if err == nil {
 			copy(unsafe.Slice((*byte)(out), bytes), tmp[:bytes])
 		}
 	default:
-		err = mpi.ReduceScatterBlock(in, out, int32(count), c.p.types[t], c.p.ops[t][mop], c.comm)
+		err = c.reduceScatterBlock(in, out, count, c.p.types[t], c.p.ops[t][mop])
 	}
 	if err == nil && op == comm.Avg {
 		c.divide(out, count, t)
@@ -604,7 +625,7 @@ func (c *Communicator) Broadcast(ptr comm.DevicePtr, count int, t comm.DType, ro
 	}
 	c.record(flightrec.Broadcast, count, t, 0)
 	defer c.unlockBlocking(bytes)
-	return c.opErr(core.OpBroadcast, bytes, mpi.Bcast(hostPtr(ptr), int32(bytes), c.p.types[comm.Uint8], int32(root), c.comm))
+	return c.opErr(core.OpBroadcast, bytes, c.bcast(hostPtr(ptr), bytes, root))
 }
 
 // AllGather gathers count elements from every rank into recv in rank order
@@ -627,8 +648,7 @@ func (c *Communicator) AllGather(send, recv comm.DevicePtr, count int, t comm.DT
 	if send == recv+comm.DevicePtr(c.rank*bytes) {
 		in = c.p.inPlace
 	}
-	u8 := c.p.types[comm.Uint8]
-	return c.opErr(core.OpAllGather, bytes, mpi.Allgather(in, int32(bytes), u8, hostPtr(recv), int32(bytes), u8, c.comm))
+	return c.opErr(core.OpAllGather, bytes, c.byteCall(callAllgather, in, bytes, hostPtr(recv), -1))
 }
 
 // Send posts a send of count elements at ptr to dest with tag (MPI_Isend); it completes
@@ -760,6 +780,9 @@ const (
 )
 
 func (c *Communicator) wait(ctx context.Context, op string) error {
+	// Whether goroutines wait for a P decides how this wait and the blocking calls after
+	// it go (see progress.go); reading it costs about a microsecond.
+	c.contended.Store(runnableGoroutines() > 0)
 	var start time.Time
 	nap := time.Duration(0)
 	again := 0 // polls left before the next nap
@@ -804,8 +827,12 @@ func (c *Communicator) wait(ctx context.Context, op string) error {
 		case nap > 0:
 			again = mpiPollsAfterNap - 1
 			before := time.Now()
-			time.Sleep(nap)
-			c.contended.Store(time.Since(before) > nap+mpiContended)
+			if c.contended.Load() {
+				lockedNap(nap) // a slice of its own once woken (progress.go)
+			} else {
+				time.Sleep(nap) // no thread handoffs when no goroutine waits for a P
+			}
+			c.contended.Store(time.Since(before) > nap+mpiContended || runnableGoroutines() > 0)
 			nap = min(2*nap, mpiNapMax)
 		case time.Since(start) >= mpiSpinFor:
 			nap = mpiNapMin
@@ -842,8 +869,20 @@ func (c *Communicator) Barrier(ctx context.Context) error {
 // Split creates sub-communicators collectively (MPI_Comm_split): ranks passing the same
 // color join one, ordered by key and then by rank; a negative color (MPI_UNDEFINED)
 // joins none and returns (nil, nil). It blocks until every rank called it; ctx is not
-// consulted (MPI cannot cancel it).
-func (c *Communicator) Split(_ context.Context, color, key int) (comm.Communicator, error) {
+// consulted (MPI cannot cancel it). The child is a *Communicator; the package function
+// Split returns it as one.
+func (c *Communicator) Split(ctx context.Context, color, key int) (comm.Communicator, error) {
+	child, err := Split(ctx, c, color, key)
+	if child == nil {
+		return nil, err // no typed nil in the interface
+	}
+	return child, err
+}
+
+// Split is Communicator.Split returning the child as a *Communicator (nil for a
+// negative color), so that the MPI methods and the typed slice functions take it
+// without a type assertion.
+func Split(_ context.Context, c *Communicator, color, key int) (*Communicator, error) {
 	if err := c.g.OutsideGroup(core.OpSplit); err != nil {
 		return nil, err
 	}
@@ -902,6 +941,7 @@ func (c *Communicator) Close() error {
 		c.cancelPending()
 	}
 	if err := c.lock(core.OpClose); err == nil {
+		c.prog.stop()
 		h := c.comm // a pointer into c would point at Go pointers
 		if err := mpi.CommFree(&h); err != nil {
 			errs = append(errs, c.opErr(core.OpClose, -1, err))

@@ -625,21 +625,22 @@ func TestMPIMinGOMAXPROCS(t *testing.T) {
 }
 
 // mpiRankMinGOMAXPROCS starts from GOMAXPROCS 1 (what mpirun's binding to one core gives
-// Go): WithMinGOMAXPROCS(3) raises it and says so; a second communicator asking for 2
-// changes and logs nothing; both work.
+// Go): WithMinGOMAXPROCS(3) raises it and says so at Debug, nothing at Info; a second
+// communicator asking for 2 changes and logs nothing; both work.
 func mpiRankMinGOMAXPROCS(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	var logs, logs2 strings.Builder
 	var mu sync.Mutex
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := mpi.New(ctx, mpi.WithMinGOMAXPROCS(3), mpi.WithLogger(slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))))
+	c, err := mpi.New(ctx, mpi.WithMinGOMAXPROCS(3), mpi.WithLogger(slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	require.NoError(t, err)
 	fmt.Printf("GOMAXPROCS after NewMPI: %d\n", runtime.GOMAXPROCS(0))
 	mu.Lock()
 	text := logs.String()
 	mu.Unlock()
-	assert.Contains(t, text, "level=INFO")
+	assert.NotContains(t, text, "level=INFO", "an option doing what it was asked is no news at Info")
+	assert.Contains(t, text, "level=DEBUG")
 	assert.Contains(t, text, "GOMAXPROCS")
 	assert.Contains(t, text, "from=1 to=3 cpus="+strconv.Itoa(runtime.NumCPU()))
 	c2, err := mpi.New(ctx, mpi.WithMinGOMAXPROCS(2), mpi.WithLogger(slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs2}, nil))))

@@ -27,6 +27,10 @@ type Guard struct {
 	// depth): open counts the groups open in the process, read on the fast path, and
 	// outside fails for a caller inside one of them.
 	scope *groupScope
+	// OnlyOps, when set, says that the backend has no reduction operators besides the
+	// built-in ones (no PreMulSum) and what they are there: an invalid operator is
+	// described with it.
+	OnlyOps string
 
 	mu      sync.Mutex
 	handles map[BufferHandle]int

@@ -9,6 +9,10 @@ func (g *Guard) checkOp(op string, r ReduceOp, t DType) error {
 	if r.Valid() {
 		return nil
 	}
+	if g.OnlyOps != "" {
+		return &ArgError{Op: op, Arg: "op", Value: int32(r), Err: ErrInvalidOp,
+			Reason: "not sum, prod, max, min or avg (" + g.OnlyOps + ")"}
+	}
 	if r >= FirstPreMulSum {
 		g.mu.Lock()
 		dt, ok := g.ops[r]
