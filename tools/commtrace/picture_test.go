@@ -128,7 +128,9 @@ func TestCommtraceDrawsTheHang(t *testing.T) {
 			svgs := find(doc, func(n *node) bool { return n.name == "svg" })
 			require.Len(t, svgs, 1)
 			// Self-contained: no script, no reference to anything outside the file.
-			require.Empty(t, find(doc, func(n *node) bool { return n.name == "script" || n.name == "link" || n.name == "image" || n.name == "img" }))
+			require.Empty(t, find(doc, func(n *node) bool {
+				return n.name == "script" || n.name == "link" || n.name == "image" || n.name == "img"
+			}))
 			require.Empty(t, find(doc, func(n *node) bool { return n.attr["href"] != "" || n.attr["src"] != "" }))
 
 			comms := find(svgs[0], classed("communicator"))
