@@ -5,7 +5,6 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
-	"maps"
 	"slices"
 	"strings"
 
@@ -132,7 +131,8 @@ func writeSVG(w io.Writer, traces []*flightrec.Trace, vs []flightrec.Verdict, in
 	width := labelW + 2*margin
 	height := margin
 	for _, s := range ss {
-		width = max(width, labelW+2*margin+cellW*len(s.cols))
+		// About 7 pixels a character for the headline.
+		width = max(width, labelW+2*margin+cellW*len(s.cols), 2*margin+7*len(headline(s.v)))
 		height += headH + laneH*len(s.lanes) + margin
 	}
 	height += 40 // the legend
@@ -190,9 +190,18 @@ func drawSection(b *strings.Builder, s section, y int) {
 		} else if !l.dump {
 			label += ": no dump"
 		}
+		if v.Problem == flightrec.Mismatch && !v.P2P {
+			// What this rank called, without the operation's name (its cells show it).
+			for t, rs := range v.Calls {
+				if slices.Contains(rs, l.rank) {
+					_, args, _ := strings.Cut(t, " ")
+					label += ", " + clip(args, 26)
+				}
+			}
+		}
 		fmt.Fprintf(b, `<g class="%s" data-rank="%d">`+"\n", class, l.rank)
 		fmt.Fprintf(b, `<text x="%d" y="%d" fill="%s"%s>%s</text>`+"\n", margin, ly+cellH/2+4, colour, boldIf(class != "lane"), esc(label))
-		stopped := false
+		stopped, lastCell := false, -1
 		for i, c := range s.cols {
 			x := x0 + i*cellW
 			e, ok := l.cells[c]
@@ -204,6 +213,7 @@ func drawSection(b *strings.Builder, s section, y int) {
 				}
 				continue
 			}
+			lastCell = i
 			stroke, sw := "#555555", 1
 			class := "op " + e.state
 			if !stopped && e.state != "completed" {
@@ -222,7 +232,7 @@ func drawSection(b *strings.Builder, s section, y int) {
 		}
 		if !stopped && l.dump {
 			// Everything completed: the rank stopped after its last operation.
-			x := x0 + len(s.cols)*cellW
+			x := x0 + (lastCell+1)*cellW
 			fmt.Fprintf(b, `<path class="stopped-after" d="M %d %d v %d" stroke="#000000" stroke-width="3"/>`+"\n", x, ly-2, cellH+4)
 		}
 		b.WriteString("</g>\n")
@@ -249,8 +259,7 @@ func headline(v flightrec.Verdict) string {
 	case v.Victim():
 		return fmt.Sprintf("%s #%d: %s ranks %v, victims of another communicator", kind, v.Seq, v.Problem, v.Culprits)
 	case len(v.Culprits) == 0:
-		calls := slices.Sorted(maps.Keys(v.Calls))
-		return fmt.Sprintf("%s #%d: %s, no culprit: %s", kind, v.Seq, v.Problem, strings.Join(calls, " / "))
+		return fmt.Sprintf("%s #%d: %s, no culprit: as many ranks made each call", kind, v.Seq, v.Problem)
 	}
 	return fmt.Sprintf("%s #%d: %s ranks %v: the cause", kind, v.Seq, v.Problem, v.Culprits)
 }
