@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -117,22 +118,41 @@ func hangRank(t *testing.T) {
 	scenario := os.Getenv(hangScenarioEnv)
 	// The last operation this rank records: its group and collective number.
 	lastGroup, lastSeq := "mpi:0", int64(3)
+	// final is closed just before the rank's last call: its dumps are read (below)
+	// only from then on, so that no dump notes a completion before the rank's next
+	// record does.
+	final := make(chan struct{})
+	var once sync.Once
+	last := func() { once.Do(func() { close(final) }) }
 	go func() {
 		buf := make([]float32, 1024)
+		// The rank computes between its calls: what separates an operation's
+		// completion from the next record, wider than the recorder's clock period.
+		compute := func() { time.Sleep(30 * time.Millisecond) }
 		switch scenario {
 		case "skip":
 			for i := 1; i <= 3; i++ {
 				if i < 3 || !skipper {
+					if i == 3 && rank == 0 {
+						last()
+					}
 					_ = mpi.AllReduce(p, buf, comm.Sum)
+					compute()
+				}
+				if i == 3 {
+					last()
 				}
 				_ = mpi.AllReduce(c, buf, comm.Sum)
+				compute()
 			}
 		case "mismatch":
 			_ = mpi.AllReduce(c, buf, comm.Sum)
+			compute()
 			n := 1024
 			if skipper {
 				n = 512
 			}
+			last()
 			_ = mpi.AllReduce(p, buf[:n], comm.Sum) // it may fail or return: either is fine here
 		}
 	}()
@@ -141,6 +161,11 @@ func hangRank(t *testing.T) {
 		lastGroup = "mpi:0:split1"
 	case scenario == "mismatch":
 		lastGroup, lastSeq = "mpi:0:split1", 1
+	}
+	select {
+	case <-final:
+	case <-time.After(time.Minute): // a hang guard
+		t.Fatalf("rank %d did not reach its last call", rank)
 	}
 	deadline := time.Now().Add(time.Minute) // a hang guard
 	for {
@@ -161,9 +186,10 @@ func hangRank(t *testing.T) {
 	t.Fatalf("rank %d still runs 10 minutes after it was ready", rank)
 }
 
-// runHang runs scenario on np ranks, takes their dumps with SIGUSR1 to mpirun, ends
-// the job with SIGTERM to mpirun, checks that every rank dumped again and died by
-// the signal, and returns Analyze's verdicts and Report's text on the first dumps.
+// runHang runs scenario on np ranks, takes their dumps with SIGUSR1 to mpirun, checks
+// that each completed operation carries the time it completed, ends the job with
+// SIGTERM to mpirun, checks that every rank dumped again and ended right after, and
+// returns Analyze's verdicts and Report's text on the first dumps.
 func runHang(t *testing.T, np int, scenario string) ([]flightrec.Verdict, string) {
 	t.Helper()
 	mpirun := mpirunOrSkip(t)
@@ -232,6 +258,17 @@ func runHang(t *testing.T, np int, scenario string) ([]flightrec.Verdict, string
 	traces, err := flightrec.ReadDir(dir, "rank_")
 	require.NoError(t, err)
 	require.Len(t, traces, np)
+	// MPI's operations block: each completed before the rank recorded the next, and
+	// its completion time says so (not the time of a later record, or of the dump,
+	// that noted it).
+	for _, tr := range traces {
+		for i, e := range tr.Entries[:len(tr.Entries)-1] {
+			next := tr.Entries[i+1]
+			require.Equal(t, "completed", e.State)
+			require.LessOrEqual(t, e.Completed, next.Created, "rank %d's %s #%d completed at %v, after it recorded %s #%d (%v)",
+				tr.Rank, e.Group, e.Seq(), time.Unix(0, e.Completed), next.Group, next.Seq(), time.Unix(0, next.Created))
+		}
+	}
 	vs := flightrec.Analyze(traces)
 	var b strings.Builder
 	require.NoError(t, flightrec.Report(&b, vs))
