@@ -69,8 +69,8 @@
 // # Known limits of torch 2.14's analyzer
 //
 // fr_trace reports each communicator's problem in the order of its records, without
-// telling a victim from a cause, and in a mismatch between two ranks it blames the
-// rank that differs from the first dump it reads.
+// telling a victim from a cause, and in a mismatch between two ranks it blames one
+// of them, as the order in which it lists the dump files (the directory's) falls.
 //
 // fr_trace accepts only the backend names nccl, ncclx, xccl, gloo, rccl, rcclx, mccl
 // and hccl (Group.Backend), and cannot analyse torch 2.14's own gloo dumps: gloo
