@@ -131,3 +131,22 @@ func reversed(ts []*Trace) []*Trace {
 	slices.Reverse(out)
 	return out
 }
+
+// What torch 2.14's fr_trace says of the same hang, for the documentation: both
+// communicators' missing ranks, in the order of its records, with no word of which
+// is the cause (commtrace's verdicts, logged next to it, put the cause first).
+func TestTorchAnalyzerOnACauseAndItsVictim(t *testing.T) {
+	root := sidRoot(t)
+	dir := tmpDir(t)
+	splitSkipJob(t, dir, 4)
+	out, err := frTrace(t, root, dir)
+	require.NoError(t, err, "fr_trace failed:\n%s", out)
+	traces, err := ReadDir(dir, "")
+	require.NoError(t, err)
+	var b bytes.Buffer
+	require.NoError(t, Report(&b, Analyze(traces)))
+	t.Logf("fr_trace:\n%s\ncommtrace:\n%s", out, b.String())
+	require.Contains(t, out, "missing ranks: {0}", "fr_trace names rank 0 missing from the world")
+	require.Contains(t, out, "missing ranks: {2}", "fr_trace names rank 2 missing from the split")
+	require.NotContains(t, strings.ToLower(out), "victim")
+}
