@@ -55,13 +55,58 @@ type Verdict struct {
 	// Inferred says the membership was guessed from the entries: the dumps did not
 	// describe the communicator (torch 2.14's gloo backend leaves pg_config empty).
 	Inferred bool
+	// Victims maps each culprit of a Missing verdict that never called the operation
+	// because it is blocked in an earlier operation of another communicator to that
+	// operation: such a rank is a victim of the other communicator's problem, not the
+	// cause of this one. "Earlier" is the order in which the ranks' records put the two
+	// operations (or, where no rank recorded both, the operations before them at the
+	// same distance, one sequence number per step).
+	Victims map[int]Waiting
+	// Elsewhere maps each other culprit of a Missing verdict with an operation pending
+	// in another communicator to that operation: one that comes later than the
+	// operation it never called, or whose order is unknown.
+	Elsewhere map[int]Waiting
+}
+
+// Waiting is an operation a rank has not completed, in a communicator.
+type Waiting struct {
+	Group GroupConfig
+	P2P   bool
+	Seq   int64
+	Op    string
+}
+
+// String describes the operation: communicator "mpi:0" (ranks [0 1 2 3]) collective #3 all_reduce.
+func (w Waiting) String() string {
+	kind := "collective"
+	if w.P2P {
+		kind = "p2p"
+	}
+	return fmt.Sprintf("communicator %q (ranks %v) %s #%d %s", w.Group.Name, w.Group.Ranks, kind, w.Seq, w.Op)
+}
+
+// Victim reports whether the verdict's problem is only a consequence of another's:
+// every rank it names as missing is blocked in an earlier operation of another
+// communicator (Victims).
+func (v Verdict) Victim() bool {
+	if v.Problem != Missing || len(v.Culprits) == 0 {
+		return false
+	}
+	for _, r := range v.Culprits {
+		if _, ok := v.Victims[r]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // gkey identifies a communicator across ranks: its name and members.
 type gkey struct{ name, ranks string }
 
 // Analyze compares the dumps of a job's ranks and returns one Verdict per
-// communicator, those with a problem first.
+// communicator: first those whose problem is a cause, then those whose missing ranks
+// are victims blocked in another communicator's earlier operation (Verdict.Victim),
+// then those without a problem. The order of traces does not matter.
 func Analyze(traces []*Trace) []Verdict {
 	byRank := map[int]*Trace{}
 	for _, t := range traces {
@@ -70,6 +115,8 @@ func Analyze(traces []*Trace) []Verdict {
 	groups := map[gkey]GroupConfig{}
 	inferred := map[gkey]bool{}
 	entries := map[gkey]map[int][]*Entry{}
+	// The communicator of each entry, for the victims' pending operations.
+	comm := map[*Entry]gkey{}
 	// Membership the entries imply, for names no pg_config describes.
 	implied := map[string][]int{}
 	for _, t := range traces {
@@ -95,6 +142,7 @@ func Analyze(traces []*Trace) []Verdict {
 				entries[k] = map[int][]*Entry{}
 			}
 			entries[k][t.Rank] = append(entries[k][t.Rank], e)
+			comm[e] = k
 		}
 	}
 	var out []Verdict
@@ -122,12 +170,19 @@ func Analyze(traces []*Trace) []Verdict {
 		}
 		out = append(out, v)
 	}
+	findVictims(out, byRank, groups, comm)
+	rank := func(v Verdict) int {
+		switch {
+		case v.Problem == "":
+			return 2
+		case v.Victim():
+			return 1
+		}
+		return 0
+	}
 	slices.SortFunc(out, func(a, b Verdict) int {
-		if (a.Problem == "") != (b.Problem == "") {
-			if a.Problem == "" {
-				return 1
-			}
-			return -1
+		if c := rank(a) - rank(b); c != 0 {
+			return c
 		}
 		if c := strings.Compare(a.Group.Name, b.Group.Name); c != 0 {
 			return c
@@ -253,17 +308,119 @@ func compareCollectives(v *Verdict, byRank map[int][]*Entry) bool {
 	return false
 }
 
-// fewest returns the ranks of the call fewest ranks made (the lowest rank's call on
-// a tie of two groups of one each is taken as the reference).
+// fewest returns the ranks of the calls fewer ranks made than the one most ranks
+// made; none when no call has more ranks than every other (two ranks, one call each:
+// nothing tells which is wrong).
 func fewest(calls map[CallText][]int) []int {
-	var best []int
-	for _, t := range slices.Sorted(maps.Keys(calls)) {
-		rs := calls[t]
-		if best == nil || len(rs) < len(best) || (len(rs) == len(best) && rs[0] > best[0]) {
-			best = rs
+	most, ties := 0, 0
+	for _, rs := range calls {
+		switch {
+		case len(rs) > most:
+			most, ties = len(rs), 1
+		case len(rs) == most:
+			ties++
 		}
 	}
-	return best
+	if ties > 1 {
+		return nil
+	}
+	var out []int
+	for _, rs := range calls {
+		if len(rs) < most {
+			out = append(out, rs...)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// opKey names an operation across ranks: its communicator's name (the parts of a
+// split share it; a rank is in one of them), kind and sequence number.
+type opKey struct {
+	name string
+	p2p  bool
+	seq  int64
+}
+
+// findVictims fills Victims and Elsewhere of each collective Missing verdict: for
+// every missing rank, the first operation it has not completed in another
+// communicator, and whether that operation comes before the one it never called.
+func findVictims(vs []Verdict, byRank map[int]*Trace, groups map[gkey]GroupConfig, comm map[*Entry]gkey) {
+	// Where each rank recorded each operation: the index of its first entry.
+	order := map[int]map[opKey]int{}
+	for r, t := range byRank {
+		m := map[opKey]int{}
+		for i := range t.Entries {
+			e := &t.Entries[i]
+			k := opKey{e.Group, e.IsP2P, e.Seq()}
+			if _, ok := m[k]; !ok {
+				m[k] = i
+			}
+		}
+		order[r] = m
+	}
+	for i := range vs {
+		v := &vs[i]
+		if v.Problem != Missing || v.P2P {
+			continue
+		}
+		self := gkey{v.Group.Name, fmt.Sprint(v.Group.Ranks)}
+		missed := opKey{v.Group.Name, false, v.Seq}
+		for _, r := range v.Culprits {
+			t := byRank[r]
+			if t == nil {
+				continue
+			}
+			for j := range t.Entries {
+				e := &t.Entries[j]
+				k := comm[e]
+				if e.State == "completed" || k == self {
+					continue
+				}
+				w := Waiting{Group: groups[k], P2P: e.IsP2P, Seq: e.Seq(), Op: e.Op()}
+				if before(order, opKey{e.Group, e.IsP2P, e.Seq()}, missed) {
+					if v.Victims == nil {
+						v.Victims = map[int]Waiting{}
+					}
+					v.Victims[r] = w
+				} else {
+					if v.Elsewhere == nil {
+						v.Elsewhere = map[int]Waiting{}
+					}
+					v.Elsewhere[r] = w
+				}
+				break
+			}
+		}
+	}
+}
+
+// before reports whether the ranks' records put operation a before b: most of the
+// ranks that recorded both did; where none did, the operations one sequence number
+// earlier each, and so on back. A tie, or no evidence, is false.
+func before(order map[int]map[opKey]int, a, b opKey) bool {
+	for d := int64(0); d <= min(a.seq, b.seq); d++ {
+		x, y := a, b
+		x.seq -= d
+		y.seq -= d
+		votes := 0
+		for _, m := range order {
+			i, ok1 := m[x]
+			j, ok2 := m[y]
+			if !ok1 || !ok2 {
+				continue
+			}
+			if i < j {
+				votes++
+			} else {
+				votes--
+			}
+		}
+		if votes != 0 {
+			return votes > 0
+		}
+	}
+	return false
 }
 
 // p2p is one send or receive, with global ranks.
@@ -373,10 +530,33 @@ func Report(w io.Writer, vs []Verdict) error {
 			b.WriteString("ranks agree\n")
 		case NoDump:
 			fmt.Fprintf(&b, "no dump from ranks %v\n", v.Culprits)
+		case Mismatch:
+			if len(v.Culprits) == 0 {
+				fmt.Fprintf(&b, "%s #%d: %s, no culprit: as many ranks made each call\n", kind, v.Seq, v.Problem)
+			} else {
+				fmt.Fprintf(&b, "%s #%d: %s ranks %v\n", kind, v.Seq, v.Problem, v.Culprits)
+			}
 		default:
-			fmt.Fprintf(&b, "%s #%d: %s ranks %v\n", kind, v.Seq, v.Problem, v.Culprits)
+			fmt.Fprintf(&b, "%s #%d: %s ranks %v", kind, v.Seq, v.Problem, v.Culprits)
+			if v.Victim() {
+				b.WriteString(", victims of another communicator")
+			}
+			b.WriteString("\n")
+		}
+		if v.Problem != "" && v.Problem != NoDump {
 			for _, t := range slices.Sorted(maps.Keys(v.Calls)) {
 				fmt.Fprintf(&b, "  ranks %v called %s\n", v.Calls[t], t)
+			}
+		}
+		if v.Problem == Missing && !v.P2P {
+			for _, r := range v.Culprits {
+				if w, ok := v.Victims[r]; ok {
+					fmt.Fprintf(&b, "  rank %d is blocked in an earlier operation: %s (a victim)\n", r, w)
+				} else if w, ok := v.Elsewhere[r]; ok {
+					fmt.Fprintf(&b, "  rank %d skipped it: its pending %s comes later (the cause)\n", r, w)
+				} else {
+					fmt.Fprintf(&b, "  rank %d has nothing pending elsewhere (the cause)\n", r)
+				}
 			}
 		}
 		if v.Problem != "" {

@@ -54,7 +54,23 @@
 // pickle whose memo shares one list many times is refused, not expanded). A
 // dependency would add more surface than the code it saves.
 //
+// # The verdict
+//
+// Analyze returns one Verdict per communicator, the cause first. A rank missing from
+// a collective because it is blocked in an earlier operation of another communicator
+// is that communicator's victim (Verdict.Victims, Verdict.Victim): its verdict comes
+// after the verdict whose missing rank has nothing earlier pending (a rank that
+// skipped the operation). Which of two operations of two communicators is earlier is
+// what the ranks' records say: most of the ranks that recorded both, else the
+// operations one sequence number before each, and so on back. A mismatch whose calls
+// were each made by as many ranks (two ranks, one call each) names no culprit: both
+// calls are reported.
+//
 // # Known limits of torch 2.14's analyzer
+//
+// fr_trace reports each communicator's problem in the order of its records, without
+// telling a victim from a cause, and in a mismatch between two ranks it blames one
+// of them, as the order in which it lists the dump files (the directory's) falls.
 //
 // fr_trace accepts only the backend names nccl, ncclx, xccl, gloo, rccl, rcclx, mccl
 // and hccl (Group.Backend), and cannot analyse torch 2.14's own gloo dumps: gloo

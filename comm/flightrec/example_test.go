@@ -37,5 +37,6 @@ func Example() {
 	// Output:
 	// communicator "0" (default_pg, ranks [0 1]): collective #3: missing ranks [1]
 	//   ranks [0] called all_reduce in [[1024]] out [[1024]] Float
+	//   rank 1 has nothing pending elsewhere (the cause)
 	//   last completed: rank 0 #2 all_reduce; rank 1 #2 all_reduce;
 }

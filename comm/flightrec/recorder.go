@@ -400,7 +400,8 @@ type Comm struct {
 	lastCompleted int64
 	doneThrough   ID // CompletedThrough's mark
 
-	later atomic.Uint64 // CompletedLater's mark, applied under r.mu by applyLater
+	later   atomic.Uint64 // CompletedLater's mark, applied under r.mu by applyLater
+	laterAt atomic.Int64  // the time of the mark
 }
 
 // Group returns the communicator's description.
@@ -609,24 +610,28 @@ func (c *Comm) CompletedThrough(id ID) {
 // CompletedLater notes that every operation recorded up to and including id
 // completed, like CompletedThrough, but without taking the lock: an atomic store,
 // applied by the next Record or RecordGroup of the communicator, or by a dump, with
-// their time. It is what a backend calls on a hot path after a wait that it does not
-// want to pay a second lock for; the later of two concurrent calls wins.
+// the time of the call. It is what a backend calls on a hot path after a wait that it
+// does not want to pay a second lock for; the later of two concurrent calls wins.
 func (c *Comm) CompletedLater(id ID) {
 	if c == nil {
 		return
 	}
+	c.laterAt.Store(c.r.now.Load())
 	c.later.Store(uint64(id))
 }
 
 // applyLater applies CompletedLater's mark; r.mu is held.
 func (c *Comm) applyLater() {
 	if id := ID(c.later.Load()); id > c.doneThrough {
-		c.completedThrough(id)
+		c.completedThroughAt(id, c.laterAt.Load())
 	}
 }
 
 // completedThrough is CompletedThrough with r.mu held.
-func (c *Comm) completedThrough(id ID) {
+func (c *Comm) completedThrough(id ID) { c.completedThroughAt(id, c.r.now.Load()) }
+
+// completedThroughAt is completedThrough at time now.
+func (c *Comm) completedThroughAt(id ID, now int64) {
 	if id > c.next {
 		id = c.next
 	}
@@ -634,7 +639,6 @@ func (c *Comm) completedThrough(id ID) {
 	if lo := c.next - min(c.next, ID(len(c.ring))) + 1; from < lo {
 		from = lo
 	}
-	now := c.r.now.Load()
 	for i := from; i <= id; i++ {
 		if e := c.slot(i); e != nil {
 			c.set(e, completed, now)

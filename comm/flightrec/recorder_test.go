@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -329,4 +330,23 @@ func TestBlockingCommunicatorCompletesThePreviousOperation(t *testing.T) {
 	}
 	assert.Equal(t, []string{"completed", "completed", "started"}, states)
 	assert.NotZero(t, tr.Entries[2].Started)
+}
+
+// An operation CompletedLater marks completed carries the time of the mark, not the
+// time of the dump (or of the next record) that applies it.
+func TestCompletedLaterKeepsTheTimeOfTheCompletion(t *testing.T) {
+	r := newRecorder(t, Config{Entries: 4, Resolution: time.Millisecond}, 0)
+	c := newComm(t, r, Group{Name: "0", Ranks: []int{0}, Blocking: true})
+	id := c.Record(Call{Op: AllReduce, In: 4, Out: 4, Type: Float32})
+	c.CompletedLater(id)
+	marked := time.Now()
+	time.Sleep(200 * time.Millisecond)
+	c.Record(Call{Op: AllReduce, In: 4, Out: 4, Type: Float32})
+	time.Sleep(200 * time.Millisecond)
+	tr := roundTrip(t, r)
+	require.Equal(t, "completed", tr.Entries[0].State)
+	done := time.Unix(0, tr.Entries[0].Completed)
+	// The clock the recorder reads lags the system's by at most a few periods; the
+	// next record came 200 ms later, the dump 400 ms.
+	require.Less(t, done.Sub(marked), 100*time.Millisecond, "completed at %v, marked at %v", done, marked)
 }

@@ -5,15 +5,24 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"time"
 )
 
 // DumpOnSignal writes the dump (WriteFile) each time one of sigs arrives, until ctx
 // is done: an operator can then ask every rank of a hung job for its dump (with
-// SIGUSR1, say: kill -USR1 on each rank, or pdsh). log (nil: slog.Default) says
-// where each dump went, or why it could not be written. It returns at once; the
-// signals are handled on a goroutine of their own, and released when ctx is done.
+// SIGUSR1, say: kill -USR1 on each rank, or on mpirun, which forwards SIGUSR1 and
+// SIGUSR2 to its ranks). log (nil: slog.Default) says where each dump went, or why it
+// could not be written. It returns at once; the signals are handled on a goroutine of
+// their own, and released when ctx is done.
+//
+// A signal that asks the process to end (SIGTERM, as mpirun sends when it aborts a
+// job; SIGINT, SIGHUP, SIGQUIT) is not swallowed: after the dump, DumpOnSignal stops
+// handling it and raises it again, so that it does what it would have done without
+// DumpOnSignal (the process ends by the signal, unless it ignores the signal or
+// another signal.Notify channel of the program takes it; such a channel gets it
+// twice). The other signals of sigs stay handled.
 func (r *Recorder) DumpOnSignal(ctx context.Context, log *slog.Logger, sigs ...os.Signal) {
 	if r == nil || len(sigs) == 0 {
 		return
@@ -34,6 +43,22 @@ func (r *Recorder) DumpOnSignal(ctx context.Context, log *slog.Logger, sigs ...o
 					log.Error("flightrec: dump on signal failed", "signal", s.String(), "err", err)
 				} else {
 					log.Info("flightrec: dump written", "signal", s.String(), "path", path)
+				}
+				if !ending(s) {
+					continue
+				}
+				// Hand s back: with no channel left for it, the runtime gives it its
+				// default action again.
+				signal.Stop(ch)
+				sigs = slices.DeleteFunc(sigs, func(x os.Signal) bool { return x == s })
+				if len(sigs) > 0 {
+					signal.Notify(ch, sigs...)
+				}
+				if err := raise(s); err != nil {
+					log.Error("flightrec: signal not raised again after the dump", "signal", s.String(), "err", err)
+				}
+				if len(sigs) == 0 {
+					return
 				}
 			}
 		}

@@ -73,6 +73,7 @@ func TestCommtracePrintsTheVerdict(t *testing.T) {
 		{"a rank is missing", []rankOps{{ar(4), ar(4)}, {ar(4)}}, nil, 1,
 			"communicator \"0\" (default_pg, ranks [0 1]): collective #2: missing ranks [1]\n" +
 				"  ranks [0] called all_reduce in [[4]] out [[4]] Float\n" +
+				"  rank 1 has nothing pending elsewhere (the cause)\n" +
 				"  last completed: rank 0 #1 all_reduce; rank 1 none;\n"},
 		{"a rank left no dump", []rankOps{{ar(4), ar(4)}, {ar(4), ar(4)}, {ar(4)}}, []int{2}, 1,
 			"communicator \"0\" (default_pg, ranks [0 1 2]): no dump from ranks [2]\n" +
