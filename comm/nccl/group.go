@@ -560,15 +560,6 @@ func (tg *threadGroup) submit() (int, error) {
 	return failed, err
 }
 
-// inGroup reports whether an open group holds operations of c or was opened by it.
-func (c *Communicator) inGroup() bool {
-	if c.grouped.Load() > 0 {
-		return true
-	}
-	here, elsewhere := groupsOpenedBy(c)
-	return here+elsewhere > 0
-}
-
 // launched completes c's part of a group that its outermost GroupEnd launched: the
 // communicator settles when the launch returned ncclInProgress, and blocking
 // collectives are waited for.

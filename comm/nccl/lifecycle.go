@@ -50,7 +50,7 @@ func (c *Communicator) adopt(comm gpulib.Comm, rank, world int) (err error) {
 	defer runtime.UnlockOSThread()
 	defer func() {
 		if err != nil {
-			c.releaseLocal(context.Background()) // nothing was queued yet
+			c.releaseLocal(context.Background(), true) // nothing was queued yet
 			if aerr := c.d.CommAbort(comm); aerr != nil {
 				c.cfg.Log.Error("comm: abort after failed init", "rank", rank, "err", aerr)
 			}
@@ -78,11 +78,13 @@ func (c *Communicator) events() [4]*gpulib.Event {
 }
 
 // releaseLocal frees the stream, events and scratch buffer; the caller holds the
-// device bound and has ended (or aborted) the communicator. The scratch buffer is
-// freed only once the stream's queued work has completed (an aborted communicator's
-// operations end at once): while work that reads or writes it is still queued when
-// ctx ends, it stays allocated, and the error says so. Errors are logged and returned.
-func (c *Communicator) releaseLocal(ctx context.Context) error {
+// device bound and has ended (or aborted) the communicator; idle says the stream's
+// work is known to have completed (a graceful teardown drained it). Otherwise the
+// scratch buffer is freed only once the stream's queued work has completed (an
+// aborted communicator's operations end at once): while work that reads or writes it
+// is still queued when ctx ends, it stays allocated, and the error says so. Errors
+// are logged and returned.
+func (c *Communicator) releaseLocal(ctx context.Context, idle bool) error {
 	var errs []error
 	note := func(what string, err error) {
 		if err != nil {
@@ -91,7 +93,7 @@ func (c *Communicator) releaseLocal(ctx context.Context) error {
 		}
 	}
 	if c.scratch != 0 {
-		if c.stream != 0 && !c.streamIdle(ctx) {
+		if !idle && c.stream != 0 && !c.streamIdle(ctx) {
 			note("free scratch", fmt.Errorf("work still queued on the stream after %v: the scratch buffer (%d bytes) stays allocated", c.cfg.CloseWait, c.scratchBytes()))
 		} else {
 			note("free scratch", c.d.MemFree(c.scratch))
@@ -225,7 +227,7 @@ func (c *Communicator) shutdown(before func(ctx context.Context, note func(strin
 		before(ctx, note)
 	}
 	c.endComm(ctx, graceful, note)
-	if err := c.releaseLocal(ctx); err != nil {
+	if err := c.releaseLocal(ctx, graceful); err != nil { // graceful: drained, and nothing queued since
 		errs = append(errs, err)
 	}
 	var err error
