@@ -9,7 +9,8 @@ import (
 
 // Backend is the engine-facing set of collective and point-to-point operations on device
 // pointers and byte counts. Reductions sum elements of the
-// backend's element type, fixed at construction (bfloat16 by default). Implementations
+// backend's element type, fixed at construction (every constructor requires it: there
+// is no default). Implementations
 // are safe for concurrent use; operations on one backend are issued in call order, and
 // every rank must issue the same collectives in the same order.
 //

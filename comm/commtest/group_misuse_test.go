@@ -171,3 +171,14 @@ func TestGroupRefusesOperationsOfTwoWorlds(t *testing.T) {
 	// the second world still works on its own
 	require.NoError(t, b2[0].AllReduce(p2, 8))
 }
+
+// Validate of a backend comm made, with an element type other than the backend's, is
+// ErrInvalidType: the option is never dropped (bf16 data would be summed as float32).
+func TestValidateRefusesAConflictingElementType(t *testing.T) {
+	_, bs := float32Cluster(t, 1)
+	_, err := comm.Validate(bs[0], comm.WithElementType(comm.BFloat16))
+	assert.ErrorIs(t, err, comm.ErrInvalidType)
+	v, err := comm.Validate(bs[0], comm.WithElementType(comm.Float32))
+	require.NoError(t, err)
+	assert.Same(t, bs[0], v, "the same element type: the backend itself")
+}
