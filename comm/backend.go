@@ -65,7 +65,7 @@ type Backend interface {
 	DeregisterBuffer(h BufferHandle) error
 	// SymmetricAlloc allocates bytes of device memory from the backend's allocator
 	// (ncclMemAlloc on NCCL). It is local: no other rank takes part (on NCCL, the
-	// collective registration as a symmetric window is NCCL.RegisterWindow). Backends
+	// collective registration as a symmetric window is nccl.Backend.RegisterWindow). Backends
 	// without an allocator return ErrUnsupported.
 	SymmetricAlloc(bytes int) (DevicePtr, error)
 	// SymmetricFree frees a pointer from SymmetricAlloc.

@@ -493,6 +493,8 @@ func (tg *threadGroup) complete(c *Communicator, unlock func()) error {
 				op.Err = m.c.fail(err)
 			}
 			e.Err = op
+		} else if oe, ok := err.(*comm.OpError); ok && oe.Op == core.OpGroupEnd {
+			e = oe // a member's own group-end error: not wrapped in another
 		}
 		if gpulib.Fatal(code(err)) { // an error inside a group poisons every communicator in it
 			for _, m := range members {
