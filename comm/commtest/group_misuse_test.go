@@ -182,3 +182,13 @@ func TestValidateRefusesAConflictingElementType(t *testing.T) {
 	require.NoError(t, err)
 	assert.Same(t, bs[0], v, "the same element type: the backend itself")
 }
+
+// An engine injects and matches NCCL results through comm/nccl alone (no raw/nccl).
+func TestEnginesMatchNCCLResultsThroughCommNCCL(t *testing.T) {
+	c, bs := float32Cluster(t, 1)
+	p := rankBuffers(t, c)[0]
+	require.NoError(t, c.InjectAsyncError(0, nccl.RemoteError))
+	err := bs[0].AllReduce(p, 8)
+	assert.ErrorIs(t, err, nccl.RemoteError)
+	assert.NotErrorIs(t, err, nccl.SystemError)
+}
