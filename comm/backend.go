@@ -15,6 +15,19 @@ import (
 // every rank must issue the same collectives in the same order.
 //
 // Zero bytes is valid for every data operation (a null pointer is then allowed).
+//
+// Inside a group (between GroupStart and GroupEnd on the calling goroutine, in
+// InGroup's function, in a Group's Add) the blocking collectives (AllReduce,
+// AllGather, ReduceScatter, Broadcast) of a backend whose groups defer work (NCCL)
+// check their arguments, record the operation and return nil at once: the buffer
+// holds the result only once the outermost GroupEnd (or Submit) has returned nil,
+// which launches and waits for them. A collective cannot tell a group whose GroupEnd
+// is coming from one that was forgotten, since NCCL's own pattern (GroupStart, the
+// calls, GroupEnd) makes both look alike at the call. A forgotten GroupEnd is
+// reported by the next call on that goroutine that cannot join a group (Sync,
+// AllReduceAsync, Split, SymmetricAlloc, a Group's Add: ErrGroupOpen) and by Close
+// (ErrGroupOpen); nothing recorded is ever launched. Engines avoid it by using
+// InGroup or Group values, which cannot leave a group open.
 type Backend interface {
 	// AllReduce sums bytes at ptr across all ranks, in place; every rank gets the
 	// result. bytes must be a multiple of the element size. The host waits for the
