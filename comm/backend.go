@@ -26,8 +26,9 @@ import (
 // calls, GroupEnd) makes both look alike at the call. A forgotten GroupEnd is
 // reported by the next call on that goroutine that cannot join a group (Sync,
 // AllReduceAsync, Split, SymmetricAlloc, a Group's Add: ErrGroupOpen) and by Close
-// (ErrGroupOpen); nothing recorded is ever launched. Engines avoid it by using
-// InGroup or Group values, which cannot leave a group open.
+// (ErrGroupOpen; on the goroutine that opened the group Close first ends it, which
+// launches its calls; a group of a goroutine that ended is never launched). Engines
+// avoid it by using InGroup or Group values, which cannot leave a group open.
 type Backend interface {
 	// AllReduce sums bytes at ptr across all ranks, in place; every rank gets the
 	// result. bytes must be a multiple of the element size. The host waits for the
