@@ -9,11 +9,26 @@ import (
 
 // Backend is the engine-facing set of collective and point-to-point operations on device
 // pointers and byte counts. Reductions sum elements of the
-// backend's element type, fixed at construction (bfloat16 by default). Implementations
+// backend's element type, fixed at construction (every constructor requires it: there
+// is no default). Implementations
 // are safe for concurrent use; operations on one backend are issued in call order, and
 // every rank must issue the same collectives in the same order.
 //
 // Zero bytes is valid for every data operation (a null pointer is then allowed).
+//
+// Inside a group (between GroupStart and GroupEnd on the calling goroutine, in
+// InGroup's function, in a Group's Add) the blocking collectives (AllReduce,
+// AllGather, ReduceScatter, Broadcast) of a backend whose groups defer work (NCCL)
+// check their arguments, record the operation and return nil at once: the buffer
+// holds the result only once the outermost GroupEnd (or Submit) has returned nil,
+// which launches and waits for them. A collective cannot tell a group whose GroupEnd
+// is coming from one that was forgotten, since NCCL's own pattern (GroupStart, the
+// calls, GroupEnd) makes both look alike at the call. A forgotten GroupEnd is
+// reported by the next call on that goroutine that cannot join a group (Sync,
+// AllReduceAsync, Split, SymmetricAlloc, a Group's Add: ErrGroupOpen) and by Close
+// (ErrGroupOpen; on the goroutine that opened the group Close first ends it, which
+// launches its calls; a group of a goroutine that ended is never launched). Engines
+// avoid it by using InGroup or Group values, which cannot leave a group open.
 type Backend interface {
 	// AllReduce sums bytes at ptr across all ranks, in place; every rank gets the
 	// result. bytes must be a multiple of the element size. The host waits for the
@@ -64,7 +79,7 @@ type Backend interface {
 	DeregisterBuffer(h BufferHandle) error
 	// SymmetricAlloc allocates bytes of device memory from the backend's allocator
 	// (ncclMemAlloc on NCCL). It is local: no other rank takes part (on NCCL, the
-	// collective registration as a symmetric window is NCCL.RegisterWindow). Backends
+	// collective registration as a symmetric window is nccl.Backend.RegisterWindow). Backends
 	// without an allocator return ErrUnsupported.
 	SymmetricAlloc(bytes int) (DevicePtr, error)
 	// SymmetricFree frees a pointer from SymmetricAlloc.

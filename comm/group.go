@@ -24,6 +24,9 @@ type GroupDiscarder interface {
 // submitted (GroupDiscarder), so no rank is left waiting for half a group as long as
 // every rank's f fails the same way, and the goroutine leaves no group open. InGroup then
 // returns f's error (or lets the panic continue). Otherwise it returns GroupEnd's error.
+// On NCCL, the discard inside an outer GroupStart level ends the outer levels too, and
+// inside the function given to a Group's Add it discards that whole Group, whose Add
+// and Submit then say so.
 //
 //	err := comm.InGroup(b, func() error {
 //		return errors.Join(b.SendTo(send, n, peer, s), b.RecvFrom(recv, n, peer, s))

@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/ncclgo/ncclgo/comm/internal/core"
 )
@@ -13,12 +14,26 @@ import (
 // The other methods keep Base's defaults (RegisterBuffer returns handle 0,
 // SymmetricAlloc is unsupported, groups do nothing, RecvCommandU32 always refuses:
 // rank 0 is the only possible root). Bad input fails exactly as on the NCCL backend.
+//
+// The zero Single is rank 0 of a one-rank world without an element type: its
+// reductions fail with ErrInvalidType (NewSingle with WithElementType gives one).
 type Single struct {
-	g *core.Guard
+	once sync.Once
+	g    *core.Guard
 }
 
-// NewSingle returns a one-rank Backend. WithElementType sets the element type that sizes
-// of reductions must be a multiple of (default BFloat16).
+// guard returns s's guard, made on first use for the zero Single.
+func (s *Single) guard() *core.Guard {
+	s.once.Do(func() {
+		if s.g == nil {
+			s.g = core.NewGuard(0, 1, core.ElemUnset)
+		}
+	})
+	return s.g
+}
+
+// NewSingle returns a one-rank Backend. WithElementType, required (there is no
+// default), sets the element type that sizes of reductions must be a multiple of.
 func NewSingle(opts ...Option) (*Single, error) {
 	cfg := newOptions(opts)
 	if err := core.CheckWorld("single", 0, 1, cfg.elem, "comm.WithElementType"); err != nil {
@@ -31,35 +46,35 @@ func init() { core.MarkChecked((*Single)(nil)) }
 
 // AllReduce validates its arguments and does nothing.
 func (s *Single) AllReduce(ptr DevicePtr, bytes int) error {
-	return s.g.Reduce(core.OpAllReduce, ptr, bytes)
+	return s.guard().Reduce(core.OpAllReduce, ptr, bytes)
 }
 
 // AllGather validates its arguments and does nothing.
 func (s *Single) AllGather(send, recv DevicePtr, bytes int) error {
-	return s.g.Gather(core.OpAllGather, send, recv, bytes, false)
+	return s.guard().Gather(core.OpAllGather, send, recv, bytes, false)
 }
 
 // ReduceScatter validates its arguments and does nothing.
 func (s *Single) ReduceScatter(send, recv DevicePtr, bytes int) error {
-	return s.g.Gather(core.OpReduceScatter, send, recv, bytes, true)
+	return s.guard().Gather(core.OpReduceScatter, send, recv, bytes, true)
 }
 
 // Broadcast validates its arguments and does nothing.
 func (s *Single) Broadcast(ptr DevicePtr, bytes, root int) error {
-	return s.g.Broadcast(ptr, bytes, root)
+	return s.guard().Broadcast(ptr, bytes, root)
 }
 
 // Barrier does nothing.
-func (s *Single) Barrier() error { return s.g.Open(core.OpBarrier) }
+func (s *Single) Barrier() error { return s.guard().Open(core.OpBarrier) }
 
 // SendTo validates its arguments (dest must be 0) and does nothing.
 func (s *Single) SendTo(ptr DevicePtr, bytes, dest int, _ Stream) error {
-	return s.g.P2p(core.OpSend, "dest", ptr, bytes, dest)
+	return s.guard().P2p(core.OpSend, "dest", ptr, bytes, dest)
 }
 
 // RecvFrom validates its arguments (src must be 0) and does nothing.
 func (s *Single) RecvFrom(ptr DevicePtr, bytes, src int, _ Stream) error {
-	return s.g.P2p(core.OpRecv, "src", ptr, bytes, src)
+	return s.guard().P2p(core.OpRecv, "src", ptr, bytes, src)
 }
 
 // Rank returns 0.
@@ -70,32 +85,32 @@ func (s *Single) WorldSize() int { return 1 }
 
 // RecvCommandU32 always fails with ErrInvalidRank: the only root is this rank.
 func (s *Single) RecvCommandU32(_ context.Context, ptr DevicePtr, root int) error {
-	return s.g.RecvCommand(ptr, root)
+	return s.guard().RecvCommand(ptr, root)
 }
 
 // AllReduceAsync validates its arguments and does nothing.
 func (s *Single) AllReduceAsync(ptr DevicePtr, bytes int, _ Stream) error {
-	return s.g.ReduceAsync(ptr, bytes)
+	return s.guard().ReduceAsync(ptr, bytes)
 }
 
 // RegisterBuffer validates its arguments and returns handle 0.
 func (s *Single) RegisterBuffer(ptr DevicePtr, bytes int) (BufferHandle, error) {
-	if err := s.g.Register(ptr, bytes); err != nil {
+	if err := s.guard().Register(ptr, bytes); err != nil {
 		return 0, err
 	}
-	s.g.Registered(0)
+	s.guard().Registered(0)
 	return 0, nil
 }
 
 // DeregisterBuffer forgets one registration of h.
 func (s *Single) DeregisterBuffer(h BufferHandle) error {
-	_, err := s.g.Deregister(h)
+	_, err := s.guard().Deregister(h)
 	return err
 }
 
 // SymmetricAlloc validates bytes and returns ErrUnsupported.
 func (s *Single) SymmetricAlloc(bytes int) (DevicePtr, error) {
-	if err := s.g.SymAlloc(bytes); err != nil {
+	if err := s.guard().SymAlloc(bytes); err != nil {
 		return 0, err
 	}
 	return Base{}.SymmetricAlloc(bytes)
@@ -103,33 +118,33 @@ func (s *Single) SymmetricAlloc(bytes int) (DevicePtr, error) {
 
 // SymmetricFree fails: Single never allocates, so every pointer is unknown.
 func (s *Single) SymmetricFree(p DevicePtr) error {
-	_, _, err := s.g.SymFree(p)
+	_, _, err := s.guard().SymFree(p)
 	return err
 }
 
 // SetAddKernel validates k and ignores it.
-func (s *Single) SetAddKernel(k Kernel) error { return s.g.Kernel(k) }
+func (s *Single) SetAddKernel(k Kernel) error { return s.guard().Kernel(k) }
 
 // GroupStart opens a group level.
-func (s *Single) GroupStart() error { return s.g.GroupStart() }
+func (s *Single) GroupStart() error { return s.guard().GroupStart() }
 
 // GroupEnd closes a group level.
 func (s *Single) GroupEnd() error {
-	_, err := s.g.GroupEnd()
+	_, err := s.guard().GroupEnd()
 	return err
 }
 
 // IsHealthy reports whether s is still open.
-func (s *Single) IsHealthy() bool { return !s.g.IsClosed() }
+func (s *Single) IsHealthy() bool { return !s.guard().IsClosed() }
 
 // AttemptReconnect does nothing.
 func (s *Single) AttemptReconnect(context.Context) error {
-	return s.g.OutsideGroup(core.OpAttemptReconnect)
+	return s.guard().OutsideGroup(core.OpAttemptReconnect)
 }
 
 // Close closes s; it reports a group left open with ErrGroupOpen.
 func (s *Single) Close() error {
-	open, err := s.g.Close()
+	open, err := s.guard().Close()
 	if err != nil {
 		return err
 	}
@@ -142,8 +157,21 @@ func (s *Single) Close() error {
 // NoOp is the Communicator of a one-rank world: every
 // operation validates its arguments and completes at once, leaving buffers as they are.
 // It cannot split.
+//
+// The zero NoOp is ready to use, as NewNoOp's.
 type NoOp struct {
-	g *core.Guard
+	once sync.Once
+	g    *core.Guard
+}
+
+// guard returns n's guard, made on first use for the zero NoOp.
+func (n *NoOp) guard() *core.Guard {
+	n.once.Do(func() {
+		if n.g == nil {
+			n.g = core.NewGuard(0, 1, BFloat16)
+		}
+	})
+	return n.g
 }
 
 // NewNoOp returns a one-rank Communicator.
@@ -157,43 +185,43 @@ func (n *NoOp) WorldSize() int { return 1 }
 
 // AllReduce validates its arguments and does nothing.
 func (n *NoOp) AllReduce(ptr DevicePtr, count int, t DType, op ReduceOp) error {
-	_, err := n.g.TypedReduce(ptr, count, t, op)
+	_, err := n.guard().TypedReduce(ptr, count, t, op)
 	return err
 }
 
 // Broadcast validates its arguments and does nothing.
 func (n *NoOp) Broadcast(ptr DevicePtr, count int, t DType, root int) error {
-	_, err := n.g.TypedBroadcast(ptr, count, t, root)
+	_, err := n.guard().TypedBroadcast(ptr, count, t, root)
 	return err
 }
 
 // AllGather validates its arguments and does nothing.
 func (n *NoOp) AllGather(send, recv DevicePtr, count int, t DType) error {
-	_, err := n.g.TypedGather(core.OpAllGather, send, recv, count, t, Sum, false)
+	_, err := n.guard().TypedGather(core.OpAllGather, send, recv, count, t, Sum, false)
 	return err
 }
 
 // ReduceScatter validates its arguments and does nothing.
 func (n *NoOp) ReduceScatter(send, recv DevicePtr, count int, t DType, op ReduceOp) error {
-	_, err := n.g.TypedGather(core.OpReduceScatter, send, recv, count, t, op, true)
+	_, err := n.guard().TypedGather(core.OpReduceScatter, send, recv, count, t, op, true)
 	return err
 }
 
 // Send validates its arguments and does nothing.
 func (n *NoOp) Send(ptr DevicePtr, count int, t DType, dest int, _ uint32) error {
-	_, err := n.g.TypedP2P(core.OpSend, "dest", ptr, count, t, dest)
+	_, err := n.guard().TypedP2P(core.OpSend, "dest", ptr, count, t, dest)
 	return err
 }
 
 // Recv validates its arguments and does nothing.
 func (n *NoOp) Recv(ptr DevicePtr, count int, t DType, src int, _ uint32) error {
-	_, err := n.g.TypedP2P(core.OpRecv, "src", ptr, count, t, src)
+	_, err := n.guard().TypedP2P(core.OpRecv, "src", ptr, count, t, src)
 	return err
 }
 
 // Sync returns at once (or ctx's error).
 func (n *NoOp) Sync(ctx context.Context) error {
-	if err := n.g.OutsideGroup(core.OpSync); err != nil {
+	if err := n.guard().OutsideGroup(core.OpSync); err != nil {
 		return err
 	}
 	return ctx.Err()
@@ -201,7 +229,7 @@ func (n *NoOp) Sync(ctx context.Context) error {
 
 // Barrier returns at once (or ctx's error).
 func (n *NoOp) Barrier(ctx context.Context) error {
-	if err := n.g.OutsideGroup(core.OpBarrier); err != nil {
+	if err := n.guard().OutsideGroup(core.OpBarrier); err != nil {
 		return err
 	}
 	return ctx.Err()
@@ -209,7 +237,7 @@ func (n *NoOp) Barrier(ctx context.Context) error {
 
 // Split returns ErrUnsupported.
 func (n *NoOp) Split(_ context.Context, color, _ int) (Communicator, error) {
-	if err := n.g.OutsideGroup(core.OpSplit); err != nil {
+	if err := n.guard().OutsideGroup(core.OpSplit); err != nil {
 		return nil, err
 	}
 	return nil, &ArgError{Op: core.OpSplit, Arg: "color", Value: color, Err: ErrUnsupported,
@@ -217,16 +245,16 @@ func (n *NoOp) Split(_ context.Context, color, _ int) (Communicator, error) {
 }
 
 // GroupStart opens a group level.
-func (n *NoOp) GroupStart() error { return n.g.GroupStart() }
+func (n *NoOp) GroupStart() error { return n.guard().GroupStart() }
 
 // GroupEnd closes a group level.
 func (n *NoOp) GroupEnd() error {
-	_, err := n.g.GroupEnd()
+	_, err := n.guard().GroupEnd()
 	return err
 }
 
 // Close closes n.
 func (n *NoOp) Close() error {
-	_, err := n.g.Close()
+	_, err := n.guard().Close()
 	return err
 }

@@ -13,18 +13,29 @@ import (
 // and the NCCL backend do: every argument error is an *ArgError wrapping a sentinel and
 // never reaches b. It also tracks what misuse detection needs: Close (later calls fail
 // with ErrClosed), group depth, live registration handles and symmetric pointers.
-// Options: WithElementType says which element type b reduces (default BFloat16).
+// Options: WithElementType says which element type b reduces; it is required (there
+// is no default).
 //
 // A call that races with Close may still reach b; b must tolerate that. Backends made
-// by comm are returned unchanged.
+// by comm (Single, the NCCL and MPI backends, an earlier Validate's) are returned
+// unchanged; WithElementType may then be given only when it names the element type
+// the backend already has (a backend with an ElementType method): another is
+// ErrInvalidType, never dropped.
 func Validate(b Backend, opts ...Option) (Backend, error) {
 	if b == nil {
 		return nil, errors.New("validate: backend is nil")
 	}
+	cfg := newOptions(opts)
 	if core.IsChecked(b) {
+		if cfg.elem == core.ElemUnset {
+			return b, nil
+		}
+		if et, ok := b.(interface{ ElementType() DType }); ok && et.ElementType() != cfg.elem {
+			return nil, &ArgError{Op: "validate", Arg: "element type", Value: int32(cfg.elem), Err: ErrInvalidType,
+				Reason: fmt.Sprintf("the backend reduces %v", et.ElementType())}
+		}
 		return b, nil
 	}
-	cfg := newOptions(opts)
 	world, rank := b.WorldSize(), b.Rank()
 	if err := core.CheckWorld("validate", rank, world, cfg.elem, "comm.WithElementType"); err != nil {
 		return nil, err

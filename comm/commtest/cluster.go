@@ -292,6 +292,14 @@ func (c *Cluster) NCCL(rank int) (*nccl.Backend, error) {
 	return c.backends[rank], nil
 }
 
+// NCCLs returns every rank's backend as the NCCL backend it is, index = rank: what
+// RunRanks hands f then has Split, Shrink and the other NCCL-only methods.
+func (c *Cluster) NCCLs() []*nccl.Backend {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.backends)
+}
+
 // Communicators returns every rank's typed communicator (the backends' own
 // communicators: closing either closes both).
 func (c *Cluster) Communicators() []comm.Communicator {

@@ -2,27 +2,44 @@ package commtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"runtime/debug"
 	"strings"
 )
 
 // RunRanks calls f once for every element of ranks, with the element's index as the
 // rank, each call in its own goroutine as separate processes would run, and waits until
-// every call has returned or ctx is done. ranks is typically Cluster.Backends or
+// every call has returned or ctx is done. ranks is typically Cluster.NCCLs (f then gets
+// each rank's *nccl.Backend, with Split and Shrink), Cluster.Backends or
 // Cluster.Communicators. It returns nil when every call returned nil, else a
 // *RanksError: each rank's error and, when ctx ended first, the ranks still running.
 //
-// Calls still running when ctx ends keep running in the background; end them the way
-// the test ends a hung rank (closing the Cluster, aborting the communicators). f gets
-// ctx for its own waits.
+// f gets a context derived from ctx that is canceled, with the first failure as its
+// cause (context.Cause), as soon as one call returns an error or panics: the other
+// ranks' waits end instead of running out their timeouts. A call that panics is
+// recovered and reported as that rank's error (it matches ErrRankPanicked and holds
+// the panic value and stack); the test binary keeps running.
+//
+// Calls still running when ctx ends keep running in the background, and the
+// RanksError names their ranks (Running); end them the way the test ends a hung rank
+// (closing the Cluster, aborting the communicators).
 func RunRanks[T any](ctx context.Context, ranks []T, f func(ctx context.Context, rank int, v T) error) error {
 	type result struct {
 		rank int
 		err  error
 	}
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	done := make(chan result, len(ranks)) // buffered: a call that ends after ctx does not block
 	for r, v := range ranks {
-		go func() { done <- result{r, f(ctx, r, v)} }()
+		go func() {
+			err := callRank(rctx, r, v, f)
+			if err != nil {
+				cancel(fmt.Errorf("rank %d failed: %w", r, err))
+			}
+			done <- result{r, err}
+		}()
 	}
 	errs := make([]error, len(ranks))
 	running := make([]bool, len(ranks))
@@ -66,6 +83,19 @@ func RunRanks[T any](ctx context.Context, ranks []T, f func(ctx context.Context,
 		}
 	}
 	return nil
+}
+
+// ErrRankPanicked is matched (errors.Is) by the error of a RunRanks call that panicked.
+var ErrRankPanicked = errors.New("rank panicked")
+
+// callRank calls f for rank, recovering a panic as the rank's error.
+func callRank[T any](ctx context.Context, r int, v T, f func(ctx context.Context, rank int, v T) error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %v\n%s", ErrRankPanicked, p, debug.Stack())
+		}
+	}()
+	return f(ctx, r, v)
 }
 
 // RanksError is RunRanks' error, for errors.As; errors.Is sees through it to every

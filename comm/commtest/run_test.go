@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
+	"github.com/ncclgo/ncclgo/comm/nccl"
 )
 
 func TestBackendAndBackendsReturnTheSameValues(t *testing.T) {
@@ -108,4 +110,29 @@ func TestRunRanksWithNoRanksReturnsNil(t *testing.T) {
 	assert.NoError(t, commtest.RunRanks(context.Background(), []comm.Backend(nil), func(context.Context, int, comm.Backend) error {
 		return errRank
 	}))
+}
+
+// A rank that panics is that rank's error (the test binary keeps running), and the
+// first failure cancels the other ranks' context at once (they do not wait out theirs).
+func TestRunRanksRecoversAPanicAndCancelsTheOthers(t *testing.T) {
+	c, err := commtest.NewCluster(3, commtest.WithCommOptions(nccl.WithElementType(comm.Float32)))
+	require.NoError(t, err)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	err = commtest.RunRanks(ctx, c.NCCLs(), func(ctx context.Context, r int, b *nccl.Backend) error {
+		if r == 1 {
+			panic("rank 1 broke")
+		}
+		<-ctx.Done() // a wait for the failed rank
+		return context.Cause(ctx)
+	})
+	var re *commtest.RanksError
+	require.ErrorAs(t, err, &re)
+	assert.ErrorIs(t, re.Errs[1], commtest.ErrRankPanicked)
+	assert.Contains(t, re.Errs[1].Error(), "rank 1 broke")
+	assert.Empty(t, re.Running, "the others returned once canceled")
+	assert.ErrorContains(t, re.Errs[0], "rank 1 failed")
+	assert.Less(t, time.Since(start), 30*time.Second, "not ended by the test's own deadline")
 }

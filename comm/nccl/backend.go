@@ -289,5 +289,5 @@ func (b *Backend) IsHealthy() bool { return b.c.IsHealthy() }
 // Close tears the backend down: a bounded wait for pending work, deregistration of
 // what is left registered, freeing of symmetric memory, then finalize and destroy, or
 // abort. Errors are logged and returned, among them what Close had to abandon (see
-// NCCLCommunicator.Close); Close never panics.
+// Communicator.Close); Close never panics.
 func (b *Backend) Close() error { return b.c.Close() }

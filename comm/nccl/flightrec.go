@@ -136,26 +136,29 @@ func (c *Communicator) shrunk(child *Communicator, exclude []int) {
 // its siblings'), with its members' global ranks from an all-gather on the child
 // (exchangeRanks). The exchange is made whether or not c records: a rank that records
 // and one that does not must make the same calls on the child, or the first
-// collective of the one would meet the exchange of the other. A failed exchange is
-// logged and leaves the child unrecorded (its failures still dump the recorder, with
-// the parent's ring); the Split succeeds.
-func (c *Communicator) splitRecorder(ctx context.Context, child *Communicator, n, color int) {
+// collective of the one would meet the exchange of the other. It is the child's first
+// collective: when it does not complete (a member slow past the operation timeout, or
+// dead), the child cannot be relied on and the error is returned for Split to fail
+// with. When it completes but a member's part was lost (its host copy failed), the
+// child works: that is logged and leaves the child unrecorded (its failures still dump
+// the recorder, with the parent's ring).
+func (c *Communicator) splitRecorder(ctx context.Context, child *Communicator, n, color int) error {
 	hc, ok := c.d.(gpulib.HostCopier)
 	if !ok {
-		return // no rank exchanges: the driver is the same program's on every rank
+		return nil // no rank exchanges: the driver is the same program's on every rank
 	}
-	ranks, err := child.exchangeRanks(ctx, hc)
+	ranks, lost, err := child.exchangeRanks(ctx, hc)
 	switch {
-	case err != nil && c.fr != nil:
-		c.cfg.Log.Warn("comm: flight recorder: split child not recorded", "rank", c.rank, "color", color, "err", err)
-		return
 	case err != nil:
-		c.cfg.Log.Debug("comm: split: members not learnt", "rank", c.rank, "color", color, "err", err)
-		return
-	case c.fr == nil:
-		return
+		return fmt.Errorf("exchange of the members' ranks on the new communicator: %w", err)
+	case lost != nil && c.fr != nil:
+		c.cfg.Log.Warn("comm: flight recorder: split child not recorded", "rank", c.rank, "color", color, "err", lost)
+	case lost != nil:
+		c.cfg.Log.Debug("comm: split: members not learnt", "rank", c.rank, "color", color, "err", lost)
+	case c.fr != nil:
+		child.register(c.frName+":split"+strconv.Itoa(n)+":"+strconv.Itoa(color), "split", n, ranks)
 	}
-	child.register(c.frName+":split"+strconv.Itoa(n)+":"+strconv.Itoa(color), "split", n, ranks)
+	return nil
 }
 
 // scratchBytes is the size of the scratch buffer: 8 bytes, and room for
@@ -165,8 +168,9 @@ func (c *Communicator) scratchBytes() uint64 { return 8 * uint64(c.world+1) }
 // exchangeRanks returns the global rank of every member of c, in c's rank order: an
 // all-gather of two int32 per member through the scratch buffer, the global rank and
 // its complement, so that the part of a member whose host copy failed (it takes part
-// all the same, lest the others wait) is refused by every member alike.
-func (c *Communicator) exchangeRanks(ctx context.Context, hc gpulib.HostCopier) ([]int, error) {
+// all the same, lest the others wait) is refused by every member alike. err says the
+// all-gather did not complete; lost, that it did but some member's part is unknown.
+func (c *Communicator) exchangeRanks(ctx context.Context, hc gpulib.HostCopier) (ranks []int, lost, err error) {
 	var mine [8]byte
 	binary.LittleEndian.PutUint32(mine[:4], uint32(c.global))
 	binary.LittleEndian.PutUint32(mine[4:], ^uint32(c.global))
@@ -174,29 +178,32 @@ func (c *Communicator) exchangeRanks(ctx context.Context, hc gpulib.HostCopier) 
 	errIn := hc.MemcpyHtoDAsync(c.scratch, mine[:], c.stream)
 	c.mu.Unlock()
 	if err := c.AllGather(comm.DevicePtr(c.scratch), comm.DevicePtr(c.scratch+8), 2, comm.Int32); err != nil {
-		return nil, errors.Join(errIn, err)
+		return nil, nil, errors.Join(errIn, err)
 	}
 	all := make([]byte, 8*c.world)
 	c.mu.Lock()
 	errOut := hc.MemcpyDtoHAsync(all, c.scratch+8, c.stream)
 	c.mu.Unlock()
-	if err := errors.Join(errIn, errOut, c.Sync(ctx)); err != nil {
-		return nil, err
+	if err := c.Sync(ctx); err != nil {
+		return nil, nil, errors.Join(errIn, errOut, err)
 	}
-	ranks := make([]int, c.world)
+	if err := errors.Join(errIn, errOut); err != nil {
+		return nil, err, nil
+	}
+	ranks = make([]int, c.world)
 	seen := make(map[int]bool, c.world)
 	for i := range ranks {
 		g, check := binary.LittleEndian.Uint32(all[8*i:]), binary.LittleEndian.Uint32(all[8*i+4:])
 		r := int(int32(g))
 		if check != ^g || r < 0 || seen[r] {
-			return nil, fmt.Errorf("member %d sent no valid global rank", i)
+			return nil, fmt.Errorf("member %d sent no valid global rank", i), nil
 		}
 		seen[r], ranks[i] = true, r
 	}
 	if ranks[c.rank] != c.global {
-		return nil, fmt.Errorf("member %d (this rank) has global rank %d, not %d", c.rank, ranks[c.rank], c.global)
+		return nil, fmt.Errorf("member %d (this rank) has global rank %d, not %d", c.rank, ranks[c.rank], c.global), nil
 	}
-	return ranks, nil
+	return ranks, nil, nil
 }
 
 // dump writes the recorder's dump after a failure (why says which, logged with the

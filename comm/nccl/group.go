@@ -78,6 +78,8 @@ type threadGroup struct {
 	batch   gpulib.Batch    // the recorded NCCL calls, in order
 	meta    []callMeta      // the operation behind each recorded call
 	rec     recorder        // where the current operation's calls go
+	// discarded says a DiscardGroup inside a Group's Add discarded the group.
+	discarded bool
 	// frCalls are the flight records of the calls of members whose recorder is on, in
 	// order, and frMeta their indexes in meta; frOne is the reusable list of one
 	// member's, when the group holds several. They are the group's, not each
@@ -173,20 +175,26 @@ func groupDepth() int {
 	return 0
 }
 
-// join makes c a member of tg, once, and tg.last its index.
-func (tg *threadGroup) join(c *Communicator) {
+// join makes c a member of tg, once, and tg.last its index. It refuses c when its
+// calls go to another NCCL library (or simulated machine) than the first member's:
+// one group's calls are launched by one ncclGroupEnd of one library.
+func (tg *threadGroup) join(c *Communicator) error {
 	if tg.last < len(tg.members) && tg.members[tg.last].c == c {
-		return
+		return nil
 	}
 	for i := range tg.members {
 		if tg.members[i].c == c {
 			tg.last = i
-			return
+			return nil
 		}
+	}
+	if len(tg.members) > 0 && !gpulib.SameLibrary(tg.members[0].c.d, c.d) {
+		return fmt.Errorf("%w: the group holds operations of another NCCL library or world (one group launches the operations of one only)", comm.ErrUnsupported)
 	}
 	tg.last = len(tg.members)
 	tg.members = append(tg.members, groupMember{c: c, comm: c.comm})
 	c.grouped.Add(1)
+	return nil
 }
 
 // takeGroup gives the goroutine with key me a free group.
@@ -485,6 +493,8 @@ func (tg *threadGroup) complete(c *Communicator, unlock func()) error {
 				op.Err = m.c.fail(err)
 			}
 			e.Err = op
+		} else if oe, ok := err.(*comm.OpError); ok && oe.Op == core.OpGroupEnd {
+			e = oe // a member's own group-end error: not wrapped in another
 		}
 		if gpulib.Fatal(code(err)) { // an error inside a group poisons every communicator in it
 			for _, m := range members {
@@ -552,15 +562,6 @@ func (tg *threadGroup) submit() (int, error) {
 	return failed, err
 }
 
-// inGroup reports whether an open group holds operations of c or was opened by it.
-func (c *Communicator) inGroup() bool {
-	if c.grouped.Load() > 0 {
-		return true
-	}
-	here, elsewhere := groupsOpenedBy(c)
-	return here+elsewhere > 0
-}
-
 // launched completes c's part of a group that its outermost GroupEnd launched: the
 // communicator settles when the launch returned ncclInProgress, and blocking
 // collectives are waited for.
@@ -596,8 +597,9 @@ const opDiscardGroup = "discard-group"
 // anything: the operations recorded since the outermost GroupStart never reach NCCL,
 // and blocking collectives among them never complete (their buffers are unchanged).
 // Every rank must discard the same group, or the others wait in vain for its
-// operations. comm.InGroup calls it when its function fails. Without a group open on
-// the calling goroutine it fails with ErrGroupNotOpen.
+// operations. comm.InGroup calls it when its function fails. Inside the function given
+// to a Group's Add, it discards that whole Group (see Group.Add). Without a group open
+// on the calling goroutine it fails with ErrGroupNotOpen.
 func (c *Communicator) DiscardGroup() error {
 	levels := 0
 	for {
@@ -611,6 +613,10 @@ func (c *Communicator) DiscardGroup() error {
 			recycle(ended)
 			break
 		}
+	}
+	if tg := lookupGroup(); tg != nil && tg.openers[len(tg.openers)-1] == addLevel {
+		tg.discarded = true // inside a Group's Add: the Group is discarded as a whole
+		levels++
 	}
 	if levels == 0 {
 		return &comm.ArgError{Op: opDiscardGroup, Arg: "group depth", Value: 0, Err: comm.ErrGroupNotOpen,
@@ -648,8 +654,9 @@ var addLevel = &Communicator{}
 // discarded when the garbage collector finds it (its operations never reach NCCL; a
 // warning is logged): it is never inherited by anything.
 type Group struct {
-	mu sync.Mutex
-	st *groupState
+	mu     sync.Mutex
+	st     *groupState
+	adding atomic.Uint64 // the goid.ID of the goroutine running an Add's function, 0 if none
 }
 
 // groupState is what a Group's cleanup needs (not the Group itself).
@@ -682,8 +689,9 @@ func (c *Communicator) NewGroup() comm.Group { return NewGroup() }
 
 // opGroupAdd and opGroupSubmit name a Group's methods in errors.
 const (
-	opGroupAdd    = "group-add"
-	opGroupSubmit = "group-submit"
+	opGroupAdd     = "group-add"
+	opGroupSubmit  = "group-submit"
+	opGroupDiscard = "group-discard"
 )
 
 // Add runs f on the calling goroutine with the group open: the NCCL operations f issues
@@ -692,7 +700,18 @@ const (
 // goroutine must not have a group of its own open (GroupStart), and f must issue its
 // operations from the calling goroutine. If f fails, Add returns its error and g can
 // only be discarded: Submit then discards it and returns that error.
-func (g *Group) Add(f func() error) error {
+//
+// Inside f, GroupStart/GroupEnd and comm.InGroup only add levels to g (nothing is
+// launched before Submit); a DiscardGroup there (comm.InGroup's, when its function
+// fails) discards g as a whole: Add returns an error saying so, and Submit discards.
+// Levels f leaves open are closed and reported (ErrGroupOpen). Calling g's own Add,
+// Submit or Discard from f is refused with ErrGroupOpen. If f panics, g is discarded
+// (Submit then returns an error saying so), the goroutine leaves the group, and the
+// panic continues.
+func (g *Group) Add(f func() error) (err error) {
+	if err := g.reentered(opGroupAdd); err != nil {
+		return err
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	st := g.st
@@ -700,26 +719,61 @@ func (g *Group) Add(f func() error) error {
 		return core.GroupOpenErr(opGroupAdd, d)
 	}
 	tg := st.tg
+	me := goid.ID()
 	runtime.LockOSThread()
 	tg.openers = append(tg.openers, addLevel)
-	tg.owner.Store(goid.ID())
+	tg.owner.Store(me)
 	groups.open.Add(1)
-	err := f()
-	if n := len(tg.openers); n > 1 { // f left levels of its own open
+	g.adding.Store(me)
+	returned := false
+	defer func() { // also when f panics: the goroutine leaves the group either way
+		g.adding.Store(0)
+		left := len(tg.openers) - 1 // levels f opened and left open
 		for _, o := range tg.openers[1:] {
 			o.opened.Add(-1)
+			runtime.UnlockOSThread() // each GroupStart locked the thread once more
 		}
-		err = errors.Join(err, core.GroupOpenErr(opGroupAdd, n-1))
-	}
-	clear(tg.openers)
-	tg.openers = tg.openers[:0]
-	groups.open.Add(-1)
-	tg.owner.Store(reserved)
-	runtime.UnlockOSThread()
-	if err != nil && st.failed == nil {
-		st.failed = err
-	}
+		clear(tg.openers)
+		tg.openers = tg.openers[:0]
+		discarded := tg.discarded
+		tg.discarded = false
+		groups.open.Add(-1)
+		tg.owner.Store(reserved)
+		runtime.UnlockOSThread()
+		if !returned {
+			empty(tg)
+			st.failed = errAddPanicked
+			return
+		}
+		if left > 0 {
+			err = errors.Join(err, core.GroupOpenErr(opGroupAdd, left))
+		}
+		if discarded {
+			err = errors.Join(err, errDiscardedInAdd)
+		}
+		if err != nil && st.failed == nil {
+			st.failed = err
+		}
+	}()
+	err = f()
+	returned = true
 	return err
+}
+
+// errAddPanicked and errDiscardedInAdd are why a Group was discarded in an Add.
+var (
+	errAddPanicked    = errors.New("the function given to group-add panicked: the group was discarded")
+	errDiscardedInAdd = fmt.Errorf("%s: the group was discarded inside the function given to it (discard-group)", opGroupAdd)
+)
+
+// reentered refuses op when the calling goroutine is running one of g's Add functions:
+// g is held by that Add until f returns.
+func (g *Group) reentered(op string) error {
+	if a := g.adding.Load(); a != 0 && a == goid.ID() {
+		return &comm.ArgError{Op: op, Arg: "group", Value: 1, Err: comm.ErrGroupOpen,
+			Reason: "called from inside the same group's group-add"}
+	}
+	return nil
 }
 
 // Submit launches the group's operations in one crossing into NCCL and completes them
@@ -727,6 +781,9 @@ func (g *Group) Add(f func() error) error {
 // them), or, after an Add whose function failed, discards them and returns that error.
 // An empty group does nothing. The group is empty afterwards, either way.
 func (g *Group) Submit() error {
+	if err := g.reentered(opGroupSubmit); err != nil {
+		return err
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	st := g.st
@@ -747,6 +804,9 @@ func (g *Group) Submit() error {
 // Discard empties the group without launching anything: its operations never reach
 // NCCL. Every rank must discard the same operations.
 func (g *Group) Discard() error {
+	if err := g.reentered(opGroupDiscard); err != nil {
+		return err
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.st.failed = nil

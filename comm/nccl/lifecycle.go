@@ -50,7 +50,7 @@ func (c *Communicator) adopt(comm gpulib.Comm, rank, world int) (err error) {
 	defer runtime.UnlockOSThread()
 	defer func() {
 		if err != nil {
-			c.releaseLocal()
+			c.releaseLocal(context.Background(), true) // nothing was queued yet
 			if aerr := c.d.CommAbort(comm); aerr != nil {
 				c.cfg.Log.Error("comm: abort after failed init", "rank", rank, "err", aerr)
 			}
@@ -78,8 +78,13 @@ func (c *Communicator) events() [4]*gpulib.Event {
 }
 
 // releaseLocal frees the stream, events and scratch buffer; the caller holds the
-// device bound. Errors are logged and returned.
-func (c *Communicator) releaseLocal() error {
+// device bound and has ended (or aborted) the communicator; idle says the stream's
+// work is known to have completed (a graceful teardown drained it). Otherwise the
+// scratch buffer is freed only once the stream's queued work has completed (an
+// aborted communicator's operations end at once): while work that reads or writes it
+// is still queued when ctx ends, it stays allocated, and the error says so. Errors
+// are logged and returned.
+func (c *Communicator) releaseLocal(ctx context.Context, idle bool) error {
 	var errs []error
 	note := func(what string, err error) {
 		if err != nil {
@@ -88,7 +93,11 @@ func (c *Communicator) releaseLocal() error {
 		}
 	}
 	if c.scratch != 0 {
-		note("free scratch", c.d.MemFree(c.scratch))
+		if !idle && c.stream != 0 && !c.streamIdle(ctx) {
+			note("free scratch", fmt.Errorf("work still queued on the stream after %v: the scratch buffer (%d bytes) stays allocated", c.cfg.CloseWait, c.scratchBytes()))
+		} else {
+			note("free scratch", c.d.MemFree(c.scratch))
+		}
 		c.scratch = 0
 	}
 	for _, ev := range c.events() {
@@ -102,6 +111,21 @@ func (c *Communicator) releaseLocal() error {
 		c.stream = 0
 	}
 	return errors.Join(errs...)
+}
+
+// streamIdle reports whether the work queued on the stream has completed (or can
+// never run: the stream or device failed), waiting for it until ctx ends.
+func (c *Communicator) streamIdle(ctx context.Context) bool {
+	for i := 0; ; i++ {
+		done, err := c.d.StreamQuery(c.stream)
+		if done || err != nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		pause(i, c.cfg.Poll)
+	}
 }
 
 // fail records the first fatal error the communicator saw (it is unhealthy from then
@@ -203,7 +227,7 @@ func (c *Communicator) shutdown(before func(ctx context.Context, note func(strin
 		before(ctx, note)
 	}
 	c.endComm(ctx, graceful, note)
-	if err := c.releaseLocal(); err != nil {
+	if err := c.releaseLocal(ctx, graceful); err != nil { // graceful: drained, and nothing queued since
 		errs = append(errs, err)
 	}
 	var err error

@@ -133,7 +133,9 @@ func (c *Communicator) waitFrom(op string, bytes int, done bool, err error) erro
 // operation (a registration, an event, a device copy) are made at once, taking it
 // (locked), as outside a group.
 func (c *Communicator) record(tg *threadGroup, op string, bytes int, wait bool, call func(to ncclOps) error) error {
-	tg.join(c) // first: what call records before a failure is submitted with c held
+	if err := tg.join(c); err != nil { // first: what call records before a failure is submitted with c held
+		return &comm.OpError{Op: op, Bytes: bytes, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
+	}
 	r := &tg.rec
 	r.c, r.op, r.bytes = c, op, bytes // r.tg is tg's own
 	if err := call(r); err != nil {

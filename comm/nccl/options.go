@@ -18,7 +18,8 @@ type Option func(*ncclcfg.Config)
 // (typically rank 0 creates it and a rendezvous store distributes it).
 type ReconnectFunc func(ctx context.Context, generation int) (comm.UniqueID, error)
 
-// WithElementType sets the element type a Backend reduces (default BFloat16).
+// WithElementType sets the element type a Backend reduces. It is required: New and
+// the job constructors fail without it (there is no default).
 func WithElementType(t comm.DType) Option { return func(c *ncclcfg.Config) { c.Elem = t } }
 
 // WithLogger sets the logger for teardown and health events (default slog.Default()).

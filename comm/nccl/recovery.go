@@ -206,6 +206,13 @@ func (c *Communicator) aborted(op string) error {
 // including the watchdog (a watchdog of its own with the same settings); its
 // AttemptReconnect is unsupported (it belongs to no job generation: split the parent
 // again after the parent reconnects). Close it before the parent.
+//
+// Split ends with one all-gather of 8 bytes per member on the child, on every member,
+// to learn the members' global ranks (the flight recorder names them): when a member
+// does not take part within the operation timeout (WithTimeout) or ctx, or is dead,
+// Split fails on every member that sees it, the child is aborted, and its memory is
+// freed only once that all-gather's queued work has ended. The parent stays usable
+// for Shrink.
 func (b *Backend) Split(ctx context.Context, color, key int) (*Backend, error) {
 	child, err := b.c.split(ctx, color, key)
 	if child == nil {
@@ -214,9 +221,10 @@ func (b *Backend) Split(ctx context.Context, color, key int) (*Backend, error) {
 	return b.child(child), nil
 }
 
-// Split creates child communicators with ncclCommSplit (NCCL >= 2.18); see
-// Communicator.Split. The child is a *Communicator with its own stream and the
-// parent's options. It needs a driver that can report the child's rank and size.
+// Split creates child communicators with ncclCommSplit (NCCL >= 2.18), as
+// Backend.Split does (the same arguments, exchange and failures). The child is a
+// *Communicator with its own stream and the parent's options. It needs a driver that
+// can report the child's rank and size.
 func (c *Communicator) Split(ctx context.Context, color, key int) (comm.Communicator, error) {
 	child, err := c.split(ctx, color, key)
 	if child == nil {
@@ -273,11 +281,19 @@ func (c *Communicator) split(ctx context.Context, color, key int) (*Communicator
 			if c.fr != nil {
 				child.rec = c.rec
 			}
-			if err = child.adopt(comm, rank, world); err == nil {
-				c.splitRecorder(ctx, child, int(n), color)
-				return child, nil
+			if err = child.adopt(comm, rank, world); err != nil {
+				return nil, err
 			}
-			return nil, err
+			if err = c.splitRecorder(ctx, child, int(n), color); err != nil {
+				// Close aborts the failed child and frees its memory only once the
+				// exchange's queued work has ended.
+				child.fail(err)
+				if cerr := child.Close(); cerr != nil {
+					c.cfg.Log.Warn("comm: split: close of the failed child", "rank", c.rank, "err", cerr)
+				}
+				return nil, &core.OpError{Op: core.OpSplit, Bytes: -1, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
+			}
+			return child, nil
 		}
 	}
 	_ = c.d.CommAbort(comm)

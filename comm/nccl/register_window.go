@@ -10,7 +10,7 @@ import (
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
-// WindowHandle identifies a window registered by NCCL.RegisterWindow.
+// WindowHandle identifies a window registered by Backend.RegisterWindow.
 type WindowHandle uint64
 
 // userWindow is a window registered with RegisterWindow.

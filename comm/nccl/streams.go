@@ -8,11 +8,11 @@ import (
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
-// StreamComm is the typed API of an NCCLCommunicator on one CUDA stream: every
+// StreamComm is the typed API of a Communicator on one CUDA stream: every
 // operation is enqueued on that stream instead of the communicator's own (as pynccl and
 // cudarc take a stream per call), so communication is ordered with the caller's
 // compute on the device, without events and without the host waiting. Get one with
-// NCCLCommunicator.OnStream; it is a small value, free to make per call.
+// Communicator.OnStream; it is a small value, free to make per call.
 //
 // Ordering: on each stream, operations run in the order they were enqueued, after the
 // work queued on that stream before them. Several streams per communicator may be in
@@ -20,7 +20,7 @@ import (
 // whichever stream each uses, and since NCCL may serialise one communicator's work
 // across streams, an operation must not depend on one issued later on another stream.
 // StreamComm.Sync waits for the view's stream only;
-// NCCLCommunicator.Sync waits for the communicator's own stream only: a caller that
+// Communicator.Sync waits for the communicator's own stream only: a caller that
 // mixes streams syncs each (or its own stream). Group scope, PreMulSum operators,
 // health and Close are the communicator's: StreamComm.Close closes the communicator.
 type StreamComm struct {

@@ -43,7 +43,9 @@ func WithWatchdog(interval time.Duration) Option {
 // WithAbortOnFailure makes the watchdog (started with DefaultWatchdogInterval unless
 // WithWatchdog sets another) abort a communicator it finds failed, with ncclCommAbort,
 // so that the calls waiting on it return at once (with ErrUnhealthy) and the peers'
-// NCCL sees the failure. The abort waits until no group is open. Afterwards only
+// NCCL sees the failure. Only a group being submitted (GroupEnd, Group.Submit) holds
+// the abort off until its calls are made; an open group's operations, which have not
+// reached NCCL, then fail at its submission with ErrUnhealthy. Afterwards only
 // AttemptReconnect and Close are useful: Shrink and Revoke need the failed
 // communicator and report that it was aborted.
 func WithAbortOnFailure() Option {
@@ -304,15 +306,18 @@ func (w *watchdog) release() {
 
 // abortFailed aborts the failed communicator (WithAbortOnFailure): it interrupts the
 // waiting operations, takes the communicator exclusively, and calls ncclCommAbort,
-// unless a group is open (the next round tries again) or the communicator is closed
-// or already aborted.
+// unless the communicator is closed or already aborted. A group being submitted holds
+// the communicator (shared) and so holds the abort off until its calls are made; a
+// group merely open (recorded calls only, or left open by a goroutine that ended, or a
+// Group never submitted) does not: nothing of it has reached NCCL, and its submission
+// fails on the aborted communicator.
 func (w *watchdog) abortFailed() {
 	c := w.c
 	c.interrupt.Store(interruptAbort)
 	c.life.Lock()
 	defer c.life.Unlock()
 	c.interrupt.Store(interruptNone)
-	if c.g.IsClosed() || c.comm == 0 || c.faultErr() == nil || c.inGroup() {
+	if c.g.IsClosed() || c.comm == 0 || c.faultErr() == nil {
 		return
 	}
 	err := c.d.CommAbort(c.comm)

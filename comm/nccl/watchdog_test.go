@@ -136,19 +136,34 @@ func TestWatchdogAbortEndsABlockedWait(t *testing.T) {
 	assert.Empty(t, f.Named("CommAbort"), "close does not abort it again")
 }
 
-func TestWatchdogAbortWaitsForAnOpenGroup(t *testing.T) {
+// A group left open by a goroutine that ended, or a Group never submitted, does not
+// keep the watchdog from aborting the failed communicator: only a group being
+// submitted holds the abort off (it holds the communicator). The groups' operations
+// then fail at their submission, never reaching the aborted communicator.
+func TestWatchdogAbortsDespiteGroupsLeftOpen(t *testing.T) {
 	b, f := newWatched(t, WithWatchdog(time.Hour), WithAbortOnFailure())
 	w := b.c.wd
+	done := make(chan struct{})
+	go func() { // ends inside its group
+		defer close(done)
+		assert.NoError(t, b.GroupStart())
+		assert.NoError(t, b.AllReduce(p, 8))
+	}()
+	<-done
+	g := NewGroup()
+	require.NoError(t, g.Add(func() error { return b.AllReduce(p, 8) })) // never submitted
 	require.NoError(t, b.GroupStart())
-	require.NoError(t, b.AllReduce(p, 8))
+	require.NoError(t, b.AllReduce(p, 8)) // open on this goroutine
 	f.AsyncErr.Store(int32(gpulib.SystemError))
 	w.check(time.Now())
-	assert.Empty(t, f.Named("CommAbort"), "not while a group is open")
-	assert.Error(t, b.GroupEnd())
-	w.check(time.Now())
-	assert.Len(t, f.Named("CommAbort"), 1)
+	assert.Len(t, f.Named("CommAbort"), 1, "aborted though groups are open")
+	assert.ErrorIs(t, b.GroupEnd(), comm.ErrUnhealthy)
+	err := g.Submit()
+	assert.ErrorIs(t, err, comm.ErrUnhealthy)
+	assert.NotContains(t, err.Error(), "group-end on rank 0: group-end", "the operation is named once")
 	w.check(time.Now())
 	assert.Len(t, f.Named("CommAbort"), 1, "once")
+	assert.Empty(t, f.Named("AllReduce"), "nothing reached the aborted communicator")
 }
 
 func TestAttemptReconnectAfterTheWatchdogAborted(t *testing.T) {

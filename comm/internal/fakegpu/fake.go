@@ -24,7 +24,7 @@ type Driver struct {
 
 	InitPolls  atomic.Int32 // CommGetAsyncError answers InProgress this many more times
 	AsyncErr   atomic.Int32 // gpulib.Result reported once initPolls are used up
-	Hang       atomic.Bool  // StreamQuery never reports done
+	Hang       atomic.Bool  // StreamQuery never reports done (until CommAbort)
 	SplitRank  int
 	SplitWorld int
 	LastErr    string // what ncclGetLastError says
@@ -165,7 +165,13 @@ func (f *Driver) CommGetAsyncError(c gpulib.Comm) (gpulib.Result, error) {
 }
 func (f *Driver) CommFinalize(c gpulib.Comm) error { return f.Rec("CommFinalize", c) }
 func (f *Driver) CommDestroy(c gpulib.Comm) error  { return f.Rec("CommDestroy", c) }
-func (f *Driver) CommAbort(c gpulib.Comm) error    { return f.Rec("CommAbort", c) }
+
+// CommAbort ends the work in flight, as ncclCommAbort makes NCCL's kernels exit: a
+// stream that Hang kept busy completes.
+func (f *Driver) CommAbort(c gpulib.Comm) error {
+	f.Hang.Store(false)
+	return f.Rec("CommAbort", c)
+}
 func (f *Driver) CommSplit(c gpulib.Comm, color, key int, cfg gpulib.Config) (gpulib.Comm, error) {
 	if err := f.Rec("CommSplit", color, key); err != nil {
 		return 0, err

@@ -1,5 +1,7 @@
 package gpulib
 
+import "reflect"
+
 // CommInfo is an optional Driver capability: ncclCommCount and ncclCommUserRank. comm
 // needs it to learn a child communicator's rank and size after CommSplit or CommShrink;
 // a Driver without it makes Split and Shrink report unsupported.
@@ -22,4 +24,22 @@ type HostCopier interface {
 	// them once s has been synchronized past the copy; the caller keeps it alive and
 	// untouched until then.
 	MemcpyDtoHAsync(dst []byte, src Ptr, s Stream) error
+}
+
+// Library is the optional capability of a Driver that names the NCCL library (or
+// simulated machine) its calls go to: one group launches calls of one library only,
+// so a group refuses a member whose driver names another. Drivers without it are
+// told apart by their Go type.
+type Library interface {
+	Library() any
+}
+
+// SameLibrary reports whether the calls of a and b can be launched in one group.
+func SameLibrary(a, b Driver) bool {
+	la, okA := a.(Library)
+	lb, okB := b.(Library)
+	if okA && okB {
+		return la.Library() == lb.Library()
+	}
+	return reflect.TypeOf(a) == reflect.TypeOf(b)
 }

@@ -472,3 +472,9 @@ func (d *Driver) CommWindowRegister(c gpulib.Comm, buf gpulib.Ptr, bytes uint64,
 func (d *Driver) CommWindowDeregister(c gpulib.Comm, w gpulib.Handle) error {
 	return ncclErr(nccl.CommWindowDeregister(nccl.Comm(c), nccl.Window(w)))
 }
+
+// library names the process's loaded libnccl, the one every raw Driver calls.
+var library = new(int)
+
+// Library is gpulib.Library's: every raw Driver calls the one loaded libnccl.
+func (d *Driver) Library() any { return library }

@@ -881,3 +881,7 @@ func (d *Driver) CommWindowDeregister(c gpulib.Comm, h gpulib.Handle) error {
 	}
 	return d.w.commWindowDeregister(d.dev, c, h)
 }
+
+// Library is gpulib.Library's: the drivers of one World make their calls into one
+// simulated NCCL, those of two Worlds into two.
+func (d *Driver) Library() any { return d.w }
