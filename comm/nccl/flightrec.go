@@ -30,22 +30,22 @@ import (
 // Close after a failure writes it again.
 
 // WithFlightRecorder sets how many operations the flight recorder keeps per
-// communicator (0 turns it off; flightrec.DefaultEntries, 512, is a good size).
-// Without the option the recorder is off unless the environment sets a size
-// (NCCLGO_FR_BUFFER_SIZE,
-// TORCH_FR_BUFFER_SIZE or TORCH_NCCL_TRACE_BUFFER_SIZE; the dump's path from
-// NCCLGO_FR_DUMP_FILE, TORCH_FR_DUMP_TEMP_FILE or TORCH_NCCL_DEBUG_INFO_TEMP_FILE: see
-// package flightrec). A negative n is the default. The option wins over the
-// environment. Its cost (BenchmarkFlightRecorderCost), with no allocation: about
-// 22 ns per AllReduce, 20 ns for a group of one operation and 12 ns per operation in
-// a group of 8 or more (a group is recorded at its launch, under one lock); it is off
-// by default because the AllReduce figure misses the 20 ns budget comm set for an
-// always-on recorder. Split learns its child's members (their global ranks, for the
-// dump) by an all-gather of 8 bytes per member on the new child, two small host copies
-// and a wait for them, once per Split: on every rank, recorder on or off, so that
-// ranks configured apart (one recording, the others not) make the same calls on the
-// child; a driver that cannot copy between host and device leaves split children
-// unrecorded.
+// communicator; 0 turns it off. The recorder is on by default, with
+// flightrec.DefaultEntries (512) entries per communicator, unless the environment sets
+// a size (NCCLGO_FR_BUFFER_SIZE, TORCH_FR_BUFFER_SIZE or TORCH_NCCL_TRACE_BUFFER_SIZE;
+// 0 turns it off; the dump's path from NCCLGO_FR_DUMP_FILE, TORCH_FR_DUMP_TEMP_FILE or
+// TORCH_NCCL_DEBUG_INFO_TEMP_FILE: see package flightrec). A negative n is the
+// default. The option wins over the environment. A failure (a timeout, an
+// asynchronous error) writes the dump, by default to /tmp/nccl_trace_rank_<rank>.
+// Its cost (BenchmarkFlightRecorderCost, with no allocation): about 12 ns per
+// AllReduce on a 2-core AMD EPYC (recorder on minus off, same run; the ring is written
+// under the lock that enqueueing holds, and the record id is one atomic addition), and
+// less per operation in a group, which is recorded at its launch. Split learns its
+// child's members (their global ranks, for the dump) by an all-gather of 8 bytes per
+// member on the new child, two small host copies and a wait for them, once per Split:
+// on every rank, recorder on or off, so that ranks configured apart (one recording,
+// the others not) make the same calls on the child; a driver that cannot copy between
+// host and device leaves split children unrecorded.
 func WithFlightRecorder(n int) Option {
 	return func(c *ncclcfg.Config) {
 		if n < 0 {
@@ -66,9 +66,9 @@ func (b *Backend) FlightRecorder() *flightrec.Recorder { return b.c.rec }
 // startRecorder makes the recorder of a world communicator and registers c. A
 // configuration the environment breaks is logged and leaves the recorder off.
 func (c *Communicator) startRecorder() {
-	// Off unless asked for: its cost on AllReduce's path (about 23 ns,
-	// BenchmarkFlightRecorderCost) misses the 20 ns target for on by default.
-	cfg, err := flightrec.ConfigFromEnv(flightrec.Config{LibVersion: versionString(c.version)})
+	// On by default (flightrec.DefaultEntries); the environment, then the option, may
+	// turn it off.
+	cfg, err := flightrec.ConfigFromEnv(flightrec.Config{Entries: flightrec.DefaultEntries, LibVersion: versionString(c.version)})
 	if err != nil {
 		c.cfg.Log.Warn("comm: flight recorder off", "rank", c.rank, "err", err)
 		return
@@ -99,7 +99,7 @@ func (c *Communicator) startRecorder() {
 // its members in rank order.
 func (c *Communicator) register(name, desc string, id int, ranks []int) {
 	fc, err := c.rec.Comm(flightrec.Group{Name: name, Desc: desc, ID: id, Ranks: ranks,
-		Backend: "nccl", Timeout: c.cfg.Timeout})
+		Backend: "nccl", Timeout: c.cfg.Timeout, Lock: &c.mu})
 	if err != nil {
 		c.cfg.Log.Warn("comm: flight recorder: communicator not recorded", "rank", c.rank, "err", err)
 		return
@@ -238,7 +238,7 @@ func frCall(op flightrec.Op, n uint64, dt gpulib.DataType, peer, world int) flig
 }
 
 // frOps is Communicator.direct while the recorder is on: it records each call, then
-// makes it.
+// makes it. It is called under the communicator's mu, its ring's lock.
 type frOps struct {
 	d  gpulib.Driver
 	fr *flightrec.Comm
@@ -246,52 +246,52 @@ type frOps struct {
 }
 
 func (o frOps) AllReduce(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, op gpulib.RedOp, c gpulib.Comm, s gpulib.Stream) error {
-	o.fr.Record(frCall(flightrec.AllReduce, count, dt, 0, 0))
+	o.fr.RecordLocked(frCall(flightrec.AllReduce, count, dt, 0, 0))
 	return o.d.AllReduce(send, recv, count, dt, op, c, s)
 }
 
 func (o frOps) Broadcast(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
-	o.fr.Record(frCall(flightrec.Broadcast, count, dt, 0, 0))
+	o.fr.RecordLocked(frCall(flightrec.Broadcast, count, dt, 0, 0))
 	return o.d.Broadcast(send, recv, count, dt, root, c, s)
 }
 
 func (o frOps) AllGather(send, recv gpulib.Ptr, sendCount uint64, dt gpulib.DataType, c gpulib.Comm, s gpulib.Stream) error {
-	o.fr.Record(frCall(flightrec.AllGather, sendCount, dt, 0, o.n))
+	o.fr.RecordLocked(frCall(flightrec.AllGather, sendCount, dt, 0, o.n))
 	return o.d.AllGather(send, recv, sendCount, dt, c, s)
 }
 
 func (o frOps) ReduceScatter(send, recv gpulib.Ptr, recvCount uint64, dt gpulib.DataType, op gpulib.RedOp, c gpulib.Comm, s gpulib.Stream) error {
-	o.fr.Record(frCall(flightrec.ReduceScatter, recvCount, dt, 0, o.n))
+	o.fr.RecordLocked(frCall(flightrec.ReduceScatter, recvCount, dt, 0, o.n))
 	return o.d.ReduceScatter(send, recv, recvCount, dt, op, c, s)
 }
 
 func (o frOps) Reduce(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, op gpulib.RedOp, root int, c gpulib.Comm, s gpulib.Stream) error {
-	o.fr.Record(frCall(flightrec.Reduce, count, dt, 0, 0))
+	o.fr.RecordLocked(frCall(flightrec.Reduce, count, dt, 0, 0))
 	return o.d.Reduce(send, recv, count, dt, op, root, c, s)
 }
 
 func (o frOps) AlltoAll(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, c gpulib.Comm, s gpulib.Stream) error {
-	o.fr.Record(frCall(flightrec.AllToAll, count, dt, 0, o.n))
+	o.fr.RecordLocked(frCall(flightrec.AllToAll, count, dt, 0, o.n))
 	return o.d.AlltoAll(send, recv, count, dt, c, s)
 }
 
 func (o frOps) Gather(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
-	o.fr.Record(frCall(flightrec.Gather, count, dt, 0, 0))
+	o.fr.RecordLocked(frCall(flightrec.Gather, count, dt, 0, 0))
 	return o.d.Gather(send, recv, count, dt, root, c, s)
 }
 
 func (o frOps) Scatter(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
-	o.fr.Record(frCall(flightrec.Scatter, count, dt, 0, 0))
+	o.fr.RecordLocked(frCall(flightrec.Scatter, count, dt, 0, 0))
 	return o.d.Scatter(send, recv, count, dt, root, c, s)
 }
 
 func (o frOps) Send(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, c gpulib.Comm, s gpulib.Stream) error {
-	o.fr.Record(frCall(flightrec.Send, count, dt, peer, 0))
+	o.fr.RecordLocked(frCall(flightrec.Send, count, dt, peer, 0))
 	return o.d.Send(buf, count, dt, peer, c, s)
 }
 
 func (o frOps) Recv(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, c gpulib.Comm, s gpulib.Stream) error {
-	o.fr.Record(frCall(flightrec.Recv, count, dt, peer, 0))
+	o.fr.RecordLocked(frCall(flightrec.Recv, count, dt, peer, 0))
 	return o.d.Recv(buf, count, dt, peer, c, s)
 }
 

@@ -344,7 +344,7 @@ func (r *recorder) note(peer int, op flightrec.Op, n uint64, dt gpulib.DataType,
 // flights records, before the launch, each recording member's calls in the group as
 // one group in its flight recorder (flightrec.Comm.RecordGroup: one sequence number,
 // then a coalesced entry, as PyTorch records a coalesced group), so that a launch
-// that hangs is in the dump.
+// that hangs is in the dump. The members' mu (their rings' locks) are held.
 func (tg *threadGroup) flights() {
 	n := len(tg.frCalls)
 	if n == 0 {
@@ -356,7 +356,7 @@ func (tg *threadGroup) flights() {
 		one = one && tg.meta[i].c == first
 	}
 	if one { // the usual group: one communicator's calls (RecordGroup records one call as Record does)
-		first.fr.RecordGroup(tg.frCalls)
+		first.fr.RecordGroupLocked(tg.frCalls)
 		return
 	}
 	for _, m := range tg.members {
@@ -369,7 +369,7 @@ func (tg *threadGroup) flights() {
 				calls = append(calls, tg.frCalls[k])
 			}
 		}
-		m.c.fr.RecordGroup(calls)
+		m.c.fr.RecordGroupLocked(calls)
 		tg.frOne = calls
 	}
 }

@@ -85,7 +85,7 @@ func (c *Communicator) enqueue(op string, bytes int, kind opKind, call func(to n
 	err := call(c.direct)
 	var last flightrec.ID // what a completed wait completes, under mu: no record of others after it
 	if c.fr != nil && kind == blocking {
-		last = c.fr.Last()
+		last = c.fr.LastLocked()
 	}
 	c.mu.Unlock()
 	if c.wd != nil && kind != untimed {
@@ -196,7 +196,7 @@ func (b *Backend) AllReduce(ptr comm.DevicePtr, bytes int) error {
 	p := c.buf(ptr)
 	n := uint64(bytes / b.size)
 	c.mu.Lock()
-	id := c.fr.Record(flightrec.Call{Op: flightrec.AllReduce, In: int64(n), Out: int64(n), Type: frType(gpulib.DataType(b.elem))})
+	id := c.fr.RecordLocked(flightrec.Call{Op: flightrec.AllReduce, In: int64(n), Out: int64(n), Type: frType(gpulib.DataType(b.elem))})
 	err := c.d.AllReduce(p, p, n, gpulib.DataType(b.elem), gpulib.Sum, c.comm, c.stream)
 	c.mu.Unlock()
 	if c.wd != nil {

@@ -27,7 +27,8 @@ type Config struct {
 	Watch      WatchConfig   // the health watchdog (watchdog.go)
 	Nccl       Settings      // ncclConfig_t fields (config.go)
 	// FlightRec is the flight recorder's ring size per communicator
-	// (nccl.WithFlightRecorder): -1 the default (the environment's, else off), 0 off.
+	// (nccl.WithFlightRecorder): -1 the default (the environment's, else
+	// flightrec.DefaultEntries), 0 off.
 	FlightRec int
 }
 
