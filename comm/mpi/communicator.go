@@ -89,6 +89,7 @@ type Communicator struct {
 	contended atomic.Bool
 	pins      []*runtime.Pinner // Go memory of the pending slice Send and Recv (slices.go)
 	fr        frState           // the flight recorder (flightrec.go)
+	chk       checkState        // the collective check (collcheck.go)
 }
 
 var _ comm.Communicator = (*Communicator)(nil)
@@ -503,7 +504,7 @@ func (c *Communicator) AllReduce(ptr comm.DevicePtr, count int, t comm.DType, op
 			return err
 		}
 	}
-	if err := c.lock(core.OpAllReduce); err != nil {
+	if err := c.lockChecked(core.OpAllReduce, count, t, -1, op, false); err != nil {
 		return err
 	}
 	c.record(flightrec.AllReduce, count, t, 0)
@@ -552,7 +553,7 @@ func (c *Communicator) ReduceScatter(send, recv comm.DevicePtr, count int, t com
 	if err := checkMPICount(core.OpReduceScatter, "count", count*c.world); err != nil {
 		return err
 	}
-	if err := c.lock(core.OpReduceScatter); err != nil {
+	if err := c.lockChecked(core.OpReduceScatter, count, t, -1, op, false); err != nil {
 		return err
 	}
 	c.record(flightrec.ReduceScatter, count, t, 0)
@@ -599,7 +600,7 @@ func (c *Communicator) Broadcast(ptr comm.DevicePtr, count int, t comm.DType, ro
 	if err := checkMPICount(core.OpBroadcast, "bytes", bytes); err != nil {
 		return err
 	}
-	if err := c.lock(core.OpBroadcast); err != nil {
+	if err := c.lockChecked(core.OpBroadcast, count, t, root, 0, true); err != nil {
 		return err
 	}
 	c.record(flightrec.Broadcast, count, t, 0)
@@ -618,7 +619,7 @@ func (c *Communicator) AllGather(send, recv comm.DevicePtr, count int, t comm.DT
 	if err := checkMPICount(core.OpAllGather, "bytes", bytes*c.world); err != nil {
 		return err
 	}
-	if err := c.lock(core.OpAllGather); err != nil {
+	if err := c.lockChecked(core.OpAllGather, count, t, -1, 0, true); err != nil {
 		return err
 	}
 	c.record(flightrec.AllGather, count, t, 0)
