@@ -164,6 +164,8 @@ type Communicator struct {
 	children atomic.Int32
 	splits   atomic.Int32
 
+	chk collCheck // the collective check (collcheck.go)
+
 	// wd is the health watchdog (WithWatchdog), nil without one. Set once in adopt.
 	wd *watchdog
 

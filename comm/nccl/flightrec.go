@@ -10,6 +10,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/flightrec"
+	"github.com/ncclgo/ncclgo/comm/internal/core"
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/comm/internal/ncclcfg"
 )
@@ -159,8 +160,14 @@ func (c *Communicator) splitRecorder(ctx context.Context, child *Communicator, n
 }
 
 // scratchBytes is the size of the scratch buffer: 8 bytes, and room for
-// exchangeRanks's all-gather (8 bytes a member).
-func (c *Communicator) scratchBytes() uint64 { return 8 * uint64(c.world+1) }
+// exchangeRanks's all-gather (8 bytes a member), or the collective check's
+// (core.SigBytes a member, collcheck.go) when it is on.
+func (c *Communicator) scratchBytes() uint64 {
+	if c.checking() {
+		return core.SigBytes * uint64(c.world+1)
+	}
+	return 8 * uint64(c.world+1)
+}
 
 // exchangeRanks returns the global rank of every member of c, in c's rank order: an
 // all-gather of two int32 per member through the scratch buffer, the global rank and

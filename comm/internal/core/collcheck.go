@@ -26,11 +26,11 @@ const (
 )
 
 // CollCheckFromEnv reports whether the environment turns the collective check on:
-// NCCLGO_COLL_CHECK a true value (strconv.ParseBool; it wins when set), or
-// TORCH_DISTRIBUTED_DEBUG=DETAIL. A NCCLGO_COLL_CHECK that does not parse is an
+// NCCLGO_COLL_CHECK a true value (strconv.ParseBool; it wins when set and not empty),
+// or TORCH_DISTRIBUTED_DEBUG=DETAIL. A NCCLGO_COLL_CHECK that does not parse is an
 // error naming it.
 func CollCheckFromEnv() (bool, error) {
-	if v, ok := os.LookupEnv(EnvCollCheck); ok {
+	if v := os.Getenv(EnvCollCheck); strings.TrimSpace(v) != "" {
 		b, err := strconv.ParseBool(strings.TrimSpace(v))
 		if err != nil {
 			return false, fmt.Errorf("%s=%q: want 1 or 0", EnvCollCheck, v)

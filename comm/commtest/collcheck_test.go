@@ -1,0 +1,135 @@
+package commtest_test
+
+import (
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/comm/commtest"
+	"github.com/ncclgo/ncclgo/comm/nccl"
+)
+
+// TestCollectiveCheckMismatch: with the NCCL backend's collective check on (the option,
+// or PyTorch's TORCH_DISTRIBUTED_DEBUG=DETAIL), a collective whose last rank differs in
+// count, operation, root, element type or reduction fails on every rank with a
+// *comm.MismatchError naming both calls, on 2 and 4 simulated ranks; a matching
+// collective after them completes; the Backend's AllReduce is checked too. Without the
+// check the simulator fails the communicators asynchronously with ncclInvalidUsage
+// (real NCCL hangs), not with a MismatchError.
+func TestCollectiveCheckMismatch(t *testing.T) {
+	for _, n := range []int{2, 4} {
+		for _, by := range []string{"option", "env"} {
+			t.Run(strconv.Itoa(n)+"-ranks-"+by, func(t *testing.T) {
+				opts := []nccl.Option{nccl.WithTimeout(30 * time.Second), nccl.WithCloseTimeout(time.Second), nccl.WithLogger(quietLog)}
+				if by == "option" {
+					opts = append(opts, nccl.WithCollectiveCheck(true))
+				} else {
+					t.Setenv("NCCLGO_COLL_CHECK", "")
+					t.Setenv("TORCH_DISTRIBUTED_DEBUG", "DETAIL")
+				}
+				c := newCluster(t, n, commtest.WithCommOptions(opts...))
+				collectiveCheckCases(t, c)
+			})
+		}
+	}
+}
+
+func collectiveCheckCases(t *testing.T, c *commtest.Cluster) {
+	n := c.Size()
+	cs := c.Communicators()
+	bufs := make([][2]comm.DevicePtr, n)
+	for r := range n {
+		p, err := c.Alloc(r, 4*2048)
+		require.NoError(t, err)
+		q, err := c.Alloc(r, 4*64*n)
+		require.NoError(t, err)
+		bufs[r] = [2]comm.DevicePtr{p, q}
+	}
+	pick := func(r, a, b int) int {
+		if r == n-1 {
+			return b
+		}
+		return a
+	}
+	cases := []struct {
+		name string
+		call func(r int, x comm.Communicator, p, q comm.DevicePtr) error
+		a, b string
+	}{
+		{"count", func(r int, x comm.Communicator, p, _ comm.DevicePtr) error {
+			return x.AllReduce(p, pick(r, 1024, 512), comm.Float32, comm.Sum)
+		}, "all-reduce #1 (count 1024, float32, sum)", "all-reduce #1 (count 512, float32, sum)"},
+		{"op", func(r int, x comm.Communicator, p, _ comm.DevicePtr) error {
+			if r == n-1 {
+				return x.Broadcast(p, 1024, comm.Float32, 0)
+			}
+			return x.AllReduce(p, 1024, comm.Float32, comm.Sum)
+		}, "all-reduce #2 (count 1024, float32, sum)", "broadcast #2 (count 1024, float32, root 0)"},
+		{"root", func(r int, x comm.Communicator, p, _ comm.DevicePtr) error {
+			return x.Broadcast(p, 256, comm.Float32, pick(r, 0, 1))
+		}, "broadcast #3 (count 256, float32, root 0)", "broadcast #3 (count 256, float32, root 1)"},
+		{"type", func(r int, x comm.Communicator, p, q comm.DevicePtr) error {
+			return x.AllGather(p, q, 64, comm.DType(pick(r, int(comm.Float32), int(comm.Int32))))
+		}, "all-gather #4 (count 64, float32)", "all-gather #4 (count 64, int32)"},
+		{"reduction", func(r int, x comm.Communicator, p, _ comm.DevicePtr) error {
+			return x.AllReduce(p, 8, comm.Float32, comm.ReduceOp(pick(r, int(comm.Sum), int(comm.Max))))
+		}, "all-reduce #5 (count 8, float32, sum)", "all-reduce #5 (count 8, float32, max)"},
+	}
+	onComms := func(f func(r int, x comm.Communicator) error) []error {
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for r, x := range cs {
+			wg.Go(func() {
+				if errs[r] = f(r, x); errs[r] == nil {
+					errs[r] = x.Sync(t.Context())
+				}
+			})
+		}
+		wg.Wait()
+		return errs
+	}
+	for _, tc := range cases {
+		errs := onComms(func(r int, x comm.Communicator) error { return tc.call(r, x, bufs[r][0], bufs[r][1]) })
+		for r, err := range errs {
+			require.Error(t, err, "%s mismatch: rank %d", tc.name, r)
+			assert.ErrorIs(t, err, comm.ErrMismatch, "%s: rank %d", tc.name, r)
+			var me *comm.MismatchError
+			require.True(t, errors.As(err, &me), "%s: rank %d: %v", tc.name, r, err)
+			assert.Equal(t, 0, me.Rank, tc.name)
+			assert.Equal(t, n-1, me.OtherRank, tc.name)
+			assert.Equal(t, []int{n - 1}, me.Ranks, tc.name)
+			assert.Equal(t, tc.a, me.A.String(), tc.name)
+			assert.Equal(t, tc.b, me.B.String(), tc.name)
+			assert.Contains(t, err.Error(), tc.a)
+			assert.Contains(t, err.Error(), tc.b)
+		}
+	}
+	bs := c.Backends()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r, b := range bs {
+		wg.Go(func() { errs[r] = b.AllReduce(bufs[r][0], 2*pick(r, 512, 256)) })
+	}
+	wg.Wait()
+	for r, err := range errs {
+		var me *comm.MismatchError
+		require.True(t, errors.As(err, &me), "backend all-reduce: rank %d: %v", r, err)
+		assert.Equal(t, "all-reduce #6 (count 512, bfloat16, sum)", me.A.String())
+		assert.Equal(t, "all-reduce #6 (count 256, bfloat16, sum)", me.B.String())
+	}
+	for r := range n {
+		require.NoError(t, c.WriteValues(r, bufs[r][0], comm.Float32, []float64{1, 1, 1, 1}))
+	}
+	for r, err := range onComms(func(r int, x comm.Communicator) error { return x.AllReduce(bufs[r][0], 4, comm.Float32, comm.Sum) }) {
+		require.NoError(t, err, "a matching collective after the mismatches, rank %d", r)
+	}
+	got, err := c.ReadValues(0, bufs[0][0], comm.Float32, 4)
+	require.NoError(t, err)
+	assert.Equal(t, []float64{float64(n), float64(n), float64(n), float64(n)}, got)
+}
