@@ -133,3 +133,61 @@ func collectiveCheckCases(t *testing.T, c *commtest.Cluster) {
 	require.NoError(t, err)
 	assert.Equal(t, []float64{float64(n), float64(n), float64(n), float64(n)}, got)
 }
+
+// BenchmarkCollectiveCheckCost is the collective check's cost on the simulator (Go
+// layers and the simulator only, not a GPU figure): a blocking 4 KiB AllReduce on 2
+// ranks through the Backend, on a cluster with the check on and one with it off,
+// alternating in blocks of 16 in the same run. on/off is the ratio, on-minus-off-ns/op
+// the check's cost per collective.
+func BenchmarkCollectiveCheckCost(b *testing.B) {
+	const n, bytes, block = 2, 4 << 10, 16
+	mk := func(on bool) ([]comm.Backend, []comm.DevicePtr) {
+		c, err := commtest.NewCluster(n, commtest.WithCommOptions(nccl.WithCollectiveCheck(on)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = c.Close() })
+		ps := make([]comm.DevicePtr, n)
+		for r := range n {
+			if ps[r], err = c.Alloc(r, bytes); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return c.Backends(), ps
+	}
+	run := func(bs []comm.Backend, ps []comm.DevicePtr, k int) time.Duration {
+		start := time.Now()
+		var wg sync.WaitGroup
+		for r := range n {
+			wg.Go(func() {
+				for range k {
+					if err := bs[r].AllReduce(ps[r], bytes); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return time.Since(start)
+	}
+	onB, onP := mk(true)
+	offB, offP := mk(false)
+	run(onB, onP, 1)
+	run(offB, offP, 1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	var on, off time.Duration
+	ops := 0
+	for ops < b.N {
+		k := min(block, b.N-ops)
+		off += run(offB, offP, k)
+		on += run(onB, onP, k)
+		ops += k
+	}
+	onNs, offNs := float64(on.Nanoseconds())/float64(ops), float64(off.Nanoseconds())/float64(ops)
+	b.ReportMetric(onNs, "on-ns/op")
+	b.ReportMetric(offNs, "off-ns/op")
+	b.ReportMetric(onNs-offNs, "on-minus-off-ns/op")
+	b.ReportMetric(onNs/offNs, "on/off")
+}
