@@ -121,7 +121,12 @@ type Recorder struct {
 	// ring's), so that a record takes no lock shared with other communicators.
 	mu      sync.Mutex
 	comms   []*Comm
-	records atomic.Uint64 // the record ids given so far
+	records atomic.Uint64 // the record ids given so far, once multi
+	// While one communicator is registered, its records take their ids from solo,
+	// under its lock: no atomic operation. The second registration moves the count to
+	// records, under the first one's lock, and sets multi.
+	solo  uint64
+	multi atomic.Bool
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -237,10 +242,12 @@ type Group struct {
 	// Lock, when set, guards the communicator's ring in place of a lock of its own:
 	// the lock a backend already holds while it enqueues an operation. The backend
 	// then records with RecordLocked, RecordGroupLocked and LastLocked while it holds
-	// Lock, which take no lock (a record costs no lock and one atomic addition, for
-	// the record id); every other method of the ring, and a dump, takes Lock. A
-	// backend that sets Lock must never hold it across a call that waits on other
-	// processes, or a dump would wait too.
+	// Lock, which take no lock (a record costs no lock, and, once the recorder has
+	// more than one communicator, one atomic addition for the record id); every other
+	// method of the ring, a dump, and the registration of the recorder's second
+	// communicator take Lock. A backend that sets Lock must never hold it across a
+	// call that waits on other processes, or a dump would wait too, nor while it
+	// registers a communicator.
 	Lock sync.Locker
 }
 
@@ -285,6 +292,13 @@ func (r *Recorder) Comm(g Group) (*Comm, error) {
 	}
 	c.g.Lock = nil // not the caller's to take through Group()
 	r.mu.Lock()
+	if len(r.comms) == 1 { // the second: from now on the ids come from records
+		first := r.comms[0]
+		first.lk.Lock()
+		r.records.Store(r.solo)
+		r.multi.Store(true)
+		first.lk.Unlock()
+	}
 	r.comms = append(r.comms, c)
 	r.mu.Unlock()
 	return c, nil
@@ -582,7 +596,14 @@ func (c *Comm) add(call *Call, pc uintptr) ID {
 	c.next++
 	e := &c.ring[c.index(c.next)]
 	// field by field: a composite literal is built on the stack and copied
-	e.id, e.record, e.created = c.next, c.r.records.Add(1)-1, c.r.now.Load()
+	var rec uint64
+	if c.r.multi.Load() {
+		rec = c.r.records.Add(1) - 1
+	} else {
+		rec = c.r.solo
+		c.r.solo++
+	}
+	e.id, e.record, e.created = c.next, rec, c.r.now.Load()
 	e.started, e.completed = 0, 0
 	e.in, e.out, e.collSeq, e.p2pSeq, e.opID, e.pc = call.In, call.Out, c.collSeq, c.p2pSeq, c.opID, pc
 	e.peer, e.op, e.dtype, e.state, e.retired = int32(call.Peer), call.Op, call.Type, scheduled, false
