@@ -191,3 +191,54 @@ func BenchmarkCollectiveCheckCost(b *testing.B) {
 	b.ReportMetric(onNs-offNs, "on-minus-off-ns/op")
 	b.ReportMetric(onNs/offNs, "on/off")
 }
+
+// TestCollectiveCheckInGroup: with the check on, a collective inside a group is checked
+// when it is queued: the mismatched call fails on every rank with a MismatchError and
+// is not queued, and GroupEnd launches the matching calls, on 2 and 4 simulated ranks.
+func TestCollectiveCheckInGroup(t *testing.T) {
+	for _, n := range []int{2, 4} {
+		t.Run(strconv.Itoa(n)+"-ranks", func(t *testing.T) {
+			c := newCluster(t, n, commtest.WithCommOptions(nccl.WithCollectiveCheck(true),
+				nccl.WithTimeout(30*time.Second), nccl.WithCloseTimeout(time.Second), nccl.WithLogger(quietLog)))
+			cs := c.Communicators()
+			ps := make([]comm.DevicePtr, n)
+			for r := range n {
+				p, err := c.Alloc(r, 4*64)
+				require.NoError(t, err)
+				require.NoError(t, c.WriteValues(r, p, comm.Float32, []float64{1, 1, 1, 1, 2, 2, 2, 2}))
+				ps[r] = p
+			}
+			mismatch := make([]error, n)
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			for r, x := range cs {
+				wg.Go(func() {
+					if errs[r] = x.GroupStart(); errs[r] != nil {
+						return
+					}
+					count := 8
+					if r == n-1 {
+						count = 6
+					}
+					mismatch[r] = x.AllReduce(ps[r], count, comm.Float32, comm.Sum)
+					errs[r] = errors.Join(x.AllReduce(ps[r], 4, comm.Float32, comm.Sum), x.GroupEnd())
+					if errs[r] == nil {
+						errs[r] = x.Sync(t.Context())
+					}
+				})
+			}
+			wg.Wait()
+			for r := range n {
+				require.NoError(t, errs[r], "rank %d", r)
+				var me *comm.MismatchError
+				require.True(t, errors.As(mismatch[r], &me), "rank %d: %v", r, mismatch[r])
+				assert.Equal(t, "all-reduce #1 (count 8, float32, sum)", me.A.String())
+				assert.Equal(t, "all-reduce #1 (count 6, float32, sum)", me.B.String())
+				got, err := c.ReadValues(r, ps[r], comm.Float32, 8)
+				require.NoError(t, err)
+				f := float64(n)
+				assert.Equal(t, []float64{f, f, f, f, 2, 2, 2, 2}, got, "rank %d: only the matching call ran", r)
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package nccl
 
 import (
 	"errors"
+	"runtime"
 	"sync"
 
 	"github.com/ncclgo/ncclgo/comm"
@@ -10,18 +11,18 @@ import (
 	"github.com/ncclgo/ncclgo/comm/internal/ncclcfg"
 )
 
-// The collective check (WithCollectiveCheck): before each collective made outside a
-// group, every rank copies the signature of its call (core.Signature, 40 bytes) to
-// the scratch buffer, all-gathers it on the communicator's stream, copies the
-// signatures back and waits for them (Sync), then compares them, every rank alike: a
-// mismatch fails the call on every rank with a *comm.MismatchError before it reaches
-// NCCL. Operations queued inside a group are not checked: the exchange is a collective
-// that waits, which a group cannot hold, and the group's own launch is where NCCL
-// would meet the mismatch. Point-to-point calls, Barrier and AllReduceAsync are not
-// checked.
+// The collective check (WithCollectiveCheck): before each collective, every rank
+// copies the signature of its call (core.Signature, 40 bytes) to the scratch buffer,
+// all-gathers it on the communicator's stream, copies the signatures back and waits
+// for them (Sync), then compares them, every rank alike: a mismatch fails the call on
+// every rank with a *comm.MismatchError before it reaches NCCL. Inside a group each
+// collective is checked before it is queued, in the order of the calls: the exchange
+// runs on a goroutine of its own, outside the caller's group, so that it is not held
+// until GroupEnd; a rejected call is not queued (on any rank), and GroupEnd launches
+// the others. Point-to-point calls, Barrier and AllReduceAsync are not checked.
 
-// WithCollectiveCheck turns the collective check on or off: before each collective
-// outside a group, every rank verifies that all ranks call the same operation with the
+// WithCollectiveCheck turns the collective check on or off: before each collective,
+// in a group or not (a grouped one is checked when it is queued), every rank verifies that all ranks call the same operation with the
 // same count, element type, root and reduction, and, when they do not, every rank's
 // call fails with a *comm.MismatchError (errors.Is comm.ErrMismatch) naming two ranks
 // and their calls, instead of hanging in NCCL. Each checked collective costs an
@@ -51,16 +52,33 @@ type collCheck struct {
 // checking reports whether c checks its collectives.
 func (c *Communicator) checking() bool { return c.cfg.CollCheck > 0 }
 
-// checkCall runs the check of s (its Seq is filled in) when it is on and no group is
-// open on the calling thread.
+// checkCall runs the check of s (its Seq is filled in) when it is on; with a group
+// open on the calling goroutine, on a goroutine of its own.
 func (c *Communicator) checkCall(s core.Signature) error {
-	if c.cfg.CollCheck <= 0 || c.groupOf() != nil {
+	if c.cfg.CollCheck <= 0 {
 		return nil
 	}
 	hc, ok := c.d.(gpulib.HostCopier)
 	if !ok {
 		return nil
 	}
+	if c.groupOf() == nil {
+		return c.exchangeSig(hc, s)
+	}
+	done := make(chan error, 1)
+	go func() {
+		if err := bind(c.d); err != nil {
+			done <- &comm.OpError{Op: s.Op, Bytes: -1, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
+			return
+		}
+		defer runtime.UnlockOSThread()
+		done <- c.exchangeSig(hc, s)
+	}()
+	return <-done
+}
+
+// exchangeSig all-gathers s and compares, on a goroutine without a group open.
+func (c *Communicator) exchangeSig(hc gpulib.HostCopier, s core.Signature) error {
 	c.chk.mu.Lock()
 	defer c.chk.mu.Unlock()
 	c.chk.seq++
