@@ -19,8 +19,8 @@
 //
 // Record takes the communicator's ring lock and allocates nothing; each communicator
 // has its own ring lock, so communicators never contend. A backend can make its own
-// enqueue lock the ring's (Group.Lock) and record with RecordLocked while holding it:
-// a record then takes no lock at all, and, once the recorder has more than one
+// enqueue lock the ring's (Group.Lock) and record while holding it: a record then
+// takes no lock at all, and, once the recorder has more than one
 // communicator, one atomic addition (the process-wide record id). The NCCL backend
 // and the MPI communicator keep the recorder on by default with DefaultEntries
 // entries per communicator; 0 in the environment or their option turns it off.

@@ -8,9 +8,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// BenchmarkRecordLocked is one record and its completion as the NCCL backend's
-// AllReduce makes them: RecordLocked under the backend's lock, CompletedLater after.
-func BenchmarkRecordLocked(b *testing.B) {
+// BenchmarkRecordUnderBackendLock is one record and its completion as the NCCL
+// backend's AllReduce makes them: Record under the backend's lock (Group.Lock),
+// CompletedLater after.
+func BenchmarkRecordUnderBackendLock(b *testing.B) {
 	r, err := New(Config{Entries: DefaultEntries}, 0)
 	if err != nil {
 		b.Fatal(err)
@@ -25,7 +26,7 @@ func BenchmarkRecordLocked(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		mu.Lock()
-		id := c.RecordLocked(call)
+		id := c.Record(call)
 		mu.Unlock()
 		c.CompletedLater(id)
 	}
@@ -34,14 +35,14 @@ func BenchmarkRecordLocked(b *testing.B) {
 // TestRecordIDsAcrossCommunicators: record ids order the records of all communicators
 // of the process as they were made, before and after a second communicator registers
 // (the first records alone without an atomic id, then all share one), with rings
-// guarded by a backend's lock (RecordLocked) and by their own.
+// guarded by a backend's lock (Group.Lock) and by their own.
 func TestRecordIDsAcrossCommunicators(t *testing.T) {
 	r := newRecorder(t, Config{Entries: 16}, 0)
 	var mu sync.Mutex
 	world := newComm(t, r, Group{Name: "0", Ranks: []int{0, 1}, Lock: &mu})
 	rec := func(c *Comm, n int64) {
 		mu.Lock()
-		c.RecordLocked(Call{Op: AllReduce, In: n, Out: n, Type: Float32})
+		c.Record(Call{Op: AllReduce, In: n, Out: n, Type: Float32})
 		mu.Unlock()
 	}
 	rec(world, 1)

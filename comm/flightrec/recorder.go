@@ -241,13 +241,14 @@ type Group struct {
 	Blocking bool
 	// Lock, when set, guards the communicator's ring in place of a lock of its own:
 	// the lock a backend already holds while it enqueues an operation. The backend
-	// then records with RecordLocked, RecordGroupLocked and LastLocked while it holds
-	// Lock, which take no lock (a record costs no lock, and, once the recorder has
-	// more than one communicator, one atomic addition for the record id); every other
-	// method of the ring, a dump, and the registration of the recorder's second
-	// communicator take Lock. A backend that sets Lock must never hold it across a
-	// call that waits on other processes, or a dump would wait too, nor while it
-	// registers a communicator.
+	// then calls Record and RecordGroup (and LastLocked) while it holds Lock, and they
+	// take no lock (a record costs no lock, and, once the recorder has more than one
+	// communicator, one atomic addition for the record id); every other method of
+	// the ring, a dump, and the registration of the recorder's second communicator
+	// take Lock. A dump made while Lock is held waits for it: a backend
+	// that may dump while holding Lock (a failure found inside an enqueued call)
+	// dumps on another goroutine; and a dump waits for whatever the backend does
+	// under Lock. Registering a communicator while holding Lock deadlocks.
 	Lock sync.Locker
 }
 
@@ -448,25 +449,10 @@ func (c *Comm) Group() Group {
 
 // Record notes an operation as scheduled (enqueued) and returns its id. A collective
 // takes the communicator's next collective sequence number, Send and Recv the next
-// point-to-point one. It allocates nothing. It takes the ring's lock: a backend that
-// set Group.Lock and holds it calls RecordLocked instead.
+// point-to-point one. It allocates nothing. On a communicator registered with
+// Group.Lock the caller holds that lock (a backend records while it enqueues, under
+// it) and Record takes no lock; otherwise it takes the ring's own.
 func (c *Comm) Record(call Call) ID {
-	if c == nil {
-		return 0
-	}
-	var pc uintptr
-	if c.sites {
-		pc = c.callSite(c.skip)
-	}
-	c.lk.Lock()
-	id := c.record(&call, pc)
-	c.lk.Unlock()
-	return id
-}
-
-// RecordLocked is Record for a backend that holds Group.Lock: it takes no lock. On a
-// communicator registered without Group.Lock it is Record.
-func (c *Comm) RecordLocked(call Call) ID {
 	if c == nil {
 		return 0
 	}
@@ -526,25 +512,10 @@ func (c *Comm) blocking(id ID) {
 // they share one sequence number (point-to-point when all are Send or Recv, collective
 // otherwise) and are followed by a Coalesced entry, as PyTorch records a coalesced
 // group. It returns the id of the Coalesced entry; Started and Completed on it mark
-// the whole group. A group of one operation is recorded as Record records it. It
-// takes the ring's lock: a backend that set Group.Lock and holds it calls
-// RecordGroupLocked instead.
+// the whole group. A group of one operation is recorded as Record records it. Its
+// locking is Record's: on a communicator registered with Group.Lock the caller holds
+// that lock.
 func (c *Comm) RecordGroup(calls []Call) ID {
-	if c == nil || len(calls) == 0 {
-		return 0
-	}
-	var pc uintptr
-	if c.sites {
-		pc = c.callSite(c.skip)
-	}
-	c.lk.Lock()
-	defer c.lk.Unlock()
-	return c.recordGroup(calls, pc)
-}
-
-// RecordGroupLocked is RecordGroup for a backend that holds Group.Lock: it takes no
-// lock. On a communicator registered without Group.Lock it is RecordGroup.
-func (c *Comm) RecordGroupLocked(calls []Call) ID {
 	if c == nil || len(calls) == 0 {
 		return 0
 	}
@@ -612,8 +583,8 @@ func (c *Comm) add(call *Call, pc uintptr) ID {
 
 func (c *Comm) callSite(skip int) uintptr {
 	var pcs [1]uintptr
-	// 0 Callers, 1 callSite, 2 Record (or RecordLocked, RecordGroup...), 3 the
-	// backend's method, 4 its caller.
+	// 0 Callers, 1 callSite, 2 Record (or RecordGroup), 3 the backend's method, 4
+	// its caller.
 	if runtime.Callers(4+skip, pcs[:]) == 0 {
 		return 0
 	}

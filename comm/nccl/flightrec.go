@@ -206,18 +206,36 @@ func (c *Communicator) exchangeRanks(ctx context.Context, hc gpulib.HostCopier) 
 	return ranks, nil
 }
 
+// dumpWait bounds dump's wait for the dump to be written: the rings' lock is each
+// communicator's mu, which a failing goroutine may hold (a settle inside an enqueued
+// call), and the dump completes only once it is released.
+const dumpWait = time.Second
+
 // dump writes the recorder's dump after a failure (why says which, logged with the
-// path).
+// path). The dump is written on a goroutine of its own and dump waits for it at most
+// dumpWait: when the calling goroutine holds a ring's lock (mu), the dump is written
+// once the call that holds it returns.
 func (c *Communicator) dump(why string) {
 	if c.rec == nil {
 		return
 	}
-	path, err := c.rec.WriteFile()
-	if err != nil {
-		c.cfg.Log.Error("comm: flight recorder dump failed", "rank", c.rank, "reason", why, "err", err)
-		return
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		path, err := c.rec.WriteFile()
+		if err != nil {
+			c.cfg.Log.Error("comm: flight recorder dump failed", "rank", c.rank, "reason", why, "err", err)
+			return
+		}
+		c.cfg.Log.Warn("comm: flight recorder dumped", "rank", c.rank, "reason", why, "path", path)
+	}()
+	t := time.NewTimer(dumpWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		c.cfg.Log.Debug("comm: flight recorder dump waits for the communicator's lock", "rank", c.rank, "reason", why)
 	}
-	c.cfg.Log.Warn("comm: flight recorder dumped", "rank", c.rank, "reason", why, "path", path)
 }
 
 // frType is flightrec's name of an NCCL data type (NCCL's numbering plus one).
@@ -253,52 +271,52 @@ type frOps struct {
 }
 
 func (o frOps) AllReduce(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, op gpulib.RedOp, c gpulib.Comm, s gpulib.Stream) error {
-	o.fr.RecordLocked(frCall(flightrec.AllReduce, count, dt, 0, 0))
+	o.fr.Record(frCall(flightrec.AllReduce, count, dt, 0, 0))
 	return o.d.AllReduce(send, recv, count, dt, op, c, s)
 }
 
 func (o frOps) Broadcast(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
-	o.fr.RecordLocked(frCall(flightrec.Broadcast, count, dt, 0, 0))
+	o.fr.Record(frCall(flightrec.Broadcast, count, dt, 0, 0))
 	return o.d.Broadcast(send, recv, count, dt, root, c, s)
 }
 
 func (o frOps) AllGather(send, recv gpulib.Ptr, sendCount uint64, dt gpulib.DataType, c gpulib.Comm, s gpulib.Stream) error {
-	o.fr.RecordLocked(frCall(flightrec.AllGather, sendCount, dt, 0, o.n))
+	o.fr.Record(frCall(flightrec.AllGather, sendCount, dt, 0, o.n))
 	return o.d.AllGather(send, recv, sendCount, dt, c, s)
 }
 
 func (o frOps) ReduceScatter(send, recv gpulib.Ptr, recvCount uint64, dt gpulib.DataType, op gpulib.RedOp, c gpulib.Comm, s gpulib.Stream) error {
-	o.fr.RecordLocked(frCall(flightrec.ReduceScatter, recvCount, dt, 0, o.n))
+	o.fr.Record(frCall(flightrec.ReduceScatter, recvCount, dt, 0, o.n))
 	return o.d.ReduceScatter(send, recv, recvCount, dt, op, c, s)
 }
 
 func (o frOps) Reduce(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, op gpulib.RedOp, root int, c gpulib.Comm, s gpulib.Stream) error {
-	o.fr.RecordLocked(frCall(flightrec.Reduce, count, dt, 0, 0))
+	o.fr.Record(frCall(flightrec.Reduce, count, dt, 0, 0))
 	return o.d.Reduce(send, recv, count, dt, op, root, c, s)
 }
 
 func (o frOps) AlltoAll(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, c gpulib.Comm, s gpulib.Stream) error {
-	o.fr.RecordLocked(frCall(flightrec.AllToAll, count, dt, 0, o.n))
+	o.fr.Record(frCall(flightrec.AllToAll, count, dt, 0, o.n))
 	return o.d.AlltoAll(send, recv, count, dt, c, s)
 }
 
 func (o frOps) Gather(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
-	o.fr.RecordLocked(frCall(flightrec.Gather, count, dt, 0, 0))
+	o.fr.Record(frCall(flightrec.Gather, count, dt, 0, 0))
 	return o.d.Gather(send, recv, count, dt, root, c, s)
 }
 
 func (o frOps) Scatter(send, recv gpulib.Ptr, count uint64, dt gpulib.DataType, root int, c gpulib.Comm, s gpulib.Stream) error {
-	o.fr.RecordLocked(frCall(flightrec.Scatter, count, dt, 0, 0))
+	o.fr.Record(frCall(flightrec.Scatter, count, dt, 0, 0))
 	return o.d.Scatter(send, recv, count, dt, root, c, s)
 }
 
 func (o frOps) Send(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, c gpulib.Comm, s gpulib.Stream) error {
-	o.fr.RecordLocked(frCall(flightrec.Send, count, dt, peer, 0))
+	o.fr.Record(frCall(flightrec.Send, count, dt, peer, 0))
 	return o.d.Send(buf, count, dt, peer, c, s)
 }
 
 func (o frOps) Recv(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, c gpulib.Comm, s gpulib.Stream) error {
-	o.fr.RecordLocked(frCall(flightrec.Recv, count, dt, peer, 0))
+	o.fr.Record(frCall(flightrec.Recv, count, dt, peer, 0))
 	return o.d.Recv(buf, count, dt, peer, c, s)
 }
 

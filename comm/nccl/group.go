@@ -356,7 +356,7 @@ func (tg *threadGroup) flights() {
 		one = one && tg.meta[i].c == first
 	}
 	if one { // the usual group: one communicator's calls (RecordGroup records one call as Record does)
-		first.fr.RecordGroupLocked(tg.frCalls)
+		first.fr.RecordGroup(tg.frCalls)
 		return
 	}
 	for _, m := range tg.members {
@@ -369,7 +369,7 @@ func (tg *threadGroup) flights() {
 				calls = append(calls, tg.frCalls[k])
 			}
 		}
-		m.c.fr.RecordGroupLocked(calls)
+		m.c.fr.RecordGroup(calls)
 		tg.frOne = calls
 	}
 }

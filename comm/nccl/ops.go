@@ -196,7 +196,7 @@ func (b *Backend) AllReduce(ptr comm.DevicePtr, bytes int) error {
 	p := c.buf(ptr)
 	n := uint64(bytes / b.size)
 	c.mu.Lock()
-	id := c.fr.RecordLocked(flightrec.Call{Op: flightrec.AllReduce, In: int64(n), Out: int64(n), Type: frType(gpulib.DataType(b.elem))})
+	id := c.fr.Record(flightrec.Call{Op: flightrec.AllReduce, In: int64(n), Out: int64(n), Type: frType(gpulib.DataType(b.elem))})
 	err := c.d.AllReduce(p, p, n, gpulib.DataType(b.elem), gpulib.Sum, c.comm, c.stream)
 	c.mu.Unlock()
 	if c.wd != nil {
