@@ -249,7 +249,7 @@ type Group struct {
 	// that may dump while holding Lock (a failure found inside an enqueued call)
 	// dumps on another goroutine; and a dump waits for whatever the backend does
 	// under Lock. Registering a communicator while holding Lock deadlocks.
-	Lock sync.Locker
+	Lock *sync.Mutex
 }
 
 // Names must be unique among a process's communicators: the dump keys them by name.
@@ -421,7 +421,7 @@ type Comm struct {
 	sites bool
 	skip  int
 
-	lk  sync.Locker // Group.Lock, or &own
+	lk  *sync.Mutex // Group.Lock, or &own (a concrete mutex: its fast path inlines)
 	ext bool        // lk is Group.Lock
 	own sync.Mutex
 

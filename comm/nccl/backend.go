@@ -164,8 +164,6 @@ type Communicator struct {
 	children atomic.Int32
 	splits   atomic.Int32
 
-	chk collCheck // the collective check (collcheck.go)
-
 	// wd is the health watchdog (WithWatchdog), nil without one. Set once in adopt.
 	wd *watchdog
 
@@ -173,6 +171,8 @@ type Communicator struct {
 	closeOnce   sync.Once
 	closeCtx    context.Context
 	closeCancel context.CancelFunc
+
+	chk collCheck // the collective check (collcheck.go)
 }
 
 var (
