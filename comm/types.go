@@ -34,6 +34,16 @@ type ReduceOp = core.ReduceOp
 // the sentinel it violates. Its message reads "all-reduce: bytes -3: invalid size".
 type ArgError = core.ArgError
 
+// MismatchError is the collective check's verdict (nccl.WithCollectiveCheck,
+// mpi.WithCollectiveCheck): the ranks did not call the same collective with the same
+// count, element type, root and reduction. It names two ranks and their calls
+// (Signature), lists every rank that differs, and matches ErrMismatch. Every rank of
+// the communicator gets the same one.
+type MismatchError = core.MismatchError
+
+// Signature is one rank's call as the collective check compares it.
+type Signature = core.Signature
+
 // OpError reports a failure of the library underneath while an operation ran, e.g.
 // "all-reduce of 4096 bytes on rank 1: ncclRemoteError". Err is the library's error
 // (reachable with errors.As as the driver's type) or one of comm's sentinels.
@@ -108,4 +118,7 @@ var (
 	// ErrOverlap: the send and receive buffers of an operation that needs them apart
 	// (AllToAll, AllToAllv) overlap.
 	ErrOverlap = core.ErrOverlap
+	// ErrMismatch: the collective check found ranks calling different collectives, or
+	// the same with other counts, element type, root or reduction (MismatchError).
+	ErrMismatch = core.ErrMismatch
 )

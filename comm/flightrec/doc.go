@@ -17,8 +17,15 @@
 //   - Started and Completed (or CompletedThrough, for everything up to an id) when it
 //     learns that an operation started or completed.
 //
-// Record takes one lock and allocates nothing. It reads no clock: a goroutine
-// refreshes a cached time every Config.Resolution (10 ms), so timestamps are late by
+// Record takes the communicator's ring lock and allocates nothing; each communicator
+// has its own ring lock, so communicators never contend. A backend can make its own
+// enqueue lock the ring's (Group.Lock) and record while holding it: a record then
+// takes no lock at all, and, once the recorder has more than one communicator, one
+// atomic addition (the process-wide record id). The NCCL backend and the MPI
+// communicator keep the recorder on by default with DefaultEntries entries per
+// communicator; 0 in the environment or their option turns it off. Record reads no
+// clock: a goroutine refreshes a cached time every Config.Resolution (10 ms), so
+// timestamps are late by
 // at most that. A nil *Recorder and a nil *Comm are off, and cost a nil check.
 //
 // # Configuration

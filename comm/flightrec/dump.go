@@ -18,12 +18,14 @@ type snap struct {
 	e entry
 }
 
-// snapshot copies the live entries of every communicator, in record order.
+// snapshot copies the live entries of every communicator, in record order, taking
+// each ring's lock in turn.
 func (r *Recorder) snapshot() (comms []*Comm, status []pgStatus, entries []snap) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	comms = slices.Clone(r.comms)
+	r.mu.Unlock()
 	for _, c := range comms {
+		c.lk.Lock()
 		c.applyLater()
 		n := min(c.next, ID(len(c.ring)))
 		for id := c.next - n + 1; id <= c.next; id++ {
@@ -32,6 +34,7 @@ func (r *Recorder) snapshot() (comms []*Comm, status []pgStatus, entries []snap)
 			}
 		}
 		status = append(status, pgStatus{enqueued: c.collSeq, started: c.lastStarted, completed: c.lastCompleted})
+		c.lk.Unlock()
 	}
 	slices.SortFunc(entries, func(a, b snap) int { return cmp.Compare(a.e.record, b.e.record) })
 	return comms, status, entries

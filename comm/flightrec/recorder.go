@@ -117,12 +117,16 @@ type Recorder struct {
 	now  atomic.Int64 // the cached clock, ns since base (at least 1)
 	base time.Time    // wall and monotonic time of now's zero
 
-	// mu guards the communicators' rings and counters: one lock for the process, as
-	// PyTorch's recorder has, so that a record takes one lock and no other atomic
-	// operation.
+	// mu guards comms. Each communicator's ring has its own lock (Group.Lock or the
+	// ring's), so that a record takes no lock shared with other communicators.
 	mu      sync.Mutex
 	comms   []*Comm
-	records uint64 // the next record id
+	records atomic.Uint64 // the record ids given so far, once multi
+	// While one communicator is registered, its records take their ids from solo,
+	// under its lock: no atomic operation. The second registration moves the count to
+	// records, under the first one's lock, and sets multi.
+	solo  uint64
+	multi atomic.Bool
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -235,6 +239,17 @@ type Group struct {
 	// before it as completed, so that the backend calls Record alone (one lock). The
 	// last operation shows "started" until the next is recorded, or Completed.
 	Blocking bool
+	// Lock, when set, guards the communicator's ring in place of a lock of its own:
+	// the lock a backend already holds while it enqueues an operation. The backend
+	// then calls Record and RecordGroup (and LastLocked) while it holds Lock, and they
+	// take no lock (a record costs no lock, and, once the recorder has more than one
+	// communicator, one atomic addition for the record id); every other method of
+	// the ring, a dump, and the registration of the recorder's second communicator
+	// take Lock. A dump made while Lock is held waits for it: a backend
+	// that may dump while holding Lock (a failure found inside an enqueued call)
+	// dumps on another goroutine; and a dump waits for whatever the backend does
+	// under Lock. Registering a communicator while holding Lock deadlocks.
+	Lock *sync.Mutex
 }
 
 // Names must be unique among a process's communicators: the dump keys them by name.
@@ -269,7 +284,22 @@ func (r *Recorder) Comm(g Group) (*Comm, error) {
 	g.Ranks = append([]int(nil), g.Ranks...)
 	c := &Comm{r: r, g: g, self: self, ring: make([]entry, r.cfg.Entries), sites: r.cfg.CallSites, skip: r.cfg.CallSiteSkip}
 	c.lastStarted, c.lastCompleted = -1, -1
+	if n := len(c.ring); n > 1 && n&(n-1) == 0 {
+		c.mask = ID(n - 1)
+	}
+	c.lk, c.ext = g.Lock, g.Lock != nil
+	if !c.ext {
+		c.lk = &c.own
+	}
+	c.g.Lock = nil // not the caller's to take through Group()
 	r.mu.Lock()
+	if len(r.comms) == 1 { // the second: from now on the ids come from records
+		first := r.comms[0]
+		first.lk.Lock()
+		r.records.Store(r.solo)
+		r.multi.Store(true)
+		first.lk.Unlock()
+	}
 	r.comms = append(r.comms, c)
 	r.mu.Unlock()
 	return c, nil
@@ -363,7 +393,7 @@ const (
 	completed
 )
 
-// entry is one record (96 bytes), written under the recorder's lock.
+// entry is one record (96 bytes), written under its ring's lock.
 type entry struct {
 	id        ID // 0: empty slot
 	record    uint64
@@ -391,7 +421,13 @@ type Comm struct {
 	sites bool
 	skip  int
 
-	ring          []entry // guarded by r.mu, as are the fields below
+	lk  *sync.Mutex // Group.Lock, or &own (a concrete mutex: its fast path inlines)
+	ext bool        // lk is Group.Lock
+	own sync.Mutex
+
+	mask ID // len(ring)-1 when len(ring) is a power of two above 1, else 0
+
+	ring          []entry // guarded by lk, as are the fields below
 	next          ID      // the last id given
 	collSeq       int64
 	p2pSeq        int64
@@ -400,7 +436,7 @@ type Comm struct {
 	lastCompleted int64
 	doneThrough   ID // CompletedThrough's mark
 
-	later   atomic.Uint64 // CompletedLater's mark, applied under r.mu by applyLater
+	later   atomic.Uint64 // CompletedLater's mark, applied under lk by applyLater
 	laterAt atomic.Int64  // the time of the mark
 }
 
@@ -414,7 +450,9 @@ func (c *Comm) Group() Group {
 
 // Record notes an operation as scheduled (enqueued) and returns its id. A collective
 // takes the communicator's next collective sequence number, Send and Recv the next
-// point-to-point one. It allocates nothing.
+// point-to-point one. It allocates nothing. On a communicator registered with
+// Group.Lock the caller holds that lock (a backend records while it enqueues, under
+// it) and Record takes no lock; otherwise it takes the ring's own.
 func (c *Comm) Record(call Call) ID {
 	if c == nil {
 		return 0
@@ -423,29 +461,48 @@ func (c *Comm) Record(call Call) ID {
 	if c.sites {
 		pc = c.callSite(c.skip)
 	}
-	c.r.mu.Lock()
-	c.applyLater()
+	if !c.ext {
+		c.own.Lock()
+		id := c.record(&call, pc)
+		c.own.Unlock()
+		return id
+	}
+	return c.record(&call, pc)
+}
+
+// record is Record with lk held. The usual case, the operation before it noted
+// completed by CompletedLater, is written out: the cost of a record on a backend's
+// hot path is this function's.
+func (c *Comm) record(call *Call, pc uintptr) ID {
+	if later := ID(c.later.Load()); later > c.doneThrough {
+		if later == c.next && later == c.doneThrough+1 {
+			if e := c.slot(later); e != nil {
+				c.set(e, completed, c.r.now.Load())
+			}
+			c.doneThrough = later
+		} else {
+			c.completedThrough(later)
+		}
+	}
 	if call.Op.IsP2P() {
 		c.p2pSeq++
 	} else {
 		c.collSeq++
 	}
 	c.opID++
-	id := c.add(&call, pc)
+	id := c.add(call, pc)
 	if c.g.Blocking {
 		c.blocking(id)
 	}
-	c.r.mu.Unlock()
 	return id
 }
 
 // blocking notes, on a Blocking communicator, that id started and the operation
-// before it completed; r.mu is held.
+// before it completed; lk is held.
 func (c *Comm) blocking(id ID) {
-	n := ID(len(c.ring))
-	e := &c.ring[(id-1)%n]
+	e := &c.ring[c.index(id)]
 	if id > 1 {
-		if p := &c.ring[(id-2)%n]; p.id == id-1 {
+		if p := &c.ring[c.index(id-1)]; p.id == id-1 {
 			c.set(p, completed, e.created)
 		}
 	}
@@ -456,17 +513,28 @@ func (c *Comm) blocking(id ID) {
 // they share one sequence number (point-to-point when all are Send or Recv, collective
 // otherwise) and are followed by a Coalesced entry, as PyTorch records a coalesced
 // group. It returns the id of the Coalesced entry; Started and Completed on it mark
-// the whole group. A group of one operation is recorded as Record records it.
+// the whole group. A group of one operation is recorded as Record records it. Its
+// locking is Record's: on a communicator registered with Group.Lock the caller holds
+// that lock.
 func (c *Comm) RecordGroup(calls []Call) ID {
 	if c == nil || len(calls) == 0 {
 		return 0
 	}
-	if len(calls) == 1 {
-		return c.Record(calls[0])
-	}
 	var pc uintptr
 	if c.sites {
 		pc = c.callSite(c.skip)
+	}
+	if !c.ext {
+		c.own.Lock()
+		defer c.own.Unlock()
+	}
+	return c.recordGroup(calls, pc)
+}
+
+// recordGroup is RecordGroup with lk held.
+func (c *Comm) recordGroup(calls []Call, pc uintptr) ID {
+	if len(calls) == 1 {
+		return c.record(&calls[0], pc)
 	}
 	p2p := true
 	for i := range calls {
@@ -474,7 +542,6 @@ func (c *Comm) RecordGroup(calls []Call) ID {
 			p2p = false
 		}
 	}
-	c.r.mu.Lock()
 	c.applyLater()
 	if p2p {
 		c.p2pSeq++
@@ -489,21 +556,26 @@ func (c *Comm) RecordGroup(calls []Call) ID {
 	id := c.add(&end, pc)
 	// The Coalesced entry's peer is the group's size, negative for point-to-point.
 	if p2p {
-		c.ring[int((id-1)%ID(len(c.ring)))].peer = -int32(len(calls))
+		c.ring[c.index(id)].peer = -int32(len(calls))
 	} else {
-		c.ring[int((id-1)%ID(len(c.ring)))].peer = int32(len(calls))
+		c.ring[c.index(id)].peer = int32(len(calls))
 	}
-	c.r.mu.Unlock()
 	return id
 }
 
-// add writes the next entry; r.mu is held.
+// add writes the next entry; lk is held.
 func (c *Comm) add(call *Call, pc uintptr) ID {
 	c.next++
-	c.r.records++
-	e := &c.ring[int((c.next-1)%ID(len(c.ring)))]
+	e := &c.ring[c.index(c.next)]
 	// field by field: a composite literal is built on the stack and copied
-	e.id, e.record, e.created = c.next, c.r.records-1, c.r.now.Load()
+	var rec uint64
+	if c.r.multi.Load() {
+		rec = c.r.records.Add(1) - 1
+	} else {
+		rec = c.r.solo
+		c.r.solo++
+	}
+	e.id, e.record, e.created = c.next, rec, c.r.now.Load()
 	e.started, e.completed = 0, 0
 	e.in, e.out, e.collSeq, e.p2pSeq, e.opID, e.pc = call.In, call.Out, c.collSeq, c.p2pSeq, c.opID, pc
 	e.peer, e.op, e.dtype, e.state, e.retired = int32(call.Peer), call.Op, call.Type, scheduled, false
@@ -512,19 +584,29 @@ func (c *Comm) add(call *Call, pc uintptr) ID {
 
 func (c *Comm) callSite(skip int) uintptr {
 	var pcs [1]uintptr
-	// 0 Callers, 1 callSite, 2 Record, 3 the backend's method, 4 its caller.
+	// 0 Callers, 1 callSite, 2 Record (or RecordGroup), 3 the backend's method, 4
+	// its caller.
 	if runtime.Callers(4+skip, pcs[:]) == 0 {
 		return 0
 	}
 	return pcs[0]
 }
 
-// slot returns the live entry of id (nil when it left the ring); r.mu is held.
+// index is the position of id (1 or more) in the ring: a mask when the ring's size is
+// a power of two (the default), a division otherwise.
+func (c *Comm) index(id ID) int {
+	if c.mask != 0 {
+		return int((id - 1) & c.mask)
+	}
+	return int((id - 1) % ID(len(c.ring)))
+}
+
+// slot returns the live entry of id (nil when it left the ring); lk is held.
 func (c *Comm) slot(id ID) *entry {
 	if id == 0 || id > c.next {
 		return nil
 	}
-	e := &c.ring[int((id-1)%ID(len(c.ring)))]
+	e := &c.ring[c.index(id)]
 	if e.id != id {
 		return nil
 	}
@@ -536,9 +618,9 @@ func (c *Comm) Started(id ID) {
 	if c == nil {
 		return
 	}
-	c.r.mu.Lock()
+	c.lk.Lock()
 	c.mark(id, started)
-	c.r.mu.Unlock()
+	c.lk.Unlock()
 }
 
 // Completed notes that the operation id (and, for a Coalesced id, its group)
@@ -547,12 +629,12 @@ func (c *Comm) Completed(id ID) {
 	if c == nil {
 		return
 	}
-	c.r.mu.Lock()
+	c.lk.Lock()
 	c.mark(id, completed)
-	c.r.mu.Unlock()
+	c.lk.Unlock()
 }
 
-// mark sets the state of id and of its group's operations; r.mu is held.
+// mark sets the state of id and of its group's operations; lk is held.
 func (c *Comm) mark(id ID, st uint8) {
 	e := c.slot(id)
 	if e == nil {
@@ -602,8 +684,8 @@ func (c *Comm) CompletedThrough(id ID) {
 	if c == nil {
 		return
 	}
-	c.r.mu.Lock()
-	defer c.r.mu.Unlock()
+	c.lk.Lock()
+	defer c.lk.Unlock()
 	c.completedThrough(id)
 }
 
@@ -620,14 +702,14 @@ func (c *Comm) CompletedLater(id ID) {
 	c.later.Store(uint64(id))
 }
 
-// applyLater applies CompletedLater's mark; r.mu is held.
+// applyLater applies CompletedLater's mark; lk is held.
 func (c *Comm) applyLater() {
 	if id := ID(c.later.Load()); id > c.doneThrough {
 		c.completedThroughAt(id, c.laterAt.Load())
 	}
 }
 
-// completedThrough is CompletedThrough with r.mu held.
+// completedThrough is CompletedThrough with lk held.
 func (c *Comm) completedThrough(id ID) { c.completedThroughAt(id, c.r.now.Load()) }
 
 // completedThroughAt is completedThrough at time now.
@@ -650,12 +732,25 @@ func (c *Comm) completedThroughAt(id ID, now int64) {
 }
 
 // Last returns the id of the last operation recorded (0 when none): what a watchdog
-// notes when it records an event after the operations enqueued so far.
+// notes when it records an event after the operations enqueued so far. A backend that
+// set Group.Lock and holds it calls LastLocked instead.
 func (c *Comm) Last() ID {
 	if c == nil {
 		return 0
 	}
-	c.r.mu.Lock()
-	defer c.r.mu.Unlock()
+	c.lk.Lock()
+	defer c.lk.Unlock()
+	return c.next
+}
+
+// LastLocked is Last for a backend that holds Group.Lock. On a communicator
+// registered without Group.Lock it is Last.
+func (c *Comm) LastLocked() ID {
+	if c == nil {
+		return 0
+	}
+	if !c.ext {
+		return c.Last()
+	}
 	return c.next
 }

@@ -35,7 +35,7 @@ func (c *Communicator) AllReduceInto(send, recv comm.DevicePtr, count int, t com
 	if err := checkMPICount(core.OpAllReduceInto, "count", count); err != nil {
 		return err
 	}
-	if err := c.lock(core.OpAllReduceInto); err != nil {
+	if err := c.lockChecked(core.OpAllReduceInto, count, t, -1, op, false); err != nil {
 		return err
 	}
 	defer c.unlockBlocking(bytes)
@@ -67,7 +67,7 @@ func (c *Communicator) BroadcastInto(send, recv comm.DevicePtr, count int, t com
 	if err := checkMPICount(core.OpBroadcastInto, "bytes", bytes); err != nil {
 		return err
 	}
-	if err := c.lock(core.OpBroadcastInto); err != nil {
+	if err := c.lockChecked(core.OpBroadcastInto, count, t, root, 0, true); err != nil {
 		return err
 	}
 	defer c.unlockBlocking(bytes)
@@ -88,7 +88,7 @@ func (c *Communicator) Reduce(send, recv comm.DevicePtr, count int, t comm.DType
 	if err := checkMPICount(core.OpReduce, "count", count); err != nil {
 		return err
 	}
-	if err := c.lock(core.OpReduce); err != nil {
+	if err := c.lockChecked(core.OpReduce, count, t, root, op, false); err != nil {
 		return err
 	}
 	defer c.unlockBlocking(bytes)
@@ -131,7 +131,7 @@ func (c *Communicator) Gather(send, recv comm.DevicePtr, count int, t comm.DType
 	if err := checkMPICount(core.OpGather, "bytes", bytes*c.world); err != nil {
 		return err
 	}
-	if err := c.lock(core.OpGather); err != nil {
+	if err := c.lockChecked(core.OpGather, count, t, root, 0, true); err != nil {
 		return err
 	}
 	defer c.unlockBlocking(bytes)
@@ -155,7 +155,7 @@ func (c *Communicator) Scatter(send, recv comm.DevicePtr, count int, t comm.DTyp
 	if err := checkMPICount(core.OpScatter, "bytes", bytes*c.world); err != nil {
 		return err
 	}
-	if err := c.lock(core.OpScatter); err != nil {
+	if err := c.lockChecked(core.OpScatter, count, t, root, 0, true); err != nil {
 		return err
 	}
 	defer c.unlockBlocking(bytes)
@@ -179,7 +179,7 @@ func (c *Communicator) AllToAll(send, recv comm.DevicePtr, count int, t comm.DTy
 	if err := checkMPICount(core.OpAllToAll, "bytes", bytes*c.world); err != nil {
 		return err
 	}
-	if err := c.lock(core.OpAllToAll); err != nil {
+	if err := c.lockChecked(core.OpAllToAll, count, t, -1, 0, true); err != nil {
 		return err
 	}
 	defer c.unlockBlocking(bytes)
@@ -203,7 +203,7 @@ func (c *Communicator) AllToAllv(send comm.DevicePtr, sendCounts, sendDispls []i
 	if err != nil {
 		return err
 	}
-	if err := c.lock(core.OpAllToAllv); err != nil {
+	if err := c.lockChecked(core.OpAllToAllv, 0, t, -1, 0, true); err != nil {
 		return err
 	}
 	defer c.unlockBlocking(mpiAlwaysTimed)

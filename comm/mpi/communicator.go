@@ -96,6 +96,7 @@ type Communicator struct {
 	prog      progress          // the progress thread of blocking calls under contention (progress.go)
 	offloads  int64             // calls made on prog, for the tests
 	fr        frState           // the flight recorder (flightrec.go)
+	chk       checkState        // the collective check (collcheck.go)
 }
 
 var _ comm.Communicator = (*Communicator)(nil)
@@ -524,7 +525,7 @@ func (c *Communicator) AllReduce(ptr comm.DevicePtr, count int, t comm.DType, op
 			return err
 		}
 	}
-	if err := c.lock(core.OpAllReduce); err != nil {
+	if err := c.lockChecked(core.OpAllReduce, count, t, -1, op, false); err != nil {
 		return err
 	}
 	c.record(flightrec.AllReduce, count, t, 0)
@@ -573,7 +574,7 @@ func (c *Communicator) ReduceScatter(send, recv comm.DevicePtr, count int, t com
 	if err := checkMPICount(core.OpReduceScatter, "count", count*c.world); err != nil {
 		return err
 	}
-	if err := c.lock(core.OpReduceScatter); err != nil {
+	if err := c.lockChecked(core.OpReduceScatter, count, t, -1, op, false); err != nil {
 		return err
 	}
 	c.record(flightrec.ReduceScatter, count, t, 0)
@@ -620,7 +621,7 @@ func (c *Communicator) Broadcast(ptr comm.DevicePtr, count int, t comm.DType, ro
 	if err := checkMPICount(core.OpBroadcast, "bytes", bytes); err != nil {
 		return err
 	}
-	if err := c.lock(core.OpBroadcast); err != nil {
+	if err := c.lockChecked(core.OpBroadcast, count, t, root, 0, true); err != nil {
 		return err
 	}
 	c.record(flightrec.Broadcast, count, t, 0)
@@ -639,7 +640,7 @@ func (c *Communicator) AllGather(send, recv comm.DevicePtr, count int, t comm.DT
 	if err := checkMPICount(core.OpAllGather, "bytes", bytes*c.world); err != nil {
 		return err
 	}
-	if err := c.lock(core.OpAllGather); err != nil {
+	if err := c.lockChecked(core.OpAllGather, count, t, -1, 0, true); err != nil {
 		return err
 	}
 	c.record(flightrec.AllGather, count, t, 0)

@@ -38,10 +38,12 @@ type frState struct {
 }
 
 // WithFlightRecorder sets how many operations the flight recorder keeps per
-// communicator (0 turns it off). Without the option the recorder is off unless the
-// environment sets a size (NCCLGO_FR_BUFFER_SIZE, TORCH_FR_BUFFER_SIZE or
-// TORCH_NCCL_TRACE_BUFFER_SIZE; the dump's path from NCCLGO_FR_DUMP_FILE and
-// PyTorch's variables: see package flightrec). The option wins over the environment.
+// communicator; 0 turns it off. The recorder is on by default, with
+// flightrec.DefaultEntries (512) entries per communicator, unless the environment sets
+// a size (NCCLGO_FR_BUFFER_SIZE, TORCH_FR_BUFFER_SIZE or TORCH_NCCL_TRACE_BUFFER_SIZE;
+// 0 turns it off; the dump's path from NCCLGO_FR_DUMP_FILE and PyTorch's variables:
+// see package flightrec). The option wins over the environment; a negative n is the
+// default.
 func WithFlightRecorder(n int) Option {
 	return func(o *options) { o.fr = frOption{set: n >= 0, n: max(n, 0)} }
 }
@@ -53,7 +55,9 @@ func (c *Communicator) FlightRecorder() *flightrec.Recorder { return c.fr.rec }
 // startRecorder makes the recorder of a world communicator (rank is its MPI world
 // rank) and registers c.
 func (c *Communicator) startRecorder() {
-	cfg, err := flightrec.ConfigFromEnv(flightrec.Config{LibVersion: "mpi"})
+	// On by default (flightrec.DefaultEntries); the environment, then the option, may
+	// turn it off.
+	cfg, err := flightrec.ConfigFromEnv(flightrec.Config{Entries: flightrec.DefaultEntries, LibVersion: "mpi"})
 	if err != nil {
 		c.cfg.log.Warn("comm: flight recorder off", "rank", c.rank, "err", err)
 		return

@@ -14,8 +14,9 @@ type Option func(*options)
 type options struct {
 	log       *slog.Logger
 	closeWait time.Duration
-	minProcs  int      // WithMinGOMAXPROCS; 0: leave GOMAXPROCS alone
-	fr        frOption // WithFlightRecorder (flightrec.go)
+	minProcs  int         // WithMinGOMAXPROCS; 0: leave GOMAXPROCS alone
+	fr        frOption    // WithFlightRecorder (flightrec.go)
+	check     checkOption // WithCollectiveCheck (collcheck.go)
 }
 
 func newOptions(opts []Option) options {

@@ -171,6 +171,8 @@ type Communicator struct {
 	closeOnce   sync.Once
 	closeCtx    context.Context
 	closeCancel context.CancelFunc
+
+	chk collCheck // the collective check (collcheck.go)
 }
 
 var (

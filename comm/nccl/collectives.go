@@ -25,6 +25,9 @@ func (v StreamComm) AllReduceInto(send, recv comm.DevicePtr, count int, t comm.D
 	if err != nil {
 		return err
 	}
+	if err := c.checkCall(sig(core.OpAllReduceInto, count, t, -1, op)); err != nil {
+		return err
+	}
 	return c.enqueue(core.OpAllReduceInto, bytes, queued, func(to ncclOps) error {
 		return to.AllReduce(c.buf(send), c.buf(recv), uint64(count), gpulib.DataType(t), gpulib.RedOp(op), c.comm, v.s)
 	})
@@ -36,6 +39,9 @@ func (v StreamComm) BroadcastInto(send, recv comm.DevicePtr, count int, t comm.D
 	c := v.c
 	bytes, err := c.g.TypedBroadcastInto(send, recv, count, t, root)
 	if err != nil {
+		return err
+	}
+	if err := c.checkCall(sig(core.OpBroadcastInto, count, t, root, -1)); err != nil {
 		return err
 	}
 	return c.enqueue(core.OpBroadcastInto, bytes, queued, func(to ncclOps) error {
@@ -50,6 +56,9 @@ func (v StreamComm) Reduce(send, recv comm.DevicePtr, count int, t comm.DType, o
 	if err != nil {
 		return err
 	}
+	if err := c.checkCall(sig(core.OpReduce, count, t, root, op)); err != nil {
+		return err
+	}
 	return c.enqueue(core.OpReduce, bytes, queued, func(to ncclOps) error {
 		return to.Reduce(c.buf(send), c.buf(recv), uint64(count), gpulib.DataType(t), gpulib.RedOp(op), root, c.comm, v.s)
 	})
@@ -62,6 +71,9 @@ func (v StreamComm) AllToAll(send, recv comm.DevicePtr, count int, t comm.DType)
 	c := v.c
 	bytes, err := c.g.TypedAllToAll(send, recv, count, t)
 	if err != nil {
+		return err
+	}
+	if err := c.checkCall(sig(core.OpAllToAll, count, t, -1, -1)); err != nil {
 		return err
 	}
 	return c.enqueue(core.OpAllToAll, bytes*c.world, queued, func(to ncclOps) error {
@@ -92,6 +104,9 @@ func (v StreamComm) AllToAllv(send comm.DevicePtr, sendCounts, sendDispls []int,
 	if err != nil {
 		return err
 	}
+	if err := c.checkCall(sig(core.OpAllToAllv, 0, t, -1, -1)); err != nil {
+		return err
+	}
 	return c.enqueue(core.OpAllToAllv, bytes, queued, func(to ncclOps) error {
 		if bytes == 0 {
 			return nil
@@ -116,6 +131,9 @@ func (v StreamComm) Gather(send, recv comm.DevicePtr, count int, t comm.DType, r
 	c := v.c
 	bytes, err := c.g.TypedRooted(core.OpGather, send, recv, count, t, root, false)
 	if err != nil {
+		return err
+	}
+	if err := c.checkCall(sig(core.OpGather, count, t, root, -1)); err != nil {
 		return err
 	}
 	return c.enqueue(core.OpGather, bytes, queued, func(to ncclOps) error {
@@ -146,6 +164,9 @@ func (v StreamComm) Scatter(send, recv comm.DevicePtr, count int, t comm.DType, 
 	c := v.c
 	bytes, err := c.g.TypedRooted(core.OpScatter, send, recv, count, t, root, true)
 	if err != nil {
+		return err
+	}
+	if err := c.checkCall(sig(core.OpScatter, count, t, root, -1)); err != nil {
 		return err
 	}
 	return c.enqueue(core.OpScatter, bytes, queued, func(to ncclOps) error {

@@ -64,8 +64,9 @@ func TestFlightRecorderDumpsOnFailure(t *testing.T) {
 	require.NoError(t, err)
 }
 
-// TestFlightRecorderDefaults: off by default; the environment's size, and the option
-// over it, set it; 0 turns it off.
+// TestFlightRecorderDefaults: on by default with flightrec.DefaultEntries; the
+// environment's size (PyTorch's variable too), and the option over it, set it; 0 in
+// either turns it off.
 func TestFlightRecorderDefaults(t *testing.T) {
 	for _, n := range flightrec.EnvEntries {
 		t.Setenv(n, "")
@@ -80,14 +81,19 @@ func TestFlightRecorderDefaults(t *testing.T) {
 		}
 		return b.FlightRecorder().Config().Entries
 	}
-	assert.Equal(t, 0, size())
-	assert.Equal(t, flightrec.DefaultEntries, size(WithFlightRecorder(flightrec.DefaultEntries)))
+	assert.Equal(t, flightrec.DefaultEntries, size())
+	assert.Equal(t, flightrec.DefaultEntries, size(WithFlightRecorder(-1)))
+	assert.Equal(t, 16, size(WithFlightRecorder(16)))
 	assert.Equal(t, 0, size(WithFlightRecorder(0)))
 	t.Setenv("TORCH_FR_BUFFER_SIZE", "7")
 	assert.Equal(t, 7, size())
 	assert.Equal(t, 9, size(WithFlightRecorder(9)))
 	t.Setenv("TORCH_FR_BUFFER_SIZE", "0")
 	assert.Equal(t, 0, size())
+	assert.Equal(t, 5, size(WithFlightRecorder(5)))
+	t.Setenv("TORCH_NCCL_TRACE_BUFFER_SIZE", "0")
+	os.Unsetenv("TORCH_FR_BUFFER_SIZE")
+	assert.Equal(t, 0, size(), "PyTorch's older variable turns it off")
 }
 
 // newStubNCCLRec is newStubNCCL with the flight recorder set to entries (0: off).

@@ -352,7 +352,7 @@ func (r *recorder) note(peer int, op flightrec.Op, n uint64, dt gpulib.DataType,
 // flights records, before the launch, each recording member's calls in the group as
 // one group in its flight recorder (flightrec.Comm.RecordGroup: one sequence number,
 // then a coalesced entry, as PyTorch records a coalesced group), so that a launch
-// that hangs is in the dump.
+// that hangs is in the dump. The members' mu (their rings' locks) are held.
 func (tg *threadGroup) flights() {
 	n := len(tg.frCalls)
 	if n == 0 {

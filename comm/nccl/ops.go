@@ -85,7 +85,7 @@ func (c *Communicator) enqueue(op string, bytes int, kind opKind, call func(to n
 	err := call(c.direct)
 	var last flightrec.ID // what a completed wait completes, under mu: no record of others after it
 	if c.fr != nil && kind == blocking {
-		last = c.fr.Last()
+		last = c.fr.LastLocked()
 	}
 	c.mu.Unlock()
 	if c.wd != nil && kind != untimed {
@@ -178,7 +178,7 @@ func (c *Communicator) buf(p comm.DevicePtr) gpulib.Ptr {
 // or the two-rank path: see the type's documentation) and waits for the result.
 func (b *Backend) AllReduce(ptr comm.DevicePtr, bytes int) error {
 	c := b.c
-	if !c.g.Valid(ptr, bytes) || groups.open.Load() != 0 || b.addKernel.Load() != 0 {
+	if !c.g.Valid(ptr, bytes) || groups.open.Load() != 0 || b.addKernel.Load() != 0 || c.cfg.CollCheck > 0 {
 		return b.allReduce(ptr, bytes)
 	}
 	// The usual case (valid arguments, no group open in the process, no two-rank kernel):
@@ -231,6 +231,9 @@ func (b *Backend) allReduce(ptr comm.DevicePtr, bytes int) error {
 	if err := c.g.Reduce(core.OpAllReduce, ptr, bytes); err != nil {
 		return err
 	}
+	if err := c.checkCall(sig(core.OpAllReduce, bytes/b.size, comm.DType(b.elem), -1, comm.Sum)); err != nil {
+		return err
+	}
 	return c.enqueue(core.OpAllReduce, bytes, blocking, func(to ncclOps) error {
 		p := c.buf(ptr)
 		if f := b.twoRankKernel(bytes, grouped(to)); f != 0 {
@@ -246,6 +249,9 @@ func (b *Backend) AllGather(send, recv comm.DevicePtr, bytes int) error {
 	if err := c.g.Gather(core.OpAllGather, send, recv, bytes, false); err != nil {
 		return err
 	}
+	if err := c.checkCall(sig(core.OpAllGather, bytes, comm.Uint8, -1, -1)); err != nil {
+		return err
+	}
 	return c.enqueue(core.OpAllGather, bytes, blocking, func(to ncclOps) error {
 		return to.AllGather(c.buf(send), c.buf(recv), uint64(bytes), gpulib.Uint8, c.comm, c.stream)
 	})
@@ -258,6 +264,9 @@ func (b *Backend) ReduceScatter(send, recv comm.DevicePtr, bytes int) error {
 	if err := c.g.Gather(core.OpReduceScatter, send, recv, bytes, true); err != nil {
 		return err
 	}
+	if err := c.checkCall(sig(core.OpReduceScatter, bytes/b.size, comm.DType(b.elem), -1, comm.Sum)); err != nil {
+		return err
+	}
 	return c.enqueue(core.OpReduceScatter, bytes, blocking, func(to ncclOps) error {
 		return to.ReduceScatter(c.buf(send), c.buf(recv), uint64(bytes/b.size), gpulib.DataType(b.elem), gpulib.Sum, c.comm, c.stream)
 	})
@@ -267,6 +276,9 @@ func (b *Backend) ReduceScatter(send, recv comm.DevicePtr, bytes int) error {
 func (b *Backend) Broadcast(ptr comm.DevicePtr, bytes, root int) error {
 	c := b.c
 	if err := c.g.Broadcast(ptr, bytes, root); err != nil {
+		return err
+	}
+	if err := c.checkCall(sig(core.OpBroadcast, bytes, comm.Uint8, root, -1)); err != nil {
 		return err
 	}
 	return c.enqueue(core.OpBroadcast, bytes, blocking, func(to ncclOps) error {

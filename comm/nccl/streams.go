@@ -120,6 +120,9 @@ func (v StreamComm) AllReduce(ptr comm.DevicePtr, count int, t comm.DType, op co
 	if err != nil {
 		return err
 	}
+	if err := c.checkCall(sig(core.OpAllReduce, count, t, -1, op)); err != nil {
+		return err
+	}
 	return c.enqueue(core.OpAllReduce, bytes, queued, func(to ncclOps) error {
 		p := c.buf(ptr)
 		return to.AllReduce(p, p, uint64(count), gpulib.DataType(t), gpulib.RedOp(op), c.comm, v.s)
@@ -131,6 +134,9 @@ func (v StreamComm) Broadcast(ptr comm.DevicePtr, count int, t comm.DType, root 
 	c := v.c
 	bytes, err := c.g.TypedBroadcast(ptr, count, t, root)
 	if err != nil {
+		return err
+	}
+	if err := c.checkCall(sig(core.OpBroadcast, count, t, root, -1)); err != nil {
 		return err
 	}
 	return c.enqueue(core.OpBroadcast, bytes, queued, func(to ncclOps) error {
@@ -146,6 +152,9 @@ func (v StreamComm) AllGather(send, recv comm.DevicePtr, count int, t comm.DType
 	if err != nil {
 		return err
 	}
+	if err := c.checkCall(sig(core.OpAllGather, count, t, -1, -1)); err != nil {
+		return err
+	}
 	return c.enqueue(core.OpAllGather, bytes, queued, func(to ncclOps) error {
 		return to.AllGather(c.buf(send), c.buf(recv), uint64(count), gpulib.DataType(t), c.comm, v.s)
 	})
@@ -156,6 +165,9 @@ func (v StreamComm) ReduceScatter(send, recv comm.DevicePtr, count int, t comm.D
 	c := v.c
 	bytes, err := c.g.TypedGather(core.OpReduceScatter, send, recv, count, t, op, true)
 	if err != nil {
+		return err
+	}
+	if err := c.checkCall(sig(core.OpReduceScatter, count, t, -1, op)); err != nil {
 		return err
 	}
 	return c.enqueue(core.OpReduceScatter, bytes, queued, func(to ncclOps) error {

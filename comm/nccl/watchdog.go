@@ -282,7 +282,7 @@ func (w *watchdog) mark(at int64) {
 	}
 	// Operations are recorded and enqueued under mu: what the recorder holds now is
 	// what the event follows.
-	w.marks = append(w.marks, mark{ev: ev, at: at, fr: c.fr.Last()})
+	w.marks = append(w.marks, mark{ev: ev, at: at, fr: c.fr.LastLocked()})
 }
 
 // forget moves every mark's event to the free list.

@@ -27,8 +27,12 @@ type Config struct {
 	Watch      WatchConfig   // the health watchdog (watchdog.go)
 	Nccl       Settings      // ncclConfig_t fields (config.go)
 	// FlightRec is the flight recorder's ring size per communicator
-	// (nccl.WithFlightRecorder): -1 the default (the environment's, else off), 0 off.
+	// (nccl.WithFlightRecorder): -1 the default (the environment's, else
+	// flightrec.DefaultEntries), 0 off.
 	FlightRec int
+	// CollCheck is the collective check (nccl.WithCollectiveCheck): -1 the
+	// environment's (core.CollCheckFromEnv), 0 off, 1 on. New resolves -1.
+	CollCheck int
 }
 
 // defaults is the configuration before options.
@@ -43,6 +47,7 @@ func Defaults() Config {
 
 		TwoRankMax: DefaultTwoRankThreshold,
 		FlightRec:  -1,
+		CollCheck:  -1,
 	}
 }
 
@@ -109,6 +114,16 @@ func New[O ~func(*Config)](opts []O) Config {
 	core.Apply(&c, opts)
 	if c.Log == nil {
 		c.Log = slog.Default()
+	}
+	if c.CollCheck < 0 {
+		on, err := core.CollCheckFromEnv()
+		if err != nil {
+			c.Log.Warn("comm: collective check off", "err", err)
+		}
+		c.CollCheck = 0
+		if on {
+			c.CollCheck = 1
+		}
 	}
 	return c
 }
