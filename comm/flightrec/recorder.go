@@ -477,11 +477,11 @@ func (c *Comm) record(call *Call, pc uintptr) ID {
 	if later := ID(c.later.Load()); later > c.doneThrough {
 		if later == c.next && later == c.doneThrough+1 {
 			if e := c.slot(later); e != nil {
-				c.set(e, completed, c.r.now.Load())
+				c.set(e, completed, c.laterAt.Load())
 			}
 			c.doneThrough = later
 		} else {
-			c.completedThrough(later)
+			c.completedThroughAt(later, c.laterAt.Load())
 		}
 	}
 	if call.Op.IsP2P() {
