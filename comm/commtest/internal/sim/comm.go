@@ -25,6 +25,7 @@ type clique struct {
 	splits  map[uint64]*gather
 	shrinks map[uint64]*gather
 	wins    map[uint64]*gather
+	sigs    *sigCounters // one-sided signals (onesided.go), made by the first
 }
 
 func newClique(n int) *clique {
