@@ -2,6 +2,7 @@ package nccl
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/flightrec"
@@ -179,26 +180,32 @@ func (b *Backend) WaitSignal(waits []SignalWait, s comm.Stream) error {
 	if len(waits) == 0 {
 		return &comm.ArgError{Op: opWaitSignal, Arg: "waits", Value: 0, Err: comm.ErrInvalidSize, Reason: "nothing to wait for"}
 	}
-	var stack [8]gpulib.SignalDesc
-	descs := stack[:0]
-	if len(waits) > len(stack) {
-		descs = make([]gpulib.SignalDesc, 0, len(waits))
-	}
 	for i, w := range waits {
-		if err := core.CheckRank(opWaitSignal, fmt.Sprintf("waits[%d].Peer", i), w.Peer, c.world); err != nil {
-			return err
+		if w.Peer < 0 || w.Peer >= c.world {
+			return core.CheckRank(opWaitSignal, fmt.Sprintf("waits[%d].Peer", i), w.Peer, c.world)
 		}
 		if w.Count <= 0 || w.Count > 1<<31-1 {
 			return &comm.ArgError{Op: opWaitSignal, Arg: fmt.Sprintf("waits[%d].Count", i), Value: w.Count, Err: comm.ErrInvalidSize,
 				Reason: "must be positive and fit NCCL's int"}
 		}
-		descs = append(descs, gpulib.SignalDesc{OpCnt: int32(w.Count), Peer: int32(w.Peer), SigIdx: int32(w.Signal.Index), Ctx: int32(w.Signal.Context)})
 	}
 	os, err := c.oneSided(opWaitSignal, "ncclWaitSignal")
 	if err != nil {
 		return err
 	}
 	st := c.streamOr(s)
+	buf := signalDescs.Get().(*[]gpulib.SignalDesc)
+	defer signalDescs.Put(buf)
+	descs := (*buf)[:0]
+	for _, w := range waits {
+		descs = append(descs, gpulib.SignalDesc{OpCnt: int32(w.Count), Peer: int32(w.Peer), SigIdx: int32(w.Signal.Index), Ctx: int32(w.Signal.Context)})
+	}
+	*buf = descs
+	return c.waitSignal(os, *buf, st)
+}
+
+// waitSignal enqueues the wait for descs.
+func (c *Communicator) waitSignal(os gpulib.OneSided, descs []gpulib.SignalDesc, st gpulib.Stream) error {
 	return c.enqueue(opWaitSignal, 0, ungroupable, func(to ncclOps) error {
 		if f, ok := to.(frOps); ok {
 			for _, d := range descs {
@@ -208,6 +215,10 @@ func (b *Backend) WaitSignal(waits []SignalWait, s comm.Stream) error {
 		return os.WaitSignal(descs, c.comm, st)
 	})
 }
+
+// signalDescs are WaitSignal's descriptor arrays, reused (NCCL copies them during the
+// call).
+var signalDescs = sync.Pool{New: func() any { return new([]gpulib.SignalDesc) }}
 
 // WindowUserPtr returns the buffer window h was registered with, as NCCL reports it
 // (ncclWinGetUserPtr, NCCL >= 2.29.2).
