@@ -93,11 +93,8 @@ func (b *Backend) PutSignal(src comm.DevicePtr, bytes, peer int, win WindowHandl
 	if err != nil {
 		return err
 	}
-	b.regMu.Lock()
-	w, ok := b.userWins.m[win]
-	inWin := ok && offset >= 0 && offset <= w.bytes && bytes <= w.bytes-offset && b.userWins.holds(src, bytes)
-	b.regMu.Unlock()
-	if !inWin {
+	w, ok := b.putWindow(src, bytes, win, offset)
+	if !ok {
 		return b.putArgErr(src, bytes, win, offset)
 	}
 	st := c.streamOr(s)
@@ -130,14 +127,41 @@ func (b *Backend) putArgErr(src comm.DevicePtr, bytes int, win WindowHandle, off
 		Reason: fmt.Sprintf("%d bytes at src are not inside a symmetric window of this backend (NCCL requires it)", bytes)}
 }
 
-// holds reports whether [p, p+bytes) lies inside a symmetric window. Caller holds regMu.
-func (uw *userWindows) holds(p comm.DevicePtr, bytes int) bool {
-	for _, w := range uw.m {
-		if w.flags&WindowSymmetric != 0 && p >= w.ptr && uint64(p-w.ptr)+uint64(bytes) <= uint64(w.bytes) {
-			return true
+// windowEntry is one window of userWindows.list.
+type windowEntry struct {
+	handle WindowHandle
+	userWindow
+}
+
+// putWindow returns window win when bytes at offset fit it and [src, src+bytes) lies
+// inside a symmetric window. It scans userWindows.list, without a lock (few windows: no
+// map and no lock on the hot path); a registration change makes the list stale and the
+// next call builds it again under regMu.
+func (b *Backend) putWindow(src comm.DevicePtr, bytes int, win WindowHandle, offset int) (userWindow, bool) {
+	lp := b.userWins.list.Load()
+	if lp == nil {
+		b.regMu.Lock()
+		list := make([]windowEntry, 0, len(b.userWins.m))
+		for h, w := range b.userWins.m {
+			list = append(list, windowEntry{handle: h, userWindow: w})
+		}
+		lp = &list
+		b.userWins.list.Store(lp)
+		b.regMu.Unlock()
+	}
+	var to userWindow
+	found, inside := false, false
+	for i := range *lp {
+		e := &(*lp)[i]
+		if e.handle == win {
+			to, found = e.userWindow, true
+		}
+		if e.flags&WindowSymmetric != 0 && src >= e.ptr && uint64(src-e.ptr)+uint64(bytes) <= uint64(e.bytes) {
+			inside = true
 		}
 	}
-	return false
+	ok := found && inside && offset >= 0 && offset <= to.bytes && bytes <= to.bytes-offset
+	return to, ok
 }
 
 // Signal enqueues on stream s (0: the communication stream) a signal to peer without

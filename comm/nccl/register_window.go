@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync/atomic"
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/internal/core"
@@ -26,6 +27,7 @@ type userWindow struct {
 type userWindows struct {
 	m    map[WindowHandle]userWindow
 	next WindowHandle
+	list atomic.Pointer[[]windowEntry] // m as a list for the one-sided hot path; nil: stale (onesided.go)
 }
 
 // ordered returns the handles in registration order (the same on every rank).
@@ -123,6 +125,7 @@ func (b *Backend) RegisterWindow(ctx context.Context, ptr comm.DevicePtr, bytes 
 	}
 	uw.next++
 	uw.m[uw.next] = userWindow{ptr: ptr, bytes: bytes, h: w, flags: winFlags}
+	uw.list.Store(nil)
 	return uw.next, nil
 }
 
@@ -148,6 +151,7 @@ func (b *Backend) DeregisterWindow(h WindowHandle) error {
 	}
 	b.regMu.Lock()
 	delete(b.userWins.m, h)
+	b.userWins.list.Store(nil)
 	b.regMu.Unlock()
 	return nil
 }
@@ -188,6 +192,7 @@ func (b *Backend) rewindow(ctx context.Context) error {
 			}
 			w.h = nh
 			b.userWins.m[h] = w
+			b.userWins.list.Store(nil)
 		}
 		return nil
 	})
@@ -202,4 +207,5 @@ func (b *Backend) releaseUserWindows(note func(string, error)) {
 		}
 	}
 	b.userWins.m = nil
+	b.userWins.list.Store(nil)
 }
