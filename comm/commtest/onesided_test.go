@@ -3,6 +3,7 @@ package commtest_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
+	"github.com/ncclgo/ncclgo/comm/flightrec"
 	"github.com/ncclgo/ncclgo/comm/nccl"
 	rawnccl "github.com/ncclgo/ncclgo/raw/nccl"
 )
@@ -115,20 +117,23 @@ func TestOneSidedBadInput(t *testing.T) {
 		err  error
 		want error
 	}{
-		"peer out of range":     {b.PutSignal(src, 8, 2, inbox[0], 0, nccl.Signal{}, 0), comm.ErrInvalidRank},
-		"negative bytes":        {b.PutSignal(src, -1, 1, inbox[0], 0, nccl.Signal{}, 0), comm.ErrInvalidSize},
-		"null source":           {b.PutSignal(0, 8, 1, inbox[0], 0, nccl.Signal{}, 0), comm.ErrNullPointer},
-		"unknown window":        {b.PutSignal(src, 8, 1, 999, 0, nccl.Signal{}, 0), comm.ErrUnknownHandle},
-		"past the window":       {b.PutSignal(src, 8, 1, inbox[0], 4090, nccl.Signal{}, 0), comm.ErrInvalidSize},
-		"negative offset":       {b.PutSignal(src, 8, 1, inbox[0], -8, nccl.Signal{}, 0), comm.ErrInvalidSize},
-		"source not in window":  {b.PutSignal(0x1000, 8, 1, inbox[0], 0, nccl.Signal{}, 0), comm.ErrUnknownPointer},
-		"signal peer":           {b.Signal(-1, nccl.Signal{}, 0), comm.ErrInvalidRank},
-		"wait nothing":          {b.WaitSignal(nil, 0), comm.ErrInvalidSize},
-		"wait zero count":       {b.WaitSignal([]nccl.SignalWait{{Peer: 1}}, 0), comm.ErrInvalidSize},
-		"wait peer":             {b.WaitSignal([]nccl.SignalWait{{Peer: 5, Count: 1}}, 0), comm.ErrInvalidRank},
-		"user ptr of unknown":   {func() error { _, err := b.WindowUserPtr(77); return err }(), comm.ErrUnknownHandle},
-		"unknown window flag":   {func() error { _, err := b.RegisterWindow(context.Background(), src, 4096, 8); return err }(), comm.ErrUnsupported},
-		"other flags, same buf": {func() error { _, err := b.RegisterWindow(context.Background(), src, 4096, nccl.WindowDefault); return err }(), comm.ErrUnsupported},
+		"peer out of range":    {b.PutSignal(src, 8, 2, inbox[0], 0, nccl.Signal{}, 0), comm.ErrInvalidRank},
+		"negative bytes":       {b.PutSignal(src, -1, 1, inbox[0], 0, nccl.Signal{}, 0), comm.ErrInvalidSize},
+		"null source":          {b.PutSignal(0, 8, 1, inbox[0], 0, nccl.Signal{}, 0), comm.ErrNullPointer},
+		"unknown window":       {b.PutSignal(src, 8, 1, 999, 0, nccl.Signal{}, 0), comm.ErrUnknownHandle},
+		"past the window":      {b.PutSignal(src, 8, 1, inbox[0], 4090, nccl.Signal{}, 0), comm.ErrInvalidSize},
+		"negative offset":      {b.PutSignal(src, 8, 1, inbox[0], -8, nccl.Signal{}, 0), comm.ErrInvalidSize},
+		"source not in window": {b.PutSignal(0x1000, 8, 1, inbox[0], 0, nccl.Signal{}, 0), comm.ErrUnknownPointer},
+		"signal peer":          {b.Signal(-1, nccl.Signal{}, 0), comm.ErrInvalidRank},
+		"wait nothing":         {b.WaitSignal(nil, 0), comm.ErrInvalidSize},
+		"wait zero count":      {b.WaitSignal([]nccl.SignalWait{{Peer: 1}}, 0), comm.ErrInvalidSize},
+		"wait peer":            {b.WaitSignal([]nccl.SignalWait{{Peer: 5, Count: 1}}, 0), comm.ErrInvalidRank},
+		"user ptr of unknown":  {func() error { _, err := b.WindowUserPtr(77); return err }(), comm.ErrUnknownHandle},
+		"unknown window flag":  {func() error { _, err := b.RegisterWindow(context.Background(), src, 4096, 8); return err }(), comm.ErrUnsupported},
+		"other flags, same buf": {func() error {
+			_, err := b.RegisterWindow(context.Background(), src, 4096, nccl.WindowDefault)
+			return err
+		}(), comm.ErrUnsupported},
 	} {
 		assert.ErrorIs(t, tc.err, tc.want, name)
 	}
@@ -161,4 +166,29 @@ func TestOneSidedVersionGate(t *testing.T) {
 		assert.Equal(t, before, c.DriverCalls())
 		require.NoError(t, c.Close())
 	}
+}
+
+// A WaitSignal whose signals never all come: the timeout writes the waiting rank's
+// flight record, and the analysis commtrace prints names the wait and the rank that
+// did not send.
+func TestFlightRecorderNamesTheMissingSignal(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("NCCLGO_FR_DUMP_FILE", dir+"/fr_")
+	_, bs, _, _ := oneSidedPair(t, commtest.WithCommOptions(nccl.WithFlightRecorder(64), nccl.WithTimeout(300*time.Millisecond)))
+	ctx := context.Background()
+	require.NoError(t, bs[1].WaitSignal([]nccl.SignalWait{{Peer: 0, Count: 2}}, 0))
+	require.NoError(t, bs[0].Signal(1, nccl.Signal{}, 0)) // one of the two
+	require.NoError(t, bs[0].Communicator().Sync(ctx))
+	require.ErrorIs(t, bs[1].Communicator().Sync(ctx), comm.ErrTimeout)
+	_, err := bs[0].FlightRecorder().WriteFile()
+	require.NoError(t, err)
+
+	traces, err := flightrec.ReadDir(dir, "fr_")
+	require.NoError(t, err)
+	require.Len(t, traces, 2, "both ranks' dumps (the timeout wrote rank 1's)")
+	var report strings.Builder
+	require.NoError(t, flightrec.Report(&report, flightrec.Analyze(traces)))
+	t.Log(report.String())
+	assert.Contains(t, report.String(), "unmatched ranks [0]", "rank 0 did not send\n%s", report.String())
+	assert.Contains(t, report.String(), "wait_signal 1<-0", "the wait is named\n%s", report.String())
 }

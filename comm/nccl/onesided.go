@@ -100,7 +100,7 @@ func (b *Backend) PutSignal(src comm.DevicePtr, bytes, peer int, win WindowHandl
 	st := c.streamOr(s)
 	err = c.enqueue(opPutSignal, bytes, ungroupable, func(to ncclOps) error {
 		if f, ok := to.(frOps); ok {
-			f.fr.Record(flightrec.Call{Op: flightrec.Send, Peer: peer, In: int64(bytes), Out: int64(bytes), Type: frType(gpulib.Uint8)})
+			f.fr.Record(flightrec.Call{Op: flightrec.PutSignal, Peer: peer, In: int64(bytes), Out: int64(bytes), Type: frType(gpulib.Uint8)})
 		}
 		return os.PutSignal(c.buf(src), uint64(bytes), gpulib.Uint8, peer, w.h, uint64(offset), sig.Index, sig.Context, 0, c.comm, st)
 	})
@@ -179,7 +179,7 @@ func (b *Backend) Signal(peer int, sig Signal, s comm.Stream) error {
 	st := c.streamOr(s)
 	err = c.enqueue(opSignal, 0, ungroupable, func(to ncclOps) error {
 		if f, ok := to.(frOps); ok {
-			f.fr.Record(flightrec.Call{Op: flightrec.Send, Peer: peer, Type: frType(gpulib.Uint8)})
+			f.fr.Record(flightrec.Call{Op: flightrec.Signal, Peer: peer, Type: frType(gpulib.Uint8)})
 		}
 		return os.Signal(peer, sig.Index, sig.Context, 0, c.comm, st)
 	})
@@ -233,7 +233,7 @@ func (c *Communicator) waitSignal(os gpulib.OneSided, descs []gpulib.SignalDesc,
 	return c.enqueue(opWaitSignal, 0, ungroupable, func(to ncclOps) error {
 		if f, ok := to.(frOps); ok {
 			for _, d := range descs {
-				f.fr.Record(flightrec.Call{Op: flightrec.Recv, Peer: int(d.Peer), Type: frType(gpulib.Uint8)})
+				f.fr.Record(flightrec.Call{Op: flightrec.WaitSignal, Peer: int(d.Peer), In: int64(d.OpCnt), Out: int64(d.OpCnt), Type: frType(gpulib.Uint8)})
 			}
 		}
 		return os.WaitSignal(descs, c.comm, st)
