@@ -74,6 +74,7 @@ func TestCommtraceNamesTheUnsentSignal(t *testing.T) {
 	}
 	var out, errOut bytes.Buffer
 	code := run([]string{dir}, &out, &errOut)
+	t.Log(out.String())
 	assert.Equal(t, 1, code, "a problem found: %s", errOut.String())
 	assert.Contains(t, out.String(), "unmatched ranks [1]", out.String())
 	assert.Contains(t, out.String(), "wait_signal 2<-1", out.String())
