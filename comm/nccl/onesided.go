@@ -55,17 +55,21 @@ type SignalWait struct {
 }
 
 // oneSided returns the driver's one-sided calls, or the error of a library without
-// them.
+// them (written to be inlined: the test is the hot path).
 func (c *Communicator) oneSided(op, call string) (gpulib.OneSided, error) {
+	if os, ok := c.d.(gpulib.OneSided); ok && c.version >= versionOneSided {
+		return os, nil
+	}
+	return nil, c.noOneSided(op, call)
+}
+
+// noOneSided is the error of oneSided.
+func (c *Communicator) noOneSided(op, call string) error {
 	if c.version < versionOneSided {
-		return nil, unsupported(op, call, versionOneSided, c.version)
+		return unsupported(op, call, versionOneSided, c.version)
 	}
-	os, ok := c.d.(gpulib.OneSided)
-	if !ok {
-		return nil, &comm.ArgError{Op: op, Arg: "driver", Value: fmt.Sprintf("%T", c.d), Err: comm.ErrUnsupported,
-			Reason: "the driver has no one-sided calls"}
-	}
-	return os, nil
+	return &comm.ArgError{Op: op, Arg: "driver", Value: fmt.Sprintf("%T", c.d), Err: comm.ErrUnsupported,
+		Reason: "the driver has no one-sided calls"}
 }
 
 // stream is s, or the communication stream for 0.
