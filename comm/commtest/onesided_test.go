@@ -192,3 +192,40 @@ func TestFlightRecorderNamesTheMissingSignal(t *testing.T) {
 	assert.Contains(t, report.String(), "unmatched ranks [0]", "rank 0 did not send\n%s", report.String())
 	assert.Contains(t, report.String(), "wait_signal 1<-0", "the wait is named\n%s", report.String())
 }
+
+// A WaitSignal on the communication stream whose signal never comes is a stuck
+// operation to the watchdog: without any call waiting on it, the backend turns
+// unhealthy once the operation timeout has passed, and the recorder's dump (written by
+// that failure) holds the wait, not completed.
+func TestWatchdogNamesAStuckWaitSignal(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("NCCLGO_FR_DUMP_FILE", dir+"/fr_")
+	_, bs, _, _ := oneSidedPair(t, commtest.WithCommOptions(nccl.WithFlightRecorder(64), nccl.WithTimeout(200*time.Millisecond),
+		nccl.WithWatchdog(20*time.Millisecond)))
+	require.NoError(t, bs[1].WaitSignal([]nccl.SignalWait{{Peer: 0, Count: 1}}, 0))
+	deadline := time.Now().Add(time.Minute) // a hang guard, not a timing
+	for bs[1].IsHealthy() {
+		require.True(t, time.Now().Before(deadline), "the watchdog never noticed the stuck wait")
+		time.Sleep(10 * time.Millisecond)
+	}
+	assert.True(t, bs[0].IsHealthy(), "the rank that did not signal is not stuck itself")
+	var trace *flightrec.Trace
+	for trace == nil {
+		traces, err := flightrec.ReadDir(dir, "fr_")
+		if err == nil && len(traces) == 1 {
+			trace = traces[0]
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "no dump from rank 1: %v", err)
+		time.Sleep(10 * time.Millisecond)
+	}
+	var found bool
+	for _, e := range trace.Entries {
+		if e.Op() == "wait_signal" {
+			found = true
+			assert.Equal(t, "nccl:wait_signal 1<-0", e.ProfilingName)
+			assert.NotEqual(t, "completed", e.State)
+		}
+	}
+	assert.True(t, found, "the dump has the wait")
+}
