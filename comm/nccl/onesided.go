@@ -72,7 +72,7 @@ func (c *Communicator) noOneSided(op, call string) error {
 		Reason: "the driver has no one-sided calls"}
 }
 
-// stream is s, or the communication stream for 0.
+// streamOr is s, or the communication stream for 0.
 func (c *Communicator) streamOr(s comm.Stream) gpulib.Stream {
 	if s == 0 {
 		return c.stream
@@ -86,8 +86,9 @@ func (c *Communicator) streamOr(s comm.Stream) gpulib.Stream {
 // counts one more signal from this rank. The peer takes no part; it learns that the
 // data has arrived with WaitSignal. src must lie inside a symmetric window registered
 // on this backend (NCCL requires it), and offset+bytes inside win. Not inside a group
-// (ErrGroupOpen). bytes may be 0: a signal without data. Like every enqueued operation
-// it returns before the data moves; Sync on s waits for it.
+// (ErrGroupOpen). bytes may be 0 (the put only signals; src must still lie inside a
+// symmetric window, as NCCL requires). Like every enqueued operation it returns before
+// the data moves; Sync on s waits for it.
 func (b *Backend) PutSignal(src comm.DevicePtr, bytes, peer int, win WindowHandle, offset int, sig Signal, s comm.Stream) error {
 	c := b.c
 	if err := c.g.P2p(opPutSignal, "peer", src, bytes, peer); err != nil {
