@@ -229,3 +229,20 @@ func TestWatchdogNamesAStuckWaitSignal(t *testing.T) {
 	}
 	assert.True(t, found, "the dump has the wait")
 }
+
+// A failure of the library's ncclPutSignal reaches the caller as an *OpError naming the
+// rank and the peer; NCCL's system error is fatal, so the backend turns unhealthy.
+func TestPutSignalLibraryFailure(t *testing.T) {
+	c, bs, mem, inbox := oneSidedPair(t)
+	require.NoError(t, c.FailCall(0, "ncclPutSignal", 1))
+	err := bs[0].PutSignal(mem[0]+4096, 8, 1, inbox[0], 0, nccl.Signal{}, 0)
+	require.ErrorIs(t, err, commtest.ErrInjected)
+	var oe *comm.OpError
+	require.ErrorAs(t, err, &oe)
+	assert.Equal(t, 0, oe.Rank)
+	assert.Equal(t, 1, oe.Peer)
+	assert.False(t, bs[0].IsHealthy())
+	n, err := c.Calls(0, "ncclPutSignal")
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n)
+}
