@@ -184,6 +184,7 @@ func RunConformance(t *testing.T, h Harness) {
 		t.Run("register", e.register)
 		t.Run("symmetric-memory", e.symmetric)
 		t.Run("device-api", e.deviceAPI)
+		t.Run("one-sided", e.oneSided)
 	})
 	t.Run("typed", func(t *testing.T) {
 		e := start(t, h, comm.BFloat16)

@@ -497,6 +497,9 @@ func compareP2P(v *Verdict, byRank map[int][]*Entry) bool {
 			break
 		}
 	}
+	if seq, culprit, calls, ok := unsignalled(byRank, v.Group.Ranks, global); ok {
+		note(seq, culprit, calls, Unmatched)
+	}
 	if !first.seen {
 		return false
 	}

@@ -152,9 +152,9 @@ func (r *Recorder) encode(p *pickler) {
 		p.key("profiling_name")
 		name = append(append(append(name[:0], c.g.Backend...), ':'), e.op.String()...)
 		switch e.op {
-		case Send:
+		case Send, PutSignal, Signal:
 			name = fmt.Appendf(name, " %d->%d", c.self, e.peer)
-		case Recv:
+		case Recv, WaitSignal:
 			name = fmt.Appendf(name, " %d<-%d", c.self, e.peer)
 		}
 		p.str(string(name))

@@ -323,11 +323,16 @@ const (
 	Recv
 	// Coalesced ends a group of operations (written by RecordGroup).
 	Coalesced
+	// PutSignal is a one-sided put with a signal to Peer; Signal a signal alone;
+	// WaitSignal a wait for In signals from Peer. They count as point-to-point.
+	PutSignal
+	Signal
+	WaitSignal
 	opEnd
 )
 
 var opNames = [...]string{"", "all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter",
-	"all_to_all", "gather", "scatter", "barrier", "send", "recv", "coalesced"}
+	"all_to_all", "gather", "scatter", "barrier", "send", "recv", "coalesced", "put_signal", "signal", "wait_signal"}
 
 // String is the operation's name in a dump ("all_reduce").
 func (o Op) String() string {
@@ -338,7 +343,7 @@ func (o Op) String() string {
 }
 
 // IsP2P reports whether the operation is point-to-point (counted apart).
-func (o Op) IsP2P() bool { return o == Send || o == Recv }
+func (o Op) IsP2P() bool { return o == Send || o == Recv || o >= PutSignal && o <= WaitSignal }
 
 // DType is an element type.
 type DType uint8

@@ -134,6 +134,7 @@ func (b *Backend) SymmetricFree(p comm.DevicePtr) error {
 				}
 				b.regMu.Lock()
 				delete(b.userWins.m, h)
+				b.userWins.list.Store(nil)
 				b.regMu.Unlock()
 			}
 			freed = true

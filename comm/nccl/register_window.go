@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync/atomic"
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/internal/core"
@@ -18,6 +19,7 @@ type userWindow struct {
 	ptr   comm.DevicePtr
 	bytes int
 	h     gpulib.Handle // NCCL's window on the current communicator
+	flags WindowFlag    // the registration flags (onesided.go)
 }
 
 // userWindows are the backend's windows, in registration order (handles grow).
@@ -25,6 +27,7 @@ type userWindow struct {
 type userWindows struct {
 	m    map[WindowHandle]userWindow
 	next WindowHandle
+	list atomic.Pointer[[]windowEntry] // m as a list for the one-sided hot path; nil: stale (onesided.go)
 }
 
 // ordered returns the handles in registration order (the same on every rank).
@@ -47,10 +50,12 @@ func (uw *userWindows) find(ptr comm.DevicePtr, bytes int) (WindowHandle, bool) 
 	return 0, false
 }
 
-// RegisterWindow registers bytes of device memory at ptr as a symmetric window of the
-// communicator (ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC, NCCL >= 2.27.3;
-// older ones return ErrUnsupported), so that NCCL's symmetric-memory kernels can use
-// it. The buffer is any NCCL accepts for windows: memory from SymmetricAlloc
+// RegisterWindow registers bytes of device memory at ptr as a window of the
+// communicator (ncclCommWindowRegister, NCCL >= 2.27.3; older ones return
+// ErrUnsupported) with flags ORed together: WindowSymmetric when none are given, so that
+// NCCL's symmetric-memory kernels and the one-sided calls (PutSignal) can use it;
+// WindowDefault alone for a window without those; WindowStrictOrdering added for issue
+// order. Every rank gives the same flags. The buffer is any NCCL accepts for windows: memory from SymmetricAlloc
 // (ncclMemAlloc) or the CUDA VMM API, at an offset aligned to 4096 bytes; NCCL rejects
 // others with ncclInvalidArgument.
 //
@@ -63,8 +68,19 @@ func (uw *userWindows) find(ptr comm.DevicePtr, bytes int) (WindowHandle, bool) 
 // registration order, so handles stay valid (if that fails, AttemptReconnect fails);
 // SymmetricFree deregisters the windows still registered inside the allocation it
 // frees, and Close deregisters what is left. The memory stays the caller's.
-func (b *Backend) RegisterWindow(ctx context.Context, ptr comm.DevicePtr, bytes int) (WindowHandle, error) {
+func (b *Backend) RegisterWindow(ctx context.Context, ptr comm.DevicePtr, bytes int, flags ...WindowFlag) (WindowHandle, error) {
 	c := b.c
+	winFlags := WindowSymmetric
+	if len(flags) > 0 {
+		winFlags = 0
+		for _, f := range flags {
+			if f&^(WindowSymmetric|WindowStrictOrdering) != 0 {
+				return 0, &comm.ArgError{Op: core.OpRegisterWindow, Arg: "flags", Value: f, Err: comm.ErrUnsupported,
+					Reason: "not a window flag (WindowDefault, WindowSymmetric, WindowStrictOrdering)"}
+			}
+			winFlags |= f
+		}
+	}
 	if err := c.g.OutsideGroup(core.OpRegisterWindow); err != nil {
 		return 0, err
 	}
@@ -79,14 +95,19 @@ func (b *Backend) RegisterWindow(ctx context.Context, ptr comm.DevicePtr, bytes 
 	}
 	b.regMu.Lock()
 	h, ok := b.userWins.find(ptr, bytes)
+	sameFlags := ok && b.userWins.m[h].flags == winFlags
 	b.regMu.Unlock()
+	if ok && !sameFlags {
+		return 0, &comm.ArgError{Op: core.OpRegisterWindow, Arg: "flags", Value: winFlags, Err: comm.ErrUnsupported,
+			Reason: "the buffer is already a window with other flags"}
+	}
 	if ok {
 		return h, nil
 	}
 	var w gpulib.Handle
 	err := c.enqueue(core.OpRegisterWindow, bytes, ungroupable, func(ncclOps) error {
 		return c.bound(func() (err error) {
-			w, err = c.d.CommWindowRegister(c.comm, gpulib.Ptr(ptr), uint64(bytes), gpulib.WinCollSymmetric)
+			w, err = c.d.CommWindowRegister(c.comm, gpulib.Ptr(ptr), uint64(bytes), int(winFlags))
 			if err == nil || code(err) == gpulib.InProgress { // registered once every rank has joined
 				err = c.settle(ctx, c.comm, bounded)
 			}
@@ -103,7 +124,8 @@ func (b *Backend) RegisterWindow(ctx context.Context, ptr comm.DevicePtr, bytes 
 		uw.m = make(map[WindowHandle]userWindow)
 	}
 	uw.next++
-	uw.m[uw.next] = userWindow{ptr: ptr, bytes: bytes, h: w}
+	uw.m[uw.next] = userWindow{ptr: ptr, bytes: bytes, h: w, flags: winFlags}
+	uw.list.Store(nil)
 	return uw.next, nil
 }
 
@@ -129,6 +151,7 @@ func (b *Backend) DeregisterWindow(h WindowHandle) error {
 	}
 	b.regMu.Lock()
 	delete(b.userWins.m, h)
+	b.userWins.list.Store(nil)
 	b.regMu.Unlock()
 	return nil
 }
@@ -159,7 +182,7 @@ func (b *Backend) rewindow(ctx context.Context) error {
 	return c.bound(func() error {
 		for _, h := range b.userWins.ordered() {
 			w := b.userWins.m[h]
-			nh, err := c.d.CommWindowRegister(c.comm, gpulib.Ptr(w.ptr), uint64(w.bytes), gpulib.WinCollSymmetric)
+			nh, err := c.d.CommWindowRegister(c.comm, gpulib.Ptr(w.ptr), uint64(w.bytes), int(w.flags))
 			if err == nil || code(err) == gpulib.InProgress {
 				err = c.settle(ctx, c.comm, bounded)
 			}
@@ -169,6 +192,7 @@ func (b *Backend) rewindow(ctx context.Context) error {
 			}
 			w.h = nh
 			b.userWins.m[h] = w
+			b.userWins.list.Store(nil)
 		}
 		return nil
 	})
@@ -183,4 +207,5 @@ func (b *Backend) releaseUserWindows(note func(string, error)) {
 		}
 	}
 	b.userWins.m = nil
+	b.userWins.list.Store(nil)
 }

@@ -45,6 +45,7 @@ var CallNames = []string{
 	"ncclCommCuDevice", "ncclCommQueryProperties", "ncclDevCommCreate", "ncclDevCommDestroy",
 	"ncclGetLsaDevicePointer", "ncclGetPeerDevicePointer", "ncclGetLsaMultimemDevicePointer",
 	"ncclTeamWorld", "ncclTeamLsa", "ncclTeamRail", "ncclTeamRankToWorld", "ncclTeamRankToLsa",
+	"ncclPutSignal", "ncclSignal", "ncclWaitSignal", "ncclWinGetUserPtr",
 }
 
 // Device returns the index of the driver's device.

@@ -13,6 +13,7 @@ type task struct {
 	s    *stream
 	coll *collDesc
 	p2p  *p2pDesc
+	rma  *rmaDesc // a one-sided call (onesided.go)
 }
 
 // groupState is one OS thread's ncclGroupStart/End nesting. NCCL keeps it per thread
@@ -61,6 +62,9 @@ func (w *World) submitLocked(tasks []*task, call string) error {
 			slot.describeLocked(cl, seq, rc.rank, t.coll)
 			desc := t.coll
 			u = unit{rc: rc, run: func() error { return w.runColl(rc, cl, seq, slot, desc) }}
+		case t.rma != nil:
+			r := t.rma
+			u = unit{rc: rc, run: func() error { return w.runRMA(rc, cl, r) }}
 		default:
 			key, m := w.attachP2PLocked(rc, t.p2p)
 			p := t.p2p

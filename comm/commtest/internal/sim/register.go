@@ -15,6 +15,7 @@ type window struct {
 	buf   gpulib.Ptr
 	bytes uint64
 	flags int
+	seq   uint64 // the communicator's window registration it is this rank's part of
 }
 
 // Window flags (NCCL_WIN_*).
@@ -113,7 +114,7 @@ func (w *World) commWindowRegister(d *device, c gpulib.Comm, buf gpulib.Ptr, byt
 		rc.busy++
 	}
 	h := gpulib.Handle(w.handle())
-	rc.wins[h] = window{buf: buf, bytes: bytes, flags: flags}
+	rc.wins[h] = window{buf: buf, bytes: bytes, flags: flags, seq: seq}
 	complete := len(g.entries) == g.need
 	if complete {
 		first := g.entries[0].(winEntry)
