@@ -26,7 +26,7 @@ type clique struct {
 	shrinks map[uint64]*gather
 	wins    map[uint64]*gather
 	devs    map[uint64]*gather // ncclDevCommCreate calls waiting for every rank (devapi.go)
-	sigs    *sigCounters // one-sided signals (onesided.go), made by the first
+	sigs    *sigCounters       // one-sided signals (onesided.go), made by the first
 }
 
 func newClique(n int) *clique {
