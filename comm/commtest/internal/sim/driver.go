@@ -42,6 +42,7 @@ var CallNames = []string{
 	"ncclReduce", "ncclAlltoAll", "ncclGather", "ncclScatter", "ncclRedOpCreatePreMulSum", "ncclRedOpDestroy", "ncclSend", "ncclRecv", "ncclGroupStart", "ncclGroupEnd", "ncclCommRegister",
 	"ncclCommDeregister", "ncclMemAlloc", "ncclMemFree", "ncclCommWindowRegister",
 	"ncclCommWindowDeregister", "ncclCommCount", "ncclCommUserRank",
+	"ncclCommGetUniqueId", "ncclCommGrow", "ncclCommSuspend", "ncclCommResume", "ncclCommMemStats",
 }
 
 // Device returns the index of the driver's device.

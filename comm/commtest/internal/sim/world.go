@@ -43,6 +43,8 @@ type World struct {
 	boots   map[gpulib.UniqueID]*clique // unique ids not yet used up by ncclCommInitRank
 	groups  map[int]*groupState         // per OS thread: its open group (group.go)
 	graphs  map[gpulib.Handle]*graph    // captured and executable graphs (graph.go)
+	grows   map[*clique]*growth         // pending ncclCommGrow by parent (elastic.go)
+	growIDs map[gpulib.UniqueID]*growth // ncclCommGetUniqueId's ids not yet used up
 	closed  bool
 	done    chan struct{} // closed by Close
 	wg      sync.WaitGroup
