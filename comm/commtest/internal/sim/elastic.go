@@ -1,7 +1,6 @@
 package sim
 
 import (
-
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
