@@ -608,7 +608,7 @@ func (c *Communicator) IsHealthy() bool {
 // usable is checked by every operation once it holds life: not closed meanwhile, not
 // failed.
 func (c *Communicator) usable(op string, bytes int) error {
-	if c.g.Closed.Load() || c.faulted.Load() { // the usual case: two loads, no call
+	if c.g.Closed.Load() || c.faulted.Load() || c.suspended.Load() { // the usual case: three loads, no call
 		return c.unusable(op, bytes)
 	}
 	return nil
@@ -623,7 +623,7 @@ func (c *Communicator) unusable(op string, bytes int) error {
 	if f := c.faultErr(); f != nil {
 		return &comm.OpError{Op: op, Bytes: bytes, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: fmt.Errorf("%w: %w", comm.ErrUnhealthy, f)}
 	}
-	return nil
+	return c.suspendedErr(op, bytes)
 }
 
 // result turns a driver error of an enqueue into comm's error: ncclInProgress is waited
