@@ -64,7 +64,7 @@ type ncclOps interface {
 func (c *Communicator) enqueue(op string, bytes int, kind opKind, call func(to ncclOps) error) error {
 	c.life.RLock()
 	defer c.life.RUnlock()
-	if c.g.Closed.Load() || c.faulted.Load() { // usable, its test inline
+	if c.g.Closed.Load() || c.faulted.Load() || c.suspended.Load() { // usable, its test inline
 		if err := c.unusable(op, bytes); err != nil && (kind != cleanup || c.g.IsClosed()) {
 			return err
 		}
@@ -185,7 +185,7 @@ func (b *Backend) AllReduce(ptr comm.DevicePtr, bytes int) error {
 	// BenchmarkAllReduceVsRaw).
 	c.life.RLock()
 	defer c.life.RUnlock()
-	if c.g.Closed.Load() || c.faulted.Load() {
+	if c.g.Closed.Load() || c.faulted.Load() || c.suspended.Load() {
 		if err := c.unusable(core.OpAllReduce, bytes); err != nil {
 			return err
 		}
@@ -403,7 +403,7 @@ func (b *Backend) AllReduceAsync(ptr comm.DevicePtr, bytes int, compute comm.Str
 	f := b.twoRankKernel(bytes, false)
 	c.life.RLock()
 	defer c.life.RUnlock()
-	if c.g.Closed.Load() || c.faulted.Load() {
+	if c.g.Closed.Load() || c.faulted.Load() || c.suspended.Load() {
 		if err := c.unusable(core.OpAllReduceAsync, bytes); err != nil {
 			return err
 		}
