@@ -1,0 +1,55 @@
+//go:build cgo
+
+package rawdriver
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
+	"github.com/ncclgo/ncclgo/comm/internal/libcache"
+	"github.com/ncclgo/ncclgo/raw/nccl"
+)
+
+// TestElasticCallsReachTheRealLibrary checks, without a GPU, that each elastic and
+// memory call reaches libnccl 2.29.7 and that the library's own argument checks come
+// back as its result: a null communicator, and ncclCommGrow's rules for newcomers.
+func TestElasticCallsReachTheRealLibrary(t *testing.T) {
+	libcache.Load(t)
+	d := &Driver{}
+	id, err := UniqueID()
+	require.NoError(t, err)
+	calls := map[string]func() error{
+		"CommGetUniqueID": func() error { _, err := d.CommGetUniqueID(0); return err },
+		"CommSuspend":     func() error { return d.CommSuspend(0, gpulib.SuspendMem) },
+		"CommResume":      func() error { return d.CommResume(0) },
+		"CommMemStats":    func() error { _, err := d.CommMemStats(0, gpulib.StatMemTotal); return err },
+		"CommGrow/no ranks": func() error {
+			_, err := d.CommGrow(0, 0, &id, 0, gpulib.Config{Blocking: true})
+			return err
+		},
+		"CommGrow/newcomer without id": func() error {
+			_, err := d.CommGrow(0, 2, nil, 1, gpulib.Config{Blocking: true})
+			return err
+		},
+		"CommGrow/newcomer without rank": func() error {
+			_, err := d.CommGrow(0, 2, &id, -1, gpulib.Config{Blocking: true})
+			return err
+		},
+		"CommGrow/newcomer past the size": func() error {
+			_, err := d.CommGrow(0, 2, &id, 2, gpulib.Config{Blocking: true})
+			return err
+		},
+	}
+	for name, call := range calls {
+		t.Run(name, func(t *testing.T) {
+			err := call()
+			var se *gpulib.Error
+			require.ErrorAs(t, err, &se)
+			assert.Equal(t, gpulib.InvalidArgument, se.Code)
+			assert.ErrorIs(t, err, nccl.InvalidArgument)
+		})
+	}
+}
