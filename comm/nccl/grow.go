@@ -119,14 +119,38 @@ func (c *Communicator) grown(ctx context.Context, h gpulib.Comm, err error, rank
 
 // Grow makes the Backend of a communicator grown to world ranks (see
 // Communicator.Grow): every rank of b calls it, the root with GrowID's id, the others
-// with nil, while the newcomers call Join. The new backend keeps b's element type, add
-// kernel and options; b stays open and usable until Close.
+// with nil, while the newcomers call Join. On a backend from a Job (comm/job) every
+// rank may pass nil: rank 0 is then the root, and publishes the id in the job's store
+// for the newcomers, which come with Job.JoinGrow; the new backend's AttemptReconnect
+// meets the grown communicator's ranks under the group "<group>/grow<generation>". The
+// new backend keeps b's element type, add kernel and options; b stays open and usable
+// until Close.
 func (b *Backend) Grow(ctx context.Context, world int, id *comm.UniqueID) (*Backend, error) {
-	child, err := b.c.Grow(ctx, world, id)
+	c := b.c
+	g, _ := c.cfg.Job.Member.(ncclcfg.Grower)
+	if id == nil && g != nil && c.rank == 0 && world > c.world {
+		root, err := c.GrowID()
+		if err != nil {
+			return nil, err
+		}
+		if err := g.OfferGrow(ctx, root, c.world, world); err != nil {
+			return nil, &comm.OpError{Op: opGrow, Bytes: -1, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
+		}
+		id = &root
+	}
+	child, err := c.Grow(ctx, world, id)
 	if err != nil {
 		return nil, err
 	}
-	return b.child(child), nil
+	nb := b.child(child)
+	if g != nil {
+		nm, owns := g.Grown(child.rank, child.world)
+		child.cfg.Reconnect, child.cfg.Job.Member = nm.Reconnect, nm
+		if owns {
+			nb.ownJob()
+		}
+	}
+	return nb, nil
 }
 
 // GrowID returns the unique id of the next Grow; see Communicator.GrowID.
