@@ -164,4 +164,3 @@ func ConnectGrow(ctx context.Context, opts ...Option) (*nccl.Backend, error) {
 	}
 	return b, nil
 }
-
