@@ -180,6 +180,7 @@ func RunConformance(t *testing.T, h Harness) {
 		t.Run("recv-command-u32", e.recvCommand)
 		t.Run("register", e.register)
 		t.Run("symmetric-memory", e.symmetric)
+		t.Run("suspend", e.suspend)
 	})
 	t.Run("typed", func(t *testing.T) {
 		e := start(t, h, comm.BFloat16)

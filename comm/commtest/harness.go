@@ -34,6 +34,9 @@ func SimHarness(world int, opts ...Option) Harness {
 	if v >= 21900 {
 		caps = append(caps, CapRegister, CapSymmetricMemory)
 	}
+	if v >= 22907 {
+		caps = append(caps, CapSuspend)
+	}
 	caps = append(caps, CapWatchdog, CapAsyncErrors)
 	return Harness{
 		Name:     fmt.Sprintf("simulated NCCL %d, %d ranks", v, world),
