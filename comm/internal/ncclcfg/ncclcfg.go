@@ -29,6 +29,12 @@ type Config struct {
 	// FlightRec is the flight recorder's ring size per communicator
 	// (nccl.WithFlightRecorder): -1 the default (the environment's, else off), 0 off.
 	FlightRec int
+	// InitIDs are the unique ids of a scalable initialisation (nccl.NewScalable), all
+	// of them in order; nil: New's one id.
+	InitIDs []comm.UniqueID
+	// DriverOf, when set and Driver is not, gives the driver of a device ordinal
+	// (commtest's simulated devices for nccl.NewAll).
+	DriverOf func(device int) (gpulib.Driver, error)
 }
 
 // defaults is the configuration before options.
@@ -90,6 +96,12 @@ type Member interface {
 func DriverFor(cfg Config, device, rank int) (gpulib.Driver, error) {
 	if cfg.Driver != nil {
 		return cfg.Driver, nil
+	}
+	if cfg.DriverOf != nil {
+		if device < 0 {
+			device = rank
+		}
+		return cfg.DriverOf(device)
 	}
 	return rawdriver.New(device, rank)
 }

@@ -53,3 +53,24 @@ func TestElasticCallsReachTheRealLibrary(t *testing.T) {
 		})
 	}
 }
+
+// TestInitRankScalableReachesTheRealLibrary checks that ncclCommInitRankScalable is
+// called and that, without a GPU, its failure comes back as NCCL's result instead of a
+// crash.
+func TestInitRankScalableReachesTheRealLibrary(t *testing.T) {
+	libcache.Load(t)
+	d := &Driver{}
+	a, err := UniqueID()
+	require.NoError(t, err)
+	b, err := UniqueID()
+	require.NoError(t, err)
+	c, err := d.CommInitRankScalable(2, []gpulib.UniqueID{a, b}, 0, gpulib.Config{Blocking: true})
+	if err == nil {
+		_ = d.CommAbort(c)
+		t.Skip("a GPU is present: the gpu-tagged tests cover the initialisation")
+	}
+	var se *gpulib.Error
+	require.ErrorAs(t, err, &se)
+	t.Logf("without a GPU: %v", err)
+	assert.Equal(t, gpulib.UnhandledCudaError, se.Code, "it asks CUDA for the device first")
+}

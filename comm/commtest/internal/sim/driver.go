@@ -43,6 +43,7 @@ var CallNames = []string{
 	"ncclCommDeregister", "ncclMemAlloc", "ncclMemFree", "ncclCommWindowRegister",
 	"ncclCommWindowDeregister", "ncclCommCount", "ncclCommUserRank",
 	"ncclCommGetUniqueId", "ncclCommGrow", "ncclCommSuspend", "ncclCommResume", "ncclCommMemStats",
+	"ncclCommInitRankScalable",
 }
 
 // Device returns the index of the driver's device.

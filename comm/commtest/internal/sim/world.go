@@ -30,24 +30,25 @@ type World struct {
 	memLimit        uint64
 	inProgressPolls int
 
-	serial  uint64 // distinguishes worlds' unique ids
-	nextID  uint64
-	next    uint64 // last handle given out
-	devices []*device
-	drivers []*Driver
-	streams map[gpulib.Stream]*stream
-	events  map[gpulib.Event]*event
-	funcs   map[gpulib.Function]*function
-	kernels map[string]Kernel
-	comms   map[gpulib.Comm]*rankComm
-	boots   map[gpulib.UniqueID]*clique // unique ids not yet used up by ncclCommInitRank
-	groups  map[int]*groupState         // per OS thread: its open group (group.go)
-	graphs  map[gpulib.Handle]*graph    // captured and executable graphs (graph.go)
-	grows   map[*clique]*growth         // pending ncclCommGrow by parent (elastic.go)
-	growIDs map[gpulib.UniqueID]*growth // ncclCommGetUniqueId's ids not yet used up
-	closed  bool
-	done    chan struct{} // closed by Close
-	wg      sync.WaitGroup
+	serial   uint64 // distinguishes worlds' unique ids
+	nextID   uint64
+	next     uint64 // last handle given out
+	devices  []*device
+	drivers  []*Driver
+	streams  map[gpulib.Stream]*stream
+	events   map[gpulib.Event]*event
+	funcs    map[gpulib.Function]*function
+	kernels  map[string]Kernel
+	comms    map[gpulib.Comm]*rankComm
+	boots    map[gpulib.UniqueID]*clique           // unique ids not yet used up by ncclCommInitRank
+	groups   map[int]*groupState                   // per OS thread: its open group (group.go)
+	graphs   map[gpulib.Handle]*graph              // captured and executable graphs (graph.go)
+	grows    map[*clique]*growth                   // pending ncclCommGrow by parent (elastic.go)
+	growIDs  map[gpulib.UniqueID]*growth           // ncclCommGetUniqueId's ids not yet used up
+	scalable map[gpulib.UniqueID][]gpulib.UniqueID // ncclCommInitRankScalable's lists by first id (scalable.go)
+	closed   bool
+	done     chan struct{} // closed by Close
+	wg       sync.WaitGroup
 }
 
 // Option configures a World.
