@@ -253,3 +253,18 @@ func returnsWithinV[T any](t *testing.T, f func() (T, error)) (T, error) {
 	})
 	return v, err
 }
+
+func TestSuspendedCommunicatorCloses(t *testing.T) {
+	c, err := commtest.NewCluster(2, commtest.WithCommOptions(nccl.WithElementType(comm.Float32), nccl.WithLogger(quietLog)))
+	require.NoError(t, err)
+	defer c.Close()
+	bs := nccls(t, c)
+	for r, err := range eachRank(bs, func(_ int, b *nccl.Backend) error { return b.Suspend(context.Background()) }) {
+		require.NoError(t, err, "rank %d", r)
+	}
+	for r, err := range eachRank(bs, func(_ int, b *nccl.Backend) error { return b.Close() }) {
+		require.NoError(t, err, "close on rank %d", r)
+	}
+	_, err = bs[0].MemStats()
+	require.ErrorIs(t, err, comm.ErrClosed)
+}

@@ -127,3 +127,33 @@ func onBoth(bs [2]*Backend, f func(*Backend) error) [2]error {
 	wg.Wait()
 	return errs
 }
+
+// TestGPUNewAllAndNewScalableOnOneGPU brings up a one-rank communicator with NewAll
+// (device 0) and one with NewScalable (one id) on the real GPU and runs an AllReduce
+// on each.
+func TestGPUNewAllAndNewScalableOnOneGPU(t *testing.T) {
+	if err := cuda.Init(0); err != nil {
+		t.Skipf("no usable GPU: %v (run make libs; NCCLGO_LIBCUDA selects libcuda)", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	opts := []Option{WithElementType(comm.Float32), WithTimeout(30 * time.Second)}
+	all, err := NewAll(ctx, []int{0}, opts...)
+	require.NoError(t, err)
+	id, err := NewUniqueID()
+	require.NoError(t, err)
+	sc, err := NewScalable(ctx, []comm.UniqueID{id}, 0, 1, append(opts, WithDevice(0))...)
+	require.NoError(t, err)
+	for _, b := range []*Backend{all[0], sc} {
+		func() {
+			defer func() { assert.NoError(t, b.Close()) }()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			require.NoError(t, b.c.d.SetDevice())
+			buf, err := b.c.d.MemAlloc(64)
+			require.NoError(t, err)
+			defer func() { _ = b.c.d.MemFree(buf) }()
+			require.NoError(t, b.AllReduce(comm.DevicePtr(buf), 64))
+		}()
+	}
+}
