@@ -3,6 +3,7 @@
 package rawdriver
 
 import (
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -56,7 +57,10 @@ func TestElasticCallsReachTheRealLibrary(t *testing.T) {
 
 // TestInitRankScalableReachesTheRealLibrary checks that ncclCommInitRankScalable is
 // called and that, without a GPU, its failure comes back as NCCL's result instead of a
-// crash.
+// crash. libnccl 2.29.7 returns from that failure with its group still open on the
+// calling thread (ncclGroupStartInternal, then CUDACHECK's early return), so the call
+// runs on a thread of its own that ends with it: the rest of the tests keep a clean
+// thread state.
 func TestInitRankScalableReachesTheRealLibrary(t *testing.T) {
 	libcache.Load(t)
 	d := &Driver{}
@@ -64,7 +68,14 @@ func TestInitRankScalableReachesTheRealLibrary(t *testing.T) {
 	require.NoError(t, err)
 	b, err := UniqueID()
 	require.NoError(t, err)
-	c, err := d.CommInitRankScalable(2, []gpulib.UniqueID{a, b}, 0, gpulib.Config{Blocking: true})
+	var c gpulib.Comm
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		c, err = d.CommInitRankScalable(2, []gpulib.UniqueID{a, b}, 0, gpulib.Config{Blocking: true})
+	}()
+	<-done
 	if err == nil {
 		_ = d.CommAbort(c)
 		t.Skip("a GPU is present: the gpu-tagged tests cover the initialisation")
