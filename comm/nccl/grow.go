@@ -122,9 +122,9 @@ func (c *Communicator) grown(ctx context.Context, h gpulib.Comm, err error, rank
 // with nil, while the newcomers call Join. On a backend from a Job (comm/job) every
 // rank may pass nil: rank 0 is then the root, and publishes the id in the job's store
 // for the newcomers, which come with Job.JoinGrow; the new backend's AttemptReconnect
-// meets the grown communicator's ranks under the group "<group>/grow<generation>". The
-// new backend keeps b's element type, add kernel and options; b stays open and usable
-// until Close.
+// meets the grown communicator's ranks under the group "<group>/grow<generation>";
+// outside a job it is unsupported, as after Shrink. The new backend keeps b's element
+// type, add kernel and options; b stays open and usable until Close.
 func (b *Backend) Grow(ctx context.Context, world int, id *comm.UniqueID) (*Backend, error) {
 	c := b.c
 	g, _ := c.cfg.Job.Member.(ncclcfg.Grower)

@@ -242,8 +242,26 @@ func (d *Driver) CommSuspend(c gpulib.Comm, flags int) error {
 	}
 	rc.suspended = true
 	idle := rc.idle
+	progress := w.inProgressLocked(rc)
 	w.mu.Unlock()
-	return w.waitIdle(rc, idle, call)
+	if err := w.waitIdle(rc, idle, call); err != nil {
+		return err
+	}
+	if progress {
+		return inProgress(call, "suspending (non-blocking communicator)")
+	}
+	return nil
+}
+
+// inProgressLocked makes a non-blocking rc report ncclInProgress for the World's
+// WithInProgress polls, as NCCL's suspend and resume do while their group task runs
+// (they join the communicator's group; GroupEnd launches them). Caller holds World.mu.
+func (w *World) inProgressLocked(rc *rankComm) bool {
+	if rc.blocking || w.inProgressPolls == 0 {
+		return false
+	}
+	rc.inProgress = w.inProgressPolls
+	return true
 }
 
 // CommResume is ncclCommResume.
@@ -266,7 +284,13 @@ func (d *Driver) CommResume(c gpulib.Comm) error {
 		return ncclErr(gpulib.InvalidUsage, call, "communicator %#x is not suspended", uintptr(c))
 	}
 	rc.suspended = false
-	return rc.readyLocked(call)
+	if err := rc.readyLocked(call); err != nil {
+		return err
+	}
+	if w.inProgressLocked(rc) {
+		return inProgress(call, "resuming (non-blocking communicator)")
+	}
+	return nil
 }
 
 // CommMemStats is ncclCommMemStats. Like NCCL, the byte counts are what NCCL tracks

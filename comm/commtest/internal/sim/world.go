@@ -62,8 +62,8 @@ func WithVersion(v int) Option { return func(w *World) { w.version = v } }
 // CUDA_ERROR_OUT_OF_MEMORY). 0, the default, means no limit.
 func WithMemoryLimit(bytes uint64) Option { return func(w *World) { w.memLimit = bytes } }
 
-// WithInProgress makes every communication call on a non-blocking communicator return
-// ncclInProgress, with the communicator reporting ncclInProgress for the next polls
+// WithInProgress makes every communication call (and ncclCommSuspend/Resume) on a
+// non-blocking communicator return ncclInProgress, with the communicator reporting ncclInProgress for the next polls
 // calls of ncclCommGetAsyncError, the way NCCL does while it connects lazily. The work
 // itself is queued at once.
 func WithInProgress(polls int) Option { return func(w *World) { w.inProgressPolls = polls } }
