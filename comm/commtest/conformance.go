@@ -175,12 +175,12 @@ func RunConformance(t *testing.T, h Harness) {
 		t.Run("broadcast", e.broadcast)
 		t.Run("send-recv-ring", e.ring)
 		t.Run("nested-groups", e.nestedGroups)
+		t.Run("suspend", e.suspend)
 		t.Run("group-scope-across-backends", e.backendGroupScope)
 		t.Run("barrier", e.barrier)
 		t.Run("recv-command-u32", e.recvCommand)
 		t.Run("register", e.register)
 		t.Run("symmetric-memory", e.symmetric)
-		t.Run("suspend", e.suspend)
 	})
 	t.Run("typed", func(t *testing.T) {
 		e := start(t, h, comm.BFloat16)

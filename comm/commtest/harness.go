@@ -28,14 +28,14 @@ func SimHarness(world int, opts ...Option) Harness {
 		v = sim.DefaultVersion
 	}
 	var caps []Capability
+	if v >= 22907 {
+		caps = append(caps, CapSuspend)
+	}
 	if v >= 21800 {
 		caps = append(caps, CapSplit)
 	}
 	if v >= 21900 {
 		caps = append(caps, CapRegister, CapSymmetricMemory)
-	}
-	if v >= 22907 {
-		caps = append(caps, CapSuspend)
 	}
 	caps = append(caps, CapWatchdog, CapAsyncErrors)
 	return Harness{

@@ -42,8 +42,6 @@ var CallNames = []string{
 	"ncclReduce", "ncclAlltoAll", "ncclGather", "ncclScatter", "ncclRedOpCreatePreMulSum", "ncclRedOpDestroy", "ncclSend", "ncclRecv", "ncclGroupStart", "ncclGroupEnd", "ncclCommRegister",
 	"ncclCommDeregister", "ncclMemAlloc", "ncclMemFree", "ncclCommWindowRegister",
 	"ncclCommWindowDeregister", "ncclCommCount", "ncclCommUserRank",
-	"ncclCommGetUniqueId", "ncclCommGrow", "ncclCommSuspend", "ncclCommResume", "ncclCommMemStats",
-	"ncclCommInitRankScalable",
 }
 
 // Device returns the index of the driver's device.

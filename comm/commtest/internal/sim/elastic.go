@@ -20,6 +20,19 @@ const (
 
 var _ gpulib.Elastic = (*Driver)(nil)
 
+func init() {
+	CallNames = append(CallNames, "ncclCommGetUniqueId", "ncclCommGrow", "ncclCommSuspend", "ncclCommResume",
+		"ncclCommMemStats", "ncclCommInitRankScalable")
+}
+
+// elasticState is the World's state of pending grows and scalable initialisations.
+// Guarded by World.mu.
+type elasticState struct {
+	grows    map[*clique]*growth                   // pending ncclCommGrow by parent
+	growIDs  map[gpulib.UniqueID]*growth           // ncclCommGetUniqueId's ids not yet used up
+	scalable map[gpulib.UniqueID][]gpulib.UniqueID // ncclCommInitRankScalable's lists by first id
+}
+
 // growth is one ncclCommGrow of a clique: the existing ranks (keeping their ranks)
 // and the newcomers (ranks from the parent's size on) that make the grown
 // communicator. Guarded by World.mu.
@@ -35,14 +48,14 @@ type growth struct {
 
 // growthLocked returns the pending growth of cl, making one. Caller holds World.mu.
 func (w *World) growthLocked(cl *clique) *growth {
-	if w.grows == nil {
-		w.grows = map[*clique]*growth{}
-		w.growIDs = map[gpulib.UniqueID]*growth{}
+	if w.elastic.grows == nil {
+		w.elastic.grows = map[*clique]*growth{}
+		w.elastic.growIDs = map[gpulib.UniqueID]*growth{}
 	}
-	g := w.grows[cl]
+	g := w.elastic.grows[cl]
 	if g == nil {
 		g = &growth{parent: cl, members: map[int]*rankComm{}, done: make(chan struct{})}
-		w.grows[cl] = g
+		w.elastic.grows[cl] = g
 	}
 	return g
 }
@@ -71,7 +84,7 @@ func (d *Driver) CommGetUniqueID(c gpulib.Comm) (gpulib.UniqueID, error) {
 		return gpulib.UniqueID{}, ncclErr(gpulib.InvalidUsage, call, "the previous grow's unique id is not used up yet (every rank must call ncclCommGrow first)")
 	}
 	g.id, g.hasID = w.newUniqueID(), true
-	w.growIDs[g.id] = g
+	w.elastic.growIDs[g.id] = g
 	return g.id, nil
 }
 
@@ -132,7 +145,7 @@ func (w *World) commGrow(d *device, c gpulib.Comm, nranks int, id *gpulib.Unique
 			err = ncclErr(gpulib.InvalidArgument, call, "new rank %d exceeds total ranks %d", rank, nranks)
 		}
 		if err == nil {
-			if g = w.growIDs[*id]; g == nil {
+			if g = w.elastic.growIDs[*id]; g == nil {
 				err = ncclErr(gpulib.SystemError, call, "bootstrap: unique id unknown (not made by ncclCommGetUniqueId of this world, or already used up)")
 			}
 		}
@@ -212,9 +225,9 @@ func (w *World) endGrowthLocked(g *growth) {
 			m.asyncErr, m.state = gpulib.InvalidUsage, stReady
 		}
 	}
-	delete(w.grows, g.parent)
+	delete(w.elastic.grows, g.parent)
 	if g.hasID {
-		delete(w.growIDs, g.id)
+		delete(w.elastic.growIDs, g.id)
 	}
 	close(g.done)
 }

@@ -34,11 +34,11 @@ func (d *Driver) CommInitRankScalable(nranks int, ids []gpulib.UniqueID, rank in
 			return 0, ncclErr(gpulib.SystemError, call, "bootstrap: unique id %d of %d unknown (not made by ncclGetUniqueId of this world, or every rank already joined)", i, len(ids))
 		}
 	}
-	if w.scalable == nil {
-		w.scalable = map[gpulib.UniqueID][]gpulib.UniqueID{}
+	if w.elastic.scalable == nil {
+		w.elastic.scalable = map[gpulib.UniqueID][]gpulib.UniqueID{}
 	}
-	if first, ok := w.scalable[ids[0]]; !ok {
-		w.scalable[ids[0]] = slices.Clone(ids)
+	if first, ok := w.elastic.scalable[ids[0]]; !ok {
+		w.elastic.scalable[ids[0]] = slices.Clone(ids)
 	} else if !slices.Equal(first, ids) {
 		w.mu.Unlock()
 		return 0, ncclErr(gpulib.InvalidUsage, call, "rank %d passed other unique ids than an earlier rank", rank)

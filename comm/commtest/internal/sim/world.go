@@ -30,25 +30,24 @@ type World struct {
 	memLimit        uint64
 	inProgressPolls int
 
-	serial   uint64 // distinguishes worlds' unique ids
-	nextID   uint64
-	next     uint64 // last handle given out
-	devices  []*device
-	drivers  []*Driver
-	streams  map[gpulib.Stream]*stream
-	events   map[gpulib.Event]*event
-	funcs    map[gpulib.Function]*function
-	kernels  map[string]Kernel
-	comms    map[gpulib.Comm]*rankComm
-	boots    map[gpulib.UniqueID]*clique           // unique ids not yet used up by ncclCommInitRank
-	groups   map[int]*groupState                   // per OS thread: its open group (group.go)
-	graphs   map[gpulib.Handle]*graph              // captured and executable graphs (graph.go)
-	grows    map[*clique]*growth                   // pending ncclCommGrow by parent (elastic.go)
-	growIDs  map[gpulib.UniqueID]*growth           // ncclCommGetUniqueId's ids not yet used up
-	scalable map[gpulib.UniqueID][]gpulib.UniqueID // ncclCommInitRankScalable's lists by first id (scalable.go)
-	closed   bool
-	done     chan struct{} // closed by Close
-	wg       sync.WaitGroup
+	serial  uint64 // distinguishes worlds' unique ids
+	nextID  uint64
+	next    uint64 // last handle given out
+	devices []*device
+	drivers []*Driver
+	streams map[gpulib.Stream]*stream
+	events  map[gpulib.Event]*event
+	funcs   map[gpulib.Function]*function
+	kernels map[string]Kernel
+	comms   map[gpulib.Comm]*rankComm
+	boots   map[gpulib.UniqueID]*clique // unique ids not yet used up by ncclCommInitRank
+	groups  map[int]*groupState         // per OS thread: its open group (group.go)
+	graphs  map[gpulib.Handle]*graph    // captured and executable graphs (graph.go)
+	closed  bool
+	done    chan struct{} // closed by Close
+	wg      sync.WaitGroup
+
+	elastic elasticState // ncclCommGrow and ncclCommInitRankScalable (elastic.go)
 }
 
 // Option configures a World.
@@ -63,9 +62,9 @@ func WithVersion(v int) Option { return func(w *World) { w.version = v } }
 func WithMemoryLimit(bytes uint64) Option { return func(w *World) { w.memLimit = bytes } }
 
 // WithInProgress makes every communication call (and ncclCommSuspend/Resume) on a
-// non-blocking communicator return ncclInProgress, with the communicator reporting ncclInProgress for the next polls
-// calls of ncclCommGetAsyncError, the way NCCL does while it connects lazily. The work
-// itself is queued at once.
+// non-blocking communicator return ncclInProgress, with the communicator reporting
+// ncclInProgress for the next polls calls of ncclCommGetAsyncError, the way NCCL does
+// while it connects lazily. The work itself is queued at once.
 func WithInProgress(polls int) Option { return func(w *World) { w.inProgressPolls = polls } }
 
 var worldSerial struct {
