@@ -20,6 +20,14 @@ type Config struct {
 	Name      string
 	Device    int
 	Reconnect func(ctx context.Context, generation int) (comm.UniqueID, error)
+
+	// InitIDs are the unique ids of a scalable initialisation (nccl.NewScalable), all
+	// of them in order; nil: New's one id.
+	InitIDs []comm.UniqueID
+	// DriverOf, when set and Driver is not, gives the driver of a device ordinal
+	// (commtest's simulated devices for nccl.NewAll).
+	DriverOf func(device int) (gpulib.Driver, error)
+
 	// twoRankMax is the two-rank path's threshold in bytes (WithTwoRankThreshold).
 	TwoRankMax int
 	Driver     gpulib.Driver // WithDriver; nil: the real libraries
@@ -29,12 +37,6 @@ type Config struct {
 	// FlightRec is the flight recorder's ring size per communicator
 	// (nccl.WithFlightRecorder): -1 the default (the environment's, else off), 0 off.
 	FlightRec int
-	// InitIDs are the unique ids of a scalable initialisation (nccl.NewScalable), all
-	// of them in order; nil: New's one id.
-	InitIDs []comm.UniqueID
-	// DriverOf, when set and Driver is not, gives the driver of a device ordinal
-	// (commtest's simulated devices for nccl.NewAll).
-	DriverOf func(device int) (gpulib.Driver, error)
 }
 
 // defaults is the configuration before options.
