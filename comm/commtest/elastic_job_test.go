@@ -72,7 +72,7 @@ func TestJobTakesAReplacementIntoAShrunkJobWithGrow(t *testing.T) {
 	require.NoError(t, j.devs.Kill(2))
 	_ = bs[2].Close()
 	shrunk := make([]*nccl.Backend, 2)
-	for r, err := range eachRank(bs[:2], func(r int, b *nccl.Backend) (err error) {
+	for r, err := range onEachRank(bs[:2], func(r int, b *nccl.Backend) (err error) {
 		shrunk[r], err = b.Shrink(ctx, []int{2})
 		return err
 	}) {
@@ -112,7 +112,7 @@ func TestJobTakesAReplacementIntoAShrunkJobWithGrow(t *testing.T) {
 	require.NoError(t, j.sumOnEach(grown, []int{0, 1, 2}))
 
 	// The grown communicator is the job's now: all three reconnect together.
-	for r, err := range eachRank(grown, func(_ int, b *nccl.Backend) error { return b.AttemptReconnect(ctx) }) {
+	for r, err := range onEachRank(grown, func(_ int, b *nccl.Backend) error { return b.AttemptReconnect(ctx) }) {
 		require.NoError(t, err, "reconnect on rank %d", r)
 	}
 	require.NoError(t, j.sumOnEach(grown, []int{0, 1, 2}))

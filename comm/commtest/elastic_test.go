@@ -16,8 +16,8 @@ import (
 	"github.com/ncclgo/ncclgo/comm/nccl"
 )
 
-// eachRank runs f on every backend at once and returns their errors.
-func eachRank(bs []*nccl.Backend, f func(r int, b *nccl.Backend) error) []error {
+// onEachRank runs f on every backend at once and returns their errors.
+func onEachRank(bs []*nccl.Backend, f func(r int, b *nccl.Backend) error) []error {
 	errs := make([]error, len(bs))
 	var wg sync.WaitGroup
 	for r, b := range bs {
@@ -68,7 +68,7 @@ func TestSuspendedCommunicatorFailsEveryOperationAtOnceUntilResume(t *testing.T)
 	assert.Positive(t, before.Suspendable, "connection buffers to 2 peers")
 	assert.Equal(t, before.Persistent+before.Suspendable, before.Total)
 
-	for r, err := range eachRank(bs, func(_ int, b *nccl.Backend) error { return b.Suspend(ctx) }) {
+	for r, err := range onEachRank(bs, func(_ int, b *nccl.Backend) error { return b.Suspend(ctx) }) {
 		require.NoError(t, err, "rank %d", r)
 	}
 	after, err := bs[0].MemStats()
@@ -94,14 +94,14 @@ func TestSuspendedCommunicatorFailsEveryOperationAtOnceUntilResume(t *testing.T)
 	assert.Equal(t, calls, after2, "nothing reached NCCL")
 	assert.True(t, bs[0].IsHealthy(), "suspended is not failed")
 
-	for r, err := range eachRank(bs, func(_ int, b *nccl.Backend) error { return b.Resume(ctx) }) {
+	for r, err := range onEachRank(bs, func(_ int, b *nccl.Backend) error { return b.Resume(ctx) }) {
 		require.NoError(t, err, "rank %d", r)
 	}
 	resumed, err := bs[0].MemStats()
 	require.NoError(t, err)
 	assert.False(t, resumed.Suspended)
 	assert.ErrorContains(t, bs[0].Resume(ctx), "not suspended")
-	for r, err := range eachRank(bs, func(r int, b *nccl.Backend) error {
+	for r, err := range onEachRank(bs, func(r int, b *nccl.Backend) error {
 		q, err := c.Alloc(r, 4)
 		if err == nil {
 			err = c.WriteValues(r, q, comm.Float32, []float64{float64(r + 1)})
@@ -225,7 +225,7 @@ func TestGrowReportsTheLibrarysErrors(t *testing.T) {
 	assert.Contains(t, err.Error(), "unique id unknown")
 
 	// Ranks that disagree on the grown size fail together.
-	errs := eachRank(bs, func(r int, b *nccl.Backend) error {
+	errs := onEachRank(bs, func(r int, b *nccl.Backend) error {
 		var root *comm.UniqueID
 		if r == 0 {
 			root = &id
@@ -259,10 +259,10 @@ func TestSuspendedCommunicatorCloses(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Close()
 	bs := nccls(t, c)
-	for r, err := range eachRank(bs, func(_ int, b *nccl.Backend) error { return b.Suspend(context.Background()) }) {
+	for r, err := range onEachRank(bs, func(_ int, b *nccl.Backend) error { return b.Suspend(context.Background()) }) {
 		require.NoError(t, err, "rank %d", r)
 	}
-	for r, err := range eachRank(bs, func(_ int, b *nccl.Backend) error { return b.Close() }) {
+	for r, err := range onEachRank(bs, func(_ int, b *nccl.Backend) error { return b.Close() }) {
 		require.NoError(t, err, "close on rank %d", r)
 	}
 	_, err = bs[0].MemStats()
