@@ -178,6 +178,7 @@ func RunConformance(t *testing.T, h Harness) {
 		t.Run("broadcast", e.broadcast)
 		t.Run("send-recv-ring", e.ring)
 		t.Run("nested-groups", e.nestedGroups)
+		t.Run("suspend", e.suspend)
 		t.Run("group-scope-across-backends", e.backendGroupScope)
 		t.Run("barrier", e.barrier)
 		t.Run("recv-command-u32", e.recvCommand)

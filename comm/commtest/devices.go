@@ -5,6 +5,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest/internal/sim"
+	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/comm/internal/ncclcfg"
 	"github.com/ncclgo/ncclgo/comm/nccl"
 )
@@ -55,4 +56,17 @@ func (c *Cluster) Revive(rank int) error {
 		return err
 	}
 	return c.w.Revive(rank)
+}
+
+// DevicesOption returns the nccl.Option that makes nccl.NewAll use the Cluster's
+// simulated devices by ordinal (device d is simulated device d) instead of GPUs.
+func (c *Cluster) DevicesOption() nccl.Option {
+	return func(cfg *ncclcfg.Config) {
+		cfg.DriverOf = func(device int) (gpulib.Driver, error) {
+			if err := c.checkRank("devices option", device); err != nil {
+				return nil, err
+			}
+			return c.w.Driver(device)
+		}
+	}
 }

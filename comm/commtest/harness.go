@@ -29,6 +29,9 @@ func SimHarness(world int, opts ...Option) Harness {
 		v = sim.DefaultVersion
 	}
 	var caps []Capability
+	if v >= 22907 {
+		caps = append(caps, CapSuspend)
+	}
 	if v >= 21800 {
 		caps = append(caps, CapSplit)
 	}

@@ -132,6 +132,8 @@ type Communicator struct {
 	fault   error
 	faulted atomic.Bool // fault != nil, readable without faultMu
 
+	suspended atomic.Bool // Suspend succeeded (or is under way) and Resume has not (suspend.go)
+
 	// cmdArmed: evCmd marks a command receive the watchdog has not seen complete; work
 	// queued behind it is not timed until it completes (a deadline-free wait).
 	cmdArmed atomic.Bool

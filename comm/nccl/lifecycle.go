@@ -18,7 +18,7 @@ func (c *Communicator) initComm(ctx context.Context, id comm.UniqueID, op string
 		return 0, &comm.OpError{Op: op, Bytes: -1, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
 	}
 	defer runtime.UnlockOSThread()
-	comm, err := c.d.CommInitRank(c.world, gpulib.UniqueID(id), c.rank, c.ncclConfig())
+	comm, err := c.initRank(id, op)
 	if err == nil || code(err) == gpulib.InProgress {
 		if comm == 0 {
 			err = errors.New("driver returned a null communicator")

@@ -64,7 +64,7 @@ type ncclOps interface {
 func (c *Communicator) enqueue(op string, bytes int, kind opKind, call func(to ncclOps) error) error {
 	c.life.RLock()
 	defer c.life.RUnlock()
-	if c.g.Closed.Load() || c.faulted.Load() { // usable, its test inline
+	if c.g.Closed.Load() || c.faulted.Load() || c.suspended.Load() { // usable, its test inline
 		if err := c.unusable(op, bytes); err != nil && (kind != cleanup || c.g.IsClosed()) {
 			return err
 		}
@@ -187,7 +187,7 @@ func (b *Backend) AllReduce(ptr comm.DevicePtr, bytes int) error {
 	// BenchmarkAllReduceVsRaw).
 	c.life.RLock()
 	defer c.life.RUnlock()
-	if c.g.Closed.Load() || c.faulted.Load() {
+	if c.g.Closed.Load() || c.faulted.Load() || c.suspended.Load() {
 		if err := c.unusable(core.OpAllReduce, bytes); err != nil {
 			return err
 		}
@@ -417,7 +417,7 @@ func (b *Backend) AllReduceAsync(ptr comm.DevicePtr, bytes int, compute comm.Str
 	f := b.twoRankKernel(bytes, false)
 	c.life.RLock()
 	defer c.life.RUnlock()
-	if c.g.Closed.Load() || c.faulted.Load() {
+	if c.g.Closed.Load() || c.faulted.Load() || c.suspended.Load() {
 		if err := c.unusable(core.OpAllReduceAsync, bytes); err != nil {
 			return err
 		}
@@ -622,7 +622,7 @@ func (c *Communicator) IsHealthy() bool {
 // usable is checked by every operation once it holds life: not closed meanwhile, not
 // failed.
 func (c *Communicator) usable(op string, bytes int) error {
-	if c.g.Closed.Load() || c.faulted.Load() { // the usual case: two loads, no call
+	if c.g.Closed.Load() || c.faulted.Load() || c.suspended.Load() { // the usual case: three loads, no call
 		return c.unusable(op, bytes)
 	}
 	return nil
@@ -637,7 +637,7 @@ func (c *Communicator) unusable(op string, bytes int) error {
 	if f := c.faultErr(); f != nil {
 		return &comm.OpError{Op: op, Bytes: bytes, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: fmt.Errorf("%w: %w", comm.ErrUnhealthy, f)}
 	}
-	return nil
+	return c.suspendedErr(op, bytes)
 }
 
 // result turns a driver error of an enqueue into comm's error: ncclInProgress is waited

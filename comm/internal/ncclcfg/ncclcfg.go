@@ -20,6 +20,14 @@ type Config struct {
 	Name      string
 	Device    int
 	Reconnect func(ctx context.Context, generation int) (comm.UniqueID, error)
+
+	// InitIDs are the unique ids of a scalable initialisation (nccl.NewScalable), all
+	// of them in order; nil: New's one id.
+	InitIDs []comm.UniqueID
+	// DriverOf, when set and Driver is not, gives the driver of a device ordinal
+	// (commtest's simulated devices for nccl.NewAll).
+	DriverOf func(device int) (gpulib.Driver, error)
+
 	// twoRankMax is the two-rank path's threshold in bytes (WithTwoRankThreshold).
 	TwoRankMax int
 	Driver     gpulib.Driver // WithDriver; nil: the real libraries
@@ -95,6 +103,12 @@ type Member interface {
 func DriverFor(cfg Config, device, rank int) (gpulib.Driver, error) {
 	if cfg.Driver != nil {
 		return cfg.Driver, nil
+	}
+	if cfg.DriverOf != nil {
+		if device < 0 {
+			device = rank
+		}
+		return cfg.DriverOf(device)
 	}
 	return rawdriver.New(device, rank)
 }

@@ -76,6 +76,7 @@ type rankComm struct {
 	asyncErr   gpulib.Result // this rank's own error (injected, or a device fault)
 	inProgress int           // ncclCommGetAsyncError reports InProgress for this many more polls
 	busy       int           // non-blocking management calls (split, window) not yet complete
+	suspended  bool          // ncclCommSuspend(NCCL_SUSPEND_MEM) without ncclCommResume (elastic.go)
 
 	collSeq, splitSeq, shrinkSeq, winSeq uint64
 	sendSeq, recvSeq                     map[int]uint64
@@ -194,6 +195,8 @@ func (rc *rankComm) readyLocked(call string) error {
 		return ncclErr(gpulib.InvalidUsage, call, "communicator %#x was finalized", uintptr(rc.h))
 	case rc.state == stRevoked:
 		return ncclErr(gpulib.InvalidUsage, call, "communicator %#x was revoked", uintptr(rc.h))
+	case rc.suspended:
+		return ncclErr(gpulib.InvalidUsage, call, "communicator %#x is suspended (ncclCommSuspend without ncclCommResume)", uintptr(rc.h))
 	}
 	return nil
 }

@@ -47,6 +47,8 @@ type World struct {
 	closed  bool
 	done    chan struct{} // closed by Close
 	wg      sync.WaitGroup
+
+	elastic elasticState // ncclCommGrow and ncclCommInitRankScalable (elastic.go)
 }
 
 // Option configures a World.
@@ -60,10 +62,10 @@ func WithVersion(v int) Option { return func(w *World) { w.version = v } }
 // CUDA_ERROR_OUT_OF_MEMORY). 0, the default, means no limit.
 func WithMemoryLimit(bytes uint64) Option { return func(w *World) { w.memLimit = bytes } }
 
-// WithInProgress makes every communication call on a non-blocking communicator return
-// ncclInProgress, with the communicator reporting ncclInProgress for the next polls
-// calls of ncclCommGetAsyncError, the way NCCL does while it connects lazily. The work
-// itself is queued at once.
+// WithInProgress makes every communication call (and ncclCommSuspend/Resume) on a
+// non-blocking communicator return ncclInProgress, with the communicator reporting
+// ncclInProgress for the next polls calls of ncclCommGetAsyncError, the way NCCL does
+// while it connects lazily. The work itself is queued at once.
 func WithInProgress(polls int) Option { return func(w *World) { w.inProgressPolls = polls } }
 
 var worldSerial struct {
