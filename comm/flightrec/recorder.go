@@ -116,6 +116,14 @@ type Recorder struct {
 
 	now  atomic.Int64 // the cached clock, ns since base (at least 1)
 	base time.Time    // wall and monotonic time of now's zero
+	// The clock goroutine runs only once a communicator that is not Blocking registers
+	// (the NCCL backend, whose records must stay cheap); until then, and for a recorder of
+	// blocking communicators only (MPI's, whose calls take microseconds), a record reads
+	// the system clock. A goroutine woken every Resolution would otherwise take the run
+	// queue's next slot from a rank's waiting goroutine (see comm/mpi's waits).
+	ticking atomic.Bool
+	closed  atomic.Bool
+	start   sync.Once
 
 	// mu guards comms. Each communicator's ring has its own lock (Group.Lock or the
 	// ring's), so that a record takes no lock shared with other communicators.
@@ -134,7 +142,8 @@ type Recorder struct {
 }
 
 // New returns the recorder of the process whose global rank is rank, or nil when
-// cfg.Entries is 0 (off). It starts the clock goroutine; Close stops it.
+// cfg.Entries is 0 (off). The first communicator that is not Blocking starts the clock
+// goroutine; Close stops it.
 func New(cfg Config, rank int) (*Recorder, error) {
 	if cfg.Entries < 0 {
 		return nil, fmt.Errorf("%w: entries %d: want 0 or more", ErrConfig, cfg.Entries)
@@ -156,12 +165,29 @@ func New(cfg Config, rank int) (*Recorder, error) {
 	}
 	r := &Recorder{cfg: cfg, rank: rank, base: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
 	r.tick()
-	go r.clock()
 	return r, nil
 }
 
 // tick refreshes the cached clock.
 func (r *Recorder) tick() { r.now.Store(int64(time.Since(r.base)) + 1) }
+
+// stamp is the time of a record: the cached clock while the clock goroutine runs (and
+// after Close), else the system clock's.
+func (r *Recorder) stamp() int64 {
+	if r.ticking.Load() || r.closed.Load() {
+		return r.now.Load()
+	}
+	return int64(time.Since(r.base)) + 1
+}
+
+// startClock starts the clock goroutine, once, unless Close came first.
+func (r *Recorder) startClock() {
+	r.start.Do(func() {
+		r.tick()
+		r.ticking.Store(true)
+		go r.clock()
+	})
+}
 
 func (r *Recorder) clock() {
 	defer close(r.done)
@@ -183,9 +209,11 @@ func (r *Recorder) Close() error {
 	if r == nil {
 		return nil
 	}
+	r.start.Do(func() { close(r.done) }) // never started: nothing to stop
 	r.stopOnce.Do(func() { close(r.stop) })
 	<-r.done
 	r.tick()
+	r.closed.Store(true)
 	return nil
 }
 
@@ -282,6 +310,9 @@ func (r *Recorder) Comm(g Group) (*Comm, error) {
 		g.Backend = "nccl"
 	}
 	g.Ranks = append([]int(nil), g.Ranks...)
+	if !g.Blocking {
+		r.startClock()
+	}
 	c := &Comm{r: r, g: g, self: self, ring: make([]entry, r.cfg.Entries), sites: r.cfg.CallSites, skip: r.cfg.CallSiteSkip}
 	c.lastStarted, c.lastCompleted = -1, -1
 	if n := len(c.ring); n > 1 && n&(n-1) == 0 {
@@ -580,7 +611,7 @@ func (c *Comm) add(call *Call, pc uintptr) ID {
 		rec = c.r.solo
 		c.r.solo++
 	}
-	e.id, e.record, e.created = c.next, rec, c.r.now.Load()
+	e.id, e.record, e.created = c.next, rec, c.r.stamp()
 	e.started, e.completed = 0, 0
 	e.in, e.out, e.collSeq, e.p2pSeq, e.opID, e.pc = call.In, call.Out, c.collSeq, c.p2pSeq, c.opID, pc
 	e.peer, e.op, e.dtype, e.state, e.retired = int32(call.Peer), call.Op, call.Type, scheduled, false
@@ -649,7 +680,7 @@ func (c *Comm) mark(id ID, st uint8) {
 	if e.op == Coalesced {
 		n += ID(max(e.peer, -e.peer))
 	}
-	now := c.r.now.Load()
+	now := c.r.stamp()
 	for i := ID(0); i < n && i < id; i++ {
 		if x := c.slot(id - i); x != nil {
 			c.set(x, st, now)
@@ -703,7 +734,7 @@ func (c *Comm) CompletedLater(id ID) {
 	if c == nil {
 		return
 	}
-	c.laterAt.Store(c.r.now.Load())
+	c.laterAt.Store(c.r.stamp())
 	c.later.Store(uint64(id))
 }
 
@@ -715,7 +746,7 @@ func (c *Comm) applyLater() {
 }
 
 // completedThrough is CompletedThrough with lk held.
-func (c *Comm) completedThrough(id ID) { c.completedThroughAt(id, c.r.now.Load()) }
+func (c *Comm) completedThrough(id ID) { c.completedThroughAt(id, c.r.stamp()) }
 
 // completedThroughAt is completedThrough at time now.
 func (c *Comm) completedThroughAt(id ID, now int64) {
