@@ -430,6 +430,9 @@ func (c *Communicator) WorldSize() int { return c.world }
 // MPICalls is the number of MPI calls the communicator has made (for diagnostics and
 // for tests proving that bad input never reaches MPI).
 func (c *Communicator) MPICalls() int64 {
+	if c.mu == nil { // the zero Communicator
+		return 0
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.calls

@@ -397,7 +397,7 @@ func (b *Backend) window(h WindowHandle, offset int) (gpulib.Handle, error) {
 
 // windowPointer makes one window pointer call.
 func (b *Backend) windowPointer(h WindowHandle, offset int, call string, f func(gpulib.DeviceAPI, gpulib.Handle) (gpulib.Ptr, error)) (comm.DevicePtr, error) {
-	c := b.c
+	c := b.conn()
 	da, err := c.deviceAPI(opWindowPointer, call, versionDevPointer)
 	if err != nil {
 		return 0, err
@@ -429,7 +429,7 @@ func (b *Backend) WindowLSAPointer(h WindowHandle, offset, lsaRank int) (comm.De
 // of rank peer's window h (ncclGetPeerDevicePointer, NCCL >= 2.29.2), or 0 when peer is
 // not in this rank's LSA team (its memory is not load/store accessible).
 func (b *Backend) WindowPeerPointer(h WindowHandle, offset, peer int) (comm.DevicePtr, error) {
-	if err := core.CheckRank(opWindowPointer, "peer", peer, b.c.world); err != nil {
+	if err := core.CheckRank(opWindowPointer, "peer", peer, b.conn().world); err != nil {
 		return 0, err
 	}
 	return b.windowPointer(h, offset, "ncclGetPeerDevicePointer", func(da gpulib.DeviceAPI, w gpulib.Handle) (gpulib.Ptr, error) {

@@ -626,7 +626,7 @@ func (c *Communicator) DiscardGroup() error {
 }
 
 // DiscardGroup is Communicator.DiscardGroup.
-func (b *Backend) DiscardGroup() error { return b.c.DiscardGroup() }
+func (b *Backend) DiscardGroup() error { return b.conn().DiscardGroup() }
 
 // DiscardGroup is Communicator.DiscardGroup.
 func (v StreamComm) DiscardGroup() error { return v.c.DiscardGroup() }

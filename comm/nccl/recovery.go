@@ -18,11 +18,11 @@ import (
 // handles become unknown); symmetric allocations stay allocated and are registered as
 // windows again, in allocation order. Without WithReconnect it returns ErrUnsupported.
 func (b *Backend) AttemptReconnect(ctx context.Context) error {
-	return b.c.reinit(ctx, func() int {
+	return b.conn().reinit(ctx, func() int {
 		b.regMu.Lock()
 		defer b.regMu.Unlock()
 		for h := range b.regs {
-			b.c.g.Forget(h)
+			b.conn().g.Forget(h)
 		}
 		b.regs = nil
 		b.generation++
@@ -97,7 +97,7 @@ func (c *Communicator) reinit(ctx context.Context, next func() int, after func(c
 // backend, which stays open (and unhealthy) until Close: close it once the new one is
 // in use.
 func (b *Backend) Shrink(ctx context.Context, exclude []int) (*Backend, error) {
-	c := b.c
+	c := b.conn()
 	const op = "shrink"
 	if err := c.g.OutsideGroup(op); err != nil {
 		return nil, err
@@ -214,7 +214,7 @@ func (c *Communicator) aborted(op string) error {
 // freed only once that all-gather's queued work has ended. The parent stays usable
 // for Shrink.
 func (b *Backend) Split(ctx context.Context, color, key int) (*Backend, error) {
-	child, err := b.c.split(ctx, color, key)
+	child, err := b.conn().split(ctx, color, key)
 	if child == nil {
 		return nil, err
 	}

@@ -64,7 +64,7 @@ func (uw *userWindows) find(ptr comm.DevicePtr, bytes int) (WindowHandle, bool) 
 // SymmetricFree deregisters the windows still registered inside the allocation it
 // frees, and Close deregisters what is left. The memory stays the caller's.
 func (b *Backend) RegisterWindow(ctx context.Context, ptr comm.DevicePtr, bytes int) (WindowHandle, error) {
-	c := b.c
+	c := b.conn()
 	if err := c.g.OutsideGroup(core.OpRegisterWindow); err != nil {
 		return 0, err
 	}
@@ -110,7 +110,7 @@ func (b *Backend) RegisterWindow(ctx context.Context, ptr comm.DevicePtr, bytes 
 // DeregisterWindow releases a window from RegisterWindow (ncclCommWindowDeregister,
 // local); the caller makes sure no operation still uses it.
 func (b *Backend) DeregisterWindow(h WindowHandle) error {
-	c := b.c
+	c := b.conn()
 	if err := c.g.OutsideGroup(core.OpDeregisterWindow); err != nil {
 		return err
 	}

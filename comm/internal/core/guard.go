@@ -46,9 +46,22 @@ func NewGuard(rank, world int, elem DType) *Guard {
 	return &Guard{Rank: rank, World: world, elem: elem, align: align}
 }
 
-func (g *Guard) IsClosed() bool { return g.Closed.Load() }
+// A nil *Guard is the guard of a zero value (a Communicator or Backend that no
+// constructor made): it is closed, and every check that begins an operation fails with
+// NotMade's error. Checks that only run after one of those passed need no nil test.
+
+// NotMade is the error of an operation on a zero value: it matches ErrClosed.
+func NotMade(op string) error {
+	return &ArgError{Op: op, Arg: "communicator", Value: "zero value", Err: ErrClosed,
+		Reason: "not made by a constructor"}
+}
+
+func (g *Guard) IsClosed() bool { return g == nil || g.Closed.Load() }
 
 func (g *Guard) Open(op string) error {
+	if g == nil {
+		return NotMade(op)
+	}
 	if g.IsClosed() {
 		return &ArgError{Op: op, Arg: "rank", Value: g.Rank, Err: ErrClosed}
 	}
@@ -57,6 +70,9 @@ func (g *Guard) Open(op string) error {
 
 // outsideGroup fails for operations that cannot run inside a group.
 func (g *Guard) OutsideGroup(op string) error {
+	if g == nil {
+		return NotMade(op)
+	}
 	if g.Closed.Load() {
 		return &ArgError{Op: op, Arg: "rank", Value: g.Rank, Err: ErrClosed}
 	}
@@ -131,6 +147,9 @@ func (g *Guard) Reduce(op string, ptr DevicePtr, bytes int) error {
 // type, bytes a non-negative multiple of its size, ptr non-null unless bytes is 0, and
 // ptr aligned to the element size.
 func (g *Guard) Valid(ptr DevicePtr, bytes int) bool {
+	if g == nil {
+		return false
+	}
 	a := g.align
 	return (a|bytes) >= 0 && (bytes|int(ptr))&a == 0 && (ptr != 0 || bytes == 0) && !g.Closed.Load()
 }
@@ -169,6 +188,9 @@ func (g *Guard) ReduceAsync(ptr DevicePtr, bytes int) error {
 // ungrouped reports, in one load, that no group is open: in the process for NCCL's
 // per-thread groups, else on this guard.
 func (g *Guard) Ungrouped() bool {
+	if g == nil {
+		return true
+	}
 	if s := g.scope; s != nil {
 		return s.open.Load() == 0
 	}
@@ -237,7 +259,7 @@ func (g *Guard) Broadcast(ptr DevicePtr, bytes, root int) error {
 func (g *Guard) P2p(op, peerArg string, ptr DevicePtr, bytes, peer int) error {
 	// p2pChecks' passing case in one test: bytes >= 0, ptr non-null unless bytes is 0,
 	// 0 <= peer < world, not closed.
-	if bytes >= 0 && (ptr != 0 || bytes == 0) && peer >= 0 && peer < g.World && !g.Closed.Load() {
+	if g != nil && bytes >= 0 && (ptr != 0 || bytes == 0) && peer >= 0 && peer < g.World && !g.Closed.Load() {
 		return nil
 	}
 	return g.P2pChecks(op, peerArg, ptr, bytes, peer)
@@ -297,6 +319,9 @@ func (g *Guard) Registered(h BufferHandle) {
 
 // deregister checks and forgets h; undo restores it when the backend then fails.
 func (g *Guard) Deregister(h BufferHandle) (undo func(), err error) {
+	if g == nil {
+		return nil, NotMade(OpDeregister)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.Closed.Load() {
@@ -372,6 +397,9 @@ func (g *Guard) Kernel(k Kernel) error {
 }
 
 func (g *Guard) GroupStart() error {
+	if g == nil {
+		return NotMade(OpGroupStart)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.Closed.Load() {
@@ -383,6 +411,9 @@ func (g *Guard) GroupStart() error {
 
 // groupEnd closes one group level; outermost reports whether it was the last one.
 func (g *Guard) GroupEnd() (outermost bool, err error) {
+	if g == nil {
+		return false, NotMade(OpGroupEnd)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.Closed.Load() {
@@ -398,6 +429,9 @@ func (g *Guard) GroupEnd() (outermost bool, err error) {
 // close marks the guard closed. It fails with ErrClosed on a second call; openGroups
 // reports groups left open, which Close reports with ErrGroupOpen after tearing down.
 func (g *Guard) Close() (openGroups int, err error) {
+	if g == nil {
+		return 0, NotMade(OpClose)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.Closed.Load() {
@@ -463,7 +497,7 @@ const FastCount = math.MaxInt32 / 8
 // to the element size. A false result says nothing about the input: typedReduce then
 // makes the checks one by one and says which failed.
 func (g *Guard) TypedReduceValid(ptr DevicePtr, count int, t DType, r ReduceOp) (int, bool) {
-	if uint32(t) >= uint32(len(DtypeInfo)) || uint32(r) >= uint32(len(opNames)) || uint(count) > FastCount {
+	if g == nil || uint32(t) >= uint32(len(DtypeInfo)) || uint32(r) >= uint32(len(opNames)) || uint(count) > FastCount {
 		return 0, false
 	}
 	s := DtypeInfo[t].size
