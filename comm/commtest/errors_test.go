@@ -26,7 +26,7 @@ func TestNCCLFailuresReachCallersTyped(t *testing.T) {
 	for _, n := range []int{2, 4, 8} {
 		t.Run(fmt.Sprint("world", n), func(t *testing.T) {
 			t.Run("async-error", func(t *testing.T) {
-				c, err := commtest.NewCluster(n, commtest.WithCommOptions(nccl.WithTimeout(time.Minute), nccl.WithLogger(quietLog)))
+				c, err := commtest.NewCluster(n, commtest.WithElementType(comm.BFloat16), commtest.WithCommOptions(nccl.WithTimeout(time.Minute), nccl.WithLogger(quietLog)))
 				require.NoError(t, err)
 				defer func() { _ = c.Close() }()
 				b, err := c.Backend(1)
@@ -47,7 +47,7 @@ func TestNCCLFailuresReachCallersTyped(t *testing.T) {
 				assert.False(t, b.IsHealthy())
 			})
 			t.Run("mismatch", func(t *testing.T) {
-				c, err := commtest.NewCluster(n, commtest.WithCommOptions(nccl.WithTimeout(time.Minute), nccl.WithLogger(quietLog)))
+				c, err := commtest.NewCluster(n, commtest.WithElementType(comm.BFloat16), commtest.WithCommOptions(nccl.WithTimeout(time.Minute), nccl.WithLogger(quietLog)))
 				require.NoError(t, err)
 				defer func() { _ = c.Close() }()
 				bs := c.Backends()
@@ -82,7 +82,7 @@ func TestNCCLFailuresReachCallersTyped(t *testing.T) {
 func TestCloseSaysWhatItAbandoned(t *testing.T) {
 	for _, n := range []int{2, 4, 8} {
 		t.Run(fmt.Sprint("world", n), func(t *testing.T) {
-			c, err := commtest.NewCluster(n, commtest.WithCommOptions(nccl.WithTimeout(time.Minute),
+			c, err := commtest.NewCluster(n, commtest.WithElementType(comm.BFloat16), commtest.WithCommOptions(nccl.WithTimeout(time.Minute),
 				nccl.WithCloseTimeout(200*time.Millisecond), nccl.WithLogger(quietLog)))
 			require.NoError(t, err)
 			defer func() { _ = c.Close() }()
@@ -108,7 +108,7 @@ func TestCloseSaysWhatItAbandoned(t *testing.T) {
 func TestSymmetricAllocIsLocalAndTheWindowCollective(t *testing.T) {
 	for _, n := range []int{2, 4, 8} {
 		t.Run(fmt.Sprint("world", n), func(t *testing.T) {
-			c, err := commtest.NewCluster(n, commtest.WithCommOptions(nccl.WithTimeout(time.Minute), nccl.WithLogger(quietLog)))
+			c, err := commtest.NewCluster(n, commtest.WithElementType(comm.BFloat16), commtest.WithCommOptions(nccl.WithTimeout(time.Minute), nccl.WithLogger(quietLog)))
 			require.NoError(t, err)
 			defer func() { _ = c.Close() }()
 			bs := make([]*nccl.Backend, n)
@@ -156,7 +156,7 @@ func TestSymmetricAllocIsLocalAndTheWindowCollective(t *testing.T) {
 	}
 	t.Run("alone", func(t *testing.T) {
 		// The timeout bounds the cluster's init too: a second, as fast gives.
-		c, err := commtest.NewCluster(2, commtest.WithCommOptions(nccl.WithTimeout(time.Second), nccl.WithLogger(quietLog)))
+		c, err := commtest.NewCluster(2, commtest.WithElementType(comm.BFloat16), commtest.WithCommOptions(nccl.WithTimeout(time.Second), nccl.WithLogger(quietLog)))
 		require.NoError(t, err)
 		defer func() { _ = c.Close() }()
 		b, err := c.NCCL(0)
@@ -169,3 +169,4 @@ func TestSymmetricAllocIsLocalAndTheWindowCollective(t *testing.T) {
 		assert.Contains(t, err.Error(), "a collective waits until every rank joins it")
 	})
 }
+
