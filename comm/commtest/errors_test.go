@@ -170,3 +170,27 @@ func TestSymmetricAllocIsLocalAndTheWindowCollective(t *testing.T) {
 	})
 }
 
+// An argument error names the rank that made the call: a bad size on rank 1 of two says
+// "on rank 1" and carries the rank, and still matches its sentinel and *comm.ArgError.
+func TestArgErrorsNameTheRank(t *testing.T) {
+	c, err := commtest.NewCluster(2, commtest.WithElementType(comm.BFloat16))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	b := c.NCCLs()[1]
+	for name, call := range map[string]func() error{
+		"backend all-reduce of -2 bytes": func() error { return b.AllReduce(0, -2) },
+		"backend all-reduce of 3 bytes":  func() error { return b.AllReduce(0, 3) },
+		"all-gather of -1 bytes":         func() error { return b.AllGather(0, 0, -1) },
+		"typed all-reduce of -1 elements": func() error {
+			return b.Communicator().AllReduce(0, -1, comm.Float32, comm.Sum)
+		},
+	} {
+		err := call()
+		var ae *comm.ArgError
+		require.ErrorAs(t, err, &ae, name)
+		assert.ErrorIs(t, err, comm.ErrInvalidSize, name)
+		assert.True(t, ae.HasRank, name)
+		assert.Equal(t, 1, ae.Rank, name)
+		assert.Contains(t, err.Error(), "on rank 1", name)
+	}
+}
