@@ -59,13 +59,18 @@ func NotMade(op string) error {
 func (g *Guard) IsClosed() bool { return g == nil || g.Closed.Load() }
 
 func (g *Guard) Open(op string) error {
+	if g.IsClosed() { // a nil guard too
+		return g.closedErr(op)
+	}
+	return nil
+}
+
+// closedErr is Open's error: NotMade's for a nil guard.
+func (g *Guard) closedErr(op string) error {
 	if g == nil {
 		return NotMade(op)
 	}
-	if g.IsClosed() {
-		return g.ranked(&ArgError{Op: op, Arg: "rank", Value: g.Rank, Err: ErrClosed})
-	}
-	return nil
+	return &ArgError{Op: op, Arg: "rank", Value: g.Rank, Err: ErrClosed, Rank: g.Rank, HasRank: true}
 }
 
 // outsideGroup fails for operations that cannot run inside a group.
@@ -574,10 +579,18 @@ func (g *Guard) UseScope(open *atomic.Int32, outside func(op string) error) {
 	g.scope = &groupScope{open: open, outside: outside}
 }
 
-// ranked returns err with the guard's rank when it is an *ArgError without one (a copy:
-// the checks' errors are not shared, but sentinel-like values might be). Only failing
-// checks call it.
+// ranked returns err with the guard's rank when it is an *ArgError without one. Small
+// enough to be inlined: a passing check pays one comparison.
 func (g *Guard) ranked(err error) error {
+	if err == nil {
+		return nil
+	}
+	return g.withRank(err)
+}
+
+// withRank is ranked's work: a copy of the *ArgError with the rank (a check's error is
+// its own, but a copy leaves any shared value alone).
+func (g *Guard) withRank(err error) error {
 	e, ok := err.(*ArgError)
 	if !ok || e.HasRank || g == nil {
 		return err
