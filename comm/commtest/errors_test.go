@@ -177,18 +177,26 @@ func TestArgErrorsNameTheRank(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	b := c.NCCLs()[1]
-	for name, call := range map[string]func() error{
-		"backend all-reduce of -2 bytes": func() error { return b.AllReduce(0, -2) },
-		"backend all-reduce of 3 bytes":  func() error { return b.AllReduce(0, 3) },
-		"all-gather of -1 bytes":         func() error { return b.AllGather(0, 0, -1) },
-		"typed all-reduce of -1 elements": func() error {
+	ctx := context.Background()
+	for name, tc := range map[string]struct {
+		call func() error
+		want error
+	}{
+		"backend all-reduce of -2 bytes": {func() error { return b.AllReduce(0, -2) }, comm.ErrInvalidSize},
+		"backend all-reduce of 3 bytes":  {func() error { return b.AllReduce(0, 3) }, comm.ErrInvalidSize},
+		"all-gather of -1 bytes":         {func() error { return b.AllGather(0, 0, -1) }, comm.ErrInvalidSize},
+		"typed all-reduce of -1 elements": {func() error {
 			return b.Communicator().AllReduce(0, -1, comm.Float32, comm.Sum)
-		},
+		}, comm.ErrInvalidSize},
+		"shrink excluding itself": {func() error {
+			_, err := b.Shrink(ctx, []int{1})
+			return err
+		}, comm.ErrInvalidRank},
 	} {
-		err := call()
+		err := tc.call()
 		var ae *comm.ArgError
 		require.ErrorAs(t, err, &ae, name)
-		assert.ErrorIs(t, err, comm.ErrInvalidSize, name)
+		assert.ErrorIs(t, err, tc.want, name)
 		assert.True(t, ae.HasRank, name)
 		assert.Equal(t, 1, ae.Rank, name)
 		assert.Contains(t, err.Error(), "on rank 1", name)

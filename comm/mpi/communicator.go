@@ -452,7 +452,7 @@ func (c *Communicator) lock(op string) error {
 // finalizedErr releases the process lock lock took and says that MPI was finalised.
 func (c *Communicator) finalizedErr(op string) error {
 	c.mu.Unlock()
-	return &comm.ArgError{Op: op, Arg: "rank", Value: c.rank, Err: comm.ErrClosed, Reason: "mpi was finalized"}
+	return &comm.ArgError{Rank: c.rank, HasRank: true, Op: op, Arg: "rank", Value: c.rank, Err: comm.ErrClosed, Reason: "mpi was finalized"}
 }
 
 // Yielding: the goroutine making blocking MPI calls yields (runtime.Gosched) after one
@@ -676,7 +676,7 @@ func (c *Communicator) p2p(op, peerArg string, ptr comm.DevicePtr, count int, t 
 		return err
 	}
 	if int64(tag) > int64(c.p.tagUB) {
-		return &comm.ArgError{Op: op, Arg: "tag", Value: tag, Err: comm.ErrUnsupported,
+		return &comm.ArgError{Rank: c.rank, HasRank: true, Op: op, Arg: "tag", Value: tag, Err: comm.ErrUnsupported,
 			Reason: fmt.Sprintf("above the library's MPI_TAG_UB (%d)", c.p.tagUB)}
 	}
 	if err := c.lock(op); err != nil {

@@ -82,7 +82,7 @@ type Properties struct {
 func (c *Communicator) deviceAPI(op, call string, since int) (gpulib.DeviceAPI, error) {
 	da, ok := c.d.(gpulib.DeviceAPI)
 	if !ok {
-		return nil, &comm.ArgError{Op: op, Arg: "driver", Value: fmt.Sprintf("%T", c.d), Err: comm.ErrUnsupported,
+		return nil, &comm.ArgError{Rank: c.rank, HasRank: true, Op: op, Arg: "driver", Value: fmt.Sprintf("%T", c.d), Err: comm.ErrUnsupported,
 			Reason: "the driver has no NCCL device API"}
 	}
 	if c.version < since {
@@ -174,10 +174,10 @@ func (c *Communicator) team(call string, f func(gpulib.DeviceAPI, gpulib.Comm) (
 func (c *Communicator) checkTeamRank(t Team, rank int) error {
 	switch {
 	case t.Size < 1 || t.Size > c.world || t.Rank < 0 || t.Rank >= t.Size || t.Stride < 1:
-		return &comm.ArgError{Op: opTeam, Arg: "team", Value: t, Err: comm.ErrInvalidRank,
+		return &comm.ArgError{Rank: c.rank, HasRank: true, Op: opTeam, Arg: "team", Value: t, Err: comm.ErrInvalidRank,
 			Reason: fmt.Sprintf("not a team of a communicator of %d ranks (from TeamWorld, TeamLSA or TeamRail)", c.world)}
 	case rank < 0 || rank >= t.Size:
-		return &comm.ArgError{Op: opTeam, Arg: "rank", Value: rank, Err: comm.ErrInvalidRank,
+		return &comm.ArgError{Rank: c.rank, HasRank: true, Op: opTeam, Arg: "rank", Value: rank, Err: comm.ErrInvalidRank,
 			Reason: fmt.Sprintf("must be in [0, %d), the team's size", t.Size)}
 	}
 	return nil

@@ -623,7 +623,7 @@ func (c *Communicator) unusable(op string, bytes int) error {
 		return core.NotMade(op)
 	}
 	if c.g.IsClosed() {
-		return &comm.ArgError{Op: op, Arg: "rank", Value: c.rank, Err: comm.ErrClosed}
+		return &comm.ArgError{Rank: c.rank, HasRank: true, Op: op, Arg: "rank", Value: c.rank, Err: comm.ErrClosed}
 	}
 	if f := c.faultErr(); f != nil {
 		return &comm.OpError{Op: op, Bytes: bytes, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: fmt.Errorf("%w: %w", comm.ErrUnhealthy, f)}

@@ -49,7 +49,7 @@ func (c *Communicator) reinit(ctx context.Context, next func() int, after func(c
 	defer c.life.Unlock()
 	c.interrupt.Store(interruptNone)
 	if c.g.IsClosed() {
-		return &comm.ArgError{Op: core.OpAttemptReconnect, Arg: "rank", Value: c.rank, Err: comm.ErrClosed}
+		return &comm.ArgError{Rank: c.rank, HasRank: true, Op: core.OpAttemptReconnect, Arg: "rank", Value: c.rank, Err: comm.ErrClosed}
 	}
 	if c.comm != 0 {
 		if err := c.d.CommAbort(c.comm); err != nil {
@@ -177,12 +177,12 @@ func (c *Communicator) checkExclude(op string, exclude []int) error {
 			return err
 		}
 		if seen[r] {
-			return &comm.ArgError{Op: op, Arg: "exclude", Value: r, Err: comm.ErrInvalidRank, Reason: "listed twice"}
+			return &comm.ArgError{Rank: c.rank, HasRank: true, Op: op, Arg: "exclude", Value: r, Err: comm.ErrInvalidRank, Reason: "listed twice"}
 		}
 		seen[r] = true
 	}
 	if seen[c.rank] {
-		return &comm.ArgError{Op: op, Arg: "exclude", Value: c.rank, Err: comm.ErrInvalidRank, Reason: "excludes this rank"}
+		return &comm.ArgError{Rank: c.rank, HasRank: true, Op: op, Arg: "exclude", Value: c.rank, Err: comm.ErrInvalidRank, Reason: "excludes this rank"}
 	}
 	return nil
 }
@@ -314,7 +314,7 @@ func (c *Communicator) Revoke() error {
 	c.life.RLock()
 	defer c.life.RUnlock()
 	if c.g.IsClosed() {
-		return &comm.ArgError{Op: op, Arg: "rank", Value: c.rank, Err: comm.ErrClosed}
+		return &comm.ArgError{Rank: c.rank, HasRank: true, Op: op, Arg: "rank", Value: c.rank, Err: comm.ErrClosed}
 	}
 	if err := c.aborted(op); err != nil {
 		return err
@@ -352,7 +352,7 @@ func (c *Communicator) Shrink(ctx context.Context, exclude []int, abort bool) (*
 	c.life.RLock()
 	defer c.life.RUnlock()
 	if c.g.IsClosed() {
-		return nil, &comm.ArgError{Op: op, Arg: "rank", Value: c.rank, Err: comm.ErrClosed}
+		return nil, &comm.ArgError{Rank: c.rank, HasRank: true, Op: op, Arg: "rank", Value: c.rank, Err: comm.ErrClosed}
 	}
 	if err := c.aborted(op); err != nil {
 		return nil, err
