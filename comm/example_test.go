@@ -34,7 +34,7 @@ func ExampleSingle() {
 	}
 	// Output:
 	// rank 0 of 1
-	// all-reduce: bytes 4095: invalid size: not a multiple of 2 (bfloat16)
+	// all-reduce on rank 0: bytes 4095: invalid size: not a multiple of 2 (bfloat16)
 	// true
 	// no symmetric memory: use a plain allocation
 }
@@ -70,9 +70,9 @@ func ExampleValidate() {
 	// Output:
 	// 0 <nil>
 	// <nil>
-	// deregister-buffer: handle 0: unknown buffer handle: not returned by register-buffer or already deregistered
-	// send: dest 2: invalid rank: world size is 2
-	// recv-command: root 1: invalid rank: root is this rank; it sends with broadcast
+	// deregister-buffer on rank 1: handle 0: unknown buffer handle: not returned by register-buffer or already deregistered
+	// send on rank 1: dest 2: invalid rank: world size is 2
+	// recv-command on rank 1: root 1: invalid rank: root is this rank; it sends with broadcast
 }
 
 // The typed Communicator of one rank.

@@ -30,8 +30,9 @@ type DType = core.DType
 // ReduceOp is a reduction operator. Its values are NCCL's ncclRedOp_t numbers.
 type ReduceOp = core.ReduceOp
 
-// ArgError reports an invalid argument: which operation, which argument, its value, and
-// the sentinel it violates. Its message reads "all-reduce: bytes -3: invalid size".
+// ArgError reports an invalid argument: which operation, on which rank where one is
+// known (the backends' checks name the calling rank), which argument, its value, and the
+// sentinel it violates. Its message reads "all-reduce on rank 1: bytes -3: invalid size".
 type ArgError = core.ArgError
 
 // MismatchError is the collective check's verdict (nccl.WithCollectiveCheck,

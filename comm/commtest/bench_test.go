@@ -16,7 +16,7 @@ func BenchmarkClusterAllReduce(b *testing.B) {
 	for _, bytes := range []int{4 << 10, 1 << 20} {
 		for _, n := range []int{1, 2, 4} {
 			b.Run(fmt.Sprintf("ranks=%d/bytes=%d", n, bytes), func(b *testing.B) {
-				c, err := commtest.NewCluster(n)
+				c, err := commtest.NewCluster(n, commtest.WithElementType(comm.BFloat16))
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest/internal/sim"
+	"github.com/ncclgo/ncclgo/comm/internal/core"
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/comm/internal/ncclcfg"
 	"github.com/ncclgo/ncclgo/comm/nccl"
@@ -88,9 +89,19 @@ func WithInitTimeout(d time.Duration) Option {
 	return func(c *clusterConfig) { c.initTimeout = d }
 }
 
+// WithElementType sets the element type every rank's backend reduces: the same as
+// WithCommOptions(nccl.WithElementType(t)).
+func WithElementType(t comm.DType) Option {
+	return WithCommOptions(nccl.WithElementType(t))
+}
+
+// elementTypeOption names the options that set the element type, for NewCluster's error.
+const elementTypeOption = "commtest.WithElementType(t) or commtest.WithCommOptions(nccl.WithElementType(t))"
+
 // NewCluster starts n ranks of comm's NCCL backend, each on its own simulated device,
-// sharing one communicator. Unlike nccl.New, a Cluster has a default element type:
-// its backends reduce bfloat16 unless WithCommOptions passes nccl.WithElementType.
+// sharing one communicator. As with nccl.New, the element type is required: pass
+// WithElementType (or nccl.WithElementType through WithCommOptions or
+// WithRankCommOptions); without it NewCluster fails with ErrInvalidType.
 func NewCluster(n int, opts ...Option) (*Cluster, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("new cluster: %d ranks: need at least 1: %w", n, comm.ErrInvalidSize)
@@ -99,6 +110,11 @@ func NewCluster(n int, opts ...Option) (*Cluster, error) {
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
+		}
+	}
+	for r := range n {
+		if err := core.CheckWorld("new-cluster", r, n, cfg.elem(r), elementTypeOption); err != nil {
+			return nil, err
 		}
 	}
 	w, err := sim.New(n, cfg.sim...)
@@ -131,13 +147,31 @@ func NewCluster(n int, opts ...Option) (*Cluster, error) {
 	return c, nil
 }
 
+// elem is the element type rank's options set (core.ElemUnset for none).
+func (c *clusterConfig) elem(rank int) comm.DType {
+	nc := ncclcfg.Defaults()
+	for _, o := range c.comm {
+		if o != nil {
+			o(&nc)
+		}
+	}
+	if c.rankComm != nil {
+		for _, o := range c.rankComm(rank) {
+			if o != nil {
+				o(&nc)
+			}
+		}
+	}
+	return nc.Elem
+}
+
 // start creates rank's backend in the communicator of cluster generation gen.
 func (c *Cluster) start(ctx context.Context, rank, gen int) (*nccl.Backend, error) {
 	d, err := c.w.Driver(rank)
 	if err != nil {
 		return nil, err
 	}
-	opts := append([]nccl.Option{nccl.WithElementType(comm.BFloat16)}, c.cfg.comm...) // the documented default
+	opts := slices.Clone(c.cfg.comm)
 	if c.cfg.rankComm != nil {
 		opts = append(slices.Clone(opts), c.cfg.rankComm(rank)...)
 	}

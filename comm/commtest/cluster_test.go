@@ -23,7 +23,7 @@ var fast = commtest.WithCommOptions(nccl.WithTimeout(time.Second), nccl.WithClos
 
 func newCluster(t *testing.T, n int, opts ...commtest.Option) *commtest.Cluster {
 	t.Helper()
-	c, err := commtest.NewCluster(n, opts...)
+	c, err := commtest.NewCluster(n, append([]commtest.Option{commtest.WithElementType(comm.BFloat16)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
@@ -65,7 +65,7 @@ func TestNewClusterRejectsBadInput(t *testing.T) {
 
 func TestCloseLeavesNoGoroutinesAndNoDeviceResources(t *testing.T) {
 	before := runtime.NumGoroutine()
-	c, err := commtest.NewCluster(3)
+	c, err := commtest.NewCluster(3, commtest.WithElementType(comm.BFloat16))
 	require.NoError(t, err)
 	bufs := make([]comm.DevicePtr, 3)
 	for r := range 3 {
@@ -270,4 +270,20 @@ func onAllOf(bs []comm.Backend, f func(rank int, b comm.Backend) error) []error 
 	}
 	wg.Wait()
 	return errs
+}
+
+// NewCluster requires the element type, as nccl.New does: without one it fails and says
+// which option to pass.
+func TestNewClusterRequiresTheElementType(t *testing.T) {
+	c, err := commtest.NewCluster(2)
+	if c != nil {
+		_ = c.Close()
+	}
+	require.Error(t, err)
+	assert.ErrorIs(t, err, comm.ErrInvalidType)
+	assert.ErrorContains(t, err, "commtest.WithElementType")
+	assert.ErrorContains(t, err, "commtest.WithCommOptions(nccl.WithElementType")
+
+	c = newCluster(t, 2, commtest.WithCommOptions(nccl.WithElementType(comm.Float32)))
+	assert.Equal(t, comm.Float32, c.NCCLs()[1].ElementType())
 }

@@ -30,7 +30,7 @@ func TestConformanceSimulatedNCCLCollectivePaths(t *testing.T) {
 // otherwise, with the same results.
 func checkCollectivePath(t *testing.T, v int) {
 	const n, count = 3, 4
-	c, err := commtest.NewCluster(n, commtest.WithNCCLVersion(v))
+	c, err := commtest.NewCluster(n, commtest.WithElementType(comm.BFloat16), commtest.WithNCCLVersion(v))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, c.Close()) }()
 	cs := c.Communicators()
@@ -118,7 +118,7 @@ func TestCollectivesChooseThePathFromTheVersion(t *testing.T) {
 // reaching NCCL, and a new one works.
 func TestPreMulSumDoesNotSurviveReconnect(t *testing.T) {
 	const n = 2
-	c, err := commtest.NewCluster(n, commtest.WithReconnect())
+	c, err := commtest.NewCluster(n, commtest.WithElementType(comm.BFloat16), commtest.WithReconnect())
 	require.NoError(t, err)
 	defer func() { _ = c.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

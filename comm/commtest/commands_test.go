@@ -29,7 +29,7 @@ func TestNoCommandLostAcrossCancellations(t *testing.T) {
 	for _, n := range []int{2, 4, 8} {
 		t.Run(fmt.Sprint("world", n), func(t *testing.T) {
 			const commands = 1000
-			c, err := commtest.NewCluster(n, commtest.WithCommOptions(nccl.WithTimeout(time.Minute), nccl.WithLogger(quietLog)))
+			c, err := commtest.NewCluster(n, commtest.WithElementType(comm.BFloat16), commtest.WithCommOptions(nccl.WithTimeout(time.Minute), nccl.WithLogger(quietLog)))
 			require.NoError(t, err)
 			defer func() { require.NoError(t, c.Close()) }()
 			bs := c.Backends()

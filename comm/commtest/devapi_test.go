@@ -16,7 +16,7 @@ import (
 
 func devCluster(t *testing.T, n int, opts ...commtest.Option) *commtest.Cluster {
 	t.Helper()
-	c, err := commtest.NewCluster(n, opts...)
+	c, err := commtest.NewCluster(n, append([]commtest.Option{commtest.WithElementType(comm.BFloat16)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c

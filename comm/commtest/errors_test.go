@@ -26,7 +26,7 @@ func TestNCCLFailuresReachCallersTyped(t *testing.T) {
 	for _, n := range []int{2, 4, 8} {
 		t.Run(fmt.Sprint("world", n), func(t *testing.T) {
 			t.Run("async-error", func(t *testing.T) {
-				c, err := commtest.NewCluster(n, commtest.WithCommOptions(nccl.WithTimeout(time.Minute), nccl.WithLogger(quietLog)))
+				c, err := commtest.NewCluster(n, commtest.WithElementType(comm.BFloat16), commtest.WithCommOptions(nccl.WithTimeout(time.Minute), nccl.WithLogger(quietLog)))
 				require.NoError(t, err)
 				defer func() { _ = c.Close() }()
 				b, err := c.Backend(1)
@@ -47,7 +47,7 @@ func TestNCCLFailuresReachCallersTyped(t *testing.T) {
 				assert.False(t, b.IsHealthy())
 			})
 			t.Run("mismatch", func(t *testing.T) {
-				c, err := commtest.NewCluster(n, commtest.WithCommOptions(nccl.WithTimeout(time.Minute), nccl.WithLogger(quietLog)))
+				c, err := commtest.NewCluster(n, commtest.WithElementType(comm.BFloat16), commtest.WithCommOptions(nccl.WithTimeout(time.Minute), nccl.WithLogger(quietLog)))
 				require.NoError(t, err)
 				defer func() { _ = c.Close() }()
 				bs := c.Backends()
@@ -82,7 +82,7 @@ func TestNCCLFailuresReachCallersTyped(t *testing.T) {
 func TestCloseSaysWhatItAbandoned(t *testing.T) {
 	for _, n := range []int{2, 4, 8} {
 		t.Run(fmt.Sprint("world", n), func(t *testing.T) {
-			c, err := commtest.NewCluster(n, commtest.WithCommOptions(nccl.WithTimeout(time.Minute),
+			c, err := commtest.NewCluster(n, commtest.WithElementType(comm.BFloat16), commtest.WithCommOptions(nccl.WithTimeout(time.Minute),
 				nccl.WithCloseTimeout(200*time.Millisecond), nccl.WithLogger(quietLog)))
 			require.NoError(t, err)
 			defer func() { _ = c.Close() }()
@@ -108,7 +108,7 @@ func TestCloseSaysWhatItAbandoned(t *testing.T) {
 func TestSymmetricAllocIsLocalAndTheWindowCollective(t *testing.T) {
 	for _, n := range []int{2, 4, 8} {
 		t.Run(fmt.Sprint("world", n), func(t *testing.T) {
-			c, err := commtest.NewCluster(n, commtest.WithCommOptions(nccl.WithTimeout(time.Minute), nccl.WithLogger(quietLog)))
+			c, err := commtest.NewCluster(n, commtest.WithElementType(comm.BFloat16), commtest.WithCommOptions(nccl.WithTimeout(time.Minute), nccl.WithLogger(quietLog)))
 			require.NoError(t, err)
 			defer func() { _ = c.Close() }()
 			bs := make([]*nccl.Backend, n)
@@ -156,7 +156,7 @@ func TestSymmetricAllocIsLocalAndTheWindowCollective(t *testing.T) {
 	}
 	t.Run("alone", func(t *testing.T) {
 		// The timeout bounds the cluster's init too: a second, as fast gives.
-		c, err := commtest.NewCluster(2, commtest.WithCommOptions(nccl.WithTimeout(time.Second), nccl.WithLogger(quietLog)))
+		c, err := commtest.NewCluster(2, commtest.WithElementType(comm.BFloat16), commtest.WithCommOptions(nccl.WithTimeout(time.Second), nccl.WithLogger(quietLog)))
 		require.NoError(t, err)
 		defer func() { _ = c.Close() }()
 		b, err := c.NCCL(0)
@@ -168,4 +168,37 @@ func TestSymmetricAllocIsLocalAndTheWindowCollective(t *testing.T) {
 		assert.Contains(t, err.Error(), "register-window of 4096 bytes on rank 0")
 		assert.Contains(t, err.Error(), "a collective waits until every rank joins it")
 	})
+}
+
+// An argument error names the rank that made the call: a bad size on rank 1 of two says
+// "on rank 1" and carries the rank, and still matches its sentinel and *comm.ArgError.
+func TestArgErrorsNameTheRank(t *testing.T) {
+	c, err := commtest.NewCluster(2, commtest.WithElementType(comm.BFloat16))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	b := c.NCCLs()[1]
+	ctx := context.Background()
+	for name, tc := range map[string]struct {
+		call func() error
+		want error
+	}{
+		"backend all-reduce of -2 bytes": {func() error { return b.AllReduce(0, -2) }, comm.ErrInvalidSize},
+		"backend all-reduce of 3 bytes":  {func() error { return b.AllReduce(0, 3) }, comm.ErrInvalidSize},
+		"all-gather of -1 bytes":         {func() error { return b.AllGather(0, 0, -1) }, comm.ErrInvalidSize},
+		"typed all-reduce of -1 elements": {func() error {
+			return b.Communicator().AllReduce(0, -1, comm.Float32, comm.Sum)
+		}, comm.ErrInvalidSize},
+		"shrink excluding itself": {func() error {
+			_, err := b.Shrink(ctx, []int{1})
+			return err
+		}, comm.ErrInvalidRank},
+	} {
+		err := tc.call()
+		var ae *comm.ArgError
+		require.ErrorAs(t, err, &ae, name)
+		assert.ErrorIs(t, err, tc.want, name)
+		assert.True(t, ae.HasRank, name)
+		assert.Equal(t, 1, ae.Rank, name)
+		assert.Contains(t, err.Error(), "on rank 1", name)
+	}
 }

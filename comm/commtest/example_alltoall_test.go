@@ -14,7 +14,7 @@ import (
 // stream, then average a gradient with a PreMulSum operator (each rank scales its input
 // by 1/2 before NCCL sums).
 func ExampleCluster_Communicators_allToAll() {
-	cluster, err := commtest.NewCluster(2)
+	cluster, err := commtest.NewCluster(2, commtest.WithElementType(comm.BFloat16))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/commtest"
 	"github.com/ncclgo/ncclgo/comm/nccl"
 )
@@ -14,7 +15,7 @@ import (
 // properties and teams, and makes the device communicator a kernel written against
 // NCCL's device API would take as a parameter.
 func ExampleWithMachine() {
-	cluster, err := commtest.NewCluster(4, commtest.WithMachine(commtest.Machine{GPUsPerNode: 2}))
+	cluster, err := commtest.NewCluster(4, commtest.WithElementType(comm.BFloat16), commtest.WithMachine(commtest.Machine{GPUsPerNode: 2}))
 	if err != nil {
 		fmt.Println(err)
 		return

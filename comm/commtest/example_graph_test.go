@@ -14,7 +14,7 @@ import (
 // a graph once, then replays it every step on new activations; Sync during the capture
 // is refused with ErrCapturing.
 func ExampleCluster_BeginCapture() {
-	cluster, err := commtest.NewCluster(2)
+	cluster, err := commtest.NewCluster(2, commtest.WithElementType(comm.BFloat16))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -10,7 +10,7 @@ import (
 
 // Two ranks of comm's NCCL backend, on simulated GPUs, sum a bfloat16 buffer.
 func ExampleNewCluster() {
-	cluster, err := commtest.NewCluster(2) // bfloat16, a Cluster's default element type
+	cluster, err := commtest.NewCluster(2, commtest.WithElementType(comm.BFloat16))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -110,7 +110,7 @@ func TestCapturedAllReduceReplays(t *testing.T) {
 	for _, n := range []int{2, 4} {
 		t.Run(fmt.Sprintf("%d ranks", n), func(t *testing.T) {
 			const count = 64
-			c, err := commtest.NewCluster(n)
+			c, err := commtest.NewCluster(n, commtest.WithElementType(comm.BFloat16))
 			require.NoError(t, err)
 			defer func() { require.NoError(t, c.Close()) }()
 			rs := newGraphRanks(t, c, count)
@@ -168,7 +168,7 @@ func TestCapturedGroupedSendRecvReplays(t *testing.T) {
 	for _, n := range []int{2, 4} {
 		t.Run(fmt.Sprintf("%d ranks", n), func(t *testing.T) {
 			const count = 32
-			c, err := commtest.NewCluster(n)
+			c, err := commtest.NewCluster(n, commtest.WithElementType(comm.BFloat16))
 			require.NoError(t, err)
 			defer func() { require.NoError(t, c.Close()) }()
 			rs := newGraphRanks(t, c, count)
@@ -194,7 +194,7 @@ func TestCapturedGroupedSendRecvReplays(t *testing.T) {
 // nothing and leaves the capture valid: the graph then holds only the all-reduce.
 func TestOperationsThatWaitAreRejectedDuringCapture(t *testing.T) {
 	const n, count = 2, 16
-	c, err := commtest.NewCluster(n)
+	c, err := commtest.NewCluster(n, commtest.WithElementType(comm.BFloat16))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, c.Close()) }()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -262,7 +262,7 @@ func TestOperationsThatWaitAreRejectedDuringCapture(t *testing.T) {
 // query it): the capture stays valid and the communicator healthy.
 func TestWatchdogLeavesACaptureValid(t *testing.T) {
 	const n, count = 2, 8
-	c, err := commtest.NewCluster(n, commtest.WithCommOptions(nccl.WithWatchdog(time.Millisecond)))
+	c, err := commtest.NewCluster(n, commtest.WithElementType(comm.BFloat16), commtest.WithCommOptions(nccl.WithWatchdog(time.Millisecond)))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, c.Close()) }()
 	bufs := make([]comm.DevicePtr, n)

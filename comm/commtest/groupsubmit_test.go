@@ -21,7 +21,7 @@ import (
 // arrives as if each call had been made on its own.
 func TestGroupIsOneSubmission(t *testing.T) {
 	const n, block = 4, 16
-	c, err := commtest.NewCluster(n, commtest.WithCommOptions(nccl.WithTimeout(time.Minute), nccl.WithLogger(quietLog)))
+	c, err := commtest.NewCluster(n, commtest.WithElementType(comm.BFloat16), commtest.WithCommOptions(nccl.WithTimeout(time.Minute), nccl.WithLogger(quietLog)))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, c.Close()) }()
 	send, recv := make([]comm.DevicePtr, n), make([]comm.DevicePtr, n)
@@ -96,7 +96,7 @@ func TestGroupIsOneSubmission(t *testing.T) {
 // operation, its rank and peer, with NCCL's result and text; the group is dropped and
 // the communicator stays usable (an invalid argument is not fatal).
 func TestGroupEndNamesTheRejectedCall(t *testing.T) {
-	c, err := commtest.NewCluster(2, commtest.WithCommOptions(nccl.WithTimeout(time.Minute), nccl.WithLogger(quietLog)))
+	c, err := commtest.NewCluster(2, commtest.WithElementType(comm.BFloat16), commtest.WithCommOptions(nccl.WithTimeout(time.Minute), nccl.WithLogger(quietLog)))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, c.Close()) }()
 	buf, err := c.Alloc(0, 64)

@@ -405,7 +405,7 @@ func TestConformanceAfterShrink(t *testing.T) {
 }
 
 func TestShrinkNeedsNCCL227(t *testing.T) {
-	c, err := commtest.NewCluster(2, commtest.WithNCCLVersion(22603))
+	c, err := commtest.NewCluster(2, commtest.WithElementType(comm.BFloat16), commtest.WithNCCLVersion(22603))
 	require.NoError(t, err)
 	defer c.Close()
 	b, err := c.NCCL(0)
@@ -419,7 +419,7 @@ func TestShrinkNeedsNCCL227(t *testing.T) {
 // On NCCL 2.27 (no ncclCommRevoke) Shrink ends the dead rank's collective with
 // NCCL_SHRINK_ABORT.
 func TestShrinkOnNCCL227(t *testing.T) {
-	c, err := commtest.NewCluster(3, commtest.WithNCCLVersion(22703), fast)
+	c, err := commtest.NewCluster(3, commtest.WithElementType(comm.BFloat16), commtest.WithNCCLVersion(22703), fast)
 	require.NoError(t, err)
 	defer c.Close()
 	bufs := make([]comm.DevicePtr, 3)

@@ -62,7 +62,7 @@ func TestConformanceSimulatedNCCLOnCallerStreams(t *testing.T) {
 // communicator's own stream is in flight at the same time.
 func TestTypedOperationsOnACallerStreamOrderWithItsWork(t *testing.T) {
 	const n, count = 2, 8
-	c, err := commtest.NewCluster(n)
+	c, err := commtest.NewCluster(n, commtest.WithElementType(comm.BFloat16))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, c.Close()) }()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -375,7 +375,7 @@ func BenchmarkTwoRankPathVsNCCLAllReduce(b *testing.B) {
 // Two ranks whose backends have the add kernel sum a bfloat16 buffer through the
 // two-rank send/recv + add path (the simulated kernel computes like the real one).
 func ExampleCluster_AddKernel() {
-	cluster, err := commtest.NewCluster(2) // bfloat16 backends
+	cluster, err := commtest.NewCluster(2, commtest.WithElementType(comm.BFloat16)) // bfloat16 backends
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -19,7 +19,7 @@ import (
 // input never reaches NCCL, and Close deregisters what is left.
 func TestRegisterWindowSurvivesReconnect(t *testing.T) {
 	const n = 3
-	c, err := commtest.NewCluster(n, commtest.WithReconnect())
+	c, err := commtest.NewCluster(n, commtest.WithElementType(comm.BFloat16), commtest.WithReconnect())
 	require.NoError(t, err)
 	closed := false
 	defer func() {
@@ -84,7 +84,7 @@ func TestRegisterWindowSurvivesReconnect(t *testing.T) {
 // those).
 func TestSymmetricFreeDeregistersItsWindows(t *testing.T) {
 	const n = 2
-	c, err := commtest.NewCluster(n)
+	c, err := commtest.NewCluster(n, commtest.WithElementType(comm.BFloat16))
 	require.NoError(t, err)
 	closed := false
 	defer func() {
@@ -134,7 +134,7 @@ func TestSymmetricFreeDeregistersItsWindows(t *testing.T) {
 }
 
 func TestRegisterWindowNeedsNCCL2273(t *testing.T) {
-	c, err := commtest.NewCluster(1, commtest.WithNCCLVersion(22605))
+	c, err := commtest.NewCluster(1, commtest.WithElementType(comm.BFloat16), commtest.WithNCCLVersion(22605))
 	require.NoError(t, err)
 	defer c.Close()
 	b, err := c.NCCL(0)

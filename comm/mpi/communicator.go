@@ -431,6 +431,9 @@ func (c *Communicator) WorldSize() int { return c.world }
 // MPICalls is the number of MPI calls the communicator has made (for diagnostics and
 // for tests proving that bad input never reaches MPI).
 func (c *Communicator) MPICalls() int64 {
+	if c.mu == nil { // the zero Communicator
+		return 0
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.calls
@@ -450,7 +453,7 @@ func (c *Communicator) lock(op string) error {
 // finalizedErr releases the process lock lock took and says that MPI was finalised.
 func (c *Communicator) finalizedErr(op string) error {
 	c.mu.Unlock()
-	return &comm.ArgError{Op: op, Arg: "rank", Value: c.rank, Err: comm.ErrClosed, Reason: "mpi was finalized"}
+	return &comm.ArgError{Rank: c.rank, HasRank: true, Op: op, Arg: "rank", Value: c.rank, Err: comm.ErrClosed, Reason: "mpi was finalized"}
 }
 
 // Yielding: the goroutine making blocking MPI calls yields (runtime.Gosched) after one
@@ -674,7 +677,7 @@ func (c *Communicator) p2p(op, peerArg string, ptr comm.DevicePtr, count int, t 
 		return err
 	}
 	if int64(tag) > int64(c.p.tagUB) {
-		return &comm.ArgError{Op: op, Arg: "tag", Value: tag, Err: comm.ErrUnsupported,
+		return &comm.ArgError{Rank: c.rank, HasRank: true, Op: op, Arg: "tag", Value: tag, Err: comm.ErrUnsupported,
 			Reason: fmt.Sprintf("above the library's MPI_TAG_UB (%d)", c.p.tagUB)}
 	}
 	if err := c.lock(op); err != nil {

@@ -91,6 +91,20 @@ var _ comm.Backend = (*Backend)(nil)
 
 func init() { core.MarkChecked((*Backend)(nil)) }
 
+// unmade stands for the communicator of the zero Backend: its guard is nil, so every
+// operation fails (ErrClosed: not made by a constructor) before using anything else.
+// Nothing writes it.
+var unmade Communicator
+
+// conn returns b's communicator, or unmade for the zero Backend: the exported methods
+// reach the communicator through it.
+func (b *Backend) conn() *Communicator {
+	if c := b.c; c != nil {
+		return c
+	}
+	return &unmade
+}
+
 // Communicator is the comm.Communicator of one rank of an NCCL communicator. It is
 // created non-blocking (ncclCommInitRankConfig with blocking = 0) and enqueues every
 // operation on its own non-blocking CUDA stream; it also implements StreamSyncer. The
@@ -272,10 +286,10 @@ func (b *Backend) Communicator() *Communicator { return b.c }
 func (b *Backend) ElementType() comm.DType { return b.elem }
 
 // Rank is this rank's index.
-func (b *Backend) Rank() int { return b.c.rank }
+func (b *Backend) Rank() int { return b.conn().rank }
 
 // WorldSize is the number of ranks.
-func (b *Backend) WorldSize() int { return b.c.world }
+func (b *Backend) WorldSize() int { return b.conn().world }
 
 // Rank is this rank's index, from 0.
 func (c *Communicator) Rank() int { return c.rank }
@@ -288,10 +302,10 @@ func (c *Communicator) Version() int { return c.version }
 
 // IsHealthy reports false after Close, after a fatal NCCL error or a completion timeout,
 // and when ncclCommGetAsyncError reports an error now.
-func (b *Backend) IsHealthy() bool { return b.c.IsHealthy() }
+func (b *Backend) IsHealthy() bool { return b.conn().IsHealthy() }
 
 // Close tears the backend down: a bounded wait for pending work, deregistration of
 // what is left registered, freeing of symmetric memory, then finalize and destroy, or
 // abort. Errors are logged and returned, among them what Close had to abandon (see
 // Communicator.Close); Close never panics.
-func (b *Backend) Close() error { return b.c.Close() }
+func (b *Backend) Close() error { return b.conn().Close() }

@@ -82,7 +82,7 @@ type Properties struct {
 func (c *Communicator) deviceAPI(op, call string, since int) (gpulib.DeviceAPI, error) {
 	da, ok := c.d.(gpulib.DeviceAPI)
 	if !ok {
-		return nil, &comm.ArgError{Op: op, Arg: "driver", Value: fmt.Sprintf("%T", c.d), Err: comm.ErrUnsupported,
+		return nil, &comm.ArgError{Rank: c.rank, HasRank: true, Op: op, Arg: "driver", Value: fmt.Sprintf("%T", c.d), Err: comm.ErrUnsupported,
 			Reason: "the driver has no NCCL device API"}
 	}
 	if c.version < since {
@@ -174,10 +174,10 @@ func (c *Communicator) team(call string, f func(gpulib.DeviceAPI, gpulib.Comm) (
 func (c *Communicator) checkTeamRank(t Team, rank int) error {
 	switch {
 	case t.Size < 1 || t.Size > c.world || t.Rank < 0 || t.Rank >= t.Size || t.Stride < 1:
-		return &comm.ArgError{Op: opTeam, Arg: "team", Value: t, Err: comm.ErrInvalidRank,
+		return &comm.ArgError{Rank: c.rank, HasRank: true, Op: opTeam, Arg: "team", Value: t, Err: comm.ErrInvalidRank,
 			Reason: fmt.Sprintf("not a team of a communicator of %d ranks (from TeamWorld, TeamLSA or TeamRail)", c.world)}
 	case rank < 0 || rank >= t.Size:
-		return &comm.ArgError{Op: opTeam, Arg: "rank", Value: rank, Err: comm.ErrInvalidRank,
+		return &comm.ArgError{Rank: c.rank, HasRank: true, Op: opTeam, Arg: "rank", Value: rank, Err: comm.ErrInvalidRank,
 			Reason: fmt.Sprintf("must be in [0, %d), the team's size", t.Size)}
 	}
 	return nil
@@ -397,7 +397,7 @@ func (b *Backend) window(h WindowHandle, offset int) (gpulib.Handle, error) {
 
 // windowPointer makes one window pointer call.
 func (b *Backend) windowPointer(h WindowHandle, offset int, call string, f func(gpulib.DeviceAPI, gpulib.Handle) (gpulib.Ptr, error)) (comm.DevicePtr, error) {
-	c := b.c
+	c := b.conn()
 	da, err := c.deviceAPI(opWindowPointer, call, versionDevPointer)
 	if err != nil {
 		return 0, err
@@ -429,7 +429,7 @@ func (b *Backend) WindowLSAPointer(h WindowHandle, offset, lsaRank int) (comm.De
 // of rank peer's window h (ncclGetPeerDevicePointer, NCCL >= 2.29.2), or 0 when peer is
 // not in this rank's LSA team (its memory is not load/store accessible).
 func (b *Backend) WindowPeerPointer(h WindowHandle, offset, peer int) (comm.DevicePtr, error) {
-	if err := core.CheckRank(opWindowPointer, "peer", peer, b.c.world); err != nil {
+	if err := core.CheckRank(opWindowPointer, "peer", peer, b.conn().world); err != nil {
 		return 0, err
 	}
 	return b.windowPointer(h, offset, "ncclGetPeerDevicePointer", func(da gpulib.DeviceAPI, w gpulib.Handle) (gpulib.Ptr, error) {

@@ -64,7 +64,7 @@ func (c *Communicator) FlightRecorder() *flightrec.Recorder { return c.rec }
 
 // FlightRecorder returns the backend's flight recorder (see
 // Communicator.FlightRecorder).
-func (b *Backend) FlightRecorder() *flightrec.Recorder { return b.c.rec }
+func (b *Backend) FlightRecorder() *flightrec.Recorder { return b.conn().rec }
 
 // startRecorder makes the recorder of a world communicator and registers c. A
 // configuration the environment breaks is logged and leaves the recorder off.
@@ -335,7 +335,7 @@ func (o frOps) Recv(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, 
 // nothing while the recorder is off. Job.NewNCCL (comm/job) calls it with the job's
 // store and job.DumpKey.
 func (b *Backend) DumpOnStoreKey(s flightrec.KeyChecker, key string, interval time.Duration) {
-	c := b.c
+	c := b.conn()
 	if c.rec == nil || s == nil {
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"runtime"
 
 	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/comm/internal/core"
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
@@ -29,6 +30,9 @@ var ErrCapturing = errors.New("stream is capturing into a CUDA graph")
 // graph (cuStreamIsCapturing; an invalidated capture still counts). Stream 0 is the
 // legacy default stream, of the rank's device.
 func (c *Communicator) IsCapturing(s comm.Stream) (bool, error) {
+	if c.d == nil {
+		return false, core.NotMade("is-capturing")
+	}
 	if s == 0 { // the legacy default stream is the current context's: make it the rank's
 		if err := bind(c.d); err != nil {
 			return false, &comm.OpError{Op: "is-capturing", Bytes: -1, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}

@@ -466,7 +466,7 @@ func (c *Communicator) GroupEnd() error {
 	}
 	ended, ok := popGroup()
 	if !ok {
-		return &comm.ArgError{Op: core.OpGroupEnd, Arg: "group depth", Value: 0, Err: comm.ErrGroupNotOpen,
+		return &comm.ArgError{Op: core.OpGroupEnd, Rank: c.rank, HasRank: true, Arg: "group depth", Value: 0, Err: comm.ErrGroupNotOpen,
 			Reason: "group-end without group-start"}
 	}
 	if ended == nil { // an inner level: NCCL never sees it
@@ -619,14 +619,14 @@ func (c *Communicator) DiscardGroup() error {
 		levels++
 	}
 	if levels == 0 {
-		return &comm.ArgError{Op: opDiscardGroup, Arg: "group depth", Value: 0, Err: comm.ErrGroupNotOpen,
+		return &comm.ArgError{Op: opDiscardGroup, Rank: c.rank, HasRank: true, Arg: "group depth", Value: 0, Err: comm.ErrGroupNotOpen,
 			Reason: "no group open on this goroutine"}
 	}
 	return nil
 }
 
 // DiscardGroup is Communicator.DiscardGroup.
-func (b *Backend) DiscardGroup() error { return b.c.DiscardGroup() }
+func (b *Backend) DiscardGroup() error { return b.conn().DiscardGroup() }
 
 // DiscardGroup is Communicator.DiscardGroup.
 func (v StreamComm) DiscardGroup() error { return v.c.DiscardGroup() }

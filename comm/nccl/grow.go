@@ -126,7 +126,7 @@ func (c *Communicator) grown(ctx context.Context, h gpulib.Comm, err error, rank
 // outside a job it is unsupported, as after Shrink. The new backend keeps b's element
 // type, add kernel and options; b stays open and usable until Close.
 func (b *Backend) Grow(ctx context.Context, world int, id *comm.UniqueID) (*Backend, error) {
-	c := b.c
+	c := b.conn()
 	g, _ := c.cfg.Job.Member.(ncclcfg.Grower)
 	if id == nil && g != nil && c.rank == 0 && world > c.world {
 		root, err := c.GrowID()
@@ -154,7 +154,7 @@ func (b *Backend) Grow(ctx context.Context, world int, id *comm.UniqueID) (*Back
 }
 
 // GrowID returns the unique id of the next Grow; see Communicator.GrowID.
-func (b *Backend) GrowID() (comm.UniqueID, error) { return b.c.GrowID() }
+func (b *Backend) GrowID() (comm.UniqueID, error) { return b.conn().GrowID() }
 
 // Join creates a newcomer's Backend in a communicator that its existing ranks Grow to
 // world ranks (ncclCommGrow, NCCL >= 2.29.2): id is the root's GrowID, rank this

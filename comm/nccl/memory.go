@@ -15,7 +15,7 @@ import (
 // NCCL older than 2.19 (no ncclCommRegister) it returns an error matching ErrUnsupported:
 // registration is an optimisation, so callers may carry on unregistered.
 func (b *Backend) RegisterBuffer(ptr comm.DevicePtr, bytes int) (comm.BufferHandle, error) {
-	c := b.c
+	c := b.conn()
 	if err := c.g.Register(ptr, bytes); err != nil {
 		return 0, err
 	}
@@ -48,7 +48,7 @@ func (b *Backend) RegisterBuffer(ptr comm.DevicePtr, bytes int) (comm.BufferHand
 
 // DeregisterBuffer releases a registration with ncclCommDeregister.
 func (b *Backend) DeregisterBuffer(h comm.BufferHandle) error {
-	c := b.c
+	c := b.conn()
 	undo, err := c.g.Deregister(h)
 	if err != nil {
 		return err
@@ -75,7 +75,7 @@ func (b *Backend) DeregisterBuffer(h comm.BufferHandle) error {
 // other rank takes part. Registering the memory as a symmetric window, NCCL's
 // collective step, is RegisterWindow's.
 func (b *Backend) SymmetricAlloc(bytes int) (comm.DevicePtr, error) {
-	c := b.c
+	c := b.conn()
 	if err := c.g.SymAlloc(bytes); err != nil {
 		return 0, err
 	}
@@ -106,7 +106,7 @@ func (b *Backend) SymmetricAlloc(bytes int) (comm.DevicePtr, error) {
 // communicator failed), deregisters the windows from RegisterWindow still registered
 // inside the allocation, in registration order, and frees the memory with ncclMemFree.
 func (b *Backend) SymmetricFree(p comm.DevicePtr) error {
-	c := b.c
+	c := b.conn()
 	bytes, undo, err := c.g.SymFree(p)
 	if err != nil {
 		return err
@@ -163,7 +163,7 @@ func (c *Communicator) bound(f func() error) error {
 // release runs during Close, before the communicator ends: it deregisters the
 // registrations and windows left and frees the symmetric memory.
 func (b *Backend) release(_ context.Context, note func(string, error)) {
-	c := b.c
+	c := b.conn()
 	b.regMu.Lock()
 	defer b.regMu.Unlock()
 	for _, h := range b.regs {

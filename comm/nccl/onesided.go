@@ -90,7 +90,7 @@ func (c *Communicator) streamOr(s comm.Stream) gpulib.Stream {
 // symmetric window, as NCCL requires). Like every enqueued operation it returns before
 // the data moves; Sync on s waits for it.
 func (b *Backend) PutSignal(src comm.DevicePtr, bytes, peer int, win WindowHandle, offset int, sig Signal, s comm.Stream) error {
-	c := b.c
+	c := b.conn()
 	if err := c.g.P2p(opPutSignal, "peer", src, bytes, peer); err != nil {
 		return err
 	}
@@ -173,7 +173,7 @@ func (b *Backend) putWindow(src comm.DevicePtr, bytes int, win WindowHandle, off
 // data (ncclSignal, NCCL >= 2.29.2): sig of peer counts one more signal from this rank.
 // Not inside a group (ErrGroupOpen).
 func (b *Backend) Signal(peer int, sig Signal, s comm.Stream) error {
-	c := b.c
+	c := b.conn()
 	if err := c.g.P2p(opSignal, "peer", 0, 0, peer); err != nil {
 		return err
 	}
@@ -202,7 +202,7 @@ func (b *Backend) Signal(peer int, sig Signal, s comm.Stream) error {
 // report it like any operation that does not complete. Not inside a group
 // (ErrGroupOpen).
 func (b *Backend) WaitSignal(waits []SignalWait, s comm.Stream) error {
-	c := b.c
+	c := b.conn()
 	if err := c.g.Open(opWaitSignal); err != nil {
 		return err
 	}
@@ -252,7 +252,7 @@ var signalDescs = sync.Pool{New: func() any { return new([]gpulib.SignalDesc) }}
 // WindowUserPtr returns the buffer window h was registered with, as NCCL reports it
 // (ncclWinGetUserPtr, NCCL >= 2.29.2).
 func (b *Backend) WindowUserPtr(h WindowHandle) (comm.DevicePtr, error) {
-	c := b.c
+	c := b.conn()
 	if err := c.g.Open(opWindowUserPtr); err != nil {
 		return 0, err
 	}

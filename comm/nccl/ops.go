@@ -177,7 +177,7 @@ func (c *Communicator) buf(p comm.DevicePtr) gpulib.Ptr {
 // AllReduce sums bytes at ptr in place across ranks (ncclAllReduce of the element type,
 // or the two-rank path: see the type's documentation) and waits for the result.
 func (b *Backend) AllReduce(ptr comm.DevicePtr, bytes int) error {
-	c := b.c
+	c := b.conn()
 	if !c.g.Valid(ptr, bytes) || groups.open.Load() != 0 || b.addKernel.Load() != 0 || c.cfg.CollCheck > 0 {
 		return b.allReduce(ptr, bytes)
 	}
@@ -227,7 +227,7 @@ func (b *Backend) AllReduce(ptr comm.DevicePtr, bytes int) error {
 // open somewhere in the process (inside one on this goroutine the call is recorded),
 // the two-rank path.
 func (b *Backend) allReduce(ptr comm.DevicePtr, bytes int) error {
-	c := b.c
+	c := b.conn()
 	if err := c.g.Reduce(core.OpAllReduce, ptr, bytes); err != nil {
 		return err
 	}
@@ -245,7 +245,7 @@ func (b *Backend) allReduce(ptr comm.DevicePtr, bytes int) error {
 
 // AllGather gathers bytes from every rank into recv in rank order and waits.
 func (b *Backend) AllGather(send, recv comm.DevicePtr, bytes int) error {
-	c := b.c
+	c := b.conn()
 	if err := c.g.Gather(core.OpAllGather, send, recv, bytes, false); err != nil {
 		return err
 	}
@@ -260,7 +260,7 @@ func (b *Backend) AllGather(send, recv comm.DevicePtr, bytes int) error {
 // ReduceScatter sums across ranks (elements of the element type) and leaves this rank's
 // bytes-sized share at recv, then waits.
 func (b *Backend) ReduceScatter(send, recv comm.DevicePtr, bytes int) error {
-	c := b.c
+	c := b.conn()
 	if err := c.g.Gather(core.OpReduceScatter, send, recv, bytes, true); err != nil {
 		return err
 	}
@@ -274,7 +274,7 @@ func (b *Backend) ReduceScatter(send, recv comm.DevicePtr, bytes int) error {
 
 // Broadcast copies bytes at ptr on root to every rank, in place, and waits.
 func (b *Backend) Broadcast(ptr comm.DevicePtr, bytes, root int) error {
-	c := b.c
+	c := b.conn()
 	if err := c.g.Broadcast(ptr, bytes, root); err != nil {
 		return err
 	}
@@ -291,7 +291,7 @@ func (b *Backend) Broadcast(ptr comm.DevicePtr, bytes, root int) error {
 // without waiting. NCCL treats a zero-count collective as complete at once, so it
 // synchronises nothing; use Communicator().Barrier for a real barrier.
 func (b *Backend) Barrier() error {
-	c := b.c
+	c := b.conn()
 	if err := c.g.Open(core.OpBarrier); err != nil {
 		return err
 	}
@@ -302,7 +302,7 @@ func (b *Backend) Barrier() error {
 
 // SendTo enqueues an ncclSend of bytes at ptr to dest on stream s.
 func (b *Backend) SendTo(ptr comm.DevicePtr, bytes, dest int, s comm.Stream) error {
-	if err := b.c.g.P2p(core.OpSend, "dest", ptr, bytes, dest); err != nil {
+	if err := b.conn().g.P2p(core.OpSend, "dest", ptr, bytes, dest); err != nil {
 		return err
 	}
 	return b.c.p2p(core.OpSend, ptr, bytes, uint64(bytes), gpulib.Uint8, dest, gpulib.Stream(s), true)
@@ -310,7 +310,7 @@ func (b *Backend) SendTo(ptr comm.DevicePtr, bytes, dest int, s comm.Stream) err
 
 // RecvFrom enqueues an ncclRecv of bytes into ptr from src on stream s.
 func (b *Backend) RecvFrom(ptr comm.DevicePtr, bytes, src int, s comm.Stream) error {
-	if err := b.c.g.P2p(core.OpRecv, "src", ptr, bytes, src); err != nil {
+	if err := b.conn().g.P2p(core.OpRecv, "src", ptr, bytes, src); err != nil {
 		return err
 	}
 	return b.c.p2p(core.OpRecv, ptr, bytes, uint64(bytes), gpulib.Uint8, src, gpulib.Stream(s), false)
@@ -339,7 +339,7 @@ type command struct {
 // next call must name the same root. Other operations enqueued meanwhile wait behind the
 // pending receive, as NCCL orders them.
 func (b *Backend) RecvCommandU32(ctx context.Context, ptr comm.DevicePtr, root int) error {
-	c := b.c
+	c := b.conn()
 	if err := c.g.RecvCommand(ptr, root); err != nil {
 		return err
 	}
@@ -400,7 +400,7 @@ func (b *Backend) RecvCommandU32(ctx context.Context, ptr comm.DevicePtr, root i
 // default stream, which belongs to the current context) it first makes the rank's
 // device current on the calling thread; other streams carry their own context.
 func (b *Backend) AllReduceAsync(ptr comm.DevicePtr, bytes int, compute comm.Stream) error {
-	c := b.c
+	c := b.conn()
 	if !c.g.Valid(ptr, bytes) || !c.g.Ungrouped() { // guard.reduceAsync's one-test case inlined
 		if err := c.g.ReduceAsync(ptr, bytes); err != nil {
 			return err
@@ -460,17 +460,17 @@ func (b *Backend) AllReduceAsync(ptr comm.DevicePtr, bytes int, compute comm.Str
 // call reads the device's SM count for the launch configuration. Element types without
 // an add kernel (all but BFloat16, Float16 and Float32) ignore k.
 func (b *Backend) SetAddKernel(k comm.Kernel) error {
-	if err := b.c.g.Kernel(k); err != nil {
+	if err := b.conn().g.Kernel(k); err != nil {
 		return err
 	}
 	return b.useAddKernel(k)
 }
 
 // GroupStart opens an NCCL group; see Communicator.GroupStart.
-func (b *Backend) GroupStart() error { return b.c.GroupStart() }
+func (b *Backend) GroupStart() error { return b.conn().GroupStart() }
 
 // GroupEnd closes the group; see Communicator.GroupEnd.
-func (b *Backend) GroupEnd() error { return b.c.GroupEnd() }
+func (b *Backend) GroupEnd() error { return b.conn().GroupEnd() }
 
 // AllReduce enqueues an in-place ncclAllReduce of count elements at ptr.
 func (c *Communicator) AllReduce(ptr comm.DevicePtr, count int, t comm.DType, op comm.ReduceOp) error {
@@ -622,7 +622,7 @@ func (c *Communicator) IsHealthy() bool {
 // usable is checked by every operation once it holds life: not closed meanwhile, not
 // failed.
 func (c *Communicator) usable(op string, bytes int) error {
-	if c.g.Closed.Load() || c.faulted.Load() || c.suspended.Load() { // the usual case: three loads, no call
+	if c.g.IsClosed() || c.faulted.Load() || c.suspended.Load() { // the usual case: three loads, no call
 		return c.unusable(op, bytes)
 	}
 	return nil
@@ -631,8 +631,11 @@ func (c *Communicator) usable(op string, bytes int) error {
 // unusable is usable's error: closed, else the recorded fault (none when a reconnect
 // cleared it meanwhile).
 func (c *Communicator) unusable(op string, bytes int) error {
+	if c.g == nil {
+		return core.NotMade(op)
+	}
 	if c.g.IsClosed() {
-		return &comm.ArgError{Op: op, Arg: "rank", Value: c.rank, Err: comm.ErrClosed}
+		return &comm.ArgError{Rank: c.rank, HasRank: true, Op: op, Arg: "rank", Value: c.rank, Err: comm.ErrClosed}
 	}
 	if f := c.faultErr(); f != nil {
 		return &comm.OpError{Op: op, Bytes: bytes, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: fmt.Errorf("%w: %w", comm.ErrUnhealthy, f)}

@@ -18,11 +18,11 @@ import (
 // handles become unknown); symmetric allocations stay allocated and are registered as
 // windows again, in allocation order. Without WithReconnect it returns ErrUnsupported.
 func (b *Backend) AttemptReconnect(ctx context.Context) error {
-	return b.c.reinit(ctx, func() int {
+	return b.conn().reinit(ctx, func() int {
 		b.regMu.Lock()
 		defer b.regMu.Unlock()
 		for h := range b.regs {
-			b.c.g.Forget(h)
+			b.conn().g.Forget(h)
 		}
 		b.regs = nil
 		b.generation++
@@ -49,7 +49,7 @@ func (c *Communicator) reinit(ctx context.Context, next func() int, after func(c
 	defer c.life.Unlock()
 	c.interrupt.Store(interruptNone)
 	if c.g.IsClosed() {
-		return &comm.ArgError{Op: core.OpAttemptReconnect, Arg: "rank", Value: c.rank, Err: comm.ErrClosed}
+		return &comm.ArgError{Rank: c.rank, HasRank: true, Op: core.OpAttemptReconnect, Arg: "rank", Value: c.rank, Err: comm.ErrClosed}
 	}
 	if c.comm != 0 {
 		if err := c.d.CommAbort(c.comm); err != nil {
@@ -97,7 +97,7 @@ func (c *Communicator) reinit(ctx context.Context, next func() int, after func(c
 // backend, which stays open (and unhealthy) until Close: close it once the new one is
 // in use.
 func (b *Backend) Shrink(ctx context.Context, exclude []int) (*Backend, error) {
-	c := b.c
+	c := b.conn()
 	const op = "shrink"
 	if err := c.g.OutsideGroup(op); err != nil {
 		return nil, err
@@ -177,12 +177,12 @@ func (c *Communicator) checkExclude(op string, exclude []int) error {
 			return err
 		}
 		if seen[r] {
-			return &comm.ArgError{Op: op, Arg: "exclude", Value: r, Err: comm.ErrInvalidRank, Reason: "listed twice"}
+			return &comm.ArgError{Rank: c.rank, HasRank: true, Op: op, Arg: "exclude", Value: r, Err: comm.ErrInvalidRank, Reason: "listed twice"}
 		}
 		seen[r] = true
 	}
 	if seen[c.rank] {
-		return &comm.ArgError{Op: op, Arg: "exclude", Value: c.rank, Err: comm.ErrInvalidRank, Reason: "excludes this rank"}
+		return &comm.ArgError{Rank: c.rank, HasRank: true, Op: op, Arg: "exclude", Value: c.rank, Err: comm.ErrInvalidRank, Reason: "excludes this rank"}
 	}
 	return nil
 }
@@ -214,7 +214,7 @@ func (c *Communicator) aborted(op string) error {
 // freed only once that all-gather's queued work has ended. The parent stays usable
 // for Shrink.
 func (b *Backend) Split(ctx context.Context, color, key int) (*Backend, error) {
-	child, err := b.c.split(ctx, color, key)
+	child, err := b.conn().split(ctx, color, key)
 	if child == nil {
 		return nil, err
 	}
@@ -314,7 +314,7 @@ func (c *Communicator) Revoke() error {
 	c.life.RLock()
 	defer c.life.RUnlock()
 	if c.g.IsClosed() {
-		return &comm.ArgError{Op: op, Arg: "rank", Value: c.rank, Err: comm.ErrClosed}
+		return &comm.ArgError{Rank: c.rank, HasRank: true, Op: op, Arg: "rank", Value: c.rank, Err: comm.ErrClosed}
 	}
 	if err := c.aborted(op); err != nil {
 		return err
@@ -352,7 +352,7 @@ func (c *Communicator) Shrink(ctx context.Context, exclude []int, abort bool) (*
 	c.life.RLock()
 	defer c.life.RUnlock()
 	if c.g.IsClosed() {
-		return nil, &comm.ArgError{Op: op, Arg: "rank", Value: c.rank, Err: comm.ErrClosed}
+		return nil, &comm.ArgError{Rank: c.rank, HasRank: true, Op: op, Arg: "rank", Value: c.rank, Err: comm.ErrClosed}
 	}
 	if err := c.aborted(op); err != nil {
 		return nil, err

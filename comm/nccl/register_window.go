@@ -69,7 +69,7 @@ func (uw *userWindows) find(ptr comm.DevicePtr, bytes int) (WindowHandle, bool) 
 // SymmetricFree deregisters the windows still registered inside the allocation it
 // frees, and Close deregisters what is left. The memory stays the caller's.
 func (b *Backend) RegisterWindow(ctx context.Context, ptr comm.DevicePtr, bytes int, flags ...WindowFlag) (WindowHandle, error) {
-	c := b.c
+	c := b.conn()
 	winFlags := WindowSymmetric
 	if len(flags) > 0 {
 		winFlags = 0
@@ -132,7 +132,7 @@ func (b *Backend) RegisterWindow(ctx context.Context, ptr comm.DevicePtr, bytes 
 // DeregisterWindow releases a window from RegisterWindow (ncclCommWindowDeregister,
 // local); the caller makes sure no operation still uses it.
 func (b *Backend) DeregisterWindow(h WindowHandle) error {
-	c := b.c
+	c := b.conn()
 	if err := c.g.OutsideGroup(core.OpDeregisterWindow); err != nil {
 		return err
 	}
@@ -173,7 +173,7 @@ func (uw *userWindows) within(p comm.DevicePtr, bytes int) []WindowHandle {
 // (the same on every rank). AttemptReconnect calls it holding the communicator
 // exclusively.
 func (b *Backend) rewindow(ctx context.Context) error {
-	c := b.c
+	c := b.conn()
 	if c.version < versionWindow {
 		return nil
 	}
@@ -200,7 +200,7 @@ func (b *Backend) rewindow(ctx context.Context) error {
 
 // releaseUserWindows deregisters the windows left at Close. Caller holds regMu.
 func (b *Backend) releaseUserWindows(note func(string, error)) {
-	c := b.c
+	c := b.conn()
 	for _, h := range b.userWins.ordered() {
 		if c.comm != 0 {
 			note("deregister window", c.d.CommWindowDeregister(c.comm, b.userWins.m[h].h))

@@ -38,7 +38,7 @@ func (c *Communicator) OnStream(s comm.Stream) (StreamComm, error) {
 		return StreamComm{}, err
 	}
 	if s == 0 {
-		return StreamComm{}, &comm.ArgError{Op: "on-stream", Arg: "stream", Value: s, Err: comm.ErrUnsupported,
+		return StreamComm{}, &comm.ArgError{Rank: c.rank, HasRank: true, Op: "on-stream", Arg: "stream", Value: s, Err: comm.ErrUnsupported,
 			Reason: "the legacy default stream: create a stream of the rank's device"}
 	}
 	return StreamComm{c: c, s: gpulib.Stream(s)}, nil

@@ -180,10 +180,10 @@ func (c *Communicator) MemStats() (MemStats, error) {
 }
 
 // Suspend releases NCCL's GPU memory until Resume; see Communicator.Suspend.
-func (b *Backend) Suspend(ctx context.Context) error { return b.c.Suspend(ctx) }
+func (b *Backend) Suspend(ctx context.Context) error { return b.conn().Suspend(ctx) }
 
 // Resume ends a Suspend; see Communicator.Resume.
-func (b *Backend) Resume(ctx context.Context) error { return b.c.Resume(ctx) }
+func (b *Backend) Resume(ctx context.Context) error { return b.conn().Resume(ctx) }
 
 // MemStats returns NCCL's memory statistics; see Communicator.MemStats.
-func (b *Backend) MemStats() (MemStats, error) { return b.c.MemStats() }
+func (b *Backend) MemStats() (MemStats, error) { return b.conn().MemStats() }

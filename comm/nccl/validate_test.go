@@ -256,12 +256,12 @@ func TestMessagesSayWhatWasWrong(t *testing.T) {
 		call func() error
 		want string
 	}{
-		{func() error { return s.AllReduce(p, -3) }, "all-reduce: bytes -3: invalid size: negative"},
-		{func() error { return s.AllReduce(p, 5) }, "all-reduce: bytes 5: invalid size: not a multiple of 2 (bfloat16)"},
-		{func() error { return s.Broadcast(p, 4, 2) }, "broadcast: root 2: invalid rank: world size is 1"},
-		{func() error { return s.SendTo(0, 16, 0, 0) }, "send: ptr 0x0: null pointer: with 16 bytes"},
-		{func() error { return s.DeregisterBuffer(7) }, "deregister-buffer: handle 7: unknown buffer handle: not returned by register-buffer or already deregistered"},
-		{func() error { return s.GroupEnd() }, "group-end: group depth 0: no group open: group-end without group-start"},
+		{func() error { return s.AllReduce(p, -3) }, "all-reduce on rank 0: bytes -3: invalid size: negative"},
+		{func() error { return s.AllReduce(p, 5) }, "all-reduce on rank 0: bytes 5: invalid size: not a multiple of 2 (bfloat16)"},
+		{func() error { return s.Broadcast(p, 4, 2) }, "broadcast on rank 0: root 2: invalid rank: world size is 1"},
+		{func() error { return s.SendTo(0, 16, 0, 0) }, "send on rank 0: ptr 0x0: null pointer: with 16 bytes"},
+		{func() error { return s.DeregisterBuffer(7) }, "deregister-buffer on rank 0: handle 7: unknown buffer handle: not returned by register-buffer or already deregistered"},
+		{func() error { return s.GroupEnd() }, "group-end on rank 0: group depth 0: no group open: group-end without group-start"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.want, func(t *testing.T) {

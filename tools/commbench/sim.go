@@ -72,7 +72,7 @@ func (g simGraph) Destroy() error { return g.g.Destroy() }
 
 // openSim starts n ranks of comm's NCCL backend on commtest's simulator.
 func openSim(_ context.Context, n int) (*world, error) {
-	c, err := commtest.NewCluster(n)
+	c, err := commtest.NewCluster(n, commtest.WithElementType(comm.BFloat16))
 	if err != nil {
 		return nil, fmt.Errorf("-sim %d: %w", n, err)
 	}

@@ -110,62 +110,62 @@ func (g *Guard) perRank(op string, count int, t DType) (int, error) {
 func (g *Guard) TypedInto(op string, send, recv DevicePtr, count int, t DType, r ReduceOp, root int, rooted bool) (int, error) {
 	bytes, err := g.Typed(op, count, t)
 	if err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
 	if err := g.checkOp(op, r, t); err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
 	recvCount := count
 	if rooted {
 		if err := CheckRank(op, "root", root, g.World); err != nil {
-			return 0, err
+			return 0, g.ranked(err)
 		}
 		if g.Rank != root { // recv is used on root only
 			recvCount = 0
 		}
 	}
 	if err := TypedBuffers(op, t, true, Span{"send", send, count}, Span{"recv", recv, recvCount}); err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
 	if recvCount == 0 {
 		return bytes, nil
 	}
-	return bytes, inPlaceOrApart(op, "recv", recv, bytes, "send", send, bytes, 0)
+	return bytes, g.ranked(inPlaceOrApart(op, "recv", recv, bytes, "send", send, bytes, 0))
 }
 
 // typedBroadcastInto checks BroadcastInto: send is used on root only.
 func (g *Guard) TypedBroadcastInto(send, recv DevicePtr, count int, t DType, root int) (int, error) {
 	bytes, err := g.Typed(OpBroadcastInto, count, t)
 	if err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
 	if err := CheckRank(OpBroadcastInto, "root", root, g.World); err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
 	sendCount := count
 	if g.Rank != root {
 		sendCount = 0
 	}
 	if err := TypedBuffers(OpBroadcastInto, t, false, Span{"send", send, sendCount}, Span{"recv", recv, count}); err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
 	if sendCount == 0 {
 		return bytes, nil
 	}
-	return bytes, inPlaceOrApart(OpBroadcastInto, "recv", recv, bytes, "send", send, bytes, 0)
+	return bytes, g.ranked(inPlaceOrApart(OpBroadcastInto, "recv", recv, bytes, "send", send, bytes, 0))
 }
 
 // typedAllToAll checks AllToAll: count elements per peer, buffers apart.
 func (g *Guard) TypedAllToAll(send, recv DevicePtr, count int, t DType) (int, error) {
 	bytes, err := g.perRank(OpAllToAll, count, t)
 	if err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
 	all := count * g.World
 	if err := TypedBuffers(OpAllToAll, t, false, Span{"send", send, all}, Span{"recv", recv, all}); err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
-	return bytes, apart(OpAllToAll, send, recv, bytes*g.World)
+	return bytes, g.ranked(apart(OpAllToAll, send, recv, bytes*g.World))
 }
 
 // typedRooted checks Gather (scatter false: root receives world*count) and Scatter
@@ -173,10 +173,10 @@ func (g *Guard) TypedAllToAll(send, recv DevicePtr, count int, t DType) (int, er
 func (g *Guard) TypedRooted(op string, send, recv DevicePtr, count int, t DType, root int, scatter bool) (int, error) {
 	bytes, err := g.perRank(op, count, t)
 	if err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
 	if err := CheckRank(op, "root", root, g.World); err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
 	sendCount, recvCount := count, count*g.World
 	if scatter {
@@ -190,47 +190,47 @@ func (g *Guard) TypedRooted(op string, send, recv DevicePtr, count int, t DType,
 		}
 	}
 	if err := TypedBuffers(op, t, false, Span{"send", send, sendCount}, Span{"recv", recv, recvCount}); err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
 	switch {
 	case g.Rank != root:
 		return bytes, nil
 	case scatter:
-		return bytes, inPlaceOrApart(op, "recv", recv, bytes, "send", send, bytes*g.World, root*bytes)
+		return bytes, g.ranked(inPlaceOrApart(op, "recv", recv, bytes, "send", send, bytes*g.World, root*bytes))
 	}
-	return bytes, inPlaceOrApart(op, "send", send, bytes, "recv", recv, bytes*g.World, root*bytes)
+	return bytes, g.ranked(inPlaceOrApart(op, "send", send, bytes, "recv", recv, bytes*g.World, root*bytes))
 }
 
 // typedAllToAllv checks AllToAllv's per-peer counts and displacements (in elements) and
 // returns the bytes sent and received.
 func (g *Guard) TypedAllToAllv(send DevicePtr, sendCounts, sendDispls []int, recv DevicePtr, recvCounts, recvDispls []int, t DType) (int, error) {
 	if _, err := g.Typed(OpAllToAllv, 0, t); err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
 	sent, sendExt, err := g.extent("send", sendCounts, sendDispls, t)
 	if err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
 	received, recvExt, err := g.extent("recv", recvCounts, recvDispls, t)
 	if err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
 	if me := g.Rank; sendCounts[me] != recvCounts[me] {
-		return 0, &ArgError{Op: OpAllToAllv, Arg: fmt.Sprintf("recv count[%d]", me), Value: recvCounts[me], Err: ErrInvalidSize,
-			Reason: fmt.Sprintf("this rank sends itself %d elements", sendCounts[me])}
+		return 0, g.ranked(&ArgError{Op: OpAllToAllv, Arg: fmt.Sprintf("recv count[%d]", me), Value: recvCounts[me], Err: ErrInvalidSize,
+			Reason: fmt.Sprintf("this rank sends itself %d elements", sendCounts[me])})
 	}
 	if err := TypedBuffers(OpAllToAllv, t, false, Span{"send", send, sendExt}, Span{"recv", recv, recvExt}); err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
 	if err := recvBlocksApart(recvCounts, recvDispls, t); err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
 	if sendExt > 0 && recvExt > 0 {
 		es := t.Size()
 		lo, hi := send, send+DevicePtr(sendExt*es)
 		if recv < hi && lo < recv+DevicePtr(recvExt*es) {
-			return 0, &ArgError{Op: OpAllToAllv, Arg: "recv", Value: fmt.Sprintf("%#x", uint64(recv)), Err: ErrOverlap,
-				Reason: fmt.Sprintf("%d elements at recv overlap %d elements at send %#x", recvExt, sendExt, uint64(send))}
+			return 0, g.ranked(&ArgError{Op: OpAllToAllv, Arg: "recv", Value: fmt.Sprintf("%#x", uint64(recv)), Err: ErrOverlap,
+				Reason: fmt.Sprintf("%d elements at recv overlap %d elements at send %#x", recvExt, sendExt, uint64(send))})
 		}
 	}
 	return (sent + received) * t.Size(), nil

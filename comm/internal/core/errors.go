@@ -49,11 +49,17 @@ var (
 	ErrTimeout = errors.New("operation timed out")
 )
 
-// ArgError reports an invalid argument: which operation, which argument, its value, and
-// the sentinel it violates. Its message reads "all-reduce: bytes -3: invalid size".
+// ArgError reports an invalid argument: which operation, on which rank where one is
+// known, which argument, its value, and the sentinel it violates. Its message reads
+// "all-reduce on rank 1: bytes -3: invalid size" ("all-reduce: bytes -3: invalid size"
+// without a rank).
 type ArgError struct {
 	// Op is the operation, in words: "all-reduce", "send", "deregister-buffer".
 	Op string
+	// Rank is the calling rank, in the communicator the operation was called on, when
+	// HasRank is set: the backends set both for the checks they make.
+	Rank    int
+	HasRank bool
 	// Arg names the argument: "bytes", "root", "ptr", "handle".
 	Arg string
 	// Value is the argument's value.
@@ -64,9 +70,14 @@ type ArgError struct {
 	Reason string
 }
 
-// Error returns "op: arg value: sentinel", followed by ": reason" when there is one.
+// Error returns "op on rank N: arg value: sentinel" ("op: ..." without a rank), followed
+// by ": reason" when there is one.
 func (e *ArgError) Error() string {
-	msg := fmt.Sprintf("%s: %s %v: %v", e.Op, e.Arg, e.Value, e.Err)
+	op := e.Op
+	if e.HasRank {
+		op = fmt.Sprintf("%s on rank %d", e.Op, e.Rank)
+	}
+	msg := fmt.Sprintf("%s: %s %v: %v", op, e.Arg, e.Value, e.Err)
 	if e.Reason != "" {
 		msg += ": " + e.Reason
 	}

@@ -46,28 +46,49 @@ func NewGuard(rank, world int, elem DType) *Guard {
 	return &Guard{Rank: rank, World: world, elem: elem, align: align}
 }
 
-func (g *Guard) IsClosed() bool { return g.Closed.Load() }
+// A nil *Guard is the guard of a zero value (a Communicator or Backend that no
+// constructor made): it is closed, and every check that begins an operation fails with
+// NotMade's error. Checks that only run after one of those passed need no nil test.
+
+// NotMade is the error of an operation on a zero value: it matches ErrClosed.
+func NotMade(op string) error {
+	return &ArgError{Op: op, Arg: "communicator", Value: "zero value", Err: ErrClosed,
+		Reason: "not made by a constructor"}
+}
+
+func (g *Guard) IsClosed() bool { return g == nil || g.Closed.Load() }
 
 func (g *Guard) Open(op string) error {
-	if g.IsClosed() {
-		return &ArgError{Op: op, Arg: "rank", Value: g.Rank, Err: ErrClosed}
+	if g.IsClosed() { // a nil guard too
+		return g.closedErr(op)
 	}
 	return nil
 }
 
+// closedErr is Open's error: NotMade's for a nil guard.
+func (g *Guard) closedErr(op string) error {
+	if g == nil {
+		return NotMade(op)
+	}
+	return &ArgError{Op: op, Arg: "rank", Value: g.Rank, Err: ErrClosed, Rank: g.Rank, HasRank: true}
+}
+
 // outsideGroup fails for operations that cannot run inside a group.
 func (g *Guard) OutsideGroup(op string) error {
+	if g == nil {
+		return NotMade(op)
+	}
 	if g.Closed.Load() {
-		return &ArgError{Op: op, Arg: "rank", Value: g.Rank, Err: ErrClosed}
+		return g.ranked(&ArgError{Op: op, Arg: "rank", Value: g.Rank, Err: ErrClosed})
 	}
 	if s := g.scope; s != nil {
 		if s.open.Load() == 0 { // no group open in the process: one load
 			return nil
 		}
-		return s.outside(op)
+		return g.ranked(s.outside(op))
 	}
 	if d := g.Depth.Load(); d > 0 {
-		return GroupOpenErr(op, int(d))
+		return g.ranked(GroupOpenErr(op, int(d)))
 	}
 	return nil
 }
@@ -131,6 +152,9 @@ func (g *Guard) Reduce(op string, ptr DevicePtr, bytes int) error {
 // type, bytes a non-negative multiple of its size, ptr non-null unless bytes is 0, and
 // ptr aligned to the element size.
 func (g *Guard) Valid(ptr DevicePtr, bytes int) bool {
+	if g == nil {
+		return false
+	}
 	a := g.align
 	return (a|bytes) >= 0 && (bytes|int(ptr))&a == 0 && (ptr != 0 || bytes == 0) && !g.Closed.Load()
 }
@@ -138,18 +162,18 @@ func (g *Guard) Valid(ptr DevicePtr, bytes int) bool {
 // reduceChecks is reduce's checks in order, each with its own error.
 func (g *Guard) ReduceChecks(op string, ptr DevicePtr, bytes int) error {
 	if err := g.Open(op); err != nil {
-		return err
+		return g.ranked(err)
 	}
 	if !g.elem.Valid() {
-		return &ArgError{Op: op, Arg: "element type", Value: int32(g.elem), Err: ErrInvalidType}
+		return g.ranked(&ArgError{Op: op, Arg: "element type", Value: int32(g.elem), Err: ErrInvalidType})
 	}
 	if err := checkSize(op, bytes, g.elem.Size(), g.elem); err != nil {
-		return err
+		return g.ranked(err)
 	}
 	if err := CheckPtr(op, "ptr", ptr, bytes); err != nil {
-		return err
+		return g.ranked(err)
 	}
-	return checkAlign(op, "ptr", ptr, g.elem)
+	return g.ranked(checkAlign(op, "ptr", ptr, g.elem))
 }
 
 // reduceAsync is reduce for AllReduceAsync, which cannot sit inside a group (its events
@@ -161,7 +185,7 @@ func (g *Guard) ReduceAsync(ptr DevicePtr, bytes int) error {
 		return nil
 	}
 	if err := g.OutsideGroup(OpAllReduceAsync); err != nil {
-		return err
+		return g.ranked(err)
 	}
 	return g.ReduceChecks(OpAllReduceAsync, ptr, bytes)
 }
@@ -169,6 +193,9 @@ func (g *Guard) ReduceAsync(ptr DevicePtr, bytes int) error {
 // ungrouped reports, in one load, that no group is open: in the process for NCCL's
 // per-thread groups, else on this guard.
 func (g *Guard) Ungrouped() bool {
+	if g == nil {
+		return true
+	}
 	if s := g.scope; s != nil {
 		return s.open.Load() == 0
 	}
@@ -179,36 +206,36 @@ func (g *Guard) Ungrouped() bool {
 // true: bytes a multiple of the element size).
 func (g *Guard) Gather(op string, send, recv DevicePtr, bytes int, reduce bool) error {
 	if err := g.Open(op); err != nil {
-		return err
+		return g.ranked(err)
 	}
 	size := 1
 	if reduce {
 		if !g.elem.Valid() {
-			return &ArgError{Op: op, Arg: "element type", Value: int32(g.elem), Err: ErrInvalidType}
+			return g.ranked(&ArgError{Op: op, Arg: "element type", Value: int32(g.elem), Err: ErrInvalidType})
 		}
 		size = g.elem.Size()
 	}
 	if err := checkSize(op, bytes, size, g.elem); err != nil {
-		return err
+		return g.ranked(err)
 	}
 	if err := checkTotal(op, bytes, g.World); err != nil {
-		return err
+		return g.ranked(err)
 	}
 	if err := CheckPtr(op, "send", send, bytes); err != nil {
-		return err
+		return g.ranked(err)
 	}
 	if err := CheckPtr(op, "recv", recv, bytes); err != nil {
-		return err
+		return g.ranked(err)
 	}
 	if reduce {
 		if err := checkAlign(op, "send", send, g.elem); err != nil {
-			return err
+			return g.ranked(err)
 		}
 		if err := checkAlign(op, "recv", recv, g.elem); err != nil {
-			return err
+			return g.ranked(err)
 		}
 	}
-	return g.gatherInPlaceOrApart(op, send, recv, bytes, reduce)
+	return g.ranked(g.gatherInPlaceOrApart(op, send, recv, bytes, reduce))
 }
 
 // gatherInPlaceOrApart checks the buffers of an all-gather (reduce false) or a
@@ -223,21 +250,21 @@ func (g *Guard) gatherInPlaceOrApart(op string, send, recv DevicePtr, bytes int,
 
 func (g *Guard) Broadcast(ptr DevicePtr, bytes, root int) error {
 	if err := g.Open(OpBroadcast); err != nil {
-		return err
+		return g.ranked(err)
 	}
 	if err := checkSize(OpBroadcast, bytes, 1, Uint8); err != nil {
-		return err
+		return g.ranked(err)
 	}
 	if err := CheckPtr(OpBroadcast, "ptr", ptr, bytes); err != nil {
-		return err
+		return g.ranked(err)
 	}
-	return CheckRank(OpBroadcast, "root", root, g.World)
+	return g.ranked(CheckRank(OpBroadcast, "root", root, g.World))
 }
 
 func (g *Guard) P2p(op, peerArg string, ptr DevicePtr, bytes, peer int) error {
 	// p2pChecks' passing case in one test: bytes >= 0, ptr non-null unless bytes is 0,
 	// 0 <= peer < world, not closed.
-	if bytes >= 0 && (ptr != 0 || bytes == 0) && peer >= 0 && peer < g.World && !g.Closed.Load() {
+	if g != nil && bytes >= 0 && (ptr != 0 || bytes == 0) && peer >= 0 && peer < g.World && !g.Closed.Load() {
 		return nil
 	}
 	return g.P2pChecks(op, peerArg, ptr, bytes, peer)
@@ -246,42 +273,42 @@ func (g *Guard) P2p(op, peerArg string, ptr DevicePtr, bytes, peer int) error {
 // p2pChecks is p2p's checks in order, each with its own error.
 func (g *Guard) P2pChecks(op, peerArg string, ptr DevicePtr, bytes, peer int) error {
 	if err := g.Open(op); err != nil {
-		return err
+		return g.ranked(err)
 	}
 	if err := checkSize(op, bytes, 1, Uint8); err != nil {
-		return err
+		return g.ranked(err)
 	}
 	if err := CheckPtr(op, "ptr", ptr, bytes); err != nil {
-		return err
+		return g.ranked(err)
 	}
-	return CheckRank(op, peerArg, peer, g.World)
+	return g.ranked(CheckRank(op, peerArg, peer, g.World))
 }
 
 func (g *Guard) RecvCommand(ptr DevicePtr, root int) error {
 	if err := g.OutsideGroup(OpRecvCommand); err != nil {
-		return err
+		return g.ranked(err)
 	}
 	if err := CheckPtr(OpRecvCommand, "ptr", ptr, 4); err != nil {
-		return err
+		return g.ranked(err)
 	}
 	if err := CheckRank(OpRecvCommand, "root", root, g.World); err != nil {
-		return err
+		return g.ranked(err)
 	}
 	if root == g.Rank {
-		return &ArgError{Op: OpRecvCommand, Arg: "root", Value: root, Err: ErrInvalidRank,
-			Reason: "root is this rank; it sends with broadcast"}
+		return g.ranked(&ArgError{Op: OpRecvCommand, Arg: "root", Value: root, Err: ErrInvalidRank,
+			Reason: "root is this rank; it sends with broadcast"})
 	}
 	return nil
 }
 
 func (g *Guard) Register(ptr DevicePtr, bytes int) error {
 	if err := g.Open(OpRegister); err != nil {
-		return err
+		return g.ranked(err)
 	}
 	if bytes <= 0 {
-		return &ArgError{Op: OpRegister, Arg: "bytes", Value: bytes, Err: ErrInvalidSize, Reason: "must be positive"}
+		return g.ranked(&ArgError{Op: OpRegister, Arg: "bytes", Value: bytes, Err: ErrInvalidSize, Reason: "must be positive"})
 	}
-	return CheckPtr(OpRegister, "ptr", ptr, bytes)
+	return g.ranked(CheckPtr(OpRegister, "ptr", ptr, bytes))
 }
 
 // registered records a handle returned by a successful registration. Handles are
@@ -297,15 +324,18 @@ func (g *Guard) Registered(h BufferHandle) {
 
 // deregister checks and forgets h; undo restores it when the backend then fails.
 func (g *Guard) Deregister(h BufferHandle) (undo func(), err error) {
+	if g == nil {
+		return nil, NotMade(OpDeregister)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.Closed.Load() {
-		return nil, &ArgError{Op: OpDeregister, Arg: "handle", Value: h, Err: ErrClosed}
+		return nil, g.ranked(&ArgError{Op: OpDeregister, Arg: "handle", Value: h, Err: ErrClosed})
 	}
 	n := g.handles[h]
 	if n == 0 {
-		return nil, &ArgError{Op: OpDeregister, Arg: "handle", Value: h, Err: ErrUnknownHandle,
-			Reason: "not returned by register-buffer or already deregistered"}
+		return nil, g.ranked(&ArgError{Op: OpDeregister, Arg: "handle", Value: h, Err: ErrUnknownHandle,
+			Reason: "not returned by register-buffer or already deregistered"})
 	}
 	if n == 1 {
 		delete(g.handles, h)
@@ -324,10 +354,10 @@ func (g *Guard) Forget(h BufferHandle) {
 
 func (g *Guard) SymAlloc(bytes int) error {
 	if err := g.OutsideGroup(OpSymmetricAlloc); err != nil {
-		return err
+		return g.ranked(err)
 	}
 	if bytes <= 0 {
-		return &ArgError{Op: OpSymmetricAlloc, Arg: "bytes", Value: bytes, Err: ErrInvalidSize, Reason: "must be positive"}
+		return g.ranked(&ArgError{Op: OpSymmetricAlloc, Arg: "bytes", Value: bytes, Err: ErrInvalidSize, Reason: "must be positive"})
 	}
 	return nil
 }
@@ -345,17 +375,17 @@ func (g *Guard) Allocated(p DevicePtr, bytes int) {
 // then fails.
 func (g *Guard) SymFree(p DevicePtr) (bytes int, undo func(), err error) {
 	if err := g.OutsideGroup(OpSymmetricFree); err != nil {
-		return 0, nil, err
+		return 0, nil, g.ranked(err)
 	}
 	if p == 0 {
-		return 0, nil, &ArgError{Op: OpSymmetricFree, Arg: "ptr", Value: p, Err: ErrNullPointer}
+		return 0, nil, g.ranked(&ArgError{Op: OpSymmetricFree, Arg: "ptr", Value: p, Err: ErrNullPointer})
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	bytes, ok := g.sym[p]
 	if !ok {
-		return 0, nil, &ArgError{Op: OpSymmetricFree, Arg: "ptr", Value: fmt.Sprintf("%#x", uint64(p)),
-			Err: ErrUnknownPointer, Reason: "not returned by symmetric-alloc or already freed"}
+		return 0, nil, g.ranked(&ArgError{Op: OpSymmetricFree, Arg: "ptr", Value: fmt.Sprintf("%#x", uint64(p)),
+			Err: ErrUnknownPointer, Reason: "not returned by symmetric-alloc or already freed"})
 	}
 	delete(g.sym, p)
 	return bytes, func() { g.Allocated(p, bytes) }, nil
@@ -363,19 +393,22 @@ func (g *Guard) SymFree(p DevicePtr) (bytes int, undo func(), err error) {
 
 func (g *Guard) Kernel(k Kernel) error {
 	if err := g.Open(OpSetAddKernel); err != nil {
-		return err
+		return g.ranked(err)
 	}
 	if k == 0 {
-		return &ArgError{Op: OpSetAddKernel, Arg: "kernel", Value: k, Err: ErrNullPointer}
+		return g.ranked(&ArgError{Op: OpSetAddKernel, Arg: "kernel", Value: k, Err: ErrNullPointer})
 	}
 	return nil
 }
 
 func (g *Guard) GroupStart() error {
+	if g == nil {
+		return NotMade(OpGroupStart)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.Closed.Load() {
-		return &ArgError{Op: OpGroupStart, Arg: "rank", Value: g.Rank, Err: ErrClosed}
+		return g.ranked(&ArgError{Op: OpGroupStart, Arg: "rank", Value: g.Rank, Err: ErrClosed})
 	}
 	g.Depth.Add(1)
 	return nil
@@ -383,14 +416,17 @@ func (g *Guard) GroupStart() error {
 
 // groupEnd closes one group level; outermost reports whether it was the last one.
 func (g *Guard) GroupEnd() (outermost bool, err error) {
+	if g == nil {
+		return false, NotMade(OpGroupEnd)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.Closed.Load() {
-		return false, &ArgError{Op: OpGroupEnd, Arg: "rank", Value: g.Rank, Err: ErrClosed}
+		return false, g.ranked(&ArgError{Op: OpGroupEnd, Arg: "rank", Value: g.Rank, Err: ErrClosed})
 	}
 	if g.Depth.Load() == 0 {
-		return false, &ArgError{Op: OpGroupEnd, Arg: "group depth", Value: 0, Err: ErrGroupNotOpen,
-			Reason: "group-end without group-start"}
+		return false, g.ranked(&ArgError{Op: OpGroupEnd, Arg: "group depth", Value: 0, Err: ErrGroupNotOpen,
+			Reason: "group-end without group-start"})
 	}
 	return g.Depth.Add(-1) == 0, nil
 }
@@ -398,10 +434,13 @@ func (g *Guard) GroupEnd() (outermost bool, err error) {
 // close marks the guard closed. It fails with ErrClosed on a second call; openGroups
 // reports groups left open, which Close reports with ErrGroupOpen after tearing down.
 func (g *Guard) Close() (openGroups int, err error) {
+	if g == nil {
+		return 0, NotMade(OpClose)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.Closed.Load() {
-		return 0, &ArgError{Op: OpClose, Arg: "rank", Value: g.Rank, Err: ErrClosed, Reason: "already closed"}
+		return 0, g.ranked(&ArgError{Op: OpClose, Arg: "rank", Value: g.Rank, Err: ErrClosed, Reason: "already closed"})
 	}
 	g.Closed.Store(true)
 	return int(g.Depth.Swap(0)), nil
@@ -416,17 +455,17 @@ func GroupLeftOpen(depth int) error {
 // bytes.
 func (g *Guard) Typed(op string, count int, t DType) (int, error) {
 	if err := g.Open(op); err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
 	if !t.Valid() {
-		return 0, &ArgError{Op: op, Arg: "dtype", Value: int32(t), Err: ErrInvalidType}
+		return 0, g.ranked(&ArgError{Op: op, Arg: "dtype", Value: int32(t), Err: ErrInvalidType})
 	}
 	if count < 0 {
-		return 0, &ArgError{Op: op, Arg: "count", Value: count, Err: ErrInvalidSize, Reason: "negative"}
+		return 0, g.ranked(&ArgError{Op: op, Arg: "count", Value: count, Err: ErrInvalidSize, Reason: "negative"})
 	}
 	if count > math.MaxInt/t.Size() {
-		return 0, &ArgError{Op: op, Arg: "count", Value: count, Err: ErrInvalidSize,
-			Reason: fmt.Sprintf("times %d bytes (%s) overflows", t.Size(), t)}
+		return 0, g.ranked(&ArgError{Op: op, Arg: "count", Value: count, Err: ErrInvalidSize,
+			Reason: fmt.Sprintf("times %d bytes (%s) overflows", t.Size(), t)})
 	}
 	return count * t.Size(), nil
 }
@@ -442,15 +481,15 @@ func checkOp(op string, r ReduceOp) error {
 func (g *Guard) TypedReduce(ptr DevicePtr, count int, t DType, r ReduceOp) (int, error) {
 	bytes, err := g.Typed(OpAllReduce, count, t)
 	if err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
 	if err := g.checkOp(OpAllReduce, r, t); err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
 	if err := CheckPtr(OpAllReduce, "ptr", ptr, bytes); err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
-	return bytes, checkAlign(OpAllReduce, "ptr", ptr, t)
+	return bytes, g.ranked(checkAlign(OpAllReduce, "ptr", ptr, t))
 }
 
 // fastCount is the largest count typedReduceValid accepts: count times any element
@@ -463,7 +502,7 @@ const FastCount = math.MaxInt32 / 8
 // to the element size. A false result says nothing about the input: typedReduce then
 // makes the checks one by one and says which failed.
 func (g *Guard) TypedReduceValid(ptr DevicePtr, count int, t DType, r ReduceOp) (int, bool) {
-	if uint32(t) >= uint32(len(DtypeInfo)) || uint32(r) >= uint32(len(opNames)) || uint(count) > FastCount {
+	if g == nil || uint32(t) >= uint32(len(DtypeInfo)) || uint32(r) >= uint32(len(opNames)) || uint(count) > FastCount {
 		return 0, false
 	}
 	s := DtypeInfo[t].size
@@ -473,53 +512,53 @@ func (g *Guard) TypedReduceValid(ptr DevicePtr, count int, t DType, r ReduceOp) 
 func (g *Guard) TypedBroadcast(ptr DevicePtr, count int, t DType, root int) (int, error) {
 	bytes, err := g.Typed(OpBroadcast, count, t)
 	if err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
 	if err := CheckPtr(OpBroadcast, "ptr", ptr, bytes); err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
-	return bytes, CheckRank(OpBroadcast, "root", root, g.World)
+	return bytes, g.ranked(CheckRank(OpBroadcast, "root", root, g.World))
 }
 
 func (g *Guard) TypedGather(op string, send, recv DevicePtr, count int, t DType, r ReduceOp, reduce bool) (int, error) {
 	bytes, err := g.Typed(op, count, t)
 	if err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
 	if reduce {
 		if err := g.checkOp(op, r, t); err != nil {
-			return 0, err
+			return 0, g.ranked(err)
 		}
 	}
 	if err := checkTotal(op, bytes, g.World); err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
 	if err := CheckPtr(op, "send", send, bytes); err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
 	if err := CheckPtr(op, "recv", recv, bytes); err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
 	if reduce {
 		if err := checkAlign(op, "send", send, t); err != nil {
-			return 0, err
+			return 0, g.ranked(err)
 		}
 		if err := checkAlign(op, "recv", recv, t); err != nil {
-			return 0, err
+			return 0, g.ranked(err)
 		}
 	}
-	return bytes, g.gatherInPlaceOrApart(op, send, recv, bytes, reduce)
+	return bytes, g.ranked(g.gatherInPlaceOrApart(op, send, recv, bytes, reduce))
 }
 
 func (g *Guard) TypedP2P(op, peerArg string, ptr DevicePtr, count int, t DType, peer int) (int, error) {
 	bytes, err := g.Typed(op, count, t)
 	if err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
 	if err := CheckPtr(op, "ptr", ptr, bytes); err != nil {
-		return 0, err
+		return 0, g.ranked(err)
 	}
-	return bytes, CheckRank(op, peerArg, peer, g.World)
+	return bytes, g.ranked(CheckRank(op, peerArg, peer, g.World))
 }
 
 // groupOpenErr is the error of an operation that cannot be part of a group, on a
@@ -538,4 +577,25 @@ type groupScope struct {
 // useScope makes g check groups in s instead of counting its own levels.
 func (g *Guard) UseScope(open *atomic.Int32, outside func(op string) error) {
 	g.scope = &groupScope{open: open, outside: outside}
+}
+
+// ranked returns err with the guard's rank when it is an *ArgError without one. Small
+// enough to be inlined: a passing check pays one comparison.
+func (g *Guard) ranked(err error) error {
+	if err == nil {
+		return nil
+	}
+	return g.withRank(err)
+}
+
+// withRank is ranked's work: a copy of the *ArgError with the rank (a check's error is
+// its own, but a copy leaves any shared value alone).
+func (g *Guard) withRank(err error) error {
+	e, ok := err.(*ArgError)
+	if !ok || e.HasRank || g == nil {
+		return err
+	}
+	r := *e
+	r.Rank, r.HasRank = g.Rank, true
+	return &r
 }

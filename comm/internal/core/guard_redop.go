@@ -45,8 +45,8 @@ func (g *Guard) RemoveOp(r ReduceOp) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if _, ok := g.ops[r]; !ok {
-		return &ArgError{Op: "destroy-reduce-op", Arg: "op", Value: int32(r), Err: ErrInvalidOp,
-			Reason: "not a live pre-mul-sum operator of this communicator"}
+		return g.ranked(&ArgError{Op: "destroy-reduce-op", Arg: "op", Value: int32(r), Err: ErrInvalidOp,
+			Reason: "not a live pre-mul-sum operator of this communicator"})
 	}
 	delete(g.ops, r)
 	return nil
