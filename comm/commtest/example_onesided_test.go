@@ -21,7 +21,7 @@ func ExampleCluster_NCCL_prefillDecode() {
 		block   = 2048 // bytes of one KV block
 		window  = 4096 // NCCL windows are multiples of 4096 bytes
 	)
-	cluster, err := commtest.NewCluster(prefill + decode)
+	cluster, err := commtest.NewCluster(prefill+decode, commtest.WithElementType(comm.BFloat16))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -20,7 +20,7 @@ import (
 // oneSidedPair is two ranks with an inbox and an outbox window each.
 func oneSidedPair(t *testing.T, opts ...commtest.Option) (*commtest.Cluster, [2]*nccl.Backend, [2]comm.DevicePtr, [2]nccl.WindowHandle) {
 	t.Helper()
-	c, err := commtest.NewCluster(2, opts...)
+	c, err := commtest.NewCluster(2, append([]commtest.Option{commtest.WithElementType(comm.BFloat16)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	var bs [2]*nccl.Backend
@@ -149,7 +149,7 @@ func TestOneSidedBadInput(t *testing.T) {
 // calling the library.
 func TestOneSidedVersionGate(t *testing.T) {
 	for _, v := range []int{21803, 22203} {
-		c, err := commtest.NewCluster(2, commtest.WithNCCLVersion(v))
+		c, err := commtest.NewCluster(2, commtest.WithElementType(comm.BFloat16), commtest.WithNCCLVersion(v))
 		require.NoError(t, err)
 		b, err := c.NCCL(0)
 		require.NoError(t, err)

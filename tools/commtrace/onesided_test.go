@@ -21,7 +21,7 @@ import (
 func TestCommtraceNamesTheUnsentSignal(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("NCCLGO_FR_DUMP_FILE", dir+"/nccl_trace_rank_")
-	c, err := commtest.NewCluster(3, commtest.WithCommOptions(nccl.WithFlightRecorder(64), nccl.WithTimeout(300*time.Millisecond)))
+	c, err := commtest.NewCluster(3, commtest.WithElementType(comm.BFloat16), commtest.WithCommOptions(nccl.WithFlightRecorder(64), nccl.WithTimeout(300*time.Millisecond)))
 	require.NoError(t, err)
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
