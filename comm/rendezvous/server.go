@@ -81,7 +81,7 @@ type Server struct {
 	clients   map[string]*share // by clientIdentity: those with connections or charges
 	// poll watches parked connections (park.go), from the first park until Close.
 	poll       *poller
-	pollFailed bool
+	pollFailed time.Time // when it last failed to start (zero: it did not)
 }
 
 // NewServer returns a server configured by opts; it listens nowhere until Serve or
@@ -1030,10 +1030,13 @@ func (c *serverConn) takeSlot(o op) error {
 func (c *serverConn) claimSlot() (busy string, err error) {
 	s := c.s
 	s.mu.Lock()
+	// A client that proved the token may take the slot of a connection that proved
+	// nothing (torch's protocol has none): those never keep it out.
+	proved := c.torch == nil && s.cfg.token != ""
 	if s.authed >= s.cfg.maxConns {
-		s.idleTorchLocked(nil)
+		s.idleTorchLocked(nil, proved)
 	} else if host := c.acct.share; s.cfg.maxHostConns > 0 && host.authed >= s.cfg.maxHostConns {
-		s.idleTorchLocked(host)
+		s.idleTorchLocked(host, proved)
 	}
 	if s.authed >= s.cfg.maxConns {
 		s.mu.Unlock()
@@ -1080,29 +1083,39 @@ func (c *serverConn) releaseConn() {
 
 // idleTorchLocked makes room for a newcomer when the connection slots (of host, when
 // not nil) are full: it takes the slot of the torch connection that has been idle the
-// longest, when that is at least the idle timeout, and closes it. A torch client
-// sends no keepalive, so an idle one stays open for as long as its slot is not
-// needed (its job may touch the store only at bring-up), but silent ones cannot keep
-// newcomers out. One with a wait pending, or bytes to read, is not idle.
-func (s *Server) idleTorchLocked(host *share) {
-	if s.cfg.idleTimeout <= 0 {
+// longest and closes it. For a newcomer that proved the token (proved), any torch
+// connection will do, one without a wait pending first: connections that proved
+// nothing never keep out one that did. For anyone else, the torch connection must
+// have been idle for at least the idle timeout: a torch client sends no keepalive, so
+// an idle one stays open for as long as its slot is not needed (its job may touch the
+// store only at bring-up), but silent ones cannot keep newcomers out. One with a wait
+// pending, or bytes to read, is not idle.
+func (s *Server) idleTorchLocked(host *share, proved bool) {
+	if s.cfg.idleTimeout <= 0 && !proved {
 		return
 	}
 	now := s.turns.now()
 	var victim *serverConn
+	victimBusy := false
 	for c := range s.conns {
 		if c.torch == nil || !c.authed || c.slotGone || (host != nil && c.acct.share != host) {
 			continue
 		}
 		last := c.lastQuery.Load()
-		if now-last < int64(s.cfg.idleTimeout) || (victim != nil && last >= victim.lastQuery.Load()) {
+		idle := s.cfg.idleTimeout > 0 && now-last >= int64(s.cfg.idleTimeout)
+		if !idle && !proved {
 			continue
 		}
 		c.torch.mu.Lock()
 		waiting := len(c.torch.waits) > 0
 		c.torch.mu.Unlock()
-		if !waiting && !bytesWaiting(c.raw) {
-			victim = c
+		busy := waiting
+		if !proved && (busy || bytesWaiting(c.raw)) {
+			continue
+		}
+		// The idlest, the ones without a wait or a query pending first.
+		if victim == nil || (victimBusy && !busy) || (victimBusy == busy && last < victim.lastQuery.Load()) {
+			victim, victimBusy = c, busy
 		}
 	}
 	if victim == nil {
@@ -1112,7 +1125,11 @@ func (s *Server) idleTorchLocked(host *share) {
 	s.authed--
 	victim.acct.share.authed--
 	victim.releaseConn()
-	s.warn("rendezvous server: closing an idle PyTorch TCPStore connection to make room for a newcomer", "remote", victim.remote, "idle_timeout", s.cfg.idleTimeout)
+	if proved {
+		s.warn("rendezvous server: closing the idlest PyTorch TCPStore connection (no token) to make room for a client with the token", "remote", victim.remote)
+	} else {
+		s.warn("rendezvous server: closing an idle PyTorch TCPStore connection to make room for a newcomer", "remote", victim.remote, "idle_timeout", s.cfg.idleTimeout)
+	}
 	victim.shut()
 }
 
