@@ -121,6 +121,10 @@ func (c *serverConn) park() bool {
 // not parked.
 func (c *serverConn) wake() {
 	if c.parked.CompareAndSwap(true, false) {
+		if c.step == nil { // in the lobby (lobby.go): it has spoken, hung up or is dropped
+			go c.s.leaveLobby(c)
+			return
+		}
 		go c.run(c.resume, true)
 	}
 }
@@ -207,6 +211,11 @@ func (c *serverConn) forget() {
 func (s *Server) poller() *poller {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.pollerLocked()
+}
+
+// pollerLocked is poller with s.mu held.
+func (s *Server) pollerLocked() *poller {
 	if s.closed || (!s.pollFailed.IsZero() && time.Since(s.pollFailed) < pollRetry) {
 		return nil
 	}

@@ -79,6 +79,11 @@ type Server struct {
 	slotFreed chan struct{}     // a handshake slot was left (accept waits on it)
 	authed    int               // connections past their handshake
 	clients   map[string]*share // by clientIdentity: those with connections or charges
+	// lobby holds the connections accepted while every handshake slot was taken that
+	// had sent nothing yet, oldest first (lobby.go); lobbyN counts those still there
+	// (the slice may hold some that left).
+	lobby  []*serverConn
+	lobbyN int
 	// poll watches parked connections (park.go), from the first park until Close.
 	poll       *poller
 	pollFailed time.Time // when it last failed to start (zero: it did not)
@@ -295,6 +300,7 @@ func (s *Server) releaseMemory() {
 		case <-t.C:
 		}
 		s.warns.flush(s.log, slog.LevelWarn)
+		s.sweepLobby()
 		cur := s.budget.used.Load() + s.inflight.used.Load()
 		peak := s.budget.peak.Load() + s.inflight.peak.Load()
 		settled := cur-prev < 1<<20 && prev-cur < 1<<20
@@ -317,12 +323,23 @@ func (s *Server) accept(nc net.Conn) {
 		// Heard at the first byte of the TLS handshake, not of the first frame.
 		c.nc = tls.Server(rawReader{nc, c}, s.cfg.tls)
 	}
+	s.admit(c, false)
+}
+
+// admit gives the new connection c a handshake slot, or a place in the lobby while it
+// has sent nothing (not when it comes from there), or a place in the queue, or
+// refuses it.
+func (s *Server) admit(c *serverConn, fromLobby bool) {
+	nc := c.raw
 	id := clientIdentity(nc.RemoteAddr())
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		_ = nc.Close()
 		return
+	}
+	if !fromLobby && len(s.unauth) >= s.cfg.maxUnauth && s.enterLobbyLocked(c, id) {
+		return // unlocked there
 	}
 	var evict *serverConn
 	if len(s.unauth) >= s.cfg.maxUnauth {
@@ -587,7 +604,9 @@ type serverConn struct {
 	heard   atomic.Bool // some byte arrived
 	since   time.Time   // when it took its handshake slot
 	evicted atomic.Bool // closed to make room for a newer connection
-	authed  bool        // holds an authenticated slot
+	// In the lobby (lobby.go), and taken out of it to be closed; guarded by Server.mu.
+	lobby, dropped bool
+	authed         bool // holds an authenticated slot
 	// queuedID is the host of a connection waiting in Server.queued.
 	queuedID string
 	// waited is how long, in all, the goroutine has waited on its client during the
