@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -31,6 +32,8 @@ const pollRetry = time.Second
 var (
 	readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, smallFrame) }}
 	smalls  = sync.Pool{New: func() any { b := make([]byte, smallFrame); return &b }}
+	// bufTakes counts the read buffers taken from readers, for the memory janitor.
+	bufTakes atomic.Int64
 )
 
 // run runs step on the connection's goroutine, recovering a panic; unless step
@@ -183,6 +186,7 @@ func (c *serverConn) putReadBuffers() {
 
 // takeBuffers gives c read buffers again (dropBuffers).
 func (c *serverConn) takeBuffers() {
+	bufTakes.Add(1)
 	c.br = readers.Get().(*bufio.Reader)
 	c.br.Reset(heardReader{c})
 	if c.torch != nil {

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -36,9 +37,12 @@ const smallFrame = 4 << 10
 // Memory release: when what the budget counts has dropped by releaseDrop since its
 // peak and stays put for one releaseTick, the server returns the freed memory to the
 // operating system (debug.FreeOSMemory), at most once per releaseTick.
+// It does so too once connections have taken releaseBufs read buffers from the pools
+// since the last time and few in the last tick.
 const (
 	releaseTick = 500 * time.Millisecond
 	releaseDrop = 16 << 20
+	releaseBufs = releaseDrop / (2 * smallFrame)
 )
 
 // Server is the key-value store. Rank 0 usually embeds one (NewServer, then Serve or
@@ -293,6 +297,7 @@ func (s *Server) releaseMemory() {
 	t := time.NewTicker(releaseTick)
 	defer t.Stop()
 	prev := s.budget.used.Load()
+	lastTakes, pending := bufTakes.Load(), int64(0)
 	for {
 		select {
 		case <-s.done:
@@ -301,14 +306,25 @@ func (s *Server) releaseMemory() {
 		}
 		s.warns.flush(s.log, slog.LevelWarn)
 		s.sweepLobby()
-		cur := s.budget.used.Load() + s.inflight.used.Load()
-		peak := s.budget.peak.Load() + s.inflight.peak.Load()
+		cur := s.budget.used.Load() + s.inflight.used.Load() + s.rooms.used.Load()
+		peak := s.budget.peak.Load() + s.inflight.peak.Load() + s.rooms.peak.Load()
 		settled := cur-prev < 1<<20 && prev-cur < 1<<20
 		prev = cur
-		if peak-cur >= releaseDrop && settled {
+		// Read buffers taken by connections that woke (a bring-up, a wake storm) go
+		// back to their pools when the connections park or close; the pools keep
+		// them until two collections have passed, which an idle server never runs.
+		takes := bufTakes.Load()
+		fresh := takes - lastTakes
+		lastTakes = takes
+		pending += fresh
+		buffers := pending >= releaseBufs && fresh < releaseBufs/16
+		if (peak-cur >= releaseDrop && settled) || buffers {
 			s.budget.peak.Store(s.budget.used.Load())
 			s.inflight.peak.Store(s.inflight.used.Load())
-			s.log.Debug("rendezvous server: returning freed memory to the OS", "peak", peak, "in_use", cur)
+			s.rooms.peak.Store(s.rooms.used.Load())
+			s.log.Debug("rendezvous server: returning freed memory to the OS", "peak", peak, "in_use", cur, "buffers_taken", pending)
+			pending = 0
+			runtime.GC() // the pools' buffers go to their victim caches, and then
 			debug.FreeOSMemory()
 		}
 	}
@@ -736,6 +752,7 @@ func (c *serverConn) serve(bool) (parked bool) {
 	if h := s.cfg.beforeServe; h != nil {
 		h()
 	}
+	bufTakes.Add(1)
 	c.br = readers.Get().(*bufio.Reader)
 	c.br.Reset(heardReader{c})
 	if gen, err := c.sniffTorch(); err != nil || gen != 0 {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -133,3 +135,45 @@ func TestParkingReleasesTheLargeFrameBuffer(t *testing.T) {
 }
 
 var _ = errors.Is
+
+// heapFreeable is how much of the heap in use a collection would free now: garbage,
+// and what the pools hold.
+func heapFreeable() int64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before) // collects nothing
+	runtime.GC()
+	runtime.GC() // the pools' victim caches too
+	runtime.ReadMemStats(&after)
+	return int64(before.HeapInuse) - int64(after.HeapInuse)
+}
+
+// After a wake storm (every idle connection sends a request at once, then parks
+// again), the read buffers the connections took used to stay in their pools: an idle
+// server runs no collection, and the pools keep what they hold until two have run.
+// The server's memory janitor now lets them go once the storm has passed.
+func TestPooledReadBuffersDoNotSurviveAWakeStorm(t *testing.T) {
+	needPoller(t)
+	const n = 1024 // 8 KiB of read buffers each while awake
+	s, addr := startServer(t, WithMaxConns(2*n))
+	ctx := ctxTimeout(t, 2*time.Minute)
+	clients := make([]*TCPStoreClient, n) // no keepalive: silent when idle
+	for i := range clients {
+		c, err := DialTCPStore(ctx, addr, WithLogger(discardLogger()), WithLocalAddr(loopbackHost(2+i%16)))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		clients[i] = c
+	}
+	for round := range 3 {
+		eventually(t, "every connection is parked", func() bool { return s.parkedConns() == n })
+		var wg sync.WaitGroup
+		for i, c := range clients {
+			wg.Go(func() { assert.NoError(t, c.Set(ctx, fmt.Sprint("k", i), []byte{byte(round)})) })
+		}
+		wg.Wait()
+	}
+	eventually(t, "every connection is parked", func() bool { return s.parkedConns() == n })
+	time.Sleep(6 * releaseTick) // the storm has passed; the server stays idle
+	freeable := heapFreeable()
+	t.Logf("heap a collection would free, idle after the storm: %d KiB", freeable>>10)
+	assert.Less(t, freeable, int64(n*smallFrame), "the read buffers of the storm stay in the heap")
+}
