@@ -5,8 +5,10 @@
 // ratio, ncclgo / PyTorch, with the direction that favours ncclgo. Each server runs in
 // a process of its own, started afresh for every client count, so that memory and CPU
 // are measured per server: resident memory with every client connected and idle, less
-// what it was before they came, per client (ncclgo's server first returns its garbage
-// to the system; PyTorch's frees as it goes), and the CPU time the server process used.
+// what it was before they came, per client, as a user reads it (RSS, nothing forced to
+// collect) -idle-wait after the bring-up and again after a wake storm, and after
+// ncclgo's server has returned its garbage to the system (PyTorch's frees as it goes);
+// and the CPU time the server process used.
 //
 // For each client count N, against each server:
 //   - the all-keys bring-up: every client connects, sets its own key, adds to a
@@ -74,6 +76,7 @@ func main() {
 	clientsFlag := flag.String("clients", "1024,4096", "comma-separated client counts")
 	python := flag.String("python", "/usr/bin/python3", "command that runs a python3 with torch (split on blanks)")
 	steady := flag.Duration("steady", 2*time.Second, "duration of the steady set/get phase")
+	flag.DurationVar(&idleWait, "idle-wait", idleWait, "how long the clients stay silent before each idle memory reading (after the bring-up, after a wake storm)")
 	deadline := flag.Duration("deadline", 3*time.Minute, "time a bring-up may take before the server is reported as timed out")
 	ownOnly := flag.Bool("own-only", false, "measure only the floor and the bring-ups through ncclgo's own protocol (no PyTorch, no TCPStore protocol; the all-keys one only up to 1,024 ranks unless STOREBENCH_ALLKEYS is set): for quick iterations")
 	profile := flag.String("profile", "", "directory where ncclgo's server writes a CPU profile (cpu-N.pprof, and steady-N.pprof for the steady phase alone, which cpu-N.pprof and cpu-N-after.pprof leave out) and an allocation profile (allocs-N.pprof) for each client count N")
@@ -152,7 +155,9 @@ func main() {
 			row{n, "get p99 (µs)", or.getP99, tr.getP99, true},
 			row{n, "steady ops/s", or.opsPerSec, tr.opsPerSec, false},
 			row{n, "server CPU per steady op (µs)", or.cpuPerOp, tr.cpuPerOp, true},
-			row{n, "server KiB per idle client", or.kibPerClient, tr.kibPerClient, true},
+			row{n, "server KiB per idle client, " + idleWait.String() + " after the bring-up (RSS, no forced GC)", or.kibIdle, tr.kibIdle, true},
+			row{n, "server KiB per idle client, " + idleWait.String() + " after a wake storm (RSS, no forced GC)", or.kibAfterStorm, tr.kibAfterStorm, true},
+			row{n, "server KiB per idle client, after a forced GC", or.kibPerClient, tr.kibPerClient, true},
 			row{n, floorOp, bare.ms, -1, true},
 			row{n, "bring-up, comm's join, ncclgo protocol (ms)", ownJoin.ms, -1, true},
 			row{n, "  server CPU for it (ms)", ownJoin.cpuMs, -1, true},
@@ -556,6 +561,25 @@ type result struct {
 	cpuPerOp                       float64 // µs of server CPU per steady op
 	userPerOp                      float64 // the part of it in user space
 	kibPerClient                   float64
+	kibIdle, kibAfterStorm         float64 // without forced collection (measure)
+}
+
+// idleWait is how long the clients stay silent before an idle memory reading (-idle-wait).
+var idleWait = 10 * time.Second
+
+// wakeStorm has every client send one query at once.
+func wakeStorm(n int, stores []rendezvous.Store) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			if _, err := stores[i].Get(ctx, "storm"); err != nil {
+				fatalf("wake storm: get: %v", err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // phase is a bring-up: how long it took and the server CPU it used.
@@ -851,12 +875,22 @@ func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, limit t
 					_ = c.Close()
 				}
 			}
-			return result{failed, failed, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut}
+			return result{failed, failed, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut}
 		}
 	}
-	// Idle means silent for a second: ncclgo's server parks a connection silent for
-	// 250 ms (comm/rendezvous/park.go); PyTorch's costs the same at any time.
-	time.Sleep(time.Second)
+	// Idle memory as a user measures it: the server's resident size, with nothing
+	// forced to collect, idleWait after the bring-up, and again idleWait after a wake
+	// storm (every client sends a query at once, then all fall silent).
+	pid := srv.cmd.Process.Pid
+	if err := stores[0].Set(context.Background(), "storm", []byte("x")); err != nil {
+		fatalf("set the storm's key: %v", err)
+	}
+	time.Sleep(idleWait)
+	r.kibIdle = (rssKiB(pid) - before) / float64(n)
+	wakeStorm(n, stores)
+	time.Sleep(idleWait)
+	r.kibAfterStorm = (rssKiB(pid) - before) / float64(n)
+	// And what it holds: ncclgo's server first returns its garbage to the system.
 	r.kibPerClient = (srv.settledRSS() - before) / float64(n)
 	steadyMix(srv, n, stores, steady, &r)
 	r.join = bringUp(srv, n, limit, dialTorch(srv.addr, proto), joinLikeComm)
