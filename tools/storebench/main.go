@@ -398,6 +398,7 @@ func serveEcho(l net.Listener) {
 // trip of a 16-byte message, and close: what any store's bring-up costs at least on
 // this machine.
 func floor(srv *server, n int, limit time.Duration) phase {
+	settleTimeWait(n)
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -751,6 +752,7 @@ func bringUp(srv *server, world int, limit time.Duration, dial dialer, p pattern
 
 // bringUpKeep is bringUp that leaves the clients open (nil where one did not dial).
 func bringUpKeep(srv *server, world int, limit time.Duration, dial dialer, p pattern) (phase, []rendezvous.Store) {
+	settleTimeWait(world)
 	bringUps++
 	prefix := "b" + strconv.Itoa(bringUps) + "/"
 	keys := func(k string) string { return prefix + k }
@@ -812,6 +814,54 @@ func listenDrops() int64 {
 // backlogDrops is the machine's count of packets dropped because a processor's input
 // backlog was full (net.core.netdev_max_backlog; loopback traffic goes through it):
 // the second column of /proc/net/softnet_stat, summed over processors; -1 if unknown.
+// timeWaitMax is how long a measurement waits for the loopback sockets the last one
+// left in TIME_WAIT to go (Linux keeps them 60 s).
+const timeWaitMax = 75 * time.Second
+
+// settleTimeWait waits, at most timeWaitMax, until fewer than n/8 (at least 64) TCP
+// sockets are in TIME_WAIT, so that a measurement of n connections does not inherit
+// the last one's: a bring-up started within a minute of the last took 15x as long,
+// its connections colliding with thousands of sockets in TIME_WAIT.
+func settleTimeWait(n int) {
+	limit := max(n/8, 64)
+	start := time.Now()
+	first := timeWaits()
+	for w := first; w >= limit && time.Since(start) < timeWaitMax; w = timeWaits() {
+		time.Sleep(time.Second)
+	}
+	if first >= limit {
+		fmt.Fprintf(os.Stderr, "storebench: waited %v for %d sockets in TIME_WAIT to go (now %d)\n", time.Since(start).Round(time.Second), first, timeWaits())
+	}
+}
+
+// timeWaits counts the TCP sockets in TIME_WAIT (-1: unknown).
+func timeWaits() int {
+	n, known := 0, false
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		known = true
+		n += countState(string(b), "06")
+	}
+	if !known {
+		return -1
+	}
+	return n
+}
+
+// countState counts the sockets of a /proc/net/tcp table in state st (hex).
+func countState(table, st string) int {
+	n := 0
+	for _, l := range strings.Split(table, "\n") {
+		if f := strings.Fields(l); len(f) > 3 && f[3] == st {
+			n++
+		}
+	}
+	return n
+}
+
 func backlogDrops() int64 {
 	b, err := os.ReadFile("/proc/net/softnet_stat")
 	if err != nil {
