@@ -38,11 +38,12 @@ const smallFrame = 4 << 10
 // peak and stays put for one releaseTick, the server returns the freed memory to the
 // operating system (debug.FreeOSMemory), at most once per releaseTick.
 // It does so too once connections have taken releaseBufs read buffers from the pools
-// since the last time and few in the last tick.
+// (2 MiB) since the last time and few in the last tick: a wake storm of a few hundred
+// connections leaves their buffers and goroutine stacks behind.
 const (
 	releaseTick = 500 * time.Millisecond
 	releaseDrop = 16 << 20
-	releaseBufs = releaseDrop / (2 * smallFrame)
+	releaseBufs = 256
 )
 
 // Server is the key-value store. Rank 0 usually embeds one (NewServer, then Serve or
