@@ -156,7 +156,7 @@
 // connection that has sent nothing while the handshake slots are all taken gets no
 // slot: it waits in the lobby (on Linux), with no goroutine, until its first bytes
 // arrive, for at most six handshake timeouts; the lobby holds up to four connections
-// per WithMaxConns slot (fewer under a low descriptor limit), the oldest closed for a
+// per WithMaxConns slot (at most half the descriptor limit), the oldest closed for a
 // newcomer. So silent sockets neither hold the slots nor, closed and dialing again,
 // keep the listener's queue full. When the handshake slots are all taken, a newcomer
 // that has spoken takes the slot of the oldest connection

@@ -165,14 +165,13 @@ func (p *poller) release(c *serverConn) {
 	p.mu.Unlock()
 }
 
-// lobbyCap is how many silent connections the lobby may hold: a quarter of the
-// descriptors the process may open beyond maxConns connections, at most 4 per
-// connection slot and at least one per handshake slot.
+// lobbyCap is how many silent connections the lobby may hold: 4 per connection slot,
+// at most half the descriptors the process may open, at least one per handshake slot.
 func lobbyCap(maxConns, maxUnauth int) int {
 	var l syscall.Rlimit
 	n := 4 * maxConns
 	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) == nil && l.Cur < 1<<40 {
-		n = min(n, (int(l.Cur)-maxConns-maxUnauth)/4)
+		n = min(n, int(l.Cur)/2)
 	}
 	return max(n, maxUnauth)
 }
