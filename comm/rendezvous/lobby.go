@@ -103,8 +103,8 @@ func (s *Server) sweepLobby() {
 	}
 }
 
-// leaveLobby runs when a connection in the lobby is woken: it has spoken or hung up,
-// and goes on as a new connection (Server.admit), or it was dropped and closes.
+// leaveLobby runs when a connection in the lobby is woken: one that has spoken goes
+// on as a new connection (Server.admit); one that hung up, or was dropped, closes.
 func (s *Server) leaveLobby(c *serverConn) {
 	defer s.wg.Done() // after admit's, if any: Close waits for both
 	s.mu.Lock()
@@ -113,8 +113,11 @@ func (s *Server) leaveLobby(c *serverConn) {
 	if p != nil {
 		p.release(c)
 	}
+	// Woken with nothing to read: its client hung up (or the socket failed); it
+	// takes no one's slot.
+	hungUp := !bytesWaiting(c.raw)
 	s.mu.Lock()
-	dropped := c.dropped || s.closed
+	dropped := c.dropped || s.closed || hungUp
 	if c.lobby {
 		c.lobby = false
 		s.lobbyN--
