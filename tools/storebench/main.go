@@ -155,6 +155,7 @@ func main() {
 			row{n, "get p99 (µs)", or.getP99, tr.getP99, true},
 			row{n, "steady ops/s", or.opsPerSec, tr.opsPerSec, false},
 			row{n, "server CPU per steady op (µs)", or.cpuPerOp, tr.cpuPerOp, true},
+			row{n, "server CPU per request on an idle connection, parking again included (µs)", or.cpuPerIdleOp, tr.cpuPerIdleOp, true},
 			row{n, "server KiB per idle client, " + idleWait.String() + " after the bring-up (RSS, no forced GC)", or.kibIdle, tr.kibIdle, true},
 			row{n, "server KiB per idle client, " + idleWait.String() + " after a wake storm (RSS, no forced GC)", or.kibAfterStorm, tr.kibAfterStorm, true},
 			row{n, "server KiB per idle client, after a forced GC", or.kibPerClient, tr.kibPerClient, true},
@@ -563,6 +564,7 @@ type result struct {
 	userPerOp                      float64 // the part of it in user space
 	kibPerClient                   float64
 	kibIdle, kibAfterStorm         float64 // without forced collection (measure)
+	cpuPerIdleOp                   float64 // µs of server CPU per request on an idle connection
 }
 
 // idleWait is how long the clients stay silent before an idle memory reading (-idle-wait).
@@ -925,7 +927,7 @@ func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, limit t
 					_ = c.Close()
 				}
 			}
-			return result{failed, failed, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut}
+			return result{failed, failed, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut}
 		}
 	}
 	// Idle memory as a user measures it: the server's resident size, with nothing
@@ -937,8 +939,14 @@ func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, limit t
 	}
 	time.Sleep(idleWait)
 	r.kibIdle = (rssKiB(pid) - before) / float64(n)
+	// The storm is one request on each idle connection: what it costs the server,
+	// parking again included (ncclgo's server parks a connection 250 ms after its
+	// last request), against a request on a busy connection (the steady mix).
+	cpu0 := cpuMs(pid)
 	wakeStorm(n, stores)
-	time.Sleep(idleWait)
+	time.Sleep(750 * time.Millisecond)
+	r.cpuPerIdleOp = (cpuMs(pid) - cpu0) * 1000 / float64(n)
+	time.Sleep(idleWait - 750*time.Millisecond)
 	r.kibAfterStorm = (rssKiB(pid) - before) / float64(n)
 	// And what it holds: ncclgo's server first returns its garbage to the system.
 	r.kibPerClient = (srv.settledRSS() - before) / float64(n)
