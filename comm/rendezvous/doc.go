@@ -152,8 +152,14 @@
 //
 // Connections. Connections still in their handshake have slots of their own
 // (WithMaxHandshakes, 64), apart from the authenticated ones (WithMaxConns, 1,024).
-// Admission of a rank never depends on what others do from other addresses. When the
-// handshake slots are all taken, a newcomer takes the slot of the oldest connection
+// Admission of a rank never depends on what others do from other addresses. A
+// connection that has sent nothing while the handshake slots are all taken gets no
+// slot: it waits in the lobby (on Linux), with no goroutine, until its first bytes
+// arrive, for at most six handshake timeouts; the lobby holds up to four connections
+// per WithMaxConns slot (at most half the descriptor limit), the oldest closed for a
+// newcomer. So silent sockets neither hold the slots nor, closed and dialing again,
+// keep the listener's queue full. When the handshake slots are all taken, a newcomer
+// that has spoken takes the slot of the oldest connection
 // that has sent nothing, or that the server has waited on for 100 ms in all (a hello
 // and then nothing, a frame cut short, a byte now and then), among those that have
 // held theirs for 100 ms; else, when another host holds at least two slots more than

@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,11 +20,20 @@ import (
 // (doc.go), not a goroutine's stack and 8 KiB of buffers.
 const parkAfter = 250 * time.Millisecond
 
+// startPoller starts the server's poller (a variable so that tests can make it fail
+// as it does when the process is out of descriptors or memory).
+var startPoller = newPoller
+
+// pollRetry is how long after a failure to start the poller the server tries again.
+const pollRetry = time.Second
+
 // readers and smalls hold the read buffers of parked connections for the next
 // connection that needs them.
 var (
 	readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, smallFrame) }}
 	smalls  = sync.Pool{New: func() any { b := make([]byte, smallFrame); return &b }}
+	// bufTakes counts the read buffers taken from readers, for the memory janitor.
+	bufTakes atomic.Int64
 )
 
 // run runs step on the connection's goroutine, recovering a panic; unless step
@@ -71,7 +81,12 @@ func (c *serverConn) await() (parked bool, err error) {
 	if !errors.Is(err, os.ErrDeadlineExceeded) || (!c.idleBy.IsZero() && !time.Now().Before(c.idleBy)) {
 		return false, err
 	}
-	return c.park(), nil
+	if c.park() {
+		return true, nil
+	}
+	// Not parked (no poller now): wait on this goroutine, under the idle timeout only.
+	err = c.nc.SetReadDeadline(c.idleBy)
+	return false, err
 }
 
 // park hands c to the poller, its buffers to the pools. It reports false when c
@@ -109,6 +124,10 @@ func (c *serverConn) park() bool {
 // not parked.
 func (c *serverConn) wake() {
 	if c.parked.CompareAndSwap(true, false) {
+		if c.step == nil { // in the lobby (lobby.go): it has spoken, hung up or is dropped
+			go c.s.leaveLobby(c)
+			return
+		}
 		go c.run(c.resume, true)
 	}
 }
@@ -133,6 +152,7 @@ func (c *serverConn) shut() {
 // buffers when nothing is queued.
 func (c *serverConn) dropBuffers() {
 	c.putReadBuffers()
+	c.releaseBig() // and its share of the bytes in flight
 	c.fields = nil
 	c.wmu.Lock()
 	if c.out.n == 0 {
@@ -166,6 +186,7 @@ func (c *serverConn) putReadBuffers() {
 
 // takeBuffers gives c read buffers again (dropBuffers).
 func (c *serverConn) takeBuffers() {
+	bufTakes.Add(1)
 	c.br = readers.Get().(*bufio.Reader)
 	c.br.Reset(heardReader{c})
 	if c.torch != nil {
@@ -189,20 +210,27 @@ func (c *serverConn) forget() {
 }
 
 // poller returns the server's poller, started at the first park; nil when the
-// platform has none, it failed to start, or the server is closed.
+// platform has none, the server is closed, or it failed to start less than pollRetry
+// ago (out of descriptors or memory: a later park tries again).
 func (s *Server) poller() *poller {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed || s.pollFailed {
+	return s.pollerLocked()
+}
+
+// pollerLocked is poller with s.mu held.
+func (s *Server) pollerLocked() *poller {
+	if s.closed || (!s.pollFailed.IsZero() && time.Since(s.pollFailed) < pollRetry) {
 		return nil
 	}
 	if s.poll == nil {
-		p, err := newPoller()
+		p, err := startPoller()
 		if err != nil {
-			s.pollFailed = true
-			s.log.Warn("rendezvous server: idle connections keep their goroutines: no poller", "err", err)
+			s.pollFailed = time.Now()
+			s.warn("rendezvous server: idle connections keep their goroutines until the poller starts", "err", err, "retry_in", pollRetry)
 			return nil
 		}
+		s.pollFailed = time.Time{}
 		s.poll = p
 		s.wg.Add(1)
 		go func() {

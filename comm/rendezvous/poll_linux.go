@@ -155,3 +155,23 @@ func (p *poller) forget(c *serverConn) {
 		}
 	}
 }
+
+// release unregisters c (it leaves the lobby) so that it may be parked again later
+// as if it were new.
+func (p *poller) release(c *serverConn) {
+	p.forget(c)
+	p.mu.Lock()
+	c.pollID = 0
+	p.mu.Unlock()
+}
+
+// lobbyCap is how many silent connections the lobby may hold: 4 per connection slot,
+// at most half the descriptors the process may open, at least one per handshake slot.
+func lobbyCap(maxConns, maxUnauth int) int {
+	var l syscall.Rlimit
+	n := 4 * maxConns
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) == nil && l.Cur < 1<<40 {
+		n = min(n, int(l.Cur)/2)
+	}
+	return max(n, maxUnauth)
+}

@@ -16,3 +16,6 @@ func (*poller) run()                  {}
 func (*poller) close()                {}
 func (*poller) park(*serverConn) bool { return false }
 func (*poller) forget(*serverConn)    {}
+func (*poller) release(*serverConn)   {}
+
+func lobbyCap(maxConns, maxUnauth int) int { return maxUnauth }

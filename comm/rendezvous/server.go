@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -36,9 +37,13 @@ const smallFrame = 4 << 10
 // Memory release: when what the budget counts has dropped by releaseDrop since its
 // peak and stays put for one releaseTick, the server returns the freed memory to the
 // operating system (debug.FreeOSMemory), at most once per releaseTick.
+// It does so too once connections have taken releaseBufs read buffers from the pools
+// (2 MiB) since the last time and few in the last tick: a wake storm of a few hundred
+// connections leaves their buffers and goroutine stacks behind.
 const (
 	releaseTick = 500 * time.Millisecond
 	releaseDrop = 16 << 20
+	releaseBufs = 256
 )
 
 // Server is the key-value store. Rank 0 usually embeds one (NewServer, then Serve or
@@ -79,9 +84,14 @@ type Server struct {
 	slotFreed chan struct{}     // a handshake slot was left (accept waits on it)
 	authed    int               // connections past their handshake
 	clients   map[string]*share // by clientIdentity: those with connections or charges
+	// lobby holds the connections accepted while every handshake slot was taken that
+	// had sent nothing yet, oldest first (lobby.go); lobbyN counts those still there
+	// (the slice may hold some that left).
+	lobby  []*serverConn
+	lobbyN int
 	// poll watches parked connections (park.go), from the first park until Close.
 	poll       *poller
-	pollFailed bool
+	pollFailed time.Time // when it last failed to start (zero: it did not)
 }
 
 // NewServer returns a server configured by opts; it listens nowhere until Serve or
@@ -288,6 +298,7 @@ func (s *Server) releaseMemory() {
 	t := time.NewTicker(releaseTick)
 	defer t.Stop()
 	prev := s.budget.used.Load()
+	lastTakes, pending := bufTakes.Load(), int64(0)
 	for {
 		select {
 		case <-s.done:
@@ -295,14 +306,26 @@ func (s *Server) releaseMemory() {
 		case <-t.C:
 		}
 		s.warns.flush(s.log, slog.LevelWarn)
-		cur := s.budget.used.Load() + s.inflight.used.Load()
-		peak := s.budget.peak.Load() + s.inflight.peak.Load()
+		s.sweepLobby()
+		cur := s.budget.used.Load() + s.inflight.used.Load() + s.rooms.used.Load()
+		peak := s.budget.peak.Load() + s.inflight.peak.Load() + s.rooms.peak.Load()
 		settled := cur-prev < 1<<20 && prev-cur < 1<<20
 		prev = cur
-		if peak-cur >= releaseDrop && settled {
+		// Read buffers taken by connections that woke (a bring-up, a wake storm) go
+		// back to their pools when the connections park or close; the pools keep
+		// them until two collections have passed, which an idle server never runs.
+		takes := bufTakes.Load()
+		fresh := takes - lastTakes
+		lastTakes = takes
+		pending += fresh
+		buffers := pending >= releaseBufs && fresh < releaseBufs/16
+		if (peak-cur >= releaseDrop && settled) || buffers {
 			s.budget.peak.Store(s.budget.used.Load())
 			s.inflight.peak.Store(s.inflight.used.Load())
-			s.log.Debug("rendezvous server: returning freed memory to the OS", "peak", peak, "in_use", cur)
+			s.rooms.peak.Store(s.rooms.used.Load())
+			s.log.Debug("rendezvous server: returning freed memory to the OS", "peak", peak, "in_use", cur, "buffers_taken", pending)
+			pending = 0
+			runtime.GC() // the pools' buffers go to their victim caches, and then
 			debug.FreeOSMemory()
 		}
 	}
@@ -317,12 +340,23 @@ func (s *Server) accept(nc net.Conn) {
 		// Heard at the first byte of the TLS handshake, not of the first frame.
 		c.nc = tls.Server(rawReader{nc, c}, s.cfg.tls)
 	}
+	s.admit(c, false)
+}
+
+// admit gives the new connection c a handshake slot, or a place in the lobby while it
+// has sent nothing (not when it comes from there), or a place in the queue, or
+// refuses it.
+func (s *Server) admit(c *serverConn, fromLobby bool) {
+	nc := c.raw
 	id := clientIdentity(nc.RemoteAddr())
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		_ = nc.Close()
 		return
+	}
+	if !fromLobby && len(s.unauth) >= s.cfg.maxUnauth && s.enterLobbyLocked(c, id) {
+		return // unlocked there
 	}
 	var evict *serverConn
 	if len(s.unauth) >= s.cfg.maxUnauth {
@@ -587,7 +621,9 @@ type serverConn struct {
 	heard   atomic.Bool // some byte arrived
 	since   time.Time   // when it took its handshake slot
 	evicted atomic.Bool // closed to make room for a newer connection
-	authed  bool        // holds an authenticated slot
+	// In the lobby (lobby.go), and taken out of it to be closed; guarded by Server.mu.
+	lobby, dropped bool
+	authed         bool // holds an authenticated slot
 	// queuedID is the host of a connection waiting in Server.queued.
 	queuedID string
 	// waited is how long, in all, the goroutine has waited on its client during the
@@ -717,6 +753,7 @@ func (c *serverConn) serve(bool) (parked bool) {
 	if h := s.cfg.beforeServe; h != nil {
 		h()
 	}
+	bufTakes.Add(1)
 	c.br = readers.Get().(*bufio.Reader)
 	c.br.Reset(heardReader{c})
 	if gen, err := c.sniffTorch(); err != nil || gen != 0 {
@@ -1030,10 +1067,13 @@ func (c *serverConn) takeSlot(o op) error {
 func (c *serverConn) claimSlot() (busy string, err error) {
 	s := c.s
 	s.mu.Lock()
+	// A client that proved the token may take the slot of a connection that proved
+	// nothing (torch's protocol has none): those never keep it out.
+	proved := c.torch == nil && s.cfg.token != ""
 	if s.authed >= s.cfg.maxConns {
-		s.idleTorchLocked(nil)
+		s.idleTorchLocked(nil, proved)
 	} else if host := c.acct.share; s.cfg.maxHostConns > 0 && host.authed >= s.cfg.maxHostConns {
-		s.idleTorchLocked(host)
+		s.idleTorchLocked(host, proved)
 	}
 	if s.authed >= s.cfg.maxConns {
 		s.mu.Unlock()
@@ -1080,29 +1120,39 @@ func (c *serverConn) releaseConn() {
 
 // idleTorchLocked makes room for a newcomer when the connection slots (of host, when
 // not nil) are full: it takes the slot of the torch connection that has been idle the
-// longest, when that is at least the idle timeout, and closes it. A torch client
-// sends no keepalive, so an idle one stays open for as long as its slot is not
-// needed (its job may touch the store only at bring-up), but silent ones cannot keep
-// newcomers out. One with a wait pending, or bytes to read, is not idle.
-func (s *Server) idleTorchLocked(host *share) {
-	if s.cfg.idleTimeout <= 0 {
+// longest and closes it. For a newcomer that proved the token (proved), any torch
+// connection will do, one without a wait pending first: connections that proved
+// nothing never keep out one that did. For anyone else, the torch connection must
+// have been idle for at least the idle timeout: a torch client sends no keepalive, so
+// an idle one stays open for as long as its slot is not needed (its job may touch the
+// store only at bring-up), but silent ones cannot keep newcomers out. One with a wait
+// pending, or bytes to read, is not idle.
+func (s *Server) idleTorchLocked(host *share, proved bool) {
+	if s.cfg.idleTimeout <= 0 && !proved {
 		return
 	}
 	now := s.turns.now()
 	var victim *serverConn
+	victimBusy := false
 	for c := range s.conns {
 		if c.torch == nil || !c.authed || c.slotGone || (host != nil && c.acct.share != host) {
 			continue
 		}
 		last := c.lastQuery.Load()
-		if now-last < int64(s.cfg.idleTimeout) || (victim != nil && last >= victim.lastQuery.Load()) {
+		idle := s.cfg.idleTimeout > 0 && now-last >= int64(s.cfg.idleTimeout)
+		if !idle && !proved {
 			continue
 		}
 		c.torch.mu.Lock()
 		waiting := len(c.torch.waits) > 0
 		c.torch.mu.Unlock()
-		if !waiting && !bytesWaiting(c.raw) {
-			victim = c
+		busy := waiting
+		if !proved && (busy || bytesWaiting(c.raw)) {
+			continue
+		}
+		// The idlest, the ones without a wait or a query pending first.
+		if victim == nil || (victimBusy && !busy) || (victimBusy == busy && last < victim.lastQuery.Load()) {
+			victim, victimBusy = c, busy
 		}
 	}
 	if victim == nil {
@@ -1112,7 +1162,11 @@ func (s *Server) idleTorchLocked(host *share) {
 	s.authed--
 	victim.acct.share.authed--
 	victim.releaseConn()
-	s.warn("rendezvous server: closing an idle PyTorch TCPStore connection to make room for a newcomer", "remote", victim.remote, "idle_timeout", s.cfg.idleTimeout)
+	if proved {
+		s.warn("rendezvous server: closing the idlest PyTorch TCPStore connection (no token) to make room for a client with the token", "remote", victim.remote)
+	} else {
+		s.warn("rendezvous server: closing an idle PyTorch TCPStore connection to make room for a newcomer", "remote", victim.remote, "idle_timeout", s.cfg.idleTimeout)
+	}
 	victim.shut()
 }
 

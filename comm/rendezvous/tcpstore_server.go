@@ -31,6 +31,11 @@ const maxTorchWaits = 64
 // arrive whole within the handshake timeout. Between queries a torch connection is
 // exempt from the idle timeout, since torch's clients send no keepalive and may stay
 // silent for as long as their job runs (TCP keepalives still detect a dead peer).
+//
+// With a token, torch clients are the server's unauthenticated connections and never
+// keep a client that proves the token out: when the connection slots (or its host's,
+// WithMaxHostConns) are full, such a client takes the slot of the torch connection
+// idle the longest, one with no WAIT pending first, and that connection is closed.
 func WithTorchClients(allow bool) ServerOption {
 	return serverOption(func(c *serverConfig) {
 		c.torchClients = -1

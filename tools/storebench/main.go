@@ -5,8 +5,10 @@
 // ratio, ncclgo / PyTorch, with the direction that favours ncclgo. Each server runs in
 // a process of its own, started afresh for every client count, so that memory and CPU
 // are measured per server: resident memory with every client connected and idle, less
-// what it was before they came, per client (ncclgo's server first returns its garbage
-// to the system; PyTorch's frees as it goes), and the CPU time the server process used.
+// what it was before they came, per client, as a user reads it (RSS, nothing forced to
+// collect) -idle-wait after the bring-up and again after a wake storm, and after
+// ncclgo's server has returned its garbage to the system (PyTorch's frees as it goes);
+// and the CPU time the server process used.
 //
 // For each client count N, against each server:
 //   - the all-keys bring-up: every client connects, sets its own key, adds to a
@@ -74,6 +76,7 @@ func main() {
 	clientsFlag := flag.String("clients", "1024,4096", "comma-separated client counts")
 	python := flag.String("python", "/usr/bin/python3", "command that runs a python3 with torch (split on blanks)")
 	steady := flag.Duration("steady", 2*time.Second, "duration of the steady set/get phase")
+	flag.DurationVar(&idleWait, "idle-wait", idleWait, "how long the clients stay silent before each idle memory reading (after the bring-up, after a wake storm)")
 	deadline := flag.Duration("deadline", 3*time.Minute, "time a bring-up may take before the server is reported as timed out")
 	ownOnly := flag.Bool("own-only", false, "measure only the floor and the bring-ups through ncclgo's own protocol (no PyTorch, no TCPStore protocol; the all-keys one only up to 1,024 ranks unless STOREBENCH_ALLKEYS is set): for quick iterations")
 	profile := flag.String("profile", "", "directory where ncclgo's server writes a CPU profile (cpu-N.pprof, and steady-N.pprof for the steady phase alone, which cpu-N.pprof and cpu-N-after.pprof leave out) and an allocation profile (allocs-N.pprof) for each client count N")
@@ -152,7 +155,10 @@ func main() {
 			row{n, "get p99 (µs)", or.getP99, tr.getP99, true},
 			row{n, "steady ops/s", or.opsPerSec, tr.opsPerSec, false},
 			row{n, "server CPU per steady op (µs)", or.cpuPerOp, tr.cpuPerOp, true},
-			row{n, "server KiB per idle client", or.kibPerClient, tr.kibPerClient, true},
+			row{n, "server CPU per request on an idle connection, parking again included (µs)", or.cpuPerIdleOp, tr.cpuPerIdleOp, true},
+			row{n, "server KiB per idle client, " + idleWait.String() + " after the bring-up (RSS, no forced GC)", or.kibIdle, tr.kibIdle, true},
+			row{n, "server KiB per idle client, " + idleWait.String() + " after a wake storm (RSS, no forced GC)", or.kibAfterStorm, tr.kibAfterStorm, true},
+			row{n, "server KiB per idle client, after a forced GC", or.kibPerClient, tr.kibPerClient, true},
 			row{n, floorOp, bare.ms, -1, true},
 			row{n, "bring-up, comm's join, ncclgo protocol (ms)", ownJoin.ms, -1, true},
 			row{n, "  server CPU for it (ms)", ownJoin.cpuMs, -1, true},
@@ -393,6 +399,7 @@ func serveEcho(l net.Listener) {
 // trip of a 16-byte message, and close: what any store's bring-up costs at least on
 // this machine.
 func floor(srv *server, n int, limit time.Duration) phase {
+	settleTimeWait(n)
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -556,6 +563,26 @@ type result struct {
 	cpuPerOp                       float64 // µs of server CPU per steady op
 	userPerOp                      float64 // the part of it in user space
 	kibPerClient                   float64
+	kibIdle, kibAfterStorm         float64 // without forced collection (measure)
+	cpuPerIdleOp                   float64 // µs of server CPU per request on an idle connection
+}
+
+// idleWait is how long the clients stay silent before an idle memory reading (-idle-wait).
+var idleWait = 10 * time.Second
+
+// wakeStorm has every client send one query at once.
+func wakeStorm(n int, stores []rendezvous.Store) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			if _, err := stores[i].Get(ctx, "storm"); err != nil {
+				fatalf("wake storm: get: %v", err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // phase is a bring-up: how long it took and the server CPU it used.
@@ -727,6 +754,7 @@ func bringUp(srv *server, world int, limit time.Duration, dial dialer, p pattern
 
 // bringUpKeep is bringUp that leaves the clients open (nil where one did not dial).
 func bringUpKeep(srv *server, world int, limit time.Duration, dial dialer, p pattern) (phase, []rendezvous.Store) {
+	settleTimeWait(world)
 	bringUps++
 	prefix := "b" + strconv.Itoa(bringUps) + "/"
 	keys := func(k string) string { return prefix + k }
@@ -788,6 +816,54 @@ func listenDrops() int64 {
 // backlogDrops is the machine's count of packets dropped because a processor's input
 // backlog was full (net.core.netdev_max_backlog; loopback traffic goes through it):
 // the second column of /proc/net/softnet_stat, summed over processors; -1 if unknown.
+// timeWaitMax is how long a measurement waits for the loopback sockets the last one
+// left in TIME_WAIT to go (Linux keeps them 60 s).
+const timeWaitMax = 75 * time.Second
+
+// settleTimeWait waits, at most timeWaitMax, until fewer than n/8 (at least 64) TCP
+// sockets are in TIME_WAIT, so that a measurement of n connections does not inherit
+// the last one's: a bring-up started within a minute of the last took 15x as long,
+// its connections colliding with thousands of sockets in TIME_WAIT.
+func settleTimeWait(n int) {
+	limit := max(n/8, 64)
+	start := time.Now()
+	first := timeWaits()
+	for w := first; w >= limit && time.Since(start) < timeWaitMax; w = timeWaits() {
+		time.Sleep(time.Second)
+	}
+	if first >= limit {
+		fmt.Fprintf(os.Stderr, "storebench: waited %v for %d sockets in TIME_WAIT to go (now %d)\n", time.Since(start).Round(time.Second), first, timeWaits())
+	}
+}
+
+// timeWaits counts the TCP sockets in TIME_WAIT (-1: unknown).
+func timeWaits() int {
+	n, known := 0, false
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		known = true
+		n += countState(string(b), "06")
+	}
+	if !known {
+		return -1
+	}
+	return n
+}
+
+// countState counts the sockets of a /proc/net/tcp table in state st (hex).
+func countState(table, st string) int {
+	n := 0
+	for _, l := range strings.Split(table, "\n") {
+		if f := strings.Fields(l); len(f) > 3 && f[3] == st {
+			n++
+		}
+	}
+	return n
+}
+
 func backlogDrops() int64 {
 	b, err := os.ReadFile("/proc/net/softnet_stat")
 	if err != nil {
@@ -851,12 +927,28 @@ func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, limit t
 					_ = c.Close()
 				}
 			}
-			return result{failed, failed, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut}
+			return result{failed, failed, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut}
 		}
 	}
-	// Idle means silent for a second: ncclgo's server parks a connection silent for
-	// 250 ms (comm/rendezvous/park.go); PyTorch's costs the same at any time.
-	time.Sleep(time.Second)
+	// Idle memory as a user measures it: the server's resident size, with nothing
+	// forced to collect, idleWait after the bring-up, and again idleWait after a wake
+	// storm (every client sends a query at once, then all fall silent).
+	pid := srv.cmd.Process.Pid
+	if err := stores[0].Set(context.Background(), "storm", []byte("x")); err != nil {
+		fatalf("set the storm's key: %v", err)
+	}
+	time.Sleep(idleWait)
+	r.kibIdle = (rssKiB(pid) - before) / float64(n)
+	// The storm is one request on each idle connection: what it costs the server,
+	// parking again included (ncclgo's server parks a connection 250 ms after its
+	// last request), against a request on a busy connection (the steady mix).
+	cpu0 := cpuMs(pid)
+	wakeStorm(n, stores)
+	time.Sleep(750 * time.Millisecond)
+	r.cpuPerIdleOp = (cpuMs(pid) - cpu0) * 1000 / float64(n)
+	time.Sleep(idleWait - 750*time.Millisecond)
+	r.kibAfterStorm = (rssKiB(pid) - before) / float64(n)
+	// And what it holds: ncclgo's server first returns its garbage to the system.
 	r.kibPerClient = (srv.settledRSS() - before) / float64(n)
 	steadyMix(srv, n, stores, steady, &r)
 	r.join = bringUp(srv, n, limit, dialTorch(srv.addr, proto), joinLikeComm)
