@@ -119,8 +119,7 @@ type mpiProcess struct {
 	inPlace   unsafe.Pointer
 	tagUB     int
 
-	fnsOnce     sync.Once
-	progressFns procFns // the functions the progress threads call (progress.go)
+	procState // the functions the progress threads call (progress_cgo.go)
 }
 
 var (

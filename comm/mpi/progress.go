@@ -20,12 +20,6 @@ import (
 // (TestMPIBusyLoopWithinTwiceC compares it with C); without contention, the calls are
 // made directly, as before.
 
-// fns resolves, once, the functions the progress threads call.
-func (p *mpiProcess) fns() procFns {
-	p.fnsOnce.Do(func() { p.progressFns = resolveFns() })
-	return p.progressFns
-}
-
 var runnableSample = []metrics.Sample{{Name: "/sched/goroutines/runnable:goroutines"}}
 
 // runnableGoroutines is the number of goroutines waiting for a P (approximate: Go reads

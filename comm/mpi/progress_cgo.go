@@ -127,6 +127,7 @@ import "C"
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -230,4 +231,17 @@ func (p *progress) stop() {
 		C.ncclgo_progress_stop(p.w)
 		p.w = nil
 	}
+}
+
+// procState is the process's part of the progress threads: the MPI functions they call,
+// resolved once.
+type procState struct {
+	fnsOnce     sync.Once
+	progressFns procFns
+}
+
+// fns resolves, once, the functions the progress threads call.
+func (p *mpiProcess) fns() procFns {
+	p.fnsOnce.Do(func() { p.progressFns = resolveFns() })
+	return p.progressFns
 }

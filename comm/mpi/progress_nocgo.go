@@ -18,9 +18,8 @@ const (
 
 type progress struct{}
 
-type procFns struct{ err error }
-
-func resolveFns() procFns { return procFns{} }
+// procState holds nothing without cgo: no progress threads.
+type procState struct{}
 
 func (c *Communicator) offload(int, ...uintptr) (bool, error) { return false, nil }
 

@@ -16,11 +16,10 @@ func extraHeaders(cfg *Config, root, set, dir string) ([]string, error) {
 		return nil, nil
 	}
 	pinned := manifestFiles(cfg, root, set)
-	var out, preludes []string
+	var out []string
 	own := false
 	for _, h := range cfg.ExtraHeaders {
 		if inIncludeFolder(cfg, root, h) {
-			preludes = append(preludes, h)
 			out = append(out, h)
 			continue
 		}
