@@ -168,3 +168,14 @@ func TestGroupEstimateIsRefusedWhereNCCLWouldLaunch(t *testing.T) {
 		})
 	}
 }
+
+// The zero Group estimates nothing; a nil *Group is an error, never a panic.
+func TestGroupEstimateOfZeroAndNilGroups(t *testing.T) {
+	var g nccl.Group
+	d, err := g.Estimate()
+	require.NoError(t, err)
+	assert.Zero(t, d)
+	var nilGroup *nccl.Group
+	_, err = nilGroup.Estimate()
+	require.ErrorIs(t, err, comm.ErrNullPointer)
+}

@@ -37,14 +37,21 @@ const opGroupEstimate = "group-estimate"
 // the group to be blocking (WithBlocking(true)) and returns ErrUnsupported otherwise,
 // as it does on an NCCL older than 2.22.3. After an Add whose function failed it
 // returns that error (the group can only be discarded). NCCL's rejection of a call is
-// an *OpError naming the operation, as Submit's.
+// an *OpError naming the operation, as Submit's. The zero Group has nothing to
+// estimate (0); a nil *Group is an error (ErrNullPointer).
 func (g *Group) Estimate() (time.Duration, error) {
+	if g == nil {
+		return 0, &comm.ArgError{Op: opGroupEstimate, Arg: "group", Value: nil, Err: comm.ErrNullPointer, Reason: "nil *Group"}
+	}
 	if err := g.reentered(opGroupEstimate); err != nil {
 		return 0, err
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	st := g.st
+	if st == nil { // the zero Group: nothing was ever added
+		return 0, nil
+	}
 	tg := st.tg
 	if st.failed != nil {
 		return 0, fmt.Errorf("%s: the group can only be discarded: %w", opGroupEstimate, st.failed)
