@@ -179,3 +179,21 @@ func TestGroupEstimateOfZeroAndNilGroups(t *testing.T) {
 	_, err = nilGroup.Estimate()
 	require.ErrorIs(t, err, comm.ErrNullPointer)
 }
+
+// NCCL's failure of a recorded call during Estimate names the operation, as Submit's
+// does, and leaves the communicator unhealthy when fatal (as a failed Submit does).
+func TestGroupEstimateNamesTheOperationNCCLFailed(t *testing.T) {
+	c, bs := blockingCluster(t, 1)
+	in := rankBuffers(t, c)
+	g := nccl.NewGroup()
+	require.NoError(t, g.Add(func() error { return bs[0].AllReduce(in[0], 8) }))
+	require.NoError(t, c.FailCall(0, "ncclAllReduce", 1))
+	_, err := g.Estimate()
+	var oe *comm.OpError
+	require.ErrorAs(t, err, &oe)
+	require.ErrorAs(t, oe.Err, &oe, "the operation's own error inside the group's")
+	assert.Equal(t, "all-reduce", oe.Op)
+	assert.ErrorIs(t, err, nccl.SystemError)
+	assert.False(t, bs[0].IsHealthy(), "a fatal result poisons the communicator")
+	require.NoError(t, g.Discard())
+}

@@ -37,7 +37,8 @@ const opGroupEstimate = "group-estimate"
 // the group to be blocking (WithBlocking(true)) and returns ErrUnsupported otherwise,
 // as it does on an NCCL older than 2.22.3. After an Add whose function failed it
 // returns that error (the group can only be discarded). NCCL's rejection of a call is
-// an *OpError naming the operation, as Submit's. The zero Group has nothing to
+// an *OpError naming the operation, as Submit's (a fatal result leaves the group's
+// communicators unhealthy, as Submit's does; the group is kept). The zero Group has nothing to
 // estimate (0); a nil *Group is an error (ErrNullPointer).
 func (g *Group) Estimate() (time.Duration, error) {
 	if g == nil {
@@ -84,9 +85,18 @@ func (g *Group) Estimate() (time.Duration, error) {
 		if failed >= 0 && failed < len(tg.meta) {
 			m := tg.meta[failed]
 			e.Rank, e.GlobalRank, e.Name = m.c.rank, m.c.global, m.c.cfg.Name
-			e.Err = &comm.OpError{Op: m.op, Bytes: m.bytes, Rank: m.c.rank, GlobalRank: m.c.global, Name: m.c.cfg.Name, Peer: m.peer, Err: err}
+			op := &comm.OpError{Op: m.op, Bytes: m.bytes, Rank: m.c.rank, GlobalRank: m.c.global, Name: m.c.cfg.Name, Peer: m.peer, Err: err}
+			if gpulib.Fatal(code(err)) {
+				op.Err = m.c.fail(err)
+			}
+			e.Err = op
 		} else if oe, ok := err.(*comm.OpError); ok {
 			e = oe
+		}
+		if gpulib.Fatal(code(err)) { // as Submit: a fatal error inside a group poisons its communicators
+			for _, m := range tg.members {
+				m.c.fail(e)
+			}
 		}
 		return 0, e
 	}
