@@ -118,8 +118,6 @@ type mpiProcess struct {
 	userOps   []mpi.Op                       // created here, freed with the last communicator
 	inPlace   unsafe.Pointer
 	tagUB     int
-
-	procState // the functions the progress threads call (progress_cgo.go)
 }
 
 var (

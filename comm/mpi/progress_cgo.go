@@ -233,15 +233,14 @@ func (p *progress) stop() {
 	}
 }
 
-// procState is the process's part of the progress threads: the MPI functions they call,
-// resolved once.
-type procState struct {
-	fnsOnce     sync.Once
-	progressFns procFns
-}
+// The MPI functions the progress threads call, resolved once per process.
+var (
+	progressFnsOnce sync.Once
+	progressFns     procFns
+)
 
 // fns resolves, once, the functions the progress threads call.
 func (p *mpiProcess) fns() procFns {
-	p.fnsOnce.Do(func() { p.progressFns = resolveFns() })
-	return p.progressFns
+	progressFnsOnce.Do(func() { progressFns = resolveFns() })
+	return progressFns
 }

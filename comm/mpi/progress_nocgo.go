@@ -18,9 +18,6 @@ const (
 
 type progress struct{}
 
-// procState holds nothing without cgo: no progress threads.
-type procState struct{}
-
 func (c *Communicator) offload(int, ...uintptr) (bool, error) { return false, nil }
 
 func (p *progress) stop() {}
