@@ -39,7 +39,10 @@ func mpiRankTypedSlicesAll(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	typedCollectives(t, c)
-	assert.Zero(t, mpi.Offloads(c), "no goroutine waits for a P: every call is made directly")
+	// No goroutine of the test waits for a P, so the calls are made directly; one that
+	// samples a moment when the runtime's own goroutines (a GC worker, a timer) are
+	// runnable may go to the progress thread, which is right, and rare.
+	assert.LessOrEqual(t, mpi.Offloads(c), int64(2), "no goroutine waits for a P: (nearly) every call is made directly")
 
 	// Again with goroutines waiting for a P: the calls run on the progress thread.
 	func() {
