@@ -84,7 +84,9 @@ func TestRunRanksNamesTheRanksStillRunningWhenTheContextEnds(t *testing.T) {
 	var others sync.WaitGroup
 	others.Add(2)
 	stuck := errors.New("ranks 0 and 2 are done")
-	go func() { others.Wait(); cancel(stuck) }() // the deadline, once only rank 1 is left
+	// The deadline, once only rank 1 is left: ranks 0 and 2 call Done just before they
+	// return, so give RunRanks a moment to see them return.
+	go func() { others.Wait(); time.Sleep(200 * time.Millisecond); cancel(stuck) }()
 	err = commtest.RunRanks(ctx, c.Backends(), func(_ context.Context, r int, b comm.Backend) error {
 		if r == 1 {
 			return b.AllReduce(p, 8) // its peers never join
