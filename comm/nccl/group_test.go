@@ -268,3 +268,24 @@ func TestGroupsStartingOnOtherCommunicatorsReuseTheBatch(t *testing.T) {
 	assert.Zero(t, testing.AllocsPerRun(100, group))
 	assert.Equal(t, 1, made, "one batch took the groups of both drivers")
 }
+
+// releaseGroupOf returns a cleanup that frees the group left open by the goroutine with
+// key id, which has ended: no goroutine can end it any more, and the process-wide count
+// of open groups would keep later tests (-count=N) off the path taken with none open.
+func releaseGroupOf(id uint64) func() {
+	return func() {
+		tg := findGroup(id)
+		if tg == nil {
+			return
+		}
+		for _, o := range tg.openers {
+			if o != addLevel {
+				o.opened.Add(-1)
+			}
+		}
+		clear(tg.openers)
+		tg.openers = tg.openers[:0]
+		groups.open.Add(-1)
+		recycle(tg)
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/internal/fakegpu"
+	"github.com/ncclgo/ncclgo/comm/internal/goid"
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/comm/internal/leaktest"
 )
@@ -143,13 +144,13 @@ func TestWatchdogAbortEndsABlockedWait(t *testing.T) {
 func TestWatchdogAbortsDespiteGroupsLeftOpen(t *testing.T) {
 	b, f := newWatched(t, WithWatchdog(time.Hour), WithAbortOnFailure())
 	w := b.c.wd
-	done := make(chan struct{})
+	done := make(chan uint64)
 	go func() { // ends inside its group
-		defer close(done)
 		assert.NoError(t, b.GroupStart())
 		assert.NoError(t, b.AllReduce(p, 8))
+		done <- goid.ID()
 	}()
-	<-done
+	t.Cleanup(releaseGroupOf(<-done))
 	g := NewGroup()
 	require.NoError(t, g.Add(func() error { return b.AllReduce(p, 8) })) // never submitted
 	require.NoError(t, b.GroupStart())
