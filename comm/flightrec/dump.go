@@ -19,22 +19,22 @@ type snap struct {
 }
 
 // snapshot copies the live entries of every communicator, in record order, taking
-// each ring's lock in turn.
+// each ring's lock in turn, or borrowing a ring that its lock's holder lent (Lend).
 func (r *Recorder) snapshot() (comms []*Comm, status []pgStatus, entries []snap) {
 	r.mu.Lock()
 	comms = slices.Clone(r.comms)
 	r.mu.Unlock()
 	for _, c := range comms {
-		c.lk.Lock()
-		c.applyLater()
-		n := min(c.next, ID(len(c.ring)))
-		for id := c.next - n + 1; id <= c.next; id++ {
-			if e := c.slot(id); e != nil {
-				entries = append(entries, snap{c, *e})
+		c.read(func() {
+			c.applyLater()
+			n := min(c.next, ID(len(c.ring)))
+			for id := c.next - n + 1; id <= c.next; id++ {
+				if e := c.slot(id); e != nil {
+					entries = append(entries, snap{c, *e})
+				}
 			}
-		}
-		status = append(status, pgStatus{enqueued: c.collSeq, started: c.lastStarted, completed: c.lastCompleted})
-		c.lk.Unlock()
+			status = append(status, pgStatus{enqueued: c.collSeq, started: c.lastStarted, completed: c.lastCompleted})
+		})
 	}
 	slices.SortFunc(entries, func(a, b snap) int { return cmp.Compare(a.e.record, b.e.record) })
 	return comms, status, entries

@@ -273,10 +273,10 @@ type Group struct {
 	// take no lock (a record costs no lock, and, once the recorder has more than one
 	// communicator, one atomic addition for the record id); every other method of
 	// the ring, a dump, and the registration of the recorder's second communicator
-	// take Lock. A dump made while Lock is held waits for it: a backend
-	// that may dump while holding Lock (a failure found inside an enqueued call)
-	// dumps on another goroutine; and a dump waits for whatever the backend does
-	// under Lock. Registering a communicator while holding Lock deadlocks.
+	// take Lock. A dump made while Lock is held waits for it, unless the holder lent
+	// the ring (Comm.Lend) for a wait that may be long: a backend that may dump while
+	// holding Lock (a failure found inside an enqueued call) dumps on another
+	// goroutine. Registering a communicator while holding Lock deadlocks.
 	Lock *sync.Mutex
 }
 
@@ -474,6 +474,8 @@ type Comm struct {
 
 	later   atomic.Uint64 // CompletedLater's mark, applied under lk by applyLater
 	laterAt atomic.Int64  // the time of the mark
+
+	lend atomic.Int32 // ringHeld, ringLent or ringRead (lend.go): Lend's state
 }
 
 // Group returns the communicator's description.

@@ -295,7 +295,7 @@ func (c *Communicator) NewDevComm(ctx context.Context, req DevCommRequirements) 
 				GinConnectionType: int(req.GIN), GinQueueDepth: req.GINQueueDepth,
 			})
 			if err == nil || code(err) == gpulib.InProgress { // made once every rank has joined
-				err = c.settle(ctx, c.comm, bounded)
+				err = c.settleHeld(ctx, c.comm, bounded)
 			}
 			return err
 		})

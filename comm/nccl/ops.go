@@ -436,10 +436,10 @@ func (b *Backend) AllReduceAsync(ptr comm.DevicePtr, bytes int, compute comm.Str
 		if f != 0 && !c.capturing(s) {
 			err = b.exchangeAdd(f, p, bytes)
 		} else {
-			err = c.d.AllReduce(p, p, uint64(bytes/b.size), gpulib.DataType(b.elem), gpulib.Sum, c.comm, c.stream)
+			err = c.direct.AllReduce(p, p, uint64(bytes/b.size), gpulib.DataType(b.elem), gpulib.Sum, c.comm, c.stream) // recorded
 		}
 		if code(err) == gpulib.InProgress { // the reduction is on the stream once NCCL settles
-			err = c.settle(bg, c.comm, bounded)
+			err = c.settleHeld(bg, c.comm, bounded)
 		}
 	}
 	if err == nil {

@@ -109,7 +109,7 @@ func (b *Backend) RegisterWindow(ctx context.Context, ptr comm.DevicePtr, bytes 
 		return c.bound(func() (err error) {
 			w, err = c.d.CommWindowRegister(c.comm, gpulib.Ptr(ptr), uint64(bytes), int(winFlags))
 			if err == nil || code(err) == gpulib.InProgress { // registered once every rank has joined
-				err = c.settle(ctx, c.comm, bounded)
+				err = c.settleHeld(ctx, c.comm, bounded)
 			}
 			return err
 		})

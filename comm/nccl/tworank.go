@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/ncclgo/ncclgo/comm"
+	"github.com/ncclgo/ncclgo/comm/flightrec"
 	"github.com/ncclgo/ncclgo/comm/internal/core"
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/comm/internal/ncclcfg"
@@ -146,6 +147,7 @@ func (b *Backend) exchangeAdd(f gpulib.Function, p gpulib.Ptr, bytes int) error 
 	recv := b.two.cur.p + gpulib.Ptr(off)
 	count := uint64(bytes / b.size)
 	dt := gpulib.DataType(b.elem)
+	c.fr.Record(frCall(flightrec.AllReduce, count, dt, 0, 0)) // the caller's all-reduce, as NCCL's would be
 	peer := 1 - c.rank
 
 	runtime.LockOSThread() // NCCL keeps group state per OS thread
@@ -169,7 +171,7 @@ func (b *Backend) exchangeAdd(f gpulib.Function, p gpulib.Ptr, bytes int) error 
 	}
 	if eerr != nil && code(eerr) == gpulib.InProgress {
 		// The exchange is on the stream only once the communicator is back to success.
-		eerr = c.settle(bg, c.comm, bounded)
+		eerr = c.settleHeld(bg, c.comm, bounded)
 	}
 	if eerr != nil {
 		return fmt.Errorf("two-rank exchange: group end: %w", eerr)
@@ -223,7 +225,7 @@ func (b *Backend) ensureScratch(need int) error {
 	if c.version >= versionRegister {
 		h, err := c.d.CommRegister(c.comm, t.cur.p, uint64(t.cur.bytes))
 		if code(err) == gpulib.InProgress {
-			err = c.settle(bg, c.comm, bounded)
+			err = c.settleHeld(bg, c.comm, bounded)
 		}
 		if err != nil {
 			return fmt.Errorf("register %d bytes of two-rank scratch: %w", t.cur.bytes, err)

@@ -165,6 +165,15 @@ func (c *Communicator) settle(ctx context.Context, comm gpulib.Comm, m waitMode)
 	}
 }
 
+// settleHeld is settle for a caller that holds mu: the flight recorder's ring is lent
+// for the wait (flightrec.Comm.Lend), so that a dump, which a hang in this wait is the
+// reason for, does not wait for it.
+func (c *Communicator) settleHeld(ctx context.Context, comm gpulib.Comm, m waitMode) error {
+	c.fr.Lend()
+	defer c.fr.Reclaim()
+	return c.settle(ctx, comm, m)
+}
+
 // drain waits until the work queued on the communication stream has completed.
 func (c *Communicator) drain(ctx context.Context, m waitMode) error {
 	return c.drainOn(ctx, c.stream, m)
