@@ -583,7 +583,7 @@ func (c *Communicator) launched(wait, inProgress bool) error {
 		last := c.fr.Last()
 		err := c.wait(bg, core.OpGroupEnd, -1, bounded)
 		if err == nil {
-			c.fr.CompletedThrough(last)
+			c.fr.CompletedLater(last)
 		}
 		return err
 	}
