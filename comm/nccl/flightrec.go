@@ -258,7 +258,13 @@ func frType(dt gpulib.DataType) flightrec.DType {
 // frCall is the record of one NCCL call of n elements of dt. AllGather's n is its
 // send count, ReduceScatter's its receive count: world gives the other side.
 func frCall(op flightrec.Op, n uint64, dt gpulib.DataType, peer, world int) flightrec.Call {
-	in, out := int64(n), int64(n)
+	in, out := frSizes(op, n, world)
+	return flightrec.Call{Op: op, Peer: peer, In: in, Out: out, Type: frType(dt)}
+}
+
+// frSizes are the send and receive counts of frCall.
+func frSizes(op flightrec.Op, n uint64, world int) (in, out int64) {
+	in, out = int64(n), int64(n)
 	switch op {
 	case flightrec.AllGather:
 		out *= int64(world)
@@ -268,7 +274,7 @@ func frCall(op flightrec.Op, n uint64, dt gpulib.DataType, peer, world int) flig
 			out = in
 		}
 	}
-	return flightrec.Call{Op: op, Peer: peer, In: in, Out: out, Type: frType(dt)}
+	return in, out
 }
 
 // frOps is Communicator.direct while the recorder is on: it records each call, then
