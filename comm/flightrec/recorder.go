@@ -489,7 +489,7 @@ type Comm struct {
 	doneThrough   ID // every entry up to it is marked completed
 
 	// marks holds CompletedLater's marks, one per slot of the ring (written without
-	// lk; read under it): see mark.
+	// lk; read under it): see CompletedLater.
 	marks []atomic.Uint64
 }
 
