@@ -11,26 +11,28 @@ import (
 
 // BenchmarkRecordUnderBackendLock is one record and its completion as the NCCL
 // backend's AllReduce makes them: Record under the backend's lock (Group.Lock),
-// CompletedLater after.
+// CompletedLater after, against the same lock and unlock with the recorder off (a
+// nil *Comm), alternating in blocks: recorder-ns/op is the recorder's part of the
+// backend's figure (BenchmarkFlightRecorderCost in comm/nccl).
 func BenchmarkRecordUnderBackendLock(b *testing.B) {
-	r, err := New(Config{Entries: DefaultEntries}, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer r.Close()
+	r := newRecorder(b, Config{Entries: DefaultEntries}, 0)
 	var mu sync.Mutex
-	c, err := r.Comm(Group{Name: "0", Ranks: []int{0, 1}, Lock: &mu})
-	if err != nil {
-		b.Fatal(err)
-	}
+	on := newComm(b, r, Group{Name: "0", Ranks: []int{0, 1}, Lock: &mu})
+	var off *Comm
 	call := Call{Op: AllReduce, In: 1024, Out: 1024, Type: Float32}
-	b.ReportAllocs()
-	for b.Loop() {
-		mu.Lock()
-		id := c.Record(call)
-		mu.Unlock()
-		c.CompletedLater(id)
+	side := func(c *Comm) func(int) {
+		return func(n int) {
+			for range n {
+				mu.Lock()
+				id := c.Record(call)
+				mu.Unlock()
+				op(call.In)
+				c.CompletedLater(id)
+			}
+		}
 	}
+	one := side(on)
+	report(b, side(on), side(off), func() { one(1) })
 }
 
 // TestRecordIDsAcrossCommunicators: record ids order the records of all communicators
