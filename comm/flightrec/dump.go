@@ -14,8 +14,9 @@ import (
 
 // snap is a copy of one entry with its communicator, for a dump.
 type snap struct {
-	c *Comm
-	e entry
+	c  *Comm
+	e  entry
+	pc uintptr // its call site, 0 when not recorded
 }
 
 // snapshot copies the live entries of every communicator, in record order, taking
@@ -26,11 +27,15 @@ func (r *Recorder) snapshot() (comms []*Comm, status []pgStatus, entries []snap)
 	r.mu.Unlock()
 	for _, c := range comms {
 		c.read(func() {
-			c.applyLater()
+			c.applyMarks()
 			n := min(c.next, ID(len(c.ring)))
 			for id := c.next - n + 1; id <= c.next; id++ {
 				if e := c.slot(id); e != nil {
-					entries = append(entries, snap{c, *e})
+					var pc uintptr
+					if c.pcs != nil {
+						pc = c.pcs[c.index(id)]
+					}
+					entries = append(entries, snap{c, *e, pc})
 				}
 			}
 			status = append(status, pgStatus{enqueued: c.collSeq, started: c.lastStarted, completed: c.lastCompleted})
@@ -133,7 +138,7 @@ func (r *Recorder) encode(p *pickler) {
 	frames := map[uintptr]runtime.Frame{}
 	var name []byte
 	for i := range entries {
-		c, e := entries[i].c, &entries[i].e
+		c, e, pc := entries[i].c, &entries[i].e, entries[i].pc
 		p.dict()
 		p.key("record_id")
 		p.int(int64(e.record))
@@ -172,22 +177,22 @@ func (r *Recorder) encode(p *pickler) {
 		p.key("state")
 		p.str(stateNames[e.state])
 		p.key("time_discovered_started_ns")
-		p.optInt(r.wall(e.started), e.started != 0)
+		p.optInt(r.wall(e.started), e.state >= started)
 		p.key("time_discovered_completed_ns")
-		p.optInt(r.wall(e.completed), e.completed != 0)
+		p.optInt(r.wall(e.completed), e.state == completed)
 		p.key("retired")
-		p.bool(e.retired)
+		p.bool(e.state == completed)
 		p.key("timeout_ms")
 		p.int(c.g.Timeout.Milliseconds())
 		p.key("is_p2p")
 		p.bool(e.isP2P())
 		p.key("frames")
 		p.list()
-		if e.pc != 0 {
-			f, ok := frames[e.pc]
+		if pc != 0 {
+			f, ok := frames[pc]
 			if !ok {
-				f, _ = runtime.CallersFrames([]uintptr{e.pc}).Next()
-				frames[e.pc] = f
+				f, _ = runtime.CallersFrames([]uintptr{pc}).Next()
+				frames[pc] = f
 			}
 			p.dict()
 			p.key("name")

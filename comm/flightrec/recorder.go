@@ -3,6 +3,7 @@ package flightrec
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -174,7 +175,15 @@ func (r *Recorder) tick() { r.now.Store(int64(time.Since(r.base)) + 1) }
 // stamp is the time of a record: the cached clock while the clock goroutine runs (and
 // after Close), else the system clock's.
 func (r *Recorder) stamp() int64 {
-	if r.ticking.Load() || r.closed.Load() {
+	if r.ticking.Load() { // after Close too: now is then the time of the Close
+		return r.now.Load()
+	}
+	return r.clockTime()
+}
+
+// clockTime is stamp without the clock goroutine.
+func (r *Recorder) clockTime() int64 {
+	if r.closed.Load() {
 		return r.now.Load()
 	}
 	return int64(time.Since(r.base)) + 1
@@ -313,7 +322,11 @@ func (r *Recorder) Comm(g Group) (*Comm, error) {
 	if !g.Blocking {
 		r.startClock()
 	}
-	c := &Comm{r: r, g: g, self: self, ring: make([]entry, r.cfg.Entries), sites: r.cfg.CallSites, skip: r.cfg.CallSiteSkip}
+	c := &Comm{r: r, g: g, self: self, ring: make([]entry, r.cfg.Entries), marks: make([]atomic.Uint64, r.cfg.Entries),
+		sites: r.cfg.CallSites, skip: r.cfg.CallSiteSkip}
+	if c.sites {
+		c.pcs = make([]uintptr, r.cfg.Entries)
+	}
 	c.lastStarted, c.lastCompleted = -1, -1
 	if n := len(c.ring); n > 1 && n&(n-1) == 0 {
 		c.mask = ID(n - 1)
@@ -322,6 +335,7 @@ func (r *Recorder) Comm(g Group) (*Comm, error) {
 	if !c.ext {
 		c.lk = &c.own
 	}
+	c.plain = c.ext && !c.sites
 	c.g.Lock = nil // not the caller's to take through Group()
 	r.mu.Lock()
 	if len(r.comms) == 1 { // the second: from now on the ids come from records
@@ -429,23 +443,23 @@ const (
 	completed
 )
 
-// entry is one record (96 bytes), written under its ring's lock.
+// entry is one record (88 bytes), written under its ring's lock. Its started time is
+// valid once its state is started or completed, its completed time once it is
+// completed (a record writes neither).
 type entry struct {
 	id        ID // 0: empty slot
 	record    uint64
 	created   int64 // recorder time
-	started   int64 // 0: not seen
+	started   int64
 	completed int64
 	in, out   int64
 	collSeq   int64
 	p2pSeq    int64
 	opID      int64
-	pc        uintptr
 	peer      int32
 	op        Op
 	dtype     DType
 	state     uint8
-	retired   bool
 }
 
 // Comm is the ring of one communicator. A nil *Comm is off: its methods do nothing.
@@ -457,23 +471,26 @@ type Comm struct {
 	sites bool
 	skip  int
 
-	lk  *sync.Mutex // Group.Lock, or &own (a concrete mutex: its fast path inlines)
-	ext bool        // lk is Group.Lock
-	own sync.Mutex
+	lk    *sync.Mutex // Group.Lock, or &own (a concrete mutex: its fast path inlines)
+	ext   bool        // lk is Group.Lock
+	plain bool        // ext and no call sites: Record takes no lock and reads no call site
+	own   sync.Mutex
 
 	mask ID // len(ring)-1 when len(ring) is a power of two above 1, else 0
 
-	ring          []entry // guarded by lk, as are the fields below
-	next          ID      // the last id given
+	ring          []entry   // guarded by lk, as are the fields below
+	pcs           []uintptr // each entry's call site, with Config.CallSites
+	next          ID        // the last id given
 	collSeq       int64
 	p2pSeq        int64
 	opID          int64
 	lastStarted   int64 // collective seq
 	lastCompleted int64
-	doneThrough   ID // CompletedThrough's mark
+	doneThrough   ID // every entry up to it is marked completed
 
-	later   atomic.Uint64 // CompletedLater's mark, applied under lk by applyLater
-	laterAt atomic.Int64  // the time of the mark
+	// marks holds CompletedLater's marks, one per slot of the ring (written without
+	// lk; read under it): see CompletedLater.
+	marks []atomic.Uint64
 
 	lend atomic.Int32 // ringHeld, ringLent or ringRead (lend.go): Lend's state
 }
@@ -495,53 +512,46 @@ func (c *Comm) Record(call Call) ID {
 	if c == nil {
 		return 0
 	}
+	if c.plain { // a backend's hot path: one call
+		return c.add(&call, 0, ownSeq)
+	}
+	return c.recordOwn(&call)
+}
+
+// recordOwn is Record with call sites, or on a ring with a lock of its own.
+func (c *Comm) recordOwn(call *Call) ID {
 	var pc uintptr
 	if c.sites {
-		pc = c.callSite(c.skip)
+		pc = c.callSite(c.skip + 1)
 	}
 	if !c.ext {
 		c.own.Lock()
-		id := c.record(&call, pc)
-		c.own.Unlock()
-		return id
+		defer c.own.Unlock()
 	}
-	return c.record(&call, pc)
+	return c.record(call, pc)
 }
 
-// record is Record with lk held. The usual case, the operation before it noted
-// completed by CompletedLater, is written out: the cost of a record on a backend's
-// hot path is this function's.
-func (c *Comm) record(call *Call, pc uintptr) ID {
-	if later := ID(c.later.Load()); later > c.doneThrough {
-		if later == c.next && later == c.doneThrough+1 {
-			if e := c.slot(later); e != nil {
-				c.set(e, completed, c.laterAt.Load())
-			}
-			c.doneThrough = later
-		} else {
-			c.completedThroughAt(later, c.laterAt.Load())
-		}
-	}
-	if call.Op.IsP2P() {
-		c.p2pSeq++
-	} else {
-		c.collSeq++
-	}
-	c.opID++
-	id := c.add(call, pc)
-	if c.g.Blocking {
-		c.blocking(id)
-	}
-	return id
-}
+// record is Record with lk held.
+func (c *Comm) record(call *Call, pc uintptr) ID { return c.add(call, pc, ownSeq) }
+
+// How add numbers an entry.
+const (
+	ownSeq   = iota // an operation alone: the next sequence number and op id
+	groupSeq        // an operation in a group, whose sequence number is taken: the next op id
+	noSeq           // a group's Coalesced entry
+)
 
 // blocking notes, on a Blocking communicator, that id started and the operation
-// before it completed; lk is held.
+// before it completed (at the time CompletedLater noted, else now); lk is held.
 func (c *Comm) blocking(id ID) {
 	e := &c.ring[c.index(id)]
 	if id > 1 {
 		if p := &c.ring[c.index(id-1)]; p.id == id-1 {
-			c.set(p, completed, e.created)
+			at := e.created
+			if t, ok := c.markOf(p); ok {
+				at = t
+			}
+			c.set(p, completed, at)
 		}
 	}
 	c.set(e, started, e.created)
@@ -557,6 +567,9 @@ func (c *Comm) blocking(id ID) {
 func (c *Comm) RecordGroup(calls []Call) ID {
 	if c == nil || len(calls) == 0 {
 		return 0
+	}
+	if c.plain && len(calls) == 1 {
+		return c.record(&calls[0], 0)
 	}
 	var pc uintptr
 	if c.sites {
@@ -580,18 +593,16 @@ func (c *Comm) recordGroup(calls []Call, pc uintptr) ID {
 			p2p = false
 		}
 	}
-	c.applyLater()
 	if p2p {
 		c.p2pSeq++
 	} else {
 		c.collSeq++
 	}
 	for i := range calls {
-		c.opID++
-		c.add(&calls[i], pc)
+		c.add(&calls[i], pc, groupSeq)
 	}
 	end := Call{Op: Coalesced}
-	id := c.add(&end, pc)
+	id := c.add(&end, pc, noSeq)
 	// The Coalesced entry's peer is the group's size, negative for point-to-point.
 	if p2p {
 		c.ring[c.index(id)].peer = -int32(len(calls))
@@ -601,11 +612,37 @@ func (c *Comm) recordGroup(calls []Call, pc uintptr) ID {
 	return id
 }
 
-// add writes the next entry; lk is held.
-func (c *Comm) add(call *Call, pc uintptr) ID {
-	c.next++
-	e := &c.ring[c.index(c.next)]
-	// field by field: a composite literal is built on the stack and copied
+// add writes the next entry, numbered as seq says; lk is held. The cost of a record on
+// a backend's hot path is this function's. Completions noted by CompletedLater are not
+// applied here (a dump and CompletedThrough apply them), except that of the entry that
+// leaves the ring.
+func (c *Comm) add(call *Call, pc uintptr, seq int) ID {
+	switch seq {
+	case ownSeq:
+		if call.Op.IsP2P() {
+			c.p2pSeq++
+		} else {
+			c.collSeq++
+		}
+		c.opID++
+	case groupSeq:
+		c.opID++
+	}
+	id := c.next + 1
+	c.next = id
+	s := c.index(id)
+	e := &c.ring[s]
+	// The entry leaving the ring: when CompletedLater marked it, everything up to it
+	// completed.
+	if e.id > c.doneThrough {
+		if m := c.marks[s].Load(); m != 0 && m&markTagMask == uint64(e.id)&markTagMask {
+			c.doneThrough = e.id
+			if !e.isP2P() {
+				c.lastStarted = max(c.lastStarted, e.collSeq)
+				c.lastCompleted = max(c.lastCompleted, e.collSeq)
+			}
+		}
+	}
 	var rec uint64
 	if c.r.multi.Load() {
 		rec = c.r.records.Add(1) - 1
@@ -613,11 +650,17 @@ func (c *Comm) add(call *Call, pc uintptr) ID {
 		rec = c.r.solo
 		c.r.solo++
 	}
-	e.id, e.record, e.created = c.next, rec, c.r.stamp()
-	e.started, e.completed = 0, 0
-	e.in, e.out, e.collSeq, e.p2pSeq, e.opID, e.pc = call.In, call.Out, c.collSeq, c.p2pSeq, c.opID, pc
-	e.peer, e.op, e.dtype, e.state, e.retired = int32(call.Peer), call.Op, call.Type, scheduled, false
-	return c.next
+	// field by field: a composite literal is built on the stack and copied
+	e.id, e.record, e.created = id, rec, c.r.stamp()
+	e.in, e.out, e.collSeq, e.p2pSeq, e.opID = call.In, call.Out, c.collSeq, c.p2pSeq, c.opID
+	e.peer, e.op, e.dtype, e.state = int32(call.Peer), call.Op, call.Type, scheduled
+	if c.pcs != nil {
+		c.pcs[s] = pc
+	}
+	if seq == ownSeq && c.g.Blocking {
+		c.blocking(id)
+	}
+	return id
 }
 
 func (c *Comm) callSite(skip int) uintptr {
@@ -691,12 +734,11 @@ func (c *Comm) mark(id ID, st uint8) {
 }
 
 func (c *Comm) set(e *entry, st uint8, now int64) {
-	if st >= started && e.started == 0 {
+	if st >= started && e.state < started {
 		e.started = now
 	}
-	if st == completed && e.completed == 0 {
+	if st == completed && e.state < completed {
 		e.completed = now
-		e.retired = true
 	}
 	if st > e.state {
 		e.state = st
@@ -727,31 +769,74 @@ func (c *Comm) CompletedThrough(id ID) {
 	c.completedThrough(id)
 }
 
+// A mark of CompletedLater is one word, written with one atomic store in the slot of
+// its id: the low markTagBits bits of the id (a mark for an id that has left the
+// ring, stored late, does not match the entry now in its slot), and above them the
+// time of the call in microseconds (rounded up), modulo 2^(64-markTagBits): read back
+// relative to its entry's creation, it is exact for an operation that completes less
+// than 2^(63-markTagBits) µs (about 100 days) after it was recorded, and a mark older
+// than its entry (of an earlier entry in the slot) is refused.
+const (
+	markTagBits = 20
+	markTagMask = 1<<markTagBits - 1
+	markTimeMod = 1 << (64 - markTagBits)
+)
+
+// micros is t (recorder time) in microseconds, rounded up.
+func micros(t int64) uint64 { return uint64(t+999) / 1000 }
+
 // CompletedLater notes that every operation recorded up to and including id
-// completed, like CompletedThrough, but without taking the lock: an atomic store,
-// applied by the next Record or RecordGroup of the communicator, or by a dump, with
-// the time of the call. It is what a backend calls on a hot path after a wait that it
-// does not want to pay a second lock for; the later of two concurrent calls wins.
+// completed, like CompletedThrough, but without taking the lock: one atomic store of
+// the id and the time of the call (to the microsecond), read by a dump (and by
+// CompletedThrough, and by the record that reuses the slot) under the lock. It is
+// what a backend calls on a hot path after a wait that it does not want to pay a
+// second lock for; concurrent calls each keep their own mark.
 func (c *Comm) CompletedLater(id ID) {
-	if c == nil {
+	if c == nil || id == 0 {
 		return
 	}
-	c.laterAt.Store(c.r.stamp())
-	c.later.Store(uint64(id))
+	c.marks[c.index(id)].Store(micros(c.r.stamp())<<markTagBits | uint64(id)&markTagMask)
 }
 
-// applyLater applies CompletedLater's mark; lk is held.
-func (c *Comm) applyLater() {
-	if id := ID(c.later.Load()); id > c.doneThrough {
-		c.completedThroughAt(id, c.laterAt.Load())
+// markOf returns the time CompletedLater noted for e's operation, if it did; lk is
+// held.
+func (c *Comm) markOf(e *entry) (int64, bool) {
+	m := c.marks[c.index(e.id)].Load()
+	if m == 0 || m&markTagMask != uint64(e.id)&markTagMask {
+		return 0, false
 	}
+	from := micros(e.created)
+	d := (m>>markTagBits - from) % markTimeMod
+	if d >= markTimeMod/2 { // before the entry was made: an earlier entry's
+		return 0, false
+	}
+	return int64(from+d) * 1000, true
+}
+
+// applyMarks applies CompletedLater's marks to the entries in the ring: each mark
+// completes its operation and those before it, each at the time of the earliest mark
+// at or after it. lk is held.
+func (c *Comm) applyMarks() {
+	lo := max(c.doneThrough, c.next-min(c.next, ID(len(c.ring))))
+	var through ID
+	at := int64(math.MaxInt64)
+	for id := c.next; id > lo; id-- {
+		e := &c.ring[c.index(id)]
+		if t, ok := c.markOf(e); ok {
+			through = max(through, id)
+			at = min(at, t)
+		}
+		if through != 0 {
+			c.set(e, completed, at)
+		}
+	}
+	c.doneThrough = max(c.doneThrough, through)
 }
 
 // completedThrough is CompletedThrough with lk held.
-func (c *Comm) completedThrough(id ID) { c.completedThroughAt(id, c.r.stamp()) }
-
-// completedThroughAt is completedThrough at time now.
-func (c *Comm) completedThroughAt(id ID, now int64) {
+func (c *Comm) completedThrough(id ID) {
+	c.applyMarks()
+	now := c.r.stamp()
 	if id > c.next {
 		id = c.next
 	}

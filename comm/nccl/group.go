@@ -340,13 +340,27 @@ func (r *recorder) note(peer int, op flightrec.Op, n uint64, dt gpulib.DataType,
 	m := &tg.meta[i] // field by field: a composite literal would go through the stack
 	m.c, m.op, m.bytes, m.peer = r.c, r.op, r.bytes, peer
 	if r.c.fr != nil {
-		if !op.IsP2P() {
-			peer = 0 // a rooted collective's root is not recorded
-		}
-		tg.frCalls = append(tg.frCalls, frCall(op, n, dt, peer, r.c.world))
-		tg.frMeta = append(tg.frMeta, int32(i))
+		tg.flight(i, op, n, dt, peer, r.c.world)
 	}
 	return nil
+}
+
+// flight keeps the flight record of meta[i], a call of op on n elements of dt (see
+// frCall), written in place.
+func (tg *threadGroup) flight(i int, op flightrec.Op, n uint64, dt gpulib.DataType, peer, world int) {
+	k := len(tg.frCalls)
+	if k == cap(tg.frCalls) {
+		tg.frCalls = append(tg.frCalls, flightrec.Call{})
+	} else {
+		tg.frCalls = tg.frCalls[:k+1]
+	}
+	if !op.IsP2P() {
+		peer = 0 // a rooted collective's root is not recorded
+	}
+	f := &tg.frCalls[k] // field by field, as meta
+	f.Op, f.Peer, f.Type = op, peer, frType(dt)
+	f.In, f.Out = frSizes(op, n, world)
+	tg.frMeta = append(tg.frMeta, int32(i))
 }
 
 // flights records, before the launch, each recording member's calls in the group as
@@ -583,7 +597,7 @@ func (c *Communicator) launched(wait, inProgress bool) error {
 		last := c.fr.Last()
 		err := c.wait(bg, core.OpGroupEnd, -1, bounded)
 		if err == nil {
-			c.fr.CompletedThrough(last)
+			c.fr.CompletedLater(last)
 		}
 		return err
 	}

@@ -97,7 +97,7 @@ func (c *Communicator) enqueue(op string, bytes int, kind opKind, call func(to n
 	if kind == blocking {
 		err := c.waitDone(op, bytes)
 		if err == nil {
-			c.fr.CompletedThrough(last)
+			c.fr.CompletedLater(last) // no second lock: noted by a dump or the next record of its slot
 		}
 		return err
 	}
@@ -211,7 +211,7 @@ func (b *Backend) AllReduce(ptr comm.DevicePtr, bytes int) error {
 	if err == nil && done {
 		res, err := c.d.CommGetAsyncError(c.comm)
 		if asyncOK(res, err) {
-			c.fr.CompletedLater(id) // no second lock: noted by the next record or a dump
+			c.fr.CompletedLater(id) // no second lock: noted by a dump or the next record of its slot
 			return nil
 		}
 		return c.opErr(core.OpAllReduce, bytes, c.asyncFailure(c.comm, res, err))
@@ -219,7 +219,7 @@ func (b *Backend) AllReduce(ptr comm.DevicePtr, bytes int) error {
 	if err := c.waitFrom(core.OpAllReduce, bytes, done, err); err != nil {
 		return err
 	}
-	c.fr.CompletedLater(id) // no second lock: noted by the next record or a dump
+	c.fr.CompletedLater(id) // no second lock: noted by a dump or the next record of its slot
 	return nil
 }
 
@@ -540,7 +540,7 @@ func (c *Communicator) Sync(ctx context.Context) error {
 	last := c.fr.Last()
 	err := c.waitShared(ctx, core.OpSync, -1, bounded)
 	if err == nil {
-		c.fr.CompletedThrough(last)
+		c.fr.CompletedLater(last)
 	}
 	return err
 }
