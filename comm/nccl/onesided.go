@@ -85,8 +85,11 @@ func (c *Communicator) streamOr(s comm.Stream) gpulib.Stream {
 // bytes at src land in peer's part of window win at offset bytes, and then sig of peer
 // counts one more signal from this rank. The peer takes no part; it learns that the
 // data has arrived with WaitSignal. src must lie inside a symmetric window registered
-// on this backend (NCCL requires it), and offset+bytes inside win. Not inside a group
-// (ErrGroupOpen). bytes may be 0 (the put only signals; src must still lie inside a
+// on this backend (NCCL requires it), and offset+bytes inside win. Inside a group (GroupStart/GroupEnd,
+// a Group's Add, comm.InGroup) it is checked at the call and recorded, as NCCL allows,
+// and the outermost GroupEnd (a Group's Submit) makes it with the group's other calls;
+// NCCL launches a communicator's one-sided calls of a group first, in the order they
+// were issued, then its collectives and point-to-point calls. bytes may be 0 (the put only signals; src must still lie inside a
 // symmetric window, as NCCL requires). Like every enqueued operation it returns before
 // the data moves; Sync on s waits for it.
 func (b *Backend) PutSignal(src comm.DevicePtr, bytes, peer int, win WindowHandle, offset int, sig Signal, s comm.Stream) error {
@@ -103,9 +106,12 @@ func (b *Backend) PutSignal(src comm.DevicePtr, bytes, peer int, win WindowHandl
 		return b.putArgErr(src, bytes, win, offset)
 	}
 	st := c.streamOr(s)
-	err = c.enqueue(opPutSignal, bytes, ungroupable, func(to ncclOps) error {
-		if f, ok := to.(frOps); ok {
-			f.fr.Record(flightrec.Call{Op: flightrec.PutSignal, Peer: peer, In: int64(bytes), Out: int64(bytes), Type: frType(gpulib.Uint8)})
+	err = c.enqueue(opPutSignal, bytes, queued, func(to ncclOps) error {
+		switch o := to.(type) {
+		case *recorder:
+			return o.PutSignal(c.buf(src), uint64(bytes), peer, w.h, uint64(offset), sig, c.comm, st)
+		case frOps:
+			o.fr.Record(flightrec.Call{Op: flightrec.PutSignal, Peer: peer, In: int64(bytes), Out: int64(bytes), Type: frType(gpulib.Uint8)})
 		}
 		return os.PutSignal(c.buf(src), uint64(bytes), gpulib.Uint8, peer, w.h, uint64(offset), sig.Index, sig.Context, 0, c.comm, st)
 	})
@@ -171,7 +177,7 @@ func (b *Backend) putWindow(src comm.DevicePtr, bytes int, win WindowHandle, off
 
 // Signal enqueues on stream s (0: the communication stream) a signal to peer without
 // data (ncclSignal, NCCL >= 2.29.2): sig of peer counts one more signal from this rank.
-// Not inside a group (ErrGroupOpen).
+// Inside a group it is recorded, as PutSignal is.
 func (b *Backend) Signal(peer int, sig Signal, s comm.Stream) error {
 	c := b.conn()
 	if err := c.g.P2p(opSignal, "peer", 0, 0, peer); err != nil {
@@ -182,9 +188,12 @@ func (b *Backend) Signal(peer int, sig Signal, s comm.Stream) error {
 		return err
 	}
 	st := c.streamOr(s)
-	err = c.enqueue(opSignal, 0, ungroupable, func(to ncclOps) error {
-		if f, ok := to.(frOps); ok {
-			f.fr.Record(flightrec.Call{Op: flightrec.Signal, Peer: peer, Type: frType(gpulib.Uint8)})
+	err = c.enqueue(opSignal, 0, queued, func(to ncclOps) error {
+		switch o := to.(type) {
+		case *recorder:
+			return o.Signal(peer, sig, c.comm, st)
+		case frOps:
+			o.fr.Record(flightrec.Call{Op: flightrec.Signal, Peer: peer, Type: frType(gpulib.Uint8)})
 		}
 		return os.Signal(peer, sig.Index, sig.Context, 0, c.comm, st)
 	})
@@ -199,8 +208,8 @@ func (b *Backend) Signal(peer int, sig Signal, s comm.Stream) error {
 // term, Count signals from Peer on Signal have arrived beyond those earlier waits of
 // this rank consumed; the wait consumes them. The host does not wait (Sync on s does).
 // A wait whose signals never come holds s: the operation timeout and the watchdog
-// report it like any operation that does not complete. Not inside a group
-// (ErrGroupOpen).
+// report it like any operation that does not complete. Inside a group it is recorded,
+// as PutSignal is.
 func (b *Backend) WaitSignal(waits []SignalWait, s comm.Stream) error {
 	c := b.conn()
 	if err := c.g.Open(opWaitSignal); err != nil {
@@ -235,10 +244,13 @@ func (b *Backend) WaitSignal(waits []SignalWait, s comm.Stream) error {
 
 // waitSignal enqueues the wait for descs.
 func (c *Communicator) waitSignal(os gpulib.OneSided, descs []gpulib.SignalDesc, st gpulib.Stream) error {
-	return c.enqueue(opWaitSignal, 0, ungroupable, func(to ncclOps) error {
-		if f, ok := to.(frOps); ok {
+	return c.enqueue(opWaitSignal, 0, queued, func(to ncclOps) error {
+		switch o := to.(type) {
+		case *recorder:
+			return o.WaitSignal(descs, c.comm, st)
+		case frOps:
 			for _, d := range descs {
-				f.fr.Record(flightrec.Call{Op: flightrec.WaitSignal, Peer: int(d.Peer), In: int64(d.OpCnt), Out: int64(d.OpCnt), Type: frType(gpulib.Uint8)})
+				o.fr.Record(flightrec.Call{Op: flightrec.WaitSignal, Peer: int(d.Peer), In: int64(d.OpCnt), Out: int64(d.OpCnt), Type: frType(gpulib.Uint8)})
 			}
 		}
 		return os.WaitSignal(descs, c.comm, st)

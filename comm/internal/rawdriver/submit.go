@@ -2,8 +2,10 @@ package rawdriver
 
 import (
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/raw/nccl"
@@ -47,6 +49,12 @@ func putBatch(b *Batch) {
 // device memory (see nccl.Batch). Submit once per Reset.
 type Batch struct {
 	raw nccl.Batch
+	// descs are the recorded WaitSignals' descriptors, one array each (kept across
+	// Reset for reuse), pinned until Reset: the records hold their addresses, which
+	// the C side reads at Run.
+	descs  [][]gpulib.SignalDesc
+	nDescs int
+	pinned runtime.Pinner
 }
 
 // NewBatch is gpulib.Batcher's: a group recorded straight into an nccl.Batch.
@@ -61,7 +69,13 @@ func (b *Batch) start() error {
 }
 
 // Reset forgets the recorded calls, keeping the memory.
-func (b *Batch) Reset() { b.raw.Reset() }
+func (b *Batch) Reset() {
+	b.raw.Reset()
+	if b.nDescs > 0 {
+		b.pinned.Unpin()
+		b.nDescs = 0
+	}
+}
 
 // Accepts reports whether d is a raw driver: every one makes its calls into the same
 // loaded libnccl, so a Batch takes the groups of all of them.
@@ -156,6 +170,41 @@ func (b *Batch) Recv(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int,
 		return err
 	}
 	return b.raw.Recv(ptr(buf), count, nccl.DataType(dt), int32(peer), nccl.Comm(c), nccl.CudaStream(s))
+}
+
+var _ gpulib.OneSidedBatch = (*Batch)(nil)
+
+func (b *Batch) PutSignal(local gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, win gpulib.Handle, offset uint64, sigIdx, ctx int, c gpulib.Comm, s gpulib.Stream) error {
+	if err := b.start(); err != nil {
+		return err
+	}
+	return b.raw.PutSignal(ptr(local), count, nccl.DataType(dt), int32(peer), nccl.Window(win), offset, int32(sigIdx), int32(ctx), 0, nccl.Comm(c), nccl.CudaStream(s))
+}
+
+func (b *Batch) Signal(peer, sigIdx, ctx int, c gpulib.Comm, s gpulib.Stream) error {
+	if err := b.start(); err != nil {
+		return err
+	}
+	return b.raw.Signal(int32(peer), int32(sigIdx), int32(ctx), 0, nccl.Comm(c), nccl.CudaStream(s))
+}
+
+// WaitSignal records ncclWaitSignal with the batch's own pinned copy of descs.
+func (b *Batch) WaitSignal(descs []gpulib.SignalDesc, c gpulib.Comm, s gpulib.Stream) error {
+	if err := b.start(); err != nil {
+		return err
+	}
+	var first unsafe.Pointer
+	if len(descs) > 0 {
+		if b.nDescs == len(b.descs) {
+			b.descs = append(b.descs, nil)
+		}
+		own := append(b.descs[b.nDescs][:0], descs...)
+		b.descs[b.nDescs] = own
+		b.nDescs++
+		b.pinned.Pin(&own[0])
+		first = unsafe.Pointer(&own[0])
+	}
+	return b.raw.WaitSignal(int32(len(descs)), first, nccl.Comm(c), nccl.CudaStream(s))
 }
 
 // Submit is gpulib.Driver's Submit through a Batch: the whole group in one cgo
