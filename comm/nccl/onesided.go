@@ -57,10 +57,17 @@ type SignalWait struct {
 // oneSided returns the driver's one-sided calls, or the error of a library without
 // them (written to be inlined: the test is the hot path).
 func (c *Communicator) oneSided(op, call string) (gpulib.OneSided, error) {
-	if os, ok := c.d.(gpulib.OneSided); ok && c.version >= versionOneSided {
-		return os, nil
+	if c.ones != nil && c.version >= versionOneSided {
+		return c.ones, nil
 	}
 	return nil, c.noOneSided(op, call)
+}
+
+// oneSidedOf is d's one-sided calls, nil without them (Communicator.ones, found once
+// when the communicator is made).
+func oneSidedOf(d gpulib.Driver) gpulib.OneSided {
+	os, _ := d.(gpulib.OneSided)
+	return os
 }
 
 // noOneSided is the error of oneSided.
