@@ -190,10 +190,10 @@ type windowEntry struct {
 	userWindow
 }
 
-// putWindow returns NCCL's handle of window win when bytes at offset fit it and [src, src+bytes) lies
-// inside a symmetric window. It scans userWindows.list, without a lock (few windows: no
-// map and no lock on the hot path); a registration change makes the list stale and the
-// next call builds it again under regMu.
+// putWindow returns NCCL's handle of window win when bytes at offset fit it and
+// [src, src+bytes) lies inside a symmetric window. It scans userWindows.list, without a
+// lock (few windows: no map and no lock on the hot path); a registration change makes
+// the list stale and the next call builds it again under regMu.
 func (b *Backend) putWindow(src comm.DevicePtr, bytes int, win WindowHandle, offset int) (gpulib.Handle, bool) {
 	lp := b.userWins.list.Load()
 	if lp == nil {
