@@ -18,8 +18,8 @@ import (
 // given and initialises as CommInitRank from the first.
 type scalableFake struct {
 	idFake
-	mu     sync.Mutex
-	got    [][]gpulib.UniqueID
+	mu      sync.Mutex
+	got     [][]gpulib.UniqueID
 	idsMade int
 }
 
