@@ -38,7 +38,7 @@ func TestOneSidedCallsReachTheRealLibrary(t *testing.T) {
 
 // A group takes the one-sided calls, as NCCL does between ncclGroupStart and
 // ncclGroupEnd: the raw driver's Batch records them (ncclWaitSignal with its own copy of
-// the descriptors) and Submit makes them in the group's one crossing into the real
+// the descriptors, pinned while the batch runs) and Submit makes them in the group's one crossing into the real
 // libnccl. On the null communicator NCCL rejects the first; Submit names it, with the
 // text the same call made on its own gets, and every recorded call was made.
 func TestOneSidedCallsAreRecordedInAGroup(t *testing.T) {
@@ -83,5 +83,5 @@ func TestOneSidedCallsAreRecordedInAGroup(t *testing.T) {
 		assert.Equal(t, nccl.InvalidArgument, r, "call %d", i)
 	}
 	b.Reset()
-	assert.Zero(t, b.(*Batch).nDescs, "Reset unpins the descriptors")
+	assert.Zero(t, b.(*Batch).nDescs, "Reset forgets the descriptors")
 }

@@ -50,11 +50,24 @@ func putBatch(b *Batch) {
 type Batch struct {
 	raw nccl.Batch
 	// descs are the recorded WaitSignals' descriptors, one array each (kept across
-	// Reset for reuse), pinned until Reset: the records hold their addresses, which
-	// the C side reads at Run.
+	// Reset for reuse): the records hold their addresses, which the C side reads at
+	// run, and run pins them for the crossing (the Go heap does not move them; the pin
+	// is cgo's rule for Go memory reached through memory passed to C).
 	descs  [][]gpulib.SignalDesc
 	nDescs int
-	pinned runtime.Pinner
+}
+
+// run makes the recorded calls in one crossing, the descriptors pinned meanwhile.
+func (b *Batch) run() error {
+	if b.nDescs == 0 {
+		return b.raw.Run()
+	}
+	var p runtime.Pinner
+	defer p.Unpin()
+	for _, d := range b.descs[:b.nDescs] {
+		p.Pin(&d[0])
+	}
+	return b.raw.Run()
 }
 
 // NewBatch is gpulib.Batcher's: a group recorded straight into an nccl.Batch.
@@ -71,10 +84,7 @@ func (b *Batch) start() error {
 // Reset forgets the recorded calls, keeping the memory.
 func (b *Batch) Reset() {
 	b.raw.Reset()
-	if b.nDescs > 0 {
-		b.pinned.Unpin()
-		b.nDescs = 0
-	}
+	b.nDescs = 0
 }
 
 // Accepts reports whether d is a raw driver: every one makes its calls into the same
@@ -188,7 +198,7 @@ func (b *Batch) Signal(peer, sigIdx, ctx int, c gpulib.Comm, s gpulib.Stream) er
 	return b.raw.Signal(int32(peer), int32(sigIdx), int32(ctx), 0, nccl.Comm(c), nccl.CudaStream(s))
 }
 
-// WaitSignal records ncclWaitSignal with the batch's own pinned copy of descs.
+// WaitSignal records ncclWaitSignal with the batch's own copy of descs.
 func (b *Batch) WaitSignal(descs []gpulib.SignalDesc, c gpulib.Comm, s gpulib.Stream) error {
 	if err := b.start(); err != nil {
 		return err
@@ -201,7 +211,6 @@ func (b *Batch) WaitSignal(descs []gpulib.SignalDesc, c gpulib.Comm, s gpulib.St
 		own := append(b.descs[b.nDescs][:0], descs...)
 		b.descs[b.nDescs] = own
 		b.nDescs++
-		b.pinned.Pin(&own[0])
 		first = unsafe.Pointer(&own[0])
 	}
 	return b.raw.WaitSignal(int32(len(descs)), first, nccl.Comm(c), nccl.CudaStream(s))
@@ -230,7 +239,7 @@ func (b *Batch) Run() error {
 	if err := b.raw.GroupEnd(); err != nil {
 		return err
 	}
-	return b.raw.Run()
+	return b.run()
 }
 
 // Submit is Run with gpulib.Driver's Submit results, naming the first recorded call
