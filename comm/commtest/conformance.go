@@ -186,6 +186,7 @@ func RunConformance(t *testing.T, h Harness) {
 		t.Run("symmetric-memory", e.symmetric)
 		t.Run("device-api", e.deviceAPI)
 		t.Run("one-sided", e.oneSided)
+		t.Run("grow", e.grow)
 	})
 	t.Run("typed", func(t *testing.T) {
 		e := start(t, h, comm.BFloat16)

@@ -16,7 +16,7 @@ import (
 // Each Start returns a *Cluster. The simulated NCCL is 2.29.7 unless opts say otherwise,
 // so the harness requires every capability the suite knows of the NCCL version it
 // simulates: registration and symmetric memory from 2.19, split from 2.18, the device
-// API from 2.29.7.
+// API from 2.29.7, grow from 2.29.2.
 func SimHarness(world int, opts ...Option) Harness {
 	cfg := clusterConfig{}
 	for _, o := range opts {
@@ -40,6 +40,9 @@ func SimHarness(world int, opts ...Option) Harness {
 	}
 	if v >= 22907 {
 		caps = append(caps, CapDeviceAPI)
+	}
+	if v >= 22902 {
+		caps = append(caps, CapGrow)
 	}
 	caps = append(caps, CapWatchdog, CapAsyncErrors)
 	return Harness{

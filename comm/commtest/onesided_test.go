@@ -246,3 +246,27 @@ func TestPutSignalLibraryFailure(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), n)
 }
+
+// While its backend is suspended a one-sided call fails at once with ErrSuspended and
+// never reaches the library; after Close it fails with ErrClosed.
+func TestOneSidedCallsRefusedWhileSuspendedOrClosed(t *testing.T) {
+	c, bs, mem, inbox := oneSidedPair(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	eachBackend(t, c, func(_ int, b *nccl.Backend) error { return b.Suspend(ctx) })
+	calls := func(call string) int64 {
+		n, err := c.Calls(0, call)
+		require.NoError(t, err)
+		return n
+	}
+	puts, signals := calls("ncclPutSignal"), calls("ncclSignal")
+	require.ErrorIs(t, bs[0].PutSignal(mem[0]+4096, 8, 1, inbox[0], 0, nccl.Signal{}, 0), nccl.ErrSuspended)
+	require.ErrorIs(t, bs[0].Signal(1, nccl.Signal{}, 0), nccl.ErrSuspended)
+	assert.Equal(t, puts, calls("ncclPutSignal"), "the put reached the library")
+	assert.Equal(t, signals, calls("ncclSignal"), "the signal reached the library")
+	eachBackend(t, c, func(_ int, b *nccl.Backend) error { return b.Resume(ctx) })
+	require.NoError(t, bs[0].Signal(1, nccl.Signal{}, 0))
+	require.NoError(t, bs[0].Close())
+	require.ErrorIs(t, bs[0].PutSignal(mem[0]+4096, 8, 1, inbox[0], 0, nccl.Signal{}, 0), comm.ErrClosed)
+	require.ErrorIs(t, bs[0].Signal(1, nccl.Signal{}, 0), comm.ErrClosed)
+}

@@ -162,7 +162,17 @@ var (
 	_ commtest.CommunicatorSource = (*recovered)(nil)
 	_ commtest.StreamHolder       = (*recovered)(nil)
 	_ commtest.CallCounter        = (*recovered)(nil)
+	_ commtest.DeviceOptioner     = (*recovered)(nil)
 )
+
+// DeviceOption is the option of the device of the backend at rank.
+func (w *recovered) DeviceOption(rank int) (nccl.Option, error) {
+	d, err := w.dev(rank)
+	if err != nil {
+		return nil, err
+	}
+	return w.Cluster.DeviceOption(d)
+}
 
 func (w *recovered) Backends() []comm.Backend {
 	out := make([]comm.Backend, len(w.backends))

@@ -19,6 +19,8 @@ import (
 // meets in a new generation G, whose keys are rendezvous.GenerationKey(group, G, name):
 //
 //	uid       the NCCL unique id; rank 0 creates it if absent, before it arrives
+//	uid/<k>   with WithScalableInit's n ids, id k (1 <= k < n), created the same way by
+//	          its root rank (rootOf); every rank reads them all once the state is "ok"
 //	rank/<r>  rank r's arrival marker, created if absent
 //	count     arrivals so far (Add)
 //	state     absent while the generation is open; "ok" once every rank arrived (set
@@ -57,6 +59,7 @@ type member struct {
 	group       string
 	rank, world int
 	newID       func() (gpulib.UniqueID, error)
+	ids         int // the unique ids the next meeting makes (WithScalableInit); 0: one
 
 	mu   sync.Mutex
 	gen  uint64 // the generation of the communicator in use
@@ -73,24 +76,24 @@ func (m *member) generation() uint64 {
 // reconnect is the ReconnectFunc of a Job's backends: a rendezvous in the next
 // generation.
 func (m *member) Reconnect(ctx context.Context, _ int) (comm.UniqueID, error) {
-	id, err := m.meet(ctx)
+	ids, err := m.meet(ctx)
 	if err != nil {
 		return comm.UniqueID{}, fmt.Errorf("%s: %w", opRendezvous, err)
 	}
-	return id, nil
+	return ids[0], nil
 }
 
 // meet joins the first open generation at or after the next one this process may
-// join, moving on when a restarted rank closes it under us, and returns the unique id
-// of the generation it completed.
-func (m *member) meet(ctx context.Context) (comm.UniqueID, error) {
+// join, moving on when a restarted rank closes it under us, and returns the unique ids
+// of the generation it completed (one, or m.ids).
+func (m *member) meet(ctx context.Context) ([]comm.UniqueID, error) {
 	j := m.job
 	if j.isClosed() {
-		return comm.UniqueID{}, fmt.Errorf("group %q: job %w", m.group, comm.ErrClosed)
+		return nil, fmt.Errorf("group %q: job %w", m.group, comm.ErrClosed)
 	}
 	s, err := j.client(ctx)
 	if err != nil {
-		return comm.UniqueID{}, fmt.Errorf("group %q: %w", m.group, err)
+		return nil, fmt.Errorf("group %q: %w", m.group, err)
 	}
 	j.mu.Lock()
 	gen := j.next[m.group]
@@ -102,10 +105,10 @@ func (m *member) meet(ctx context.Context) (comm.UniqueID, error) {
 		if lookup {
 			if gen, err = m.firstOpen(ctx, s, gen); err != nil {
 				j.lost(s, err)
-				return comm.UniqueID{}, fmt.Errorf("group %q: %w", m.group, err)
+				return nil, fmt.Errorf("group %q: %w", m.group, err)
 			}
 		}
-		id, err := m.join(ctx, s, gen)
+		ids, err := m.join(ctx, s, gen)
 		j.lost(s, err)
 		if errors.Is(err, errGenerationClosed) {
 			j.log.Info("comm: generation closed, joining the next", "rank", m.rank, "group", m.group, "generation", gen, "reason", err)
@@ -114,12 +117,12 @@ func (m *member) meet(ctx context.Context) (comm.UniqueID, error) {
 		}
 		j.advance(m.group, gen+1)
 		if err != nil {
-			return comm.UniqueID{}, fmt.Errorf("generation %d of group %q: %w", gen, m.group, err)
+			return nil, fmt.Errorf("generation %d of group %q: %w", gen, m.group, err)
 		}
 		m.mu.Lock()
 		m.gen = gen
 		m.mu.Unlock()
-		return id, nil
+		return ids, nil
 	}
 }
 
@@ -156,9 +159,10 @@ func (m *member) key(gen uint64, name string) string {
 
 func rankMarker(r int) string { return "rank/" + strconv.Itoa(r) }
 
-// join arrives in generation gen and waits until every rank has, then returns the id
-// rank 0 published. An error wrapping errGenerationClosed means: try the next one.
-func (m *member) join(ctx context.Context, s rendezvous.Store, gen uint64) (comm.UniqueID, error) {
+// join arrives in generation gen and waits until every rank has, then returns the ids
+// the roots published (rank 0's first). An error wrapping errGenerationClosed means:
+// try the next one.
+func (m *member) join(ctx context.Context, s rendezvous.Store, gen uint64) ([]comm.UniqueID, error) {
 	if c, ok := s.(*rendezvous.Client); ok {
 		return m.joinAtOnce(ctx, c, gen)
 	}
@@ -175,105 +179,151 @@ func (m *member) join(ctx context.Context, s rendezvous.Store, gen uint64) (comm
 //
 // The outcome is joinInTurn's: a rank whose marker or id was there before closes the
 // generation (without being counted), and a count past the world closes it too.
-func (m *member) joinAtOnce(ctx context.Context, s *rendezvous.Client, gen uint64) (comm.UniqueID, error) {
-	var id comm.UniqueID
-	uidKey := m.key(gen, "uid")
+func (m *member) joinAtOnce(ctx context.Context, s *rendezvous.Client, gen uint64) ([]comm.UniqueID, error) {
+	n, mine := m.idCount(), m.rootIndex()
 	a := rendezvous.Arrival{Done: m.key(gen, "state"), DoneValue: []byte(stateOK), Counter: m.key(gen, "count"), Target: int64(m.world)}
 	marker := rendezvous.KeyValue{Key: m.key(gen, rankMarker(m.rank)), Value: []byte{1}}
-	var uid gpulib.UniqueID
-	if m.rank == 0 {
-		var err error
-		if uid, err = m.newID(); err != nil {
-			return id, fmt.Errorf("get-unique-id: %w", err)
+	ids := make([]comm.UniqueID, n)
+	if mine >= 0 {
+		uid, err := m.newID()
+		if err != nil {
+			return nil, fmt.Errorf("get-unique-id: %w", err)
 		}
-		a.Create = []rendezvous.KeyValue{{Key: uidKey, Value: uid[:]}, marker}
-	} else {
-		a.Create = []rendezvous.KeyValue{marker}
-		a.Read = []string{uidKey}
+		ids[mine] = comm.UniqueID(uid)
+		a.Create = []rendezvous.KeyValue{{Key: m.idKey(gen, mine), Value: uid[:]}}
+	}
+	a.Create = append(a.Create, marker)
+	for k := range n {
+		if k != mine {
+			a.Read = append(a.Read, m.idKey(gen, k))
+		}
 	}
 	got, err := s.Arrive(ctx, a)
 	if err != nil {
-		return id, m.gaveUp(ctx, s, gen, err)
+		return nil, m.gaveUp(ctx, s, gen, err)
 	}
 	switch {
 	case got.Closed:
-		return id, fmt.Errorf("%w: %s", errGenerationClosed, got.Done)
-	case got.Conflict >= 0 && a.Create[got.Conflict].Key == uidKey:
-		return id, m.close(ctx, s, gen, stateRestart+"rank 0 found an id published by an earlier rank 0")
+		return nil, fmt.Errorf("%w: %s", errGenerationClosed, got.Done)
+	case got.Conflict >= 0 && a.Create[got.Conflict].Key != marker.Key:
+		return nil, m.close(ctx, s, gen, fmt.Sprintf("%srank %d found an id published by an earlier rank %d", stateRestart, m.rank, m.rank))
 	case got.Conflict >= 0:
-		return id, m.close(ctx, s, gen, fmt.Sprintf("%srank %d had arrived before (a restarted process)", stateRestart, m.rank))
+		return nil, m.close(ctx, s, gen, fmt.Sprintf("%srank %d had arrived before (a restarted process)", stateRestart, m.rank))
 	case got.Count > int64(m.world):
-		return id, m.close(ctx, s, gen, fmt.Sprintf("%s%d arrivals for world size %d", stateRestart, got.Count, m.world))
+		return nil, m.close(ctx, s, gen, fmt.Sprintf("%s%d arrivals for world size %d", stateRestart, got.Count, m.world))
 	}
 	if err := m.closedBy(ctx, s, gen, string(got.Done)); err != nil {
-		return id, err
+		return nil, err
 	}
-	if m.rank == 0 {
-		return comm.UniqueID(uid), nil
+	// State "ok": every rank arrived, the roots with their ids.
+	i := 0
+	for k := range n {
+		if k == mine {
+			continue
+		}
+		if err := readID(&ids[k], a.Read[i], got.Values[i]); err != nil {
+			return nil, err
+		}
+		i++
 	}
-	// State "ok": every rank arrived, rank 0 with the id.
-	if v := got.Values[0]; len(v) != len(id) {
-		return id, fmt.Errorf("unique id under %q has %d bytes, want %d", uidKey, len(v), len(id))
+	return ids, nil
+}
+
+// readID copies the unique id v read under key into id.
+func readID(id *comm.UniqueID, key string, v []byte) error {
+	if len(v) != len(id) {
+		return fmt.Errorf("unique id under %q has %d bytes, want %d", key, len(v), len(id))
 	}
-	copy(id[:], got.Values[0])
-	return id, nil
+	copy(id[:], v)
+	return nil
+}
+
+// idCount is the number of unique ids the meeting makes.
+func (m *member) idCount() int { return max(m.ids, 1) }
+
+// idKey is the key of unique id k in generation gen: "uid" for rank 0's, "uid/<k>".
+func (m *member) idKey(gen uint64, k int) string {
+	if k == 0 {
+		return m.key(gen, "uid")
+	}
+	return m.key(gen, "uid/"+strconv.Itoa(k))
+}
+
+// rootIndex is the id this rank creates, -1 for none: with n ids over the world, id k
+// is created by the first rank of the k-th of n blocks of consecutive ranks as even as
+// can be (the first world%n blocks one rank larger), as NCCL's documentation of
+// ncclCommInitRankScalable recommends.
+func (m *member) rootIndex() int {
+	n := m.idCount()
+	big, per := m.world%n, m.world/n // big blocks of per+1 ranks, then blocks of per
+	lim := big * (per + 1)
+	switch {
+	case m.rank < lim && m.rank%(per+1) == 0:
+		return m.rank / (per + 1)
+	case m.rank >= lim && (m.rank-lim)%per == 0:
+		return big + (m.rank-lim)/per
+	}
+	return -1
 }
 
 // joinInTurn is join over a store that answers one request at a time per connection
 // (torch's TCPStore protocol): each call waits for the one before.
-func (m *member) joinInTurn(ctx context.Context, s rendezvous.Store, gen uint64) (comm.UniqueID, error) {
-	var id comm.UniqueID
-	if m.rank == 0 {
+func (m *member) joinInTurn(ctx context.Context, s rendezvous.Store, gen uint64) ([]comm.UniqueID, error) {
+	nIDs, mine := m.idCount(), m.rootIndex()
+	ids := make([]comm.UniqueID, nIDs)
+	if mine >= 0 {
 		uid, err := m.newID()
 		if err != nil {
-			return id, fmt.Errorf("get-unique-id: %w", err)
+			return nil, fmt.Errorf("get-unique-id: %w", err)
 		}
-		_, fresh, err := s.CompareAndSet(ctx, m.key(gen, "uid"), nil, uid[:])
+		_, fresh, err := s.CompareAndSet(ctx, m.idKey(gen, mine), nil, uid[:])
 		if err != nil {
-			return id, m.gaveUp(ctx, s, gen, err)
+			return nil, m.gaveUp(ctx, s, gen, err)
 		}
 		if !fresh {
-			return id, m.close(ctx, s, gen, stateRestart+"rank 0 found an id published by an earlier rank 0")
+			return nil, m.close(ctx, s, gen, fmt.Sprintf("%srank %d found an id published by an earlier rank %d", stateRestart, m.rank, m.rank))
 		}
-		id = comm.UniqueID(uid)
+		ids[mine] = comm.UniqueID(uid)
 	}
 	_, fresh, err := s.CompareAndSet(ctx, m.key(gen, rankMarker(m.rank)), nil, []byte{1})
 	if err != nil {
-		return id, m.gaveUp(ctx, s, gen, err)
+		return nil, m.gaveUp(ctx, s, gen, err)
 	}
 	if !fresh {
-		return id, m.close(ctx, s, gen, fmt.Sprintf("%srank %d had arrived before (a restarted process)", stateRestart, m.rank))
+		return nil, m.close(ctx, s, gen, fmt.Sprintf("%srank %d had arrived before (a restarted process)", stateRestart, m.rank))
 	}
 	n, err := s.Add(ctx, m.key(gen, "count"), 1)
 	if err != nil {
-		return id, m.gaveUp(ctx, s, gen, err)
+		return nil, m.gaveUp(ctx, s, gen, err)
 	}
 	switch {
 	case n > int64(m.world):
-		return id, m.close(ctx, s, gen, fmt.Sprintf("%s%d arrivals for world size %d", stateRestart, n, m.world))
+		return nil, m.close(ctx, s, gen, fmt.Sprintf("%s%d arrivals for world size %d", stateRestart, n, m.world))
 	case n == int64(m.world):
 		if _, _, err := s.CompareAndSet(ctx, m.key(gen, "state"), nil, []byte(stateOK)); err != nil {
-			return id, m.gaveUp(ctx, s, gen, err)
+			return nil, m.gaveUp(ctx, s, gen, err)
 		}
 	}
 	state, err := s.Get(ctx, m.key(gen, "state"))
 	if err != nil {
-		return id, m.gaveUp(ctx, s, gen, err)
+		return nil, m.gaveUp(ctx, s, gen, err)
 	}
 	if err := m.closedBy(ctx, s, gen, string(state)); err != nil {
-		return id, err
+		return nil, err
 	}
-	if m.rank != 0 {
-		v, err := s.Get(ctx, m.key(gen, "uid"))
+	for k := range nIDs {
+		if k == mine {
+			continue
+		}
+		v, err := s.Get(ctx, m.idKey(gen, k))
 		if err != nil {
-			return id, err
+			return nil, err
 		}
-		if len(v) != len(id) {
-			return id, fmt.Errorf("unique id under %q has %d bytes, want %d", m.key(gen, "uid"), len(v), len(id))
+		if err := readID(&ids[k], m.idKey(gen, k), v); err != nil {
+			return nil, err
 		}
-		copy(id[:], v)
 	}
-	return id, nil
+	return ids, nil
 }
 
 // close closes generation gen with state (unless it has one already) and returns the

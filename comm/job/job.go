@@ -37,6 +37,7 @@ type Job struct {
 	server   *rendezvous.Server
 	served   chan struct{} // closed when the embedded server stopped serving
 	external bool          // WithExternalStore: rank 0 serves no store
+	ids      int           // WithScalableInit: the unique ids of a bring-up; 0: one
 
 	mu     sync.Mutex
 	store  rendezvous.Store
@@ -58,7 +59,11 @@ func JoinJob(ctx context.Context, opts ...Option) (*Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("join job: %w", err)
 	}
-	j := &Job{cfg: jc, opts: cfg.nccl, log: cfg.log, next: map[string]uint64{}, refs: 1, external: cfg.external}
+	if cfg.idsSet && (cfg.ids < 1 || cfg.ids > jc.WorldSize) {
+		return nil, fmt.Errorf("join job: %w", &comm.ArgError{Op: core.OpInit, Arg: "scalable init ids", Value: cfg.ids, Err: comm.ErrInvalidSize,
+			Reason: fmt.Sprintf("need from 1 to the world size (%d) unique ids", jc.WorldSize)})
+	}
+	j := &Job{cfg: jc, opts: cfg.nccl, log: cfg.log, next: map[string]uint64{}, refs: 1, external: cfg.external, ids: cfg.ids}
 	if j.agent, err = agentStorePrefix(cfg); err != nil {
 		return nil, fmt.Errorf("join job: %w", err)
 	}
@@ -240,15 +245,21 @@ func (j *Job) NewNCCL(ctx context.Context, opts ...nccl.Option) (*nccl.Backend, 
 	if group == "" {
 		group = defaultGroup
 	}
-	m := &member{job: j, group: group, rank: rank, world: world, newID: d.GetUniqueID}
+	m := &member{job: j, group: group, rank: rank, world: world, newID: d.GetUniqueID, ids: j.ids}
 	start := time.Now()
-	id, err := m.meet(ctx)
+	ids, err := m.meet(ctx)
+	m.ids = 0 // reconnects meet with rank 0's id alone
 	if err != nil {
 		return nil, &comm.OpError{Op: opRendezvous, Bytes: -1, Rank: rank, GlobalRank: rank, Err: err}
 	}
 	cfg.Reconnect = m.Reconnect
 	cfg.Job.Member = m
-	b, err := nccl.New(ctx, id, rank, world, ncclcfg.Use(cfg, d))
+	var b *nccl.Backend
+	if j.ids > 0 {
+		b, err = nccl.NewScalable(ctx, ids, rank, world, ncclcfg.Use(cfg, d))
+	} else {
+		b, err = nccl.New(ctx, ids[0], rank, world, ncclcfg.Use(cfg, d))
+	}
 	if err != nil {
 		return nil, err
 	}

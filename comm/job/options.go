@@ -18,6 +18,8 @@ type options struct {
 	external bool                      // WithExternalStore
 	torch    []rendezvous.ServerOption // WithTorchClients
 	nccl     []nccl.Option             // WithNCCL, WithLogger: for every backend of the Job
+	ids      int                       // WithScalableInit; 0: one unique id
+	idsSet   bool
 }
 
 func newOptions(opts []Option) options {
@@ -65,4 +67,17 @@ func WithLogger(l *slog.Logger) Option {
 // Job.NewNCCL's before its own options).
 func WithNCCL(opts ...nccl.Option) Option {
 	return func(o *options) { o.nccl = append(o.nccl, opts...) }
+}
+
+// WithScalableInit makes Connect and Job.NewNCCL initialise the communicator from ids
+// unique ids instead of one (ncclCommInitRankScalable, NCCL >= 2.23.4; nccl.NewScalable),
+// for large jobs: NCCL's bootstrap then goes through ids roots instead of rank 0 alone.
+// Every rank must give the same ids, from 1 to the world size. The ranks NCCL's
+// documentation recommends create them, spread evenly over the ranks (for 3 ids on 7
+// ranks: ranks 0, 3 and 5, the first ranks of blocks of 3, 2 and 2), and publish them in
+// the generation of the bring-up; every rank reads them all. AttemptReconnect
+// initialises from rank 0's id alone, as nccl.NewScalable's reconnects do. With an older
+// NCCL, bring-up returns comm.ErrUnsupported naming the version needed.
+func WithScalableInit(ids int) Option {
+	return func(o *options) { o.ids, o.idsSet = ids, true }
 }

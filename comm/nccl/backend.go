@@ -162,6 +162,8 @@ type Communicator struct {
 	group atomic.Pointer[threadGroup]
 	// direct is d as the calls an operation makes outside a group (ops.go).
 	direct ncclOps
+	// ones is d's one-sided calls, nil without them (onesided.go).
+	ones gpulib.OneSided
 
 	// onClose runs in Close before the communicator ends (the Backend's cleanup).
 	onClose func(ctx context.Context, note func(string, error))
@@ -266,7 +268,7 @@ func newNCCLCommunicator(ctx context.Context, d gpulib.Driver, id comm.UniqueID,
 	if err := checkConfig(cfg.Nccl, version); err != nil {
 		return nil, err
 	}
-	c := &Communicator{d: d, direct: d, cfg: cfg, rank: rank, global: rank, world: world, version: version}
+	c := &Communicator{d: d, direct: d, ones: oneSidedOf(d), cfg: cfg, rank: rank, global: rank, world: world, version: version}
 	comm, err := c.initComm(ctx, id, core.OpInit)
 	if err != nil {
 		return nil, err

@@ -436,6 +436,51 @@ func (r *recorder) Recv(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer i
 	return r.note(peer, flightrec.Recv, count, dt, r.to().Recv(buf, count, dt, peer, c, s))
 }
 
+// oneSided returns the group's batch for a one-sided call: every batch of this
+// module's drivers records them (gpulib.OneSidedBatch).
+func (r *recorder) oneSided() (gpulib.OneSidedBatch, error) {
+	if b, ok := r.to().(gpulib.OneSidedBatch); ok {
+		return b, nil
+	}
+	return nil, fmt.Errorf("%w: the driver's group batch cannot record one-sided calls", comm.ErrUnsupported)
+}
+
+func (r *recorder) PutSignal(local gpulib.Ptr, bytes uint64, peer int, win gpulib.Handle, offset uint64, sig Signal, c gpulib.Comm, s gpulib.Stream) error {
+	b, err := r.oneSided()
+	if err != nil {
+		return err
+	}
+	return r.note(peer, flightrec.PutSignal, bytes, gpulib.Uint8, b.PutSignal(local, bytes, gpulib.Uint8, peer, win, offset, sig.Index, sig.Context, c, s))
+}
+
+func (r *recorder) Signal(peer int, sig Signal, c gpulib.Comm, s gpulib.Stream) error {
+	b, err := r.oneSided()
+	if err != nil {
+		return err
+	}
+	return r.note(peer, flightrec.Signal, 0, gpulib.Uint8, b.Signal(peer, sig.Index, sig.Context, c, s))
+}
+
+// WaitSignal records the wait (the batch keeps its own copy of descs) and, while the
+// flight recorder is on, one wait_signal record per descriptor, as outside a group.
+func (r *recorder) WaitSignal(descs []gpulib.SignalDesc, c gpulib.Comm, s gpulib.Stream) error {
+	b, err := r.oneSided()
+	if err != nil {
+		return err
+	}
+	if err := r.note(int(descs[0].Peer), flightrec.WaitSignal, uint64(descs[0].OpCnt), gpulib.Uint8, b.WaitSignal(descs, c, s)); err != nil {
+		return err
+	}
+	if tg := r.tg; r.c.fr != nil {
+		i := int32(len(tg.meta) - 1)
+		for _, d := range descs[1:] {
+			tg.frCalls = append(tg.frCalls, frCall(flightrec.WaitSignal, uint64(d.OpCnt), gpulib.Uint8, int(d.Peer), r.c.world))
+			tg.frMeta = append(tg.frMeta, i)
+		}
+	}
+	return nil
+}
+
 // grouped reports whether an operation's calls go into a group.
 func grouped(to ncclOps) bool {
 	_, ok := to.(*recorder)

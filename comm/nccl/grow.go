@@ -91,7 +91,7 @@ func (c *Communicator) Grow(ctx context.Context, world int, id *comm.UniqueID) (
 	c.mu.Lock()
 	h, err := e.CommGrow(c.comm, world, uid, -1, c.ncclConfig())
 	c.mu.Unlock()
-	child := &Communicator{d: c.d, direct: c.d, cfg: c.cfg, global: c.global, version: c.version}
+	child := &Communicator{d: c.d, direct: c.d, ones: c.ones, cfg: c.cfg, global: c.global, version: c.version}
 	if err := child.grown(ctx, h, err, c.rank, world); err != nil {
 		return nil, err
 	}
@@ -189,7 +189,7 @@ func join(ctx context.Context, d gpulib.Driver, id comm.UniqueID, rank, world in
 	if err := checkConfig(cfg.Nccl, version); err != nil {
 		return nil, err
 	}
-	c := &Communicator{d: d, direct: d, cfg: cfg, rank: rank, global: rank, world: world, version: version}
+	c := &Communicator{d: d, direct: d, ones: oneSidedOf(d), cfg: cfg, rank: rank, global: rank, world: world, version: version}
 	e, err := c.elastic(opGrow, "ncclCommGrow", versionGrow)
 	if err != nil {
 		return nil, err

@@ -57,10 +57,17 @@ type SignalWait struct {
 // oneSided returns the driver's one-sided calls, or the error of a library without
 // them (written to be inlined: the test is the hot path).
 func (c *Communicator) oneSided(op, call string) (gpulib.OneSided, error) {
-	if os, ok := c.d.(gpulib.OneSided); ok && c.version >= versionOneSided {
-		return os, nil
+	if c.ones != nil && c.version >= versionOneSided {
+		return c.ones, nil
 	}
 	return nil, c.noOneSided(op, call)
+}
+
+// oneSidedOf is d's one-sided calls, nil without them (Communicator.ones, found once
+// when the communicator is made).
+func oneSidedOf(d gpulib.Driver) gpulib.OneSided {
+	os, _ := d.(gpulib.OneSided)
+	return os
 }
 
 // noOneSided is the error of oneSided.
@@ -85,10 +92,16 @@ func (c *Communicator) streamOr(s comm.Stream) gpulib.Stream {
 // bytes at src land in peer's part of window win at offset bytes, and then sig of peer
 // counts one more signal from this rank. The peer takes no part; it learns that the
 // data has arrived with WaitSignal. src must lie inside a symmetric window registered
-// on this backend (NCCL requires it), and offset+bytes inside win. Not inside a group
-// (ErrGroupOpen). bytes may be 0 (the put only signals; src must still lie inside a
-// symmetric window, as NCCL requires). Like every enqueued operation it returns before
-// the data moves; Sync on s waits for it.
+// on this backend (NCCL requires it), and offset+bytes inside win. bytes may be 0 (the
+// put only signals; src must still lie inside a symmetric window, as NCCL requires).
+// Like every enqueued operation it returns before the data moves; Sync on s waits for
+// it.
+//
+// Inside a group (GroupStart/GroupEnd, a Group's Add, comm.InGroup) it is checked at
+// the call and recorded, as NCCL allows, and the outermost GroupEnd (a Group's Submit)
+// makes it with the group's other calls; NCCL launches a communicator's one-sided
+// calls of a group first, in the order they were issued, then its collectives and
+// point-to-point calls.
 func (b *Backend) PutSignal(src comm.DevicePtr, bytes, peer int, win WindowHandle, offset int, sig Signal, s comm.Stream) error {
 	c := b.conn()
 	if err := c.g.P2p(opPutSignal, "peer", src, bytes, peer); err != nil {
@@ -98,16 +111,55 @@ func (b *Backend) PutSignal(src comm.DevicePtr, bytes, peer int, win WindowHandl
 	if err != nil {
 		return err
 	}
-	w, ok := b.putWindow(src, bytes, win, offset)
+	h, ok := b.putWindow(src, bytes, win, offset)
 	if !ok {
 		return b.putArgErr(src, bytes, win, offset)
 	}
 	st := c.streamOr(s)
-	err = c.enqueue(opPutSignal, bytes, ungroupable, func(to ncclOps) error {
-		if f, ok := to.(frOps); ok {
-			f.fr.Record(flightrec.Call{Op: flightrec.PutSignal, Peer: peer, In: int64(bytes), Out: int64(bytes), Type: frType(gpulib.Uint8)})
+	if groups.open.Load() != 0 { // a group is open somewhere: enqueue sorts it out
+		return b.putSignalIn(os, src, bytes, peer, h, offset, sig, st)
+	}
+	// The usual case: enqueue's sequence for a queued operation written out, as in
+	// AllReduce, without a defer (comm's own cost, see BenchmarkPutSignalVsRaw).
+	c.life.RLock()
+	if c.g.Closed.Load() || c.faulted.Load() || c.suspended.Load() {
+		if err := c.unusable(opPutSignal, bytes); err != nil {
+			c.life.RUnlock()
+			return withPeer(err, peer)
 		}
-		return os.PutSignal(c.buf(src), uint64(bytes), gpulib.Uint8, peer, w.h, uint64(offset), sig.Index, sig.Context, 0, c.comm, st)
+	}
+	c.mu.Lock()
+	if c.fr != nil {
+		c.fr.Record(flightrec.Call{Op: flightrec.PutSignal, Peer: peer, In: int64(bytes), Out: int64(bytes), Type: frByte})
+	}
+	err = os.PutSignal(c.buf(src), uint64(bytes), gpulib.Uint8, peer, h, uint64(offset), sig.Index, sig.Context, 0, c.comm, st)
+	c.mu.Unlock()
+	if c.wd != nil {
+		c.wd.enqueued()
+	}
+	err = c.result(opPutSignal, bytes, err)
+	c.life.RUnlock()
+	if err != nil {
+		return withPeer(err, peer)
+	}
+	return nil
+}
+
+// frByte is the flight recorder's type of the one-sided calls' bytes.
+var frByte = frType(gpulib.Uint8)
+
+// putSignalIn is PutSignal through enqueue: inside a group on this goroutine the call
+// is recorded.
+func (b *Backend) putSignalIn(os gpulib.OneSided, src comm.DevicePtr, bytes, peer int, win gpulib.Handle, offset int, sig Signal, st gpulib.Stream) error {
+	c := b.conn()
+	err := c.enqueue(opPutSignal, bytes, queued, func(to ncclOps) error {
+		switch o := to.(type) {
+		case *recorder:
+			return o.PutSignal(c.buf(src), uint64(bytes), peer, win, uint64(offset), sig, c.comm, st)
+		case frOps:
+			o.fr.Record(flightrec.Call{Op: flightrec.PutSignal, Peer: peer, In: int64(bytes), Out: int64(bytes), Type: frByte})
+		}
+		return os.PutSignal(c.buf(src), uint64(bytes), gpulib.Uint8, peer, win, uint64(offset), sig.Index, sig.Context, 0, c.comm, st)
 	})
 	if err != nil {
 		return withPeer(err, peer)
@@ -138,11 +190,11 @@ type windowEntry struct {
 	userWindow
 }
 
-// putWindow returns window win when bytes at offset fit it and [src, src+bytes) lies
-// inside a symmetric window. It scans userWindows.list, without a lock (few windows: no
-// map and no lock on the hot path); a registration change makes the list stale and the
-// next call builds it again under regMu.
-func (b *Backend) putWindow(src comm.DevicePtr, bytes int, win WindowHandle, offset int) (userWindow, bool) {
+// putWindow returns NCCL's handle of window win when bytes at offset fit it and
+// [src, src+bytes) lies inside a symmetric window. It scans userWindows.list, without a
+// lock (few windows: no map and no lock on the hot path); a registration change makes
+// the list stale and the next call builds it again under regMu.
+func (b *Backend) putWindow(src comm.DevicePtr, bytes int, win WindowHandle, offset int) (gpulib.Handle, bool) {
 	lp := b.userWins.list.Load()
 	if lp == nil {
 		b.regMu.Lock()
@@ -154,24 +206,26 @@ func (b *Backend) putWindow(src comm.DevicePtr, bytes int, win WindowHandle, off
 		b.userWins.list.Store(lp)
 		b.regMu.Unlock()
 	}
-	var to userWindow
-	found, inside := false, false
+	var to *userWindow
+	inside := false
 	for i := range *lp {
 		e := &(*lp)[i]
 		if e.handle == win {
-			to, found = e.userWindow, true
+			to = &e.userWindow
 		}
 		if e.flags&WindowSymmetric != 0 && src >= e.ptr && uint64(src-e.ptr)+uint64(bytes) <= uint64(e.bytes) {
 			inside = true
 		}
 	}
-	ok := found && inside && offset >= 0 && offset <= to.bytes && bytes <= to.bytes-offset
-	return to, ok
+	if to == nil || !inside || offset < 0 || offset > to.bytes || bytes > to.bytes-offset {
+		return 0, false
+	}
+	return to.h, true
 }
 
 // Signal enqueues on stream s (0: the communication stream) a signal to peer without
 // data (ncclSignal, NCCL >= 2.29.2): sig of peer counts one more signal from this rank.
-// Not inside a group (ErrGroupOpen).
+// Inside a group it is recorded, as PutSignal is.
 func (b *Backend) Signal(peer int, sig Signal, s comm.Stream) error {
 	c := b.conn()
 	if err := c.g.P2p(opSignal, "peer", 0, 0, peer); err != nil {
@@ -182,9 +236,43 @@ func (b *Backend) Signal(peer int, sig Signal, s comm.Stream) error {
 		return err
 	}
 	st := c.streamOr(s)
-	err = c.enqueue(opSignal, 0, ungroupable, func(to ncclOps) error {
-		if f, ok := to.(frOps); ok {
-			f.fr.Record(flightrec.Call{Op: flightrec.Signal, Peer: peer, Type: frType(gpulib.Uint8)})
+	if groups.open.Load() != 0 { // a group is open somewhere: enqueue sorts it out
+		return c.signalIn(os, peer, sig, st)
+	}
+	// The usual case, written out as in PutSignal.
+	c.life.RLock()
+	if c.g.Closed.Load() || c.faulted.Load() || c.suspended.Load() {
+		if err := c.unusable(opSignal, 0); err != nil {
+			c.life.RUnlock()
+			return withPeer(err, peer)
+		}
+	}
+	c.mu.Lock()
+	if c.fr != nil {
+		c.fr.Record(flightrec.Call{Op: flightrec.Signal, Peer: peer, Type: frByte})
+	}
+	err = os.Signal(peer, sig.Index, sig.Context, 0, c.comm, st)
+	c.mu.Unlock()
+	if c.wd != nil {
+		c.wd.enqueued()
+	}
+	err = c.result(opSignal, 0, err)
+	c.life.RUnlock()
+	if err != nil {
+		return withPeer(err, peer)
+	}
+	return nil
+}
+
+// signalIn is Signal through enqueue: inside a group on this goroutine the call is
+// recorded.
+func (c *Communicator) signalIn(os gpulib.OneSided, peer int, sig Signal, st gpulib.Stream) error {
+	err := c.enqueue(opSignal, 0, queued, func(to ncclOps) error {
+		switch o := to.(type) {
+		case *recorder:
+			return o.Signal(peer, sig, c.comm, st)
+		case frOps:
+			o.fr.Record(flightrec.Call{Op: flightrec.Signal, Peer: peer, Type: frByte})
 		}
 		return os.Signal(peer, sig.Index, sig.Context, 0, c.comm, st)
 	})
@@ -199,8 +287,8 @@ func (b *Backend) Signal(peer int, sig Signal, s comm.Stream) error {
 // term, Count signals from Peer on Signal have arrived beyond those earlier waits of
 // this rank consumed; the wait consumes them. The host does not wait (Sync on s does).
 // A wait whose signals never come holds s: the operation timeout and the watchdog
-// report it like any operation that does not complete. Not inside a group
-// (ErrGroupOpen).
+// report it like any operation that does not complete. Inside a group it is recorded,
+// as PutSignal is.
 func (b *Backend) WaitSignal(waits []SignalWait, s comm.Stream) error {
 	c := b.conn()
 	if err := c.g.Open(opWaitSignal); err != nil {
@@ -235,10 +323,13 @@ func (b *Backend) WaitSignal(waits []SignalWait, s comm.Stream) error {
 
 // waitSignal enqueues the wait for descs.
 func (c *Communicator) waitSignal(os gpulib.OneSided, descs []gpulib.SignalDesc, st gpulib.Stream) error {
-	return c.enqueue(opWaitSignal, 0, ungroupable, func(to ncclOps) error {
-		if f, ok := to.(frOps); ok {
+	return c.enqueue(opWaitSignal, 0, queued, func(to ncclOps) error {
+		switch o := to.(type) {
+		case *recorder:
+			return o.WaitSignal(descs, c.comm, st)
+		case frOps:
 			for _, d := range descs {
-				f.fr.Record(flightrec.Call{Op: flightrec.WaitSignal, Peer: int(d.Peer), In: int64(d.OpCnt), Out: int64(d.OpCnt), Type: frType(gpulib.Uint8)})
+				o.fr.Record(flightrec.Call{Op: flightrec.WaitSignal, Peer: int(d.Peer), In: int64(d.OpCnt), Out: int64(d.OpCnt), Type: frByte})
 			}
 		}
 		return os.WaitSignal(descs, c.comm, st)

@@ -21,7 +21,8 @@ import (
 // TestGPUOneSidedSelf runs the one-sided calls of a one-rank world on the real GPU and
 // libraries: a PutSignal from the outbox window into the inbox window at an offset, a
 // Signal, a WaitSignal for both, and the bytes checked on the host; the window's user
-// pointer is its buffer. An NCCL before 2.29.2 answers ErrUnsupported.
+// pointer is its buffer; then a put and a wait inside a Group. An NCCL before 2.29.2
+// answers ErrUnsupported.
 func TestGPUOneSidedSelf(t *testing.T) {
 	if err := cuda.Init(0); err != nil {
 		t.Skipf("no usable GPU: %v (run make libs; NCCLGO_LIBCUDA selects libcuda)", err)
@@ -74,4 +75,17 @@ func TestGPUOneSidedSelf(t *testing.T) {
 	p, err := b.WindowUserPtr(inbox)
 	require.NoError(t, err)
 	assert.Equal(t, mem, p)
+
+	// Inside a group the put and the wait are recorded and made by Submit, the put first.
+	require.NoError(t, cudatest.Upload(cuda.Deviceptr(mem), make([]byte, 4096)))
+	g := b.NewGroup()
+	require.NoError(t, g.Add(func() error {
+		return errors.Join(b.PutSignal(outbox+1024, 512, 0, inbox, 0, Signal{}, 0),
+			b.WaitSignal([]SignalWait{{Peer: 0, Count: 1}}, 0))
+	}))
+	require.NoError(t, g.Submit())
+	require.NoError(t, b.Communicator().Sync(ctx))
+	require.NoError(t, cudatest.Download(out, cuda.Deviceptr(mem)))
+	assert.Equal(t, in[1024:1536], out[:512], "the grouped put landed")
+	assert.Equal(t, make([]byte, 4096-512), out[512:], "nothing else changed")
 }

@@ -277,7 +277,7 @@ func (c *Communicator) split(ctx context.Context, color, key int) (*Communicator
 	if err == nil {
 		var world int
 		if world, err = info.CommCount(comm); err == nil {
-			child := &Communicator{d: c.d, direct: c.d, cfg: c.cfg, global: c.global, version: c.version}
+			child := &Communicator{d: c.d, direct: c.d, ones: c.ones, cfg: c.cfg, global: c.global, version: c.version}
 			if c.fr != nil {
 				child.rec = c.rec
 			}
@@ -386,7 +386,7 @@ func (c *Communicator) Shrink(ctx context.Context, exclude []int, abort bool) (*
 		}
 		return nil, &core.OpError{Op: op, Bytes: -1, Rank: c.rank, GlobalRank: c.global, Name: c.cfg.Name, Err: err}
 	}
-	child := &Communicator{d: c.d, direct: c.d, cfg: c.cfg, global: c.global, version: c.version}
+	child := &Communicator{d: c.d, direct: c.d, ones: c.ones, cfg: c.cfg, global: c.global, version: c.version}
 	if err := child.adopt(comm, rank, world); err != nil {
 		return nil, err
 	}

@@ -10,7 +10,7 @@ import (
 
 const (
 	// batchArgs is the most arguments a batchable function takes.
-	batchArgs = 8
+	batchArgs = 11
 	// batchDetailLen is how many bytes of detail text a BatchError keeps.
 	batchDetailLen = 1024
 	// batchNotRun is the result of a record that Run did not call.
@@ -42,6 +42,9 @@ var batchFuncs = [...]string{
 	"ncclAlltoAll",
 	"ncclGather",
 	"ncclScatter",
+	"ncclPutSignal",
+	"ncclSignal",
+	"ncclWaitSignal",
 }
 
 // Batch records calls and makes them all in one cgo crossing: Run hands the recorded array
@@ -51,11 +54,12 @@ var batchFuncs = [...]string{
 // submitted in one crossing instead of one per call.
 //
 // It records GroupStart, GroupEnd, Send, Recv, AllReduce, Broadcast, Reduce, AllGather,
-// ReduceScatter, AlltoAll, Gather and Scatter. Each method takes the same parameters as
-// the package function of the same name and only records the call (resolving the function,
-// so a missing symbol is reported here); nothing reaches the library before Run. Pointer
-// arguments are kept as addresses: they must be device memory, or host memory that is not
-// Go memory (C or pinned allocations), and stay valid until Run.
+// ReduceScatter, AlltoAll, Gather, Scatter, PutSignal, Signal and WaitSignal. Each method
+// takes the same parameters as the package function of the same name and only records the
+// call (resolving the function, so a missing symbol is reported here); nothing reaches the
+// library before Run. Pointer arguments are kept as addresses: they must be device memory,
+// or host memory that is not Go memory (C or pinned allocations), and stay valid until
+// Run.
 //
 // A Batch is reused: Reset empties it, keeping its memory, so recording and running a
 // group allocates nothing once the array has grown to the group's size; Run can also run
@@ -329,5 +333,53 @@ func (b *Batch) Scatter(sendbuff unsafe.Pointer, recvbuff unsafe.Pointer, count 
 	r.args[4] = uint64(root)
 	r.args[5] = uint64(comm)
 	r.args[6] = uint64(stream)
+	return nil
+}
+
+// PutSignal records a call of ncclPutSignal (see PutSignal).
+func (b *Batch) PutSignal(localbuff unsafe.Pointer, count uint64, datatype DataType, peer int32, peerWin Window, peerWinOffset uint64, sigIdx int32, ctx int32, flags uint32, comm Comm, stream CudaStream) error {
+	r, err := b.add(&_sym_ncclPutSignal, 13)
+	if err != nil {
+		return err
+	}
+	r.args[0] = uint64(uintptr(localbuff))
+	r.args[1] = uint64(count)
+	r.args[2] = uint64(datatype)
+	r.args[3] = uint64(peer)
+	r.args[4] = uint64(peerWin)
+	r.args[5] = uint64(peerWinOffset)
+	r.args[6] = uint64(sigIdx)
+	r.args[7] = uint64(ctx)
+	r.args[8] = uint64(flags)
+	r.args[9] = uint64(comm)
+	r.args[10] = uint64(stream)
+	return nil
+}
+
+// Signal records a call of ncclSignal (see Signal).
+func (b *Batch) Signal(peer int32, sigIdx int32, ctx int32, flags uint32, comm Comm, stream CudaStream) error {
+	r, err := b.add(&_sym_ncclSignal, 14)
+	if err != nil {
+		return err
+	}
+	r.args[0] = uint64(peer)
+	r.args[1] = uint64(sigIdx)
+	r.args[2] = uint64(ctx)
+	r.args[3] = uint64(flags)
+	r.args[4] = uint64(comm)
+	r.args[5] = uint64(stream)
+	return nil
+}
+
+// WaitSignal records a call of ncclWaitSignal (see WaitSignal).
+func (b *Batch) WaitSignal(nDesc int32, signalDescs unsafe.Pointer, comm Comm, stream CudaStream) error {
+	r, err := b.add(&_sym_ncclWaitSignal, 15)
+	if err != nil {
+		return err
+	}
+	r.args[0] = uint64(nDesc)
+	r.args[1] = uint64(uintptr(signalDescs))
+	r.args[2] = uint64(comm)
+	r.args[3] = uint64(stream)
 	return nil
 }

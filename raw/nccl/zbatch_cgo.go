@@ -21,12 +21,16 @@ typedef struct ncclComm *ncclComm_t;
 struct CUstream_st;
 typedef struct CUstream_st *cudaStream_t;
 typedef int ncclRedOp_t;
+struct ncclWindow_vidmem;
+typedef struct ncclWindow_vidmem *ncclWindow_t;
+struct _ncclgo_ncclWaitSignalDesc_t;
+typedef struct _ncclgo_ncclWaitSignalDesc_t ncclWaitSignalDesc_t;
 
 typedef struct {
 	uintptr_t fp;
 	uint32_t op;
 	int32_t result;
-	uint64_t a[8];
+	uint64_t a[11];
 } _ncclgo_batch_rec;
 
 // _ncclgo_batch_run calls the n records in order and stores each result; after the
@@ -75,6 +79,15 @@ static int _ncclgo_batch_run(_ncclgo_batch_rec *r, int n, int stop, uintptr_t de
 			break;
 		case 12: // ncclScatter
 			res = (int)((ncclResult_t (*)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))r[i].fp)((const void *)(uintptr_t)r[i].a[0], (void *)(uintptr_t)r[i].a[1], (size_t)r[i].a[2], (ncclDataType_t)r[i].a[3], (int)r[i].a[4], (ncclComm_t)(uintptr_t)r[i].a[5], (cudaStream_t)(uintptr_t)r[i].a[6]);
+			break;
+		case 13: // ncclPutSignal
+			res = (int)((ncclResult_t (*)(const void *, size_t, ncclDataType_t, int, ncclWindow_t, size_t, int, int, unsigned int, ncclComm_t, cudaStream_t))r[i].fp)((const void *)(uintptr_t)r[i].a[0], (size_t)r[i].a[1], (ncclDataType_t)r[i].a[2], (int)r[i].a[3], (ncclWindow_t)(uintptr_t)r[i].a[4], (size_t)r[i].a[5], (int)r[i].a[6], (int)r[i].a[7], (unsigned int)r[i].a[8], (ncclComm_t)(uintptr_t)r[i].a[9], (cudaStream_t)(uintptr_t)r[i].a[10]);
+			break;
+		case 14: // ncclSignal
+			res = (int)((ncclResult_t (*)(int, int, int, unsigned int, ncclComm_t, cudaStream_t))r[i].fp)((int)r[i].a[0], (int)r[i].a[1], (int)r[i].a[2], (unsigned int)r[i].a[3], (ncclComm_t)(uintptr_t)r[i].a[4], (cudaStream_t)(uintptr_t)r[i].a[5]);
+			break;
+		case 15: // ncclWaitSignal
+			res = (int)((ncclResult_t (*)(int, ncclWaitSignalDesc_t *, ncclComm_t, cudaStream_t))r[i].fp)((int)r[i].a[0], (ncclWaitSignalDesc_t *)(uintptr_t)r[i].a[1], (ncclComm_t)(uintptr_t)r[i].a[2], (cudaStream_t)(uintptr_t)r[i].a[3]);
 			break;
 		default:
 			return -2 - i;

@@ -36,6 +36,26 @@ func TestBatchEmitsARecorderAndOneCLoop(t *testing.T) {
 	assert.Equal(t, files, readTree(t, filepath.Join(root, "raw", "fake")))
 }
 
+// TestBatchRecordsAnInputPointerByAddress: a typed pointer listed under inputs is a
+// Batch parameter of type unsafe.Pointer, kept as its address and cast back to its C
+// type; an input that names no typed pointer parameter is an error.
+func TestBatchRecordsAnInputPointerByAddress(t *testing.T) {
+	cfg, root, cache := fakeSetup(t, "")
+	cfg.Batch = &BatchConfig{Functions: []string{"fakeSize"}, Reason: "r",
+		Inputs: []BatchInput{{Function: "fakeSize", Param: "bytes", Reason: "the test's"}}}
+	require.NoError(t, generate(cfg, root, cache, io.Discard))
+	files := readTree(t, filepath.Join(root, "raw", "fake"))
+	assert.Contains(t, files["zbatch.go"], "func (b *Batch) Size(h Handle, bytes unsafe.Pointer) error {")
+	assert.Contains(t, files["zbatch.go"], "r.args[1] = uint64(uintptr(bytes))")
+	assert.Contains(t, files["zbatch_cgo.go"], "(size_t *)(uintptr_t)r[i].a[1]")
+
+	for _, in := range []BatchInput{{Function: "fakeSize", Param: "h", Reason: "r"}, {Function: "fakeSize", Param: "bytes"}} {
+		cfg, root, cache := fakeSetup(t, "")
+		cfg.Batch = &BatchConfig{Functions: []string{"fakeSize"}, Reason: "r", Inputs: []BatchInput{in}}
+		assert.Error(t, generate(cfg, root, cache, io.Discard), "input %+v", in)
+	}
+}
+
 // TestBatchRejectsWhatCannotBeRecorded: each unrecordable function is an error naming it
 // and why.
 func TestBatchRejectsWhatCannotBeRecorded(t *testing.T) {

@@ -27,6 +27,18 @@ type BatchConfig struct {
 	Detail string `json:"detail"`
 	// Reason says what the batch is for (the generated doc quotes it).
 	Reason string `json:"reason"`
+	// Inputs are typed pointer parameters that a function only reads during the call
+	// (an array of descriptors it copies): the record keeps the address, and the Go
+	// parameter is an unsafe.Pointer to memory that must stay valid, and not move,
+	// until Run (C memory, or Go memory pinned with runtime.Pinner).
+	Inputs []BatchInput `json:"inputs"`
+}
+
+// BatchInput names a typed pointer parameter a Batch may record (BatchConfig.Inputs).
+type BatchInput struct {
+	Function string `json:"function"`
+	Param    string `json:"param"`
+	Reason   string `json:"reason"`
 }
 
 const batchDetailLen = 1024 // bytes of detail text a BatchError keeps
@@ -55,6 +67,13 @@ func (g *goPkg) batchOps() ([]*batchOp, *Func, error) {
 	for _, f := range g.api.Funcs {
 		byName[f.Symbol] = f
 	}
+	inputs := map[[2]string]bool{}
+	for _, in := range bc.Inputs {
+		if in.Function == "" || in.Param == "" || in.Reason == "" {
+			return nil, nil, fmt.Errorf("batch input needs a function, a parameter and a reason")
+		}
+		inputs[[2]string{in.Function, in.Param}] = false
+	}
 	var ops []*batchOp
 	seen := map[string]bool{}
 	for _, name := range bc.Functions {
@@ -79,9 +98,13 @@ func (g *goPkg) batchOps() ([]*batchOp, *Func, error) {
 			if err != nil {
 				return nil, nil, fmt.Errorf("batch function %s, parameter %s: %w", name, p.Name, err)
 			}
+			key := [2]string{name, p.Name}
+			_, input := inputs[key]
 			switch {
 			case kind == argValue:
 				return nil, nil, fmt.Errorf("batch function %s: parameter %s is a struct passed by value", name, p.Name)
+			case kind == argPointer && typedPointee(p.Type) != nil && input:
+				inputs[key] = true
 			case kind == argPointer && typedPointee(p.Type) != nil:
 				return nil, nil, fmt.Errorf("batch function %s: parameter %s is a typed pointer (%s), which Go code would read back; only void * buffers can be recorded", name, p.Name, cType(p.Type))
 			case kind == argNumber && !isIntegerC(g.resolve(p.Type)):
@@ -91,6 +114,9 @@ func (g *goPkg) batchOps() ([]*batchOp, *Func, error) {
 			if err != nil {
 				return nil, nil, fmt.Errorf("batch function %s, parameter %s: %w", name, p.Name, err)
 			}
+			if input {
+				gt = jen.Qual("unsafe", "Pointer")
+			}
 			n := paramGoName(p.Name, i)
 			if used[n] {
 				n += itoa(i)
@@ -99,6 +125,11 @@ func (g *goPkg) batchOps() ([]*batchOp, *Func, error) {
 			op.params = append(op.params, batchParam{goName: n, goType: gt, kind: kind, cast: g.mirrorDecl(unconst(p.Type), "")})
 		}
 		ops = append(ops, op)
+	}
+	for _, in := range bc.Inputs {
+		if !inputs[[2]string{in.Function, in.Param}] {
+			return nil, nil, fmt.Errorf("batch input %s.%s is not a typed pointer parameter of a batch function", in.Function, in.Param)
+		}
 	}
 	var detail *Func
 	if bc.Detail != "" {

@@ -66,7 +66,7 @@ func (b *CallBatch) add(fn Fn, peer int) *Call {
 		b.calls = b.calls[:n+1]
 	}
 	c := &b.calls[n]
-	*c = Call{Fn: fn, Peer: peer}
+	*c = Call{Fn: fn, Peer: peer, Descs: c.Descs[:0]} // Descs: a reused record keeps its array
 	return c
 }
 
@@ -137,6 +137,30 @@ func (b *CallBatch) Send(buf Ptr, count uint64, dt DataType, peer int, c Comm, s
 func (b *CallBatch) Recv(buf Ptr, count uint64, dt DataType, peer int, c Comm, s Stream) error {
 	k := b.add(FnRecv, peer)
 	k.Send, k.Count, k.Type, k.Comm, k.Stream = buf, count, dt, c, s
+	return nil
+}
+
+// PutSignal records a call of ncclPutSignal (flags 0, the only value NCCL accepts);
+// it always succeeds.
+func (b *CallBatch) PutSignal(local Ptr, count uint64, dt DataType, peer int, win Handle, offset uint64, sigIdx, ctx int, c Comm, s Stream) error {
+	k := b.add(FnPutSignal, peer)
+	k.Send, k.Count, k.Type, k.Win, k.Offset, k.SigIdx, k.Ctx, k.Comm, k.Stream = local, count, dt, win, offset, sigIdx, ctx, c, s
+	return nil
+}
+
+// Signal records a call of ncclSignal (flags 0); it always succeeds.
+func (b *CallBatch) Signal(peer, sigIdx, ctx int, c Comm, s Stream) error {
+	k := b.add(FnSignal, peer)
+	k.SigIdx, k.Ctx, k.Comm, k.Stream = sigIdx, ctx, c, s
+	return nil
+}
+
+// WaitSignal records a call of ncclWaitSignal with a copy of descs (the record's own
+// array, reused by later groups); it always succeeds.
+func (b *CallBatch) WaitSignal(descs []SignalDesc, c Comm, s Stream) error {
+	k := b.add(FnWaitSignal, 0)
+	k.Descs = append(k.Descs[:0], descs...)
+	k.Comm, k.Stream = c, s
 	return nil
 }
 

@@ -27,3 +27,14 @@ type OneSided interface {
 	// WinGetUserPtr is ncclWinGetUserPtr: the buffer window win was registered with.
 	WinGetUserPtr(c Comm, win Handle) (Ptr, error)
 }
+
+// OneSidedBatch is a Batch that records the one-sided calls too, as NCCL takes them
+// between ncclGroupStart and ncclGroupEnd (flags are 0, the only value NCCL accepts).
+// WaitSignal keeps its own copy of descs until Submit.
+type OneSidedBatch interface {
+	PutSignal(local Ptr, count uint64, dt DataType, peer int, win Handle, offset uint64, sigIdx, ctx int, c Comm, s Stream) error
+	Signal(peer, sigIdx, ctx int, c Comm, s Stream) error
+	WaitSignal(descs []SignalDesc, c Comm, s Stream) error
+}
+
+var _ OneSidedBatch = (*CallBatch)(nil)

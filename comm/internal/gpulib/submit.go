@@ -18,11 +18,16 @@ const (
 	FnAlltoAll
 	FnGather
 	FnScatter
+	// FnPutSignal, FnSignal and FnWaitSignal are the one-sided calls (OneSided's
+	// methods; a group records them through a OneSidedBatch).
+	FnPutSignal
+	FnSignal
+	FnWaitSignal
 )
 
 var fnNames = [...]string{"", "ncclSend", "ncclRecv", "ncclAllReduce", "ncclBroadcast",
 	"ncclReduce", "ncclAllGather", "ncclReduceScatter", "ncclAlltoAll", "ncclGather",
-	"ncclScatter"}
+	"ncclScatter", "ncclPutSignal", "ncclSignal", "ncclWaitSignal"}
 
 // String is the C name of the function ("ncclSend").
 func (f Fn) String() string {
@@ -34,10 +39,12 @@ func (f Fn) String() string {
 
 // Call is one recorded NCCL communication call, with the arguments of the Driver method
 // its Fn names: Send, Recv, Count (the count argument of that method), Type, Op, Peer
-// (the peer of Send and Recv, the root of Broadcast, Reduce, Gather and Scatter), Comm
-// and Stream. Send and Recv use Send as their buffer. A group may hold calls of several
-// communicators, each bound to its own device: a driver that needs the device of a
-// call finds it from Comm.
+// (the peer of Send, Recv, PutSignal and Signal, the root of Broadcast, Reduce, Gather
+// and Scatter), Comm and Stream. Send, Recv and PutSignal use Send as their buffer;
+// PutSignal's window and offset are Win and Offset, PutSignal's and Signal's signal
+// index and context SigIdx and Ctx, and WaitSignal's descriptors Descs (the Call's
+// own copy). A group may hold calls of several communicators, each bound to its own
+// device: a driver that needs the device of a call finds it from Comm.
 type Call struct {
 	Fn     Fn
 	Peer   int
@@ -48,6 +55,11 @@ type Call struct {
 	Op     RedOp
 	Comm   Comm
 	Stream Stream
+	Win    Handle
+	Offset uint64
+	SigIdx int
+	Ctx    int
+	Descs  []SignalDesc
 }
 
 // SubmitGroupStart is the index Submit reports when ncclGroupStart itself failed.
@@ -76,8 +88,35 @@ func (c *Call) Make(d Ops) error {
 		return d.Gather(c.Send, c.Recv, c.Count, c.Type, c.Peer, c.Comm, c.Stream)
 	case FnScatter:
 		return d.Scatter(c.Send, c.Recv, c.Count, c.Type, c.Peer, c.Comm, c.Stream)
+	case FnPutSignal, FnSignal, FnWaitSignal:
+		return c.makeOneSided(d)
 	}
 	return fmt.Errorf("recorded call: unknown function %v", c.Fn)
+}
+
+// makeOneSided is Make of a one-sided call: d records it (a OneSidedBatch) or makes it
+// (a OneSided driver).
+func (c *Call) makeOneSided(d Ops) error {
+	if b, ok := d.(OneSidedBatch); ok {
+		switch c.Fn {
+		case FnPutSignal:
+			return b.PutSignal(c.Send, c.Count, c.Type, c.Peer, c.Win, c.Offset, c.SigIdx, c.Ctx, c.Comm, c.Stream)
+		case FnSignal:
+			return b.Signal(c.Peer, c.SigIdx, c.Ctx, c.Comm, c.Stream)
+		}
+		return b.WaitSignal(c.Descs, c.Comm, c.Stream)
+	}
+	os, ok := d.(OneSided)
+	if !ok {
+		return fmt.Errorf("recorded call %v: %T has no one-sided calls", c.Fn, d)
+	}
+	switch c.Fn {
+	case FnPutSignal:
+		return os.PutSignal(c.Send, c.Count, c.Type, c.Peer, c.Win, c.Offset, c.SigIdx, c.Ctx, 0, c.Comm, c.Stream)
+	case FnSignal:
+		return os.Signal(c.Peer, c.SigIdx, c.Ctx, 0, c.Comm, c.Stream)
+	}
+	return os.WaitSignal(c.Descs, c.Comm, c.Stream)
 }
 
 // SubmitEach is Submit made of one Driver call per function, for drivers without a

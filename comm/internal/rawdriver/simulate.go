@@ -50,7 +50,7 @@ func (b *Batch) Simulate() (int, float32, error) {
 	if err := b.start(); err != nil {
 		return gpulib.SubmitGroupStart, -1, err
 	}
-	err := b.raw.Run()
+	err := b.run()
 	n := b.raw.Len() - 1
 	failed, first := n, error(nil)
 	if err != nil {

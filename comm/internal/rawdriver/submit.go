@@ -2,8 +2,10 @@ package rawdriver
 
 import (
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 	"github.com/ncclgo/ncclgo/raw/nccl"
@@ -47,6 +49,25 @@ func putBatch(b *Batch) {
 // device memory (see nccl.Batch). Submit once per Reset.
 type Batch struct {
 	raw nccl.Batch
+	// descs are the recorded WaitSignals' descriptors, one array each (kept across
+	// Reset for reuse): the records hold their addresses, which the C side reads at
+	// run, and run pins them for the crossing (the Go heap does not move them; the pin
+	// is cgo's rule for Go memory reached through memory passed to C).
+	descs  [][]gpulib.SignalDesc
+	nDescs int
+}
+
+// run makes the recorded calls in one crossing, the descriptors pinned meanwhile.
+func (b *Batch) run() error {
+	if b.nDescs == 0 {
+		return b.raw.Run()
+	}
+	var p runtime.Pinner
+	defer p.Unpin()
+	for _, d := range b.descs[:b.nDescs] {
+		p.Pin(&d[0])
+	}
+	return b.raw.Run()
 }
 
 // NewBatch is gpulib.Batcher's: a group recorded straight into an nccl.Batch.
@@ -61,7 +82,10 @@ func (b *Batch) start() error {
 }
 
 // Reset forgets the recorded calls, keeping the memory.
-func (b *Batch) Reset() { b.raw.Reset() }
+func (b *Batch) Reset() {
+	b.raw.Reset()
+	b.nDescs = 0
+}
 
 // Accepts reports whether d is a raw driver: every one makes its calls into the same
 // loaded libnccl, so a Batch takes the groups of all of them.
@@ -158,6 +182,40 @@ func (b *Batch) Recv(buf gpulib.Ptr, count uint64, dt gpulib.DataType, peer int,
 	return b.raw.Recv(ptr(buf), count, nccl.DataType(dt), int32(peer), nccl.Comm(c), nccl.CudaStream(s))
 }
 
+var _ gpulib.OneSidedBatch = (*Batch)(nil)
+
+func (b *Batch) PutSignal(local gpulib.Ptr, count uint64, dt gpulib.DataType, peer int, win gpulib.Handle, offset uint64, sigIdx, ctx int, c gpulib.Comm, s gpulib.Stream) error {
+	if err := b.start(); err != nil {
+		return err
+	}
+	return b.raw.PutSignal(ptr(local), count, nccl.DataType(dt), int32(peer), nccl.Window(win), offset, int32(sigIdx), int32(ctx), 0, nccl.Comm(c), nccl.CudaStream(s))
+}
+
+func (b *Batch) Signal(peer, sigIdx, ctx int, c gpulib.Comm, s gpulib.Stream) error {
+	if err := b.start(); err != nil {
+		return err
+	}
+	return b.raw.Signal(int32(peer), int32(sigIdx), int32(ctx), 0, nccl.Comm(c), nccl.CudaStream(s))
+}
+
+// WaitSignal records ncclWaitSignal with the batch's own copy of descs.
+func (b *Batch) WaitSignal(descs []gpulib.SignalDesc, c gpulib.Comm, s gpulib.Stream) error {
+	if err := b.start(); err != nil {
+		return err
+	}
+	var first unsafe.Pointer
+	if len(descs) > 0 {
+		if b.nDescs == len(b.descs) {
+			b.descs = append(b.descs, nil)
+		}
+		own := append(b.descs[b.nDescs][:0], descs...)
+		b.descs[b.nDescs] = own
+		b.nDescs++
+		first = unsafe.Pointer(&own[0])
+	}
+	return b.raw.WaitSignal(int32(len(descs)), first, nccl.Comm(c), nccl.CudaStream(s))
+}
+
 // Submit is gpulib.Driver's Submit through a Batch: the whole group in one cgo
 // crossing.
 func (d *Driver) Submit(calls []gpulib.Call) (int, error) { return Submit(calls) }
@@ -181,7 +239,7 @@ func (b *Batch) Run() error {
 	if err := b.raw.GroupEnd(); err != nil {
 		return err
 	}
-	return b.raw.Run()
+	return b.run()
 }
 
 // Submit is Run with gpulib.Driver's Submit results, naming the first recorded call

@@ -106,48 +106,38 @@ func (w *World) readyCommLocked(d *device, c gpulib.Comm, call string) (*rankCom
 // CommCuDevice is ncclCommCuDevice: the device the communicator was created on.
 func (d *Driver) CommCuDevice(c gpulib.Comm) (int, error) {
 	const call = "ncclCommCuDevice"
-	if err := d.enter(call); err != nil {
-		return 0, err
-	}
-	d.w.mu.Lock()
-	defer d.w.mu.Unlock()
-	rc, err := d.w.commLocked(d.dev, c, call)
-	if err != nil {
-		return 0, err
-	}
-	return rc.dev.idx, nil
+	return locked(d, call, 0, func(w *World) (int, error) {
+		rc, err := w.commLocked(d.dev, c, call)
+		if err != nil {
+			return 0, err
+		}
+		return rc.dev.idx, nil
+	})
 }
 
 // CommQueryProperties is ncclCommQueryProperties: the communicator's rank, size and
 // device, and what the machine offers it.
 func (d *Driver) CommQueryProperties(c gpulib.Comm) (gpulib.Properties, error) {
 	const call = "ncclCommQueryProperties"
-	if err := d.enter(call); err != nil {
-		return gpulib.Properties{}, err
-	}
-	if err := d.needs(call, sinceProperties); err != nil {
-		return gpulib.Properties{}, err
-	}
-	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	rc, err := w.readyCommLocked(d.dev, c, call)
-	if err != nil {
-		return gpulib.Properties{}, err
-	}
-	m := w.machine
-	lsa, _ := w.lsaLocked(rc)
-	p := gpulib.Properties{
-		Rank: rc.rank, NRanks: rc.cl.n, CudaDev: rc.dev.idx, NvmlDev: rc.dev.idx,
-		DeviceAPI: !m.NoDeviceAPI, Multimem: m.Multimem, HostRMA: m.HostRMA,
-		GinType: m.GinType, NLsaTeams: rc.cl.n / lsa,
-	}
-	if m.GinRailOnly {
-		p.GinType, p.RailedGinType = GinTypeNone, m.GinType
-	} else {
-		p.RailedGinType = m.GinType
-	}
-	return p, nil
+	return locked(d, call, sinceProperties, func(w *World) (gpulib.Properties, error) {
+		rc, err := w.readyCommLocked(d.dev, c, call)
+		if err != nil {
+			return gpulib.Properties{}, err
+		}
+		m := w.machine
+		lsa, _ := w.lsaLocked(rc)
+		p := gpulib.Properties{
+			Rank: rc.rank, NRanks: rc.cl.n, CudaDev: rc.dev.idx, NvmlDev: rc.dev.idx,
+			DeviceAPI: !m.NoDeviceAPI, Multimem: m.Multimem, HostRMA: m.HostRMA,
+			GinType: m.GinType, NLsaTeams: rc.cl.n / lsa,
+		}
+		if m.GinRailOnly {
+			p.GinType, p.RailedGinType = GinTypeNone, m.GinType
+		} else {
+			p.RailedGinType = m.GinType
+		}
+		return p, nil
+	})
 }
 
 // DevCommCreate is ncclDevCommCreate, a collective call: it checks the requirements the
@@ -156,68 +146,71 @@ func (d *Driver) CommQueryProperties(c gpulib.Comm) (gpulib.Properties, error) {
 // non-blocking communicator returns ncclInProgress until then.
 func (d *Driver) DevCommCreate(c gpulib.Comm, req gpulib.DevCommRequirements) (*gpulib.DevComm, error) {
 	const call = "ncclDevCommCreate"
-	if err := d.enter(call); err != nil {
-		return nil, err
-	}
-	if err := d.needs(call, sinceDevComm); err != nil {
-		return nil, err
-	}
-	w := d.w
-	w.mu.Lock()
-	rc, err := w.devCommCheckLocked(d.dev, c, req, call)
-	if err != nil {
-		w.mu.Unlock()
-		return nil, err
-	}
-	lsa, self := w.lsaLocked(rc)
-	dc := new(gpulib.DevComm)
-	if w.version >= sinceDevCommMagic {
-		*dc = gpulib.DevComm{
-			Magic: nccl.ApiMagic, Version: uint32(w.version),
-			Rank: int32(rc.rank), NRanks: int32(rc.cl.n), LsaRank: int32(self), LsaSize: int32(lsa),
+	var (
+		rc       *rankComm
+		cl       *clique
+		g        *gather
+		complete bool
+	)
+	dc, err := locked(d, call, sinceDevComm, func(w *World) (*gpulib.DevComm, error) {
+		var err error
+		if rc, err = w.devCommCheckLocked(d.dev, c, req, call); err != nil {
+			return nil, err
 		}
-	} else {
-		// NCCL 2.29's struct ncclDevComm: int rank, nRanks; uint32_t nRanks_rcp32;
-		// int lsaRank, lsaSize; ... (the GIN fields are further on; the simulator
-		// leaves them zero).
-		b := unsafe.Slice((*byte)(unsafe.Pointer(dc)), unsafe.Sizeof(*dc))
-		for i, v := range []int{rc.rank, rc.cl.n, 0, self, lsa} {
-			binary.LittleEndian.PutUint32(b[4*i:], uint32(v))
-		}
-	}
-	if rc.devComms == nil {
-		rc.devComms = map[*gpulib.DevComm]bool{}
-	}
-	rc.devComms[dc] = true
-	cl := rc.cl
-	seq := rc.devSeq
-	rc.devSeq++
-	g, ok := cl.devs[seq]
-	if !ok {
-		g = newGather(cl.n, "")
-		cl.devs[seq] = g
-	}
-	g.entries[rc.rank] = !rc.blocking
-	if !rc.blocking {
-		rc.busy++
-	}
-	complete := len(g.entries) == g.need
-	if complete {
-		for r, nonblocking := range g.entries {
-			if nonblocking.(bool) {
-				cl.ranks[r].busy--
+		lsa, self := w.lsaLocked(rc)
+		dc := new(gpulib.DevComm)
+		if w.version >= sinceDevCommMagic {
+			*dc = gpulib.DevComm{
+				Magic: nccl.ApiMagic, Version: uint32(w.version),
+				Rank: int32(rc.rank), NRanks: int32(rc.cl.n), LsaRank: int32(self), LsaSize: int32(lsa),
+			}
+		} else {
+			// NCCL 2.29's struct ncclDevComm: int rank, nRanks; uint32_t nRanks_rcp32;
+			// int lsaRank, lsaSize; ... (the GIN fields are further on; the simulator
+			// leaves them zero).
+			b := unsafe.Slice((*byte)(unsafe.Pointer(dc)), unsafe.Sizeof(*dc))
+			for i, v := range []int{rc.rank, rc.cl.n, 0, self, lsa} {
+				binary.LittleEndian.PutUint32(b[4*i:], uint32(v))
 			}
 		}
-		close(g.done)
-		delete(cl.devs, seq)
+		if rc.devComms == nil {
+			rc.devComms = map[*gpulib.DevComm]bool{}
+		}
+		rc.devComms[dc] = true
+		cl = rc.cl
+		seq := rc.devSeq
+		rc.devSeq++
+		var ok bool
+		if g, ok = cl.devs[seq]; !ok {
+			g = newGather(cl.n, "")
+			cl.devs[seq] = g
+		}
+		g.entries[rc.rank] = !rc.blocking
+		if !rc.blocking {
+			rc.busy++
+		}
+		complete = len(g.entries) == g.need
+		if complete {
+			for r, nonblocking := range g.entries {
+				if nonblocking.(bool) {
+					cl.ranks[r].busy--
+				}
+			}
+			close(g.done)
+			delete(cl.devs, seq)
+		}
+		return dc, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	w.mu.Unlock()
 	if !rc.blocking {
 		if !complete {
 			return dc, inProgress(call, "waiting for the other ranks")
 		}
 		return dc, nil
 	}
+	w := d.w
 	if err := w.waitDone(rc, cl, g.done, call); err != nil {
 		return nil, err
 	}
@@ -264,24 +257,18 @@ func (w *World) devCommCheckLocked(dev *device, c gpulib.Comm, req gpulib.DevCom
 // DevCommDestroy is ncclDevCommDestroy.
 func (d *Driver) DevCommDestroy(c gpulib.Comm, dc *gpulib.DevComm) error {
 	const call = "ncclDevCommDestroy"
-	if err := d.enter(call); err != nil {
-		return err
-	}
-	if err := d.needs(call, sinceDevComm); err != nil {
-		return err
-	}
-	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	rc, err := w.commLocked(d.dev, c, call)
-	if err != nil {
-		return err
-	}
-	if dc == nil {
-		return ncclErr(gpulib.InvalidArgument, call, "devComm argument is NULL")
-	}
-	delete(rc.devComms, dc)
-	return nil
+	_, err := locked(d, call, sinceDevComm, func(w *World) (struct{}, error) {
+		rc, err := w.commLocked(d.dev, c, call)
+		if err != nil {
+			return struct{}{}, err
+		}
+		if dc == nil {
+			return struct{}{}, ncclErr(gpulib.InvalidArgument, call, "devComm argument is NULL")
+		}
+		delete(rc.devComms, dc)
+		return struct{}{}, nil
+	})
+	return err
 }
 
 // windowLocked finds window h among every communicator's windows: the communicator
@@ -325,51 +312,37 @@ func (w *World) peerWindowLocked(rc *rankComm, k, peer int, offset uint64) gpuli
 // team's rank lsaRank (in the simulator, that device's address of the byte).
 func (d *Driver) GetLsaDevicePointer(h gpulib.Handle, offset uint64, lsaRank int) (gpulib.Ptr, error) {
 	const call = "ncclGetLsaDevicePointer"
-	if err := d.enter(call); err != nil {
-		return 0, err
-	}
-	if err := d.needs(call, sinceDevPointer); err != nil {
-		return 0, err
-	}
-	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	rc, k, err := w.windowLocked(h, call)
-	if err != nil {
-		return 0, err
-	}
-	lsa, self := w.lsaLocked(rc)
-	if lsaRank < 0 || lsaRank >= lsa {
-		return 0, ncclErr(gpulib.InvalidArgument, call, "lsaRank %d is not in the valid lsaSize of [0,%d] for window %#x", lsaRank, lsa, uintptr(h))
-	}
-	return w.peerWindowLocked(rc, k, rc.rank+lsaRank-self, offset), nil
+	return locked(d, call, sinceDevPointer, func(w *World) (gpulib.Ptr, error) {
+		rc, k, err := w.windowLocked(h, call)
+		if err != nil {
+			return 0, err
+		}
+		lsa, self := w.lsaLocked(rc)
+		if lsaRank < 0 || lsaRank >= lsa {
+			return 0, ncclErr(gpulib.InvalidArgument, call, "lsaRank %d is not in the valid lsaSize of [0,%d] for window %#x", lsaRank, lsa, uintptr(h))
+		}
+		return w.peerWindowLocked(rc, k, rc.rank+lsaRank-self, offset), nil
+	})
 }
 
 // GetPeerDevicePointer is ncclGetPeerDevicePointer: offset in world rank peer's window,
 // or 0 (NULL) when peer is outside the caller's LSA team.
 func (d *Driver) GetPeerDevicePointer(h gpulib.Handle, offset uint64, peer int) (gpulib.Ptr, error) {
 	const call = "ncclGetPeerDevicePointer"
-	if err := d.enter(call); err != nil {
-		return 0, err
-	}
-	if err := d.needs(call, sinceDevPointer); err != nil {
-		return 0, err
-	}
-	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	rc, k, err := w.windowLocked(h, call)
-	if err != nil {
-		return 0, err
-	}
-	if peer < 0 || peer >= rc.cl.n {
-		return 0, ncclErr(gpulib.InvalidArgument, call, "peer %d is not within valid range of ranks %d", peer, rc.cl.n)
-	}
-	lsa, self := w.lsaLocked(rc)
-	if l := self + peer - rc.rank; l < 0 || l >= lsa {
-		return 0, nil
-	}
-	return w.peerWindowLocked(rc, k, peer, offset), nil
+	return locked(d, call, sinceDevPointer, func(w *World) (gpulib.Ptr, error) {
+		rc, k, err := w.windowLocked(h, call)
+		if err != nil {
+			return 0, err
+		}
+		if peer < 0 || peer >= rc.cl.n {
+			return 0, ncclErr(gpulib.InvalidArgument, call, "peer %d is not within valid range of ranks %d", peer, rc.cl.n)
+		}
+		lsa, self := w.lsaLocked(rc)
+		if l := self + peer - rc.rank; l < 0 || l >= lsa {
+			return 0, nil
+		}
+		return w.peerWindowLocked(rc, k, peer, offset), nil
+	})
 }
 
 // GetLsaMultimemDevicePointer is ncclGetLsaMultimemDevicePointer: 0 (NULL) without
@@ -377,42 +350,28 @@ func (d *Driver) GetPeerDevicePointer(h gpulib.Handle, offset uint64, peer int) 
 // gives the caller's own address of the byte.
 func (d *Driver) GetLsaMultimemDevicePointer(h gpulib.Handle, offset uint64) (gpulib.Ptr, error) {
 	const call = "ncclGetLsaMultimemDevicePointer"
-	if err := d.enter(call); err != nil {
-		return 0, err
-	}
-	if err := d.needs(call, sinceDevPointer); err != nil {
-		return 0, err
-	}
-	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	rc, _, err := w.windowLocked(h, call)
-	if err != nil {
-		return 0, err
-	}
-	if !w.machine.Multimem {
-		return 0, nil
-	}
-	return rc.wins[h].buf + gpulib.Ptr(offset), nil
+	return locked(d, call, sinceDevPointer, func(w *World) (gpulib.Ptr, error) {
+		rc, _, err := w.windowLocked(h, call)
+		if err != nil {
+			return 0, err
+		}
+		if !w.machine.Multimem {
+			return 0, nil
+		}
+		return rc.wins[h].buf + gpulib.Ptr(offset), nil
+	})
 }
 
 // team computes a team of c as NCCL does (nccl_device/core.cc).
 func (d *Driver) team(c gpulib.Comm, call string, f func(rc *rankComm, lsa, self int) gpulib.Team) (gpulib.Team, error) {
-	if err := d.enter(call); err != nil {
-		return gpulib.Team{}, err
-	}
-	if err := d.needs(call, sinceTeams); err != nil {
-		return gpulib.Team{}, err
-	}
-	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	rc, err := w.readyCommLocked(d.dev, c, call)
-	if err != nil {
-		return gpulib.Team{}, err
-	}
-	lsa, self := w.lsaLocked(rc)
-	return f(rc, lsa, self), nil
+	return locked(d, call, sinceTeams, func(w *World) (gpulib.Team, error) {
+		rc, err := w.readyCommLocked(d.dev, c, call)
+		if err != nil {
+			return gpulib.Team{}, err
+		}
+		lsa, self := w.lsaLocked(rc)
+		return f(rc, lsa, self), nil
+	})
 }
 
 // TeamWorld is ncclTeamWorld: every rank, stride 1.

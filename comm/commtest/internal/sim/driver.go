@@ -115,6 +115,25 @@ func (d *Driver) needs(call string, since int) error {
 	return nil
 }
 
+// locked is the prologue most calls share, then f holding World.mu: enter (the call is
+// counted and may fail with an injected fault, a dead device or a closed simulator) and
+// the version gate (since is the NCCL version that added the call; 0 for every
+// version). A failed prologue returns T's zero value and its error; f is not run.
+func locked[T any](d *Driver, call string, since int, f func(w *World) (T, error)) (T, error) {
+	if err := d.enter(call); err != nil {
+		var zero T
+		return zero, err
+	}
+	if err := d.needs(call, since); err != nil {
+		var zero T
+		return zero, err
+	}
+	w := d.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return f(w)
+}
+
 // failCall queues err for the next times calls of call.
 func (d *Driver) failCall(call string, err error, times int) error {
 	if !slices.Contains(CallNames, call) {

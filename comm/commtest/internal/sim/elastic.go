@@ -63,29 +63,22 @@ func (w *World) growthLocked(cl *clique) *growth {
 // CommGetUniqueID is ncclCommGetUniqueId: the id of c's next grow.
 func (d *Driver) CommGetUniqueID(c gpulib.Comm) (gpulib.UniqueID, error) {
 	const call = "ncclCommGetUniqueId"
-	if err := d.enter(call); err != nil {
-		return gpulib.UniqueID{}, err
-	}
-	if err := d.needs(call, sinceGrow); err != nil {
-		return gpulib.UniqueID{}, err
-	}
-	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	rc, err := w.commLocked(d.dev, c, call)
-	if err == nil {
-		err = rc.readyLocked(call)
-	}
-	if err != nil {
-		return gpulib.UniqueID{}, err
-	}
-	g := w.growthLocked(rc.cl)
-	if g.hasID {
-		return gpulib.UniqueID{}, ncclErr(gpulib.InvalidUsage, call, "the previous grow's unique id is not used up yet (every rank must call ncclCommGrow first)")
-	}
-	g.id, g.hasID = w.newUniqueID(), true
-	w.elastic.growIDs[g.id] = g
-	return g.id, nil
+	return locked(d, call, sinceGrow, func(w *World) (gpulib.UniqueID, error) {
+		rc, err := w.commLocked(d.dev, c, call)
+		if err == nil {
+			err = rc.readyLocked(call)
+		}
+		if err != nil {
+			return gpulib.UniqueID{}, err
+		}
+		g := w.growthLocked(rc.cl)
+		if g.hasID {
+			return gpulib.UniqueID{}, ncclErr(gpulib.InvalidUsage, call, "the previous grow's unique id is not used up yet (every rank must call ncclCommGrow first)")
+		}
+		g.id, g.hasID = w.newUniqueID(), true
+		w.elastic.growIDs[g.id] = g
+		return g.id, nil
+	})
 }
 
 // CommGrow is ncclCommGrow.
@@ -237,27 +230,27 @@ func (w *World) endGrowthLocked(g *growth) {
 // takes no work until ncclCommResume.
 func (d *Driver) CommSuspend(c gpulib.Comm, flags int) error {
 	const call = "ncclCommSuspend"
-	if err := d.enter(call); err != nil {
+	var (
+		idle     chan struct{}
+		progress bool
+	)
+	rc, err := locked(d, call, sinceSuspend, func(w *World) (*rankComm, error) {
+		rc, err := w.commLocked(d.dev, c, call)
+		if err == nil {
+			err = rc.readyLocked(call)
+		}
+		if err != nil || flags&gpulib.SuspendMem == 0 {
+			return nil, err
+		}
+		rc.suspended = true
+		idle = rc.idle
+		progress = w.inProgressLocked(rc)
+		return rc, nil
+	})
+	if rc == nil {
 		return err
 	}
-	if err := d.needs(call, sinceSuspend); err != nil {
-		return err
-	}
-	w := d.w
-	w.mu.Lock()
-	rc, err := w.commLocked(d.dev, c, call)
-	if err == nil {
-		err = rc.readyLocked(call)
-	}
-	if err != nil || flags&gpulib.SuspendMem == 0 {
-		w.mu.Unlock()
-		return err
-	}
-	rc.suspended = true
-	idle := rc.idle
-	progress := w.inProgressLocked(rc)
-	w.mu.Unlock()
-	if err := w.waitIdle(rc, idle, call); err != nil {
+	if err := d.w.waitIdle(rc, idle, call); err != nil {
 		return err
 	}
 	if progress {
@@ -280,30 +273,24 @@ func (w *World) inProgressLocked(rc *rankComm) bool {
 // CommResume is ncclCommResume.
 func (d *Driver) CommResume(c gpulib.Comm) error {
 	const call = "ncclCommResume"
-	if err := d.enter(call); err != nil {
-		return err
-	}
-	if err := d.needs(call, sinceSuspend); err != nil {
-		return err
-	}
-	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	rc, err := w.commLocked(d.dev, c, call)
-	if err != nil {
-		return err
-	}
-	if !rc.suspended {
-		return ncclErr(gpulib.InvalidUsage, call, "communicator %#x is not suspended", uintptr(c))
-	}
-	rc.suspended = false
-	if err := rc.readyLocked(call); err != nil {
-		return err
-	}
-	if w.inProgressLocked(rc) {
-		return inProgress(call, "resuming (non-blocking communicator)")
-	}
-	return nil
+	_, err := locked(d, call, sinceSuspend, func(w *World) (struct{}, error) {
+		rc, err := w.commLocked(d.dev, c, call)
+		if err != nil {
+			return struct{}{}, err
+		}
+		if !rc.suspended {
+			return struct{}{}, ncclErr(gpulib.InvalidUsage, call, "communicator %#x is not suspended", uintptr(c))
+		}
+		rc.suspended = false
+		if err := rc.readyLocked(call); err != nil {
+			return struct{}{}, err
+		}
+		if w.inProgressLocked(rc) {
+			return struct{}{}, inProgress(call, "resuming (non-blocking communicator)")
+		}
+		return struct{}{}, nil
+	})
+	return err
 }
 
 // CommMemStats is ncclCommMemStats. Like NCCL, the byte counts are what NCCL tracks
@@ -311,35 +298,28 @@ func (d *Driver) CommResume(c gpulib.Comm) error {
 // suspendable part is released.
 func (d *Driver) CommMemStats(c gpulib.Comm, stat int) (uint64, error) {
 	const call = "ncclCommMemStats"
-	if err := d.enter(call); err != nil {
-		return 0, err
-	}
-	if err := d.needs(call, sinceSuspend); err != nil {
-		return 0, err
-	}
-	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	rc, err := w.commLocked(d.dev, c, call)
-	if err != nil {
-		return 0, err
-	}
-	if rc.state == stInit || rc.cl == nil {
-		return 0, ncclErr(gpulib.InvalidArgument, call, "communicator %#x still initialising", uintptr(c))
-	}
-	persist, scratch := uint64(simPersistBytes), uint64(rc.cl.n-1)*simBufferBytes
-	switch stat {
-	case gpulib.StatMemSuspendable:
-		return scratch, nil
-	case gpulib.StatMemSuspended:
-		if rc.suspended {
-			return 1, nil
+	return locked(d, call, sinceSuspend, func(w *World) (uint64, error) {
+		rc, err := w.commLocked(d.dev, c, call)
+		if err != nil {
+			return 0, err
 		}
-		return 0, nil
-	case gpulib.StatMemPersistent:
-		return persist, nil
-	case gpulib.StatMemTotal:
-		return persist + scratch, nil
-	}
-	return 0, ncclErr(gpulib.InvalidArgument, call, "stat %d: not an ncclCommMemStat_t", stat)
+		if rc.state == stInit || rc.cl == nil {
+			return 0, ncclErr(gpulib.InvalidArgument, call, "communicator %#x still initialising", uintptr(c))
+		}
+		persist, scratch := uint64(simPersistBytes), uint64(rc.cl.n-1)*simBufferBytes
+		switch stat {
+		case gpulib.StatMemSuspendable:
+			return scratch, nil
+		case gpulib.StatMemSuspended:
+			if rc.suspended {
+				return 1, nil
+			}
+			return 0, nil
+		case gpulib.StatMemPersistent:
+			return persist, nil
+		case gpulib.StatMemTotal:
+			return persist + scratch, nil
+		}
+		return 0, ncclErr(gpulib.InvalidArgument, call, "stat %d: not an ncclCommMemStat_t", stat)
+	})
 }

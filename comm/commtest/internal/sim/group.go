@@ -30,15 +30,23 @@ type groupState struct {
 	err   error // the first error of a call inside the group: GroupEnd returns it
 }
 
+// The kinds of a group's operations, which NCCL launches in different orders.
+const (
+	unitColl = iota
+	unitRMA
+	unitP2P
+)
+
 // submitLocked queues tasks as one launch: the operations of each stream become one
-// stream op that runs them together (collectives of a communicator in order, every
-// point-to-point operation concurrently), so the sends and receives of a group progress
-// together as NCCL's do. It returns InProgress when WithInProgress is set and a
+// stream op that runs them together (per communicator its one-sided calls first, then
+// its collectives in order while every point-to-point operation runs concurrently), so
+// the sends and receives of a group progress together as NCCL's do. It returns InProgress when WithInProgress is set and a
 // communicator is non-blocking. Caller holds World.mu.
 func (w *World) submitLocked(tasks []*task, call string) error {
 	type unit struct {
-		rc  *rankComm
-		run func() error
+		rc   *rankComm
+		run  func() error
+		kind int // unitColl, unitRMA or unitP2P
 	}
 	if recorded, err := w.captureTasksLocked(tasks, call); recorded {
 		return err
@@ -61,17 +69,17 @@ func (w *World) submitLocked(tasks []*task, call string) error {
 			}
 			slot.describeLocked(cl, seq, rc.rank, t.coll)
 			desc := t.coll
-			u = unit{rc: rc, run: func() error { return w.runColl(rc, cl, seq, slot, desc) }}
+			u = unit{rc: rc, kind: unitColl, run: func() error { return w.runColl(rc, cl, seq, slot, desc) }}
 		case t.rma != nil:
 			r := t.rma
-			u = unit{rc: rc, run: func() error { return w.runRMA(rc, cl, r) }}
+			u = unit{rc: rc, kind: unitRMA, run: func() error { return w.runRMA(rc, cl, r) }}
 		default:
 			key, m := w.attachP2PLocked(rc, t.p2p)
 			p := t.p2p
 			if p.send {
-				u = unit{run: func() error { return w.runSend(rc, cl, key, m, p) }}
+				u = unit{rc: rc, kind: unitP2P, run: func() error { return w.runSend(rc, cl, key, m, p) }}
 			} else {
-				u = unit{run: func() error { return w.runRecv(rc, cl, key, m, p) }}
+				u = unit{rc: rc, kind: unitP2P, run: func() error { return w.runRecv(rc, cl, key, m, p) }}
 			}
 		}
 		if _, ok := perStream[t.s]; !ok {
@@ -90,15 +98,28 @@ func (w *World) submitLocked(tasks []*task, call string) error {
 			continue
 		}
 		w.enqueueLocked(s, "ncclGroupEnd", func() error {
-			// Collectives of one communicator keep their order; everything else runs
-			// concurrently.
-			chains := map[*rankComm][]func() error{}
-			var singles []func() error
+			// Per communicator, as NCCL plans a group (src/enqueue.cc,
+			// ncclLaunchPrepare: the one-sided tasks are scheduled before the
+			// others): its one-sided calls first, in issue order; then its
+			// collectives in order while every point-to-point operation runs
+			// concurrently. Communicators progress independently.
+			type plan struct{ rma, colls, p2p []func() error }
+			plans := map[*rankComm]*plan{}
+			var comms []*rankComm
 			for _, u := range units {
-				if u.rc != nil {
-					chains[u.rc] = append(chains[u.rc], u.run)
-				} else {
-					singles = append(singles, u.run)
+				p := plans[u.rc]
+				if p == nil {
+					p = &plan{}
+					plans[u.rc] = p
+					comms = append(comms, u.rc)
+				}
+				switch u.kind {
+				case unitRMA:
+					p.rma = append(p.rma, u.run)
+				case unitColl:
+					p.colls = append(p.colls, u.run)
+				default:
+					p.p2p = append(p.p2p, u.run)
 				}
 			}
 			var mu sync.Mutex
@@ -111,15 +132,23 @@ func (w *World) submitLocked(tasks []*task, call string) error {
 				}
 			}
 			var wg sync.WaitGroup
-			for _, chain := range chains {
+			for _, rc := range comms {
+				p := plans[rc]
 				wg.Go(func() {
-					for _, run := range chain {
+					for _, run := range p.rma {
 						record(run())
 					}
+					var rest sync.WaitGroup
+					rest.Go(func() {
+						for _, run := range p.colls {
+							record(run())
+						}
+					})
+					for _, run := range p.p2p {
+						rest.Go(func() { record(run()) })
+					}
+					rest.Wait()
 				})
-			}
-			for _, run := range singles {
-				wg.Go(func() { record(run()) })
 			}
 			wg.Wait()
 			return errors.Join(errs...)

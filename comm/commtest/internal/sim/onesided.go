@@ -155,24 +155,17 @@ func (d *Driver) WaitSignal(descs []gpulib.SignalDesc, c gpulib.Comm, s gpulib.S
 // WinGetUserPtr is ncclWinGetUserPtr.
 func (d *Driver) WinGetUserPtr(c gpulib.Comm, win gpulib.Handle) (gpulib.Ptr, error) {
 	const call = "ncclWinGetUserPtr"
-	if err := d.enter(call); err != nil {
-		return 0, err
-	}
-	if err := d.needs(call, sinceOneSided); err != nil {
-		return 0, err
-	}
-	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	rc, err := w.commLocked(d.dev, c, call)
-	if err != nil {
-		return 0, err
-	}
-	pw, ok := rc.wins[win]
-	if !ok || win == 0 {
-		return 0, ncclErr(gpulib.InvalidArgument, call, "win %#x is not a window of communicator %#x", uintptr(win), uintptr(c))
-	}
-	return pw.buf, nil
+	return locked(d, call, sinceOneSided, func(w *World) (gpulib.Ptr, error) {
+		rc, err := w.commLocked(d.dev, c, call)
+		if err != nil {
+			return 0, err
+		}
+		pw, ok := rc.wins[win]
+		if !ok || win == 0 {
+			return 0, ncclErr(gpulib.InvalidArgument, call, "win %#x is not a window of communicator %#x", uintptr(win), uintptr(c))
+		}
+		return pw.buf, nil
+	})
 }
 
 // rmaArgsLocked checks what NCCL checks of every one-sided call (src/enqueue.cc).

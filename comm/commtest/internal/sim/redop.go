@@ -21,60 +21,53 @@ type preMulOp struct {
 // RedOpCreatePreMulSum is ncclRedOpCreatePreMulSum.
 func (d *Driver) RedOpCreatePreMulSum(c gpulib.Comm, dt gpulib.DataType, scalar uint64, device bool) (gpulib.RedOp, error) {
 	const call = "ncclRedOpCreatePreMulSum"
-	if err := d.enter(call); err != nil {
-		return 0, err
-	}
-	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	rc, err := w.commLocked(d.dev, c, call)
-	if err != nil {
-		return 0, err
-	}
-	es := elemSize(dt)
-	if es == 0 {
-		return 0, ncclErr(gpulib.InvalidArgument, call, "invalid data type %d", int32(dt))
-	}
-	op := &preMulOp{dt: dt, device: device}
-	if device {
-		if err := d.dev.check(gpulib.Ptr(scalar), uint64(es)); err != nil {
-			return 0, ncclErr(gpulib.InvalidArgument, call, "scalar [%#x, +%d): %v", scalar, es, err)
+	return locked(d, call, 0, func(w *World) (gpulib.RedOp, error) {
+		rc, err := w.commLocked(d.dev, c, call)
+		if err != nil {
+			return 0, err
 		}
-		op.dev = gpulib.Ptr(scalar)
-	} else {
-		b := make([]byte, 8)
-		binary.LittleEndian.PutUint64(b, scalar)
-		op.host = b[:es]
-	}
-	if rc.redOps == nil {
-		rc.redOps = map[gpulib.RedOp]*preMulOp{}
-	}
-	h := gpulib.NumOps
-	for rc.redOps[h] != nil {
-		h++
-	}
-	rc.redOps[h] = op
-	return h, nil
+		es := elemSize(dt)
+		if es == 0 {
+			return 0, ncclErr(gpulib.InvalidArgument, call, "invalid data type %d", int32(dt))
+		}
+		op := &preMulOp{dt: dt, device: device}
+		if device {
+			if err := d.dev.check(gpulib.Ptr(scalar), uint64(es)); err != nil {
+				return 0, ncclErr(gpulib.InvalidArgument, call, "scalar [%#x, +%d): %v", scalar, es, err)
+			}
+			op.dev = gpulib.Ptr(scalar)
+		} else {
+			b := make([]byte, 8)
+			binary.LittleEndian.PutUint64(b, scalar)
+			op.host = b[:es]
+		}
+		if rc.redOps == nil {
+			rc.redOps = map[gpulib.RedOp]*preMulOp{}
+		}
+		h := gpulib.NumOps
+		for rc.redOps[h] != nil {
+			h++
+		}
+		rc.redOps[h] = op
+		return h, nil
+	})
 }
 
 // RedOpDestroy is ncclRedOpDestroy.
 func (d *Driver) RedOpDestroy(c gpulib.Comm, op gpulib.RedOp) error {
 	const call = "ncclRedOpDestroy"
-	if err := d.enter(call); err != nil {
-		return err
-	}
-	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	rc, err := w.commLocked(d.dev, c, call)
-	if err != nil {
-		return err
-	}
-	if rc.redOps[op] == nil {
-		return ncclErr(gpulib.InvalidArgument, call, "operator %d was not created on communicator %#x or is destroyed", int32(op), uintptr(c))
-	}
-	delete(rc.redOps, op)
-	return nil
+	_, err := locked(d, call, 0, func(w *World) (struct{}, error) {
+		rc, err := w.commLocked(d.dev, c, call)
+		if err != nil {
+			return struct{}{}, err
+		}
+		if rc.redOps[op] == nil {
+			return struct{}{}, ncclErr(gpulib.InvalidArgument, call, "operator %d was not created on communicator %#x or is destroyed", int32(op), uintptr(c))
+		}
+		delete(rc.redOps, op)
+		return struct{}{}, nil
+	})
+	return err
 }
 
 // preMultiply multiplies every element of dt in in by scalar (one element), in the

@@ -41,43 +41,43 @@ func (d *Driver) GroupSimulateEnd() (float32, error) {
 	if err := d.needs(call, versionGroupSimulate); err != nil {
 		return -1, err
 	}
-	if err := d.enter(call); err != nil {
+	est, err := locked(d, call, 0, func(w *World) (float32, error) {
+		tid := threadID()
+		g := w.groups[tid]
+		if g == nil {
+			return -1, ncclErr(gpulib.InvalidUsage, call, "no group open on this thread (ncclGroupEnd without ncclGroupStart)")
+		}
+		g.depth--
+		if g.depth > 0 {
+			return -1, nil // an inner level: NCCL leaves the sim info alone
+		}
+		delete(w.groups, tid)
+		if g.err != nil {
+			return -1, g.err // the group is dropped
+		}
+		for _, t := range g.tasks {
+			if _, ok := w.comms[t.rc.h]; !ok || t.rc.stopped {
+				return -1, ncclErr(gpulib.InvalidUsage, call, "communicator %#x was aborted or destroyed inside the group", uintptr(t.rc.h))
+			}
+		}
+		if err := p2pOverlap(g.tasks); err != nil {
+			return -1, err
+		}
+		for _, t := range g.tasks {
+			if !t.rc.blocking { // NCCL's non-blocking path launches the group
+				return -1, w.submitLocked(g.tasks, call)
+			}
+		}
+		est := float32(-1)
+		for _, t := range g.tasks {
+			if t.coll != nil {
+				est = float32(estimateColl(t.coll, t.rc.cl.n))
+			}
+		}
+		return est, nil
+	})
+	if err != nil {
 		return -1, err
-	}
-	w := d.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	tid := threadID()
-	g := w.groups[tid]
-	if g == nil {
-		return -1, ncclErr(gpulib.InvalidUsage, call, "no group open on this thread (ncclGroupEnd without ncclGroupStart)")
-	}
-	g.depth--
-	if g.depth > 0 {
-		return -1, nil // an inner level: NCCL leaves the sim info alone
-	}
-	delete(w.groups, tid)
-	if g.err != nil {
-		return -1, g.err // the group is dropped
-	}
-	for _, t := range g.tasks {
-		if _, ok := w.comms[t.rc.h]; !ok || t.rc.stopped {
-			return -1, ncclErr(gpulib.InvalidUsage, call, "communicator %#x was aborted or destroyed inside the group", uintptr(t.rc.h))
-		}
-	}
-	if err := p2pOverlap(g.tasks); err != nil {
-		return -1, err
-	}
-	for _, t := range g.tasks {
-		if !t.rc.blocking { // NCCL's non-blocking path launches the group
-			return -1, w.submitLocked(g.tasks, call)
-		}
-	}
-	est := float32(-1)
-	for _, t := range g.tasks {
-		if t.coll != nil {
-			est = float32(estimateColl(t.coll, t.rc.cl.n))
-		}
 	}
 	return est, nil
 }
