@@ -83,6 +83,7 @@ func main() {
 	flag.StringVar(&straceDir, "strace", "", "directory where `strace -c -f` writes the system calls each server makes in the steady phase (strace-ncclgo-N.txt, strace-pytorch-N.txt); it slows the servers: the run's figures are not comparable")
 	evloop := flag.String("evloop", "", "experimental: measure only the steady phase (each client connects and sets its key, no bring-up), for PyTorch's server, ncclgo's and a prototype event-loop server (Linux epoll, tools/storebench/evloop_linux.go), repeated -rounds times in alternating order; \"go\": its system calls through the scheduler, \"raw\": raw system calls, \"hybrid\": raw reads, writes and polls that do not block, the blocking epoll_wait through the scheduler")
 	rounds := flag.Int("rounds", 1, "with -evloop: how many times to measure each server")
+	flag.BoolVar(&inTurnToo, "in-turn", false, "with -join-only: also measure comm's join over the TCPStore protocol made call by call, as on torch's own server (no ARRIVE), on ncclgo's server")
 	joinOnly := flag.Bool("join-only", false, "measure only the floor and comm's join over both protocols on ncclgo's server (no PyTorch), each against the floor: for quick iterations on the bring-up; with -profile, the server's CPU profiles of the two joins are join-tcpstore-N.pprof and join-ncclgo-N.pprof")
 	flag.Parse()
 	if *evloop != "" {
@@ -236,11 +237,11 @@ func scaleRows(python []string, n int, deadline time.Duration) (torchVersion str
 	proto := detect(torch.addr)
 	tj, tkib := joinIdle(torch, n, deadline, dialTorch(torch.addr, proto))
 	torch.stop()
-	ours := startOurs(n, "")
-	defer ours.stop()
-	bare := floor(ours, n, deadline)
-	oj, okib := joinIdle(ours, n, deadline, dialTorch(ours.addr, proto))
-	ownJoin := bringUp(ours, n, deadline, dialOwn(ours.addr), joinLikeComm)
+	var bare, oj, ownJoin phase
+	var okib float64
+	onFresh(n, "", func(s *server) { bare = floor(s, n, deadline) })
+	onFresh(n, "", func(s *server) { oj, okib = joinIdle(s, n, deadline, dialTorch(s.addr, proto)) })
+	onFresh(n, "", func(s *server) { ownJoin = bringUp(s, n, deadline, dialOwn(s.addr), joinLikeComm) })
 	return torch.version, []row{
 		{n, "bring-up, comm's join, TCPStore protocol (ms)", oj.ms, tj.ms, true},
 		{n, "  server CPU for it (ms)", oj.cpuMs, tj.cpuMs, true},
@@ -300,20 +301,45 @@ func ownRows(n int, deadline time.Duration, profile string) []row {
 // joinRows measures comm's join over the TCPStore protocol and over ncclgo's own on
 // ncclgo's server, and the floor, with each join's ratio to the floor (-join-only).
 func joinRows(n int, deadline time.Duration, profile string) []row {
-	ours := startOurs(n, profile)
-	defer ours.stop()
-	bare := floor(ours, n, deadline)
-	profiled := func(name string, f func() phase) phase {
-		if profile != "" {
-			ours.tell("profile join-" + name)
-		}
-		return f()
+	var bare, ts, own phase
+	onFresh(n, "", func(s *server) { bare = floor(s, n, deadline) })
+	profiled := func(name string, f func(s *server) phase) (p phase) {
+		onFresh(n, profile, func(s *server) {
+			if profile != "" {
+				s.tell("profile join-" + name)
+			}
+			p = f(s)
+		})
+		return p
 	}
-	ts := profiled("tcpstore", func() phase {
-		return bringUp(ours, n, deadline, dialTorch(ours.addr, rendezvous.TorchProtocol2), joinLikeComm)
+	ts = profiled("tcpstore", func(s *server) phase {
+		return bringUp(s, n, deadline, dialTorch(s.addr, rendezvous.TorchProtocol2), joinLikeComm)
 	})
-	own := profiled("ncclgo", func() phase { return bringUp(ours, n, deadline, dialOwn(ours.addr), joinLikeComm) })
-	return append([]row{{n, floorOp, bare.ms, -1, true}}, joinVsFloor(n, bare, ts, own)...)
+	own = profiled("ncclgo", func(s *server) phase { return bringUp(s, n, deadline, dialOwn(s.addr), joinLikeComm) })
+	rows := append([]row{{n, floorOp, bare.ms, -1, true}}, joinVsFloor(n, bare, ts, own)...)
+	if inTurnToo {
+		inTurn := profiled("inturn", func(s *server) phase {
+			return bringUp(s, n, deadline, dialTorch(s.addr, rendezvous.TorchProtocol2), joinInTurn)
+		})
+		rows = append(rows,
+			row{n, "bring-up, comm's join call by call (as on torch's server), TCPStore protocol (ms)", inTurn.ms, -1, true},
+			row{n, "  server CPU for it (ms)", inTurn.cpuMs, -1, true},
+			row{n, "  over the floor", overFloor(inTurn, bare), -1, true})
+	}
+	return rows
+}
+
+// inTurnToo is -in-turn.
+var inTurnToo bool
+
+// onFresh runs f on an ncclgo server started for it, and stops it: each bring-up
+// meets a fresh server, as rank 0's store is at a job's start, so that none finds the
+// heap, pools and goroutine stacks of the one before (a first bring-up on a server
+// took up to twice as long as the same one after it).
+func onFresh(n int, profile string, f func(s *server)) {
+	s := startOurs(n, profile)
+	defer s.stop()
+	f(s)
 }
 
 // joinVsFloor is the rows of comm's join over the TCPStore protocol (ts) and over
@@ -748,6 +774,11 @@ func joinLikeComm(ctx context.Context, s rendezvous.Store, keys func(string) str
 			return joinArrive(ctx, c, keys, rank, world)
 		}
 	}
+	return joinInTurn(ctx, s, keys, rank, world)
+}
+
+// joinInTurn is joinLikeComm on torch's own server: one call after the other.
+func joinInTurn(ctx context.Context, s rendezvous.Store, keys func(string) string, rank, world int) error {
 	gen := func(g int, name string) string { return keys(rendezvous.GenerationKey("bench", uint64(g), name)) }
 	states := make([]string, 64)
 	for i := range states {
