@@ -37,9 +37,10 @@ import (
 //
 // Over ncclgo's own client a rank's arrival is one request, answered once the state
 // exists: rendezvous.Client.Arrive, which creates the marker (and rank 0's id), counts
-// the rank and, for the last one, sets the state "ok", atomically (joinAtOnce). Over
-// torch's TCPStore protocol, which has no such request, the same steps are calls one
-// after the other (joinInTurn).
+// the rank and, for the last one, sets the state "ok", atomically (joinAtOnce); so is
+// it over torch's TCPStore protocol when ncclgo's server serves it
+// (rendezvous.TCPStoreClient.Arrive). On torch's own server, which has no such
+// request, the same steps are calls one after the other (joinInTurn).
 
 // opRendezvous names the rendezvous step of bring-up and reconnection in errors.
 const opRendezvous = "rendezvous"
@@ -98,17 +99,21 @@ func (m *member) meet(ctx context.Context) ([]comm.UniqueID, error) {
 	j.mu.Lock()
 	gen := j.next[m.group]
 	j.mu.Unlock()
-	// ncclgo's client arrives at once (joinAtOnce), and is told when the generation is
-	// closed; over torch's protocol the rank looks for the first open one first.
-	_, atOnce := s.(*rendezvous.Client)
-	for lookup := !atOnce; ; lookup = true {
+	// A client that arrives at once (joinAtOnce) is told when the generation is
+	// closed; on torch's server the rank looks for the first open one first.
+	a, err := arriverOf(ctx, s)
+	if err != nil {
+		j.lost(s, err)
+		return nil, fmt.Errorf("group %q: %w", m.group, err)
+	}
+	for lookup := a == nil; ; lookup = true {
 		if lookup {
 			if gen, err = m.firstOpen(ctx, s, gen); err != nil {
 				j.lost(s, err)
 				return nil, fmt.Errorf("group %q: %w", m.group, err)
 			}
 		}
-		ids, err := m.join(ctx, s, gen)
+		ids, err := m.join(ctx, s, a, gen)
 		j.lost(s, err)
 		if errors.Is(err, errGenerationClosed) {
 			j.log.Info("comm: generation closed, joining the next", "rank", m.rank, "group", m.group, "generation", gen, "reason", err)
@@ -159,18 +164,41 @@ func (m *member) key(gen uint64, name string) string {
 
 func rankMarker(r int) string { return "rank/" + strconv.Itoa(r) }
 
+// arriver is a store client that arrives at a countdown latch in one request.
+type arriver interface {
+	rendezvous.Store
+	Arrive(ctx context.Context, a rendezvous.Arrival) (rendezvous.Arrived, error)
+}
+
+// arriverOf returns s as an arriver when it can join in one request: ncclgo's client,
+// or a TCPStore client of ncclgo's server; else nil.
+func arriverOf(ctx context.Context, s rendezvous.Store) (arriver, error) {
+	switch c := s.(type) {
+	case *rendezvous.Client:
+		return c, nil
+	case *rendezvous.TCPStoreClient:
+		served, err := c.ServesArrivals(ctx)
+		if err != nil || !served {
+			return nil, err
+		}
+		return c, nil
+	}
+	return nil, nil
+}
+
 // join arrives in generation gen and waits until every rank has, then returns the ids
-// the roots published (rank 0's first). An error wrapping errGenerationClosed means:
-// try the next one.
-func (m *member) join(ctx context.Context, s rendezvous.Store, gen uint64) ([]comm.UniqueID, error) {
-	if c, ok := s.(*rendezvous.Client); ok {
-		return m.joinAtOnce(ctx, c, gen)
+// the roots published (rank 0's first); a is s as an arriver, or nil. An error wrapping
+// errGenerationClosed means: try the next one.
+func (m *member) join(ctx context.Context, s rendezvous.Store, a arriver, gen uint64) ([]comm.UniqueID, error) {
+	if a != nil {
+		return m.joinAtOnce(ctx, a, gen)
 	}
 	return m.joinInTurn(ctx, s, gen)
 }
 
-// joinAtOnce is join over ncclgo's own client: the rank arrives at the generation's
-// latch (rendezvous.Client.Arrive) in one request, and the store answers it once every
+// joinAtOnce is join over a client that arrives in one request (ncclgo's own, or a
+// TCPStore client of ncclgo's server): the rank arrives at the generation's latch
+// (rendezvous.Client.Arrive) in one request, and the store answers it once every
 // rank has arrived, with the id. The arrival creates the rank's marker (and on rank 0
 // the id) only if absent, counts the rank, and the last arrival sets the state "ok";
 // all of it at once, so that a join takes one round trip and the wait instead of the
@@ -179,7 +207,7 @@ func (m *member) join(ctx context.Context, s rendezvous.Store, gen uint64) ([]co
 //
 // The outcome is joinInTurn's: a rank whose marker or id was there before closes the
 // generation (without being counted), and a count past the world closes it too.
-func (m *member) joinAtOnce(ctx context.Context, s *rendezvous.Client, gen uint64) ([]comm.UniqueID, error) {
+func (m *member) joinAtOnce(ctx context.Context, s arriver, gen uint64) ([]comm.UniqueID, error) {
 	n, mine := m.idCount(), m.rootIndex()
 	a := rendezvous.Arrival{Done: m.key(gen, "state"), DoneValue: []byte(stateOK), Counter: m.key(gen, "count"), Target: int64(m.world)}
 	marker := rendezvous.KeyValue{Key: m.key(gen, rankMarker(m.rank)), Value: []byte{1}}
@@ -267,7 +295,7 @@ func (m *member) rootIndex() int {
 }
 
 // joinInTurn is join over a store that answers one request at a time per connection
-// (torch's TCPStore protocol): each call waits for the one before.
+// and has no countdown latch (torch's own TCPStore server): each call waits for the one before.
 func (m *member) joinInTurn(ctx context.Context, s rendezvous.Store, gen uint64) ([]comm.UniqueID, error) {
 	nIDs, mine := m.idCount(), m.rootIndex()
 	ids := make([]comm.UniqueID, nIDs)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,4 +147,100 @@ func TestAgentStoreBadRestartCount(t *testing.T) {
 	var ce *rendezvous.ConfigError
 	require.True(t, errors.As(err, &ce), "%v", err)
 	assert.Equal(t, EnvRestartCount, ce.Var)
+}
+
+// turnProxy forwards connections to a server and counts the round trips its clients
+// start: a client's bytes that come after the server's answer (or first) begin one.
+type turnProxy struct {
+	port  int
+	turns atomic.Int64
+}
+
+// startTurnProxy forwards a loopback port of its own to the server on port.
+func startTurnProxy(t *testing.T, port int) *turnProxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &turnProxy{port: l.Addr().(*net.TCPAddr).Port}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		_ = l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port))
+			if err != nil {
+				_ = in.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, in, out)
+			mu.Unlock()
+			var answered atomic.Bool
+			answered.Store(true)
+			pipe := func(dst, src net.Conn, fromClient bool) {
+				defer dst.Close()
+				defer src.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := src.Read(buf)
+					if n > 0 {
+						if fromClient && answered.Swap(false) {
+							p.turns.Add(1)
+						} else if !fromClient {
+							answered.Store(true)
+						}
+						if _, err := dst.Write(buf[:n]); err != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}
+			wg.Go(func() { pipe(out, in, true) })
+			wg.Go(func() { pipe(in, out, false) })
+		}
+	})
+	return p
+}
+
+// On ncclgo's server a rank joins over torch's TCPStore protocol as it does over
+// ncclgo's own: its arrival is one request, one round trip, instead of the calls one
+// after the other that torch's own server needs.
+func TestAgentStoreJoinIsOneRoundTripOnNcclgosServer(t *testing.T) {
+	leaktest.Check(t)
+	_, port := serveStore(t)
+	p := startTurnProxy(t, port)
+	const world = 4
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	jobs := map[int]*Job{}
+	for r := range world {
+		agentEnv(t, p.port, r, world, 0)
+		j, err := JoinJob(ctx, withDevice(newIDFake()), quiet)
+		require.NoError(t, err, "rank %d", r)
+		t.Cleanup(func() { _ = j.Close() })
+		jobs[r] = j
+	}
+	before := p.turns.Load()
+	bs, errs := onRanks([]int{0, 1, 2, 3}, func(r int) (*nccl.Backend, error) { return jobs[r].NewNCCL(ctx) })
+	for r := range world {
+		require.NoError(t, errs[r], "rank %d", r)
+	}
+	defer closeAll(t, bs)
+	assert.Equal(t, int64(world), p.turns.Load()-before, "round trips of %d ranks' join", world)
 }

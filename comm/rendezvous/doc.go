@@ -222,5 +222,8 @@
 // (tcpstore.go), which
 // TCPStoreClient.Barrier uses once the server has said it serves it, so that its
 // barriers are the server's own and meet Client.Barrier's. On torch's own server
-// TCPStoreClient.Barrier is built from keys instead.
+// TCPStoreClient.Barrier is built from keys instead. Likewise TCPStoreClient.Arrive is
+// Client.Arrive through an arrival query of ncclgo's server, so that comm's join over
+// a TCPStore client of ncclgo's server is one request per rank, as over Client; torch's
+// own server has none (ServesArrivals), and there comm joins call by call.
 package rendezvous

@@ -109,7 +109,8 @@ const (
 // used by no generation of torch's. Only ncclgo's server answers them, so a
 // TCPStoreClient sends them only after a CHECK of tsBarrierProbe, a key only ncclgo's
 // server reports (torch's says it does not exist), said so. They give a torch
-// connection the server's own barriers, the ones Client.Barrier uses:
+// connection the server's own barriers, the ones Client.Barrier uses, and its
+// countdown latches, Client.Arrive's (a bring-up's join in one request):
 //
 //	query          arguments                     reply
 //	BARRIER        key, uint64 rank, world       uint8 0 once every rank arrived; or
@@ -118,9 +119,15 @@ const (
 //	BARRIER_STATE  key                           uint8 flags (1 some rank arrived, 2
 //	                                             done), uint64 world, vector: bitmap of
 //	                                             the ranks that arrived
+//	ARRIVE         done key, vector done value,  uint8 0 once answered (Client.Arrive's
+//	               counter key, uint64 target,   rules), uint64 n and n vectors: the
+//	               uint64 n, n (key, vector      fields of ncclgo's arrive reply; or a
+//	               value) to create, uint64 m,   BARRIER's failure, code 4 for a
+//	               m keys to read                counter that is not one
 const (
 	tsBarrier      tsQuery = 0x40
 	tsBarrierState tsQuery = 0x41
+	tsArrive       tsQuery = 0x42
 )
 
 // tsBarrierProbe is the key whose CHECK tells ncclgo's server (ready) from torch's.
@@ -131,6 +138,8 @@ const (
 	tsBarrierInvalid = 1
 	tsBarrierFull    = 2
 	tsBarrierFailed  = 3
+	// tsArriveNotCounter: an ARRIVE whose counter holds something else (ErrNotCounter).
+	tsArriveNotCounter = 4
 )
 
 var tsQueryNames = [...]string{"VALIDATE", "SET", "COMPARE_SET", "GET", "ADD", "CHECK", "WAIT", "GETNUMKEYS", "DELETE_KEY", "APPEND", "MULTI_GET", "MULTI_SET", "CANCEL_WAIT", "PING", "QUEUE_PUSH", "QUEUE_POP", "QUEUE_LEN", "LIST_KEYS", "BARRIER"}
@@ -148,6 +157,8 @@ func (q tsQuery) String() string {
 		return "BARRIER (ncclgo)"
 	case tsBarrierState:
 		return "BARRIER_STATE (ncclgo)"
+	case tsArrive:
+		return "ARRIVE (ncclgo)"
 	}
 	return fmt.Sprintf("query(%d)", uint8(q))
 }
@@ -178,7 +189,7 @@ const (
 
 // tsWire is the query byte of q in generation gen, and whether gen has q.
 func tsWire(gen TorchProtocol, q tsQuery) (byte, bool) {
-	if q == tsBarrier || q == tsBarrierState {
+	if q == tsBarrier || q == tsBarrierState || q == tsArrive {
 		return byte(q), true
 	}
 	if gen == TorchProtocol2 {
@@ -205,7 +216,7 @@ func tsFromWire(gen TorchProtocol, b byte) tsQuery {
 		return tsQuery(b + 1)
 	case b == 7:
 		return tsWatchKey
-	case b <= byte(tsCancelWait) || b == byte(tsBarrier) || b == byte(tsBarrierState):
+	case b <= byte(tsCancelWait) || b == byte(tsBarrier) || b == byte(tsBarrierState) || b == byte(tsArrive):
 		return tsQuery(b)
 	}
 	return tsUnknown // generation 1 stops at CANCEL_WAIT

@@ -172,6 +172,9 @@ func (c *TCPStoreClient) dialConn(ctx context.Context, p TorchProtocol) (*tsConn
 	_ = nc.SetDeadline(deadline)
 	tc := &tsConn{nc: nc, rd: tsReader{r: bufio.NewReader(nc)}}
 	w := &tc.w
+	c.mu.Lock()
+	probe := c.barriers == 0 // ask with the handshake whether it is ncclgo's server
+	c.mu.Unlock()
 	if p == TorchProtocol2 {
 		// The nonce's third byte is 0xff: a generation 1 server reads these bytes as
 		// a SET whose key length is over 2^63 and closes the connection.
@@ -180,6 +183,9 @@ func (c *TCPStoreClient) dialConn(ctx context.Context, p TorchProtocol) (*tsConn
 		w.u32(tsMagic)
 		w.u8(byte(tsPing))
 		w.u32(nonce)
+		if probe {
+			c.probeQuery(w, p)
+		}
 		_, err = nc.Write(w.bytes())
 		var got uint32
 		if err == nil {
@@ -191,10 +197,17 @@ func (c *TCPStoreClient) dialConn(ctx context.Context, p TorchProtocol) (*tsConn
 	} else {
 		q, _ := tsWire(p, tsNumKeys)
 		w.u8(q)
+		if probe {
+			c.probeQuery(w, p)
+		}
 		if _, err = nc.Write(w.bytes()); err == nil {
 			_, err = tc.rd.u64()
 		}
 	}
+	if err == nil && probe {
+		err = c.probeAnswer(tc)
+	}
+	w.reset()
 	if err != nil {
 		_ = nc.Close()
 		return nil, fmt.Errorf("tcpstore protocol %d handshake with %s: %w", p, c.addr, err)
@@ -658,21 +671,7 @@ func (c *TCPStoreClient) Barrier(ctx context.Context, key string, rank, world in
 		if err := tc.send(); err != nil {
 			return err
 		}
-		code, err := tc.rd.u8()
-		if err != nil || code == 0 {
-			return err
-		}
-		msg, err := tc.rd.vector("error", MaxValueLen)
-		if err != nil {
-			return err
-		}
-		switch code {
-		case tsBarrierInvalid:
-			return fmt.Errorf("%w: %s", ErrInvalidArgument, msg)
-		case tsBarrierFull:
-			return fmt.Errorf("%w: %s", ErrStoreFull, msg)
-		}
-		return fmt.Errorf("server: %s", msg)
+		return readRefusal(tc)
 	})
 	if err == nil {
 		return nil
@@ -681,6 +680,96 @@ func (c *TCPStoreClient) Barrier(ctx context.Context, key string, rank, world in
 		return fmt.Errorf("barrier %q on %s: %w", key, c.addr, err)
 	}
 	return barrierTimedOut(ctx, key, c.addr, world, err, c.missingRanks)
+}
+
+// readRefusal reads the first byte of the answer to a BARRIER or an ARRIVE: nil for
+// 0, else the error that the code and the server's message that follow say.
+func readRefusal(tc *tsConn) error {
+	code, err := tc.rd.u8()
+	if err != nil || code == 0 {
+		return err
+	}
+	msg, err := tc.rd.vector("error", MaxValueLen)
+	if err != nil {
+		return err
+	}
+	switch code {
+	case tsBarrierInvalid:
+		return fmt.Errorf("%w: %s", ErrInvalidArgument, msg)
+	case tsBarrierFull:
+		return fmt.Errorf("%w: %s", ErrStoreFull, msg)
+	case tsArriveNotCounter:
+		return fmt.Errorf("%w: %s", ErrNotCounter, msg)
+	}
+	return fmt.Errorf("server: %s", msg)
+}
+
+// Arrive is [Client.Arrive] over torch's protocol: one request on ncclgo's server
+// (an extension of the protocol that only ncclgo's server answers), with the same
+// rules and errors, so that a bring-up's ranks meet in one round trip each whichever
+// client they use. torch's own server has no countdown latch: there Arrive changes
+// nothing and fails with an error wrapping errors.ErrUnsupported (ServesArrivals says
+// so beforehand). When ctx ends first the connection is closed, which cancels the wait
+// on the server; the arrival stays counted.
+func (c *TCPStoreClient) Arrive(ctx context.Context, a Arrival) (Arrived, error) {
+	if err := a.validate(); err != nil {
+		return Arrived{}, fmt.Errorf("arrive at %q: %w", a.Done, err)
+	}
+	served, err := c.ServesArrivals(ctx)
+	switch {
+	case err != nil:
+		return Arrived{}, fmt.Errorf("arrive at %q: %w", a.Done, err)
+	case !served:
+		return Arrived{}, fmt.Errorf("arrive at %q on %s: %w: torch's TCPStore server has no countdown latches", a.Done, c.addr, errors.ErrUnsupported)
+	}
+	var out Arrived
+	err = c.do(ctx, "arrive at", a.Done, func(tc *tsConn) error {
+		if err := c.query(tc, tsArrive); err != nil {
+			return err
+		}
+		w := &tc.w
+		w.prefixed(c.prefix, a.Done)
+		w.vec(a.DoneValue)
+		w.prefixed(c.prefix, a.Counter)
+		w.u64(uint64(a.Target))
+		w.u64(uint64(len(a.Create)))
+		for _, kv := range a.Create {
+			w.prefixed(c.prefix, kv.Key)
+			w.vec(kv.Value)
+		}
+		w.u64(uint64(len(a.Read)))
+		for _, k := range a.Read {
+			w.prefixed(c.prefix, k)
+		}
+		if err := tc.send(); err != nil {
+			return err
+		}
+		if err := readRefusal(tc); err != nil {
+			return err
+		}
+		n, err := tc.rd.count("reply fields", MaxKeysPerRequest+1)
+		if err != nil {
+			return err
+		}
+		fields := make([][]byte, n)
+		for i := range fields {
+			if fields[i], err = tc.rd.vector("reply field", MaxFrameLen); err != nil {
+				return err
+			}
+		}
+		out, err = decodeArrived(fields, len(a.Create), len(a.Read))
+		return err
+	})
+	if err != nil {
+		return Arrived{}, err
+	}
+	return out, nil
+}
+
+// ServesArrivals reports whether the server answers Arrive: ncclgo's server does,
+// torch's does not. The client knows it from its first connection's handshake.
+func (c *TCPStoreClient) ServesArrivals(ctx context.Context) (bool, error) {
+	return c.serverBarriers(ctx)
 }
 
 // serverBarriers reports whether the server has its own barriers (ncclgo's server),
@@ -692,22 +781,36 @@ func (c *TCPStoreClient) serverBarriers(ctx context.Context) (bool, error) {
 	if known != 0 {
 		return known > 0, nil
 	}
-	var served bool
 	err := c.do(ctx, "probe for barriers", "", func(tc *tsConn) error {
-		if err := c.query(tc, tsCheck); err != nil {
-			return err
-		}
-		tc.w.u64(1)
-		tc.w.str(tsBarrierProbe) // as it is: no prefix
+		c.probeQuery(&tc.w, c.protocol)
 		if err := tc.send(); err != nil {
 			return err
 		}
-		r, err := tc.rd.u8()
-		served = r == tsReady
-		return err
+		return c.probeAnswer(tc)
 	})
 	if err != nil {
 		return false, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.barriers > 0, nil
+}
+
+// probeQuery appends the CHECK of tsBarrierProbe, which only ncclgo's server
+// reports, in protocol p. Every connection's handshake carries it until the client
+// knows the answer, so that knowing costs no round trip of its own.
+func (c *TCPStoreClient) probeQuery(w *tsWriter, p TorchProtocol) {
+	q, _ := tsWire(p, tsCheck)
+	w.u8(q)
+	w.u64(1)
+	w.str(tsBarrierProbe) // as it is: no prefix
+}
+
+// probeAnswer reads the answer to probeQuery and records what it says.
+func (c *TCPStoreClient) probeAnswer(tc *tsConn) error {
+	served, err := readCheck(tc)
+	if err != nil {
+		return err
 	}
 	c.mu.Lock()
 	c.barriers = -1
@@ -715,7 +818,7 @@ func (c *TCPStoreClient) serverBarriers(ctx context.Context) (bool, error) {
 		c.barriers = 1
 	}
 	c.mu.Unlock()
-	return served, nil
+	return nil
 }
 
 // missingRanks asks ncclgo's server which ranks have not arrived at the barrier.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"runtime/debug"
 	"strings"
@@ -241,7 +242,7 @@ type torchConn struct {
 	mu     sync.Mutex
 	nextID uint64
 	waits  map[uint64]func() bool // cancels of the waits not yet answered
-	fired  []func()               // releases of the waits whose keys came, not yet answered
+	fired  []firedAnswer          // the waits whose keys came, not yet answered
 	late   sync.WaitGroup         // goroutines answering fired waits
 }
 
@@ -255,6 +256,7 @@ type tsRequest struct {
 	nonce  uint32
 	rank   uint64 // BARRIER
 	world  uint64
+	latch  latch // ARRIVE
 }
 
 // serve answers queries until the connection ends or is parked (resumed: on a
@@ -432,11 +434,81 @@ func (t *torchConn) read() (tsRequest, error) {
 		}
 	case tsBarrierState:
 		err = keys(1)
+	case tsArrive:
+		r.latch, err = t.readArrival()
 	case tsNumKeys, tsCancelWait, tsListKeys:
 	default:
 		return r, &tsUnknownQueryError{gen: t.gen, b: b}
 	}
 	return r, err
+}
+
+// readArrival reads the arguments of an ARRIVE (tcpstore.go), with the limits of
+// ncclgo's arrive request: at most MaxKeysPerRequest+1 fields, and keys and values
+// together within a value and 64 KiB more, as for MULTI_SET.
+func (t *torchConn) readArrival() (latch, error) {
+	rd := &t.rd
+	var l latch
+	fields, total := arriveFixedFields, 0
+	limit := t.maxValue + MaxFrameLen - MaxValueLen
+	key := func() ([]byte, error) {
+		k, err := rd.key()
+		if total += len(k); err == nil && total > limit {
+			err = &tsValueLimitError{what: "ARRIVE, keys and values together", n: uint64(total), limit: limit}
+		}
+		return []byte(k), err
+	}
+	value := func(k []byte) ([]byte, error) {
+		v, err := t.value(tsArrive, string(k))
+		if total += len(v); err == nil && total > limit {
+			err = &tsValueLimitError{what: "ARRIVE, keys and values together", n: uint64(total), limit: limit}
+		}
+		return v, err
+	}
+	var err error
+	if l.done, err = key(); err != nil {
+		return l, err
+	}
+	if l.doneValue, err = value(l.done); err != nil {
+		return l, err
+	}
+	if l.counter, err = key(); err != nil {
+		return l, err
+	}
+	target, err := rd.u64()
+	if err != nil {
+		return l, err
+	}
+	l.target = int64(min(target, math.MaxInt64))
+	n, err := rd.count("keys to create", (MaxKeysPerRequest+1-fields)/2)
+	if err != nil {
+		return l, err
+	}
+	fields += 2 * n
+	l.create = make([][]byte, 0, 2*n)
+	for range n {
+		k, err := key()
+		if err != nil {
+			return l, err
+		}
+		v, err := value(k)
+		if err != nil {
+			return l, err
+		}
+		l.create = append(l.create, k, v)
+	}
+	if n, err = rd.count("keys to read", MaxKeysPerRequest+1-fields); err != nil {
+		return l, err
+	}
+	l.read = make([][]byte, 0, n)
+	for range n {
+		k, err := key()
+		if err != nil {
+			return l, err
+		}
+		l.read = append(l.read, k)
+	}
+	return l, nil
 }
 
 // value reads the value of a query q of key, refusing one over the limit before it
@@ -531,6 +603,8 @@ func (t *torchConn) handle(r tsRequest) error {
 		return t.wait(r.list)
 	case tsBarrier:
 		return t.barrier(r.keys[0], r.rank, r.world)
+	case tsArrive:
+		return t.arrive(&r.latch)
 	case tsBarrierState:
 		world, flags, bitmap := encodeBarrierState(t.core.tcpBarrierState(r.keys[0]))
 		w.u8(flags)
@@ -714,13 +788,61 @@ func (t *torchConn) barrier(key string, rank, world uint64) error {
 	return nil
 }
 
+// arrive is ncclgo's ARRIVE, Client.Arrive over torch's protocol: answered at once,
+// or, like a wait, once the latch's done key exists; an arrival the store refuses is
+// answered with why.
+func (t *torchConn) arrive(l *latch) error {
+	if err := l.invalid(); err != nil {
+		return t.barrierFailed(err)
+	}
+	all := append([][]byte{l.done}, l.read...)
+	st := t.c.s.st
+	if err := st.roomToWait(t.c.acct, waitCost(len(all), func(i int) int { return len(all[i]) })); err != nil {
+		return t.barrierFailed(err)
+	}
+	keys := make([]string, len(all))
+	for i, k := range all {
+		keys[i] = string(k)
+	}
+	id, fire, err := t.pendAnswer()
+	if err != nil {
+		return err
+	}
+	w, ans, ready, err := st.arriveLatch(t.c.acct, l, keys, func(a latchAnswer, release func()) { fire(arriveAnswer(a), release) })
+	switch {
+	case err != nil:
+		t.settle(id, nil)
+		return t.barrierFailed(err)
+	case ready:
+		t.settle(id, nil)
+		t.wmu.Lock()
+		defer t.wmu.Unlock()
+		t.queueAnswers(0, arriveAnswer(ans))
+		return nil
+	}
+	t.settle(id, func() bool { return st.cancel(w) })
+	return nil
+}
+
+// arriveAnswer is the reply to an ARRIVE that the store answered with a.
+func arriveAnswer(a latchAnswer) []byte {
+	var w tsWriter
+	fs := a.fields()
+	w.u8(tsStopWaiting)
+	w.u64(uint64(len(fs)))
+	for _, f := range fs {
+		w.vec(f)
+	}
+	return w.bytes()
+}
+
 func (t *torchConn) barrierFailed(err error) error {
 	var w tsWriter
 	code, msg := byte(tsBarrierFailed), err.Error()
 	for _, s := range []struct {
 		sentinel error
 		code     byte
-	}{{ErrInvalidArgument, tsBarrierInvalid}, {ErrStoreFull, tsBarrierFull}} {
+	}{{ErrInvalidArgument, tsBarrierInvalid}, {ErrStoreFull, tsBarrierFull}, {ErrNotCounter, tsArriveNotCounter}} {
 		if errors.Is(err, s.sentinel) {
 			code, msg = s.code, strings.TrimPrefix(msg, s.sentinel.Error()+": ")
 			break
@@ -735,6 +857,16 @@ func (t *torchConn) barrierFailed(err error) error {
 // pend reserves the answer of a blocked request (a wait or a barrier arrival) and
 // returns the fire the store calls, with its lock held, once it is due.
 func (t *torchConn) pend() (id uint64, fire func(release func()), err error) {
+	id, answer, err := t.pendAnswer()
+	if err != nil {
+		return 0, nil, err
+	}
+	return id, func(release func()) { answer(nil, release) }, nil
+}
+
+// pendAnswer is pend for a blocked request whose answer is more than STOP_WAITING
+// (nil): fire is given it.
+func (t *torchConn) pendAnswer() (id uint64, fire func(answer []byte, release func()), err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.waits) >= maxTorchWaits {
@@ -744,16 +876,23 @@ func (t *torchConn) pend() (id uint64, fire func(release func()), err error) {
 	t.nextID++
 	t.waits[id] = nil // reserved until settle
 	s := t.c.s
-	return id, func(release func()) {
+	return id, func(answer []byte, release func()) {
 		// With the store's lock held: only note it and hand the answer on.
 		t.mu.Lock()
 		delete(t.waits, id)
-		t.fired = append(t.fired, release)
+		t.fired = append(t.fired, firedAnswer{release: release, answer: answer})
 		t.late.Add(1)
 		t.mu.Unlock()
 		s.deliveries.Add(1)
 		go t.answerFired()
 	}, nil
+}
+
+// firedAnswer is a blocked request whose answer is due: release gives back what it
+// held, answer is its reply (nil: STOP_WAITING).
+type firedAnswer struct {
+	release func()
+	answer  []byte
 }
 
 // settle records the cancel of a blocked request still pending, or forgets it.
@@ -769,9 +908,8 @@ func (t *torchConn) settle(id uint64, cancel func() bool) {
 	}
 }
 
-// takeFired returns the releases of the fired waits not answered yet, and forgets
-// them.
-func (t *torchConn) takeFired() []func() {
+// takeFired returns the fired waits not answered yet, and forgets them.
+func (t *torchConn) takeFired() []firedAnswer {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	f := t.fired
@@ -779,21 +917,28 @@ func (t *torchConn) takeFired() []func() {
 	return f
 }
 
-// queueAnswers queues STOP_WAITING for every fired wait not answered yet and for
-// extra more, then tail, and gives back what the fired waits held (their answers are
+// queueAnswers queues the answer of every fired wait not answered yet (STOP_WAITING,
+// or an ARRIVE's reply), STOP_WAITING extra more times, then tail, and gives back what the fired waits held (their answers are
 // now in t.out, which the connection's own buffer budget covers); t.wmu must be held.
 func (t *torchConn) queueAnswers(extra int, tail []byte) {
-	releases := t.takeFired()
-	for range len(releases) + extra {
+	fired := t.takeFired()
+	for _, f := range fired {
+		if f.answer == nil {
+			t.out = append(t.out, tsStopWaiting)
+		} else {
+			t.out = append(t.out, f.answer...)
+		}
+	}
+	for range extra {
 		t.out = append(t.out, tsStopWaiting)
 	}
 	t.out = append(t.out, tail...)
-	for _, release := range releases {
-		release()
+	for _, f := range fired {
+		f.release()
 	}
 }
 
-// answerFired writes STOP_WAITING for every fired wait not answered yet (none when a
+// answerFired writes the answer of every fired wait not answered yet (none when a
 // CANCEL_WAIT or an earlier answerFired took them).
 func (t *torchConn) answerFired() {
 	s := t.c.s

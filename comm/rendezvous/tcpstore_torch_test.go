@@ -3,6 +3,7 @@ package rendezvous
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"os/exec"
@@ -201,6 +202,15 @@ func TestTCPStoreClientAgainstTorch(t *testing.T) {
 			cancel()
 			require.ErrorIs(t, err, context.DeadlineExceeded)
 			require.NoError(t, c.Barrier(ctx, "go/barrier", 0, 1))
+			// torch's server has no countdown latch: Arrive says so and changes nothing.
+			served, err := c.ServesArrivals(ctx)
+			require.NoError(t, err)
+			require.False(t, served, "torch's server serves arrivals")
+			_, err = c.Arrive(ctx, Arrival{Done: "go/l/done", Counter: "go/l/count", Target: 1})
+			require.ErrorIs(t, err, errors.ErrUnsupported)
+			present, err = c.Check(ctx, "go/l/done", "go/l/count")
+			require.NoError(t, err)
+			require.Equal(t, []bool{false, false}, present)
 
 			p, err := DialTCPStore(ctx, addr, WithKeyPrefix("/worker/attempt_0"), WithLogger(discardLogger()))
 			require.NoError(t, err)

@@ -83,6 +83,8 @@ func main() {
 	flag.StringVar(&straceDir, "strace", "", "directory where `strace -c -f` writes the system calls each server makes in the steady phase (strace-ncclgo-N.txt, strace-pytorch-N.txt); it slows the servers: the run's figures are not comparable")
 	evloop := flag.String("evloop", "", "experimental: measure only the steady phase (each client connects and sets its key, no bring-up), for PyTorch's server, ncclgo's and a prototype event-loop server (Linux epoll, tools/storebench/evloop_linux.go), repeated -rounds times in alternating order; \"go\": its system calls through the scheduler, \"raw\": raw system calls, \"hybrid\": raw reads, writes and polls that do not block, the blocking epoll_wait through the scheduler")
 	rounds := flag.Int("rounds", 1, "with -evloop: how many times to measure each server")
+	flag.BoolVar(&inTurnToo, "in-turn", false, "with -join-only: also measure comm's join over the TCPStore protocol made call by call, as on torch's own server (no ARRIVE), on ncclgo's server")
+	joinOnly := flag.Bool("join-only", false, "measure only the floor and comm's join over both protocols on ncclgo's server (no PyTorch), each against the floor: for quick iterations on the bring-up; with -profile, the server's CPU profiles of the two joins are join-tcpstore-N.pprof and join-ncclgo-N.pprof")
 	flag.Parse()
 	if *evloop != "" {
 		steadyOnly(*evloop, *clientsFlag, *python, *steady, *deadline, *rounds)
@@ -112,6 +114,10 @@ func main() {
 	for _, n := range counts {
 		if *ownOnly {
 			rows = append(rows, ownRows(n, *deadline, *profile)...)
+			continue
+		}
+		if *joinOnly {
+			rows = append(rows, joinRows(n, *deadline, *profile)...)
 			continue
 		}
 		if n > rendezvous.MaxKeysPerRequest {
@@ -166,7 +172,11 @@ func main() {
 		)
 		fmt.Fprintf(os.Stderr, "storebench: %d clients done\n", n)
 	}
-	fmt.Printf("storebench: PyTorch %s's C++ TCPStore server vs ncclgo's server, TCPStore protocol %d, steady %s.\n", torchVersion, detectedProto, *steady)
+	if *joinOnly {
+		fmt.Printf("storebench: ncclgo's server alone (-join-only): comm's join over torch's TCPStore protocol 2 and over ncclgo's own, against the floor.\n")
+	} else {
+		fmt.Printf("storebench: PyTorch %s's C++ TCPStore server vs ncclgo's server, TCPStore protocol %d, steady %s.\n", torchVersion, detectedProto, *steady)
+	}
 	fmt.Printf("ratio = ncclgo / PyTorch; \"better\" says which way favours ncclgo (times, CPU and memory: below 1; ops/s: above 1).\n\n")
 	fmt.Println("| clients | operation | ncclgo | PyTorch | ncclgo / PyTorch | better |")
 	fmt.Println("| ---: | --- | ---: | ---: | ---: | --- |")
@@ -227,11 +237,11 @@ func scaleRows(python []string, n int, deadline time.Duration) (torchVersion str
 	proto := detect(torch.addr)
 	tj, tkib := joinIdle(torch, n, deadline, dialTorch(torch.addr, proto))
 	torch.stop()
-	ours := startOurs(n, "")
-	defer ours.stop()
-	bare := floor(ours, n, deadline)
-	oj, okib := joinIdle(ours, n, deadline, dialTorch(ours.addr, proto))
-	ownJoin := bringUp(ours, n, deadline, dialOwn(ours.addr), joinLikeComm)
+	var bare, oj, ownJoin phase
+	var okib float64
+	onFresh(n, "", func(s *server) { bare = floor(s, n, deadline) })
+	onFresh(n, "", func(s *server) { oj, okib = joinIdle(s, n, deadline, dialTorch(s.addr, proto)) })
+	onFresh(n, "", func(s *server) { ownJoin = bringUp(s, n, deadline, dialOwn(s.addr), joinLikeComm) })
 	return torch.version, []row{
 		{n, "bring-up, comm's join, TCPStore protocol (ms)", oj.ms, tj.ms, true},
 		{n, "  server CPU for it (ms)", oj.cpuMs, tj.cpuMs, true},
@@ -239,7 +249,18 @@ func scaleRows(python []string, n int, deadline time.Duration) (torchVersion str
 		{n, floorOp, bare.ms, -1, true},
 		{n, "bring-up, comm's join, ncclgo protocol (ms)", ownJoin.ms, -1, true},
 		{n, "  server CPU for it (ms)", ownJoin.cpuMs, -1, true},
+		{n, "comm's join over the floor, TCPStore protocol", overFloor(oj, bare), overFloor(tj, bare), true},
+		{n, "comm's join over the floor, ncclgo protocol", overFloor(ownJoin, bare), -1, true},
 	}
+}
+
+// overFloor is a bring-up's time over the floor's measured in the same run; -1 when
+// either did not finish.
+func overFloor(p, floor phase) float64 {
+	if p.ms < 0 || floor.ms <= 0 {
+		return -1
+	}
+	return p.ms / floor.ms
 }
 
 // startOurs starts ncclgo's server in a process of its own.
@@ -274,6 +295,63 @@ func ownRows(n int, deadline time.Duration, profile string) []row {
 		{n, "bring-up, comm's join, ncclgo protocol (ms)", join.ms, -1, true},
 		{n, "  server CPU for it (ms)", join.cpuMs, -1, true},
 		{n, "bring-up, all-keys pattern, ncclgo protocol (ms)", all.ms, -1, true},
+	}
+}
+
+// joinRows measures comm's join over the TCPStore protocol and over ncclgo's own on
+// ncclgo's server, and the floor, with each join's ratio to the floor (-join-only).
+func joinRows(n int, deadline time.Duration, profile string) []row {
+	var bare, ts, own phase
+	onFresh(n, "", func(s *server) { bare = floor(s, n, deadline) })
+	profiled := func(name string, f func(s *server) phase) (p phase) {
+		onFresh(n, profile, func(s *server) {
+			if profile != "" {
+				s.tell("profile join-" + name)
+			}
+			p = f(s)
+		})
+		return p
+	}
+	ts = profiled("tcpstore", func(s *server) phase {
+		return bringUp(s, n, deadline, dialTorch(s.addr, rendezvous.TorchProtocol2), joinLikeComm)
+	})
+	own = profiled("ncclgo", func(s *server) phase { return bringUp(s, n, deadline, dialOwn(s.addr), joinLikeComm) })
+	rows := append([]row{{n, floorOp, bare.ms, -1, true}}, joinVsFloor(n, bare, ts, own)...)
+	if inTurnToo {
+		inTurn := profiled("inturn", func(s *server) phase {
+			return bringUp(s, n, deadline, dialTorch(s.addr, rendezvous.TorchProtocol2), joinInTurn)
+		})
+		rows = append(rows,
+			row{n, "bring-up, comm's join call by call (as on torch's server), TCPStore protocol (ms)", inTurn.ms, -1, true},
+			row{n, "  server CPU for it (ms)", inTurn.cpuMs, -1, true},
+			row{n, "  over the floor", overFloor(inTurn, bare), -1, true})
+	}
+	return rows
+}
+
+// inTurnToo is -in-turn.
+var inTurnToo bool
+
+// onFresh runs f on an ncclgo server started for it, and stops it: each bring-up
+// meets a fresh server, as rank 0's store is at a job's start, so that none finds the
+// heap, pools and goroutine stacks of the one before (a first bring-up on a server
+// took up to twice as long as the same one after it).
+func onFresh(n int, profile string, f func(s *server)) {
+	s := startOurs(n, profile)
+	defer s.stop()
+	f(s)
+}
+
+// joinVsFloor is the rows of comm's join over the TCPStore protocol (ts) and over
+// ncclgo's own (own), each with its server CPU, and their times over the floor's.
+func joinVsFloor(n int, floor, ts, own phase) []row {
+	return []row{
+		{n, "bring-up, comm's join, TCPStore protocol (ms)", ts.ms, -1, true},
+		{n, "  server CPU for it (ms)", ts.cpuMs, -1, true},
+		{n, "bring-up, comm's join, ncclgo protocol (ms)", own.ms, -1, true},
+		{n, "  server CPU for it (ms)", own.cpuMs, -1, true},
+		{n, "comm's join over the floor, TCPStore protocol", overFloor(ts, floor), -1, true},
+		{n, "comm's join over the floor, ncclgo protocol", overFloor(own, floor), -1, true},
 	}
 }
 
@@ -335,6 +413,19 @@ func serveNcclgo(args []string) {
 	fmt.Printf("PORT %d TORCH - ECHO %d\n", l.Addr().(*net.TCPAddr).Port, echo.Addr().(*net.TCPAddr).Port)
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
+		if name, ok := strings.CutPrefix(sc.Text(), "profile "); ok && len(args) == 2 {
+			// A CPU profile of its own from here on (-join-only).
+			pprof.StopCPUProfile()
+			f, err := os.Create(filepath.Join(args[0], name+"-"+args[1]+".pprof"))
+			if err != nil {
+				fatalf("%v", err)
+			}
+			if err := pprof.StartCPUProfile(f); err != nil {
+				fatalf("%v", err)
+			}
+			fmt.Println("ok")
+			continue
+		}
 		if len(args) == 2 && (sc.Text() == "steady" || sc.Text() == "steady-end") {
 			// The steady phase gets a profile of its own.
 			pprof.StopCPUProfile()
@@ -662,17 +753,32 @@ func ownKey(ctx context.Context, s rendezvous.Store, keys func(string) string, r
 }
 
 // joinLikeComm makes the store calls comm's bring-up makes for a rank (member.firstOpen
-// and member.join in comm/generation.go, generation 0 of a fresh group). Over ncclgo's
-// own client that is one Arrive (joinArrive); over torch's protocol the calls go one
-// after the other (member.joinInTurn): look for the first open generation (a Check of
+// and member.join in comm/job/generation.go, generation 0 of a fresh group). Over
+// ncclgo's own client, and over torch's protocol on ncclgo's server, that is one
+// Arrive (joinArrive); on torch's server the calls go one after the other
+// (member.joinInTurn): look for the first open generation (a Check of
 // 64 state keys), rank 0 publishes the 128-byte unique id if absent, each rank creates
 // its marker if absent, adds itself to the count, the last one sets the state, and
 // each waits for the state, the others for the id too. O(1) calls per rank, O(world)
 // in all.
 func joinLikeComm(ctx context.Context, s rendezvous.Store, keys func(string) string, rank, world int) error {
-	if c, ok := s.(*rendezvous.Client); ok {
+	switch c := s.(type) {
+	case *rendezvous.Client:
 		return joinArrive(ctx, c, keys, rank, world)
+	case *rendezvous.TCPStoreClient:
+		served, err := c.ServesArrivals(ctx)
+		if err != nil {
+			return err
+		}
+		if served {
+			return joinArrive(ctx, c, keys, rank, world)
+		}
 	}
+	return joinInTurn(ctx, s, keys, rank, world)
+}
+
+// joinInTurn is joinLikeComm on torch's own server: one call after the other.
+func joinInTurn(ctx context.Context, s rendezvous.Store, keys func(string) string, rank, world int) error {
 	gen := func(g int, name string) string { return keys(rendezvous.GenerationKey("bench", uint64(g), name)) }
 	states := make([]string, 64)
 	for i := range states {
@@ -713,10 +819,16 @@ func joinLikeComm(ctx context.Context, s rendezvous.Store, keys func(string) str
 	return nil
 }
 
-// joinArrive is comm's join over ncclgo's own client (member.joinAtOnce): one Arrive at
-// the generation's latch, which creates the rank's marker (and rank 0's id) if absent,
-// counts the rank, and is answered once all have arrived, with the id.
-func joinArrive(ctx context.Context, c *rendezvous.Client, keys func(string) string, rank, world int) error {
+// arriver is a client with Arrive (ncclgo's own, and the TCPStore client).
+type arriver interface {
+	Arrive(ctx context.Context, a rendezvous.Arrival) (rendezvous.Arrived, error)
+}
+
+// joinArrive is comm's join over a client that arrives in one request
+// (member.joinAtOnce): one Arrive at the generation's latch, which creates the rank's
+// marker (and rank 0's id) if absent, counts the rank, and is answered once all have
+// arrived, with the id.
+func joinArrive(ctx context.Context, c arriver, keys func(string) string, rank, world int) error {
 	gen := func(name string) string { return keys(rendezvous.GenerationKey("bench", 0, name)) }
 	a := rendezvous.Arrival{Done: gen("state"), DoneValue: []byte("ok"), Counter: gen("count"), Target: int64(world),
 		Create: []rendezvous.KeyValue{{Key: gen("rank/" + strconv.Itoa(rank)), Value: []byte{1}}}}
