@@ -25,29 +25,45 @@ import (
 	rawmpi "github.com/ncclgo/ncclgo/raw/mpi"
 )
 
-// The loop of TestMPIBusyLoopWithinTwiceC, the same in Go (busyLoopPhases) and in C
+// The loop of TestMPIBusyLoopWithinTwiceC, the same in Go (mpiRankBusyLoop) and in C
 // (testdata/busyloop.c): its operations in order, then the whole loop.
 var busyLoopOps = []string{"barrier", "ring", "allreduce", "broadcast", "allgather", "loop"}
 
 const (
-	busyLoopBusy       = 64 // busy goroutines (Go) or pthreads (C) on every rank
-	busyLoopPhases     = 5  // phases, each with its own busy goroutines; medians over them
-	busyLoopIterations = 2  // loops per phase
+	busyLoopPhases     = 5 // phases of a round, each with its own busy goroutines
+	busyLoopRounds     = 2 // rounds at most: a second one only when a comparison failed
+	busyLoopIterations = 2 // loops per phase
 	busyLoopCount      = 1024
-	busyLoopProcsEnv   = "NCCLGO_BUSYLOOP_PROCS"
+	busyLoopEnv        = "NCCLGO_BUSYLOOP"     // GOMAXPROCS, busy goroutines, phases, loops per phase
 	busyLoopSettle     = 50 * time.Millisecond // as busyloop.c's SETTLE_US
 )
 
+// busyLoopJobs are the jobs TestMPIBusyLoopWithinTwiceC compares: the issue's 2 ranks
+// with 64 busy goroutines each, and 4 ranks with 16 each. Both make the goroutines of a
+// rank want 8 to 64 times the Ps it has, and the spinning threads (64 and 128 in all)
+// want 32 to 64 times the 2 cores of the test machine. 4 ranks with 64 each would make
+// the C reference take minutes per phase there (256 spinning threads), and the Go loop
+// has no more to show with them: a goroutine that waits for a P waits for the slice of
+// every busy goroutine of its P, however many there are.
+var busyLoopJobs = []struct{ np, busy int }{{2, 64}, {4, 16}}
+
 // TestMPIBusyLoopWithinTwiceC checks that MPI calls from Go do not starve when many
-// goroutines are runnable: with 64 CPU-bound goroutines on every rank and no rank
-// arriving late, a loop of a barrier, a ring exchange (Send and Recv with both
-// neighbours, then Sync), an all-reduce, a broadcast and an all-gather costs at most
-// twice what the same loop costs a C program calling MPI directly with 64 busy pthreads
-// on every rank (testdata/busyloop.c, built here with mpicc), for every operation and
-// for the whole loop, comparing medians over 5 phases, at GOMAXPROCS 1 and 2, on 2
-// ranks, in the same run. A wait that makes progress only when the waiting goroutine
-// gets a P pays one scheduling slice of the busy goroutines per round of a collective
-// (or, through the global run queue, one slice of every busy goroutine).
+// goroutines are runnable: with CPU-bound goroutines on every rank (64 on 2 ranks, 16 on
+// 4) and no rank arriving late, a loop of a barrier, a ring exchange (Send and Recv with
+// both neighbours, then Sync), an all-reduce, a broadcast and an all-gather costs at
+// most twice what the same loop costs a C program calling MPI directly with as many
+// busy pthreads on every rank (testdata/busyloop.c, built here with mpicc), for every
+// operation and for the whole loop on every rank, comparing medians over 5 phases, at
+// GOMAXPROCS 1 and 2, in the same run. A wait that makes progress only when the waiting
+// goroutine gets a P pays one scheduling slice of the busy goroutines per round of a
+// collective (or, through the global run queue, one slice of every busy goroutine).
+//
+// A round runs the C program, then the Go ranks at GOMAXPROCS 1, then at 2. When a
+// comparison fails, a second round runs all three again and the medians are taken over
+// the phases of both rounds, so that a burst of load on the machine during one of the
+// runs of the first round does not decide alone; the bound stays twice C's median.
+// The ranks run without the race detector (its scheduler is not Go's: see
+// TestMPIWaitDoesNotStarve); a -race run builds them without it.
 func TestMPIBusyLoopWithinTwiceC(t *testing.T) {
 	if inRank(t) {
 		mpiRankBusyLoop(t)
@@ -70,7 +86,6 @@ func TestMPIBusyLoopWithinTwiceC(t *testing.T) {
 		}
 		t.Skip(msg)
 	}
-	// Go's scheduler without the race detector (see TestMPIWaitDoesNotStarve).
 	bin := os.Args[0]
 	if raceEnabled {
 		bin = testBinaryWithoutRace(t)
@@ -78,31 +93,37 @@ func TestMPIBusyLoopWithinTwiceC(t *testing.T) {
 	cbin := filepath.Join(t.TempDir(), "busyloop")
 	out, err := exec.Command(mpicc, "-O2", "-o", cbin, filepath.Join("testdata", "busyloop.c"), "-lpthread").CombinedOutput()
 	require.NoError(t, err, "mpicc testdata/busyloop.c: %s", out)
-	const np = 2
-	cMed := busyLoopMedians(t, runMPIProgram(t, np, cbin, strconv.Itoa(busyLoopBusy), strconv.Itoa(busyLoopPhases), strconv.Itoa(busyLoopIterations)))
-	for _, procs := range []int{1, 2} {
-		goMed := busyLoopMedians(t, runMPIBinary(t, bin, np, t.Name(), fmt.Sprintf("%s=%d", busyLoopProcsEnv, procs)))
-		for rank := range np {
-			for _, op := range busyLoopOps {
-				g, c := goMed[busyLoopKey{rank, op}], cMed[busyLoopKey{rank, op}]
-				ratio := float64(g) / float64(max(c, time.Microsecond))
-				t.Logf("GOMAXPROCS %d rank %d %-9s Go %12v C %12v %6.2fx", procs, rank, op, g, c, ratio)
-				// A phase whose C median is below busyLoopFloor (a non-root's eager
-				// broadcast: C returns once the data is there) is compared with the floor:
-				// a Go goroutine that waits on a P shared with 64 busy goroutines is woken
-				// within a few scheduling slices, not microseconds, whatever the wait.
-				if g > 2*max(c, busyLoopFloor) {
-					t.Errorf("GOMAXPROCS %d rank %d: %s with %d busy goroutines takes %.1fx what C takes with %d busy threads (Go %v, C %v, floor %v: medians of %d phases)",
-						procs, rank, op, busyLoopBusy, ratio, busyLoopBusy, g, c, busyLoopFloor, busyLoopPhases)
+	name := t.Name()
+	for _, job := range busyLoopJobs {
+		t.Run(fmt.Sprintf("%d-ranks", job.np), func(t *testing.T) {
+			// phases[0] are C's, phases[procs] Go's at GOMAXPROCS procs.
+			var phases [3]map[busyLoopKey][]time.Duration
+			for i := range phases {
+				phases[i] = map[busyLoopKey][]time.Duration{}
+			}
+			var failed []string
+			for round := 1; round <= busyLoopRounds; round++ {
+				busyLoopAdd(t, phases[0], runMPIProgram(t, job.np, cbin, strconv.Itoa(job.busy), strconv.Itoa(busyLoopPhases), strconv.Itoa(busyLoopIterations)))
+				for procs := 1; procs <= 2; procs++ {
+					env := fmt.Sprintf("%s=%d %d %d %d", busyLoopEnv, procs, job.busy, busyLoopPhases, busyLoopIterations)
+					busyLoopAdd(t, phases[procs], runMPIBinary(t, bin, job.np, name, env))
+				}
+				if failed = busyLoopCompare(t, job.np, job.busy, round, phases); len(failed) == 0 {
+					return
 				}
 			}
-		}
+			for _, f := range failed {
+				t.Error(f)
+			}
+		})
 	}
 }
 
 // busyLoopFloor is the least a phase's C median counts for: five scheduling slices of
-// 10 ms, what a goroutine sharing its P with 64 busy ones pays for a few waits in a
-// phase of two loops. The code before the progress thread took seconds a phase.
+// 10 ms, what a goroutine sharing its P with busy ones pays for a few waits in a phase
+// of two loops. C's eager non-root broadcast returns once the data is there, in
+// microseconds, which no goroutine woken by a timer can match. The code before the
+// progress thread took seconds a phase.
 const busyLoopFloor = 50 * time.Millisecond
 
 type busyLoopKey struct {
@@ -112,24 +133,53 @@ type busyLoopKey struct {
 
 var busyLoopLine = regexp.MustCompile(`busyloop rank (\d+) phase (\d+) op (\w+) ns (\d+)`)
 
-// busyLoopMedians reads the lines of busyloop.c and of mpiRankBusyLoop and returns each
-// rank's median over the phases of each operation.
-func busyLoopMedians(t *testing.T, out string) map[busyLoopKey]time.Duration {
+// busyLoopAdd adds the phases printed by busyloop.c or mpiRankBusyLoop to phases, and
+// checks that every rank printed every operation of every phase.
+func busyLoopAdd(t *testing.T, phases map[busyLoopKey][]time.Duration, out string) {
 	t.Helper()
-	all := map[busyLoopKey][]time.Duration{}
+	got := map[busyLoopKey]int{}
 	for _, m := range busyLoopLine.FindAllStringSubmatch(out, -1) {
 		rank, _ := strconv.Atoi(m[1])
 		ns, _ := strconv.ParseInt(m[4], 10, 64)
 		k := busyLoopKey{rank, m[3]}
-		all[k] = append(all[k], time.Duration(ns))
+		phases[k] = append(phases[k], time.Duration(ns))
+		got[k]++
 	}
-	med := map[busyLoopKey]time.Duration{}
-	for k, v := range all {
-		require.Len(t, v, busyLoopPhases, "phases of %v in\n%s", k, out)
-		slices.Sort(v)
-		med[k] = v[len(v)/2]
+	for k, n := range got {
+		require.Equal(t, busyLoopPhases, n, "phases of %v in\n%s", k, out)
 	}
-	return med
+	require.NotEmpty(t, got, "no phases in\n%s", out)
+}
+
+// busyLoopCompare logs the medians of every rank's phases, Go's against C's, and
+// returns the comparisons that fail.
+func busyLoopCompare(t *testing.T, np, busy, round int, phases [3]map[busyLoopKey][]time.Duration) []string {
+	t.Helper()
+	median := func(v []time.Duration) time.Duration {
+		v = slices.Sorted(slices.Values(v))
+		return v[len(v)/2]
+	}
+	var failed []string
+	for procs := 1; procs <= 2; procs++ {
+		for rank := range np {
+			for _, op := range busyLoopOps {
+				k := busyLoopKey{rank, op}
+				require.Len(t, phases[procs][k], round*busyLoopPhases, "Go phases of %v", k)
+				require.Len(t, phases[0][k], round*busyLoopPhases, "C phases of %v", k)
+				g, c := median(phases[procs][k]), median(phases[0][k])
+				ratio := float64(g) / float64(max(c, time.Microsecond))
+				t.Logf("round %d GOMAXPROCS %d rank %d %-9s Go %12v C %12v %6.2fx", round, procs, rank, op, g, c, ratio)
+				if g > 2*max(c, busyLoopFloor) {
+					failed = append(failed, fmt.Sprintf("%d ranks, GOMAXPROCS %d, rank %d: %s with %d busy goroutines takes %.1fx what C takes with %d busy threads (Go %v, C %v, floor %v: medians of %d phases)",
+						np, procs, rank, op, busy, ratio, busy, g, c, busyLoopFloor, round*busyLoopPhases))
+				}
+			}
+		}
+	}
+	if len(failed) > 0 {
+		t.Logf("round %d: %d of %d comparisons over 2x C", round, len(failed), 2*np*len(busyLoopOps))
+	}
+	return failed
 }
 
 // runMPIProgram runs a program on np ranks under mpirun and returns its output.
@@ -143,10 +193,12 @@ func runMPIProgram(t *testing.T, np int, prog string, args ...string) string {
 	return string(out)
 }
 
-// mpiRankBusyLoop is busyloop.c in Go, at the GOMAXPROCS the parent asks for.
+// mpiRankBusyLoop is busyloop.c in Go, with the GOMAXPROCS, busy goroutines, phases and
+// loops per phase the parent asks for (busyLoopEnv).
 func mpiRankBusyLoop(t *testing.T) {
-	procs, err := strconv.Atoi(os.Getenv(busyLoopProcsEnv))
-	require.NoError(t, err, busyLoopProcsEnv)
+	var procs, busy, phases, iterations int
+	_, err := fmt.Sscan(os.Getenv(busyLoopEnv), &procs, &busy, &phases, &iterations)
+	require.NoError(t, err, busyLoopEnv)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
 	c := newMPI(t)
 	defer func() { require.NoError(t, c.Close()) }()
@@ -156,11 +208,11 @@ func mpiRankBusyLoop(t *testing.T) {
 	buf, out := make([]float32, busyLoopCount), make([]float32, busyLoopCount*n)
 	left, right := make([]float32, busyLoopCount), make([]float32, busyLoopCount)
 	l, r := (rank+n-1)%n, (rank+1)%n
-	for p := range busyLoopPhases {
+	for p := range phases {
 		var ns [6]time.Duration
 		var stop atomic.Bool
 		var wg sync.WaitGroup
-		for range busyLoopBusy {
+		for range busy {
 			wg.Go(func() {
 				for !stop.Load() {
 				}
@@ -168,7 +220,7 @@ func mpiRankBusyLoop(t *testing.T) {
 		}
 		time.Sleep(busyLoopSettle) // the busy goroutines take their turns before the loop
 		require.NoError(t, c.Barrier(ctx))
-		for range busyLoopIterations {
+		for range iterations {
 			t0 := time.Now()
 			step := func(i int) {
 				t := time.Now()

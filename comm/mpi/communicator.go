@@ -801,13 +801,7 @@ func (c *Communicator) wait(ctx context.Context, op string) error {
 			c.stats = make([]mpi.Status, cap(c.reqs))
 		}
 		err := mpi.Testall(int32(len(c.reqs)), &c.reqs[0], &flag, &c.stats[0])
-		if err != nil {
-			err = c.statusErr(err)
-		}
-		if flag != 0 || err != nil {
-			c.reqs, c.posted = c.reqs[:0], c.posted[:0]
-			c.unpinAll()
-		}
+		err = c.tested(flag, err)
 		c.mu.Unlock()
 		switch {
 		case err != nil:
@@ -825,6 +819,11 @@ func (c *Communicator) wait(ctx context.Context, op string) error {
 			}
 		case again > 0:
 			again--
+		case nap > 0 && c.contended.Load():
+			if done, err := c.waitOffloaded(ctx, op); done {
+				return err
+			}
+			fallthrough // no progress thread
 		case nap > 0:
 			again = mpiPollsAfterNap - 1
 			before := time.Now()
@@ -839,6 +838,48 @@ func (c *Communicator) wait(ctx context.Context, op string) error {
 			nap = mpiNapMin
 		}
 	}
+}
+
+// tested ends the pending requests once MPI_Testall has said flag (all complete) or err;
+// the caller holds c.mu.
+func (c *Communicator) tested(flag int32, err error) error {
+	if err != nil {
+		err = c.statusErr(err)
+	}
+	if flag != 0 || err != nil {
+		c.reqs, c.posted = c.reqs[:0], c.posted[:0]
+		c.unpinAll()
+	}
+	return err
+}
+
+// waitOffloaded is the rest of wait while goroutines wait for a P: the progress thread
+// polls MPI_Testall back to back, as MPI_Waitall would, and the goroutine naps until
+// it is done or ctx ends. It holds the communicator meanwhile, as a blocking collective
+// does. done is false when there is no progress thread (wait then goes on polling).
+func (c *Communicator) waitOffloaded(ctx context.Context, op string) (done bool, err error) {
+	if err := c.lock(op); err != nil {
+		return true, err
+	}
+	defer c.mu.Unlock()
+	if len(c.reqs) == 0 {
+		c.unpinAll()
+		return true, nil
+	}
+	if len(c.stats) < len(c.reqs) {
+		c.stats = make([]mpi.Status, cap(c.reqs))
+	}
+	ran, flag, err := c.testallOffloaded(ctx)
+	if !ran {
+		return false, nil
+	}
+	switch err := c.tested(flag, err); {
+	case err != nil:
+		return true, c.opErr(op, -1, err)
+	case flag != 0:
+		return true, nil
+	}
+	return true, &comm.OpError{Op: op, Bytes: -1, Rank: c.rank, GlobalRank: c.rank, Err: context.Cause(ctx)}
 }
 
 // Barrier completes what Sync completes, then waits until every rank has reached it
