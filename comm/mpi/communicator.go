@@ -784,6 +784,14 @@ func (c *Communicator) wait(ctx context.Context, op string) error {
 	// Whether goroutines wait for a P decides how this wait and the blocking calls after
 	// it go (see progress.go); reading it costs about a microsecond.
 	c.contended.Store(runnableGoroutines() > 0)
+	if c.contended.Load() {
+		// Not even a first poll here: with mpirun --oversubscribe, an MPI_Testall that
+		// completes nothing yields the thread (sched_yield) inside the cgo call, which
+		// sysmon sees as a blocking call and hands the P to a busy goroutine.
+		if done, err := c.waitOffloaded(ctx, op); done {
+			return err
+		}
+	}
 	var start time.Time
 	nap := time.Duration(0)
 	again := 0 // polls left before the next nap

@@ -143,6 +143,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo/raw/mpi"
@@ -218,7 +219,7 @@ func (c *Communicator) offload(kind int, args ...uintptr) (ran bool, err error) 
 		return false, nil
 	}
 	done := (*atomic.Int32)(unsafe.Pointer(&w.done))
-	for nap := mpiNapMin; done.Load() == 0; nap = min(2*nap, mpiNapMax) {
+	for nap := mpiNapMin; !spinUntil(done); nap = min(2*nap, mpiNapMax) {
 		lockedNap(nap)
 	}
 	c.contended.Store(runnableGoroutines() > 0)
@@ -264,7 +265,7 @@ func (c *Communicator) testallOffloaded(ctx context.Context) (ran bool, flag int
 	}
 	done := (*atomic.Int32)(unsafe.Pointer(&w.done))
 	cancel := (*atomic.Int32)(unsafe.Pointer(&w.cancel))
-	for nap := mpiNapMin; done.Load() == 0; nap = min(2*nap, mpiNapMax) {
+	for nap := mpiNapMin; !spinUntil(done); nap = min(2*nap, mpiNapMax) {
 		lockedNap(nap)
 		if ctx.Err() != nil {
 			cancel.Store(1) // the thread returns after its current MPI_Testall
@@ -275,6 +276,19 @@ func (c *Communicator) testallOffloaded(ctx context.Context) (ran bool, flag int
 		return true, int32(w.flag), rc
 	}
 	return true, int32(w.flag), nil
+}
+
+// spinUntil polls done for mpiSpinFor and says whether it was set. A call the progress
+// thread completes at once (a broadcast whose data has arrived, a barrier the last rank
+// entered) then costs no nap: under contention, each nap costs a scheduling slice of the
+// goroutine holding the P, however short the nap.
+func spinUntil(done *atomic.Int32) bool {
+	for start := time.Now(); done.Load() == 0; {
+		if time.Since(start) >= mpiSpinFor {
+			return false
+		}
+	}
+	return true
 }
 
 // stop ends the progress thread, if one was started; the caller holds c.mu.
