@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo/comm"
@@ -270,4 +271,57 @@ func mpiRankBusyLoop(t *testing.T) {
 		}
 		fmt.Print(b.String())
 	}
+}
+
+// TestMPIContendedSyncHonoursContext checks the wait that Sync hands to the progress
+// thread while goroutines wait for a P: rank 0, at GOMAXPROCS 1 with 8 busy goroutines,
+// posts a receive that rank 1 sends only a second later; a Sync whose context ends
+// first returns the context's error (the thread stops polling, the receive stays
+// pending), and a later Sync completes the receive with rank 1's data.
+func TestMPIContendedSyncHonoursContext(t *testing.T) {
+	if inRank(t) {
+		mpiRankContendedSyncHonoursContext(t)
+		return
+	}
+	runMPI(t, 2, t.Name())
+}
+
+func mpiRankContendedSyncHonoursContext(t *testing.T) {
+	c := newMPI(t)
+	defer func() { require.NoError(t, c.Close()) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	require.NoError(t, c.Barrier(ctx))
+	buf := []int32{0}
+	if c.Rank() == 1 {
+		time.Sleep(time.Second)
+		buf[0] = 42
+		require.NoError(t, mpi.Send(c, buf, 0, 7))
+		require.NoError(t, c.Sync(ctx))
+		require.NoError(t, c.Barrier(ctx))
+		return
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for !stop.Load() {
+			}
+		})
+	}
+	require.NoError(t, mpi.Recv(c, buf, 1, 7))
+	before := mpi.Offloads(c)
+	short, cancelShort := context.WithTimeout(ctx, 100*time.Millisecond)
+	start := time.Now()
+	err := c.Sync(short)
+	cancelShort()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, time.Since(start), 30*time.Second, "a hang guard: the wait ends with its context")
+	assert.Greater(t, mpi.Offloads(c), before, "the wait went to the progress thread")
+	require.NoError(t, c.Sync(ctx))
+	assert.Equal(t, int32(42), buf[0])
+	stop.Store(true)
+	wg.Wait()
+	require.NoError(t, c.Barrier(ctx))
 }
