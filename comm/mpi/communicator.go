@@ -755,7 +755,8 @@ func (c *Communicator) Sync(ctx context.Context) error {
 }
 
 // Waiting: Sync, Barrier and Close poll MPI_Testall (MPI cannot be interrupted while
-// blocked in MPI_Waitall, and ctx must be honoured). They poll back to back for
+// blocked in MPI_Waitall, and ctx must be honoured); while goroutines wait for a P, the
+// progress thread polls for them (waitOffloaded). Otherwise they poll back to back for
 // mpiSpinFor, which covers ranks arriving close together, then sleep between polls,
 // from mpiNapMin doubling to mpiNapMax. A sleeping goroutine is woken by its timer
 // ahead of the goroutines waiting in the run queue, so a wait costs at most a
