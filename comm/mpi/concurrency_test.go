@@ -165,6 +165,7 @@ func mpiRankWaitDoesNotStarve(t *testing.T) {
 	for attempt := range attempts {
 		few := lateBarriers(t, c, ctx, 1, iterations, 2*time.Millisecond)
 		many := lateBarriers(t, c, ctx, 64, iterations, 2*time.Millisecond)
+		ratio = 0 // the other ranks' share of the maximum below, not the last attempt's
 		if c.Rank() == 0 {
 			// at least a microsecond per barrier: never divide by a vanishing figure
 			ratio = float64(many) / float64(max(few, iterations*time.Microsecond))
