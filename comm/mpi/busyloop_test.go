@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ncclgo/ncclgo/comm"
@@ -25,29 +26,45 @@ import (
 	rawmpi "github.com/ncclgo/ncclgo/raw/mpi"
 )
 
-// The loop of TestMPIBusyLoopWithinTwiceC, the same in Go (busyLoopPhases) and in C
+// The loop of TestMPIBusyLoopWithinTwiceC, the same in Go (mpiRankBusyLoop) and in C
 // (testdata/busyloop.c): its operations in order, then the whole loop.
 var busyLoopOps = []string{"barrier", "ring", "allreduce", "broadcast", "allgather", "loop"}
 
 const (
-	busyLoopBusy       = 64 // busy goroutines (Go) or pthreads (C) on every rank
-	busyLoopPhases     = 5  // phases, each with its own busy goroutines; medians over them
-	busyLoopIterations = 2  // loops per phase
+	busyLoopPhases     = 5 // phases of a round, each with its own busy goroutines
+	busyLoopRounds     = 2 // rounds at most: a second one only when a comparison failed
+	busyLoopIterations = 2 // loops per phase
 	busyLoopCount      = 1024
-	busyLoopProcsEnv   = "NCCLGO_BUSYLOOP_PROCS"
+	busyLoopEnv        = "NCCLGO_BUSYLOOP"     // GOMAXPROCS, busy goroutines, phases, loops per phase
 	busyLoopSettle     = 50 * time.Millisecond // as busyloop.c's SETTLE_US
 )
 
+// busyLoopJobs are the jobs TestMPIBusyLoopWithinTwiceC compares: the issue's 2 ranks
+// with 64 busy goroutines each, and 4 ranks with 16 each. Both make the goroutines of a
+// rank want 8 to 64 times the Ps it has, and the spinning threads (64 and 128 in all)
+// want 32 to 64 times the 2 cores of the test machine. 4 ranks with 64 each would make
+// the C reference take minutes per phase there (256 spinning threads), and the Go loop
+// has no more to show with them: a goroutine that waits for a P waits for the slice of
+// every busy goroutine of its P, however many there are.
+var busyLoopJobs = []struct{ np, busy int }{{2, 64}, {4, 16}}
+
 // TestMPIBusyLoopWithinTwiceC checks that MPI calls from Go do not starve when many
-// goroutines are runnable: with 64 CPU-bound goroutines on every rank and no rank
-// arriving late, a loop of a barrier, a ring exchange (Send and Recv with both
-// neighbours, then Sync), an all-reduce, a broadcast and an all-gather costs at most
-// twice what the same loop costs a C program calling MPI directly with 64 busy pthreads
-// on every rank (testdata/busyloop.c, built here with mpicc), for every operation and
-// for the whole loop, comparing medians over 5 phases, at GOMAXPROCS 1 and 2, on 2
-// ranks, in the same run. A wait that makes progress only when the waiting goroutine
-// gets a P pays one scheduling slice of the busy goroutines per round of a collective
-// (or, through the global run queue, one slice of every busy goroutine).
+// goroutines are runnable: with CPU-bound goroutines on every rank (64 on 2 ranks, 16 on
+// 4) and no rank arriving late, a loop of a barrier, a ring exchange (Send and Recv with
+// both neighbours, then Sync), an all-reduce, a broadcast and an all-gather costs at
+// most twice what the same loop costs a C program calling MPI directly with as many
+// busy pthreads on every rank (testdata/busyloop.c, built here with mpicc), for every
+// operation and for the whole loop, comparing the medians over 5 phases of what each
+// costs its slowest rank (busyLoopRun), at GOMAXPROCS 1 and 2, in the same run. A wait that makes progress only when the waiting
+// goroutine gets a P pays one scheduling slice of the busy goroutines per round of a
+// collective (or, through the global run queue, one slice of every busy goroutine).
+//
+// A round runs the C program, then the Go ranks at GOMAXPROCS 1, then at 2. When a
+// comparison fails, a second round runs all three again and the medians are taken over
+// the phases of both rounds, so that a burst of load on the machine during one of the
+// runs of the first round does not decide alone; the bound stays twice C's median.
+// The ranks run without the race detector (its scheduler is not Go's: see
+// TestMPIWaitDoesNotStarve); a -race run builds them without it.
 func TestMPIBusyLoopWithinTwiceC(t *testing.T) {
 	if inRank(t) {
 		mpiRankBusyLoop(t)
@@ -70,7 +87,6 @@ func TestMPIBusyLoopWithinTwiceC(t *testing.T) {
 		}
 		t.Skip(msg)
 	}
-	// Go's scheduler without the race detector (see TestMPIWaitDoesNotStarve).
 	bin := os.Args[0]
 	if raceEnabled {
 		bin = testBinaryWithoutRace(t)
@@ -78,32 +94,43 @@ func TestMPIBusyLoopWithinTwiceC(t *testing.T) {
 	cbin := filepath.Join(t.TempDir(), "busyloop")
 	out, err := exec.Command(mpicc, "-O2", "-o", cbin, filepath.Join("testdata", "busyloop.c"), "-lpthread").CombinedOutput()
 	require.NoError(t, err, "mpicc testdata/busyloop.c: %s", out)
-	const np = 2
-	cMed := busyLoopMedians(t, runMPIProgram(t, np, cbin, strconv.Itoa(busyLoopBusy), strconv.Itoa(busyLoopPhases), strconv.Itoa(busyLoopIterations)))
-	for _, procs := range []int{1, 2} {
-		goMed := busyLoopMedians(t, runMPIBinary(t, bin, np, t.Name(), fmt.Sprintf("%s=%d", busyLoopProcsEnv, procs)))
-		for rank := range np {
-			for _, op := range busyLoopOps {
-				g, c := goMed[busyLoopKey{rank, op}], cMed[busyLoopKey{rank, op}]
-				ratio := float64(g) / float64(max(c, time.Microsecond))
-				t.Logf("GOMAXPROCS %d rank %d %-9s Go %12v C %12v %6.2fx", procs, rank, op, g, c, ratio)
-				// A phase whose C median is below busyLoopFloor (a non-root's eager
-				// broadcast: C returns once the data is there) is compared with the floor:
-				// a Go goroutine that waits on a P shared with 64 busy goroutines is woken
-				// within a few scheduling slices, not microseconds, whatever the wait.
-				if g > 2*max(c, busyLoopFloor) {
-					t.Errorf("GOMAXPROCS %d rank %d: %s with %d busy goroutines takes %.1fx what C takes with %d busy threads (Go %v, C %v, floor %v: medians of %d phases)",
-						procs, rank, op, busyLoopBusy, ratio, busyLoopBusy, g, c, busyLoopFloor, busyLoopPhases)
+	name := t.Name()
+	for _, job := range busyLoopJobs {
+		t.Run(fmt.Sprintf("%d-ranks", job.np), func(t *testing.T) {
+			// runs[0] are C's phases, runs[procs] Go's at GOMAXPROCS procs.
+			var runs [3]busyLoopRun
+			var failed []string
+			for round := 1; round <= busyLoopRounds; round++ {
+				runs[0].add(t, job.np, runMPIProgram(t, job.np, cbin, strconv.Itoa(job.busy), strconv.Itoa(busyLoopPhases), strconv.Itoa(busyLoopIterations)))
+				for procs := 1; procs <= 2; procs++ {
+					env := fmt.Sprintf("%s=%d %d %d %d", busyLoopEnv, procs, job.busy, busyLoopPhases, busyLoopIterations)
+					runs[procs].add(t, job.np, runMPIBinary(t, bin, job.np, name, env))
+				}
+				if failed = busyLoopCompare(t, job.np, job.busy, round, runs); len(failed) == 0 {
+					return
 				}
 			}
-		}
+			for _, f := range failed {
+				t.Error(f)
+			}
+		})
 	}
 }
 
-// busyLoopFloor is the least a phase's C median counts for: five scheduling slices of
-// 10 ms, what a goroutine sharing its P with 64 busy ones pays for a few waits in a
-// phase of two loops. The code before the progress thread took seconds a phase.
-const busyLoopFloor = 50 * time.Millisecond
+// busyLoopRun holds the phases of the runs of one program (C, or Go at one GOMAXPROCS):
+// for each operation, what it cost the slowest rank in each phase, and what it cost
+// each rank (logged).
+//
+// A collective costs what its slowest rank spends in it: a rank that arrives after its
+// peers, or that only receives data already sent (a non-root's broadcast), returns at
+// once and leaves the waiting to the others. Which rank that is changes with the skew
+// the operations before leave between the ranks, which differs between C and Go for
+// reasons that are not the waits' costs; so each operation is compared on its slowest
+// rank, phase by phase, and no rank is compared with a rank of C that did not wait.
+type busyLoopRun struct {
+	slowest map[string][]time.Duration
+	ranks   map[busyLoopKey][]time.Duration
+}
 
 type busyLoopKey struct {
 	rank int
@@ -112,24 +139,65 @@ type busyLoopKey struct {
 
 var busyLoopLine = regexp.MustCompile(`busyloop rank (\d+) phase (\d+) op (\w+) ns (\d+)`)
 
-// busyLoopMedians reads the lines of busyloop.c and of mpiRankBusyLoop and returns each
-// rank's median over the phases of each operation.
-func busyLoopMedians(t *testing.T, out string) map[busyLoopKey]time.Duration {
+// add adds the phases printed by busyloop.c or mpiRankBusyLoop on np ranks, and checks
+// that every rank printed every operation of every phase.
+func (r *busyLoopRun) add(t *testing.T, np int, out string) {
 	t.Helper()
-	all := map[busyLoopKey][]time.Duration{}
+	if r.slowest == nil {
+		r.slowest, r.ranks = map[string][]time.Duration{}, map[busyLoopKey][]time.Duration{}
+	}
+	type phaseOp struct {
+		phase int
+		op    string
+	}
+	slowest, ranks := map[phaseOp]time.Duration{}, map[phaseOp]int{}
 	for _, m := range busyLoopLine.FindAllStringSubmatch(out, -1) {
 		rank, _ := strconv.Atoi(m[1])
+		phase, _ := strconv.Atoi(m[2])
 		ns, _ := strconv.ParseInt(m[4], 10, 64)
-		k := busyLoopKey{rank, m[3]}
-		all[k] = append(all[k], time.Duration(ns))
+		k := phaseOp{phase, m[3]}
+		slowest[k] = max(slowest[k], time.Duration(ns))
+		ranks[k]++
+		r.ranks[busyLoopKey{rank, m[3]}] = append(r.ranks[busyLoopKey{rank, m[3]}], time.Duration(ns))
 	}
-	med := map[busyLoopKey]time.Duration{}
-	for k, v := range all {
-		require.Len(t, v, busyLoopPhases, "phases of %v in\n%s", k, out)
-		slices.Sort(v)
-		med[k] = v[len(v)/2]
+	require.Len(t, slowest, busyLoopPhases*len(busyLoopOps), "phases and operations in\n%s", out)
+	for k, d := range slowest {
+		require.Equal(t, np, ranks[k], "ranks that printed %v in\n%s", k, out)
+		r.slowest[k.op] = append(r.slowest[k.op], d)
 	}
-	return med
+}
+
+// busyLoopCompare logs the medians of the phases, Go's against C's (the slowest rank's,
+// and every rank's), and returns the comparisons that fail.
+func busyLoopCompare(t *testing.T, np, busy, round int, runs [3]busyLoopRun) []string {
+	t.Helper()
+	median := func(v []time.Duration) time.Duration {
+		v = slices.Sorted(slices.Values(v))
+		return v[len(v)/2]
+	}
+	var failed []string
+	for procs := 1; procs <= 2; procs++ {
+		for _, op := range busyLoopOps {
+			require.Len(t, runs[procs].slowest[op], round*busyLoopPhases, "Go phases of %s", op)
+			require.Len(t, runs[0].slowest[op], round*busyLoopPhases, "C phases of %s", op)
+			g, c := median(runs[procs].slowest[op]), median(runs[0].slowest[op])
+			ratio := float64(g) / float64(c)
+			var each strings.Builder
+			for rank := range np {
+				k := busyLoopKey{rank, op}
+				fmt.Fprintf(&each, " %v/%v", median(runs[procs].ranks[k]).Round(time.Millisecond), median(runs[0].ranks[k]).Round(time.Millisecond))
+			}
+			t.Logf("round %d GOMAXPROCS %d %-9s Go %12v C %12v %5.2fx (each rank's Go/C:%s)", round, procs, op, g, c, ratio, each.String())
+			if g > 2*c {
+				failed = append(failed, fmt.Sprintf("%d ranks, GOMAXPROCS %d: %s with %d busy goroutines per rank takes %.1fx what C takes with %d busy threads (Go %v, C %v: the slowest rank's, medians of %d phases)",
+					np, procs, op, busy, ratio, busy, g, c, round*busyLoopPhases))
+			}
+		}
+	}
+	if len(failed) > 0 {
+		t.Logf("round %d: %d of %d comparisons over 2x C", round, len(failed), 2*len(busyLoopOps))
+	}
+	return failed
 }
 
 // runMPIProgram runs a program on np ranks under mpirun and returns its output.
@@ -143,10 +211,12 @@ func runMPIProgram(t *testing.T, np int, prog string, args ...string) string {
 	return string(out)
 }
 
-// mpiRankBusyLoop is busyloop.c in Go, at the GOMAXPROCS the parent asks for.
+// mpiRankBusyLoop is busyloop.c in Go, with the GOMAXPROCS, busy goroutines, phases and
+// loops per phase the parent asks for (busyLoopEnv).
 func mpiRankBusyLoop(t *testing.T) {
-	procs, err := strconv.Atoi(os.Getenv(busyLoopProcsEnv))
-	require.NoError(t, err, busyLoopProcsEnv)
+	var procs, busy, phases, iterations int
+	_, err := fmt.Sscan(os.Getenv(busyLoopEnv), &procs, &busy, &phases, &iterations)
+	require.NoError(t, err, busyLoopEnv)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
 	c := newMPI(t)
 	defer func() { require.NoError(t, c.Close()) }()
@@ -156,11 +226,11 @@ func mpiRankBusyLoop(t *testing.T) {
 	buf, out := make([]float32, busyLoopCount), make([]float32, busyLoopCount*n)
 	left, right := make([]float32, busyLoopCount), make([]float32, busyLoopCount)
 	l, r := (rank+n-1)%n, (rank+1)%n
-	for p := range busyLoopPhases {
+	for p := range phases {
 		var ns [6]time.Duration
 		var stop atomic.Bool
 		var wg sync.WaitGroup
-		for range busyLoopBusy {
+		for range busy {
 			wg.Go(func() {
 				for !stop.Load() {
 				}
@@ -168,7 +238,7 @@ func mpiRankBusyLoop(t *testing.T) {
 		}
 		time.Sleep(busyLoopSettle) // the busy goroutines take their turns before the loop
 		require.NoError(t, c.Barrier(ctx))
-		for range busyLoopIterations {
+		for range iterations {
 			t0 := time.Now()
 			step := func(i int) {
 				t := time.Now()
@@ -201,4 +271,57 @@ func mpiRankBusyLoop(t *testing.T) {
 		}
 		fmt.Print(b.String())
 	}
+}
+
+// TestMPIContendedSyncHonoursContext checks the wait that Sync hands to the progress
+// thread while goroutines wait for a P: rank 0, at GOMAXPROCS 1 with 8 busy goroutines,
+// posts a receive that rank 1 sends only a second later; a Sync whose context ends
+// first returns the context's error (the thread stops polling, the receive stays
+// pending), and a later Sync completes the receive with rank 1's data.
+func TestMPIContendedSyncHonoursContext(t *testing.T) {
+	if inRank(t) {
+		mpiRankContendedSyncHonoursContext(t)
+		return
+	}
+	runMPI(t, 2, t.Name())
+}
+
+func mpiRankContendedSyncHonoursContext(t *testing.T) {
+	c := newMPI(t)
+	defer func() { require.NoError(t, c.Close()) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	require.NoError(t, c.Barrier(ctx))
+	buf := []int32{0}
+	if c.Rank() == 1 {
+		time.Sleep(time.Second)
+		buf[0] = 42
+		require.NoError(t, mpi.Send(c, buf, 0, 7))
+		require.NoError(t, c.Sync(ctx))
+		require.NoError(t, c.Barrier(ctx))
+		return
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for !stop.Load() {
+			}
+		})
+	}
+	require.NoError(t, mpi.Recv(c, buf, 1, 7))
+	before := mpi.Offloads(c)
+	short, cancelShort := context.WithTimeout(ctx, 100*time.Millisecond)
+	start := time.Now()
+	err := c.Sync(short)
+	cancelShort()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, time.Since(start), 30*time.Second, "a hang guard: the wait ends with its context")
+	assert.Greater(t, mpi.Offloads(c), before, "the wait went to the progress thread")
+	require.NoError(t, c.Sync(ctx))
+	assert.Equal(t, int32(42), buf[0])
+	stop.Store(true)
+	wg.Wait()
+	require.NoError(t, c.Barrier(ctx))
 }

@@ -755,7 +755,8 @@ func (c *Communicator) Sync(ctx context.Context) error {
 }
 
 // Waiting: Sync, Barrier and Close poll MPI_Testall (MPI cannot be interrupted while
-// blocked in MPI_Waitall, and ctx must be honoured). They poll back to back for
+// blocked in MPI_Waitall, and ctx must be honoured); while goroutines wait for a P, the
+// progress thread polls for them (waitOffloaded). Otherwise they poll back to back for
 // mpiSpinFor, which covers ranks arriving close together, then sleep between polls,
 // from mpiNapMin doubling to mpiNapMax. A sleeping goroutine is woken by its timer
 // ahead of the goroutines waiting in the run queue, so a wait costs at most a
@@ -784,6 +785,14 @@ func (c *Communicator) wait(ctx context.Context, op string) error {
 	// Whether goroutines wait for a P decides how this wait and the blocking calls after
 	// it go (see progress.go); reading it costs about a microsecond.
 	c.contended.Store(runnableGoroutines() > 0)
+	if c.contended.Load() {
+		// Not even a first poll here: with mpirun --oversubscribe, an MPI_Testall that
+		// completes nothing yields the thread (sched_yield) inside the cgo call, which
+		// sysmon sees as a blocking call and hands the P to a busy goroutine.
+		if done, err := c.waitOffloaded(ctx, op); done {
+			return err
+		}
+	}
 	var start time.Time
 	nap := time.Duration(0)
 	again := 0 // polls left before the next nap
@@ -801,13 +810,7 @@ func (c *Communicator) wait(ctx context.Context, op string) error {
 			c.stats = make([]mpi.Status, cap(c.reqs))
 		}
 		err := mpi.Testall(int32(len(c.reqs)), &c.reqs[0], &flag, &c.stats[0])
-		if err != nil {
-			err = c.statusErr(err)
-		}
-		if flag != 0 || err != nil {
-			c.reqs, c.posted = c.reqs[:0], c.posted[:0]
-			c.unpinAll()
-		}
+		err = c.tested(flag, err)
 		c.mu.Unlock()
 		switch {
 		case err != nil:
@@ -825,6 +828,11 @@ func (c *Communicator) wait(ctx context.Context, op string) error {
 			}
 		case again > 0:
 			again--
+		case nap > 0 && c.contended.Load():
+			if done, err := c.waitOffloaded(ctx, op); done {
+				return err
+			}
+			fallthrough // no progress thread
 		case nap > 0:
 			again = mpiPollsAfterNap - 1
 			before := time.Now()
@@ -839,6 +847,48 @@ func (c *Communicator) wait(ctx context.Context, op string) error {
 			nap = mpiNapMin
 		}
 	}
+}
+
+// tested ends the pending requests once MPI_Testall has said flag (all complete) or err;
+// the caller holds c.mu.
+func (c *Communicator) tested(flag int32, err error) error {
+	if err != nil {
+		err = c.statusErr(err)
+	}
+	if flag != 0 || err != nil {
+		c.reqs, c.posted = c.reqs[:0], c.posted[:0]
+		c.unpinAll()
+	}
+	return err
+}
+
+// waitOffloaded is the rest of wait while goroutines wait for a P: the progress thread
+// polls MPI_Testall back to back, as MPI_Waitall would, and the goroutine naps until
+// it is done or ctx ends. It holds the communicator meanwhile, as a blocking collective
+// does. done is false when there is no progress thread (wait then goes on polling).
+func (c *Communicator) waitOffloaded(ctx context.Context, op string) (done bool, err error) {
+	if err := c.lock(op); err != nil {
+		return true, err
+	}
+	defer c.mu.Unlock()
+	if len(c.reqs) == 0 {
+		c.unpinAll()
+		return true, nil
+	}
+	if len(c.stats) < len(c.reqs) {
+		c.stats = make([]mpi.Status, cap(c.reqs))
+	}
+	ran, flag, err := c.testallOffloaded(ctx)
+	if !ran {
+		return false, nil
+	}
+	switch err := c.tested(flag, err); {
+	case err != nil:
+		return true, c.opErr(op, -1, err)
+	case flag != 0:
+		return true, nil
+	}
+	return true, &comm.OpError{Op: op, Bytes: -1, Rank: c.rank, GlobalRank: c.rank, Err: context.Cause(ctx)}
 }
 
 // Barrier completes what Sync completes, then waits until every rank has reached it

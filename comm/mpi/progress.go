@@ -15,7 +15,8 @@ import (
 // call made on the progress thread; the waits' naps say it too), and while they are, it
 // neither yields nor makes blocking calls itself: a progress thread of the
 // communicator (progress_cgo.go) makes each one, all its rounds outside Go's scheduler,
-// and the goroutine waits on a timer, which wakes it ahead of the run queues. That
+// and the goroutine waits on a timer, which wakes it ahead of the run queues. Sync,
+// Barrier and Close hand it their MPI_Testall polling the same way (waitOffloaded). That
 // costs at most one scheduling slice per nap whatever the number of rounds
 // (TestMPIBusyLoopWithinTwiceC compares it with C); without contention, the calls are
 // made directly, as before.

@@ -13,10 +13,12 @@ package mpi
 
 // A progress thread runs one blocking MPI call at a time for a goroutine that waits for it
 // on a timer: MPI makes all the rounds of the call on this thread, outside Go's scheduler.
+// K_TESTALL polls MPI_Testall until the requests complete or fail, as MPI_Waitall
+// would, or until the goroutine sets cancel (its context ended); flag says which.
 // Handles (Open MPI's are pointers) and counts travel as uintptr_t and are converted to
 // each function's own parameter types here.
 
-enum { K_ALLREDUCE = 1, K_REDUCE, K_BCAST, K_ALLGATHER, K_REDUCE_SCATTER_BLOCK, K_GATHER, K_SCATTER, K_ALLTOALL, K_ALLTOALLV, K_QUIT };
+enum { K_ALLREDUCE = 1, K_REDUCE, K_BCAST, K_ALLGATHER, K_REDUCE_SCATTER_BLOCK, K_GATHER, K_SCATTER, K_ALLTOALL, K_ALLTOALLV, K_TESTALL, K_QUIT };
 
 typedef struct {
 	pthread_mutex_t mu;
@@ -24,6 +26,8 @@ typedef struct {
 	int kind; // the call posted, 0 when none, K_QUIT to end the thread
 	uintptr_t fp, a[9];
 	int rc;
+	int flag;       // K_TESTALL: MPI_Testall's flag when it returned
+	int32_t cancel; // K_TESTALL: set by Go to stop polling (atomic)
 	int32_t done; // 1 once rc is set (release); read by Go with an atomic load
 	pthread_t th;
 } ncclgo_progress;
@@ -34,6 +38,7 @@ typedef int (*f_bcast)(void *, int, void *, int, void *);
 typedef int (*f_allgather)(const void *, int, void *, void *, int, void *, void *);
 typedef int (*f_rsb)(const void *, void *, int, void *, void *, void *);
 typedef int (*f_rooted)(const void *, int, void *, void *, int, void *, int, void *);
+typedef int (*f_testall)(int, void *, int *, void *);
 typedef int (*f_alltoallv)(const void *, const int *, const int *, void *, void *, const int *, const int *, void *, void *);
 
 #define P(i) ((void *)w->a[i])
@@ -50,6 +55,11 @@ static int ncclgo_progress_call(ncclgo_progress *w) {
 	case K_GATHER:
 	case K_SCATTER: return ((f_rooted)w->fp)(P(0), I(1), P(2), P(3), I(4), P(5), I(6), P(7));
 	case K_ALLTOALLV: return ((f_alltoallv)w->fp)(P(0), P(1), P(2), P(3), P(4), P(5), P(6), P(7), P(8));
+	case K_TESTALL:
+		for (;;) {
+			int rc = ((f_testall)w->fp)(I(0), P(1), &w->flag, P(2));
+			if (rc != 0 || w->flag || __atomic_load_n(&w->cancel, __ATOMIC_ACQUIRE)) return rc;
+		}
 	}
 	return -1;
 }
@@ -96,6 +106,8 @@ static void ncclgo_progress_post(ncclgo_progress *w, int kind, uintptr_t fp, uin
 	w->fp = fp;
 	w->a[0] = a0, w->a[1] = a1, w->a[2] = a2, w->a[3] = a3, w->a[4] = a4, w->a[5] = a5, w->a[6] = a6, w->a[7] = a7, w->a[8] = a8;
 	__atomic_store_n(&w->done, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&w->cancel, 0, __ATOMIC_RELAXED);
+	w->flag = 0;
 	w->kind = kind;
 	pthread_cond_signal(&w->cv);
 	pthread_mutex_unlock(&w->mu);
@@ -126,9 +138,12 @@ static uintptr_t ncclgo_mpi_sym(const char *path, const char *name) {
 import "C"
 
 import (
+	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/ncclgo/ncclgo/raw/mpi"
@@ -145,13 +160,14 @@ const (
 	callScatter            = C.K_SCATTER
 	callAlltoall           = C.K_ALLTOALL
 	callAlltoallv          = C.K_ALLTOALLV
+	callTestall            = C.K_TESTALL
 )
 
 var callNames = map[int]string{
 	callAllreduce: "MPI_Allreduce", callReduce: "MPI_Reduce", callBcast: "MPI_Bcast",
 	callAllgather: "MPI_Allgather", callReduceScatterBlock: "MPI_Reduce_scatter_block",
 	callGather: "MPI_Gather", callScatter: "MPI_Scatter", callAlltoall: "MPI_Alltoall",
-	callAlltoallv: "MPI_Alltoallv",
+	callAlltoallv: "MPI_Alltoallv", callTestall: "MPI_Testall",
 }
 
 // progress is a communicator's progress thread, started on first use.
@@ -198,24 +214,12 @@ func (c *Communicator) offload(kind int, args ...uintptr) (ran bool, err error) 
 	if !c.contended.Load() {
 		return false, nil
 	}
-	fns := c.p.fns()
-	if fns.err != nil {
+	w := c.post(kind, args...)
+	if w == nil {
 		return false, nil
 	}
-	if c.prog.w == nil {
-		if c.prog.w = C.ncclgo_progress_start(); c.prog.w == nil {
-			return false, nil
-		}
-	}
-	var a [9]C.uintptr_t
-	for i, v := range args {
-		a[i] = C.uintptr_t(v)
-	}
-	w := c.prog.w
-	c.offloads++
-	C.ncclgo_progress_post(w, C.int(kind), C.uintptr_t(fns.fp[kind]), a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8])
 	done := (*atomic.Int32)(unsafe.Pointer(&w.done))
-	for nap := mpiNapMin; done.Load() == 0; nap = min(2*nap, mpiNapMax) {
+	for nap := mpiNapMin; !spinUntil(done); nap = min(2*nap, mpiNapMax) {
 		lockedNap(nap)
 	}
 	c.contended.Store(runnableGoroutines() > 0)
@@ -223,6 +227,68 @@ func (c *Communicator) offload(kind int, args ...uintptr) (ran bool, err error) 
 		return true, rc
 	}
 	return true, nil
+}
+
+// post hands the call kind with args to the communicator's progress thread, starting it
+// if need be; nil when there is none to run it. The caller holds c.mu.
+func (c *Communicator) post(kind int, args ...uintptr) *C.ncclgo_progress {
+	fns := c.p.fns()
+	if fns.err != nil {
+		return nil
+	}
+	if c.prog.w == nil {
+		if c.prog.w = C.ncclgo_progress_start(); c.prog.w == nil {
+			return nil
+		}
+	}
+	var a [9]C.uintptr_t
+	for i, v := range args {
+		a[i] = C.uintptr_t(v)
+	}
+	c.offloads++
+	C.ncclgo_progress_post(c.prog.w, C.int(kind), C.uintptr_t(fns.fp[kind]), a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8])
+	return c.prog.w
+}
+
+// testallOffloaded polls MPI_Testall on c.reqs on the progress thread until they
+// complete or fail, or ctx ends, while the goroutine naps as offload's does; the caller
+// holds c.mu and has requests pending. It returns ran false (and polls nothing) when
+// there is no progress thread, and otherwise MPI_Testall's last flag and error.
+func (c *Communicator) testallOffloaded(ctx context.Context) (ran bool, flag int32, err error) {
+	var pin runtime.Pinner // the progress thread writes the requests and statuses
+	defer pin.Unpin()
+	pin.Pin(&c.reqs[0])
+	pin.Pin(&c.stats[0])
+	w := c.post(callTestall, uintptr(len(c.reqs)), uintptr(unsafe.Pointer(&c.reqs[0])), uintptr(unsafe.Pointer(&c.stats[0])))
+	if w == nil {
+		return false, 0, nil
+	}
+	done := (*atomic.Int32)(unsafe.Pointer(&w.done))
+	cancel := (*atomic.Int32)(unsafe.Pointer(&w.cancel))
+	for nap := mpiNapMin; !spinUntil(done); nap = min(2*nap, mpiNapMax) {
+		lockedNap(nap)
+		if ctx.Err() != nil {
+			cancel.Store(1) // the thread returns after its current MPI_Testall
+		}
+	}
+	c.contended.Store(runnableGoroutines() > 0)
+	if rc := mpi.ErrorCode(w.rc); rc != mpi.Success {
+		return true, int32(w.flag), rc
+	}
+	return true, int32(w.flag), nil
+}
+
+// spinUntil polls done for mpiSpinFor and says whether it was set. A call the progress
+// thread completes at once (a broadcast whose data has arrived, a barrier the last rank
+// entered) then costs no nap: under contention, each nap costs a scheduling slice of the
+// goroutine holding the P, however short the nap.
+func spinUntil(done *atomic.Int32) bool {
+	for start := time.Now(); done.Load() == 0; {
+		if time.Since(start) >= mpiSpinFor {
+			return false
+		}
+	}
+	return true
 }
 
 // stop ends the progress thread, if one was started; the caller holds c.mu.
