@@ -55,9 +55,10 @@ tidy-check:
 ## nvidia-cuda-dev .deb that cuda.h and the fp16 headers share is downloaded once.
 ## NCCLGO_STRICT=1 makes a test fail where it would skip for a missing library, header, cache entry or tool;
 ## tools/testreport reads go test's -json events, keeps go test's closing lines and ends the log with the skipped tests per package.
+## -timeout 30m: comm/mpi runs mpirun jobs (the busy-loop comparison at 2 and 4 ranks) that take longer than go test's 10-minute default per package on a loaded 2-core machine.
 test: export NCCLGO_STRICT := 1
 test: deps lint tidy-check kernel-inputs headers libs check-generated
-	set -o pipefail; $(GO) test -race -count=1 -json $(PKGS) 2>&1 | $(GO) run ./tools/testreport
+	set -o pipefail; $(GO) test -race -count=1 -timeout 30m -json $(PKGS) 2>&1 | $(GO) run ./tools/testreport
 	CGO_ENABLED=0 $(GO) build $(PKGS)
 	set -o pipefail; CGO_ENABLED=0 $(GO) test -count=1 -json ./raw/... 2>&1 | $(GO) run ./tools/testreport
 	$(GO) vet -tags gpu $(PKGS)
