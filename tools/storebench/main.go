@@ -571,7 +571,7 @@ func rssKiB(pid int) float64 {
 }
 
 // statusKiB is the field of /proc/PID/status given in kB (VmRSS, RssAnon,
-// RssFile), in KiB; 0 when it cannot be read.
+// RssFile), in KiB, or a count (Threads); 0 when it cannot be read.
 func statusKiB(pid int, field string) float64 {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
@@ -596,8 +596,8 @@ func parseStatusKiB(status, field string) float64 {
 
 // memReport prints, with STOREBENCH_MEMSTATS set, what the server's resident memory
 // is made of at a reading without forced collection: anonymous memory (heap, stacks)
-// against file pages (the code it has run), and for ncclgo's server where the Go
-// runtime's memory is.
+// against file pages (the code it has run), its threads (each holds a stack the Go
+// runtime does not count), and for ncclgo's server where the Go runtime's memory is.
 func (s *server) memReport(when string, n int) {
 	if os.Getenv("STOREBENCH_MEMSTATS") == "" {
 		return
@@ -607,8 +607,8 @@ func (s *server) memReport(when string, n int) {
 	if s.version == "-" {
 		name = "ncclgo's server"
 	}
-	fmt.Fprintf(os.Stderr, "storebench: %s, %d clients, %s: RSS %.0f KiB (anonymous %.0f, file %.0f)\n",
-		name, n, when, statusKiB(pid, "VmRSS"), statusKiB(pid, "RssAnon"), statusKiB(pid, "RssFile"))
+	fmt.Fprintf(os.Stderr, "storebench: %s, %d clients, %s: RSS %.0f KiB (anonymous %.0f, file %.0f), threads %.0f\n",
+		name, n, when, statusKiB(pid, "VmRSS"), statusKiB(pid, "RssAnon"), statusKiB(pid, "RssFile"), statusKiB(pid, "Threads"))
 	if s.version == "-" {
 		s.tell("memstats")
 	}

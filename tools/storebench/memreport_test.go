@@ -10,8 +10,8 @@ import (
 // The memory report splits the resident size into anonymous memory and file pages,
 // as /proc/PID/status gives them.
 func TestStatusKiBReadsTheResidentMemory(t *testing.T) {
-	const status = "Name:\tx\nVmRSS:\t   10240 kB\nRssAnon:\t    8192 kB\nRssFile:\t    2048 kB\n"
-	for field, want := range map[string]float64{"VmRSS": 10240, "RssAnon": 8192, "RssFile": 2048, "VmSwap": 0} {
+	const status = "Name:\tx\nVmRSS:\t   10240 kB\nRssAnon:\t    8192 kB\nRssFile:\t    2048 kB\nThreads:\t7\n"
+	for field, want := range map[string]float64{"VmRSS": 10240, "RssAnon": 8192, "RssFile": 2048, "Threads": 7, "VmSwap": 0} {
 		if got := parseStatusKiB(status, field); got != want {
 			t.Errorf("%s: got %v, want %v", field, got, want)
 		}
