@@ -71,7 +71,8 @@ func (c *serverConn) parkable() bool {
 // once after its first request when no byte of a next one waits: an idle rank's
 // occasional request then costs no read deadline that fires and no second wake of
 // its goroutine 250 ms later. If its client speaks again before parkAfter has passed
-// (a sequence of requests), it waits on its goroutine as a busy connection does.
+// (a sequence of requests), it waits on its goroutine as a busy connection does; so
+// does a torch connection after a WAIT, which torch's client follows with a GET.
 func (c *serverConn) await() (parked bool, err error) {
 	if c.br.Buffered() > 0 || !c.parkable() {
 		return false, nil
@@ -157,6 +158,7 @@ func (c *serverConn) wake() {
 
 // resume is the first step of a goroutine that wake started.
 func (c *serverConn) resume(bool) bool {
+	c.s.resumes.Add(1)
 	if c.idleTimer != nil {
 		c.idleTimer.Stop() // a timer that fires late wakes nothing or a connection that parks again
 	}

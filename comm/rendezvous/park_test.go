@@ -189,7 +189,8 @@ func TestPollerWaitsInGoNetworkPoller(t *testing.T) {
 // answered, without waiting parkAfter on its goroutine for a next request: an idle
 // rank's occasional request costs no read deadline that fires and no second wake of
 // its goroutine. It used to wait (waitedParks grew by one per request). Clients that
-// speak again soon are served as before.
+// speak again soon are served as before, and torch's get (WAIT, then GET) wakes a
+// connection once.
 func TestWokenConnectionParksAgainAfterItsRequest(t *testing.T) {
 	needPoller(t)
 	s, addr := startServer(t)
@@ -214,6 +215,24 @@ func TestWokenConnectionParksAgainAfterItsRequest(t *testing.T) {
 		}
 		eventually(t, "every connection is parked again", func() bool { return s.parkedConns() == n })
 		assert.Equal(t, waited, s.waitedParks.Load(), "round %d: connections waited parkAfter before parking again", round)
+	}
+	// torch's get is a WAIT, then a GET: a connection woken for the WAIT stays for
+	// the GET instead of parking in between and being woken again. Every resume is
+	// then followed by a park after waiting; parking at once after the WAIT made
+	// two resumes per get and one such park.
+	require.NoError(t, clients[0].Set(ctx, "g", []byte("v")))
+	for round := range 2 {
+		eventually(t, "every connection is parked", func() bool { return s.parkedConns() == n })
+		time.Sleep(parkAfter + 50*time.Millisecond)
+		waited, resumed := s.waitedParks.Load(), s.resumes.Load()
+		for _, c := range clients {
+			v, err := c.Get(ctx, "g")
+			require.NoError(t, err)
+			assert.Equal(t, "v", string(v))
+		}
+		eventually(t, "every connection is parked again", func() bool { return s.parkedConns() == n })
+		assert.GreaterOrEqual(t, s.resumes.Load()-resumed, int64(n), "round %d", round)
+		assert.Equal(t, s.resumes.Load()-resumed, s.waitedParks.Load()-waited, "round %d: a get woke a connection twice", round)
 	}
 	// A sequence of requests on each connection, woken or not.
 	for i := range 5 {

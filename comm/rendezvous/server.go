@@ -92,8 +92,9 @@ type Server struct {
 	// poll watches parked connections (park.go), from the first park until Close.
 	poll       *poller
 	pollFailed time.Time // when it last failed to start (zero: it did not)
-	// waitedParks counts the parks that waited parkAfter on a goroutine first.
-	waitedParks atomic.Int64
+	// waitedParks counts the parks that waited parkAfter on a goroutine first, and
+	// resumes the goroutines started for parked connections.
+	waitedParks, resumes atomic.Int64
 }
 
 // NewServer returns a server configured by opts; it listens nowhere until Serve or
