@@ -110,14 +110,15 @@ func (p *poller) run() {
 }
 
 // wait fills events with the next ones. Through Go's network poller it checks the
-// epoll instance without blocking, and sleeps in the poller until it is readable.
+// epoll instance without blocking, and sleeps in the poller until it is readable
+// (an EINTR returns, so that run checks again rather than wait for a next event).
 func (p *poller) wait(events []syscall.EpollEvent) (n int, err error) {
 	if p.rc == nil {
 		return syscall.EpollWait(p.ep, events, -1)
 	}
 	rerr := p.rc.Read(func(fd uintptr) bool {
 		n, err = syscall.EpollWait(int(fd), events, 0)
-		return n > 0 || (err != nil && err != syscall.EINTR)
+		return n > 0 || err != nil
 	})
 	if rerr != nil {
 		return 0, rerr
