@@ -66,9 +66,31 @@ func (c *serverConn) parkable() bool {
 // in the poller: the calling goroutine must then return at once. An error is the
 // read's (the idle timeout, a closed connection). A connection that cannot be parked
 // returns at once and reads as before.
+//
+// A connection woken after a long silence (parkAfter or more) is parked again at
+// once after its first request when no byte of a next one waits: an idle rank's
+// occasional request then costs no read deadline that fires and no second wake of
+// its goroutine 250 ms later. If its client speaks again before parkAfter has passed
+// (a sequence of requests), it waits on its goroutine as a busy connection does; so
+// does a torch connection after a WAIT, which torch's client follows with a GET.
 func (c *serverConn) await() (parked bool, err error) {
 	if c.br.Buffered() > 0 || !c.parkable() {
 		return false, nil
+	}
+	if c.resumed {
+		// The first await after a wake: the request that woke c, if any, is read
+		// under parkAfter below (the wake may also be the idle timer's, or a hang-up).
+		c.resumed = false
+	} else if c.soon {
+		c.soon = false
+		if f := c.beforeRead; f != nil { // the answers queued so far go out first
+			if err := f(); err != nil {
+				return false, err
+			}
+		}
+		if c.park() {
+			return true, nil
+		}
 	}
 	by := time.Now().Add(parkAfter)
 	if !c.idleBy.IsZero() && c.idleBy.Before(by) {
@@ -82,6 +104,7 @@ func (c *serverConn) await() (parked bool, err error) {
 		return false, err
 	}
 	if c.park() {
+		c.s.waitedParks.Add(1)
 		return true, nil
 	}
 	// Not parked (no poller now): wait on this goroutine, under the idle timeout only.
@@ -103,6 +126,7 @@ func (c *serverConn) park() bool {
 		c.idleTimer.Stop()
 	}
 	idleBy, timer := c.idleBy, c.idleTimer
+	c.parkedAt = time.Now()
 	c.parked.Store(true) // from here on, c may be woken: its fields are the new goroutine's
 	if !idleBy.IsZero() {
 		timer.Reset(time.Until(idleBy)) // a late one wakes c early, and c parks again
@@ -134,10 +158,13 @@ func (c *serverConn) wake() {
 
 // resume is the first step of a goroutine that wake started.
 func (c *serverConn) resume(bool) bool {
+	c.s.resumes.Add(1)
 	if c.idleTimer != nil {
 		c.idleTimer.Stop() // a timer that fires late wakes nothing or a connection that parks again
 	}
 	c.takeBuffers()
+	c.resumed = true
+	c.soon = time.Since(c.parkedAt) >= parkAfter
 	return c.step(true)
 }
 

@@ -4,18 +4,25 @@ package rendezvous
 
 import (
 	"fmt"
+	"os"
 	"sync"
 	"syscall"
+	"time"
 )
 
 const pollSupported = true
 
 // poller watches parked connections (park.go) with one epoll instance and one
 // goroutine: each parked connection is registered for one readiness event
-// (EPOLLONESHOT), which starts a goroutine for it.
+// (EPOLLONESHOT), which starts a goroutine for it. The epoll instance is itself
+// registered in Go's network poller (an epoll descriptor is readable while events
+// wait in it), so that the goroutine waits there like a socket's reader, without a
+// thread blocked in epoll_wait: a wake costs no thread handoff.
 type poller struct {
 	ep   int
-	stop [2]int // a pipe: a byte written to stop[1] ends run
+	file *os.File        // owns ep once made
+	rc   syscall.RawConn // of file, when Go's network poller took it; nil: run blocks in epoll_wait
+	stop [2]int          // a pipe: a byte written to stop[1] ends run
 
 	mu      sync.Mutex
 	conns   map[int32]*serverConn // by pollID; 0 is the pipe
@@ -37,11 +44,24 @@ func newPoller() (*poller, error) {
 		p.closeFDs()
 		return nil, fmt.Errorf("epoll_ctl: %w", err)
 	}
+	if syscall.SetNonblock(ep, true) == nil {
+		// os.NewFile registers a non-blocking descriptor in Go's network poller; one it
+		// cannot register takes no deadline, and run then blocks in epoll_wait.
+		f := os.NewFile(uintptr(ep), "epoll")
+		p.file = f // it owns ep from here on
+		if rc, err := f.SyscallConn(); err == nil && f.SetReadDeadline(time.Time{}) == nil {
+			p.rc = rc
+		}
+	}
 	return p, nil
 }
 
 func (p *poller) closeFDs() {
-	_ = syscall.Close(p.ep)
+	if p.file != nil {
+		_ = p.file.Close()
+	} else {
+		_ = syscall.Close(p.ep)
+	}
 	_ = syscall.Close(p.stop[0])
 	_ = syscall.Close(p.stop[1])
 }
@@ -52,7 +72,7 @@ func (p *poller) run() {
 	defer p.closeFDs()
 	events := make([]syscall.EpollEvent, 256)
 	for {
-		n, err := syscall.EpollWait(p.ep, events, -1)
+		n, err := p.wait(events)
 		if err == syscall.EINTR {
 			continue
 		}
@@ -87,6 +107,23 @@ func (p *poller) run() {
 	for _, c := range parked {
 		c.wake()
 	}
+}
+
+// wait fills events with the next ones. Through Go's network poller it checks the
+// epoll instance without blocking, and sleeps in the poller until it is readable
+// (an EINTR returns, so that run checks again rather than wait for a next event).
+func (p *poller) wait(events []syscall.EpollEvent) (n int, err error) {
+	if p.rc == nil {
+		return syscall.EpollWait(p.ep, events, -1)
+	}
+	rerr := p.rc.Read(func(fd uintptr) bool {
+		n, err = syscall.EpollWait(int(fd), events, 0)
+		return n > 0 || err != nil
+	})
+	if rerr != nil {
+		return 0, rerr
+	}
+	return n, err
 }
 
 // close ends run.

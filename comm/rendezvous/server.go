@@ -92,6 +92,9 @@ type Server struct {
 	// poll watches parked connections (park.go), from the first park until Close.
 	poll       *poller
 	pollFailed time.Time // when it last failed to start (zero: it did not)
+	// waitedParks counts the parks that waited parkAfter on a goroutine first, and
+	// resumes the goroutines started for parked connections.
+	waitedParks, resumes atomic.Int64
 }
 
 // NewServer returns a server configured by opts; it listens nowhere until Serve or
@@ -662,10 +665,14 @@ type serverConn struct {
 	// Parking (park.go). step serves requests once the handshake is done (resumed:
 	// on a goroutine that wake started); idleBy is when the idle timeout closes the
 	// connection (zero: never), both of the serving goroutine. pollID (0: never
-	// parked, -1: ended) and polled are guarded by the poller's lock.
+	// parked, -1: ended) and polled are guarded by the poller's lock. parkedAt,
+	// resumed and soon (await) belong to the goroutine that serves c.
 	step      func(resumed bool) (parked bool)
 	idleBy    time.Time
 	parked    atomic.Bool
+	parkedAt  time.Time
+	resumed   bool
+	soon      bool
 	idleTimer *time.Timer
 	pollID    int32
 	polled    bool

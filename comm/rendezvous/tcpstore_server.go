@@ -318,6 +318,11 @@ func (t *torchConn) queries(first bool) (stage string, err error) {
 			}
 		}
 		err = t.handle(r)
+		if r.q == tsWait {
+			// torch's client follows a WAIT with the GET or MULTI_GET of its keys: a
+			// connection woken for the WAIT stays for it instead of parking at once.
+			t.c.soon = false
+		}
 		turns.charge(t.c, start)
 		t.releaseBufs()
 		t.c.lastQuery.Store(turns.now())

@@ -39,6 +39,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -443,19 +444,56 @@ func serveNcclgo(args []string) {
 			fmt.Println("ok")
 			continue
 		}
+		if sc.Text() == "memstats" {
+			// Where the memory is, as it stands: nothing is collected.
+			fmt.Fprintf(os.Stderr, "storebench: ncclgo's server, no forced GC: %s\n", goMemory())
+			fmt.Println("ok")
+			continue
+		}
 		// Before a memory reading: return the garbage of the bring-up to the system,
 		// so that RSS counts what the server holds.
 		runtime.GC()
 		debug.FreeOSMemory()
 		if os.Getenv("STOREBENCH_MEMSTATS") != "" {
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
-			fmt.Fprintf(os.Stderr, "storebench: ncclgo's server: heap in use %d KiB, stacks %d KiB, goroutines %d, runtime's other %d KiB, released %d KiB\n",
-				ms.HeapInuse>>10, ms.StackInuse>>10, runtime.NumGoroutine(), (ms.MSpanInuse+ms.MCacheInuse+ms.BuckHashSys+ms.GCSys+ms.OtherSys)>>10, ms.HeapReleased>>10)
+			fmt.Fprintf(os.Stderr, "storebench: ncclgo's server, after a forced GC: %s\n", goMemory())
 		}
 		fmt.Println("ok")
 	}
 	_ = s.Close()
+}
+
+// goMemory says where the Go runtime's memory is (runtime/metrics, which collects
+// nothing): live heap objects, heap the runtime holds free (resident until it is
+// returned to the system), stacks, the runtime's own metadata and other memory, and
+// the goroutines.
+func goMemory() string {
+	samples := []metrics.Sample{
+		{Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/memory/classes/heap/unused:bytes"},
+		{Name: "/memory/classes/heap/free:bytes"},
+		{Name: "/memory/classes/heap/stacks:bytes"},
+		{Name: "/memory/classes/os-stacks:bytes"},
+		{Name: "/memory/classes/metadata/mcache/inuse:bytes"},
+		{Name: "/memory/classes/metadata/mspan/inuse:bytes"},
+		{Name: "/memory/classes/metadata/other:bytes"},
+		{Name: "/memory/classes/other:bytes"},
+		{Name: "/memory/classes/profiling/buckets:bytes"},
+		{Name: "/memory/classes/heap/released:bytes"},
+		{Name: "/sched/goroutines:goroutines"},
+	}
+	metrics.Read(samples)
+	kib := func(i int) uint64 {
+		if samples[i].Value.Kind() != metrics.KindUint64 {
+			return 0
+		}
+		return samples[i].Value.Uint64() >> 10
+	}
+	goroutines := uint64(0)
+	if v := samples[11].Value; v.Kind() == metrics.KindUint64 {
+		goroutines = v.Uint64()
+	}
+	return fmt.Sprintf("heap objects %d KiB, heap unused in spans %d KiB, heap free not released %d KiB, stacks %d KiB, runtime metadata %d KiB, runtime other %d KiB, released %d KiB, goroutines %d",
+		kib(0), kib(1), kib(2), kib(3)+kib(4), kib(5)+kib(6)+kib(7), kib(8)+kib(9), kib(10), goroutines)
 }
 
 // serveEcho answers each connection's messages (a 4-byte length and that many bytes)
@@ -620,17 +658,51 @@ func (s *server) stop() {
 
 // rssKiB is the process's resident memory.
 func rssKiB(pid int) float64 {
+	return statusKiB(pid, "VmRSS")
+}
+
+// statusKiB is the field of /proc/PID/status given in kB (VmRSS, RssAnon,
+// RssFile), in KiB, or a count (Threads); 0 when it cannot be read.
+func statusKiB(pid int, field string) float64 {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return 0
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+	return parseStatusKiB(string(b), field)
+}
+
+// parseStatusKiB reads field (given in kB) from the text of /proc/PID/status.
+func parseStatusKiB(status, field string) float64 {
+	for _, l := range strings.Split(status, "\n") {
+		if v, ok := strings.CutPrefix(l, field+":"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			if err != nil {
+				return 0
+			}
 			return float64(n)
 		}
 	}
 	return 0
+}
+
+// memReport prints, with STOREBENCH_MEMSTATS set, what the server's resident memory
+// is made of at a reading without forced collection: anonymous memory (heap, stacks)
+// against file pages (the code it has run), its threads (each holds a stack the Go
+// runtime does not count), and for ncclgo's server where the Go runtime's memory is.
+func (s *server) memReport(when string, n int) {
+	if os.Getenv("STOREBENCH_MEMSTATS") == "" {
+		return
+	}
+	pid := s.cmd.Process.Pid
+	name := "PyTorch's server"
+	if s.version == "-" {
+		name = "ncclgo's server"
+	}
+	fmt.Fprintf(os.Stderr, "storebench: %s, %d clients, %s: RSS %.0f KiB (anonymous %.0f, file %.0f), threads %.0f\n",
+		name, n, when, statusKiB(pid, "VmRSS"), statusKiB(pid, "RssAnon"), statusKiB(pid, "RssFile"), statusKiB(pid, "Threads"))
+	if s.version == "-" {
+		s.tell("memstats")
+	}
 }
 
 var detectedProto rendezvous.TorchProtocol
@@ -1022,6 +1094,7 @@ func cpuTimes(pid int) (user, sys float64) {
 func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, limit time.Duration, restart func() *server) result {
 	var r result
 	before := srv.settledRSS()
+	srv.memReport("before the clients come", n)
 	var stores []rendezvous.Store
 	r.allKeys, stores = bringUpKeep(srv, n, limit, dialTorch(srv.addr, proto), allKeys)
 	if r.allKeys == failed {
@@ -1032,6 +1105,7 @@ func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, limit t
 		}
 		srv = restart()
 		before = srv.settledRSS()
+		srv.memReport("before the clients come", n)
 		var ph phase
 		if ph, stores = bringUpKeep(srv, n, limit, dialTorch(srv.addr, proto), ownKey); ph == failed {
 			for _, c := range stores {
@@ -1051,6 +1125,7 @@ func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, limit t
 	}
 	time.Sleep(idleWait)
 	r.kibIdle = (rssKiB(pid) - before) / float64(n)
+	srv.memReport(idleWait.String()+" after the bring-up", n)
 	// The storm is one request on each idle connection: what it costs the server,
 	// parking again included (ncclgo's server parks a connection 250 ms after its
 	// last request), against a request on a busy connection (the steady mix).
@@ -1060,6 +1135,7 @@ func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, limit t
 	r.cpuPerIdleOp = (cpuMs(pid) - cpu0) * 1000 / float64(n)
 	time.Sleep(idleWait - 750*time.Millisecond)
 	r.kibAfterStorm = (rssKiB(pid) - before) / float64(n)
+	srv.memReport(idleWait.String()+" after a wake storm", n)
 	// And what it holds: ncclgo's server first returns its garbage to the system.
 	r.kibPerClient = (srv.settledRSS() - before) / float64(n)
 	steadyMix(srv, n, stores, steady, &r)
