@@ -26,13 +26,13 @@ func (c *Comm) Lend() {
 }
 
 // Reclaim ends Lend: it returns once no dump reads the ring, which the caller may then
-// write again.
+// write again. A Reclaim without a Lend before it returns at once.
 func (c *Comm) Reclaim() {
 	if c == nil || !c.ext {
 		return
 	}
-	for i := 0; !c.lend.CompareAndSwap(ringLent, ringHeld); i++ {
-		backoff(i)
+	for i := 0; !c.lend.CompareAndSwap(ringLent, ringHeld) && c.lend.Load() == ringRead; i++ {
+		backoff(i) // a dump reads the ring: it hands it back in microseconds
 	}
 }
 

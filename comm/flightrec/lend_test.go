@@ -93,3 +93,27 @@ func TestLendRacesDumps(t *testing.T) {
 	nilComm.Lend() // a nil ring is off: nothing to lend
 	nilComm.Reclaim()
 }
+
+// TestReclaimWithoutLendReturns: a Reclaim that finds the ring held (no Lend before it,
+// or a second Reclaim) returns at once instead of waiting for a Lend that never comes.
+func TestReclaimWithoutLendReturns(t *testing.T) {
+	var mu sync.Mutex
+	r := newRecorder(t, Config{Entries: 4}, 0)
+	c := newComm(t, r, Group{Name: "0", Ranks: []int{0, 1}, Lock: &mu})
+	done := make(chan struct{})
+	go func() {
+		mu.Lock()
+		c.Reclaim()
+		c.Lend()
+		c.Reclaim()
+		c.Reclaim()
+		mu.Unlock()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("Reclaim without a Lend waited")
+	}
+	require.NoError(t, r.Dump(io.Discard))
+}
