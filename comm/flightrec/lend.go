@@ -1,9 +1,13 @@
 package flightrec
 
 import (
-	"runtime"
 	"time"
+
+	"github.com/ncclgo/ncclgo/comm/internal/core"
 )
+
+// backoffMax is the longest sleep between two tries of Reclaim and of a dump's read.
+const backoffMax = 50 * time.Microsecond
 
 // The states of a ring registered with Group.Lock, for Lend: the lock's holder may
 // write it (ringHeld), it lent it while it waits (ringLent), or a dump reads it
@@ -32,7 +36,7 @@ func (c *Comm) Reclaim() {
 		return
 	}
 	for i := 0; !c.lend.CompareAndSwap(ringLent, ringHeld) && c.lend.Load() == ringRead; i++ {
-		backoff(i) // a dump reads the ring: it hands it back in microseconds
+		core.Pause(i, backoffMax) // a dump reads the ring: it hands it back in microseconds
 	}
 }
 
@@ -51,15 +55,6 @@ func (c *Comm) read(f func()) {
 			c.lend.Store(ringLent)
 			return
 		}
-		backoff(i)
+		core.Pause(i, backoffMax)
 	}
-}
-
-// backoff is the pause of the i-th try of a short wait: yield at first, then sleep.
-func backoff(i int) {
-	if i < 16 {
-		runtime.Gosched()
-		return
-	}
-	time.Sleep(50 * time.Microsecond)
 }

@@ -12,20 +12,8 @@ import (
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
-// pause backs off between two polls: the first ones only yield the processor (device
-// work often finishes within microseconds), later ones sleep up to max.
-func pause(i int, max time.Duration) {
-	const spins = 64
-	if i < spins {
-		runtime.Gosched()
-		return
-	}
-	d := time.Microsecond << min((i-spins)/8, 20)
-	if d > max {
-		d = max
-	}
-	time.Sleep(d)
-}
+// pause backs off between two polls (core.Pause).
+func pause(i int, max time.Duration) { core.Pause(i, max) }
 
 // bind locks the calling goroutine to its OS thread and makes the rank's device current
 // there, for the calls that depend on the current CUDA context. The caller must call
