@@ -145,6 +145,10 @@ type Communicator struct {
 	faultMu sync.Mutex
 	fault   error
 	faulted atomic.Bool // fault != nil, readable without faultMu
+	// dumped is closed once the fault has been logged and dumped (under faultMu, made
+	// with fault): every fail waits for it, so an error that reports the failure comes
+	// back once the failure's dump is written (or dumpWait has passed).
+	dumped chan struct{}
 
 	suspended atomic.Bool // Suspend succeeded (or is under way) and Resume has not (suspend.go)
 

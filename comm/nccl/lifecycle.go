@@ -129,18 +129,25 @@ func (c *Communicator) streamIdle(ctx context.Context) bool {
 }
 
 // fail records the first fatal error the communicator saw (it is unhealthy from then
-// on) and returns err, made to match ErrUnhealthy too.
+// on) and returns err, made to match ErrUnhealthy too. It returns once the first
+// failure's flight-recorder dump is written (or dumpWait has passed), whichever
+// goroutine saw the failure first.
 func (c *Communicator) fail(err error) error {
 	c.faultMu.Lock()
 	first := c.fault == nil
 	if first {
 		c.fault = err
 		c.faulted.Store(true)
+		c.dumped = make(chan struct{})
 	}
+	dumped := c.dumped
 	c.faultMu.Unlock()
 	if first {
 		c.cfg.Log.Warn("comm: communicator failed", "rank", c.rank, "err", err)
 		c.dump("failure")
+		close(dumped)
+	} else {
+		<-dumped
 	}
 	if errors.Is(err, comm.ErrUnhealthy) {
 		return err
