@@ -2,11 +2,14 @@ package nccl
 
 import (
 	"bytes"
+	"errors"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/flightrec"
 	"github.com/ncclgo/ncclgo/comm/internal/fakegpu"
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
@@ -88,4 +91,39 @@ func TestAsyncAndTwoRankReductionsAreRecorded(t *testing.T) {
 			require.Equal(t, [][]int64{{int64(4096 / b.size)}}, tr.Entries[0].InputSizes, "elements of the backend's type")
 		})
 	}
+}
+
+// TestFailureErrorsWaitForTheFailureDump: when two goroutines see a communicator fail
+// at once (an operation's timeout and the watchdog's), the one that records the fault
+// second returns its error only once the first one's dump is written, so that a user
+// who reads the dump on that error finds it. The dump here is held back by the
+// communicator's lock (a ring's lock, as a settle inside an enqueued call holds it).
+// Before, the second goroutine returned at once, with no dump on disk.
+func TestFailureErrorsWaitForTheFailureDump(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("NCCLGO_FR_DUMP_FILE", filepath.Join(dir, "rank_"))
+	b := newFakeNCCL(t, fakegpu.New(), 0, 2, quiet, WithFlightRecorder(8))
+	require.NoError(t, b.AllReduce(p, 4096))
+	c := b.c
+	c.mu.Lock()
+	first := make(chan error, 1)
+	go func() { first <- c.fail(errors.New("first failure")) }()
+	for deadline := time.Now().Add(time.Minute); !c.faulted.Load(); {
+		require.True(t, time.Now().Before(deadline), "the first failure was never recorded")
+		time.Sleep(time.Millisecond)
+	}
+	second := make(chan error, 1)
+	go func() { second <- c.fail(errors.New("second failure")) }()
+	select {
+	case <-second:
+		c.mu.Unlock()
+		t.Fatal("the second failure returned before the first one's dump was written")
+	case <-time.After(100 * time.Millisecond):
+	}
+	c.mu.Unlock() // the dump goes on and is written
+	require.ErrorIs(t, <-second, comm.ErrUnhealthy)
+	tr, err := flightrec.ReadFile(filepath.Join(dir, "rank_0"))
+	require.NoError(t, err, "no dump on disk when the failure's error came back")
+	require.NotEmpty(t, tr.Entries)
+	require.ErrorIs(t, <-first, comm.ErrUnhealthy)
 }
