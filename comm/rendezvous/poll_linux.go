@@ -71,30 +71,17 @@ func (p *poller) closeFDs() {
 func (p *poller) run() {
 	defer p.closeFDs()
 	events := make([]syscall.EpollEvent, 256)
-	for {
-		n, err := p.wait(events)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			break
-		}
-		var woken []*serverConn
-		p.mu.Lock()
-		for _, ev := range events[:n] {
-			if ev.Fd == 0 {
-				p.stopped = true
-			} else if c := p.conns[ev.Fd]; c != nil {
-				woken = append(woken, c)
+	if p.rc != nil {
+		p.runInNetpoller(events)
+	} else {
+		for {
+			n, err := syscall.EpollWait(p.ep, events, -1)
+			if err == syscall.EINTR {
+				continue
 			}
-		}
-		stopped := p.stopped
-		p.mu.Unlock()
-		for _, c := range woken {
-			c.wake()
-		}
-		if stopped {
-			break
+			if err != nil || p.dispatch(events[:n]) {
+				break
+			}
 		}
 	}
 	p.mu.Lock()
@@ -109,21 +96,50 @@ func (p *poller) run() {
 	}
 }
 
-// wait fills events with the next ones. Through Go's network poller it checks the
-// epoll instance without blocking, and sleeps in the poller until it is readable
-// (an EINTR returns, so that run checks again rather than wait for a next event).
-func (p *poller) wait(events []syscall.EpollEvent) (n int, err error) {
-	if p.rc == nil {
-		return syscall.EpollWait(p.ep, events, -1)
-	}
-	rerr := p.rc.Read(func(fd uintptr) bool {
-		n, err = syscall.EpollWait(int(fd), events, 0)
-		return n > 0 || err != nil
+// runInNetpoller is run's loop through Go's network poller: the epoll instance is
+// checked without blocking, and the goroutine sleeps in Go's poller until it is
+// readable again. The whole loop is one RawRead, so that readiness that comes while
+// the woken connections are dispatched is kept (a new RawRead would clear it first):
+// after a check that drained the instance (fewer events than the batch holds) the
+// goroutine goes straight to sleep, without a second epoll_wait that would find
+// nothing. A wake then costs one epoll_wait.
+func (p *poller) runInNetpoller(events []syscall.EpollEvent) {
+	_ = p.rc.Read(func(fd uintptr) bool {
+		for {
+			n, err := syscall.EpollWait(int(fd), events, 0)
+			switch {
+			case err == syscall.EINTR:
+				continue
+			case err != nil:
+				return true
+			case n == 0:
+				return false // sleep until the instance is readable
+			case p.dispatch(events[:n]):
+				return true
+			case n < len(events):
+				return false // drained: the next event makes it readable again
+			}
+		}
 	})
-	if rerr != nil {
-		return 0, rerr
+}
+
+// dispatch wakes the connections of events; it reports whether close was called.
+func (p *poller) dispatch(events []syscall.EpollEvent) (stopped bool) {
+	var woken []*serverConn
+	p.mu.Lock()
+	for _, ev := range events {
+		if ev.Fd == 0 {
+			p.stopped = true
+		} else if c := p.conns[ev.Fd]; c != nil {
+			woken = append(woken, c)
+		}
 	}
-	return n, err
+	stopped = p.stopped
+	p.mu.Unlock()
+	for _, c := range woken {
+		c.wake()
+	}
+	return stopped
 }
 
 // close ends run.
