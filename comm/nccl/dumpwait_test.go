@@ -2,7 +2,9 @@ package nccl
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
@@ -126,4 +128,39 @@ func TestFailureErrorsWaitForTheFailureDump(t *testing.T) {
 	require.NoError(t, err, "no dump on disk when the failure's error came back")
 	require.NotEmpty(t, tr.Entries)
 	require.ErrorIs(t, <-first, comm.ErrUnhealthy)
+}
+
+// reentrantHandler is a log handler that, on the failure's warning, reports another
+// failure of the same communicator from inside the log call.
+type reentrantHandler struct {
+	slog.Handler
+	c         *Communicator
+	reentered bool
+}
+
+func (h *reentrantHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *reentrantHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "comm: communicator failed" && h.c != nil {
+		h.reentered = true
+		_ = h.c.fail(errors.New("reported by the log handler"))
+	}
+	return nil
+}
+
+// TestFailureFromTheLogHandlerDoesNotHang: a failure reported from inside the log
+// call of the first one (before its dump) waits for that dump a bounded time only.
+func TestFailureFromTheLogHandlerDoesNotHang(t *testing.T) {
+	h := &reentrantHandler{Handler: slog.DiscardHandler}
+	b := newFakeNCCL(t, fakegpu.New(), 0, 2, WithLogger(slog.New(h)), WithFlightRecorder(8))
+	h.c = b.c
+	done := make(chan error, 1)
+	go func() { done <- b.c.fail(errors.New("first failure")) }()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, comm.ErrUnhealthy)
+	case <-time.After(time.Minute):
+		t.Fatal("a failure reported from the log handler hung the first one")
+	}
+	require.True(t, h.reentered, "the log handler was not called")
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"time"
 
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/internal/core"
@@ -147,7 +148,14 @@ func (c *Communicator) fail(err error) error {
 		c.dump("failure")
 		close(dumped)
 	} else {
-		<-dumped
+		// Bounded even if the first goroutine is stuck before its dump (a log handler
+		// that calls back into the communicator).
+		t := time.NewTimer(2 * dumpWait)
+		select {
+		case <-dumped:
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	if errors.Is(err, comm.ErrUnhealthy) {
 		return err
