@@ -1020,8 +1020,16 @@ func settleTimeWait(n int) {
 	}
 }
 
-// timeWaits counts the TCP sockets in TIME_WAIT (-1: unknown).
+// timeWaits counts the TCP sockets in TIME_WAIT (-1: unknown): the kernel's count in
+// /proc/net/sockstat (one line, whatever the number of sockets), else a count of the
+// sockets tables, which the kernel writes out socket by socket (with tens of
+// thousands of sockets, a good part of a core while storebench waits).
 func timeWaits() int {
+	if b, err := os.ReadFile("/proc/net/sockstat"); err == nil {
+		if n, ok := sockstatTW(string(b)); ok {
+			return n
+		}
+	}
 	n, known := 0, false
 	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
 		b, err := os.ReadFile(f)
@@ -1035,6 +1043,24 @@ func timeWaits() int {
 		return -1
 	}
 	return n
+}
+
+// sockstatTW is the tw field of /proc/net/sockstat's TCP line (IPv4 and IPv6 sockets
+// in TIME_WAIT).
+func sockstatTW(sockstat string) (int, bool) {
+	for _, l := range strings.Split(sockstat, "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 || f[0] != "TCP:" {
+			continue
+		}
+		for i := 1; i+1 < len(f); i += 2 {
+			if f[i] == "tw" {
+				n, err := strconv.Atoi(f[i+1])
+				return n, err == nil
+			}
+		}
+	}
+	return 0, false
 }
 
 // countState counts the sockets of a /proc/net/tcp table in state st (hex).

@@ -57,3 +57,13 @@ func TestCountState(t *testing.T) {
 		t.Fatalf("countState(LISTEN) = %d, want 1", got)
 	}
 }
+
+func TestSockstatTW(t *testing.T) {
+	stat := "sockets: used 29\nTCP: inuse 16 orphan 0 tw 313 alloc 21 mem 240\nUDP: inuse 0 mem 0\n"
+	if n, ok := sockstatTW(stat); !ok || n != 313 {
+		t.Fatalf("sockstatTW = %d, %v; want 313, true", n, ok)
+	}
+	if _, ok := sockstatTW("sockets: used 29\nUDP: inuse 0 mem 0\n"); ok {
+		t.Fatal("sockstatTW found a count in a table without a TCP line")
+	}
+}
