@@ -125,7 +125,7 @@ func (c *Communicator) streamIdle(ctx context.Context) bool {
 		if ctx.Err() != nil {
 			return false
 		}
-		pause(i, c.cfg.Poll)
+		core.Pause(i, c.cfg.Poll)
 	}
 }
 
@@ -150,12 +150,10 @@ func (c *Communicator) fail(err error) error {
 	} else {
 		// Bounded even if the first goroutine is stuck before its dump (a log handler
 		// that calls back into the communicator).
-		t := time.NewTimer(2 * dumpWait)
 		select {
 		case <-dumped:
-		case <-t.C:
+		case <-time.After(2 * dumpWait):
 		}
-		t.Stop()
 	}
 	if errors.Is(err, comm.ErrUnhealthy) {
 		return err

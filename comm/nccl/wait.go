@@ -12,9 +12,6 @@ import (
 	"github.com/ncclgo/ncclgo/comm/internal/gpulib"
 )
 
-// pause backs off between two polls (core.Pause).
-func pause(i int, max time.Duration) { core.Pause(i, max) }
-
 // bind locks the calling goroutine to its OS thread and makes the rank's device current
 // there, for the calls that depend on the current CUDA context. The caller must call
 // runtime.UnlockOSThread when bind succeeded.
@@ -149,7 +146,7 @@ func (c *Communicator) settle(ctx context.Context, comm gpulib.Comm, m waitMode)
 		if err := c.expired(ctx, deadline); err != nil {
 			return err
 		}
-		pause(i, c.cfg.Poll)
+		core.Pause(i, c.cfg.Poll)
 	}
 }
 
@@ -196,7 +193,7 @@ func (c *Communicator) drained(ctx context.Context, s gpulib.Stream, m waitMode,
 		if _, err := c.poll(ctx, c.comm, deadline); err != nil {
 			return err
 		}
-		pause(i, c.cfg.Poll)
+		core.Pause(i, c.cfg.Poll)
 	}
 }
 
