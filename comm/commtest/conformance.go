@@ -137,6 +137,19 @@ func (h Harness) lacking(t *testing.T, c Capability, has bool, why string) {
 	t.Skipf("%s: not offered (%s) and not required by the harness", c, why)
 }
 
+// backendsAs returns every rank's backend as a T (indexed by rank), or ends the case
+// as lacking c (why says what is missing) when one is not.
+func backendsAs[T any](t *testing.T, e *env, c Capability, why string) []T {
+	t.Helper()
+	bs := make([]T, e.n)
+	for _, r := range e.ranks() {
+		b, ok := e.b[r].(T)
+		e.h.lacking(t, c, ok, why)
+		bs[r] = b
+	}
+	return bs
+}
+
 func (h Harness) requires(c Capability) bool {
 	for _, r := range h.Requires {
 		if r == c {

@@ -14,11 +14,7 @@ import (
 // backends, or an NCCL without the API (every rank says ErrUnsupported), lack it.
 func (e *env) deviceAPI(t *testing.T) {
 	cs := make([]*nccl.Communicator, e.n)
-	for _, r := range e.ranks() {
-		b, ok := e.b[r].(*nccl.Backend)
-		if !ok {
-			e.h.lacking(t, CapDeviceAPI, false, "the backends are not *nccl.Backend")
-		}
+	for r, b := range backendsAs[*nccl.Backend](t, e, CapDeviceAPI, "the backends are not *nccl.Backend") {
 		cs[r] = b.Communicator()
 	}
 	props := make([]nccl.Properties, e.n)

@@ -40,15 +40,7 @@ func (e *env) grow(t *testing.T) {
 		e.h.lacking(t, CapGrow, false, "the newcomer must run in this process, and the world spans several")
 		return
 	}
-	bs := make([]growBackend, e.n)
-	for r := range e.n {
-		b, ok := e.b[r].(growBackend)
-		if !ok {
-			e.h.lacking(t, CapGrow, false, "the backend has no Grow")
-			return
-		}
-		bs[r] = b
-	}
+	bs := backendsAs[growBackend](t, e, CapGrow, "the backend has no Grow")
 	devs, ok := e.inst.(DeviceOptioner)
 	if !ok {
 		e.h.lacking(t, CapGrow, false, "the instance cannot bring up a newcomer (no DeviceOption)")

@@ -33,15 +33,7 @@ type oneSidedBackend interface {
 // ErrUnsupported on every rank.
 func (e *env) oneSided(t *testing.T) {
 	const window, block = 4096, 512
-	bs := make([]oneSidedBackend, e.n)
-	for r := range e.n {
-		b, ok := e.b[r].(oneSidedBackend)
-		if !ok {
-			e.h.lacking(t, CapOneSided, false, "the backend has no PutSignal")
-			return
-		}
-		bs[r] = b
-	}
+	bs := backendsAs[oneSidedBackend](t, e, CapOneSided, "the backend has no PutSignal")
 	next := func(r int) int { return (r + 1) % e.n }
 	prev := func(r int) int { return (r + e.n - 1) % e.n }
 	errs := e.try(t, func(r int) error { return bs[r].Signal(next(r), nccl.Signal{}, 0) })
