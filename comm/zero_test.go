@@ -59,7 +59,7 @@ func TestZeroSingleRefusesReductionsWithoutAnElementType(t *testing.T) {
 	var s comm.Single
 	assert.ErrorIs(t, s.AllReduce(8, 8), comm.ErrInvalidType)
 	var n comm.NoOp
-	assert.NoError(t, n.AllReduce(8, 2, comm.Float32, comm.Sum))
+	assert.NoError(t, n.AllReduce(0x10000, 2, comm.Float32, comm.Sum))
 }
 
 // The zero NCCL and MPI values work where nothing is needed (Rank 0) and refuse

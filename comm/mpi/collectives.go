@@ -24,6 +24,9 @@ func (c *Communicator) scratch(bytes int) unsafe.Pointer {
 	return unsafe.Pointer(&c.tmp[:1][0])
 }
 
+// addr is the host address a DevicePtr carries, as the MPI calls take it (call).
+func addr(p comm.DevicePtr) uintptr { return uintptr(p) }
+
 // AllReduceInto reduces count elements at send across ranks with op into recv
 // (MPI_Allreduce out of place; send == recv is the in-place AllReduce). It has
 // completed when it returns.
@@ -39,19 +42,19 @@ func (c *Communicator) AllReduceInto(send, recv comm.DevicePtr, count int, t com
 		return err
 	}
 	defer c.unlockBlocking(bytes)
-	in, out := hostPtr(send), hostPtr(recv)
+	in := addr(send)
 	mop := op
 	switch {
 	case op == comm.Avg:
 		// recv gets the pre-multiplied contributions (a copy for integers), reduced in place.
-		c.premultiply(out, in, count, t)
-		in, mop = c.p.inPlace, comm.Sum
+		c.premultiply(hostPtr(recv), hostPtr(send), count, t)
+		in, mop = mpi.InPlace, comm.Sum
 	case send == recv:
-		in = c.p.inPlace
+		in = mpi.InPlace
 	}
-	err = c.allreduce(in, out, count, c.p.types[t], c.p.ops[t][mop])
+	err = c.allreduce(in, addr(recv), count, c.p.types[t], c.p.ops[t][mop])
 	if err == nil && op == comm.Avg {
-		c.divide(out, count, t)
+		c.divide(hostPtr(recv), count, t)
 	}
 	return c.opErr(core.OpAllReduceInto, bytes, err)
 }
@@ -74,7 +77,7 @@ func (c *Communicator) BroadcastInto(send, recv comm.DevicePtr, count int, t com
 	if c.rank == root && send != recv && bytes > 0 {
 		copy(unsafe.Slice((*byte)(hostPtr(recv)), bytes), unsafe.Slice((*byte)(hostPtr(send)), bytes))
 	}
-	return c.opErr(core.OpBroadcastInto, bytes, c.bcast(hostPtr(recv), bytes, root))
+	return c.opErr(core.OpBroadcastInto, bytes, c.bcast(addr(recv), bytes, root))
 }
 
 // Reduce reduces count elements at send across ranks with op into recv on root
@@ -92,30 +95,26 @@ func (c *Communicator) Reduce(send, recv comm.DevicePtr, count int, t comm.DType
 		return err
 	}
 	defer c.unlockBlocking(bytes)
-	in, out := hostPtr(send), hostPtr(recv)
+	in, out := addr(send), addr(recv)
 	isRoot := c.rank == root
 	if !isRoot {
-		out = nil
+		out = 0
 	}
 	mop := op
 	switch {
 	case op == comm.Avg && isRoot:
-		c.premultiply(out, in, count, t)
-		in, mop = c.p.inPlace, comm.Sum
+		c.premultiply(hostPtr(recv), hostPtr(send), count, t)
+		in, mop = mpi.InPlace, comm.Sum
 	case op == comm.Avg:
 		tmp := c.scratch(bytes)
-		c.premultiply(tmp, in, count, t)
-		in, mop = tmp, comm.Sum
+		c.premultiply(tmp, hostPtr(send), count, t)
+		in, mop = uintptr(tmp), comm.Sum
 	case isRoot && send == recv:
-		in = c.p.inPlace
+		in = mpi.InPlace
 	}
-	if ran, e := c.offload(callReduce, uintptr(in), uintptr(out), uintptr(count), uintptr(c.p.types[t]), uintptr(c.p.ops[t][mop]), uintptr(root), uintptr(c.comm)); ran {
-		err = e
-	} else {
-		err = mpi.Reduce(in, out, int32(count), c.p.types[t], c.p.ops[t][mop], int32(root), c.comm)
-	}
+	err = c.call(callReduce, in, out, uintptr(count), uintptr(c.p.types[t]), uintptr(c.p.ops[t][mop]), uintptr(root), uintptr(c.comm))
 	if err == nil && op == comm.Avg && isRoot {
-		c.divide(out, count, t)
+		c.divide(hostPtr(recv), count, t)
 	}
 	return c.opErr(core.OpReduce, bytes, err)
 }
@@ -135,11 +134,11 @@ func (c *Communicator) Gather(send, recv comm.DevicePtr, count int, t comm.DType
 		return err
 	}
 	defer c.unlockBlocking(bytes)
-	in, out := hostPtr(send), hostPtr(recv)
+	in, out := addr(send), addr(recv)
 	if c.rank != root {
-		out = nil
+		out = 0
 	} else if send == recv+comm.DevicePtr(root*bytes) {
-		in = c.p.inPlace
+		in = mpi.InPlace
 	}
 	return c.opErr(core.OpGather, bytes, c.byteCall(callGather, in, bytes, out, root))
 }
@@ -159,11 +158,11 @@ func (c *Communicator) Scatter(send, recv comm.DevicePtr, count int, t comm.DTyp
 		return err
 	}
 	defer c.unlockBlocking(bytes)
-	in, out := hostPtr(send), hostPtr(recv)
+	in, out := addr(send), addr(recv)
 	if c.rank != root {
-		in = nil
+		in = 0
 	} else if recv == send+comm.DevicePtr(root*bytes) {
-		out = c.p.inPlace
+		out = mpi.InPlace
 	}
 	return c.opErr(core.OpScatter, bytes, c.byteCall(callScatter, in, bytes, out, root))
 }
@@ -183,7 +182,7 @@ func (c *Communicator) AllToAll(send, recv comm.DevicePtr, count int, t comm.DTy
 		return err
 	}
 	defer c.unlockBlocking(bytes)
-	return c.opErr(core.OpAllToAll, bytes*c.world, c.byteCall(callAlltoall, hostPtr(send), bytes, hostPtr(recv), -1))
+	return c.opErr(core.OpAllToAll, bytes*c.world, c.byteCall(callAlltoall, addr(send), bytes, addr(recv), -1))
 }
 
 // AllToAllv is AllToAll with per-peer counts and displacements in elements
@@ -208,11 +207,8 @@ func (c *Communicator) AllToAllv(send comm.DevicePtr, sendCounts, sendDispls []i
 	}
 	defer c.unlockBlocking(mpiAlwaysTimed)
 	u8 := c.p.types[comm.Uint8]
-	ran, err := c.offload(callAlltoallv, uintptr(hostPtr(send)), uintptr(unsafe.Pointer(&sc[0])), uintptr(unsafe.Pointer(&sd[0])), uintptr(u8),
-		uintptr(hostPtr(recv)), uintptr(unsafe.Pointer(&rc[0])), uintptr(unsafe.Pointer(&rd[0])), uintptr(u8), uintptr(c.comm))
-	if !ran {
-		err = mpi.Alltoallv(hostPtr(send), &sc[0], &sd[0], u8, hostPtr(recv), &rc[0], &rd[0], u8, c.comm)
-	}
+	err = c.call(callAlltoallv, addr(send), uintptr(unsafe.Pointer(&sc[0])), uintptr(unsafe.Pointer(&sd[0])), uintptr(u8),
+		addr(recv), uintptr(unsafe.Pointer(&rc[0])), uintptr(unsafe.Pointer(&rd[0])), uintptr(u8), uintptr(c.comm))
 	runtime.KeepAlive(sc)
 	runtime.KeepAlive(sd)
 	runtime.KeepAlive(rc)
@@ -220,51 +216,30 @@ func (c *Communicator) AllToAllv(send comm.DevicePtr, sendCounts, sendDispls []i
 	return c.opErr(core.OpAllToAllv, bytes, err)
 }
 
-// allreduce is MPI_Allreduce on c, on the progress thread under contention (progress.go).
-func (c *Communicator) allreduce(in, out unsafe.Pointer, count int, t mpi.Datatype, op mpi.Op) error {
-	if ran, err := c.offload(callAllreduce, uintptr(in), uintptr(out), uintptr(count), uintptr(t), uintptr(op), uintptr(c.comm)); ran {
-		return err
-	}
-	return mpi.Allreduce(in, out, int32(count), t, op, c.comm)
+// allreduce is MPI_Allreduce on c (call: on the progress thread under contention,
+// progress.go); in may be mpi.InPlace.
+func (c *Communicator) allreduce(in, out uintptr, count int, t mpi.Datatype, op mpi.Op) error {
+	return c.call(callAllreduce, in, out, uintptr(count), uintptr(t), uintptr(op), uintptr(c.comm))
 }
 
 // reduceScatterBlock is MPI_Reduce_scatter_block on c, as allreduce.
-func (c *Communicator) reduceScatterBlock(in, out unsafe.Pointer, count int, t mpi.Datatype, op mpi.Op) error {
-	if ran, err := c.offload(callReduceScatterBlock, uintptr(in), uintptr(out), uintptr(count), uintptr(t), uintptr(op), uintptr(c.comm)); ran {
-		return err
-	}
-	return mpi.ReduceScatterBlock(in, out, int32(count), t, op, c.comm)
+func (c *Communicator) reduceScatterBlock(in, out uintptr, count int, t mpi.Datatype, op mpi.Op) error {
+	return c.call(callReduceScatterBlock, in, out, uintptr(count), uintptr(t), uintptr(op), uintptr(c.comm))
 }
 
 // bcast is MPI_Bcast of bytes on c, as allreduce.
-func (c *Communicator) bcast(buf unsafe.Pointer, bytes, root int) error {
-	u8 := c.p.types[comm.Uint8]
-	if ran, err := c.offload(callBcast, uintptr(buf), uintptr(bytes), uintptr(u8), uintptr(root), uintptr(c.comm)); ran {
-		return err
-	}
-	return mpi.Bcast(buf, int32(bytes), u8, int32(root), c.comm)
+func (c *Communicator) bcast(buf uintptr, bytes, root int) error {
+	return c.call(callBcast, buf, uintptr(bytes), uintptr(c.p.types[comm.Uint8]), uintptr(root), uintptr(c.comm))
 }
 
 // byteCall is MPI_Allgather, MPI_Alltoall (root -1), MPI_Gather or MPI_Scatter of bytes
 // per rank on c, as allreduce.
-func (c *Communicator) byteCall(kind int, in unsafe.Pointer, bytes int, out unsafe.Pointer, root int) error {
-	u8 := c.p.types[comm.Uint8]
+func (c *Communicator) byteCall(kind int, in uintptr, bytes int, out uintptr, root int) error {
+	u8 := uintptr(c.p.types[comm.Uint8])
 	if kind == callGather || kind == callScatter {
-		if ran, err := c.offload(kind, uintptr(in), uintptr(bytes), uintptr(u8), uintptr(out), uintptr(bytes), uintptr(u8), uintptr(root), uintptr(c.comm)); ran {
-			return err
-		}
-	} else if ran, err := c.offload(kind, uintptr(in), uintptr(bytes), uintptr(u8), uintptr(out), uintptr(bytes), uintptr(u8), uintptr(c.comm)); ran {
-		return err
+		return c.call(kind, in, uintptr(bytes), u8, out, uintptr(bytes), u8, uintptr(root), uintptr(c.comm))
 	}
-	switch kind {
-	case callAllgather:
-		return mpi.Allgather(in, int32(bytes), u8, out, int32(bytes), u8, c.comm)
-	case callAlltoall:
-		return mpi.Alltoall(in, int32(bytes), u8, out, int32(bytes), u8, c.comm)
-	case callGather:
-		return mpi.Gather(in, int32(bytes), u8, out, int32(bytes), u8, int32(root), c.comm)
-	}
-	return mpi.Scatter(in, int32(bytes), u8, out, int32(bytes), u8, int32(root), c.comm)
+	return c.call(kind, in, uintptr(bytes), u8, out, uintptr(bytes), u8, uintptr(c.comm))
 }
 
 // mpiByteCounts converts one side of AllToAllv (validated: one entry per rank, none

@@ -116,7 +116,6 @@ type mpiProcess struct {
 	types     [len(core.DtypeInfo)]mpi.Datatype
 	ops       [len(core.DtypeInfo)][4]mpi.Op // Sum, Prod, Max, Min (Avg is composed)
 	userOps   []mpi.Op                       // created here, freed with the last communicator
-	inPlace   unsafe.Pointer
 	tagUB     int
 }
 
@@ -293,8 +292,6 @@ func (p *mpiProcess) mainThread() {
 
 // handles resolves the datatype and operator handles and creates the user operators.
 func (p *mpiProcess) handles() error {
-	in := mpi.InPlace
-	p.inPlace = *(*unsafe.Pointer)(unsafe.Pointer(&in))
 	var errs []error
 	dt := func(f func() (mpi.Datatype, error)) mpi.Datatype {
 		h, err := f()
@@ -530,13 +527,12 @@ func (c *Communicator) AllReduce(ptr comm.DevicePtr, count int, t comm.DType, op
 	}
 	c.record(flightrec.AllReduce, count, t, 0)
 	var err error
-	buf := hostPtr(ptr)
 	if op == comm.Avg {
-		err = c.allReduceAvg(buf, count, t)
+		err = c.allReduceAvg(ptr, count, t)
 	} else {
 		// No defer on this path: it is the call BenchmarkMPIRankAllReduceOverhead times, and
 		// nothing between Lock and Unlock can panic.
-		err = c.allreduce(c.p.inPlace, buf, count, c.p.types[t], c.p.ops[t][op])
+		err = c.allreduce(mpi.InPlace, addr(ptr), count, c.p.types[t], c.p.ops[t][op])
 	}
 	c.unlockBlocking(bytes)
 	return c.opErr(core.OpAllReduce, bytes, err)
@@ -554,11 +550,11 @@ func (c *Communicator) allReduceChecks(ptr comm.DevicePtr, count int, t comm.DTy
 
 // allReduceAvg is AllReduce with Avg, under the process lock: NCCL's average composed
 // from a pre-multiplied (or, for integers, divided) Sum.
-func (c *Communicator) allReduceAvg(buf unsafe.Pointer, count int, t comm.DType) error {
-	c.premultiply(buf, buf, count, t)
-	err := c.allreduce(c.p.inPlace, buf, count, c.p.types[t], c.p.ops[t][comm.Sum])
+func (c *Communicator) allReduceAvg(ptr comm.DevicePtr, count int, t comm.DType) error {
+	c.premultiply(hostPtr(ptr), hostPtr(ptr), count, t)
+	err := c.allreduce(mpi.InPlace, addr(ptr), count, c.p.types[t], c.p.ops[t][comm.Sum])
 	if err == nil {
-		c.divide(buf, count, t)
+		c.divide(hostPtr(ptr), count, t)
 	}
 	return err
 }
@@ -580,8 +576,6 @@ func (c *Communicator) ReduceScatter(send, recv comm.DevicePtr, count int, t com
 	c.record(flightrec.ReduceScatter, count, t, 0)
 	defer c.unlockBlocking(bytes)
 	total := bytes * c.world
-	in := hostPtr(send)
-	out := hostPtr(recv)
 	mop := op
 	if op == comm.Avg {
 		mop = comm.Sum
@@ -594,19 +588,19 @@ func (c *Communicator) ReduceScatter(send, recv comm.DevicePtr, count int, t com
 			c.tmp = make([]byte, total)
 		}
 		tmp := c.tmp[:max(total, 1)]
-		copy(tmp, unsafe.Slice((*byte)(in), total))
+		copy(tmp, unsafe.Slice((*byte)(hostPtr(send)), total))
 		if op == comm.Avg {
 			c.premultiply(unsafe.Pointer(&tmp[0]), unsafe.Pointer(&tmp[0]), count*c.world, t)
 		}
-		err = c.reduceScatterBlock(c.p.inPlace, unsafe.Pointer(&tmp[0]), count, c.p.types[t], c.p.ops[t][mop])
+		err = c.reduceScatterBlock(mpi.InPlace, uintptr(unsafe.Pointer(&tmp[0])), count, c.p.types[t], c.p.ops[t][mop])
 		if err == nil {
-			copy(unsafe.Slice((*byte)(out), bytes), tmp[:bytes])
+			copy(unsafe.Slice((*byte)(hostPtr(recv)), bytes), tmp[:bytes])
 		}
 	default:
-		err = c.reduceScatterBlock(in, out, count, c.p.types[t], c.p.ops[t][mop])
+		err = c.reduceScatterBlock(addr(send), addr(recv), count, c.p.types[t], c.p.ops[t][mop])
 	}
 	if err == nil && op == comm.Avg {
-		c.divide(out, count, t)
+		c.divide(hostPtr(recv), count, t)
 	}
 	return c.opErr(core.OpReduceScatter, bytes, err)
 }
@@ -626,7 +620,7 @@ func (c *Communicator) Broadcast(ptr comm.DevicePtr, count int, t comm.DType, ro
 	}
 	c.record(flightrec.Broadcast, count, t, 0)
 	defer c.unlockBlocking(bytes)
-	return c.opErr(core.OpBroadcast, bytes, c.bcast(hostPtr(ptr), bytes, root))
+	return c.opErr(core.OpBroadcast, bytes, c.bcast(addr(ptr), bytes, root))
 }
 
 // AllGather gathers count elements from every rank into recv in rank order
@@ -645,11 +639,11 @@ func (c *Communicator) AllGather(send, recv comm.DevicePtr, count int, t comm.DT
 	}
 	c.record(flightrec.AllGather, count, t, 0)
 	defer c.unlockBlocking(bytes)
-	in := hostPtr(send)
+	in := addr(send)
 	if send == recv+comm.DevicePtr(c.rank*bytes) {
-		in = c.p.inPlace
+		in = mpi.InPlace
 	}
-	return c.opErr(core.OpAllGather, bytes, c.byteCall(callAllgather, in, bytes, hostPtr(recv), -1))
+	return c.opErr(core.OpAllGather, bytes, c.byteCall(callAllgather, in, bytes, addr(recv), -1))
 }
 
 // Send posts a send of count elements at ptr to dest with tag (MPI_Isend); it completes

@@ -41,27 +41,42 @@ typedef int (*f_rooted)(const void *, int, void *, void *, int, void *, int, voi
 typedef int (*f_testall)(int, void *, int *, void *);
 typedef int (*f_alltoallv)(const void *, const int *, const int *, void *, void *, const int *, const int *, void *, void *);
 
-#define P(i) ((void *)w->a[i])
-#define I(i) ((int)(intptr_t)w->a[i])
+#define P(i) ((void *)a[i])
+#define I(i) ((int)(intptr_t)a[i])
 
-static int ncclgo_progress_call(ncclgo_progress *w) {
-	switch (w->kind) {
-	case K_ALLREDUCE: return ((f_allreduce)w->fp)(P(0), P(1), I(2), P(3), P(4), P(5));
-	case K_REDUCE: return ((f_reduce)w->fp)(P(0), P(1), I(2), P(3), P(4), I(5), P(6));
-	case K_BCAST: return ((f_bcast)w->fp)(P(0), I(1), P(2), I(3), P(4));
+// ncclgo_call makes the call kind of the function at fp with arguments a. Addresses
+// travel as uintptr_t, so that Go never holds MPI_IN_PLACE ((void *)1) in a pointer.
+static int ncclgo_call(int kind, uintptr_t fp, const uintptr_t *a, int *flag, int32_t *cancel) {
+	switch (kind) {
+	case K_ALLREDUCE: return ((f_allreduce)fp)(P(0), P(1), I(2), P(3), P(4), P(5));
+	case K_REDUCE: return ((f_reduce)fp)(P(0), P(1), I(2), P(3), P(4), I(5), P(6));
+	case K_BCAST: return ((f_bcast)fp)(P(0), I(1), P(2), I(3), P(4));
 	case K_ALLGATHER:
-	case K_ALLTOALL: return ((f_allgather)w->fp)(P(0), I(1), P(2), P(3), I(4), P(5), P(6));
-	case K_REDUCE_SCATTER_BLOCK: return ((f_rsb)w->fp)(P(0), P(1), I(2), P(3), P(4), P(5));
+	case K_ALLTOALL: return ((f_allgather)fp)(P(0), I(1), P(2), P(3), I(4), P(5), P(6));
+	case K_REDUCE_SCATTER_BLOCK: return ((f_rsb)fp)(P(0), P(1), I(2), P(3), P(4), P(5));
 	case K_GATHER:
-	case K_SCATTER: return ((f_rooted)w->fp)(P(0), I(1), P(2), P(3), I(4), P(5), I(6), P(7));
-	case K_ALLTOALLV: return ((f_alltoallv)w->fp)(P(0), P(1), P(2), P(3), P(4), P(5), P(6), P(7), P(8));
+	case K_SCATTER: return ((f_rooted)fp)(P(0), I(1), P(2), P(3), I(4), P(5), I(6), P(7));
+	case K_ALLTOALLV: return ((f_alltoallv)fp)(P(0), P(1), P(2), P(3), P(4), P(5), P(6), P(7), P(8));
 	case K_TESTALL:
 		for (;;) {
-			int rc = ((f_testall)w->fp)(I(0), P(1), &w->flag, P(2));
-			if (rc != 0 || w->flag || __atomic_load_n(&w->cancel, __ATOMIC_ACQUIRE)) return rc;
+			int rc = ((f_testall)fp)(I(0), P(1), flag, P(2));
+			if (rc != 0 || *flag || __atomic_load_n(cancel, __ATOMIC_ACQUIRE)) return rc;
 		}
 	}
 	return -1;
+}
+
+static int ncclgo_progress_call(ncclgo_progress *w) {
+	return ncclgo_call(w->kind, w->fp, w->a, &w->flag, &w->cancel);
+}
+
+// ncclgo_mpi_call makes a call other than K_TESTALL on the calling thread.
+static int ncclgo_mpi_call(int kind, uintptr_t fp, uintptr_t a0, uintptr_t a1, uintptr_t a2, uintptr_t a3,
+		uintptr_t a4, uintptr_t a5, uintptr_t a6, uintptr_t a7, uintptr_t a8) {
+	uintptr_t a[9] = {a0, a1, a2, a3, a4, a5, a6, a7, a8};
+	int flag = 0;
+	int32_t cancel = 1;
+	return ncclgo_call(kind, fp, a, &flag, &cancel);
 }
 
 static void *ncclgo_progress_main(void *arg) {
@@ -200,6 +215,24 @@ func resolveFns() procFns {
 	return f
 }
 
+// call makes the blocking MPI call kind with args (addresses as uintptr; MPI_IN_PLACE,
+// whose value 1 no Go pointer may hold, is mpi.InPlace): on the communicator's progress
+// thread under contention (offload), else on the calling goroutine. The caller holds c.mu.
+func (c *Communicator) call(kind int, args ...uintptr) error {
+	if ran, err := c.offload(kind, args...); ran {
+		return err
+	}
+	fns := c.p.fns()
+	if fns.err != nil {
+		return fns.err
+	}
+	var a [9]C.uintptr_t
+	for i, v := range args {
+		a[i] = C.uintptr_t(v)
+	}
+	return mpiResult(C.ncclgo_mpi_call(C.int(kind), C.uintptr_t(fns.fp[kind]), a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8]))
+}
+
 // offload runs the blocking call kind with args on the communicator's progress thread and
 // waits for it on a timer, while other goroutines wait for a P (c.contended); the caller
 // holds c.mu. It returns ran false (and runs nothing) when the process is not contended
@@ -223,10 +256,15 @@ func (c *Communicator) offload(kind int, args ...uintptr) (ran bool, err error) 
 		lockedNap(nap)
 	}
 	c.contended.Store(runnableGoroutines() > 0)
-	if rc := mpi.ErrorCode(w.rc); rc != mpi.Success {
-		return true, rc
+	return true, mpiResult(w.rc)
+}
+
+// mpiResult is the error of an MPI return code, nil for MPI_SUCCESS.
+func mpiResult(rc C.int) error {
+	if rc := mpi.ErrorCode(rc); rc != mpi.Success {
+		return rc
 	}
-	return true, nil
+	return nil
 }
 
 // post hands the call kind with args to the communicator's progress thread, starting it

@@ -2,7 +2,11 @@
 
 package mpi
 
-import "context"
+import (
+	"context"
+
+	"github.com/ncclgo/ncclgo/raw/dl"
+)
 
 // Without cgo there is no MPI, and no progress thread.
 
@@ -20,6 +24,8 @@ const (
 )
 
 type progress struct{}
+
+func (c *Communicator) call(int, ...uintptr) error { return dl.ErrNeedsCgo }
 
 func (c *Communicator) offload(int, ...uintptr) (bool, error) { return false, nil }
 

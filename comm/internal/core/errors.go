@@ -15,7 +15,8 @@ var (
 	// ErrInvalidSize: a negative size or count, a size that is not a multiple of the
 	// element size, a size that overflows, or zero where a buffer is required.
 	ErrInvalidSize = errors.New("invalid size")
-	// ErrNullPointer: a null device pointer (or kernel) where a non-empty buffer is needed.
+	// ErrNullPointer: a null device pointer (or kernel) where a non-empty buffer is needed,
+	// or any pointer into the null page (below 4096), where no buffer lies.
 	ErrNullPointer = errors.New("null pointer")
 	// ErrMisaligned: a device pointer of an element-typed reduction that is not a
 	// multiple of the element size (a bfloat16 buffer at an odd address). Every backend

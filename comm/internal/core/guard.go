@@ -104,10 +104,20 @@ func checkSize(op string, bytes, elemSize int, t DType) error {
 	return nil
 }
 
+// NullPage is the size of the first page of the address space, which Linux never maps
+// (vm.mmap_min_addr is at least 4096) and CUDA never allocates from: an address below it
+// is a null pointer plus an offset, never a buffer, and no Go pointer may hold one.
+const NullPage = 4096
+
+// CheckPtr fails for a null p with bytes > 0, and for any p in the null page.
 func CheckPtr(op, arg string, p DevicePtr, bytes int) error {
 	if p == 0 && bytes > 0 {
 		return &ArgError{Op: op, Arg: arg, Value: p, Err: ErrNullPointer,
 			Reason: fmt.Sprintf("with %d bytes", bytes)}
+	}
+	if p != 0 && p < NullPage {
+		return &ArgError{Op: op, Arg: arg, Value: fmt.Sprintf("%#x", uint64(p)), Err: ErrNullPointer,
+			Reason: "in the first page of the address space (below 0x1000), where no buffer lies"}
 	}
 	return nil
 }
@@ -156,7 +166,7 @@ func (g *Guard) Valid(ptr DevicePtr, bytes int) bool {
 		return false
 	}
 	a := g.align
-	return (a|bytes) >= 0 && (bytes|int(ptr))&a == 0 && (ptr != 0 || bytes == 0) && !g.Closed.Load()
+	return (a|bytes) >= 0 && (bytes|int(ptr))&a == 0 && (ptr >= NullPage || ptr == 0 && bytes == 0) && !g.Closed.Load()
 }
 
 // reduceChecks is reduce's checks in order, each with its own error.
@@ -264,7 +274,7 @@ func (g *Guard) Broadcast(ptr DevicePtr, bytes, root int) error {
 func (g *Guard) P2p(op, peerArg string, ptr DevicePtr, bytes, peer int) error {
 	// p2pChecks' passing case in one test: bytes >= 0, ptr non-null unless bytes is 0,
 	// 0 <= peer < world, not closed.
-	if g != nil && bytes >= 0 && (ptr != 0 || bytes == 0) && peer >= 0 && peer < g.World && !g.Closed.Load() {
+	if g != nil && bytes >= 0 && (ptr >= NullPage || ptr == 0 && bytes == 0) && peer >= 0 && peer < g.World && !g.Closed.Load() {
 		return nil
 	}
 	return g.P2pChecks(op, peerArg, ptr, bytes, peer)
@@ -506,7 +516,7 @@ func (g *Guard) TypedReduceValid(ptr DevicePtr, count int, t DType, r ReduceOp) 
 		return 0, false
 	}
 	s := DtypeInfo[t].size
-	return count * s, ptr&DevicePtr(s-1) == 0 && (ptr != 0 || count == 0) && !g.Closed.Load()
+	return count * s, ptr&DevicePtr(s-1) == 0 && (ptr >= NullPage || ptr == 0 && count == 0) && !g.Closed.Load()
 }
 
 func (g *Guard) TypedBroadcast(ptr DevicePtr, count int, t DType, root int) (int, error) {
