@@ -3758,10 +3758,14 @@ const (
 	// KernelNodeAttributePriority is CU_KERNEL_NODE_ATTRIBUTE_PRIORITY.
 	KernelNodeAttributePriority = 8
 	// LaunchParamBufferPointer is CU_LAUNCH_PARAM_BUFFER_POINTER.
+	//
+	// Its value lies in the null page (below 4096): keep it in a uintptr and never convert it to an unsafe.Pointer or other Go pointer, which makes Go's runtime abort the program ("fatal error: invalid pointer found on stack") when it moves the goroutine's stack. A parameter of type unsafe.Pointer therefore cannot take it; call C through a function of your own that takes a uintptr.
 	LaunchParamBufferPointer uintptr = 0x1
 	// LaunchParamBufferPointerAsInt is CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT.
 	LaunchParamBufferPointerAsInt = 1
 	// LaunchParamBufferSize is CU_LAUNCH_PARAM_BUFFER_SIZE.
+	//
+	// Its value lies in the null page (below 4096): keep it in a uintptr and never convert it to an unsafe.Pointer or other Go pointer, which makes Go's runtime abort the program ("fatal error: invalid pointer found on stack") when it moves the goroutine's stack. A parameter of type unsafe.Pointer therefore cannot take it; call C through a function of your own that takes a uintptr.
 	LaunchParamBufferSize uintptr = 0x2
 	// LaunchParamBufferSizeAsInt is CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT.
 	LaunchParamBufferSizeAsInt = 2

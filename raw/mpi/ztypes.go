@@ -335,6 +335,8 @@ const (
 	// Ident is MPI_IDENT.
 	Ident = 0
 	// InPlace is MPI_IN_PLACE.
+	//
+	// Its value lies in the null page (below 4096): keep it in a uintptr and never convert it to an unsafe.Pointer or other Go pointer, which makes Go's runtime abort the program ("fatal error: invalid pointer found on stack") when it moves the goroutine's stack. A parameter of type unsafe.Pointer therefore cannot take it; call C through a function of your own that takes a uintptr.
 	InPlace uintptr = 0x1
 	// Io is MPI_IO.
 	Io = 2
@@ -553,10 +555,14 @@ const (
 	// UniverseSize is MPI_UNIVERSE_SIZE.
 	UniverseSize = 6
 	// Unweighted is MPI_UNWEIGHTED.
+	//
+	// Its value lies in the null page (below 4096): keep it in a uintptr and never convert it to an unsafe.Pointer or other Go pointer, which makes Go's runtime abort the program ("fatal error: invalid pointer found on stack") when it moves the goroutine's stack. A parameter of type unsafe.Pointer therefore cannot take it; call C through a function of your own that takes a uintptr.
 	Unweighted uintptr = 0x2
 	// Version is MPI_VERSION.
 	Version = 3
 	// WeightsEmpty is MPI_WEIGHTS_EMPTY.
+	//
+	// Its value lies in the null page (below 4096): keep it in a uintptr and never convert it to an unsafe.Pointer or other Go pointer, which makes Go's runtime abort the program ("fatal error: invalid pointer found on stack") when it moves the goroutine's stack. A parameter of type unsafe.Pointer therefore cannot take it; call C through a function of your own that takes a uintptr.
 	WeightsEmpty uintptr = 0x3
 	// WinBase is MPI_WIN_BASE.
 	WinBase = 7

@@ -45,6 +45,14 @@ func (g *goPkg) emitTypes() (*jen.File, error) {
 	return f, nil
 }
 
+// nullPage is the size of the first page of the address space: Go's runtime takes a
+// pointer below it for a corrupt one.
+const nullPage = 4096
+
+// nullPageDoc is the note on a pointer macro whose value lies in the null page (a
+// sentinel such as MPI_IN_PLACE, (void *)1).
+const nullPageDoc = "Its value lies in the null page (below 4096): keep it in a uintptr and never convert it to an unsafe.Pointer or other Go pointer, which makes Go's runtime abort the program (\"fatal error: invalid pointer found on stack\") when it moves the goroutine's stack. A parameter of type unsafe.Pointer therefore cannot take it; call C through a function of your own that takes a uintptr."
+
 func (g *goPkg) constItem(c *Const) (jen.Code, error) {
 	doc := jen.Comment(fmt.Sprintf("%s is %s.", c.GoName, c.Name))
 	var v string
@@ -67,6 +75,9 @@ func (g *goPkg) constItem(c *Const) (jen.Code, error) {
 	case ConstPointer:
 		v = "0x" + strconv.FormatUint(c.Uint, 16)
 		typ = jen.Id("uintptr")
+		if c.Type == "" && c.Uint > 0 && c.Uint < nullPage {
+			doc = jen.Comment(fmt.Sprintf("%s is %s.", c.GoName, c.Name)).Line().Comment("").Line().Comment(nullPageDoc)
+		}
 		if c.Type != "" {
 			n := g.goTypeName(&CType{Kind: Named, Name: c.Type})
 			if n == "" {

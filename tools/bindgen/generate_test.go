@@ -310,3 +310,15 @@ func TestModelRoundTrips(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &generic))
 	assert.Len(t, generic.API, reflect.TypeOf(API{}).NumField(), "every field of API is in the file")
 }
+
+// A pointer macro whose value lies in the null page (MPI_IN_PLACE is (void *)1) says
+// that no Go pointer may hold it; null itself and typed handles (a stream) do not.
+func TestNullPagePointerMacrosSayHowToPassThem(t *testing.T) {
+	cfg, root, cache := fakeSetup(t, "#define FAKE_IN_PLACE ((void *)1)")
+	require.NoError(t, generate(cfg, root, cache, io.Discard))
+	types := readTree(t, root)[filepath.Join("raw", "fake", "ztypes.go")]
+	before, _, ok := strings.Cut(types, "\tInPlace uintptr = 0x1\n")
+	require.True(t, ok, types)
+	assert.True(t, strings.HasSuffix(before, "\t// InPlace is FAKE_IN_PLACE.\n\t//\n\t// "+nullPageDoc+"\n"), before[max(0, len(before)-600):])
+	assert.Equal(t, 1, strings.Count(types, nullPageDoc), "only FAKE_IN_PLACE has the note")
+}
