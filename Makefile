@@ -14,7 +14,7 @@ NCCL ?=
 NCCL_SOURCE ?=
 NCCL_GIT ?=
 
-.PHONY: all deps headers libs kernel-inputs generate check-generated tidy-check test test-load test-short bench lint kernels kernels-check gpu-bundle gpu-rehearsal clean
+.PHONY: all deps headers libs kernel-inputs generate check-generated tidy-check test test-stackmove test-load test-short bench lint kernels kernels-check gpu-bundle gpu-rehearsal clean
 
 all: lint test
 
@@ -62,6 +62,17 @@ test: deps lint tidy-check kernel-inputs headers libs check-generated
 	CGO_ENABLED=0 $(GO) build $(PKGS)
 	set -o pipefail; CGO_ENABLED=0 $(GO) test -count=1 -json ./raw/... 2>&1 | $(GO) run ./tools/testreport
 	$(GO) vet -tags gpu $(PKGS)
+	$(STACKMOVE)
+
+## test-stackmove: the packages that hand addresses to C, built so that every function call moves the goroutine's
+## stack (-d=maymorestack=runtime.mayMoreStackMove): a Go pointer holding a value no pointer may have (MPI_IN_PLACE is
+## (void *)1) aborts the test at once, where a normal build aborts only when a stack happens to move (under load).
+## make test runs it too; about 5 minutes (comm/mpi's mpirun jobs are most of it).
+STACKMOVE_PKGS ?= ./raw/... ./comm ./comm/mpi ./comm/nccl ./comm/internal/...
+STACKMOVE = set -o pipefail; $(GO) test -count=1 -timeout 30m -gcflags='all=-d=maymorestack=runtime.mayMoreStackMove' -json $(STACKMOVE_PKGS) 2>&1 | $(GO) run ./tools/testreport
+test-stackmove: export NCCLGO_STRICT := 1
+test-stackmove: deps libs
+	$(STACKMOVE)
 
 ## test-load: the timing-sensitive packages (deadlines, timeouts, processes) three times with -race while
 ## tools/cpuload keeps every CPU busy. Not the whole suite: on CI's 2 cores its tests take about 440 s once
