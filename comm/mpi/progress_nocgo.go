@@ -27,8 +27,6 @@ type progress struct{}
 
 func (c *Communicator) call(int, ...uintptr) error { return dl.ErrNeedsCgo }
 
-func (c *Communicator) offload(int, ...uintptr) (bool, error) { return false, nil }
-
 func (c *Communicator) testallOffloaded(context.Context) (bool, int32, error) { return false, 0, nil }
 
 func (p *progress) stop() {}
