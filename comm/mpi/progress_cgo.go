@@ -190,10 +190,10 @@ type progress struct {
 	w *C.ncclgo_progress
 }
 
-// procFns holds the addresses of the MPI functions the progress threads call, resolved
+// procFns holds the addresses of the MPI functions that call and the progress threads make, resolved
 // once per process.
 type procFns struct {
-	fp  map[int]uintptr
+	fp  [callTestall + 1]uintptr // by call kind
 	err error
 }
 
@@ -201,7 +201,7 @@ type procFns struct {
 func resolveFns() procFns {
 	path := C.CString(mpi.LibraryInfo().Path)
 	defer C.free(unsafe.Pointer(path))
-	f := procFns{fp: map[int]uintptr{}}
+	var f procFns
 	for k, name := range callNames {
 		n := C.CString(name)
 		p := uintptr(C.ncclgo_mpi_sym(path, n))
