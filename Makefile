@@ -67,7 +67,7 @@ test: deps lint tidy-check kernel-inputs headers libs check-generated
 ## test-stackmove: the packages that hand addresses to C, built so that every function call moves the goroutine's
 ## stack (-d=maymorestack=runtime.mayMoreStackMove): a Go pointer holding a value no pointer may have (MPI_IN_PLACE is
 ## (void *)1) aborts the test at once, where a normal build aborts only when a stack happens to move (under load).
-## make test runs it too; about 5 minutes (comm/mpi's mpirun jobs are most of it).
+## make test runs it too; about 3 minutes (comm/mpi's mpirun jobs are most of it).
 STACKMOVE_PKGS ?= ./raw/... ./comm ./comm/mpi ./comm/nccl ./comm/internal/...
 STACKMOVE = set -o pipefail; $(GO) test -count=1 -timeout 30m -gcflags='all=-d=maymorestack=runtime.mayMoreStackMove' -json $(STACKMOVE_PKGS) 2>&1 | $(GO) run ./tools/testreport
 test-stackmove: export NCCLGO_STRICT := 1

@@ -190,8 +190,8 @@ type progress struct {
 	w *C.ncclgo_progress
 }
 
-// procFns holds the addresses of the MPI functions that call and the progress threads make, resolved
-// once per process.
+// procFns holds the addresses of the MPI functions that call makes (on the calling
+// thread or a progress thread), resolved once per process.
 type procFns struct {
 	fp  [callTestall + 1]uintptr // by call kind
 	err error

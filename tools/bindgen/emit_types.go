@@ -76,7 +76,7 @@ func (g *goPkg) constItem(c *Const) (jen.Code, error) {
 		v = "0x" + strconv.FormatUint(c.Uint, 16)
 		typ = jen.Id("uintptr")
 		if c.Type == "" && c.Uint > 0 && c.Uint < nullPage {
-			doc = jen.Comment(fmt.Sprintf("%s is %s.", c.GoName, c.Name)).Line().Comment("").Line().Comment(nullPageDoc)
+			doc = jen.Add(doc).Line().Comment("").Line().Comment(nullPageDoc)
 		}
 		if c.Type != "" {
 			n := g.goTypeName(&CType{Kind: Named, Name: c.Type})
