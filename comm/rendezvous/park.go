@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime/debug"
 	"sync"
@@ -27,14 +28,84 @@ var startPoller = newPoller
 // pollRetry is how long after a failure to start the poller the server tries again.
 const pollRetry = time.Second
 
-// readers and smalls hold the read buffers of parked connections for the next
+// bufs holds the read buffers of parked and closed connections for the next
 // connection that needs them.
-var (
-	readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, smallFrame) }}
-	smalls  = sync.Pool{New: func() any { b := make([]byte, smallFrame); return &b }}
-	// bufTakes counts the read buffers taken from readers, for the memory janitor.
-	bufTakes atomic.Int64
-)
+var bufs bufCache
+
+// bufCache is a free list of read buffers. Unlike a sync.Pool it keeps them across
+// collections and knows how many it holds: what a wake storm leaves in it (one reader
+// and one frame buffer per connection that was awake at once) is what the memory
+// janitor gives back to the operating system once the storm has passed, and
+// connections woken one at a time, which leave at most a few, never cost a
+// collection.
+type bufCache struct {
+	mu      sync.Mutex
+	readers []*bufio.Reader
+	smalls  [][]byte
+	// takes counts the buffers taken, for the janitor to see whether a storm goes on.
+	takes atomic.Int64
+}
+
+// reader returns a read buffer reading from r.
+func (b *bufCache) reader(r io.Reader) *bufio.Reader {
+	b.takes.Add(1)
+	b.mu.Lock()
+	var br *bufio.Reader
+	if n := len(b.readers); n > 0 {
+		br = b.readers[n-1]
+		b.readers[n-1] = nil
+		b.readers = b.readers[:n-1]
+	}
+	b.mu.Unlock()
+	if br == nil {
+		return bufio.NewReaderSize(r, smallFrame)
+	}
+	br.Reset(r)
+	return br
+}
+
+// small returns a frame buffer of smallFrame bytes.
+func (b *bufCache) small() []byte {
+	b.takes.Add(1)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n := len(b.smalls); n > 0 {
+		f := b.smalls[n-1]
+		b.smalls[n-1] = nil
+		b.smalls = b.smalls[:n-1]
+		return f
+	}
+	return make([]byte, smallFrame)
+}
+
+// put keeps br and small (either may be nil) for the next connection.
+func (b *bufCache) put(br *bufio.Reader, small []byte) {
+	if br != nil {
+		br.Reset(nil)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if br != nil {
+		b.readers = append(b.readers, br)
+	}
+	if small != nil {
+		b.smalls = append(b.smalls, small)
+	}
+}
+
+// held returns how many buffers the cache holds.
+func (b *bufCache) held() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.readers) + len(b.smalls)
+}
+
+// drop lets go of every buffer held (the next collection frees them).
+func (b *bufCache) drop() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.readers, b.smalls = nil, nil
+}
 
 // run runs step on the connection's goroutine, recovering a panic; unless step
 // parked the connection, the connection ends with it.
@@ -168,6 +239,32 @@ func (c *serverConn) resume(bool) bool {
 	return c.step(true)
 }
 
+// mayBlock hands the poller to a new goroutine if the poller's goroutine serves c now
+// (poll_linux.go): c is about to wait, and parked connections must not wait with it.
+func (c *serverConn) mayBlock() {
+	if c.s == nil { // a connection made by a test of turns alone
+		return
+	}
+	if p := c.s.pollNow.Load(); p != nil {
+		p.handOff(c)
+	}
+}
+
+// write writes b to c's connection. On the poller's goroutine it first writes what
+// the socket takes at once, and hands the poller off before it waits for the rest.
+func (c *serverConn) write(b []byte) (int, error) {
+	if p := c.s.pollNow.Load(); p != nil && p.serving(c) {
+		n, err := writeNow(c.rc, b)
+		if err != nil || n == len(b) {
+			return n, err
+		}
+		p.handOff(c)
+		m, err := c.nc.Write(b[n:])
+		return n + m, err
+	}
+	return c.nc.Write(b)
+}
+
 // shut closes c's connection from any goroutine; a parked connection is woken to
 // end, as a blocked read would.
 func (c *serverConn) shut() {
@@ -199,27 +296,17 @@ func (c *serverConn) dropBuffers() {
 
 // putReadBuffers gives c's read buffers back to the pools.
 func (c *serverConn) putReadBuffers() {
-	if c.br != nil {
-		c.br.Reset(nil)
-		readers.Put(c.br)
-		c.br = nil
-	}
-	if c.small != nil {
-		b := c.small
-		smalls.Put(&b)
-		c.small = nil
-	}
+	bufs.put(c.br, c.small)
+	c.br, c.small = nil, nil
 }
 
 // takeBuffers gives c read buffers again (dropBuffers).
 func (c *serverConn) takeBuffers() {
-	bufTakes.Add(1)
-	c.br = readers.Get().(*bufio.Reader)
-	c.br.Reset(heardReader{c})
+	c.br = bufs.reader(heardReader{c})
 	if c.torch != nil {
 		c.torch.rd.r = c.br
 	} else {
-		c.small = *smalls.Get().(*[]byte)
+		c.small = bufs.small()
 	}
 }
 
@@ -259,11 +346,15 @@ func (s *Server) pollerLocked() *poller {
 		}
 		s.pollFailed = time.Time{}
 		s.poll = p
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			p.run()
-		}()
+		s.pollNow.Store(p)
+		p.lead = func() {
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				p.run()
+			}()
+		}
+		p.lead()
 	}
 	return s.poll
 }

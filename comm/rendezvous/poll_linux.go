@@ -4,25 +4,40 @@ package rendezvous
 
 import (
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
 
 const pollSupported = true
 
-// poller watches parked connections (park.go) with one epoll instance and one
-// goroutine: each parked connection is registered for one readiness event
-// (EPOLLONESHOT), which starts a goroutine for it. The epoll instance is itself
-// registered in Go's network poller (an epoll descriptor is readable while events
-// wait in it), so that the goroutine waits there like a socket's reader, without a
-// thread blocked in epoll_wait: a wake costs no thread handoff.
+// poller watches parked connections (park.go) with one epoll instance: each parked
+// connection is registered for one readiness event (EPOLLONESHOT). The epoll instance
+// is itself registered in Go's network poller (an epoll descriptor is readable while
+// events wait in it), so that the goroutine that waits on it (the poller's leader)
+// sleeps there like a socket's reader, without a thread blocked in epoll_wait.
+//
+// The leader serves the last connection of each batch of events itself (serveInline)
+// and starts a goroutine for each of the others. Serving on the goroutine that Go's
+// network poller woke costs no second goroutine and no second thread that the
+// scheduler wakes to run it: an idle rank's occasional request then costs about what
+// it costs on a connection in use. Before the connection it serves would block (a
+// read or a write that cannot complete at once, a wait for a turn), the leader hands
+// the epoll instance to a new goroutine, so that no parked connection waits on
+// another's client.
 type poller struct {
 	ep   int
 	file *os.File        // owns ep once made
-	rc   syscall.RawConn // of file, when Go's network poller took it; nil: run blocks in epoll_wait
-	stop [2]int          // a pipe: a byte written to stop[1] ends run
+	rc   syscall.RawConn // of file, when Go's network poller took it; nil: wait blocks in epoll_wait
+	stop [2]int          // a pipe: a byte written to stop[1] ends the leader
+	// lead starts a new leader goroutine (set once by the server that made p).
+	lead func()
+	// cur is the connection the leader serves now (nil: none, or it was handed off).
+	cur atomic.Pointer[inlineServe]
 
 	mu      sync.Mutex
 	conns   map[int32]*serverConn // by pollID; 0 is the pipe
@@ -66,22 +81,23 @@ func (p *poller) closeFDs() {
 	_ = syscall.Close(p.stop[1])
 }
 
-// run wakes the connections that become readable until close; then it wakes every
-// connection still parked (they go on with goroutines of their own).
+// run is the leader's loop: it wakes the connections that become readable until
+// close, serving one of each batch itself; then it wakes every connection still
+// parked (they go on with goroutines of their own). It returns early when the
+// connection it serves hands the poller to a new leader.
 func (p *poller) run() {
-	defer p.closeFDs()
 	events := make([]syscall.EpollEvent, 256)
-	if p.rc != nil {
-		p.runInNetpoller(events)
-	} else {
-		for {
-			n, err := syscall.EpollWait(p.ep, events, -1)
-			if err == syscall.EINTR {
-				continue
-			}
-			if err != nil || p.dispatch(events[:n]) {
-				break
-			}
+	for {
+		n, ok := p.wait(events)
+		if !ok {
+			break
+		}
+		c, stopped := p.dispatch(events[:n])
+		if stopped {
+			break
+		}
+		if c != nil && !p.serveInline(c) {
+			return // a new leader polls now
 		}
 	}
 	p.mu.Lock()
@@ -91,40 +107,41 @@ func (p *poller) run() {
 		parked = append(parked, c)
 	}
 	p.mu.Unlock()
+	p.closeFDs()
 	for _, c := range parked {
 		c.wake()
 	}
 }
 
-// runInNetpoller is run's loop through Go's network poller: the epoll instance is
-// checked without blocking, and the goroutine sleeps in Go's poller until it is
-// readable again. The whole loop is one RawRead, so that readiness that comes while
-// the woken connections are dispatched is kept (a new RawRead would clear it first):
-// after a check that drained the instance (fewer events than the batch holds) the
-// goroutine goes straight to sleep, without a second epoll_wait that would find
-// nothing. A wake then costs one epoll_wait.
-func (p *poller) runInNetpoller(events []syscall.EpollEvent) {
-	_ = p.rc.Read(func(fd uintptr) bool {
+// wait waits until events are ready and reads them into events; false when the epoll
+// instance failed. Through Go's network poller, the instance is checked without
+// blocking, and the goroutine sleeps in Go's poller until it is readable.
+func (p *poller) wait(events []syscall.EpollEvent) (int, bool) {
+	var n int
+	var err error
+	if p.rc == nil {
 		for {
-			n, err := syscall.EpollWait(int(fd), events, 0)
-			switch {
-			case err == syscall.EINTR:
-				continue
-			case err != nil:
-				return true
-			case n == 0:
-				return false // sleep until the instance is readable
-			case p.dispatch(events[:n]):
-				return true
-			case n < len(events):
-				return false // drained: the next event makes it readable again
+			n, err = syscall.EpollWait(p.ep, events, -1)
+			if err != syscall.EINTR {
+				return n, err == nil
+			}
+		}
+	}
+	rerr := p.rc.Read(func(fd uintptr) bool {
+		for {
+			n, err = syscall.EpollWait(int(fd), events, 0)
+			if err != syscall.EINTR {
+				return err != nil || n > 0
 			}
 		}
 	})
+	return n, rerr == nil && err == nil
 }
 
-// dispatch wakes the connections of events; it reports whether close was called.
-func (p *poller) dispatch(events []syscall.EpollEvent) (stopped bool) {
+// dispatch wakes the connections of events, each on a goroutine of its own but the
+// last, which it returns for the leader to serve; it reports whether close was
+// called.
+func (p *poller) dispatch(events []syscall.EpollEvent) (inline *serverConn, stopped bool) {
 	var woken []*serverConn
 	p.mu.Lock()
 	for _, ev := range events {
@@ -136,10 +153,113 @@ func (p *poller) dispatch(events []syscall.EpollEvent) (stopped bool) {
 	}
 	stopped = p.stopped
 	p.mu.Unlock()
-	for _, c := range woken {
+	if stopped {
+		for _, c := range woken {
+			c.wake()
+		}
+		return nil, true
+	}
+	if len(woken) == 0 {
+		return nil, false
+	}
+	for _, c := range woken[:len(woken)-1] {
 		c.wake()
 	}
-	return stopped
+	if c := woken[len(woken)-1]; c.parked.CompareAndSwap(true, false) {
+		if c.step == nil { // in the lobby: as wake
+			go c.s.leaveLobby(c)
+		} else {
+			inline = c
+		}
+	}
+	return inline, false
+}
+
+// inlineServe is the connection the leader serves (a new one each time, so that a
+// leader that handed the poller off never takes it for its own again).
+type inlineServe struct {
+	c     *serverConn
+	since time.Time
+}
+
+// serveInline serves c, which the leader took from the poller, on the leader's
+// goroutine; it reports whether that goroutine is still the leader afterwards.
+func (p *poller) serveInline(c *serverConn) bool {
+	l := &inlineServe{c: c, since: time.Now()}
+	p.cur.Store(l)
+	c.run(c.resume, true)
+	return p.cur.CompareAndSwap(l, nil)
+}
+
+// serving reports whether the leader serves c now.
+func (p *poller) serving(c *serverConn) bool {
+	l := p.cur.Load()
+	return l != nil && l.c == c
+}
+
+// handOff makes a new goroutine the leader if the leader serves c now (c is about to
+// block); the goroutine serving c goes on with it alone.
+func (p *poller) handOff(c *serverConn) {
+	if l := p.cur.Load(); l != nil && l.c == c && p.cur.CompareAndSwap(l, nil) {
+		p.lead()
+	}
+}
+
+// handOffStalled makes a new goroutine the leader if the leader has served the same
+// connection for longer than d: a backstop for waits that do not call handOff (a
+// lock that another goroutine holds while it writes to the same client).
+func (p *poller) handOffStalled(d time.Duration) {
+	if l := p.cur.Load(); l != nil && time.Since(l.since) > d && p.cur.CompareAndSwap(l, nil) {
+		p.lead()
+	}
+}
+
+// readNow reads from c's socket what has arrived, without waiting; done is false
+// when nothing has.
+func readNow(rc syscall.RawConn, b []byte) (n int, err error, done bool) {
+	cerr := rc.Control(func(fd uintptr) {
+		for {
+			n, err = syscall.Read(int(fd), b)
+			if err != syscall.EINTR {
+				return
+			}
+		}
+	})
+	switch {
+	case cerr != nil:
+		return 0, cerr, true
+	case err == syscall.EAGAIN:
+		return 0, nil, false
+	case err != nil:
+		return 0, &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", err)}, true
+	case n == 0 && len(b) > 0:
+		return 0, io.EOF, true
+	}
+	return n, nil, true
+}
+
+// writeNow writes what of b the socket takes without waiting.
+func writeNow(rc syscall.RawConn, b []byte) (n int, err error) {
+	cerr := rc.Control(func(fd uintptr) {
+		for n < len(b) {
+			m, werr := syscall.Write(int(fd), b[n:])
+			if werr == syscall.EINTR {
+				continue
+			}
+			if werr == syscall.EAGAIN {
+				return
+			}
+			if werr != nil {
+				err = &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", werr)}
+				return
+			}
+			n += m
+		}
+	})
+	if cerr != nil {
+		return n, cerr
+	}
+	return n, err
 }
 
 // close ends run.
@@ -149,12 +269,8 @@ func (p *poller) close() {
 
 // park registers c's socket for its next readiness event; false when it cannot.
 func (p *poller) park(c *serverConn) bool {
-	sc, ok := c.raw.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
+	rc := c.rc
+	if rc == nil {
 		return false
 	}
 	p.mu.Lock()
@@ -201,11 +317,9 @@ func (p *poller) forget(c *serverConn) {
 		return
 	}
 	c.polled = false
-	if sc, ok := c.raw.(syscall.Conn); ok {
-		if rc, err := sc.SyscallConn(); err == nil {
-			// A closed socket has left the epoll set with its descriptor.
-			_ = rc.Control(func(fd uintptr) { _ = syscall.EpollCtl(p.ep, syscall.EPOLL_CTL_DEL, int(fd), nil) })
-		}
+	if rc := c.rc; rc != nil {
+		// A closed socket has left the epoll set with its descriptor.
+		_ = rc.Control(func(fd uintptr) { _ = syscall.EpollCtl(p.ep, syscall.EPOLL_CTL_DEL, int(fd), nil) })
 	}
 }
 

@@ -2,13 +2,17 @@
 
 package rendezvous
 
-import "errors"
+import (
+	"errors"
+	"syscall"
+	"time"
+)
 
 const pollSupported = false
 
 // poller is Linux's (poll_linux.go); elsewhere a connection keeps its goroutine
 // while idle.
-type poller struct{}
+type poller struct{ lead func() }
 
 func newPoller() (*poller, error) { return nil, errors.New("no poller on this platform") }
 
@@ -17,5 +21,12 @@ func (*poller) close()                {}
 func (*poller) park(*serverConn) bool { return false }
 func (*poller) forget(*serverConn)    {}
 func (*poller) release(*serverConn)   {}
+
+func (*poller) serving(*serverConn) bool     { return false }
+func (*poller) handOff(*serverConn)          {}
+func (*poller) handOffStalled(time.Duration) {}
+
+func readNow(syscall.RawConn, []byte) (int, error, bool) { return 0, nil, false }
+func writeNow(syscall.RawConn, []byte) (int, error)      { return 0, nil }
 
 func lobbyCap(maxConns, maxUnauth int) int { return maxUnauth }

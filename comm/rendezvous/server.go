@@ -12,12 +12,12 @@ import (
 	"log/slog"
 	"math"
 	"net"
-	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -37,13 +37,19 @@ const smallFrame = 4 << 10
 // Memory release: when what the budget counts has dropped by releaseDrop since its
 // peak and stays put for one releaseTick, the server returns the freed memory to the
 // operating system (debug.FreeOSMemory), at most once per releaseTick.
-// It does so too once connections have taken releaseBufs read buffers from the pools
-// (2 MiB) since the last time and few in the last tick: a wake storm of a few hundred
-// connections leaves their buffers and goroutine stacks behind.
+// It does so too once the read buffers cached for connections (bufCache) number
+// releaseBufs (2 MiB) or more and few were taken in the last tick: a wake storm of a
+// few hundred connections leaves theirs behind.
+// inlineStall is how long the poller's goroutine may serve one connection before
+// the janitor, at its next tick, gives the poller to a new goroutine (a backstop:
+// the waits of a connection hand it off themselves). A variable so that tests can
+// check those without it.
+var inlineStall = 100 * time.Millisecond
+
 const (
 	releaseTick = 500 * time.Millisecond
 	releaseDrop = 16 << 20
-	releaseBufs = 256
+	releaseBufs = 512
 )
 
 // Server is the key-value store. Rank 0 usually embeds one (NewServer, then Serve or
@@ -92,6 +98,8 @@ type Server struct {
 	// poll watches parked connections (park.go), from the first park until Close.
 	poll       *poller
 	pollFailed time.Time // when it last failed to start (zero: it did not)
+	// pollNow is poll, for the connections' reads and writes (which do not lock mu).
+	pollNow atomic.Pointer[poller]
 	// waitedParks counts the parks that waited parkAfter on a goroutine first, and
 	// resumes the goroutines started for parked connections.
 	waitedParks, resumes atomic.Int64
@@ -301,7 +309,7 @@ func (s *Server) releaseMemory() {
 	t := time.NewTicker(releaseTick)
 	defer t.Stop()
 	prev := s.budget.used.Load()
-	lastTakes, pending := bufTakes.Load(), int64(0)
+	lastTakes := bufs.takes.Load()
 	for {
 		select {
 		case <-s.done:
@@ -310,25 +318,28 @@ func (s *Server) releaseMemory() {
 		}
 		s.warns.flush(s.log, slog.LevelWarn)
 		s.sweepLobby()
+		if p := s.pollNow.Load(); p != nil {
+			p.handOffStalled(inlineStall)
+		}
 		cur := s.budget.used.Load() + s.inflight.used.Load() + s.rooms.used.Load()
 		peak := s.budget.peak.Load() + s.inflight.peak.Load() + s.rooms.peak.Load()
 		settled := cur-prev < 1<<20 && prev-cur < 1<<20
 		prev = cur
-		// Read buffers taken by connections that woke (a bring-up, a wake storm) go
-		// back to their pools when the connections park or close; the pools keep
-		// them until two collections have passed, which an idle server never runs.
-		takes := bufTakes.Load()
-		fresh := takes - lastTakes
+		// The buffers cached for connections that woke at once (a bring-up, a wake
+		// storm) are let go of once the storm has passed: an idle server would keep
+		// them, and without new allocations it would not even collect them.
+		takes := bufs.takes.Load()
+		calm := takes-lastTakes < releaseBufs/16
 		lastTakes = takes
-		pending += fresh
-		buffers := pending >= releaseBufs && fresh < releaseBufs/16
+		buffers := calm && bufs.held() >= releaseBufs
 		if (peak-cur >= releaseDrop && settled) || buffers {
 			s.budget.peak.Store(s.budget.used.Load())
 			s.inflight.peak.Store(s.inflight.used.Load())
 			s.rooms.peak.Store(s.rooms.used.Load())
-			s.log.Debug("rendezvous server: returning freed memory to the OS", "peak", peak, "in_use", cur, "buffers_taken", pending)
-			pending = 0
-			runtime.GC() // the pools' buffers go to their victim caches, and then
+			s.log.Debug("rendezvous server: returning freed memory to the OS", "peak", peak, "in_use", cur, "buffers_cached", bufs.held())
+			if buffers {
+				bufs.drop()
+			}
 			debug.FreeOSMemory()
 		}
 	}
@@ -339,6 +350,9 @@ func (s *Server) accept(nc net.Conn) {
 		_ = tc.SetReadBuffer(recvWindow)
 	}
 	c := &serverConn{s: s, nc: nc, raw: nc, remote: nc.RemoteAddr().String()}
+	if sc, ok := nc.(syscall.Conn); ok {
+		c.rc, _ = sc.SyscallConn()
+	}
 	if s.cfg.tls != nil {
 		// Heard at the first byte of the TLS handshake, not of the first frame.
 		c.nc = tls.Server(rawReader{nc, c}, s.cfg.tls)
@@ -609,7 +623,8 @@ func (s *Server) leaveHandshakeLocked(c *serverConn) bool {
 type serverConn struct {
 	s   *Server
 	nc  net.Conn
-	raw net.Conn // the accepted connection, under TLS when the server speaks it
+	raw net.Conn        // the accepted connection, under TLS when the server speaks it
+	rc  syscall.RawConn // raw's descriptor (nil: it has none), for the poller
 	// During the handshake: since when the goroutine waits in a read from raw
 	// (turns.now()+1; 0: it does not), and how many such reads returned.
 	waiting atomic.Int64
@@ -714,6 +729,12 @@ func (c *serverConn) stalled() (bool, time.Duration) {
 // waits on its client, and that it was heard from once a byte arrives.
 func (c *serverConn) readRaw(p []byte) (int, error) {
 	if c.authed { // read by the connection's goroutine, which sets it
+		if pl := c.s.pollNow.Load(); pl != nil && pl.serving(c) {
+			if n, err, done := readNow(c.rc, p); done {
+				return n, err
+			}
+			pl.handOff(c) // nothing has arrived: wait on this goroutine alone
+		}
 		return c.raw.Read(p)
 	}
 	start := c.s.turns.now() + 1
@@ -760,9 +781,7 @@ func (c *serverConn) serve(bool) (parked bool) {
 	if h := s.cfg.beforeServe; h != nil {
 		h()
 	}
-	bufTakes.Add(1)
-	c.br = readers.Get().(*bufio.Reader)
-	c.br.Reset(heardReader{c})
+	c.br = bufs.reader(heardReader{c})
 	if gen, err := c.sniffTorch(); err != nil || gen != 0 {
 		if err != nil {
 			c.logEnd("handshake", err)
@@ -770,7 +789,7 @@ func (c *serverConn) serve(bool) (parked bool) {
 		}
 		return c.serveTorch(gen)
 	}
-	c.small = *smalls.Get().(*[]byte)
+	c.small = bufs.small()
 	if err := c.handshake(); err != nil {
 		c.logEnd("handshake", err)
 		return false
@@ -1239,7 +1258,13 @@ func (c *serverConn) writeOutLocked() error {
 	bufs = append(bufs, q.small[start:])
 	q.bufs = bufs
 	c.armWrite()
-	_, err := bufs.WriteTo(c.nc)
+	var err error
+	if len(bufs) == 1 {
+		_, err = c.write(bufs[0])
+	} else {
+		c.mayBlock()
+		_, err = bufs.WriteTo(c.nc)
+	}
 	clear(q.bufs[:cap(q.bufs)])
 	clear(q.large)
 	q.large, q.cuts, q.n = q.large[:0], q.cuts[:0], 0

@@ -271,6 +271,7 @@ func (t *torchConn) serve(resumed bool) (parked bool) {
 		t.cancelAll()
 		_ = t.flush() // the answers to the queries before the one that ended it
 		_ = t.c.nc.Close()
+		t.c.mayBlock()
 		t.late.Wait()
 		t.releaseBufs()
 		if stage != "" {
@@ -663,7 +664,7 @@ func (t *torchConn) flushLocked() error {
 		return nil
 	}
 	t.setWriteDeadline()
-	_, err := t.c.nc.Write(t.out)
+	_, err := t.c.write(t.out)
 	t.out = t.out[:0]
 	if cap(t.out) > smallFrame {
 		t.out = nil // an idle connection keeps no large buffer
@@ -696,6 +697,7 @@ func (t *torchConn) writeVectors(head []byte, vals ...[]byte) error {
 	}
 	t.out = nil
 	t.setWriteDeadline()
+	t.c.mayBlock() // a large value may not fit in the socket at once
 	_, err := bufs.WriteTo(t.c.nc)
 	return err
 }

@@ -79,6 +79,7 @@ func (t *turns) pace(c *serverConn, idle func()) {
 			idle()
 			idle = nil
 		}
+		c.mayBlock()
 		time.Sleep(d)
 	}
 }
@@ -139,6 +140,7 @@ func (t *turns) acquire(c *serverConn) {
 		}
 		if d := t.holdBackLocked(a, now); d > 0 {
 			t.mu.Unlock()
+			c.mayBlock()
 			time.Sleep(d)
 			continue
 		}
@@ -153,6 +155,7 @@ func (t *turns) acquire(c *serverConn) {
 		}
 		a.waiting = append(a.waiting, c)
 		t.mu.Unlock()
+		c.mayBlock()
 		<-c.turn
 		c.turnAt = t.now()
 		return

@@ -1,0 +1,166 @@
+package rendezvous
+
+import (
+	"runtime"
+	"runtime/metrics"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// goroutinesCreated returns how many goroutines the process has started.
+func goroutinesCreated(t *testing.T) uint64 {
+	t.Helper()
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	require.Equal(t, metrics.KindUint64, s[0].Value.Kind(), "runtime/metrics has no count of goroutines created")
+	return s[0].Value.Uint64()
+}
+
+// quietClients dials n TCPStore clients to addr, each past its first request, and
+// waits until the server has parked them all and they have been silent longer than
+// parkAfter (a request then wakes its connection after a long silence).
+func quietClients(t *testing.T, s *Server, addr string, n int) []*TCPStoreClient {
+	t.Helper()
+	ctx := ctxTimeout(t, time.Minute)
+	cs := make([]*TCPStoreClient, n) // no keepalive: silent when idle
+	for i := range cs {
+		c, err := DialTCPStore(ctx, addr, WithLogger(discardLogger()))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		_, err = c.Add(ctx, "count", 1)
+		require.NoError(t, err)
+		cs[i] = c
+	}
+	eventually(t, "every connection is parked", func() bool { return s.parkedConns() >= n })
+	time.Sleep(parkAfter + 50*time.Millisecond)
+	return cs
+}
+
+// A request on a parked connection is served on the poller's goroutine, which Go's
+// network poller woke: no goroutine is started for it, and no second thread is woken
+// to run one. It used to start one goroutine per wake, and the scheduler's wake of an
+// idle thread for it cost more than the request (BenchmarkParkedRequestCPU: 2.0-2.2x
+// the server CPU of a request on a busy connection, 1.35x since).
+func TestWokenConnectionIsServedWithoutANewGoroutine(t *testing.T) {
+	needPoller(t)
+	s, addr := startServer(t)
+	const n = 32
+	cs := quietClients(t, s, addr, n)
+	ctx := ctxTimeout(t, time.Minute)
+	before := goroutinesCreated(t)
+	for _, c := range cs { // one at a time: each wake is a batch of one
+		_, err := c.Add(ctx, "count", 1)
+		require.NoError(t, err)
+	}
+	created := goroutinesCreated(t) - before
+	eventually(t, "every connection is parked again", func() bool { return s.parkedConns() == n })
+	t.Logf("goroutines started for %d requests on parked connections: %d", n, created)
+	assert.Less(t, created, uint64(n/4), "a goroutine is started per request on a parked connection")
+	v, err := cs[0].Add(ctx, "count", 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2*n), v)
+}
+
+// withoutStallBackstop turns off the janitor's hand-off of a poller whose goroutine
+// serves one connection too long, for the rest of the test: a test of the hand-offs
+// a connection makes itself before it waits.
+func withoutStallBackstop(t *testing.T) {
+	prev := inlineStall
+	inlineStall = time.Hour
+	t.Cleanup(func() { inlineStall = prev })
+}
+
+// checkServedWithin makes one request on each of cs, each within d.
+func checkServedWithin(t *testing.T, cs []*TCPStoreClient, d time.Duration, what string) {
+	t.Helper()
+	for i, c := range cs {
+		ctx := ctxTimeout(t, d)
+		start := time.Now()
+		_, err := c.Add(ctx, "others", 1)
+		require.NoError(t, err, "parked connection %d while %s (after %v)", i, what, time.Since(start))
+	}
+}
+
+// A woken connection whose request has not arrived whole is served on the poller's
+// goroutine until it must wait for its client: the poller then goes on with a new
+// goroutine, and the other parked connections are served while that client stalls.
+func TestParkedConnectionsAreServedWhileAWokenOneWaitsForItsClient(t *testing.T) {
+	needPoller(t)
+	withoutStallBackstop(t)
+	s, addr := startServer(t)
+	a := tsDial(t, addr)
+	const n = 8
+	cs := quietClients(t, s, addr, n)
+	eventually(t, "the stalling connection is parked", func() bool { return s.parkedConns() == n+1 })
+	q := a.encode(tsAdd, "a", int64(7))
+	_, err := a.nc.Write(q[:len(q)-3]) // woken, it waits for the rest
+	require.NoError(t, err)
+	time.Sleep(50 * time.Millisecond)
+	checkServedWithin(t, cs, 2*time.Second, "another waits for the rest of its request")
+	_, err = a.nc.Write(q[len(q)-3:])
+	require.NoError(t, err)
+	assert.EqualValues(t, 7, a.i64(), "the stalled connection's request")
+}
+
+// A woken connection whose client does not read its answers is served on the
+// poller's goroutine until a write would wait: the poller then goes on with a new
+// goroutine, and the other parked connections are served while that write waits.
+func TestParkedConnectionsAreServedWhileAWokenOneWaitsToWrite(t *testing.T) {
+	needPoller(t)
+	withoutStallBackstop(t)
+	s, addr := startServer(t)
+	ctx := ctxTimeout(t, time.Minute)
+	setter, err := DialTCPStore(ctx, addr, WithLogger(discardLogger()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = setter.Close() })
+	require.NoError(t, setter.Set(ctx, "v", []byte(strings.Repeat("x", 500))))
+	a := tsDial(t, addr)
+	const n = 8
+	cs := quietClients(t, s, addr, n)
+	eventually(t, "the stalling connection is parked", func() bool { return s.parkedConns() >= n+1 })
+	// 32,768 answers of 500 bytes (16 MiB): more than the sockets hold.
+	var batch []byte
+	for range 32 << 10 {
+		batch = append(batch, a.encode(tsGet, "v")...)
+	}
+	go func() { _, _ = a.nc.Write(batch) }() // never read: the server's writes fill up
+	time.Sleep(500 * time.Millisecond)
+	checkServedWithin(t, cs, 2*time.Second, "another waits to write 16 MiB")
+}
+
+// forcedCollections returns how many collections runtime.GC and debug.FreeOSMemory
+// have forced in the process.
+func forcedCollections() uint32 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.NumForcedGC
+}
+
+// Connections woken one at a time (an idle rank's occasional request) take and give
+// back the same few read buffers, and the server forces no collection for them. The
+// memory janitor used to run two collections after every 256 buffers taken, however
+// few were in use at once: 30-35 µs of the server's CPU per request in
+// BenchmarkParkedRequestCPU when it ran in its window. A wake storm still returns its
+// buffers (TestPooledReadBuffersDoNotSurviveAWakeStorm).
+func TestConnectionsWokenOneAtATimeForceNoCollection(t *testing.T) {
+	needPoller(t)
+	s, addr := startServer(t)
+	const n = 320
+	cs := quietClients(t, s, addr, n)
+	time.Sleep(3 * releaseTick) // what the bring-up took is released
+	ctx := ctxTimeout(t, time.Minute)
+	before := forcedCollections()
+	for round := range 2 {
+		for _, c := range cs {
+			_, err := c.Add(ctx, "count", 1)
+			require.NoError(t, err, "round %d", round)
+		}
+		eventually(t, "every connection is parked again", func() bool { return s.parkedConns() == n })
+	}
+	time.Sleep(3 * releaseTick)
+	assert.Equal(t, before, forcedCollections(), "collections forced after %d requests, one connection at a time", 2*n)
+}
