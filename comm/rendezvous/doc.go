@@ -141,10 +141,13 @@
 //
 // Idle connections. A connection past its handshake is served by a goroutine of its
 // own while it is in use. Once it has sent nothing for 250 ms it is parked: the
-// goroutine ends, its read buffers go back to a pool shared by all connections, and
-// on Linux one epoll instance watches it (one goroutine for all parked connections);
-// bytes from the client, its idle timeout, or its closing (Close, eviction, a failed
-// write) start a goroutine for it again. Replies to its blocked requests are written
+// goroutine ends, its read buffers go back to a free list shared by all connections,
+// and on Linux one epoll instance watches it (one goroutine for all parked
+// connections). Bytes from the client wake it: the poller's goroutine serves the
+// connection itself (no goroutine started, no thread woken), and hands the poller to
+// a new goroutine first if the connection must wait (for the rest of a request, for a
+// write to drain, for its turn). Its idle timeout or its closing (Close, eviction, a
+// failed write) start a goroutine for it. Replies to its blocked requests are written
 // while it is parked, by the goroutine that completed them. An idle rank thus costs
 // its socket and about 2 KiB of state (Go's socket included), whatever the protocol,
 // not a goroutine's stack and 8 KiB of buffers. Connections under

@@ -14,9 +14,10 @@ import (
 
 // parkAfter is how long a connection past its handshake may wait for its client's
 // next request on a goroutine of its own. A connection silent that long is parked:
-// its goroutine ends and its read buffers go back to a pool, and the server's poller
-// (epoll, poll_linux.go) starts a new goroutine once bytes arrive, the connection
-// closes or its idle timeout passes. A connection in use keeps its goroutine, so
+// its goroutine ends and its read buffers go back to the free list (bufs), and the
+// server's poller (epoll, poll_linux.go) serves it again once bytes arrive, on the
+// poller's own goroutine or a new one, or when the connection closes or its idle
+// timeout passes. A connection in use keeps its goroutine, so
 // parking costs nothing per request; an idle rank costs its socket and its state
 // (doc.go), not a goroutine's stack and 8 KiB of buffers.
 const parkAfter = 250 * time.Millisecond
@@ -227,7 +228,8 @@ func (c *serverConn) wake() {
 	}
 }
 
-// resume is the first step of a goroutine that wake started.
+// resume is the first step of serving a woken connection, on the goroutine that wake
+// started or on the poller's (serveInline).
 func (c *serverConn) resume(bool) bool {
 	c.s.resumes.Add(1)
 	if c.idleTimer != nil {
