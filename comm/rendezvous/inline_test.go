@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -163,4 +164,49 @@ func TestConnectionsWokenOneAtATimeForceNoCollection(t *testing.T) {
 	}
 	time.Sleep(3 * releaseTick)
 	assert.Equal(t, before, forcedCollections(), "collections forced after %d requests, one connection at a time", 2*n)
+}
+
+// A woken connection whose client goes on sending is served on the poller's goroutine
+// for the request that woke it only: then the poller goes on with a new goroutine,
+// and the other parked connections are served while that client keeps sending.
+func TestParkedConnectionsAreServedWhileAWokenOneKeepsSending(t *testing.T) {
+	needPoller(t)
+	withoutStallBackstop(t)
+	s, addr := startServer(t)
+	a := tsDial(t, addr)
+	const n = 8
+	cs := quietClients(t, s, addr, n)
+	eventually(t, "the busy connection is parked", func() bool { return s.parkedConns() == n+1 })
+	q := a.encode(tsAdd, "a", int64(1))
+	var batch []byte
+	for range 64 {
+		batch = append(batch, q...)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { // reads the answers until the connection closes
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := a.nc.Read(buf); err != nil {
+				return
+			}
+		}
+	})
+	wg.Go(func() { // sends ADDs, 64 at a time, until stopped
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := a.nc.Write(batch); err != nil {
+				return
+			}
+		}
+	})
+	time.Sleep(200 * time.Millisecond)
+	checkServedWithin(t, cs, 2*time.Second, "another's client keeps sending")
+	close(stop)
+	_ = a.nc.Close()
+	wg.Wait()
 }

@@ -153,16 +153,22 @@ func (c *serverConn) await() (parked bool, err error) {
 		// The first await after a wake: the request that woke c, if any, is read
 		// under parkAfter below (the wake may also be the idle timer's, or a hang-up).
 		c.resumed = false
-	} else if c.soon {
-		c.soon = false
-		if f := c.beforeRead; f != nil { // the answers queued so far go out first
-			if err := f(); err != nil {
-				return false, err
+	} else {
+		if c.soon {
+			c.soon = false
+			if f := c.beforeRead; f != nil { // the answers queued so far go out first
+				if err := f(); err != nil {
+					return false, err
+				}
+			}
+			if c.park() {
+				return true, nil
 			}
 		}
-		if c.park() {
-			return true, nil
-		}
+		// Past the request that woke it, c serves a sequence of requests: on a
+		// goroutine of its own, not the poller's, whose other connections would wait
+		// as long as its client keeps sending.
+		c.mayBlock()
 	}
 	by := time.Now().Add(parkAfter)
 	if !c.idleBy.IsZero() && c.idleBy.Before(by) {

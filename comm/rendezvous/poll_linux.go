@@ -43,6 +43,7 @@ type poller struct {
 	conns   map[int32]*serverConn // by pollID; 0 is the pipe
 	next    int32
 	stopped bool
+	ended   bool // a leader has closed the descriptors
 }
 
 func newPoller() (*poller, error) {
@@ -102,12 +103,16 @@ func (p *poller) run() {
 	}
 	p.mu.Lock()
 	p.stopped = true
+	ended := p.ended
+	p.ended = true
 	parked := make([]*serverConn, 0, len(p.conns))
 	for _, c := range p.conns {
 		parked = append(parked, c)
 	}
 	p.mu.Unlock()
-	p.closeFDs()
+	if !ended {
+		p.closeFDs()
+	}
 	for _, c := range parked {
 		c.wake()
 	}
