@@ -143,8 +143,9 @@ func (c *serverConn) parkable() bool {
 // once after its first request when no byte of a next one waits: an idle rank's
 // occasional request then costs no read deadline that fires and no second wake of
 // its goroutine 250 ms later. If its client speaks again before parkAfter has passed
-// (a sequence of requests), it waits on its goroutine as a busy connection does; so
-// does a torch connection after a WAIT, which torch's client follows with a GET.
+// (a sequence of requests), it waits on its goroutine as a busy connection does. A
+// torch connection woken for a WAIT waits there for the GET that torch's client
+// sends next (stay), and is parked again at once after it.
 func (c *serverConn) await() (parked bool, err error) {
 	if c.br.Buffered() > 0 || !c.parkable() {
 		return false, nil
@@ -154,7 +155,7 @@ func (c *serverConn) await() (parked bool, err error) {
 		// under parkAfter below (the wake may also be the idle timer's, or a hang-up).
 		c.resumed = false
 	} else {
-		if c.soon {
+		if c.soon && !c.stay {
 			c.soon = false
 			if f := c.beforeRead; f != nil { // the answers queued so far go out first
 				if err := f(); err != nil {
@@ -168,6 +169,7 @@ func (c *serverConn) await() (parked bool, err error) {
 		// Past the request that woke it, c serves a sequence of requests: on a
 		// goroutine of its own, not the poller's, whose other connections would wait
 		// as long as its client keeps sending.
+		c.stay = false
 		c.mayBlock()
 	}
 	by := time.Now().Add(parkAfter)
