@@ -75,6 +75,20 @@ func withoutStallBackstop(t *testing.T) {
 	t.Cleanup(func() { inlineStall = prev })
 }
 
+// stallAmongParked starts a server with 8 TCPStore clients and one hand-driven torch
+// connection, all parked after a long silence, with the janitor's backstop off: the
+// set-up of a test of the hand-offs a woken connection makes before it waits.
+func stallAmongParked(t *testing.T) (*tsRaw, []*TCPStoreClient) {
+	t.Helper()
+	needPoller(t)
+	withoutStallBackstop(t)
+	s, addr := startServer(t)
+	a := tsDial(t, addr)
+	cs := quietClients(t, s, addr, 8)
+	eventually(t, "the hand-driven connection is parked", func() bool { return s.parkedConns() == len(cs)+1 })
+	return a, cs
+}
+
 // checkServedWithin makes one request on each of cs, each within d.
 func checkServedWithin(t *testing.T, cs []*TCPStoreClient, d time.Duration, what string) {
 	t.Helper()
@@ -90,13 +104,7 @@ func checkServedWithin(t *testing.T, cs []*TCPStoreClient, d time.Duration, what
 // goroutine until it must wait for its client: the poller then goes on with a new
 // goroutine, and the other parked connections are served while that client stalls.
 func TestParkedConnectionsAreServedWhileAWokenOneWaitsForItsClient(t *testing.T) {
-	needPoller(t)
-	withoutStallBackstop(t)
-	s, addr := startServer(t)
-	a := tsDial(t, addr)
-	const n = 8
-	cs := quietClients(t, s, addr, n)
-	eventually(t, "the stalling connection is parked", func() bool { return s.parkedConns() == n+1 })
+	a, cs := stallAmongParked(t)
 	q := a.encode(tsAdd, "a", int64(7))
 	_, err := a.nc.Write(q[:len(q)-3]) // woken, it waits for the rest
 	require.NoError(t, err)
@@ -111,18 +119,9 @@ func TestParkedConnectionsAreServedWhileAWokenOneWaitsForItsClient(t *testing.T)
 // poller's goroutine until a write would wait: the poller then goes on with a new
 // goroutine, and the other parked connections are served while that write waits.
 func TestParkedConnectionsAreServedWhileAWokenOneWaitsToWrite(t *testing.T) {
-	needPoller(t)
-	withoutStallBackstop(t)
-	s, addr := startServer(t)
+	a, cs := stallAmongParked(t)
 	ctx := ctxTimeout(t, time.Minute)
-	setter, err := DialTCPStore(ctx, addr, WithLogger(discardLogger()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = setter.Close() })
-	require.NoError(t, setter.Set(ctx, "v", []byte(strings.Repeat("x", 500))))
-	a := tsDial(t, addr)
-	const n = 8
-	cs := quietClients(t, s, addr, n)
-	eventually(t, "the stalling connection is parked", func() bool { return s.parkedConns() >= n+1 })
+	require.NoError(t, cs[0].Set(ctx, "v", []byte(strings.Repeat("x", 500)))) // cs[0] is awake now
 	// 32,768 answers of 500 bytes (16 MiB): more than the sockets hold.
 	var batch []byte
 	for range 32 << 10 {
@@ -170,13 +169,7 @@ func TestConnectionsWokenOneAtATimeForceNoCollection(t *testing.T) {
 // for the request that woke it only: then the poller goes on with a new goroutine,
 // and the other parked connections are served while that client keeps sending.
 func TestParkedConnectionsAreServedWhileAWokenOneKeepsSending(t *testing.T) {
-	needPoller(t)
-	withoutStallBackstop(t)
-	s, addr := startServer(t)
-	a := tsDial(t, addr)
-	const n = 8
-	cs := quietClients(t, s, addr, n)
-	eventually(t, "the busy connection is parked", func() bool { return s.parkedConns() == n+1 })
+	a, cs := stallAmongParked(t)
 	q := a.encode(tsAdd, "a", int64(1))
 	var batch []byte
 	for range 64 {

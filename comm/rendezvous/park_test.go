@@ -197,15 +197,7 @@ func TestWokenConnectionParksAgainAfterItsRequest(t *testing.T) {
 	s, addr := startServer(t)
 	ctx := ctxTimeout(t, time.Minute)
 	const n = 8
-	clients := make([]*TCPStoreClient, n) // no keepalive: silent when idle
-	for i := range clients {
-		c, err := DialTCPStore(ctx, addr, WithLogger(discardLogger()))
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = c.Close() })
-		_, err = c.Add(ctx, "count", 1)
-		require.NoError(t, err)
-		clients[i] = c
-	}
+	clients := quietClients(t, s, addr, n) // no keepalive: silent when idle
 	for round := range 3 {
 		eventually(t, "every connection is parked", func() bool { return s.parkedConns() == n })
 		time.Sleep(parkAfter + 50*time.Millisecond) // a long silence
