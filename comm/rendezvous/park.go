@@ -51,14 +51,9 @@ type bufCache struct {
 func (b *bufCache) reader(r io.Reader) *bufio.Reader {
 	b.takes.Add(1)
 	b.mu.Lock()
-	var br *bufio.Reader
-	if n := len(b.readers); n > 0 {
-		br = b.readers[n-1]
-		b.readers[n-1] = nil
-		b.readers = b.readers[:n-1]
-	}
+	br, ok := pop(&b.readers)
 	b.mu.Unlock()
-	if br == nil {
+	if !ok {
 		return bufio.NewReaderSize(r, smallFrame)
 	}
 	br.Reset(r)
@@ -69,14 +64,25 @@ func (b *bufCache) reader(r io.Reader) *bufio.Reader {
 func (b *bufCache) small() []byte {
 	b.takes.Add(1)
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if n := len(b.smalls); n > 0 {
-		f := b.smalls[n-1]
-		b.smalls[n-1] = nil
-		b.smalls = b.smalls[:n-1]
-		return f
+	f, ok := pop(&b.smalls)
+	b.mu.Unlock()
+	if !ok {
+		return make([]byte, smallFrame)
 	}
-	return make([]byte, smallFrame)
+	return f
+}
+
+// pop takes the last element of *s, clearing its slot; false when *s is empty.
+func pop[T any](s *[]T) (T, bool) {
+	var zero T
+	n := len(*s)
+	if n == 0 {
+		return zero, false
+	}
+	v := (*s)[n-1]
+	(*s)[n-1] = zero
+	*s = (*s)[:n-1]
+	return v, true
 }
 
 // put keeps br and small (either may be nil) for the next connection.
@@ -260,10 +266,18 @@ func (c *serverConn) mayBlock() {
 	}
 }
 
+// leader returns the server's poller if the poller's goroutine serves c now, else nil.
+func (c *serverConn) leader() *poller {
+	if p := c.s.pollNow.Load(); p != nil && p.serving(c) {
+		return p
+	}
+	return nil
+}
+
 // write writes b to c's connection. On the poller's goroutine it first writes what
 // the socket takes at once, and hands the poller off before it waits for the rest.
 func (c *serverConn) write(b []byte) (int, error) {
-	if p := c.s.pollNow.Load(); p != nil && p.serving(c) {
+	if p := c.leader(); p != nil {
 		n, err := writeNow(c.rc, b)
 		if err != nil || n == len(b) {
 			return n, err

@@ -40,17 +40,17 @@ const smallFrame = 4 << 10
 // It does so too once the read buffers cached for connections (bufCache) number
 // releaseBufs (2 MiB) or more and few were taken in the last tick: a wake storm of a
 // few hundred connections leaves theirs behind.
-// inlineStall is how long the poller's goroutine may serve one connection before
-// the janitor, at its next tick, gives the poller to a new goroutine (a backstop:
-// the waits of a connection hand it off themselves). A variable so that tests can
-// check those without it.
-var inlineStall = 100 * time.Millisecond
-
 const (
 	releaseTick = 500 * time.Millisecond
 	releaseDrop = 16 << 20
 	releaseBufs = 512
 )
+
+// inlineStall is how long the poller's goroutine may serve one connection before
+// the janitor, at its next tick, gives the poller to a new goroutine (a backstop:
+// the waits of a connection hand it off themselves). A variable so that tests can
+// check those without it.
+var inlineStall = 100 * time.Millisecond
 
 // Server is the key-value store. Rank 0 usually embeds one (NewServer, then Serve or
 // ListenAndServe); tools/rendezvous runs one on its own. It serves any number of
@@ -730,7 +730,7 @@ func (c *serverConn) stalled() (bool, time.Duration) {
 // waits on its client, and that it was heard from once a byte arrives.
 func (c *serverConn) readRaw(p []byte) (int, error) {
 	if c.authed { // read by the connection's goroutine, which sets it
-		if pl := c.s.pollNow.Load(); pl != nil && pl.serving(c) {
+		if pl := c.leader(); pl != nil {
 			if n, err, done := readNow(c.rc, p); done {
 				return n, err
 			}
