@@ -82,7 +82,7 @@ func main() {
 	ownOnly := flag.Bool("own-only", false, "measure only the floor and the bring-ups through ncclgo's own protocol (no PyTorch, no TCPStore protocol; the all-keys one only up to 1,024 ranks unless STOREBENCH_ALLKEYS is set): for quick iterations")
 	profile := flag.String("profile", "", "directory where ncclgo's server writes a CPU profile (cpu-N.pprof, and steady-N.pprof for the steady phase alone, which cpu-N.pprof and cpu-N-after.pprof leave out) and an allocation profile (allocs-N.pprof) for each client count N")
 	flag.StringVar(&straceDir, "strace", "", "directory where `strace -c -f` writes the system calls each server makes in the steady phase (strace-ncclgo-N.txt, strace-pytorch-N.txt); it slows the servers: the run's figures are not comparable")
-	evloop := flag.String("evloop", "", "experimental: measure only the steady phase (each client connects and sets its key, no bring-up), for PyTorch's server, ncclgo's and a prototype event-loop server (Linux epoll, tools/storebench/evloop_linux.go), repeated -rounds times in alternating order; \"go\": its system calls through the scheduler, \"raw\": raw system calls, \"hybrid\": raw reads, writes and polls that do not block, the blocking epoll_wait through the scheduler")
+	evloop := flag.String("evloop", "", "experimental: measure only the steady phase (each client connects and sets its key, no bring-up) and the idle memory before it, for PyTorch's server, ncclgo's and a prototype event-loop server (Linux epoll, tools/storebench/evloop_linux.go), repeated -rounds times in alternating order; \"go\": its system calls through the scheduler, \"raw\": raw system calls, \"hybrid\": raw reads, writes and polls that do not block, the blocking epoll_wait through the scheduler")
 	rounds := flag.Int("rounds", 1, "with -evloop: how many times to measure each server")
 	flag.BoolVar(&inTurnToo, "in-turn", false, "with -join-only: also measure comm's join over the TCPStore protocol made call by call, as on torch's own server (no ARRIVE), on ncclgo's server")
 	joinOnly := flag.Bool("join-only", false, "measure only the floor and comm's join over both protocols on ncclgo's server (no PyTorch), each against the floor: for quick iterations on the bring-up; with -profile, the server's CPU profiles of the two joins are join-tcpstore-N.pprof and join-ncclgo-N.pprof")
@@ -444,6 +444,16 @@ func serveNcclgo(args []string) {
 			fmt.Println("ok")
 			continue
 		}
+		if path, ok := strings.CutPrefix(sc.Text(), "heap "); ok {
+			// The live heap by allocation site, as it stands (the profile's last
+			// collection; nothing is forced).
+			if f, err := os.Create(path); err == nil {
+				_ = pprof.Lookup("heap").WriteTo(f, 0)
+				_ = f.Close()
+			}
+			fmt.Println("ok")
+			continue
+		}
 		if sc.Text() == "memstats" {
 			// Where the memory is, as it stands: nothing is collected.
 			fmt.Fprintf(os.Stderr, "storebench: ncclgo's server, no forced GC: %s\n", goMemory())
@@ -492,8 +502,8 @@ func goMemory() string {
 	if v := samples[11].Value; v.Kind() == metrics.KindUint64 {
 		goroutines = v.Uint64()
 	}
-	return fmt.Sprintf("heap objects %d KiB, heap unused in spans %d KiB, heap free not released %d KiB, stacks %d KiB, runtime metadata %d KiB, runtime other %d KiB, released %d KiB, goroutines %d",
-		kib(0), kib(1), kib(2), kib(3)+kib(4), kib(5)+kib(6)+kib(7), kib(8)+kib(9), kib(10), goroutines)
+	return fmt.Sprintf("heap objects %d KiB, heap unused in spans %d KiB, heap free not released %d KiB, stacks %d KiB, runtime metadata %d KiB (mcache %d, mspan %d, other %d), runtime other %d KiB, released %d KiB, goroutines %d",
+		kib(0), kib(1), kib(2), kib(3)+kib(4), kib(5)+kib(6)+kib(7), kib(5), kib(6), kib(7), kib(8)+kib(9), kib(10), goroutines)
 }
 
 // serveEcho answers each connection's messages (a 4-byte length and that many bytes)
@@ -702,6 +712,10 @@ func (s *server) memReport(when string, n int) {
 		name, n, when, statusKiB(pid, "VmRSS"), statusKiB(pid, "RssAnon"), statusKiB(pid, "RssFile"), statusKiB(pid, "Threads"))
 	if s.version == "-" {
 		s.tell("memstats")
+		if dir := os.Getenv("STOREBENCH_HEAP"); dir != "" {
+			// With GODEBUG=memprofilerate=1, every allocation is in it.
+			s.tell("heap " + filepath.Join(dir, fmt.Sprintf("heap-%d-%s.pprof", n, strings.ReplaceAll(when, " ", "-"))))
+		}
 	}
 }
 
@@ -1276,29 +1290,33 @@ func steadyOnly(mode, clients, python string, steady, limit time.Duration, round
 				proto = detect(srv.addr)
 			}
 			var r result
+			before := srv.settledRSS()
 			ph, stores := bringUpKeep(srv, n, limit, dialTorch(srv.addr, proto), ownKey)
 			if ph == failed {
 				fatalf("%d clients did not connect to %s's server within %s", n, name, limit)
 			}
+			// Idle memory as measure reads it: nothing forced to collect.
+			time.Sleep(idleWait)
+			r.kibIdle = (rssKiB(srv.cmd.Process.Pid) - before) / float64(n)
 			steadyMix(srv, n, stores, steady, &r)
 			srv.stop()
 			figs = append(figs, fig{name, r})
-			fmt.Fprintf(os.Stderr, "storebench: round %d, %s: %.0f ops/s, %.1f µs CPU per op\n", round+1, name, r.opsPerSec, r.cpuPerOp)
+			fmt.Fprintf(os.Stderr, "storebench: round %d, %s: %.0f ops/s, %.1f µs CPU per op, %.1f KiB per idle client\n", round+1, name, r.opsPerSec, r.cpuPerOp, r.kibIdle)
 		}
 		slices.SortFunc(figs, func(a, b fig) int { return strings.Compare(b.name, a.name) }) // pytorch, ncclgo, evloop
 		all = append(all, figs)
 		order = append(order[1:], order[0]) // the next round starts with the next server
 	}
-	fmt.Printf("storebench -evloop %s: steady phase only, %d clients, %s each, TCPStore protocol %d; ratio = server / PyTorch's in the same round.\n\n", mode, n, steady, proto)
-	fmt.Println("| round | server | ops/s | CPU per op (µs) | user CPU per op (µs) | set p50 (µs) | set p99 (µs) | get p50 (µs) | get p99 (µs) | ops/s ratio | CPU/op ratio | user CPU/op ratio | get p50 ratio | get p99 ratio |")
-	fmt.Println("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Printf("storebench -evloop %s: steady phase only, %d clients, %s each, TCPStore protocol %d; ratio = server / PyTorch's in the same round; idle KiB: the server's RSS per client %s after they connected and set their key, nothing forced to collect.\n\n", mode, n, steady, proto, idleWait)
+	fmt.Println("| round | server | ops/s | CPU per op (µs) | user CPU per op (µs) | set p50 (µs) | set p99 (µs) | get p50 (µs) | get p99 (µs) | idle KiB per client | ops/s ratio | CPU/op ratio | user CPU/op ratio | get p50 ratio | get p99 ratio | idle KiB ratio |")
+	fmt.Println("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for i, figs := range all {
 		t := figs[0].r
 		for _, f := range figs {
 			r := f.r
-			fmt.Printf("| %d | %s | %.0f | %.1f | %.1f | %.0f | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", i+1, f.name,
-				r.opsPerSec, r.cpuPerOp, r.userPerOp, r.setP50, r.setP99, r.getP50, r.getP99,
-				r.opsPerSec/t.opsPerSec, r.cpuPerOp/t.cpuPerOp, r.userPerOp/t.userPerOp, r.getP50/t.getP50, r.getP99/t.getP99)
+			fmt.Printf("| %d | %s | %.0f | %.1f | %.1f | %.0f | %.0f | %.0f | %.0f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", i+1, f.name,
+				r.opsPerSec, r.cpuPerOp, r.userPerOp, r.setP50, r.setP99, r.getP50, r.getP99, r.kibIdle,
+				r.opsPerSec/t.opsPerSec, r.cpuPerOp/t.cpuPerOp, r.userPerOp/t.userPerOp, r.getP50/t.getP50, r.getP99/t.getP99, r.kibIdle/t.kibIdle)
 		}
 	}
 }
