@@ -144,9 +144,10 @@
 // goroutine ends, its read buffers go back to a free list shared by all connections,
 // and on Linux one epoll instance watches it (one goroutine for all parked
 // connections). Bytes from the client wake it: the poller's goroutine serves the
-// connection itself (no goroutine started, no thread woken), and hands the poller to
-// a new goroutine first if the connection must wait (for the rest of a request, for a
-// write to drain, for its turn). Its idle timeout or its closing (Close, eviction, a
+// connections it finds woken, one after another (no goroutine started, no thread
+// woken, even when every rank's request comes at once), and hands the poller, with
+// the connections not served yet, to a new goroutine first if the connection must
+// wait (for the rest of a request, for a write to drain, for its turn). Its idle timeout or its closing (Close, eviction, a
 // failed write) start a goroutine for it. Replies to its blocked requests are written
 // while it is parked, by the goroutine that completed them. An idle rank thus costs
 // its socket and about 2 KiB of state (Go's socket included), whatever the protocol,

@@ -1,6 +1,7 @@
 package rendezvous
 
 import (
+	"fmt"
 	"runtime"
 	"runtime/metrics"
 	"strings"
@@ -202,4 +203,76 @@ func TestParkedConnectionsAreServedWhileAWokenOneKeepsSending(t *testing.T) {
 	close(stop)
 	_ = a.nc.Close()
 	wg.Wait()
+}
+
+// quietRaw dials n hand-driven torch connections to addr and waits until the server
+// has parked them all and they have been silent longer than parkAfter.
+func quietRaw(t *testing.T, s *Server, addr string, n int) []*tsRaw {
+	t.Helper()
+	cs := make([]*tsRaw, n)
+	for i := range cs {
+		cs[i] = tsDial(t, addr)
+	}
+	eventually(t, "every connection is parked", func() bool { return s.parkedConns() >= n })
+	time.Sleep(parkAfter + 50*time.Millisecond)
+	return cs
+}
+
+// oneProc runs the rest of the test on one thread's worth of Go code: a goroutine
+// that writes to many sockets without blocking does so before the server's poller
+// runs, which then finds all their events in one batch.
+func oneProc(t *testing.T) {
+	prev := runtime.GOMAXPROCS(1)
+	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
+}
+
+// A wake storm (a request on every parked connection at once) is served by the
+// poller's goroutine, one connection after another: no goroutine is started per
+// connection. It used to start one for every connection of a batch but the last.
+func TestWakeStormStartsNoGoroutinePerConnection(t *testing.T) {
+	needPoller(t)
+	s, addr := startServer(t)
+	const n = 64
+	cs := quietRaw(t, s, addr, n)
+	oneProc(t)
+	before := goroutinesCreated(t)
+	for i, c := range cs {
+		_, err := c.nc.Write(c.encode(tsAdd, fmt.Sprint("k", i), int64(i)))
+		require.NoError(t, err)
+	}
+	for i, c := range cs {
+		require.NoError(t, c.nc.SetReadDeadline(time.Now().Add(time.Minute)))
+		assert.EqualValues(t, i, c.i64(), "connection %d's ADD", i)
+	}
+	created := goroutinesCreated(t) - before
+	t.Logf("goroutines started for a wake storm of %d connections: %d", n, created)
+	assert.Less(t, created, uint64(n/4), "a goroutine is started per connection of a wake storm")
+	eventually(t, "every connection is parked again", func() bool { return s.parkedConns() == n })
+}
+
+// A woken connection that must wait for its client in the middle of a batch hands
+// the poller to a new goroutine, which serves the rest of the batch: the connections
+// woken with it are answered while that client stalls.
+func TestBatchIsServedOnWhenAConnectionOfItWaits(t *testing.T) {
+	needPoller(t)
+	withoutStallBackstop(t)
+	s, addr := startServer(t)
+	a := tsDial(t, addr)
+	cs := quietRaw(t, s, addr, 32)
+	eventually(t, "the hand-driven connection is parked", func() bool { return s.parkedConns() == len(cs)+1 })
+	oneProc(t)
+	q := a.encode(tsAdd, "a", int64(7))
+	_, err := a.nc.Write(q[:len(q)-3]) // first in the batch, it waits for the rest
+	require.NoError(t, err)
+	for i, c := range cs {
+		_, err := c.nc.Write(c.encode(tsAdd, fmt.Sprint("k", i), int64(i)))
+		require.NoError(t, err)
+	}
+	for i, c := range cs {
+		require.NoError(t, c.nc.SetReadDeadline(time.Now().Add(2*time.Second)))
+		assert.EqualValues(t, i, c.i64(), "connection %d's ADD, woken in the batch of one that waits for its client", i)
+	}
+	_, err = a.nc.Write(q[len(q)-3:])
+	require.NoError(t, err)
+	assert.EqualValues(t, 7, a.i64(), "the stalled connection's request")
 }

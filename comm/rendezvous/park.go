@@ -72,6 +72,18 @@ func (b *bufCache) small() []byte {
 	return f
 }
 
+// popFront takes the first element of *s, clearing its slot; false when *s is empty.
+func popFront[T any](s *[]T) (T, bool) {
+	var zero T
+	if len(*s) == 0 {
+		return zero, false
+	}
+	v := (*s)[0]
+	(*s)[0] = zero
+	*s = (*s)[1:]
+	return v, true
+}
+
 // pop takes the last element of *s, clearing its slot; false when *s is empty.
 func pop[T any](s *[]T) (T, bool) {
 	var zero T

@@ -21,14 +21,16 @@ const pollSupported = true
 // events wait in it), so that the goroutine that waits on it (the poller's leader)
 // sleeps there like a socket's reader, without a thread blocked in epoll_wait.
 //
-// The leader serves the last connection of each batch of events itself (serveInline)
-// and starts a goroutine for each of the others. Serving on the goroutine that Go's
-// network poller woke costs no second goroutine and no second thread that the
-// scheduler wakes to run it: an idle rank's occasional request then costs about what
-// it costs on a connection in use. Before the connection it serves would block (a
-// read or a write that cannot complete at once, a wait for a turn), the leader hands
-// the epoll instance to a new goroutine, so that no parked connection waits on
-// another's client.
+// The leader serves the connections of each batch of events itself, one after
+// another (serveInline), and reads the next batch once it has served them all.
+// Serving on the goroutine that Go's network poller woke costs no second goroutine
+// and no second thread that the scheduler wakes to run it: an idle rank's occasional
+// request then costs about what it costs on a connection in use, and a wake storm
+// (every rank's request at once) starts no goroutine per connection. Before the
+// connection it serves would block (a read or a write that cannot complete at once, a
+// wait for a turn), the leader hands the epoll instance to a new goroutine, which
+// serves the rest of the batch (rest) before it reads the next: no parked connection
+// waits on another's client.
 type poller struct {
 	ep   int
 	file *os.File        // owns ep once made
@@ -39,9 +41,12 @@ type poller struct {
 	// cur is the connection the leader serves now (nil: none, or it was handed off).
 	cur atomic.Pointer[inlineServe]
 
-	mu      sync.Mutex
-	conns   map[int32]*serverConn // by pollID; 0 is the pipe
-	next    int32
+	mu    sync.Mutex
+	conns map[int32]*serverConn // by pollID; 0 is the pipe
+	next  int32
+	// rest holds the connections of the last batch, taken from the poller (no longer
+	// parked) and not served yet, in the order their events came.
+	rest    []*serverConn
 	stopped bool
 	ended   bool // a leader has closed the descriptors
 }
@@ -82,23 +87,32 @@ func (p *poller) closeFDs() {
 	_ = syscall.Close(p.stop[1])
 }
 
-// run is the leader's loop: it wakes the connections that become readable until
-// close, serving one of each batch itself; then it wakes every connection still
-// parked (they go on with goroutines of their own). It returns early when the
-// connection it serves hands the poller to a new leader.
+// run is the leader's loop: it serves the connections that become readable until
+// close, a batch at a time; then every connection still parked or not yet served
+// goes on with a goroutine of its own. It returns early when the connection it
+// serves hands the poller to a new leader, which serves the rest of the batch.
 func (p *poller) run() {
-	events := make([]syscall.EpollEvent, 256)
+	var events []syscall.EpollEvent
 	for {
+		c, stopped := p.take()
+		if stopped {
+			break
+		}
+		if c != nil {
+			if !p.serveInline(c) {
+				return // a new leader polls now
+			}
+			continue
+		}
+		if events == nil {
+			events = make([]syscall.EpollEvent, 256)
+		}
 		n, ok := p.wait(events)
 		if !ok {
 			break
 		}
-		c, stopped := p.dispatch(events[:n])
-		if stopped {
+		if p.dispatch(events[:n]) {
 			break
-		}
-		if c != nil && !p.serveInline(c) {
-			return // a new leader polls now
 		}
 	}
 	p.mu.Lock()
@@ -109,13 +123,30 @@ func (p *poller) run() {
 	for _, c := range p.conns {
 		parked = append(parked, c)
 	}
+	taken := p.rest
+	p.rest = nil
 	p.mu.Unlock()
 	if !ended {
 		p.closeFDs()
 	}
+	for _, c := range taken { // taken from the poller: no longer parked
+		go c.run(c.resume, true)
+	}
 	for _, c := range parked {
 		c.wake()
 	}
+}
+
+// take takes the next connection of the batch that the leader serves (nil: the batch
+// is done); stopped is true once close was called.
+func (p *poller) take() (c *serverConn, stopped bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return nil, true
+	}
+	c, _ = popFront(&p.rest)
+	return c, false
 }
 
 // wait waits until events are ready and reads them into events; false when the epoll
@@ -143,41 +174,28 @@ func (p *poller) wait(events []syscall.EpollEvent) (int, bool) {
 	return n, rerr == nil && err == nil
 }
 
-// dispatch wakes the connections of events, each on a goroutine of its own but the
-// last, which it returns for the leader to serve; it reports whether close was
-// called.
-func (p *poller) dispatch(events []syscall.EpollEvent) (inline *serverConn, stopped bool) {
-	var woken []*serverConn
+// dispatch takes the connections of events from the poller into rest, for the leader
+// to serve; a connection in the lobby leaves it on a goroutine of its own (wake). It
+// reports whether close was called (run then wakes every connection).
+func (p *poller) dispatch(events []syscall.EpollEvent) (stopped bool) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	for _, ev := range events {
 		if ev.Fd == 0 {
 			p.stopped = true
-		} else if c := p.conns[ev.Fd]; c != nil {
-			woken = append(woken, c)
+			continue
 		}
-	}
-	stopped = p.stopped
-	p.mu.Unlock()
-	if stopped {
-		for _, c := range woken {
+		c := p.conns[ev.Fd]
+		if c == nil {
+			continue
+		}
+		if c.step == nil { // in the lobby
 			c.wake()
-		}
-		return nil, true
-	}
-	if len(woken) == 0 {
-		return nil, false
-	}
-	for _, c := range woken[:len(woken)-1] {
-		c.wake()
-	}
-	if c := woken[len(woken)-1]; c.parked.CompareAndSwap(true, false) {
-		if c.step == nil { // in the lobby: as wake
-			go c.s.leaveLobby(c)
-		} else {
-			inline = c
+		} else if c.parked.CompareAndSwap(true, false) {
+			p.rest = append(p.rest, c)
 		}
 	}
-	return inline, false
+	return p.stopped
 }
 
 // inlineServe is the connection the leader serves (a new one each time, so that a
