@@ -28,7 +28,7 @@ const mpiBenchRounds = 15
 // buffer, in the same run. It runs on the ranks of an mpirun job, with a fixed iteration
 // count so that every rank makes the same calls:
 //
-//	go test -c -o /tmp/comm.test ./comm
+//	go test -c -o /tmp/comm.test ./comm/mpi
 //	NCCLGO_MPI_RANK_TEST=BenchmarkMPIRankAllReduceOverhead mpirun --oversubscribe \
 //	  --allow-run-as-root -np 2 -x NCCLGO_MPI_RANK_TEST /tmp/comm.test -test.run='^$' \
 //	  -test.bench=BenchmarkMPIRankAllReduceOverhead -test.benchtime=3000x -test.benchmem
@@ -178,13 +178,10 @@ func benchMPIAllReduce(b *testing.B, c *Communicator, bytes int) {
 			}
 		}
 	}
-	// The binding's side reduces out of place, from src: MPI_IN_PLACE is (void *)1, which
-	// no unsafe.Pointer may hold (Go's stack copying aborts on such a pointer).
-	src := make([]float32, count)
-	pin.Pin(&src[0])
+	// The binding's side reduces in place too: mpi.InPlacePtr becomes MPI_IN_PLACE in C.
 	rawSide := func(n int) {
 		for i := range n {
-			keep(&rawErr, mpi.Allreduce(unsafe.Pointer(&src[0]), unsafe.Pointer(&buf[0]), int32(count), dt, op, c.comm))
+			keep(&rawErr, mpi.Allreduce(mpi.InPlacePtr, unsafe.Pointer(&buf[0]), int32(count), dt, op, c.comm))
 			pace(i)
 		}
 	}

@@ -101,6 +101,15 @@ func TestSingletonThroughGeneratedBindings(t *testing.T) {
 	require.NoError(t, mpi.Allreduce(unsafe.Pointer(&buf[0]), unsafe.Pointer(&out[0]), 4, fl, must(t, mpi.Sum), world))
 	assert.Equal(t, buf, out)
 	require.NoError(t, mpi.Allreduce(unsafe.Pointer(&buf[0]), unsafe.Pointer(&out[0]), 4, fl, must(t, mpi.Max), world))
+	// In place: InPlacePtr reaches MPI as MPI_IN_PLACE, so one rank's sum leaves the
+	// buffer as it was (taken as a send buffer, the sentinel's byte would overwrite it).
+	inPlace := []float32{5, 6, 7, 8}
+	require.NoError(t, mpi.Allreduce(mpi.InPlacePtr, unsafe.Pointer(&inPlace[0]), 4, fl, must(t, mpi.Sum), world))
+	assert.Equal(t, []float32{5, 6, 7, 8}, inPlace, "MPI_Allreduce(MPI_IN_PLACE) on one rank")
+	gathered := []int32{0, 0}
+	gathered[rank] = 9
+	require.NoError(t, mpi.Allgather(mpi.InPlacePtr, 0, must(t, mpi.Int32T), unsafe.Pointer(&gathered[0]), 1, must(t, mpi.Int32T), world))
+	assert.Equal(t, []int32{9, 0}, gathered, "MPI_Allgather(MPI_IN_PLACE) on one rank")
 	// Bad input reaches the library's own checks and comes back as its error code.
 	err = mpi.Allreduce(unsafe.Pointer(&buf[0]), unsafe.Pointer(&out[0]), -1, fl, must(t, mpi.Sum), world)
 	var code mpi.ErrorCode

@@ -63,6 +63,9 @@ typedef void MPI_Win_errhandler_function(MPI_Win *, int *, ...);
 typedef int MPI_Win_copy_attr_function(MPI_Win, int, void *, void *, void *, int *);
 typedef int MPI_Win_delete_attr_function(MPI_Win, int, void *, void *);
 
+// The addresses standing for pointer sentinels (uncheckedPointers).
+static void *_ncclgo_sentinel_MPI_IN_PLACE(void) { static char at; return &at; }
+
 // One trampoline per function: call the resolved address with the C signature.
 #cgo noescape _ncclgo_tramp_MPI_Abort
 #cgo nocallback _ncclgo_tramp_MPI_Abort
@@ -72,6 +75,7 @@ static int _ncclgo_tramp_MPI_Abort(uintptr_t fp, uintptr_t a0, int a1) {
 #cgo noescape _ncclgo_tramp_MPI_Accumulate
 #cgo nocallback _ncclgo_tramp_MPI_Accumulate
 static int _ncclgo_tramp_MPI_Accumulate(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, ptrdiff_t a4, int a5, uintptr_t a6, uintptr_t a7, uintptr_t a8) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Op, MPI_Win))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (MPI_Aint)a4, (int)a5, (MPI_Datatype)a6, (MPI_Op)a7, (MPI_Win)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Add_error_class
@@ -92,11 +96,15 @@ static int _ncclgo_tramp_MPI_Add_error_string(uintptr_t fp, int a0, char *a1) {
 #cgo noescape _ncclgo_tramp_MPI_Allgather
 #cgo nocallback _ncclgo_tramp_MPI_Allgather
 static int _ncclgo_tramp_MPI_Allgather(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, uintptr_t a6) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a3 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a3 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (MPI_Comm)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Allgatherv
 #cgo nocallback _ncclgo_tramp_MPI_Allgatherv
 static int _ncclgo_tramp_MPI_Allgatherv(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int *a4, int *a5, uintptr_t a6, uintptr_t a7) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a3 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a3 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (const int *)a4, (const int *)a5, (MPI_Datatype)a6, (MPI_Comm)a7);
 }
 #cgo noescape _ncclgo_tramp_MPI_Alloc_mem
@@ -107,21 +115,29 @@ static int _ncclgo_tramp_MPI_Alloc_mem(uintptr_t fp, ptrdiff_t a0, uintptr_t a1,
 #cgo noescape _ncclgo_tramp_MPI_Allreduce
 #cgo nocallback _ncclgo_tramp_MPI_Allreduce
 static int _ncclgo_tramp_MPI_Allreduce(uintptr_t fp, char *a0, char *a1, int a2, uintptr_t a3, uintptr_t a4, uintptr_t a5) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm))fp)((const void *)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Op)a4, (MPI_Comm)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_Alltoall
 #cgo nocallback _ncclgo_tramp_MPI_Alltoall
 static int _ncclgo_tramp_MPI_Alltoall(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, uintptr_t a6) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a3 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a3 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (MPI_Comm)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Alltoallv
 #cgo nocallback _ncclgo_tramp_MPI_Alltoallv
 static int _ncclgo_tramp_MPI_Alltoallv(uintptr_t fp, char *a0, int *a1, int *a2, uintptr_t a3, char *a4, int *a5, int *a6, uintptr_t a7, uintptr_t a8) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a4 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a4 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, const int *, const int *, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, MPI_Comm))fp)((const void *)a0, (const int *)a1, (const int *)a2, (MPI_Datatype)a3, (void *)a4, (const int *)a5, (const int *)a6, (MPI_Datatype)a7, (MPI_Comm)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Alltoallw
 #cgo nocallback _ncclgo_tramp_MPI_Alltoallw
 static int _ncclgo_tramp_MPI_Alltoallw(uintptr_t fp, char *a0, int *a1, int *a2, MPI_Datatype *a3, char *a4, int *a5, int *a6, MPI_Datatype *a7, uintptr_t a8) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a4 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a4 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, const int *, const int *, const MPI_Datatype *, void *, const int *, const int *, const MPI_Datatype *, MPI_Comm))fp)((const void *)a0, (const int *)a1, (const int *)a2, (const MPI_Datatype *)a3, (void *)a4, (const int *)a5, (const int *)a6, (const MPI_Datatype *)a7, (MPI_Comm)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Attr_delete
@@ -147,26 +163,31 @@ static int _ncclgo_tramp_MPI_Barrier(uintptr_t fp, uintptr_t a0) {
 #cgo noescape _ncclgo_tramp_MPI_Bcast
 #cgo nocallback _ncclgo_tramp_MPI_Bcast
 static int _ncclgo_tramp_MPI_Bcast(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, uintptr_t a4) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(void *, int, MPI_Datatype, int, MPI_Comm))fp)((void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (MPI_Comm)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_Bsend
 #cgo nocallback _ncclgo_tramp_MPI_Bsend
 static int _ncclgo_tramp_MPI_Bsend(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, int, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_Bsend_init
 #cgo nocallback _ncclgo_tramp_MPI_Bsend_init
 static int _ncclgo_tramp_MPI_Bsend_init(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Buffer_attach
 #cgo nocallback _ncclgo_tramp_MPI_Buffer_attach
 static int _ncclgo_tramp_MPI_Buffer_attach(uintptr_t fp, char *a0, int a1) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(void *, int))fp)((void *)a0, (int)a1);
 }
 #cgo noescape _ncclgo_tramp_MPI_Buffer_detach
 #cgo nocallback _ncclgo_tramp_MPI_Buffer_detach
 static int _ncclgo_tramp_MPI_Buffer_detach(uintptr_t fp, char *a0, int *a1) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(void *, int *))fp)((void *)a0, (int *)a1);
 }
 #cgo noescape _ncclgo_tramp_OMPI_C_MPI_COMM_DUP_FN
@@ -467,6 +488,9 @@ static int _ncclgo_tramp_MPI_Comm_test_inter(uintptr_t fp, uintptr_t a0, int *a1
 #cgo noescape _ncclgo_tramp_MPI_Compare_and_swap
 #cgo nocallback _ncclgo_tramp_MPI_Compare_and_swap
 static int _ncclgo_tramp_MPI_Compare_and_swap(uintptr_t fp, char *a0, char *a1, char *a2, uintptr_t a3, int a4, ptrdiff_t a5, uintptr_t a6) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
+	if (a2 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a2 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, const void *, void *, MPI_Datatype, int, MPI_Aint, MPI_Win))fp)((const void *)a0, (const void *)a1, (void *)a2, (MPI_Datatype)a3, (int)a4, (MPI_Aint)a5, (MPI_Win)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Dims_create
@@ -522,11 +546,15 @@ static int _ncclgo_tramp_MPI_Error_string(uintptr_t fp, int a0, char *a1, int *a
 #cgo noescape _ncclgo_tramp_MPI_Exscan
 #cgo nocallback _ncclgo_tramp_MPI_Exscan
 static int _ncclgo_tramp_MPI_Exscan(uintptr_t fp, char *a0, char *a1, int a2, uintptr_t a3, uintptr_t a4, uintptr_t a5) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm))fp)((const void *)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Op)a4, (MPI_Comm)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_Fetch_and_op
 #cgo nocallback _ncclgo_tramp_MPI_Fetch_and_op
 static int _ncclgo_tramp_MPI_Fetch_and_op(uintptr_t fp, char *a0, char *a1, uintptr_t a2, int a3, ptrdiff_t a4, uintptr_t a5, uintptr_t a6) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, void *, MPI_Datatype, int, MPI_Aint, MPI_Op, MPI_Win))fp)((const void *)a0, (void *)a1, (MPI_Datatype)a2, (int)a3, (MPI_Aint)a4, (MPI_Op)a5, (MPI_Win)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_c2f
@@ -617,51 +645,61 @@ static int _ncclgo_tramp_MPI_File_get_view(uintptr_t fp, uintptr_t a0, MPI_Offse
 #cgo noescape _ncclgo_tramp_MPI_File_iread
 #cgo nocallback _ncclgo_tramp_MPI_File_iread
 static int _ncclgo_tramp_MPI_File_iread(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Request *a4) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, void *, int, MPI_Datatype, MPI_Request *))fp)((MPI_File)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Request *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_iread_all
 #cgo nocallback _ncclgo_tramp_MPI_File_iread_all
 static int _ncclgo_tramp_MPI_File_iread_all(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Request *a4) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, void *, int, MPI_Datatype, MPI_Request *))fp)((MPI_File)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Request *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_iread_at
 #cgo nocallback _ncclgo_tramp_MPI_File_iread_at
 static int _ncclgo_tramp_MPI_File_iread_at(uintptr_t fp, uintptr_t a0, long long a1, char *a2, int a3, uintptr_t a4, MPI_Request *a5) {
+	if (a2 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a2 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, MPI_Offset, void *, int, MPI_Datatype, MPI_Request *))fp)((MPI_File)a0, (MPI_Offset)a1, (void *)a2, (int)a3, (MPI_Datatype)a4, (MPI_Request *)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_iread_at_all
 #cgo nocallback _ncclgo_tramp_MPI_File_iread_at_all
 static int _ncclgo_tramp_MPI_File_iread_at_all(uintptr_t fp, uintptr_t a0, long long a1, char *a2, int a3, uintptr_t a4, MPI_Request *a5) {
+	if (a2 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a2 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, MPI_Offset, void *, int, MPI_Datatype, MPI_Request *))fp)((MPI_File)a0, (MPI_Offset)a1, (void *)a2, (int)a3, (MPI_Datatype)a4, (MPI_Request *)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_iread_shared
 #cgo nocallback _ncclgo_tramp_MPI_File_iread_shared
 static int _ncclgo_tramp_MPI_File_iread_shared(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Request *a4) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, void *, int, MPI_Datatype, MPI_Request *))fp)((MPI_File)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Request *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_iwrite
 #cgo nocallback _ncclgo_tramp_MPI_File_iwrite
 static int _ncclgo_tramp_MPI_File_iwrite(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Request *a4) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, const void *, int, MPI_Datatype, MPI_Request *))fp)((MPI_File)a0, (const void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Request *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_iwrite_all
 #cgo nocallback _ncclgo_tramp_MPI_File_iwrite_all
 static int _ncclgo_tramp_MPI_File_iwrite_all(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Request *a4) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, const void *, int, MPI_Datatype, MPI_Request *))fp)((MPI_File)a0, (const void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Request *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_iwrite_at
 #cgo nocallback _ncclgo_tramp_MPI_File_iwrite_at
 static int _ncclgo_tramp_MPI_File_iwrite_at(uintptr_t fp, uintptr_t a0, long long a1, char *a2, int a3, uintptr_t a4, MPI_Request *a5) {
+	if (a2 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a2 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, MPI_Offset, const void *, int, MPI_Datatype, MPI_Request *))fp)((MPI_File)a0, (MPI_Offset)a1, (const void *)a2, (int)a3, (MPI_Datatype)a4, (MPI_Request *)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_iwrite_at_all
 #cgo nocallback _ncclgo_tramp_MPI_File_iwrite_at_all
 static int _ncclgo_tramp_MPI_File_iwrite_at_all(uintptr_t fp, uintptr_t a0, long long a1, char *a2, int a3, uintptr_t a4, MPI_Request *a5) {
+	if (a2 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a2 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, MPI_Offset, const void *, int, MPI_Datatype, MPI_Request *))fp)((MPI_File)a0, (MPI_Offset)a1, (const void *)a2, (int)a3, (MPI_Datatype)a4, (MPI_Request *)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_iwrite_shared
 #cgo nocallback _ncclgo_tramp_MPI_File_iwrite_shared
 static int _ncclgo_tramp_MPI_File_iwrite_shared(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Request *a4) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, const void *, int, MPI_Datatype, MPI_Request *))fp)((MPI_File)a0, (const void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Request *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_open
@@ -677,61 +715,73 @@ static int _ncclgo_tramp_MPI_File_preallocate(uintptr_t fp, uintptr_t a0, long l
 #cgo noescape _ncclgo_tramp_MPI_File_read
 #cgo nocallback _ncclgo_tramp_MPI_File_read
 static int _ncclgo_tramp_MPI_File_read(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Status *a4) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, void *, int, MPI_Datatype, MPI_Status *))fp)((MPI_File)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Status *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_read_all
 #cgo nocallback _ncclgo_tramp_MPI_File_read_all
 static int _ncclgo_tramp_MPI_File_read_all(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Status *a4) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, void *, int, MPI_Datatype, MPI_Status *))fp)((MPI_File)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Status *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_read_all_begin
 #cgo nocallback _ncclgo_tramp_MPI_File_read_all_begin
 static int _ncclgo_tramp_MPI_File_read_all_begin(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, void *, int, MPI_Datatype))fp)((MPI_File)a0, (void *)a1, (int)a2, (MPI_Datatype)a3);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_read_all_end
 #cgo nocallback _ncclgo_tramp_MPI_File_read_all_end
 static int _ncclgo_tramp_MPI_File_read_all_end(uintptr_t fp, uintptr_t a0, char *a1, MPI_Status *a2) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, void *, MPI_Status *))fp)((MPI_File)a0, (void *)a1, (MPI_Status *)a2);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_read_at
 #cgo nocallback _ncclgo_tramp_MPI_File_read_at
 static int _ncclgo_tramp_MPI_File_read_at(uintptr_t fp, uintptr_t a0, long long a1, char *a2, int a3, uintptr_t a4, MPI_Status *a5) {
+	if (a2 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a2 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, MPI_Offset, void *, int, MPI_Datatype, MPI_Status *))fp)((MPI_File)a0, (MPI_Offset)a1, (void *)a2, (int)a3, (MPI_Datatype)a4, (MPI_Status *)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_read_at_all
 #cgo nocallback _ncclgo_tramp_MPI_File_read_at_all
 static int _ncclgo_tramp_MPI_File_read_at_all(uintptr_t fp, uintptr_t a0, long long a1, char *a2, int a3, uintptr_t a4, MPI_Status *a5) {
+	if (a2 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a2 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, MPI_Offset, void *, int, MPI_Datatype, MPI_Status *))fp)((MPI_File)a0, (MPI_Offset)a1, (void *)a2, (int)a3, (MPI_Datatype)a4, (MPI_Status *)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_read_at_all_begin
 #cgo nocallback _ncclgo_tramp_MPI_File_read_at_all_begin
 static int _ncclgo_tramp_MPI_File_read_at_all_begin(uintptr_t fp, uintptr_t a0, long long a1, char *a2, int a3, uintptr_t a4) {
+	if (a2 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a2 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, MPI_Offset, void *, int, MPI_Datatype))fp)((MPI_File)a0, (MPI_Offset)a1, (void *)a2, (int)a3, (MPI_Datatype)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_read_at_all_end
 #cgo nocallback _ncclgo_tramp_MPI_File_read_at_all_end
 static int _ncclgo_tramp_MPI_File_read_at_all_end(uintptr_t fp, uintptr_t a0, char *a1, MPI_Status *a2) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, void *, MPI_Status *))fp)((MPI_File)a0, (void *)a1, (MPI_Status *)a2);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_read_ordered
 #cgo nocallback _ncclgo_tramp_MPI_File_read_ordered
 static int _ncclgo_tramp_MPI_File_read_ordered(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Status *a4) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, void *, int, MPI_Datatype, MPI_Status *))fp)((MPI_File)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Status *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_read_ordered_begin
 #cgo nocallback _ncclgo_tramp_MPI_File_read_ordered_begin
 static int _ncclgo_tramp_MPI_File_read_ordered_begin(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, void *, int, MPI_Datatype))fp)((MPI_File)a0, (void *)a1, (int)a2, (MPI_Datatype)a3);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_read_ordered_end
 #cgo nocallback _ncclgo_tramp_MPI_File_read_ordered_end
 static int _ncclgo_tramp_MPI_File_read_ordered_end(uintptr_t fp, uintptr_t a0, char *a1, MPI_Status *a2) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, void *, MPI_Status *))fp)((MPI_File)a0, (void *)a1, (MPI_Status *)a2);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_read_shared
 #cgo nocallback _ncclgo_tramp_MPI_File_read_shared
 static int _ncclgo_tramp_MPI_File_read_shared(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Status *a4) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, void *, int, MPI_Datatype, MPI_Status *))fp)((MPI_File)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Status *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_seek
@@ -777,61 +827,73 @@ static int _ncclgo_tramp_MPI_File_sync(uintptr_t fp, uintptr_t a0) {
 #cgo noescape _ncclgo_tramp_MPI_File_write
 #cgo nocallback _ncclgo_tramp_MPI_File_write
 static int _ncclgo_tramp_MPI_File_write(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Status *a4) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, const void *, int, MPI_Datatype, MPI_Status *))fp)((MPI_File)a0, (const void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Status *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_write_all
 #cgo nocallback _ncclgo_tramp_MPI_File_write_all
 static int _ncclgo_tramp_MPI_File_write_all(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Status *a4) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, const void *, int, MPI_Datatype, MPI_Status *))fp)((MPI_File)a0, (const void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Status *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_write_all_begin
 #cgo nocallback _ncclgo_tramp_MPI_File_write_all_begin
 static int _ncclgo_tramp_MPI_File_write_all_begin(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, const void *, int, MPI_Datatype))fp)((MPI_File)a0, (const void *)a1, (int)a2, (MPI_Datatype)a3);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_write_all_end
 #cgo nocallback _ncclgo_tramp_MPI_File_write_all_end
 static int _ncclgo_tramp_MPI_File_write_all_end(uintptr_t fp, uintptr_t a0, char *a1, MPI_Status *a2) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, const void *, MPI_Status *))fp)((MPI_File)a0, (const void *)a1, (MPI_Status *)a2);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_write_at
 #cgo nocallback _ncclgo_tramp_MPI_File_write_at
 static int _ncclgo_tramp_MPI_File_write_at(uintptr_t fp, uintptr_t a0, long long a1, char *a2, int a3, uintptr_t a4, MPI_Status *a5) {
+	if (a2 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a2 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, MPI_Offset, const void *, int, MPI_Datatype, MPI_Status *))fp)((MPI_File)a0, (MPI_Offset)a1, (const void *)a2, (int)a3, (MPI_Datatype)a4, (MPI_Status *)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_write_at_all
 #cgo nocallback _ncclgo_tramp_MPI_File_write_at_all
 static int _ncclgo_tramp_MPI_File_write_at_all(uintptr_t fp, uintptr_t a0, long long a1, char *a2, int a3, uintptr_t a4, MPI_Status *a5) {
+	if (a2 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a2 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, MPI_Offset, const void *, int, MPI_Datatype, MPI_Status *))fp)((MPI_File)a0, (MPI_Offset)a1, (const void *)a2, (int)a3, (MPI_Datatype)a4, (MPI_Status *)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_write_at_all_begin
 #cgo nocallback _ncclgo_tramp_MPI_File_write_at_all_begin
 static int _ncclgo_tramp_MPI_File_write_at_all_begin(uintptr_t fp, uintptr_t a0, long long a1, char *a2, int a3, uintptr_t a4) {
+	if (a2 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a2 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, MPI_Offset, const void *, int, MPI_Datatype))fp)((MPI_File)a0, (MPI_Offset)a1, (const void *)a2, (int)a3, (MPI_Datatype)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_write_at_all_end
 #cgo nocallback _ncclgo_tramp_MPI_File_write_at_all_end
 static int _ncclgo_tramp_MPI_File_write_at_all_end(uintptr_t fp, uintptr_t a0, char *a1, MPI_Status *a2) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, const void *, MPI_Status *))fp)((MPI_File)a0, (const void *)a1, (MPI_Status *)a2);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_write_ordered
 #cgo nocallback _ncclgo_tramp_MPI_File_write_ordered
 static int _ncclgo_tramp_MPI_File_write_ordered(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Status *a4) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, const void *, int, MPI_Datatype, MPI_Status *))fp)((MPI_File)a0, (const void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Status *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_write_ordered_begin
 #cgo nocallback _ncclgo_tramp_MPI_File_write_ordered_begin
 static int _ncclgo_tramp_MPI_File_write_ordered_begin(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, const void *, int, MPI_Datatype))fp)((MPI_File)a0, (const void *)a1, (int)a2, (MPI_Datatype)a3);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_write_ordered_end
 #cgo nocallback _ncclgo_tramp_MPI_File_write_ordered_end
 static int _ncclgo_tramp_MPI_File_write_ordered_end(uintptr_t fp, uintptr_t a0, char *a1, MPI_Status *a2) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, const void *, MPI_Status *))fp)((MPI_File)a0, (const void *)a1, (MPI_Status *)a2);
 }
 #cgo noescape _ncclgo_tramp_MPI_File_write_shared
 #cgo nocallback _ncclgo_tramp_MPI_File_write_shared
 static int _ncclgo_tramp_MPI_File_write_shared(uintptr_t fp, uintptr_t a0, char *a1, int a2, uintptr_t a3, MPI_Status *a4) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_File, const void *, int, MPI_Datatype, MPI_Status *))fp)((MPI_File)a0, (const void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Status *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_Finalize
@@ -852,21 +914,28 @@ static int _ncclgo_tramp_MPI_Free_mem(uintptr_t fp, void *a0) {
 #cgo noescape _ncclgo_tramp_MPI_Gather
 #cgo nocallback _ncclgo_tramp_MPI_Gather
 static int _ncclgo_tramp_MPI_Gather(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, int a6, uintptr_t a7) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a3 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a3 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (int)a6, (MPI_Comm)a7);
 }
 #cgo noescape _ncclgo_tramp_MPI_Gatherv
 #cgo nocallback _ncclgo_tramp_MPI_Gatherv
 static int _ncclgo_tramp_MPI_Gatherv(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int *a4, int *a5, uintptr_t a6, int a7, uintptr_t a8) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a3 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a3 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, int, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (const int *)a4, (const int *)a5, (MPI_Datatype)a6, (int)a7, (MPI_Comm)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Get
 #cgo nocallback _ncclgo_tramp_MPI_Get
 static int _ncclgo_tramp_MPI_Get(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, ptrdiff_t a4, int a5, uintptr_t a6, uintptr_t a7) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Win))fp)((void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (MPI_Aint)a4, (int)a5, (MPI_Datatype)a6, (MPI_Win)a7);
 }
 #cgo noescape _ncclgo_tramp_MPI_Get_accumulate
 #cgo nocallback _ncclgo_tramp_MPI_Get_accumulate
 static int _ncclgo_tramp_MPI_Get_accumulate(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, int a6, ptrdiff_t a7, int a8, uintptr_t a9, uintptr_t a10, uintptr_t a11) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a3 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a3 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Op, MPI_Win))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (int)a6, (MPI_Aint)a7, (int)a8, (MPI_Datatype)a9, (MPI_Op)a10, (MPI_Win)a11);
 }
 #cgo noescape _ncclgo_tramp_MPI_Get_address
@@ -1017,31 +1086,43 @@ static int _ncclgo_tramp_MPI_Group_union(uintptr_t fp, uintptr_t a0, uintptr_t a
 #cgo noescape _ncclgo_tramp_MPI_Iallgather
 #cgo nocallback _ncclgo_tramp_MPI_Iallgather
 static int _ncclgo_tramp_MPI_Iallgather(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, uintptr_t a6, MPI_Request *a7) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a3 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a3 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (MPI_Comm)a6, (MPI_Request *)a7);
 }
 #cgo noescape _ncclgo_tramp_MPI_Iallgatherv
 #cgo nocallback _ncclgo_tramp_MPI_Iallgatherv
 static int _ncclgo_tramp_MPI_Iallgatherv(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int *a4, int *a5, uintptr_t a6, uintptr_t a7, MPI_Request *a8) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a3 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a3 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (const int *)a4, (const int *)a5, (MPI_Datatype)a6, (MPI_Comm)a7, (MPI_Request *)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Iallreduce
 #cgo nocallback _ncclgo_tramp_MPI_Iallreduce
 static int _ncclgo_tramp_MPI_Iallreduce(uintptr_t fp, char *a0, char *a1, int a2, uintptr_t a3, uintptr_t a4, uintptr_t a5, MPI_Request *a6) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Request *))fp)((const void *)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Op)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ialltoall
 #cgo nocallback _ncclgo_tramp_MPI_Ialltoall
 static int _ncclgo_tramp_MPI_Ialltoall(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, uintptr_t a6, MPI_Request *a7) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a3 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a3 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (MPI_Comm)a6, (MPI_Request *)a7);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ialltoallv
 #cgo nocallback _ncclgo_tramp_MPI_Ialltoallv
 static int _ncclgo_tramp_MPI_Ialltoallv(uintptr_t fp, char *a0, int *a1, int *a2, uintptr_t a3, char *a4, int *a5, int *a6, uintptr_t a7, uintptr_t a8, MPI_Request *a9) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a4 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a4 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, const int *, const int *, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, MPI_Comm, MPI_Request *))fp)((const void *)a0, (const int *)a1, (const int *)a2, (MPI_Datatype)a3, (void *)a4, (const int *)a5, (const int *)a6, (MPI_Datatype)a7, (MPI_Comm)a8, (MPI_Request *)a9);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ialltoallw
 #cgo nocallback _ncclgo_tramp_MPI_Ialltoallw
 static int _ncclgo_tramp_MPI_Ialltoallw(uintptr_t fp, char *a0, int *a1, int *a2, MPI_Datatype *a3, char *a4, int *a5, int *a6, MPI_Datatype *a7, uintptr_t a8, MPI_Request *a9) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a4 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a4 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, const int *, const int *, const MPI_Datatype *, void *, const int *, const int *, const MPI_Datatype *, MPI_Comm, MPI_Request *))fp)((const void *)a0, (const int *)a1, (const int *)a2, (const MPI_Datatype *)a3, (void *)a4, (const int *)a5, (const int *)a6, (const MPI_Datatype *)a7, (MPI_Comm)a8, (MPI_Request *)a9);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ibarrier
@@ -1052,26 +1133,34 @@ static int _ncclgo_tramp_MPI_Ibarrier(uintptr_t fp, uintptr_t a0, MPI_Request *a
 #cgo noescape _ncclgo_tramp_MPI_Ibcast
 #cgo nocallback _ncclgo_tramp_MPI_Ibcast
 static int _ncclgo_tramp_MPI_Ibcast(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, uintptr_t a4, MPI_Request *a5) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(void *, int, MPI_Datatype, int, MPI_Comm, MPI_Request *))fp)((void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (MPI_Comm)a4, (MPI_Request *)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ibsend
 #cgo nocallback _ncclgo_tramp_MPI_Ibsend
 static int _ncclgo_tramp_MPI_Ibsend(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Iexscan
 #cgo nocallback _ncclgo_tramp_MPI_Iexscan
 static int _ncclgo_tramp_MPI_Iexscan(uintptr_t fp, char *a0, char *a1, int a2, uintptr_t a3, uintptr_t a4, uintptr_t a5, MPI_Request *a6) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Request *))fp)((const void *)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Op)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Igather
 #cgo nocallback _ncclgo_tramp_MPI_Igather
 static int _ncclgo_tramp_MPI_Igather(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, int a6, uintptr_t a7, MPI_Request *a8) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a3 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a3 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (int)a6, (MPI_Comm)a7, (MPI_Request *)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Igatherv
 #cgo nocallback _ncclgo_tramp_MPI_Igatherv
 static int _ncclgo_tramp_MPI_Igatherv(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int *a4, int *a5, uintptr_t a6, int a7, uintptr_t a8, MPI_Request *a9) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a3 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a3 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, int, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (const int *)a4, (const int *)a5, (MPI_Datatype)a6, (int)a7, (MPI_Comm)a8, (MPI_Request *)a9);
 }
 #cgo noescape _ncclgo_tramp_MPI_Improbe
@@ -1082,31 +1171,42 @@ static int _ncclgo_tramp_MPI_Improbe(uintptr_t fp, int a0, int a1, uintptr_t a2,
 #cgo noescape _ncclgo_tramp_MPI_Imrecv
 #cgo nocallback _ncclgo_tramp_MPI_Imrecv
 static int _ncclgo_tramp_MPI_Imrecv(uintptr_t fp, char *a0, int a1, uintptr_t a2, MPI_Message *a3, MPI_Request *a4) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(void *, int, MPI_Datatype, MPI_Message *, MPI_Request *))fp)((void *)a0, (int)a1, (MPI_Datatype)a2, (MPI_Message *)a3, (MPI_Request *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ineighbor_allgather
 #cgo nocallback _ncclgo_tramp_MPI_Ineighbor_allgather
 static int _ncclgo_tramp_MPI_Ineighbor_allgather(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, uintptr_t a6, MPI_Request *a7) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a3 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a3 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (MPI_Comm)a6, (MPI_Request *)a7);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ineighbor_allgatherv
 #cgo nocallback _ncclgo_tramp_MPI_Ineighbor_allgatherv
 static int _ncclgo_tramp_MPI_Ineighbor_allgatherv(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int *a4, int *a5, uintptr_t a6, uintptr_t a7, MPI_Request *a8) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a3 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a3 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (const int *)a4, (const int *)a5, (MPI_Datatype)a6, (MPI_Comm)a7, (MPI_Request *)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ineighbor_alltoall
 #cgo nocallback _ncclgo_tramp_MPI_Ineighbor_alltoall
 static int _ncclgo_tramp_MPI_Ineighbor_alltoall(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, uintptr_t a6, MPI_Request *a7) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a3 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a3 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (MPI_Comm)a6, (MPI_Request *)a7);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ineighbor_alltoallv
 #cgo nocallback _ncclgo_tramp_MPI_Ineighbor_alltoallv
 static int _ncclgo_tramp_MPI_Ineighbor_alltoallv(uintptr_t fp, char *a0, int *a1, int *a2, uintptr_t a3, char *a4, int *a5, int *a6, uintptr_t a7, uintptr_t a8, MPI_Request *a9) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a4 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a4 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, const int *, const int *, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, MPI_Comm, MPI_Request *))fp)((const void *)a0, (const int *)a1, (const int *)a2, (MPI_Datatype)a3, (void *)a4, (const int *)a5, (const int *)a6, (MPI_Datatype)a7, (MPI_Comm)a8, (MPI_Request *)a9);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ineighbor_alltoallw
 #cgo nocallback _ncclgo_tramp_MPI_Ineighbor_alltoallw
 static int _ncclgo_tramp_MPI_Ineighbor_alltoallw(uintptr_t fp, char *a0, int *a1, MPI_Aint *a2, MPI_Datatype *a3, char *a4, int *a5, MPI_Aint *a6, MPI_Datatype *a7, uintptr_t a8, MPI_Request *a9) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a4 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a4 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, const int *, const MPI_Aint *, const MPI_Datatype *, void *, const int *, const MPI_Aint *, const MPI_Datatype *, MPI_Comm, MPI_Request *))fp)((const void *)a0, (const int *)a1, (const MPI_Aint *)a2, (const MPI_Datatype *)a3, (void *)a4, (const int *)a5, (const MPI_Aint *)a6, (const MPI_Datatype *)a7, (MPI_Comm)a8, (MPI_Request *)a9);
 }
 #cgo noescape _ncclgo_tramp_MPI_Info_c2f
@@ -1197,26 +1297,34 @@ static int _ncclgo_tramp_MPI_Iprobe(uintptr_t fp, int a0, int a1, uintptr_t a2, 
 #cgo noescape _ncclgo_tramp_MPI_Irecv
 #cgo nocallback _ncclgo_tramp_MPI_Irecv
 static int _ncclgo_tramp_MPI_Irecv(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *))fp)((void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ireduce
 #cgo nocallback _ncclgo_tramp_MPI_Ireduce
 static int _ncclgo_tramp_MPI_Ireduce(uintptr_t fp, char *a0, char *a1, int a2, uintptr_t a3, uintptr_t a4, int a5, uintptr_t a6, MPI_Request *a7) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, void *, int, MPI_Datatype, MPI_Op, int, MPI_Comm, MPI_Request *))fp)((const void *)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Op)a4, (int)a5, (MPI_Comm)a6, (MPI_Request *)a7);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ireduce_scatter
 #cgo nocallback _ncclgo_tramp_MPI_Ireduce_scatter
 static int _ncclgo_tramp_MPI_Ireduce_scatter(uintptr_t fp, char *a0, char *a1, int *a2, uintptr_t a3, uintptr_t a4, uintptr_t a5, MPI_Request *a6) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, void *, const int *, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Request *))fp)((const void *)a0, (void *)a1, (const int *)a2, (MPI_Datatype)a3, (MPI_Op)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ireduce_scatter_block
 #cgo nocallback _ncclgo_tramp_MPI_Ireduce_scatter_block
 static int _ncclgo_tramp_MPI_Ireduce_scatter_block(uintptr_t fp, char *a0, char *a1, int a2, uintptr_t a3, uintptr_t a4, uintptr_t a5, MPI_Request *a6) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Request *))fp)((const void *)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Op)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Irsend
 #cgo nocallback _ncclgo_tramp_MPI_Irsend
 static int _ncclgo_tramp_MPI_Irsend(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Is_thread_main
@@ -1227,26 +1335,34 @@ static int _ncclgo_tramp_MPI_Is_thread_main(uintptr_t fp, int *a0) {
 #cgo noescape _ncclgo_tramp_MPI_Iscan
 #cgo nocallback _ncclgo_tramp_MPI_Iscan
 static int _ncclgo_tramp_MPI_Iscan(uintptr_t fp, char *a0, char *a1, int a2, uintptr_t a3, uintptr_t a4, uintptr_t a5, MPI_Request *a6) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm, MPI_Request *))fp)((const void *)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Op)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Iscatter
 #cgo nocallback _ncclgo_tramp_MPI_Iscatter
 static int _ncclgo_tramp_MPI_Iscatter(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, int a6, uintptr_t a7, MPI_Request *a8) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a3 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a3 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (int)a6, (MPI_Comm)a7, (MPI_Request *)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Iscatterv
 #cgo nocallback _ncclgo_tramp_MPI_Iscatterv
 static int _ncclgo_tramp_MPI_Iscatterv(uintptr_t fp, char *a0, int *a1, int *a2, uintptr_t a3, char *a4, int a5, uintptr_t a6, int a7, uintptr_t a8, MPI_Request *a9) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a4 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a4 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, const int *, const int *, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Comm, MPI_Request *))fp)((const void *)a0, (const int *)a1, (const int *)a2, (MPI_Datatype)a3, (void *)a4, (int)a5, (MPI_Datatype)a6, (int)a7, (MPI_Comm)a8, (MPI_Request *)a9);
 }
 #cgo noescape _ncclgo_tramp_MPI_Isend
 #cgo nocallback _ncclgo_tramp_MPI_Isend
 static int _ncclgo_tramp_MPI_Isend(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Issend
 #cgo nocallback _ncclgo_tramp_MPI_Issend
 static int _ncclgo_tramp_MPI_Issend(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Keyval_create
@@ -1282,31 +1398,42 @@ static int _ncclgo_tramp_MPI_Mprobe(uintptr_t fp, int a0, int a1, uintptr_t a2, 
 #cgo noescape _ncclgo_tramp_MPI_Mrecv
 #cgo nocallback _ncclgo_tramp_MPI_Mrecv
 static int _ncclgo_tramp_MPI_Mrecv(uintptr_t fp, char *a0, int a1, uintptr_t a2, MPI_Message *a3, MPI_Status *a4) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(void *, int, MPI_Datatype, MPI_Message *, MPI_Status *))fp)((void *)a0, (int)a1, (MPI_Datatype)a2, (MPI_Message *)a3, (MPI_Status *)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_Neighbor_allgather
 #cgo nocallback _ncclgo_tramp_MPI_Neighbor_allgather
 static int _ncclgo_tramp_MPI_Neighbor_allgather(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, uintptr_t a6) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a3 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a3 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (MPI_Comm)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Neighbor_allgatherv
 #cgo nocallback _ncclgo_tramp_MPI_Neighbor_allgatherv
 static int _ncclgo_tramp_MPI_Neighbor_allgatherv(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int *a4, int *a5, uintptr_t a6, uintptr_t a7) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a3 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a3 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (const int *)a4, (const int *)a5, (MPI_Datatype)a6, (MPI_Comm)a7);
 }
 #cgo noescape _ncclgo_tramp_MPI_Neighbor_alltoall
 #cgo nocallback _ncclgo_tramp_MPI_Neighbor_alltoall
 static int _ncclgo_tramp_MPI_Neighbor_alltoall(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, uintptr_t a6) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a3 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a3 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (MPI_Comm)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Neighbor_alltoallv
 #cgo nocallback _ncclgo_tramp_MPI_Neighbor_alltoallv
 static int _ncclgo_tramp_MPI_Neighbor_alltoallv(uintptr_t fp, char *a0, int *a1, int *a2, uintptr_t a3, char *a4, int *a5, int *a6, uintptr_t a7, uintptr_t a8) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a4 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a4 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, const int *, const int *, MPI_Datatype, void *, const int *, const int *, MPI_Datatype, MPI_Comm))fp)((const void *)a0, (const int *)a1, (const int *)a2, (MPI_Datatype)a3, (void *)a4, (const int *)a5, (const int *)a6, (MPI_Datatype)a7, (MPI_Comm)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Neighbor_alltoallw
 #cgo nocallback _ncclgo_tramp_MPI_Neighbor_alltoallw
 static int _ncclgo_tramp_MPI_Neighbor_alltoallw(uintptr_t fp, char *a0, int *a1, MPI_Aint *a2, MPI_Datatype *a3, char *a4, int *a5, MPI_Aint *a6, MPI_Datatype *a7, uintptr_t a8) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a4 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a4 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, const int *, const MPI_Aint *, const MPI_Datatype *, void *, const int *, const MPI_Aint *, const MPI_Datatype *, MPI_Comm))fp)((const void *)a0, (const int *)a1, (const MPI_Aint *)a2, (const MPI_Datatype *)a3, (void *)a4, (const int *)a5, (const MPI_Aint *)a6, (const MPI_Datatype *)a7, (MPI_Comm)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Op_c2f
@@ -1342,11 +1469,15 @@ static int _ncclgo_tramp_MPI_Open_port(uintptr_t fp, uintptr_t a0, char *a1) {
 #cgo noescape _ncclgo_tramp_MPI_Pack
 #cgo nocallback _ncclgo_tramp_MPI_Pack
 static int _ncclgo_tramp_MPI_Pack(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, int *a5, uintptr_t a6) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a3 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a3 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, int *, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (int *)a5, (MPI_Comm)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Pack_external
 #cgo nocallback _ncclgo_tramp_MPI_Pack_external
 static int _ncclgo_tramp_MPI_Pack_external(uintptr_t fp, char *a0, char *a1, int a2, uintptr_t a3, char *a4, ptrdiff_t a5, MPI_Aint *a6) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
+	if (a4 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a4 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const char *, const void *, int, MPI_Datatype, void *, MPI_Aint, MPI_Aint *))fp)((const char *)a0, (const void *)a1, (int)a2, (MPI_Datatype)a3, (void *)a4, (MPI_Aint)a5, (MPI_Aint *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Pack_external_size
@@ -1372,6 +1503,7 @@ static int _ncclgo_tramp_MPI_Publish_name(uintptr_t fp, char *a0, uintptr_t a1, 
 #cgo noescape _ncclgo_tramp_MPI_Put
 #cgo nocallback _ncclgo_tramp_MPI_Put
 static int _ncclgo_tramp_MPI_Put(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, ptrdiff_t a4, int a5, uintptr_t a6, uintptr_t a7) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Win))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (MPI_Aint)a4, (int)a5, (MPI_Datatype)a6, (MPI_Win)a7);
 }
 #cgo noescape _ncclgo_tramp_MPI_Query_thread
@@ -1382,36 +1514,47 @@ static int _ncclgo_tramp_MPI_Query_thread(uintptr_t fp, int *a0) {
 #cgo noescape _ncclgo_tramp_MPI_Raccumulate
 #cgo nocallback _ncclgo_tramp_MPI_Raccumulate
 static int _ncclgo_tramp_MPI_Raccumulate(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, ptrdiff_t a4, int a5, uintptr_t a6, uintptr_t a7, uintptr_t a8, MPI_Request *a9) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Op, MPI_Win, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (MPI_Aint)a4, (int)a5, (MPI_Datatype)a6, (MPI_Op)a7, (MPI_Win)a8, (MPI_Request *)a9);
 }
 #cgo noescape _ncclgo_tramp_MPI_Recv
 #cgo nocallback _ncclgo_tramp_MPI_Recv
 static int _ncclgo_tramp_MPI_Recv(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Status *a6) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Status *))fp)((void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5, (MPI_Status *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Recv_init
 #cgo nocallback _ncclgo_tramp_MPI_Recv_init
 static int _ncclgo_tramp_MPI_Recv_init(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *))fp)((void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Reduce
 #cgo nocallback _ncclgo_tramp_MPI_Reduce
 static int _ncclgo_tramp_MPI_Reduce(uintptr_t fp, char *a0, char *a1, int a2, uintptr_t a3, uintptr_t a4, int a5, uintptr_t a6) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, void *, int, MPI_Datatype, MPI_Op, int, MPI_Comm))fp)((const void *)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Op)a4, (int)a5, (MPI_Comm)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Reduce_local
 #cgo nocallback _ncclgo_tramp_MPI_Reduce_local
 static int _ncclgo_tramp_MPI_Reduce_local(uintptr_t fp, char *a0, char *a1, int a2, uintptr_t a3, uintptr_t a4) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, void *, int, MPI_Datatype, MPI_Op))fp)((const void *)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Op)a4);
 }
 #cgo noescape _ncclgo_tramp_MPI_Reduce_scatter
 #cgo nocallback _ncclgo_tramp_MPI_Reduce_scatter
 static int _ncclgo_tramp_MPI_Reduce_scatter(uintptr_t fp, char *a0, char *a1, int *a2, uintptr_t a3, uintptr_t a4, uintptr_t a5) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, void *, const int *, MPI_Datatype, MPI_Op, MPI_Comm))fp)((const void *)a0, (void *)a1, (const int *)a2, (MPI_Datatype)a3, (MPI_Op)a4, (MPI_Comm)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_Reduce_scatter_block
 #cgo nocallback _ncclgo_tramp_MPI_Reduce_scatter_block
 static int _ncclgo_tramp_MPI_Reduce_scatter_block(uintptr_t fp, char *a0, char *a1, int a2, uintptr_t a3, uintptr_t a4, uintptr_t a5) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm))fp)((const void *)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Op)a4, (MPI_Comm)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_Register_datarep
@@ -1442,71 +1585,90 @@ static int _ncclgo_tramp_MPI_Request_get_status(uintptr_t fp, uintptr_t a0, int 
 #cgo noescape _ncclgo_tramp_MPI_Rget
 #cgo nocallback _ncclgo_tramp_MPI_Rget
 static int _ncclgo_tramp_MPI_Rget(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, ptrdiff_t a4, int a5, uintptr_t a6, uintptr_t a7, MPI_Request *a8) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Win, MPI_Request *))fp)((void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (MPI_Aint)a4, (int)a5, (MPI_Datatype)a6, (MPI_Win)a7, (MPI_Request *)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Rget_accumulate
 #cgo nocallback _ncclgo_tramp_MPI_Rget_accumulate
 static int _ncclgo_tramp_MPI_Rget_accumulate(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, int a6, ptrdiff_t a7, int a8, uintptr_t a9, uintptr_t a10, uintptr_t a11, MPI_Request *a12) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a3 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a3 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Op, MPI_Win, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (int)a6, (MPI_Aint)a7, (int)a8, (MPI_Datatype)a9, (MPI_Op)a10, (MPI_Win)a11, (MPI_Request *)a12);
 }
 #cgo noescape _ncclgo_tramp_MPI_Rput
 #cgo nocallback _ncclgo_tramp_MPI_Rput
 static int _ncclgo_tramp_MPI_Rput(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, ptrdiff_t a4, int a5, uintptr_t a6, uintptr_t a7, MPI_Request *a8) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, MPI_Aint, int, MPI_Datatype, MPI_Win, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (MPI_Aint)a4, (int)a5, (MPI_Datatype)a6, (MPI_Win)a7, (MPI_Request *)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Rsend
 #cgo nocallback _ncclgo_tramp_MPI_Rsend
 static int _ncclgo_tramp_MPI_Rsend(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, int, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_Rsend_init
 #cgo nocallback _ncclgo_tramp_MPI_Rsend_init
 static int _ncclgo_tramp_MPI_Rsend_init(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Scan
 #cgo nocallback _ncclgo_tramp_MPI_Scan
 static int _ncclgo_tramp_MPI_Scan(uintptr_t fp, char *a0, char *a1, int a2, uintptr_t a3, uintptr_t a4, uintptr_t a5) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, void *, int, MPI_Datatype, MPI_Op, MPI_Comm))fp)((const void *)a0, (void *)a1, (int)a2, (MPI_Datatype)a3, (MPI_Op)a4, (MPI_Comm)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_Scatter
 #cgo nocallback _ncclgo_tramp_MPI_Scatter
 static int _ncclgo_tramp_MPI_Scatter(uintptr_t fp, char *a0, int a1, uintptr_t a2, char *a3, int a4, uintptr_t a5, int a6, uintptr_t a7) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a3 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a3 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (int)a6, (MPI_Comm)a7);
 }
 #cgo noescape _ncclgo_tramp_MPI_Scatterv
 #cgo nocallback _ncclgo_tramp_MPI_Scatterv
 static int _ncclgo_tramp_MPI_Scatterv(uintptr_t fp, char *a0, int *a1, int *a2, uintptr_t a3, char *a4, int a5, uintptr_t a6, int a7, uintptr_t a8) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a4 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a4 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, const int *, const int *, MPI_Datatype, void *, int, MPI_Datatype, int, MPI_Comm))fp)((const void *)a0, (const int *)a1, (const int *)a2, (MPI_Datatype)a3, (void *)a4, (int)a5, (MPI_Datatype)a6, (int)a7, (MPI_Comm)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Send
 #cgo nocallback _ncclgo_tramp_MPI_Send
 static int _ncclgo_tramp_MPI_Send(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, int, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_Send_init
 #cgo nocallback _ncclgo_tramp_MPI_Send_init
 static int _ncclgo_tramp_MPI_Send_init(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Sendrecv
 #cgo nocallback _ncclgo_tramp_MPI_Sendrecv
 static int _ncclgo_tramp_MPI_Sendrecv(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, char *a5, int a6, uintptr_t a7, int a8, int a9, uintptr_t a10, MPI_Status *a11) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a5 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a5 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, int, void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Status *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (void *)a5, (int)a6, (MPI_Datatype)a7, (int)a8, (int)a9, (MPI_Comm)a10, (MPI_Status *)a11);
 }
 #cgo noescape _ncclgo_tramp_MPI_Sendrecv_replace
 #cgo nocallback _ncclgo_tramp_MPI_Sendrecv_replace
 static int _ncclgo_tramp_MPI_Sendrecv_replace(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, int a5, int a6, uintptr_t a7, MPI_Status *a8) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(void *, int, MPI_Datatype, int, int, int, int, MPI_Comm, MPI_Status *))fp)((void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (int)a5, (int)a6, (MPI_Comm)a7, (MPI_Status *)a8);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ssend
 #cgo nocallback _ncclgo_tramp_MPI_Ssend
 static int _ncclgo_tramp_MPI_Ssend(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, int, MPI_Comm))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5);
 }
 #cgo noescape _ncclgo_tramp_MPI_Ssend_init
 #cgo nocallback _ncclgo_tramp_MPI_Ssend_init
 static int _ncclgo_tramp_MPI_Ssend_init(uintptr_t fp, char *a0, int a1, uintptr_t a2, int a3, int a4, uintptr_t a5, MPI_Request *a6) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *))fp)((const void *)a0, (int)a1, (MPI_Datatype)a2, (int)a3, (int)a4, (MPI_Comm)a5, (MPI_Request *)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Start
@@ -1607,11 +1769,13 @@ static int _ncclgo_tramp_MPI_T_cvar_handle_free(uintptr_t fp, MPI_T_cvar_handle 
 #cgo noescape _ncclgo_tramp_MPI_T_cvar_read
 #cgo nocallback _ncclgo_tramp_MPI_T_cvar_read
 static int _ncclgo_tramp_MPI_T_cvar_read(uintptr_t fp, uintptr_t a0, char *a1) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_T_cvar_handle, void *))fp)((MPI_T_cvar_handle)a0, (void *)a1);
 }
 #cgo noescape _ncclgo_tramp_MPI_T_cvar_write
 #cgo nocallback _ncclgo_tramp_MPI_T_cvar_write
 static int _ncclgo_tramp_MPI_T_cvar_write(uintptr_t fp, uintptr_t a0, char *a1) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_T_cvar_handle, const void *))fp)((MPI_T_cvar_handle)a0, (const void *)a1);
 }
 #cgo noescape _ncclgo_tramp_MPI_T_enum_get_info
@@ -1662,11 +1826,13 @@ static int _ncclgo_tramp_MPI_T_pvar_handle_free(uintptr_t fp, uintptr_t a0, MPI_
 #cgo noescape _ncclgo_tramp_MPI_T_pvar_read
 #cgo nocallback _ncclgo_tramp_MPI_T_pvar_read
 static int _ncclgo_tramp_MPI_T_pvar_read(uintptr_t fp, uintptr_t a0, uintptr_t a1, char *a2) {
+	if (a2 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a2 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_T_pvar_session, MPI_T_pvar_handle, void *))fp)((MPI_T_pvar_session)a0, (MPI_T_pvar_handle)a1, (void *)a2);
 }
 #cgo noescape _ncclgo_tramp_MPI_T_pvar_readreset
 #cgo nocallback _ncclgo_tramp_MPI_T_pvar_readreset
 static int _ncclgo_tramp_MPI_T_pvar_readreset(uintptr_t fp, uintptr_t a0, uintptr_t a1, char *a2) {
+	if (a2 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a2 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_T_pvar_session, MPI_T_pvar_handle, void *))fp)((MPI_T_pvar_session)a0, (MPI_T_pvar_handle)a1, (void *)a2);
 }
 #cgo noescape _ncclgo_tramp_MPI_T_pvar_reset
@@ -1697,6 +1863,7 @@ static int _ncclgo_tramp_MPI_T_pvar_stop(uintptr_t fp, uintptr_t a0, uintptr_t a
 #cgo noescape _ncclgo_tramp_MPI_T_pvar_write
 #cgo nocallback _ncclgo_tramp_MPI_T_pvar_write
 static int _ncclgo_tramp_MPI_T_pvar_write(uintptr_t fp, uintptr_t a0, uintptr_t a1, char *a2) {
+	if (a2 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a2 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(MPI_T_pvar_session, MPI_T_pvar_handle, const void *))fp)((MPI_T_pvar_session)a0, (MPI_T_pvar_handle)a1, (const void *)a2);
 }
 #cgo noescape _ncclgo_tramp_MPI_Test
@@ -1907,11 +2074,15 @@ static int _ncclgo_tramp_MPI_Type_vector(uintptr_t fp, int a0, int a1, int a2, u
 #cgo noescape _ncclgo_tramp_MPI_Unpack
 #cgo nocallback _ncclgo_tramp_MPI_Unpack
 static int _ncclgo_tramp_MPI_Unpack(uintptr_t fp, char *a0, int a1, int *a2, char *a3, int a4, uintptr_t a5, uintptr_t a6) {
+	if (a0 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a0 = (char *)(uintptr_t)0x1;
+	if (a3 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a3 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const void *, int, int *, void *, int, MPI_Datatype, MPI_Comm))fp)((const void *)a0, (int)a1, (int *)a2, (void *)a3, (int)a4, (MPI_Datatype)a5, (MPI_Comm)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Unpack_external
 #cgo nocallback _ncclgo_tramp_MPI_Unpack_external
 static int _ncclgo_tramp_MPI_Unpack_external(uintptr_t fp, char *a0, char *a1, ptrdiff_t a2, MPI_Aint *a3, char *a4, int a5, uintptr_t a6) {
+	if (a1 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a1 = (char *)(uintptr_t)0x1;
+	if (a4 == (char *)_ncclgo_sentinel_MPI_IN_PLACE()) a4 = (char *)(uintptr_t)0x1;
 	return (int)((int (*)(const char *, const void *, MPI_Aint, MPI_Aint *, void *, int, MPI_Datatype))fp)((const char *)a0, (const void *)a1, (MPI_Aint)a2, (MPI_Aint *)a3, (void *)a4, (int)a5, (MPI_Datatype)a6);
 }
 #cgo noescape _ncclgo_tramp_MPI_Unpublish_name
@@ -2147,6 +2318,9 @@ static double _ncclgo_tramp_MPI_Wtime(uintptr_t fp) {
 */
 import "C"
 
+// InPlacePtr stands for MPI_IN_PLACE (InPlace) in the buffer parameters that take it: the generated functions pass MPI_IN_PLACE to C in its place. It is the address of a byte of C memory, so that Go never holds MPI_IN_PLACE's value in a pointer.
+var InPlacePtr = unsafe.Pointer(C._ncclgo_sentinel_MPI_IN_PLACE())
+
 // Abort calls MPI_Abort:
 //
 //	int MPI_Abort(MPI_Comm comm, int errorcode)
@@ -2166,7 +2340,7 @@ func Abort(comm Comm, errorcode int32) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Accumulate(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, op Op, win Win) error {
 	fp, err := lib.Resolve(&_sym_MPI_Accumulate)
 	if err != nil {
@@ -2220,7 +2394,7 @@ func AddErrorString(errorcode int32, stringArg *byte) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Allgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Allgather)
 	if err != nil {
@@ -2235,7 +2409,7 @@ func Allgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvb
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Allgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, displs *int32, recvtype Datatype, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Allgatherv)
 	if err != nil {
@@ -2263,7 +2437,7 @@ func AllocMem(size Aint, info Info, baseptr unsafe.Pointer) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Allreduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Allreduce)
 	if err != nil {
@@ -2278,7 +2452,7 @@ func Allreduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, data
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Alltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Alltoall)
 	if err != nil {
@@ -2293,7 +2467,7 @@ func Alltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbu
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Alltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *int32, recvtype Datatype, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Alltoallv)
 	if err != nil {
@@ -2308,7 +2482,7 @@ func Alltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendty
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Alltoallw(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendtypes *Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *int32, recvtypes *Datatype, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Alltoallw)
 	if err != nil {
@@ -2375,7 +2549,7 @@ func Barrier(comm Comm) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buffer is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buffer is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Bcast(buffer unsafe.Pointer, count int32, datatype Datatype, root int32, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Bcast)
 	if err != nil {
@@ -2390,7 +2564,7 @@ func Bcast(buffer unsafe.Pointer, count int32, datatype Datatype, root int32, co
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Bsend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Bsend)
 	if err != nil {
@@ -2405,7 +2579,7 @@ func Bsend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag i
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func BsendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Bsend_init)
 	if err != nil {
@@ -2420,7 +2594,7 @@ func BsendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, t
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buffer is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buffer is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func BufferAttach(buffer unsafe.Pointer, size int32) error {
 	fp, err := lib.Resolve(&_sym_MPI_Buffer_attach)
 	if err != nil {
@@ -2435,7 +2609,7 @@ func BufferAttach(buffer unsafe.Pointer, size int32) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buffer is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buffer is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func BufferDetach(buffer unsafe.Pointer, size *int32) error {
 	fp, err := lib.Resolve(&_sym_MPI_Buffer_detach)
 	if err != nil {
@@ -3217,7 +3391,7 @@ func CommTestInter(comm Comm, flag *int32) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// origin_addr, compare_addr and result_addr are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// origin_addr, compare_addr and result_addr are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func CompareAndSwap(origin_addr unsafe.Pointer, compare_addr unsafe.Pointer, result_addr unsafe.Pointer, datatype Datatype, target_rank int32, target_disp Aint, win Win) error {
 	fp, err := lib.Resolve(&_sym_MPI_Compare_and_swap)
 	if err != nil {
@@ -3362,7 +3536,7 @@ func ErrorString(errorcode int32, stringArg *byte, resultlen *int32) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Exscan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Exscan)
 	if err != nil {
@@ -3377,7 +3551,7 @@ func Exscan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatyp
 //
 // First pinned header declaring it: 4.1.4.
 //
-// origin_addr and result_addr are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// origin_addr and result_addr are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FetchAndOp(origin_addr unsafe.Pointer, result_addr unsafe.Pointer, datatype Datatype, target_rank int32, target_disp Aint, op Op, win Win) error {
 	fp, err := lib.Resolve(&_sym_MPI_Fetch_and_op)
 	if err != nil {
@@ -3613,7 +3787,7 @@ func FileGetView(fh File, disp *Offset, etype *Datatype, filetype *Datatype, dat
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileIread(fh File, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_iread)
 	if err != nil {
@@ -3628,7 +3802,7 @@ func FileIread(fh File, buf unsafe.Pointer, count int32, datatype Datatype, requ
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileIreadAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_iread_all)
 	if err != nil {
@@ -3643,7 +3817,7 @@ func FileIreadAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, r
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileIreadAt(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_iread_at)
 	if err != nil {
@@ -3658,7 +3832,7 @@ func FileIreadAt(fh File, offset Offset, buf unsafe.Pointer, count int32, dataty
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileIreadAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_iread_at_all)
 	if err != nil {
@@ -3673,7 +3847,7 @@ func FileIreadAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, dat
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileIreadShared(fh File, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_iread_shared)
 	if err != nil {
@@ -3688,7 +3862,7 @@ func FileIreadShared(fh File, buf unsafe.Pointer, count int32, datatype Datatype
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileIwrite(fh File, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_iwrite)
 	if err != nil {
@@ -3703,7 +3877,7 @@ func FileIwrite(fh File, buf unsafe.Pointer, count int32, datatype Datatype, req
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileIwriteAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_iwrite_all)
 	if err != nil {
@@ -3718,7 +3892,7 @@ func FileIwriteAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, 
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileIwriteAt(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_iwrite_at)
 	if err != nil {
@@ -3733,7 +3907,7 @@ func FileIwriteAt(fh File, offset Offset, buf unsafe.Pointer, count int32, datat
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileIwriteAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_iwrite_at_all)
 	if err != nil {
@@ -3748,7 +3922,7 @@ func FileIwriteAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, da
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileIwriteShared(fh File, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_iwrite_shared)
 	if err != nil {
@@ -3789,7 +3963,7 @@ func FilePreallocate(fh File, size Offset) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileRead(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_read)
 	if err != nil {
@@ -3804,7 +3978,7 @@ func FileRead(fh File, buf unsafe.Pointer, count int32, datatype Datatype, statu
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileReadAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_read_all)
 	if err != nil {
@@ -3819,7 +3993,7 @@ func FileReadAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, st
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileReadAllBegin(fh File, buf unsafe.Pointer, count int32, datatype Datatype) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_read_all_begin)
 	if err != nil {
@@ -3834,7 +4008,7 @@ func FileReadAllBegin(fh File, buf unsafe.Pointer, count int32, datatype Datatyp
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileReadAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_read_all_end)
 	if err != nil {
@@ -3849,7 +4023,7 @@ func FileReadAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileReadAt(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_read_at)
 	if err != nil {
@@ -3864,7 +4038,7 @@ func FileReadAt(fh File, offset Offset, buf unsafe.Pointer, count int32, datatyp
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileReadAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_read_at_all)
 	if err != nil {
@@ -3879,7 +4053,7 @@ func FileReadAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, data
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileReadAtAllBegin(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_read_at_all_begin)
 	if err != nil {
@@ -3894,7 +4068,7 @@ func FileReadAtAllBegin(fh File, offset Offset, buf unsafe.Pointer, count int32,
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileReadAtAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_read_at_all_end)
 	if err != nil {
@@ -3909,7 +4083,7 @@ func FileReadAtAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileReadOrdered(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_read_ordered)
 	if err != nil {
@@ -3924,7 +4098,7 @@ func FileReadOrdered(fh File, buf unsafe.Pointer, count int32, datatype Datatype
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileReadOrderedBegin(fh File, buf unsafe.Pointer, count int32, datatype Datatype) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_read_ordered_begin)
 	if err != nil {
@@ -3939,7 +4113,7 @@ func FileReadOrderedBegin(fh File, buf unsafe.Pointer, count int32, datatype Dat
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileReadOrderedEnd(fh File, buf unsafe.Pointer, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_read_ordered_end)
 	if err != nil {
@@ -3954,7 +4128,7 @@ func FileReadOrderedEnd(fh File, buf unsafe.Pointer, status *Status) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileReadShared(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_read_shared)
 	if err != nil {
@@ -4073,7 +4247,7 @@ func FileSync(fh File) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileWrite(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_write)
 	if err != nil {
@@ -4088,7 +4262,7 @@ func FileWrite(fh File, buf unsafe.Pointer, count int32, datatype Datatype, stat
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileWriteAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_write_all)
 	if err != nil {
@@ -4103,7 +4277,7 @@ func FileWriteAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, s
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileWriteAllBegin(fh File, buf unsafe.Pointer, count int32, datatype Datatype) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_write_all_begin)
 	if err != nil {
@@ -4118,7 +4292,7 @@ func FileWriteAllBegin(fh File, buf unsafe.Pointer, count int32, datatype Dataty
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileWriteAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_write_all_end)
 	if err != nil {
@@ -4133,7 +4307,7 @@ func FileWriteAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileWriteAt(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_write_at)
 	if err != nil {
@@ -4148,7 +4322,7 @@ func FileWriteAt(fh File, offset Offset, buf unsafe.Pointer, count int32, dataty
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileWriteAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_write_at_all)
 	if err != nil {
@@ -4163,7 +4337,7 @@ func FileWriteAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, dat
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileWriteAtAllBegin(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_write_at_all_begin)
 	if err != nil {
@@ -4178,7 +4352,7 @@ func FileWriteAtAllBegin(fh File, offset Offset, buf unsafe.Pointer, count int32
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileWriteAtAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_write_at_all_end)
 	if err != nil {
@@ -4193,7 +4367,7 @@ func FileWriteAtAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileWriteOrdered(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_write_ordered)
 	if err != nil {
@@ -4208,7 +4382,7 @@ func FileWriteOrdered(fh File, buf unsafe.Pointer, count int32, datatype Datatyp
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileWriteOrderedBegin(fh File, buf unsafe.Pointer, count int32, datatype Datatype) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_write_ordered_begin)
 	if err != nil {
@@ -4223,7 +4397,7 @@ func FileWriteOrderedBegin(fh File, buf unsafe.Pointer, count int32, datatype Da
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileWriteOrderedEnd(fh File, buf unsafe.Pointer, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_write_ordered_end)
 	if err != nil {
@@ -4238,7 +4412,7 @@ func FileWriteOrderedEnd(fh File, buf unsafe.Pointer, status *Status) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileWriteShared(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_File_write_shared)
 	if err != nil {
@@ -4292,7 +4466,7 @@ func FreeMem(base unsafe.Pointer) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Gather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, root int32, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Gather)
 	if err != nil {
@@ -4307,7 +4481,7 @@ func Gather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf 
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Gatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, displs *int32, recvtype Datatype, root int32, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Gatherv)
 	if err != nil {
@@ -4322,7 +4496,7 @@ func Gatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf
 //
 // First pinned header declaring it: 4.1.4.
 //
-// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Get(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, win Win) error {
 	fp, err := lib.Resolve(&_sym_MPI_Get)
 	if err != nil {
@@ -4337,7 +4511,7 @@ func Get(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatyp
 //
 // First pinned header declaring it: 4.1.4.
 //
-// origin_addr and result_addr are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// origin_addr and result_addr are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func GetAccumulate(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, result_addr unsafe.Pointer, result_count int32, result_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, op Op, win Win) error {
 	fp, err := lib.Resolve(&_sym_MPI_Get_accumulate)
 	if err != nil {
@@ -4729,7 +4903,7 @@ func GroupUnion(group1 Group, group2 Group, newgroup *Group) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Iallgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Iallgather)
 	if err != nil {
@@ -4744,7 +4918,7 @@ func Iallgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recv
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Iallgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, displs *int32, recvtype Datatype, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Iallgatherv)
 	if err != nil {
@@ -4759,7 +4933,7 @@ func Iallgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, rec
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Iallreduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Iallreduce)
 	if err != nil {
@@ -4774,7 +4948,7 @@ func Iallreduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, dat
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Ialltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ialltoall)
 	if err != nil {
@@ -4789,7 +4963,7 @@ func Ialltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvb
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Ialltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *int32, recvtype Datatype, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ialltoallv)
 	if err != nil {
@@ -4804,7 +4978,7 @@ func Ialltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendt
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Ialltoallw(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendtypes *Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *int32, recvtypes *Datatype, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ialltoallw)
 	if err != nil {
@@ -4832,7 +5006,7 @@ func Ibarrier(comm Comm, request *Request) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buffer is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buffer is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Ibcast(buffer unsafe.Pointer, count int32, datatype Datatype, root int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ibcast)
 	if err != nil {
@@ -4847,7 +5021,7 @@ func Ibcast(buffer unsafe.Pointer, count int32, datatype Datatype, root int32, c
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Ibsend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ibsend)
 	if err != nil {
@@ -4862,7 +5036,7 @@ func Ibsend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag 
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Iexscan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Iexscan)
 	if err != nil {
@@ -4877,7 +5051,7 @@ func Iexscan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, dataty
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Igather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, root int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Igather)
 	if err != nil {
@@ -4892,7 +5066,7 @@ func Igather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Igatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, displs *int32, recvtype Datatype, root int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Igatherv)
 	if err != nil {
@@ -4920,7 +5094,7 @@ func Improbe(source int32, tag int32, comm Comm, flag *int32, message *Message, 
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Imrecv(buf unsafe.Pointer, count int32, typeArg Datatype, message *Message, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Imrecv)
 	if err != nil {
@@ -4935,7 +5109,7 @@ func Imrecv(buf unsafe.Pointer, count int32, typeArg Datatype, message *Message,
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func IneighborAllgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ineighbor_allgather)
 	if err != nil {
@@ -4950,7 +5124,7 @@ func IneighborAllgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Dataty
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func IneighborAllgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, displs *int32, recvtype Datatype, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ineighbor_allgatherv)
 	if err != nil {
@@ -4965,7 +5139,7 @@ func IneighborAllgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datat
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func IneighborAlltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ineighbor_alltoall)
 	if err != nil {
@@ -4980,7 +5154,7 @@ func IneighborAlltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatyp
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func IneighborAlltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *int32, recvtype Datatype, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ineighbor_alltoallv)
 	if err != nil {
@@ -4995,7 +5169,7 @@ func IneighborAlltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int3
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func IneighborAlltoallw(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *Aint, sendtypes *Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *Aint, recvtypes *Datatype, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ineighbor_alltoallw)
 	if err != nil {
@@ -5231,7 +5405,7 @@ func Iprobe(source int32, tag int32, comm Comm, flag *int32, status *Status) err
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Irecv(buf unsafe.Pointer, count int32, datatype Datatype, source int32, tag int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Irecv)
 	if err != nil {
@@ -5246,7 +5420,7 @@ func Irecv(buf unsafe.Pointer, count int32, datatype Datatype, source int32, tag
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Ireduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, root int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ireduce)
 	if err != nil {
@@ -5261,7 +5435,7 @@ func Ireduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, dataty
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func IreduceScatter(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcounts *int32, datatype Datatype, op Op, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ireduce_scatter)
 	if err != nil {
@@ -5276,7 +5450,7 @@ func IreduceScatter(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcounts *
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func IreduceScatterBlock(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcount int32, datatype Datatype, op Op, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ireduce_scatter_block)
 	if err != nil {
@@ -5291,7 +5465,7 @@ func IreduceScatterBlock(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcou
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Irsend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Irsend)
 	if err != nil {
@@ -5319,7 +5493,7 @@ func IsThreadMain(flag *int32) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Iscan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Iscan)
 	if err != nil {
@@ -5334,7 +5508,7 @@ func Iscan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Iscatter(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, root int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Iscatter)
 	if err != nil {
@@ -5349,7 +5523,7 @@ func Iscatter(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbu
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Iscatterv(sendbuf unsafe.Pointer, sendcounts *int32, displs *int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, root int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Iscatterv)
 	if err != nil {
@@ -5364,7 +5538,7 @@ func Iscatterv(sendbuf unsafe.Pointer, sendcounts *int32, displs *int32, sendtyp
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Isend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Isend)
 	if err != nil {
@@ -5379,7 +5553,7 @@ func Isend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag i
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Issend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Issend)
 	if err != nil {
@@ -5472,7 +5646,7 @@ func Mprobe(source int32, tag int32, comm Comm, message *Message, status *Status
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Mrecv(buf unsafe.Pointer, count int32, typeArg Datatype, message *Message, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_Mrecv)
 	if err != nil {
@@ -5487,7 +5661,7 @@ func Mrecv(buf unsafe.Pointer, count int32, typeArg Datatype, message *Message, 
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func NeighborAllgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Neighbor_allgather)
 	if err != nil {
@@ -5502,7 +5676,7 @@ func NeighborAllgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatyp
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func NeighborAllgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, displs *int32, recvtype Datatype, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Neighbor_allgatherv)
 	if err != nil {
@@ -5517,7 +5691,7 @@ func NeighborAllgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Dataty
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func NeighborAlltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Neighbor_alltoall)
 	if err != nil {
@@ -5532,7 +5706,7 @@ func NeighborAlltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func NeighborAlltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *int32, recvtype Datatype, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Neighbor_alltoallv)
 	if err != nil {
@@ -5547,7 +5721,7 @@ func NeighborAlltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func NeighborAlltoallw(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *Aint, sendtypes *Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *Aint, recvtypes *Datatype, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Neighbor_alltoallw)
 	if err != nil {
@@ -5640,7 +5814,7 @@ func OpenPort(info Info, port_name *byte) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// inbuf and outbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// inbuf and outbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Pack(inbuf unsafe.Pointer, incount int32, datatype Datatype, outbuf unsafe.Pointer, outsize int32, position *int32, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Pack)
 	if err != nil {
@@ -5655,7 +5829,7 @@ func Pack(inbuf unsafe.Pointer, incount int32, datatype Datatype, outbuf unsafe.
 //
 // First pinned header declaring it: 4.1.4.
 //
-// inbuf and outbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// inbuf and outbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func PackExternal(datarep *byte, inbuf unsafe.Pointer, incount int32, datatype Datatype, outbuf unsafe.Pointer, outsize Aint, position *Aint) error {
 	fp, err := lib.Resolve(&_sym_MPI_Pack_external)
 	if err != nil {
@@ -5722,7 +5896,7 @@ func PublishName(service_name *byte, info Info, port_name *byte) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Put(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, win Win) error {
 	fp, err := lib.Resolve(&_sym_MPI_Put)
 	if err != nil {
@@ -5750,7 +5924,7 @@ func QueryThread(provided *int32) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Raccumulate(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, op Op, win Win, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Raccumulate)
 	if err != nil {
@@ -5765,7 +5939,7 @@ func Raccumulate(origin_addr unsafe.Pointer, origin_count int32, origin_datatype
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Recv(buf unsafe.Pointer, count int32, datatype Datatype, source int32, tag int32, comm Comm, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_Recv)
 	if err != nil {
@@ -5780,7 +5954,7 @@ func Recv(buf unsafe.Pointer, count int32, datatype Datatype, source int32, tag 
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func RecvInit(buf unsafe.Pointer, count int32, datatype Datatype, source int32, tag int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Recv_init)
 	if err != nil {
@@ -5795,7 +5969,7 @@ func RecvInit(buf unsafe.Pointer, count int32, datatype Datatype, source int32, 
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Reduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, root int32, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Reduce)
 	if err != nil {
@@ -5810,7 +5984,7 @@ func Reduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatyp
 //
 // First pinned header declaring it: 4.1.4.
 //
-// inbuf and inoutbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// inbuf and inoutbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func ReduceLocal(inbuf unsafe.Pointer, inoutbuf unsafe.Pointer, count int32, datatype Datatype, op Op) error {
 	fp, err := lib.Resolve(&_sym_MPI_Reduce_local)
 	if err != nil {
@@ -5825,7 +5999,7 @@ func ReduceLocal(inbuf unsafe.Pointer, inoutbuf unsafe.Pointer, count int32, dat
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func ReduceScatter(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcounts *int32, datatype Datatype, op Op, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Reduce_scatter)
 	if err != nil {
@@ -5840,7 +6014,7 @@ func ReduceScatter(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcounts *i
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func ReduceScatterBlock(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcount int32, datatype Datatype, op Op, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Reduce_scatter_block)
 	if err != nil {
@@ -5920,7 +6094,7 @@ func RequestGetStatus(request Request, flag *int32, status *Status) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Rget(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, win Win, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Rget)
 	if err != nil {
@@ -5935,7 +6109,7 @@ func Rget(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Dataty
 //
 // First pinned header declaring it: 4.1.4.
 //
-// origin_addr and result_addr are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// origin_addr and result_addr are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func RgetAccumulate(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, result_addr unsafe.Pointer, result_count int32, result_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, op Op, win Win, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Rget_accumulate)
 	if err != nil {
@@ -5950,7 +6124,7 @@ func RgetAccumulate(origin_addr unsafe.Pointer, origin_count int32, origin_datat
 //
 // First pinned header declaring it: 4.1.4.
 //
-// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Rput(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, target_rank int32, target_disp Aint, target_cout int32, target_datatype Datatype, win Win, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Rput)
 	if err != nil {
@@ -5965,7 +6139,7 @@ func Rput(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Dataty
 //
 // First pinned header declaring it: 4.1.4.
 //
-// ibuf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// ibuf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Rsend(ibuf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Rsend)
 	if err != nil {
@@ -5980,7 +6154,7 @@ func Rsend(ibuf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag 
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func RsendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Rsend_init)
 	if err != nil {
@@ -5995,7 +6169,7 @@ func RsendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, t
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Scan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Scan)
 	if err != nil {
@@ -6010,7 +6184,7 @@ func Scan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype 
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Scatter(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, root int32, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Scatter)
 	if err != nil {
@@ -6025,7 +6199,7 @@ func Scatter(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Scatterv(sendbuf unsafe.Pointer, sendcounts *int32, displs *int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, root int32, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Scatterv)
 	if err != nil {
@@ -6040,7 +6214,7 @@ func Scatterv(sendbuf unsafe.Pointer, sendcounts *int32, displs *int32, sendtype
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Send(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Send)
 	if err != nil {
@@ -6055,7 +6229,7 @@ func Send(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag in
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func SendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Send_init)
 	if err != nil {
@@ -6070,7 +6244,7 @@ func SendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, ta
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Sendrecv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, dest int32, sendtag int32, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, source int32, recvtag int32, comm Comm, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_Sendrecv)
 	if err != nil {
@@ -6085,7 +6259,7 @@ func Sendrecv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, dest i
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func SendrecvReplace(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, sendtag int32, source int32, recvtag int32, comm Comm, status *Status) error {
 	fp, err := lib.Resolve(&_sym_MPI_Sendrecv_replace)
 	if err != nil {
@@ -6100,7 +6274,7 @@ func SendrecvReplace(buf unsafe.Pointer, count int32, datatype Datatype, dest in
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Ssend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ssend)
 	if err != nil {
@@ -6115,7 +6289,7 @@ func Ssend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag i
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func SsendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	fp, err := lib.Resolve(&_sym_MPI_Ssend_init)
 	if err != nil {
@@ -6377,7 +6551,7 @@ func TCvarHandleFree(handle *TCvarHandle) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func TCvarRead(handle TCvarHandle, buf unsafe.Pointer) error {
 	fp, err := lib.Resolve(&_sym_MPI_T_cvar_read)
 	if err != nil {
@@ -6392,7 +6566,7 @@ func TCvarRead(handle TCvarHandle, buf unsafe.Pointer) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func TCvarWrite(handle TCvarHandle, buf unsafe.Pointer) error {
 	fp, err := lib.Resolve(&_sym_MPI_T_cvar_write)
 	if err != nil {
@@ -6524,7 +6698,7 @@ func TPvarHandleFree(session TPvarSession, handle *TPvarHandle) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func TPvarRead(session TPvarSession, handle TPvarHandle, buf unsafe.Pointer) error {
 	fp, err := lib.Resolve(&_sym_MPI_T_pvar_read)
 	if err != nil {
@@ -6539,7 +6713,7 @@ func TPvarRead(session TPvarSession, handle TPvarHandle, buf unsafe.Pointer) err
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func TPvarReadreset(session TPvarSession, handle TPvarHandle, buf unsafe.Pointer) error {
 	fp, err := lib.Resolve(&_sym_MPI_T_pvar_readreset)
 	if err != nil {
@@ -6619,7 +6793,7 @@ func TPvarStop(session TPvarSession, handle TPvarHandle) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func TPvarWrite(session TPvarSession, handle TPvarHandle, buf unsafe.Pointer) error {
 	fp, err := lib.Resolve(&_sym_MPI_T_pvar_write)
 	if err != nil {
@@ -7167,7 +7341,7 @@ func TypeVector(count int32, blocklength int32, stride int32, oldtype Datatype, 
 //
 // First pinned header declaring it: 4.1.4.
 //
-// inbuf and outbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// inbuf and outbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Unpack(inbuf unsafe.Pointer, insize int32, position *int32, outbuf unsafe.Pointer, outcount int32, datatype Datatype, comm Comm) error {
 	fp, err := lib.Resolve(&_sym_MPI_Unpack)
 	if err != nil {
@@ -7182,7 +7356,7 @@ func Unpack(inbuf unsafe.Pointer, insize int32, position *int32, outbuf unsafe.P
 //
 // First pinned header declaring it: 4.1.4.
 //
-// inbuf and outbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// inbuf and outbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func UnpackExternal(datarep *byte, inbuf unsafe.Pointer, insize Aint, position *Aint, outbuf unsafe.Pointer, outcount int32, datatype Datatype) error {
 	fp, err := lib.Resolve(&_sym_MPI_Unpack_external)
 	if err != nil {

@@ -9,6 +9,9 @@ import (
 	"unsafe"
 )
 
+// InPlacePtr stands for MPI_IN_PLACE (InPlace) in the buffer parameters that take it: the generated functions pass MPI_IN_PLACE to C in its place. It is the address of a byte of C memory, so that Go never holds MPI_IN_PLACE's value in a pointer.
+var InPlacePtr = unsafe.Pointer(new(byte))
+
 // Abort calls MPI_Abort:
 //
 //	int MPI_Abort(MPI_Comm comm, int errorcode)
@@ -24,7 +27,7 @@ func Abort(comm Comm, errorcode int32) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Accumulate(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, op Op, win Win) error {
 	return dl.ErrNeedsCgo
 }
@@ -62,7 +65,7 @@ func AddErrorString(errorcode int32, stringArg *byte) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Allgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -73,7 +76,7 @@ func Allgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvb
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Allgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, displs *int32, recvtype Datatype, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -93,7 +96,7 @@ func AllocMem(size Aint, info Info, baseptr unsafe.Pointer) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Allreduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -104,7 +107,7 @@ func Allreduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, data
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Alltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -115,7 +118,7 @@ func Alltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbu
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Alltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *int32, recvtype Datatype, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -126,7 +129,7 @@ func Alltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendty
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Alltoallw(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendtypes *Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *int32, recvtypes *Datatype, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -173,7 +176,7 @@ func Barrier(comm Comm) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buffer is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buffer is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Bcast(buffer unsafe.Pointer, count int32, datatype Datatype, root int32, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -184,7 +187,7 @@ func Bcast(buffer unsafe.Pointer, count int32, datatype Datatype, root int32, co
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Bsend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -195,7 +198,7 @@ func Bsend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag i
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func BsendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -206,7 +209,7 @@ func BsendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, t
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buffer is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buffer is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func BufferAttach(buffer unsafe.Pointer, size int32) error {
 	return dl.ErrNeedsCgo
 }
@@ -217,7 +220,7 @@ func BufferAttach(buffer unsafe.Pointer, size int32) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buffer is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buffer is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func BufferDetach(buffer unsafe.Pointer, size *int32) error {
 	return dl.ErrNeedsCgo
 }
@@ -759,7 +762,7 @@ func CommTestInter(comm Comm, flag *int32) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// origin_addr, compare_addr and result_addr are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// origin_addr, compare_addr and result_addr are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func CompareAndSwap(origin_addr unsafe.Pointer, compare_addr unsafe.Pointer, result_addr unsafe.Pointer, datatype Datatype, target_rank int32, target_disp Aint, win Win) error {
 	return dl.ErrNeedsCgo
 }
@@ -860,7 +863,7 @@ func ErrorString(errorcode int32, stringArg *byte, resultlen *int32) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Exscan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -871,7 +874,7 @@ func Exscan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatyp
 //
 // First pinned header declaring it: 4.1.4.
 //
-// origin_addr and result_addr are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// origin_addr and result_addr are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FetchAndOp(origin_addr unsafe.Pointer, result_addr unsafe.Pointer, datatype Datatype, target_rank int32, target_disp Aint, op Op, win Win) error {
 	return dl.ErrNeedsCgo
 }
@@ -1035,7 +1038,7 @@ func FileGetView(fh File, disp *Offset, etype *Datatype, filetype *Datatype, dat
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileIread(fh File, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1046,7 +1049,7 @@ func FileIread(fh File, buf unsafe.Pointer, count int32, datatype Datatype, requ
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileIreadAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1057,7 +1060,7 @@ func FileIreadAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, r
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileIreadAt(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1068,7 +1071,7 @@ func FileIreadAt(fh File, offset Offset, buf unsafe.Pointer, count int32, dataty
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileIreadAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1079,7 +1082,7 @@ func FileIreadAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, dat
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileIreadShared(fh File, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1090,7 +1093,7 @@ func FileIreadShared(fh File, buf unsafe.Pointer, count int32, datatype Datatype
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileIwrite(fh File, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1101,7 +1104,7 @@ func FileIwrite(fh File, buf unsafe.Pointer, count int32, datatype Datatype, req
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileIwriteAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1112,7 +1115,7 @@ func FileIwriteAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, 
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileIwriteAt(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1123,7 +1126,7 @@ func FileIwriteAt(fh File, offset Offset, buf unsafe.Pointer, count int32, datat
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileIwriteAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1134,7 +1137,7 @@ func FileIwriteAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, da
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileIwriteShared(fh File, buf unsafe.Pointer, count int32, datatype Datatype, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1163,7 +1166,7 @@ func FilePreallocate(fh File, size Offset) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileRead(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1174,7 +1177,7 @@ func FileRead(fh File, buf unsafe.Pointer, count int32, datatype Datatype, statu
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileReadAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1185,7 +1188,7 @@ func FileReadAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, st
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileReadAllBegin(fh File, buf unsafe.Pointer, count int32, datatype Datatype) error {
 	return dl.ErrNeedsCgo
 }
@@ -1196,7 +1199,7 @@ func FileReadAllBegin(fh File, buf unsafe.Pointer, count int32, datatype Datatyp
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileReadAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1207,7 +1210,7 @@ func FileReadAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileReadAt(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1218,7 +1221,7 @@ func FileReadAt(fh File, offset Offset, buf unsafe.Pointer, count int32, datatyp
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileReadAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1229,7 +1232,7 @@ func FileReadAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, data
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileReadAtAllBegin(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype) error {
 	return dl.ErrNeedsCgo
 }
@@ -1240,7 +1243,7 @@ func FileReadAtAllBegin(fh File, offset Offset, buf unsafe.Pointer, count int32,
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileReadAtAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1251,7 +1254,7 @@ func FileReadAtAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileReadOrdered(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1262,7 +1265,7 @@ func FileReadOrdered(fh File, buf unsafe.Pointer, count int32, datatype Datatype
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileReadOrderedBegin(fh File, buf unsafe.Pointer, count int32, datatype Datatype) error {
 	return dl.ErrNeedsCgo
 }
@@ -1273,7 +1276,7 @@ func FileReadOrderedBegin(fh File, buf unsafe.Pointer, count int32, datatype Dat
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileReadOrderedEnd(fh File, buf unsafe.Pointer, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1284,7 +1287,7 @@ func FileReadOrderedEnd(fh File, buf unsafe.Pointer, status *Status) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileReadShared(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1367,7 +1370,7 @@ func FileSync(fh File) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileWrite(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1378,7 +1381,7 @@ func FileWrite(fh File, buf unsafe.Pointer, count int32, datatype Datatype, stat
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileWriteAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1389,7 +1392,7 @@ func FileWriteAll(fh File, buf unsafe.Pointer, count int32, datatype Datatype, s
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileWriteAllBegin(fh File, buf unsafe.Pointer, count int32, datatype Datatype) error {
 	return dl.ErrNeedsCgo
 }
@@ -1400,7 +1403,7 @@ func FileWriteAllBegin(fh File, buf unsafe.Pointer, count int32, datatype Dataty
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileWriteAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1411,7 +1414,7 @@ func FileWriteAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileWriteAt(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1422,7 +1425,7 @@ func FileWriteAt(fh File, offset Offset, buf unsafe.Pointer, count int32, dataty
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileWriteAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1433,7 +1436,7 @@ func FileWriteAtAll(fh File, offset Offset, buf unsafe.Pointer, count int32, dat
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileWriteAtAllBegin(fh File, offset Offset, buf unsafe.Pointer, count int32, datatype Datatype) error {
 	return dl.ErrNeedsCgo
 }
@@ -1444,7 +1447,7 @@ func FileWriteAtAllBegin(fh File, offset Offset, buf unsafe.Pointer, count int32
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileWriteAtAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1455,7 +1458,7 @@ func FileWriteAtAllEnd(fh File, buf unsafe.Pointer, status *Status) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileWriteOrdered(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1466,7 +1469,7 @@ func FileWriteOrdered(fh File, buf unsafe.Pointer, count int32, datatype Datatyp
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileWriteOrderedBegin(fh File, buf unsafe.Pointer, count int32, datatype Datatype) error {
 	return dl.ErrNeedsCgo
 }
@@ -1477,7 +1480,7 @@ func FileWriteOrderedBegin(fh File, buf unsafe.Pointer, count int32, datatype Da
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileWriteOrderedEnd(fh File, buf unsafe.Pointer, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1488,7 +1491,7 @@ func FileWriteOrderedEnd(fh File, buf unsafe.Pointer, status *Status) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func FileWriteShared(fh File, buf unsafe.Pointer, count int32, datatype Datatype, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -1526,7 +1529,7 @@ func FreeMem(base unsafe.Pointer) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Gather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, root int32, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -1537,7 +1540,7 @@ func Gather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf 
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Gatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, displs *int32, recvtype Datatype, root int32, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -1548,7 +1551,7 @@ func Gatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf
 //
 // First pinned header declaring it: 4.1.4.
 //
-// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Get(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, win Win) error {
 	return dl.ErrNeedsCgo
 }
@@ -1559,7 +1562,7 @@ func Get(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatyp
 //
 // First pinned header declaring it: 4.1.4.
 //
-// origin_addr and result_addr are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// origin_addr and result_addr are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func GetAccumulate(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, result_addr unsafe.Pointer, result_count int32, result_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, op Op, win Win) error {
 	return dl.ErrNeedsCgo
 }
@@ -1831,7 +1834,7 @@ func GroupUnion(group1 Group, group2 Group, newgroup *Group) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Iallgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1842,7 +1845,7 @@ func Iallgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recv
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Iallgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, displs *int32, recvtype Datatype, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1853,7 +1856,7 @@ func Iallgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, rec
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Iallreduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1864,7 +1867,7 @@ func Iallreduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, dat
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Ialltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1875,7 +1878,7 @@ func Ialltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvb
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Ialltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *int32, recvtype Datatype, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1886,7 +1889,7 @@ func Ialltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendt
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Ialltoallw(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendtypes *Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *int32, recvtypes *Datatype, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1906,7 +1909,7 @@ func Ibarrier(comm Comm, request *Request) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buffer is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buffer is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Ibcast(buffer unsafe.Pointer, count int32, datatype Datatype, root int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1917,7 +1920,7 @@ func Ibcast(buffer unsafe.Pointer, count int32, datatype Datatype, root int32, c
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Ibsend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1928,7 +1931,7 @@ func Ibsend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag 
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Iexscan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1939,7 +1942,7 @@ func Iexscan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, dataty
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Igather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, root int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1950,7 +1953,7 @@ func Igather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Igatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, displs *int32, recvtype Datatype, root int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1970,7 +1973,7 @@ func Improbe(source int32, tag int32, comm Comm, flag *int32, message *Message, 
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Imrecv(buf unsafe.Pointer, count int32, typeArg Datatype, message *Message, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1981,7 +1984,7 @@ func Imrecv(buf unsafe.Pointer, count int32, typeArg Datatype, message *Message,
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func IneighborAllgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -1992,7 +1995,7 @@ func IneighborAllgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Dataty
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func IneighborAllgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, displs *int32, recvtype Datatype, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2003,7 +2006,7 @@ func IneighborAllgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datat
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func IneighborAlltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2014,7 +2017,7 @@ func IneighborAlltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatyp
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func IneighborAlltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *int32, recvtype Datatype, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2025,7 +2028,7 @@ func IneighborAlltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int3
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func IneighborAlltoallw(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *Aint, sendtypes *Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *Aint, recvtypes *Datatype, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2189,7 +2192,7 @@ func Iprobe(source int32, tag int32, comm Comm, flag *int32, status *Status) err
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Irecv(buf unsafe.Pointer, count int32, datatype Datatype, source int32, tag int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2200,7 +2203,7 @@ func Irecv(buf unsafe.Pointer, count int32, datatype Datatype, source int32, tag
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Ireduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, root int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2211,7 +2214,7 @@ func Ireduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, dataty
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func IreduceScatter(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcounts *int32, datatype Datatype, op Op, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2222,7 +2225,7 @@ func IreduceScatter(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcounts *
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func IreduceScatterBlock(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcount int32, datatype Datatype, op Op, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2233,7 +2236,7 @@ func IreduceScatterBlock(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcou
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Irsend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2253,7 +2256,7 @@ func IsThreadMain(flag *int32) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Iscan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2264,7 +2267,7 @@ func Iscan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Iscatter(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, root int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2275,7 +2278,7 @@ func Iscatter(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbu
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Iscatterv(sendbuf unsafe.Pointer, sendcounts *int32, displs *int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, root int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2286,7 +2289,7 @@ func Iscatterv(sendbuf unsafe.Pointer, sendcounts *int32, displs *int32, sendtyp
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Isend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2297,7 +2300,7 @@ func Isend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag i
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Issend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2362,7 +2365,7 @@ func Mprobe(source int32, tag int32, comm Comm, message *Message, status *Status
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Mrecv(buf unsafe.Pointer, count int32, typeArg Datatype, message *Message, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -2373,7 +2376,7 @@ func Mrecv(buf unsafe.Pointer, count int32, typeArg Datatype, message *Message, 
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func NeighborAllgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2384,7 +2387,7 @@ func NeighborAllgather(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatyp
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func NeighborAllgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, displs *int32, recvtype Datatype, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2395,7 +2398,7 @@ func NeighborAllgatherv(sendbuf unsafe.Pointer, sendcount int32, sendtype Dataty
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func NeighborAlltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2406,7 +2409,7 @@ func NeighborAlltoall(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func NeighborAlltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *int32, recvtype Datatype, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2417,7 +2420,7 @@ func NeighborAlltoallv(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *int32
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func NeighborAlltoallw(sendbuf unsafe.Pointer, sendcounts *int32, sdispls *Aint, sendtypes *Datatype, recvbuf unsafe.Pointer, recvcounts *int32, rdispls *Aint, recvtypes *Datatype, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2482,7 +2485,7 @@ func OpenPort(info Info, port_name *byte) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// inbuf and outbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// inbuf and outbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Pack(inbuf unsafe.Pointer, incount int32, datatype Datatype, outbuf unsafe.Pointer, outsize int32, position *int32, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2493,7 +2496,7 @@ func Pack(inbuf unsafe.Pointer, incount int32, datatype Datatype, outbuf unsafe.
 //
 // First pinned header declaring it: 4.1.4.
 //
-// inbuf and outbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// inbuf and outbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func PackExternal(datarep *byte, inbuf unsafe.Pointer, incount int32, datatype Datatype, outbuf unsafe.Pointer, outsize Aint, position *Aint) error {
 	return dl.ErrNeedsCgo
 }
@@ -2540,7 +2543,7 @@ func PublishName(service_name *byte, info Info, port_name *byte) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Put(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, win Win) error {
 	return dl.ErrNeedsCgo
 }
@@ -2560,7 +2563,7 @@ func QueryThread(provided *int32) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Raccumulate(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, op Op, win Win, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2571,7 +2574,7 @@ func Raccumulate(origin_addr unsafe.Pointer, origin_count int32, origin_datatype
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Recv(buf unsafe.Pointer, count int32, datatype Datatype, source int32, tag int32, comm Comm, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -2582,7 +2585,7 @@ func Recv(buf unsafe.Pointer, count int32, datatype Datatype, source int32, tag 
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func RecvInit(buf unsafe.Pointer, count int32, datatype Datatype, source int32, tag int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2593,7 +2596,7 @@ func RecvInit(buf unsafe.Pointer, count int32, datatype Datatype, source int32, 
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Reduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, root int32, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2604,7 +2607,7 @@ func Reduce(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatyp
 //
 // First pinned header declaring it: 4.1.4.
 //
-// inbuf and inoutbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// inbuf and inoutbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func ReduceLocal(inbuf unsafe.Pointer, inoutbuf unsafe.Pointer, count int32, datatype Datatype, op Op) error {
 	return dl.ErrNeedsCgo
 }
@@ -2615,7 +2618,7 @@ func ReduceLocal(inbuf unsafe.Pointer, inoutbuf unsafe.Pointer, count int32, dat
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func ReduceScatter(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcounts *int32, datatype Datatype, op Op, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2626,7 +2629,7 @@ func ReduceScatter(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcounts *i
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func ReduceScatterBlock(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, recvcount int32, datatype Datatype, op Op, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2682,7 +2685,7 @@ func RequestGetStatus(request Request, flag *int32, status *Status) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Rget(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, win Win, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2693,7 +2696,7 @@ func Rget(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Dataty
 //
 // First pinned header declaring it: 4.1.4.
 //
-// origin_addr and result_addr are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// origin_addr and result_addr are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func RgetAccumulate(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, result_addr unsafe.Pointer, result_count int32, result_datatype Datatype, target_rank int32, target_disp Aint, target_count int32, target_datatype Datatype, op Op, win Win, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2704,7 +2707,7 @@ func RgetAccumulate(origin_addr unsafe.Pointer, origin_count int32, origin_datat
 //
 // First pinned header declaring it: 4.1.4.
 //
-// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// origin_addr is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Rput(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Datatype, target_rank int32, target_disp Aint, target_cout int32, target_datatype Datatype, win Win, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2715,7 +2718,7 @@ func Rput(origin_addr unsafe.Pointer, origin_count int32, origin_datatype Dataty
 //
 // First pinned header declaring it: 4.1.4.
 //
-// ibuf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// ibuf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Rsend(ibuf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2726,7 +2729,7 @@ func Rsend(ibuf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag 
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func RsendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2737,7 +2740,7 @@ func RsendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, t
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Scan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype Datatype, op Op, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2748,7 +2751,7 @@ func Scan(sendbuf unsafe.Pointer, recvbuf unsafe.Pointer, count int32, datatype 
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Scatter(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, root int32, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2759,7 +2762,7 @@ func Scatter(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, recvbuf
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Scatterv(sendbuf unsafe.Pointer, sendcounts *int32, displs *int32, sendtype Datatype, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, root int32, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2770,7 +2773,7 @@ func Scatterv(sendbuf unsafe.Pointer, sendcounts *int32, displs *int32, sendtype
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Send(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2781,7 +2784,7 @@ func Send(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag in
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func SendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -2792,7 +2795,7 @@ func SendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, ta
 //
 // First pinned header declaring it: 4.1.4.
 //
-// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// sendbuf and recvbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Sendrecv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, dest int32, sendtag int32, recvbuf unsafe.Pointer, recvcount int32, recvtype Datatype, source int32, recvtag int32, comm Comm, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -2803,7 +2806,7 @@ func Sendrecv(sendbuf unsafe.Pointer, sendcount int32, sendtype Datatype, dest i
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func SendrecvReplace(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, sendtag int32, source int32, recvtag int32, comm Comm, status *Status) error {
 	return dl.ErrNeedsCgo
 }
@@ -2814,7 +2817,7 @@ func SendrecvReplace(buf unsafe.Pointer, count int32, datatype Datatype, dest in
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Ssend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -2825,7 +2828,7 @@ func Ssend(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag i
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func SsendInit(buf unsafe.Pointer, count int32, datatype Datatype, dest int32, tag int32, comm Comm, request *Request) error {
 	return dl.ErrNeedsCgo
 }
@@ -3007,7 +3010,7 @@ func TCvarHandleFree(handle *TCvarHandle) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func TCvarRead(handle TCvarHandle, buf unsafe.Pointer) error {
 	return dl.ErrNeedsCgo
 }
@@ -3018,7 +3021,7 @@ func TCvarRead(handle TCvarHandle, buf unsafe.Pointer) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func TCvarWrite(handle TCvarHandle, buf unsafe.Pointer) error {
 	return dl.ErrNeedsCgo
 }
@@ -3110,7 +3113,7 @@ func TPvarHandleFree(session TPvarSession, handle *TPvarHandle) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func TPvarRead(session TPvarSession, handle TPvarHandle, buf unsafe.Pointer) error {
 	return dl.ErrNeedsCgo
 }
@@ -3121,7 +3124,7 @@ func TPvarRead(session TPvarSession, handle TPvarHandle, buf unsafe.Pointer) err
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func TPvarReadreset(session TPvarSession, handle TPvarHandle, buf unsafe.Pointer) error {
 	return dl.ErrNeedsCgo
 }
@@ -3177,7 +3180,7 @@ func TPvarStop(session TPvarSession, handle TPvarHandle) error {
 //
 // First pinned header declaring it: 4.1.4.
 //
-// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// buf is passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func TPvarWrite(session TPvarSession, handle TPvarHandle, buf unsafe.Pointer) error {
 	return dl.ErrNeedsCgo
 }
@@ -3557,7 +3560,7 @@ func TypeVector(count int32, blocklength int32, stride int32, oldtype Datatype, 
 //
 // First pinned header declaring it: 4.1.4.
 //
-// inbuf and outbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// inbuf and outbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func Unpack(inbuf unsafe.Pointer, insize int32, position *int32, outbuf unsafe.Pointer, outcount int32, datatype Datatype, comm Comm) error {
 	return dl.ErrNeedsCgo
 }
@@ -3568,7 +3571,7 @@ func Unpack(inbuf unsafe.Pointer, insize int32, position *int32, outbuf unsafe.P
 //
 // First pinned header declaring it: 4.1.4.
 //
-// inbuf and outbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers.
+// inbuf and outbuf are passed without cgo's pointer check: never pass Go memory that holds Go pointers. Where mpi.h takes MPI_IN_PLACE, pass InPlacePtr.
 func UnpackExternal(datarep *byte, inbuf unsafe.Pointer, insize Aint, position *Aint, outbuf unsafe.Pointer, outcount int32, datatype Datatype) error {
 	return dl.ErrNeedsCgo
 }

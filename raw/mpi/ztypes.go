@@ -336,7 +336,7 @@ const (
 	Ident = 0
 	// InPlace is MPI_IN_PLACE.
 	//
-	// Its value lies in the null page (below 4096): keep it in a uintptr and never convert it to an unsafe.Pointer or other Go pointer, which makes Go's runtime abort the program ("fatal error: invalid pointer found on stack") when it moves the goroutine's stack. A parameter of type unsafe.Pointer therefore cannot take it; call C through a function of your own that takes a uintptr.
+	// Its value lies in the null page (below 4096): keep it in a uintptr and never convert it to an unsafe.Pointer or other Go pointer, which makes Go's runtime abort the program ("fatal error: invalid pointer found on stack") when it moves the goroutine's stack. The generated functions' buffer parameters take InPlacePtr in its place.
 	InPlace uintptr = 0x1
 	// Io is MPI_IO.
 	Io = 2

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -38,8 +39,10 @@ type crossing struct {
 	res     resultKind
 	resType *jen.Statement
 	tramp   string // C trampoline definition
-	// unchecked are the Go names of the parameters passed without cgo's pointer check.
+	// unchecked are the Go names of the parameters passed without cgo's pointer check,
+	// and sentinels the pointer macros they may take.
 	unchecked []string
+	sentinels []*sentinel
 	name      string // trampoline name
 	doc       string
 }
@@ -88,8 +91,9 @@ func cgoName(c string) string {
 	return c
 }
 
-func (g *goPkg) plan(f *Func) (*crossing, error) {
+func (g *goPkg) plan(f *Func, sents map[string]*sentinel) (*crossing, error) {
 	cr := &crossing{f: f, name: g.cfg.CPrefix + "tramp_" + f.Symbol}
+	var swaps strings.Builder // the sentinels' swaps, before the call
 	var tparams, targs []string
 	tparams = append(tparams, "uintptr_t fp")
 	used := map[string]bool{}
@@ -126,13 +130,22 @@ func (g *goPkg) plan(f *Func) (*crossing, error) {
 				cr.args = append(cr.args, jen.Parens(jen.Op("*").Qual("C", cgoTypeName(cgoName(cBase(el))))).Call(
 					jen.Qual("unsafe", "Pointer").Call(jen.Id(name))))
 				tparams = append(tparams, g.mirrorDecl(&CType{Kind: Pointer, Elem: unconst(el)}, a))
-			} else if g.cfg.unchecked(f.Symbol, p.Name) {
+			} else if u := g.cfg.unchecked(f.Symbol, p.Name); u != nil {
 				// A data buffer (uncheckedPointers): the same pointer, typed so that cgo
 				// does not check it (see unchecked.go for why that is sound).
 				cr.args = append(cr.args, jen.Parens(jen.Op("*").Qual("C", "char")).Call(
 					jen.Qual("unsafe", "Pointer").Call(jen.Id(name))))
 				tparams = append(tparams, "char *"+a)
 				cr.unchecked = append(cr.unchecked, name)
+				for _, m := range u.Sentinels {
+					st := sents[m]
+					// The address standing for the sentinel becomes its value here, in C:
+					// Go never holds that value in a pointer.
+					fmt.Fprintf(&swaps, "\tif (%s == (char *)%s()) %s = (char *)(uintptr_t)0x%x;\n", a, st.cFunc, a, st.c.Uint)
+					if !slices.Contains(cr.sentinels, st) {
+						cr.sentinels = append(cr.sentinels, st)
+					}
+				}
 			} else {
 				cr.args = append(cr.args, jen.Qual("unsafe", "Pointer").Call(jen.Id(name)))
 				tparams = append(tparams, "void *"+a)
@@ -189,7 +202,7 @@ func (g *goPkg) plan(f *Func) (*crossing, error) {
 	if tret == "void" {
 		body = call + ";"
 	}
-	cr.tramp = fmt.Sprintf("static %s %s(%s) {\n\t%s\n}\n", tret, cr.name, strings.Join(tparams, ", "), body)
+	cr.tramp = fmt.Sprintf("static %s %s(%s) {\n%s\t%s\n}\n", tret, cr.name, strings.Join(tparams, ", "), swaps.String(), body)
 	cr.doc = g.funcDoc(f)
 	if n := len(cr.unchecked); n > 0 {
 		what := cr.unchecked[0] + " is"
@@ -197,6 +210,9 @@ func (g *goPkg) plan(f *Func) (*crossing, error) {
 			what = strings.Join(cr.unchecked[:n-1], ", ") + " and " + cr.unchecked[n-1] + " are"
 		}
 		cr.doc += "\n\n" + what + " passed without cgo's pointer check: never pass Go memory that holds Go pointers."
+		for _, st := range cr.sentinels {
+			cr.doc += fmt.Sprintf(" Where %s takes %s, pass %s.", g.api.Header, st.c.Name, st.goVar)
+		}
 	}
 	return cr, nil
 }
@@ -253,9 +269,13 @@ func symVar(sym string) string { return "_sym_" + sym }
 
 // emitFuncs writes the cgo and the !cgo files.
 func (g *goPkg) emitFuncs() (cgoFile, nocgoFile *jen.File, err error) {
+	sents, err := g.sentinels()
+	if err != nil {
+		return nil, nil, err
+	}
 	var crs []*crossing
 	for _, f := range g.api.Funcs {
-		cr, err := g.plan(f)
+		cr, err := g.plan(f, sents)
 		if err != nil {
 			return nil, nil, fmt.Errorf("function %s (%s): %w", f.Symbol, f.Pos, err)
 		}
@@ -280,6 +300,12 @@ func (g *goPkg) emitFuncs() (cgoFile, nocgoFile *jen.File, err error) {
 	pre.WriteString("#include <stddef.h>\n#include <stdint.h>\n\n")
 	pre.WriteString("// Declarations mirroring the header (not available at build time).\n")
 	pre.WriteString(m.out.String())
+	if len(sents) > 0 {
+		pre.WriteString("\n// The addresses standing for pointer sentinels (uncheckedPointers).\n")
+		for _, n := range sentinelNames(sents) {
+			fmt.Fprintf(&pre, "static void *%s(void) { static char at; return &at; }\n", sents[n].cFunc)
+		}
+	}
 	pre.WriteString("\n// One trampoline per function: call the resolved address with the C signature.\n")
 	done := map[string]bool{}
 	for _, cr := range crs {
@@ -298,6 +324,14 @@ func (g *goPkg) emitFuncs() (cgoFile, nocgoFile *jen.File, err error) {
 	nocgoFile = jen.NewFile(g.cfg.Package)
 	nocgoFile.HeaderComment("//go:build !cgo")
 	g.header(nocgoFile)
+	for _, n := range sentinelNames(sents) {
+		st := sents[n]
+		doc := fmt.Sprintf("%s stands for %s (%s) in the buffer parameters that take it: the generated functions pass %s to C in its place. It is the address of a byte of C memory, so that Go never holds %s's value in a pointer.", st.goVar, st.c.Name, st.c.GoName, st.c.Name, st.c.Name)
+		comment(cgoFile, doc)
+		cgoFile.Var().Id(st.goVar).Op("=").Qual("unsafe", "Pointer").Call(jen.Qual("C", st.cFunc).Call())
+		comment(nocgoFile, doc)
+		nocgoFile.Var().Id(st.goVar).Op("=").Qual("unsafe", "Pointer").Call(jen.New(jen.Byte()))
+	}
 
 	for _, cr := range crs {
 		f := cr.f

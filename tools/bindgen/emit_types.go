@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -53,6 +54,27 @@ const nullPage = 4096
 // sentinel such as MPI_IN_PLACE, (void *)1).
 const nullPageDoc = "Its value lies in the null page (below 4096): keep it in a uintptr and never convert it to an unsafe.Pointer or other Go pointer, which makes Go's runtime abort the program (\"fatal error: invalid pointer found on stack\") when it moves the goroutine's stack. A parameter of type unsafe.Pointer therefore cannot take it; call C through a function of your own that takes a uintptr."
 
+// nullPageSentinelDoc is the note on such a macro that the generated functions' buffer
+// parameters take through the variable v (uncheckedPointers sentinels).
+func nullPageSentinelDoc(v string) string {
+	return "Its value lies in the null page (below 4096): keep it in a uintptr and never convert it to an unsafe.Pointer or other Go pointer, which makes Go's runtime abort the program (\"fatal error: invalid pointer found on stack\") when it moves the goroutine's stack. The generated functions' buffer parameters take " + v + " in its place."
+}
+
+// sentinelOf returns the Go variable standing for the pointer macro name in the
+// generated functions (uncheckedPointers sentinels), or "".
+func (g *goPkg) sentinelOf(name string) string {
+	for _, u := range g.cfg.Unchecked {
+		if slices.Contains(u.Sentinels, name) {
+			for _, k := range g.api.Consts {
+				if k.Name == name {
+					return k.GoName + "Ptr"
+				}
+			}
+		}
+	}
+	return ""
+}
+
 func (g *goPkg) constItem(c *Const) (jen.Code, error) {
 	doc := jen.Comment(fmt.Sprintf("%s is %s.", c.GoName, c.Name))
 	var v string
@@ -76,7 +98,11 @@ func (g *goPkg) constItem(c *Const) (jen.Code, error) {
 		v = "0x" + strconv.FormatUint(c.Uint, 16)
 		typ = jen.Id("uintptr")
 		if c.Type == "" && c.Uint > 0 && c.Uint < nullPage {
-			doc = jen.Add(doc).Line().Comment("").Line().Comment(nullPageDoc)
+			note := nullPageDoc
+			if st := g.sentinelOf(c.Name); st != "" {
+				note = nullPageSentinelDoc(st)
+			}
+			doc = jen.Add(doc).Line().Comment("").Line().Comment(note)
 		}
 		if c.Type != "" {
 			n := g.goTypeName(&CType{Kind: Named, Name: c.Type})

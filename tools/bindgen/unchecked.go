@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"regexp"
+	"sort"
 )
 
 // UncheckedPointers names untyped pointer parameters (void *, const void *) that the
@@ -27,6 +28,12 @@ type UncheckedPointers struct {
 	Param    string `json:"param"`
 	// Reason says why the parameters are plain data, never memory holding Go pointers.
 	Reason string `json:"reason"`
+	// Sentinels are pointer macros of the header (MPI_IN_PLACE, (void *)1) that the
+	// parameters may take. One whose value lies in the null page cannot be held in
+	// an unsafe.Pointer (Go's runtime aborts when it finds it on a stack it moves), so
+	// each gets a Go variable of its own, the macro's Go name and "Ptr" (InPlacePtr):
+	// the address of a C byte, which the trampoline turns into the macro's value.
+	Sentinels []string `json:"sentinels,omitempty"`
 
 	function, param *regexp.Regexp
 	used            bool
@@ -50,16 +57,57 @@ func (c *Config) compileUnchecked() error {
 	return nil
 }
 
-// unchecked reports whether the untyped pointer parameter param of function symbol goes
-// to C without cgo's pointer check, and marks the rule that says so as used.
-func (c *Config) unchecked(symbol, param string) bool {
+// unchecked returns the rule by which the untyped pointer parameter param of function
+// symbol goes to C without cgo's pointer check (nil: none), and marks it as used.
+func (c *Config) unchecked(symbol, param string) *UncheckedPointers {
 	for i := range c.Unchecked {
 		if u := &c.Unchecked[i]; u.function.MatchString(symbol) && u.param.MatchString(param) {
 			u.used = true
-			return true
+			return u
 		}
 	}
-	return false
+	return nil
+}
+
+// sentinel is a pointer macro that unchecked parameters may take, as generated.
+type sentinel struct {
+	c     *Const
+	goVar string // the Go variable standing for it (InPlacePtr)
+	cFunc string // the C function returning the address that stands for it
+}
+
+// sentinels returns every sentinel the uncheckedPointers rules name, by macro, or an
+// error naming one that is not a pointer macro of the header without a type.
+func (g *goPkg) sentinels() (map[string]*sentinel, error) {
+	out := map[string]*sentinel{}
+	for i, u := range g.cfg.Unchecked {
+		for _, name := range u.Sentinels {
+			if out[name] != nil {
+				continue
+			}
+			var c *Const
+			for _, k := range g.api.Consts {
+				if k.Name == name {
+					c = k
+				}
+			}
+			if c == nil || c.Kind != ConstPointer || c.Type != "" {
+				return nil, fmt.Errorf("uncheckedPointers entry %d: sentinel %s is not a pointer macro (such as ((void *) 1)) of the header", i, name)
+			}
+			out[name] = &sentinel{c: c, goVar: c.GoName + "Ptr", cFunc: g.cfg.CPrefix + "sentinel_" + name}
+		}
+	}
+	return out, nil
+}
+
+// sentinelNames returns the keys of m, sorted.
+func sentinelNames(m map[string]*sentinel) []string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // unusedUnchecked returns an error naming the first rule that matched no parameter: a

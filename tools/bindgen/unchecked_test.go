@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -62,4 +63,38 @@ func TestUncheckedPointersRulesAreChecked(t *testing.T) {
 	err := generate(cfg, root, cache, io.Discard)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `uncheckedPointers entry 0 (function "^fakeOpen$", param "^desc$") matches no void * parameter`)
+}
+
+// TestUncheckedPointerSentinelsAreSwappedInC: a rule's sentinel (a pointer macro in
+// the null page) gets a Go variable, the address of a C byte, which the trampoline of
+// every matching parameter turns into the macro's value; the constant's and the
+// function's docs name the variable. A sentinel that is not a pointer macro of the
+// header is an error.
+func TestUncheckedPointerSentinelsAreSwappedInC(t *testing.T) {
+	const extra = "#define FAKE_IN_PLACE ((void *)1)\n#define FAKE_TWO 2\n"
+	cfg, root, cache := fakeSetup(t, extra)
+	cfg.Unchecked = []UncheckedPointers{{Function: "^fakeOnDone$", Param: "^userData$", Reason: "data", Sentinels: []string{"FAKE_IN_PLACE"}}}
+	require.NoError(t, cfg.validate())
+	require.NoError(t, generate(cfg, root, cache, io.Discard))
+	files := readTree(t, filepath.Join(root, "raw", "fake"))
+	fn := cfg.CPrefix + "sentinel_FAKE_IN_PLACE"
+	cgo := files["zfuncs_cgo.go"]
+	assert.Contains(t, cgo, "static void *"+fn+"(void) { static char at; return &at; }")
+	assert.Contains(t, cgo, "\tif (a2 == (char *)"+fn+"()) a2 = (char *)(uintptr_t)0x1;\n", "the trampoline swaps it before the call")
+	assert.Equal(t, 1, strings.Count(cgo, "(uintptr_t)0x1;"), "only the matching parameter is swapped")
+	assert.Contains(t, cgo, "var InPlacePtr = unsafe.Pointer(C."+fn+"())")
+	assert.Contains(t, cgo, "Where fake.h takes FAKE_IN_PLACE, pass InPlacePtr.")
+	assert.Contains(t, files["zfuncs_nocgo.go"], "var InPlacePtr = unsafe.Pointer(new(byte))")
+	types := files["ztypes.go"]
+	assert.Contains(t, types, "\t// "+nullPageSentinelDoc("InPlacePtr")+"\n\tInPlace uintptr = 0x1\n")
+	assert.NotContains(t, types, nullPageDoc, "the note names the variable instead")
+
+	for _, bad := range []string{"FAKE_TWO", "FAKE_NONE"} {
+		cfg, root, cache := fakeSetup(t, extra)
+		cfg.Unchecked = []UncheckedPointers{{Function: "^fakeOnDone$", Param: "^userData$", Reason: "data", Sentinels: []string{bad}}}
+		require.NoError(t, cfg.validate())
+		err := generate(cfg, root, cache, io.Discard)
+		require.Error(t, err, bad)
+		assert.Contains(t, err.Error(), "uncheckedPointers entry 0: sentinel "+bad+" is not a pointer macro")
+	}
 }
