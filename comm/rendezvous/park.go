@@ -43,6 +43,7 @@ type bufCache struct {
 	mu      sync.Mutex
 	readers []*bufio.Reader
 	smalls  [][]byte
+	keys    []keyList // torch connections' spare key buffers (tsReader.spare)
 	// takes counts the buffers taken, for the janitor to see whether a storm goes on.
 	takes atomic.Int64
 }
@@ -72,16 +73,27 @@ func (b *bufCache) small() []byte {
 	return f
 }
 
-// popFront takes the first element of *s, clearing its slot; false when *s is empty.
-func popFront[T any](s *[]T) (T, bool) {
-	var zero T
-	if len(*s) == 0 {
-		return zero, false
+// spareKeys returns empty key buffers for a query of a few short keys
+// (tsReader.spare).
+func (b *bufCache) spareKeys() keyList {
+	b.takes.Add(1)
+	b.mu.Lock()
+	l, ok := pop(&b.keys)
+	b.mu.Unlock()
+	if !ok {
+		return keyList{buf: make([]byte, 0, spareKeyBytes), ends: make([]int, 0, spareKeys)}
 	}
-	v := (*s)[0]
-	(*s)[0] = zero
-	*s = (*s)[1:]
-	return v, true
+	return l
+}
+
+// putKeys keeps l, a connection's spare key buffers, for the next connection.
+func (b *bufCache) putKeys(l keyList) {
+	if l.ends == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.keys = append(b.keys, keyList{buf: l.buf[:0], ends: l.ends[:0]})
 }
 
 // pop takes the last element of *s, clearing its slot; false when *s is empty.
@@ -116,14 +128,14 @@ func (b *bufCache) put(br *bufio.Reader, small []byte) {
 func (b *bufCache) held() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return len(b.readers) + len(b.smalls)
+	return len(b.readers) + len(b.smalls) + len(b.keys)
 }
 
 // drop lets go of every buffer held (the next collection frees them).
 func (b *bufCache) drop() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.readers, b.smalls = nil, nil
+	b.readers, b.smalls, b.keys = nil, nil, nil
 }
 
 // run runs step on the connection's goroutine, recovering a panic; unless step
@@ -162,8 +174,9 @@ func (c *serverConn) parkable() bool {
 // occasional request then costs no read deadline that fires and no second wake of
 // its goroutine 250 ms later. If its client speaks again before parkAfter has passed
 // (a sequence of requests), it waits on its goroutine as a busy connection does. A
-// torch connection woken for a WAIT waits there for the GET that torch's client
-// sends next (stay), and is parked again at once after it.
+// torch connection woken for a WAIT parks at once too, and the GET that torch's
+// client sends next wakes it again: both are served on the poller's goroutine,
+// where waiting for the GET would take a goroutine of its own.
 func (c *serverConn) await() (parked bool, err error) {
 	if c.br.Buffered() > 0 || !c.parkable() {
 		return false, nil
@@ -173,7 +186,7 @@ func (c *serverConn) await() (parked bool, err error) {
 		// under parkAfter below (the wake may also be the idle timer's, or a hang-up).
 		c.resumed = false
 	} else {
-		if c.soon && !c.stay {
+		if c.soon {
 			c.soon = false
 			if f := c.beforeRead; f != nil { // the answers queued so far go out first
 				if err := f(); err != nil {
@@ -187,7 +200,6 @@ func (c *serverConn) await() (parked bool, err error) {
 		// Past the request that woke it, c serves a sequence of requests: on a
 		// goroutine of its own, not the poller's, whose other connections would wait
 		// as long as its client keeps sending.
-		c.stay = false
 		c.mayBlock()
 	}
 	by := time.Now().Add(parkAfter)
@@ -263,7 +275,8 @@ func (c *serverConn) resume(bool) bool {
 	}
 	c.takeBuffers()
 	c.resumed = true
-	c.soon = time.Since(c.parkedAt) >= parkAfter
+	// The GET that follows a WAIT parks again at once, as the WAIT did.
+	c.soon = c.getNext || time.Since(c.parkedAt) >= parkAfter
 	return c.step(true)
 }
 
@@ -321,7 +334,8 @@ func (c *serverConn) dropBuffers() {
 	c.wmu.Unlock()
 	if t := c.torch; t != nil {
 		t.rd.r = nil
-		t.rd.spare = keyList{} // the next query of a few keys makes them again
+		bufs.putKeys(t.rd.spare) // the next query of a few keys takes them again
+		t.rd.spare = keyList{}
 		t.wmu.Lock()
 		if len(t.out) == 0 {
 			t.out = nil

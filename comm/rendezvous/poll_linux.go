@@ -44,9 +44,10 @@ type poller struct {
 	mu    sync.Mutex
 	conns map[int32]*serverConn // by pollID; 0 is the pipe
 	next  int32
-	// rest holds the connections of the last batch, taken from the poller (no longer
-	// parked) and not served yet, in the order their events came.
+	// rest[restAt:] are the connections of the last batch, taken from the poller (no
+	// longer parked) and not served yet, in the order their events came.
 	rest    []*serverConn
+	restAt  int
 	stopped bool
 	ended   bool // a leader has closed the descriptors
 }
@@ -123,8 +124,8 @@ func (p *poller) run() {
 	for _, c := range p.conns {
 		parked = append(parked, c)
 	}
-	taken := p.rest
-	p.rest = nil
+	taken := p.rest[p.restAt:]
+	p.rest, p.restAt = nil, 0
 	p.mu.Unlock()
 	if !ended {
 		p.closeFDs()
@@ -145,7 +146,13 @@ func (p *poller) take() (c *serverConn, stopped bool) {
 	if p.stopped {
 		return nil, true
 	}
-	c, _ = popFront(&p.rest)
+	if p.restAt == len(p.rest) {
+		p.rest, p.restAt = p.rest[:0], 0 // its array serves the next batch
+		return nil, false
+	}
+	c = p.rest[p.restAt]
+	p.rest[p.restAt] = nil
+	p.restAt++
 	return c, false
 }
 
@@ -237,17 +244,73 @@ func (p *poller) handOffStalled(d time.Duration) {
 	}
 }
 
+// rawOp is one system call on a socket made through its RawConn's Control (which
+// holds the descriptor open meanwhile): its arguments, its results, and the functions
+// Control runs, made once. rawOps keeps them, so that a request on a parked
+// connection allocates no closure for its read, its write and its parking again.
+type rawOp struct {
+	b   []byte
+	n   int
+	err error
+	// epoll_ctl's
+	ep, op int
+	ev     syscall.EpollEvent
+
+	read, write, ctl func(fd uintptr)
+}
+
+var rawOps = sync.Pool{New: func() any {
+	o := &rawOp{}
+	o.read, o.write, o.ctl = o.doRead, o.doWrite, o.doCtl
+	return o
+}}
+
+func getRawOp() *rawOp { return rawOps.Get().(*rawOp) }
+
+func (o *rawOp) put() {
+	*o = rawOp{read: o.read, write: o.write, ctl: o.ctl}
+	rawOps.Put(o)
+}
+
+func (o *rawOp) doRead(fd uintptr) {
+	for {
+		o.n, o.err = syscall.Read(int(fd), o.b)
+		if o.err != syscall.EINTR {
+			return
+		}
+	}
+}
+
+func (o *rawOp) doWrite(fd uintptr) {
+	for o.n < len(o.b) {
+		m, err := syscall.Write(int(fd), o.b[o.n:])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			o.err = err
+			return
+		}
+		o.n += m
+	}
+}
+
+func (o *rawOp) doCtl(fd uintptr) {
+	ev := &o.ev
+	if o.op == syscall.EPOLL_CTL_DEL {
+		ev = nil
+	}
+	o.err = syscall.EpollCtl(o.ep, o.op, int(fd), ev)
+}
+
 // readNow reads from c's socket what has arrived, without waiting; done is false
 // when nothing has.
 func readNow(rc syscall.RawConn, b []byte) (n int, err error, done bool) {
-	cerr := rc.Control(func(fd uintptr) {
-		for {
-			n, err = syscall.Read(int(fd), b)
-			if err != syscall.EINTR {
-				return
-			}
-		}
-	})
+	o := getRawOp()
+	o.b = b
+	cerr := rc.Control(o.read)
+	n, err = o.n, o.err
+	o.put()
 	switch {
 	case cerr != nil:
 		return 0, cerr, true
@@ -263,26 +326,33 @@ func readNow(rc syscall.RawConn, b []byte) (n int, err error, done bool) {
 
 // writeNow writes what of b the socket takes without waiting.
 func writeNow(rc syscall.RawConn, b []byte) (n int, err error) {
-	cerr := rc.Control(func(fd uintptr) {
-		for n < len(b) {
-			m, werr := syscall.Write(int(fd), b[n:])
-			if werr == syscall.EINTR {
-				continue
-			}
-			if werr == syscall.EAGAIN {
-				return
-			}
-			if werr != nil {
-				err = &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", werr)}
-				return
-			}
-			n += m
-		}
-	})
-	if cerr != nil {
+	o := getRawOp()
+	o.b = b
+	cerr := rc.Control(o.write)
+	n, err = o.n, o.err
+	o.put()
+	switch {
+	case cerr != nil:
 		return n, cerr
+	case err == syscall.EAGAIN:
+		return n, nil
+	case err != nil:
+		return n, &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", err)}
 	}
-	return n, err
+	return n, nil
+}
+
+// epollCtl registers (op) or unregisters the socket of rc in the epoll instance ep.
+func epollCtl(rc syscall.RawConn, ep, op int, ev syscall.EpollEvent) error {
+	o := getRawOp()
+	o.ep, o.op, o.ev = ep, op, ev
+	cerr := rc.Control(o.ctl)
+	err := o.err
+	o.put()
+	if cerr != nil {
+		return cerr
+	}
+	return err
 }
 
 // close ends run.
@@ -319,9 +389,8 @@ func (p *poller) park(c *serverConn) bool {
 		op = syscall.EPOLL_CTL_ADD
 	}
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT, Fd: c.pollID}
-	var cerr error
 	// Control holds the socket open: its descriptor is c's, not a reused number.
-	if err := rc.Control(func(fd uintptr) { cerr = syscall.EpollCtl(p.ep, op, int(fd), &ev) }); err != nil || cerr != nil {
+	if epollCtl(rc, p.ep, op, ev) != nil {
 		return false
 	}
 	c.polled = true
@@ -342,7 +411,7 @@ func (p *poller) forget(c *serverConn) {
 	c.polled = false
 	if rc := c.rc; rc != nil {
 		// A closed socket has left the epoll set with its descriptor.
-		_ = rc.Control(func(fd uintptr) { _ = syscall.EpollCtl(p.ep, syscall.EPOLL_CTL_DEL, int(fd), nil) })
+		_ = epollCtl(rc, p.ep, syscall.EPOLL_CTL_DEL, syscall.EpollEvent{})
 	}
 }
 

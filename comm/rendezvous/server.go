@@ -681,14 +681,14 @@ type serverConn struct {
 	// on a goroutine that wake started); idleBy is when the idle timeout closes the
 	// connection (zero: never), both of the serving goroutine. pollID (0: never
 	// parked, -1: ended) and polled are guarded by the poller's lock. parkedAt,
-	// resumed, soon and stay (await) belong to the goroutine that serves c.
+	// resumed, soon and getNext (await, resume) belong to the goroutine that serves c.
 	step      func(resumed bool) (parked bool)
 	idleBy    time.Time
 	parked    atomic.Bool
 	parkedAt  time.Time
 	resumed   bool
 	soon      bool
-	stay      bool // wait for one more request before parking at once (await)
+	getNext   bool // its last request was torch's WAIT, which its client follows with a GET
 	idleTimer *time.Timer
 	pollID    int32
 	polled    bool

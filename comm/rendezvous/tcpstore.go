@@ -234,7 +234,8 @@ type tsReader struct {
 	held   int64
 	// spare is the buffers of the keys of the last query of a few short keys (most
 	// CHECK, WAIT and GET queries), reused by the next one: part of the connection's
-	// fixed cost (connOverhead), charged to no query.
+	// fixed cost (connOverhead), charged to no query. A parked connection gives them
+	// back to the server's free list (bufs), and takes them again from there.
 	spare keyList
 }
 
@@ -353,7 +354,7 @@ func (t *tsReader) keyList(n int) (keyList, error) {
 	charged := 0 // the capacity of l.buf charged
 	if n <= spareKeys {
 		if t.spare.ends == nil {
-			t.spare = keyList{buf: make([]byte, 0, spareKeyBytes), ends: make([]int, 0, spareKeys)}
+			t.spare = bufs.spareKeys()
 		}
 		l = keyList{buf: t.spare.buf[:0], ends: t.spare.ends[:0]}
 	} else {

@@ -319,12 +319,9 @@ func (t *torchConn) queries(first bool) (stage string, err error) {
 			}
 		}
 		err = t.handle(r)
-		if r.q == tsWait {
-			// torch's client follows a WAIT with the GET or MULTI_GET of its keys: a
-			// connection woken for the WAIT stays for it instead of parking at once
-			// (and parks at once after it).
-			t.c.stay = true
-		}
+		// torch's client follows a WAIT with the GET or MULTI_GET of its keys: the
+		// wake for it belongs to the same get (resume).
+		t.c.getNext = r.q == tsWait
 		turns.charge(t.c, start)
 		t.releaseBufs()
 		t.c.lastQuery.Store(turns.now())
