@@ -133,13 +133,16 @@ func TestParkedConnectionsAreServedWhileAWokenOneWaitsToWrite(t *testing.T) {
 	checkServedWithin(t, cs, 2*time.Second, "another waits to write 16 MiB")
 }
 
-// forcedCollections returns how many collections runtime.GC and debug.FreeOSMemory
-// have forced in the process.
-func forcedCollections() uint32 {
+// memStats reads the runtime's memory statistics.
+func memStats() runtime.MemStats {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return m.NumForcedGC
+	return m
 }
+
+// forcedCollections returns how many collections runtime.GC and debug.FreeOSMemory
+// have forced in the process.
+func forcedCollections() uint32 { return memStats().NumForcedGC }
 
 // Connections woken one at a time (an idle rank's occasional request) take and give
 // back the same few read buffers, and the server forces no collection for them. The
@@ -278,11 +281,7 @@ func TestBatchIsServedOnWhenAConnectionOfItWaits(t *testing.T) {
 }
 
 // heapAllocated returns the bytes the process has allocated on the heap in all.
-func heapAllocated() uint64 {
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.TotalAlloc
-}
+func heapAllocated() uint64 { return memStats().TotalAlloc }
 
 // A request on a parked connection leaves almost no garbage for the collection an
 // idle server may never run: its read buffers and a torch connection's key buffers
