@@ -182,7 +182,7 @@ func (p *poller) wait(events []syscall.EpollEvent) (int, bool) {
 }
 
 // dispatch takes the connections of events from the poller into rest, for the leader
-// to serve; a connection in the lobby leaves it on a goroutine of its own (wake). It
+// to serve; a connection in the lobby leaves it on a goroutine of its own (as wake). It
 // reports whether close was called (run then wakes every connection).
 func (p *poller) dispatch(events []syscall.EpollEvent) (stopped bool) {
 	p.mu.Lock()
@@ -193,12 +193,12 @@ func (p *poller) dispatch(events []syscall.EpollEvent) (stopped bool) {
 			continue
 		}
 		c := p.conns[ev.Fd]
-		if c == nil {
+		if c == nil || !c.parked.CompareAndSwap(true, false) {
 			continue
 		}
-		if c.step == nil { // in the lobby
-			c.wake()
-		} else if c.parked.CompareAndSwap(true, false) {
+		if c.step == nil { // in the lobby: as wake
+			go c.s.leaveLobby(c)
+		} else {
 			p.rest = append(p.rest, c)
 		}
 	}
