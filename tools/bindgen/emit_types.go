@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -52,25 +51,23 @@ const nullPage = 4096
 
 // nullPageDoc is the note on a pointer macro whose value lies in the null page (a
 // sentinel such as MPI_IN_PLACE, (void *)1).
-const nullPageDoc = "Its value lies in the null page (below 4096): keep it in a uintptr and never convert it to an unsafe.Pointer or other Go pointer, which makes Go's runtime abort the program (\"fatal error: invalid pointer found on stack\") when it moves the goroutine's stack. A parameter of type unsafe.Pointer therefore cannot take it; call C through a function of your own that takes a uintptr."
+const nullPageDoc = nullPageNote + " A parameter of type unsafe.Pointer therefore cannot take it; call C through a function of your own that takes a uintptr."
+
+// nullPageNote is what nullPageDoc and nullPageSentinelDoc begin with.
+const nullPageNote = "Its value lies in the null page (below 4096): keep it in a uintptr and never convert it to an unsafe.Pointer or other Go pointer, which makes Go's runtime abort the program (\"fatal error: invalid pointer found on stack\") when it moves the goroutine's stack."
 
 // nullPageSentinelDoc is the note on such a macro that the generated functions' buffer
 // parameters take through the variable v (uncheckedPointers sentinels).
 func nullPageSentinelDoc(v string) string {
-	return "Its value lies in the null page (below 4096): keep it in a uintptr and never convert it to an unsafe.Pointer or other Go pointer, which makes Go's runtime abort the program (\"fatal error: invalid pointer found on stack\") when it moves the goroutine's stack. The generated functions' buffer parameters take " + v + " in its place."
+	return nullPageNote + " The generated functions' buffer parameters take " + v + " in its place."
 }
 
 // sentinelOf returns the Go variable standing for the pointer macro name in the
 // generated functions (uncheckedPointers sentinels), or "".
 func (g *goPkg) sentinelOf(name string) string {
-	for _, u := range g.cfg.Unchecked {
-		if slices.Contains(u.Sentinels, name) {
-			for _, k := range g.api.Consts {
-				if k.Name == name {
-					return k.GoName + "Ptr"
-				}
-			}
-		}
+	sents, err := g.sentinels() // its error stops emitFuncs
+	if st := sents[name]; err == nil && st != nil {
+		return st.goVar
 	}
 	return ""
 }
