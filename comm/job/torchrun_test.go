@@ -72,7 +72,7 @@ func torchrun(t *testing.T, env torchtest.Env, nproc int, backend string, restar
 			continue
 		}
 		if err != nil {
-			t.Fatalf("torchrun %d ranks, %s rendezvous, torch %s: %v\n%s", nproc, backend, env.Version, err, out)
+			t.Fatalf("torchrun %d ranks, %s rendezvous, torch %s: %v\n%s%s", nproc, backend, env.Version, err, out, testenv.FailureExcerpt(string(out)))
 		}
 		return string(out)
 	}
@@ -171,7 +171,7 @@ func TestMpirunLaunchesGoRanks(t *testing.T) {
 	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("mpirun: %v\n%s", err, out)
+		t.Fatalf("mpirun: %v\n%s%s", err, out, testenv.FailureExcerpt(string(out)))
 	}
 	checkRanks(t, string(out), 2)
 	if !strings.Contains(string(out), "store *rendezvous.Client") {

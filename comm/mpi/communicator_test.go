@@ -66,7 +66,7 @@ func runMPIBinary(t *testing.T, bin string, np int, test string, env ...string) 
 	cmd.Env = append(append(testenv.Environ(), mpiChildEnv+"="+test), env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("mpirun -np %d %s: %v\n%s%s", np, test, err, out, failureExcerpt(string(out)))
+		t.Fatalf("mpirun -np %d %s: %v\n%s%s", np, test, err, out, testenv.FailureExcerpt(string(out)))
 	}
 	passed := strings.Count(string(out), "--- PASS: "+test+" ")
 	skipped := strings.Count(string(out), "--- SKIP: "+test+" ")
@@ -74,7 +74,7 @@ func runMPIBinary(t *testing.T, bin string, np int, test string, env ...string) 
 		t.Skipf("mpirun -np %d %s: every rank skipped: %s", np, test, skipReason(string(out), test))
 	}
 	if passed != np {
-		t.Fatalf("mpirun -np %d %s: %d ranks passed, %d skipped\n%s%s", np, test, passed, skipped, out, failureExcerpt(string(out)))
+		t.Fatalf("mpirun -np %d %s: %d ranks passed, %d skipped\n%s%s", np, test, passed, skipped, out, testenv.FailureExcerpt(string(out)))
 	}
 	return string(out)
 }
@@ -93,30 +93,8 @@ func runAlone(t *testing.T, test string) {
 	cmd.Env = append(testenv.Environ(), mpiChildEnv+"="+test)
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "--- PASS: "+test+" ") {
-		t.Fatalf("%s run alone: %v\n%s%s", test, err, out, failureExcerpt(string(out)))
+		t.Fatalf("%s run alone: %v\n%s%s", test, err, out, testenv.FailureExcerpt(string(out)))
 	}
-}
-
-// failureMarkers start what a rank printed when it failed: a panic or runtime error, a
-// data race, a failed test.
-var failureMarkers = []string{"panic: ", "fatal error: ", "WARNING: DATA RACE", "SIGSEGV", "--- FAIL: "}
-
-// failureExcerpt repeats, after a child's whole output, the lines from its first
-// failure marker on (at most 24): a CI log that keeps only the end of a long output
-// still shows why the rank failed. It is empty when no marker is there.
-func failureExcerpt(out string) string {
-	first := -1
-	for _, m := range failureMarkers {
-		if i := strings.Index(out, m); i >= 0 && (first < 0 || i < first) {
-			first = i
-		}
-	}
-	if first < 0 {
-		return ""
-	}
-	start := strings.LastIndexByte(out[:first], '\n') + 1
-	lines := strings.SplitN(out[start:], "\n", 25)
-	return "\nfirst failure in the ranks' output:\n" + strings.Join(lines[:min(len(lines), 24)], "\n")
 }
 
 // skipReason is what a rank's test logged before "--- SKIP: test" in -test.v output: its
@@ -717,13 +695,4 @@ func TestMPIMinGOMAXPROCSNegative(t *testing.T) {
 	var flag int32
 	require.NoError(t, rawmpi.Initialized(&flag))
 	assert.Zero(t, flag, "the bad option never reached MPI")
-}
-
-func TestFailureExcerpt(t *testing.T) {
-	out := "=== RUN   TestX\nok line\npanic: runtime error: index out of range [4] with length 4\n\ngoroutine 7 [running]:\nmain.f()\n" +
-		strings.Repeat("frame\n", 40) + "--- FAIL: TestX\nmpirun trailer\n"
-	got := failureExcerpt(out)
-	assert.True(t, strings.HasPrefix(got, "\nfirst failure in the ranks' output:\npanic: runtime error: index out of range"), got)
-	assert.Len(t, strings.Split(got, "\n"), 2+24)
-	assert.Empty(t, failureExcerpt("=== RUN   TestX\n--- PASS: TestX (0.00s)\n"))
 }

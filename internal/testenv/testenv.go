@@ -57,3 +57,26 @@ func Environ() []string {
 	Key()
 	return os.Environ()
 }
+
+// failureMarkers start what a child printed when it failed: a panic or runtime error, a
+// data race, a failed test.
+var failureMarkers = []string{"panic: ", "fatal error: ", "WARNING: DATA RACE", "SIGSEGV", "--- FAIL: "}
+
+// FailureExcerpt repeats, for the end of a failing test's message after a child's whole
+// output, the lines from the output's first failure marker on (at most 24): a CI log
+// that keeps only the end of a long output still shows why the child (a rank, a test
+// binary run again, a launcher's workers) failed. It is empty when no marker is there.
+func FailureExcerpt(out string) string {
+	first := -1
+	for _, m := range failureMarkers {
+		if i := strings.Index(out, m); i >= 0 && (first < 0 || i < first) {
+			first = i
+		}
+	}
+	if first < 0 {
+		return ""
+	}
+	start := strings.LastIndexByte(out[:first], '\n') + 1
+	lines := strings.SplitN(out[start:], "\n", 25)
+	return "\nfirst failure in the output above:\n" + strings.Join(lines[:min(len(lines), 24)], "\n")
+}

@@ -74,3 +74,12 @@ func TestChangingAChildsVariableRerunsTheTest(t *testing.T) {
 		assert.NotContains(t, goTest(v), "(cached)", "go test replayed a result after %s changed", v)
 	}
 }
+
+func TestFailureExcerpt(t *testing.T) {
+	out := "=== RUN   TestX\nok line\npanic: runtime error: index out of range [4] with length 4\n\ngoroutine 7 [running]:\nmain.f()\n" +
+		strings.Repeat("frame\n", 40) + "--- FAIL: TestX\nmpirun trailer\n"
+	got := testenv.FailureExcerpt(out)
+	assert.True(t, strings.HasPrefix(got, "\nfirst failure in the output above:\npanic: runtime error: index out of range"), got)
+	assert.Len(t, strings.Split(got, "\n"), 2+24)
+	assert.Empty(t, testenv.FailureExcerpt("=== RUN   TestX\n--- PASS: TestX (0.00s)\n"))
+}

@@ -67,7 +67,7 @@ func TestMPIModeUnderMpirun(t *testing.T) {
 				"-x", mpiOutEnv, os.Args[0], "-test.run=^TestMPIModeUnderMpirun$", "-test.count=1")
 			cmd.Env = append(testenv.Environ(), mpiRankEnv+"=1", mpiArgsEnv+"="+extra, mpiOutEnv+"="+dir)
 			b, err := cmd.CombinedOutput()
-			require.NoError(t, err, string(b))
+			require.NoError(t, err, string(b)+testenv.FailureExcerpt(string(b)))
 			rank0, err := os.ReadFile(filepath.Join(dir, "rank0"))
 			require.NoError(t, err, string(b))
 			rank1, err := os.ReadFile(filepath.Join(dir, "rank1"))

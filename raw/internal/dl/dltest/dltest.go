@@ -102,11 +102,11 @@ func RunChild(t *testing.T, test string, env ...string) {
 	out, err := cmd.CombinedOutput()
 	switch {
 	case err != nil:
-		t.Fatalf("child %s %v failed: %v\n%s", test, env, err, out)
+		t.Fatalf("child %s %v failed: %v\n%s%s", test, env, err, out, testenv.FailureExcerpt(string(out)))
 	case strings.Contains(string(out), "--- SKIP: "+test+" "):
 		t.Skipf("child %s skipped:\n%s", test, out)
 	case !strings.Contains(string(out), "--- PASS: "+test+" "):
-		t.Fatalf("child %s %v ran no test:\n%s", test, env, out)
+		t.Fatalf("child %s %v ran no test:\n%s%s", test, env, out, testenv.FailureExcerpt(string(out)))
 	}
 	t.Logf("child %s %v:\n%s", test, env, out)
 }
