@@ -13,6 +13,7 @@ import (
 	"math"
 	"net"
 	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,12 +40,26 @@ const smallFrame = 4 << 10
 // operating system (debug.FreeOSMemory), at most once per releaseTick.
 // It does so too once the read buffers cached for connections (bufCache) number
 // releaseBufs (2 MiB) or more and few were taken in the last tick: a wake storm of a
-// few hundred connections leaves theirs behind.
+// few hundred connections leaves theirs behind. And once the process has allocated
+// releaseDrop since the last release and less than releaseCalm in the last tick: a
+// storm served one connection after another leaves few buffers but its garbage (and
+// its clients', in their process), which an idle process never collects.
 const (
 	releaseTick = 500 * time.Millisecond
 	releaseDrop = 16 << 20
 	releaseBufs = 512
+	releaseCalm = 1 << 20
 )
+
+// heapAllocs returns the bytes the process has allocated on the heap in all.
+func heapAllocs() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
+}
 
 // inlineStall is how long the poller's goroutine may serve one connection before
 // the janitor, at its next tick, gives the poller to a new goroutine (a backstop:
@@ -310,6 +325,8 @@ func (s *Server) releaseMemory() {
 	defer t.Stop()
 	prev := s.budget.used.Load()
 	lastTakes := bufs.takes.Load()
+	lastAllocs := heapAllocs()
+	releasedAt := lastAllocs
 	for {
 		select {
 		case <-s.done:
@@ -332,7 +349,11 @@ func (s *Server) releaseMemory() {
 		calm := takes-lastTakes < releaseBufs/16
 		lastTakes = takes
 		buffers := calm && bufs.held() >= releaseBufs
-		if (peak-cur >= releaseDrop && settled) || buffers {
+		allocs := heapAllocs()
+		garbage := allocs-lastAllocs < releaseCalm && allocs-releasedAt >= releaseDrop
+		lastAllocs = allocs
+		if (peak-cur >= releaseDrop && settled) || buffers || garbage {
+			releasedAt = allocs
 			s.budget.peak.Store(s.budget.used.Load())
 			s.inflight.peak.Store(s.inflight.used.Load())
 			s.rooms.peak.Store(s.rooms.used.Load())
