@@ -228,6 +228,20 @@ func quietRaw(t *testing.T, s *Server, addr string, n int) []*tsRaw {
 	return cs
 }
 
+// addOnEach sends an ADD of i to key "k<i>" on each connection cs[i], all before
+// reading any answer, then checks each answer arrives within d of its read.
+func addOnEach(t *testing.T, cs []*tsRaw, d time.Duration, what string) {
+	t.Helper()
+	for i, c := range cs {
+		_, err := c.nc.Write(c.encode(tsAdd, fmt.Sprint("k", i), int64(i)))
+		require.NoError(t, err)
+	}
+	for i, c := range cs {
+		require.NoError(t, c.nc.SetReadDeadline(time.Now().Add(d)))
+		assert.EqualValues(t, i, c.i64(), "connection %d's ADD%s", i, what)
+	}
+}
+
 // oneProc runs the rest of the test on one thread's worth of Go code: a goroutine
 // that writes to many sockets without blocking does so before the server's poller
 // runs, which then finds all their events in one batch.
@@ -246,14 +260,7 @@ func TestWakeStormStartsNoGoroutinePerConnection(t *testing.T) {
 	cs := quietRaw(t, s, addr, n)
 	oneProc(t)
 	before := goroutinesCreated(t)
-	for i, c := range cs {
-		_, err := c.nc.Write(c.encode(tsAdd, fmt.Sprint("k", i), int64(i)))
-		require.NoError(t, err)
-	}
-	for i, c := range cs {
-		require.NoError(t, c.nc.SetReadDeadline(time.Now().Add(time.Minute)))
-		assert.EqualValues(t, i, c.i64(), "connection %d's ADD", i)
-	}
+	addOnEach(t, cs, time.Minute, "")
 	created := goroutinesCreated(t) - before
 	t.Logf("goroutines started for a wake storm of %d connections: %d", n, created)
 	assert.Less(t, created, uint64(n/4), "a goroutine is started per connection of a wake storm")
@@ -274,14 +281,7 @@ func TestBatchIsServedOnWhenAConnectionOfItWaits(t *testing.T) {
 	q := a.encode(tsAdd, "a", int64(7))
 	_, err := a.nc.Write(q[:len(q)-3]) // first in the batch, it waits for the rest
 	require.NoError(t, err)
-	for i, c := range cs {
-		_, err := c.nc.Write(c.encode(tsAdd, fmt.Sprint("k", i), int64(i)))
-		require.NoError(t, err)
-	}
-	for i, c := range cs {
-		require.NoError(t, c.nc.SetReadDeadline(time.Now().Add(2*time.Second)))
-		assert.EqualValues(t, i, c.i64(), "connection %d's ADD, woken in the batch of one that waits for its client", i)
-	}
+	addOnEach(t, cs, 2*time.Second, ", woken in the batch of one that waits for its client")
 	_, err = a.nc.Write(q[len(q)-3:])
 	require.NoError(t, err)
 	assert.EqualValues(t, 7, a.i64(), "the stalled connection's request")
