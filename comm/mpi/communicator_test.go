@@ -51,7 +51,7 @@ func runMPI(t *testing.T, np int, test string, env ...string) string {
 }
 
 // runMPIBinary is runMPI with the ranks running the test binary bin.
-func runMPIBinary(t *testing.T, bin string, np int, test string, env ...string) string {
+func runMPIBinary(t testing.TB, bin string, np int, test string, env ...string) string {
 	t.Helper()
 	mpirun := needMPI(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -112,7 +112,7 @@ func skipReason(out, test string) string {
 
 // needMPI returns mpirun's path, having loaded libmpi; without them it skips t, or fails
 // it under NCCLGO_STRICT.
-func needMPI(t *testing.T) string {
+func needMPI(t testing.TB) string {
 	t.Helper()
 	mpirun, err := exec.LookPath("mpirun")
 	if err == nil {

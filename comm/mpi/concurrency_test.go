@@ -130,7 +130,7 @@ func TestMPIWaitDoesNotStarve(t *testing.T) {
 
 // testBinaryWithoutRace builds this package's tests without the race detector, with
 // PATH's go command (go test puts its own first).
-func testBinaryWithoutRace(t *testing.T) string {
+func testBinaryWithoutRace(t testing.TB) string {
 	t.Helper()
 	goCmd, err := exec.LookPath("go")
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 // and the goroutine waits on a timer, which wakes it ahead of the run queues. Sync,
 // Barrier and Close hand it their MPI_Testall polling the same way (waitOffloaded). That
 // costs at most one scheduling slice per nap whatever the number of rounds
-// (TestMPIBusyLoopWithinTwiceC compares it with C); without contention, the calls are
+// (BenchmarkMPIBusyLoop compares it with C); without contention, the calls are
 // made directly, as before.
 
 var runnableSample = []metrics.Sample{{Name: "/sched/goroutines/runnable:goroutines"}}

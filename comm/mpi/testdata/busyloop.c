@@ -1,9 +1,9 @@
-// busyloop is the C reference of TestMPIBusyLoopWithinTwiceC: the loop the test's Go
-// ranks run (a barrier, a ring exchange with both neighbours, an all-reduce, a
-// broadcast and an all-gather), calling MPI directly while busy pthreads spin on every
-// rank. Usage: busyloop BUSY PHASES ITERATIONS. For each phase it starts BUSY spinning
-// threads, runs ITERATIONS loops and prints one line per operation with the
-// nanoseconds spent in it over the phase:
+// busyloop is the C reference of BenchmarkMPIBusyLoop and TestMPIBusyLoopDoesNotStarve:
+// the loop their Go ranks run (a barrier, a ring exchange with both neighbours, an
+// all-reduce, a broadcast and an all-gather), calling MPI directly while busy pthreads
+// spin on every rank. Usage: busyloop BUSY PHASES ITERATIONS. For each phase it starts
+// BUSY spinning threads, runs ITERATIONS loops and prints one line per operation with
+// the nanoseconds spent in it over the phase:
 //
 //	busyloop rank R phase P op NAME ns N
 #include <mpi.h>
