@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/internal/testenv"
 )
 
 func strictEnv() bool { return os.Getenv("NCCLGO_STRICT") != "" }
@@ -34,7 +36,7 @@ func python(t *testing.T, prog string, stdin []byte) string {
 	cmd := exec.CommandContext(ctx, py, "-c", prog)
 	cmd.Stdin = bytes.NewReader(stdin)
 	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	require.NoError(t, err, "%s%s", out, testenv.FailureExcerpt(string(out)))
 	return strings.TrimSpace(string(out))
 }
 

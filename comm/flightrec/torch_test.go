@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/internal/testenv"
 )
 
 // sidRoot returns the command prefix that runs a program inside the Debian sid root
@@ -137,11 +139,11 @@ func agreeOnHang(t *testing.T, h hang) {
 		require.Equal(t, []int{h.culprit}, intSet(m[1]))
 		// With --allow-incomplete-ranks it analyses the others: the op they wait in.
 		out, err = frTrace(t, root, dir, "--allow-incomplete-ranks")
-		require.NoError(t, err, "%s", out)
+		require.NoError(t, err, "%s%s", out, testenv.FailureExcerpt(out))
 		require.Contains(t, out, "missed FR dumps from ranks ({"+strconv.Itoa(h.culprit)+"})")
 		return
 	}
-	require.NoError(t, err, "fr_trace failed:\n%s", out)
+	require.NoError(t, err, "fr_trace failed:\n%s%s", out, testenv.FailureExcerpt(out))
 	if h.problem == Unmatched && frMismatch.MatchString(out) {
 		op := frGroupOp.FindStringSubmatch(out)
 		require.NotNil(t, op, "fr_trace prints no operation of the coalesced group")
@@ -215,7 +217,7 @@ func TestTorchGlooAndGoDumpsLoadTogether(t *testing.T) {
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "torch's gloo ranks: %s", out)
+	require.NoError(t, err, "torch's gloo ranks: %s%s", out, testenv.FailureExcerpt(string(out)))
 	require.Contains(t, string(out), "OK 2.14")
 	for r := range 2 {
 		b, err := os.ReadFile(filepath.Join(torchOnly, "nccl_trace_rank_"+strconv.Itoa(r)))
@@ -250,7 +252,7 @@ print("LOADED", sorted(d["rank"] for d in details.values()), version)
 	cmd = exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.WaitDelay = 5 * time.Second
 	out, err = cmd.CombinedOutput()
-	require.NoError(t, err, "torch's loader: %s", out)
+	require.NoError(t, err, "torch's loader: %s%s", out, testenv.FailureExcerpt(string(out)))
 	require.Contains(t, string(out), "LOADED [0, 1, 2, 3] 2.10")
 
 	// commtrace: torch's groups agree, the Go communicator names rank 3.
@@ -272,7 +274,7 @@ print("LOADED", sorted(d["rank"] for d in details.values()), version)
 	both, errBoth := frTrace(t, root, mixed)
 	t.Logf("fr_trace on torch's dumps:\n%s\nfr_trace on the mixed directory:\n%s", alone, both)
 	if errAlone == nil {
-		require.NoError(t, errBoth, "fr_trace reads torch's gloo dumps but not the mixed directory:\n%s", both)
+		require.NoError(t, errBoth, "fr_trace reads torch's gloo dumps but not the mixed directory:\n%s%s", both, testenv.FailureExcerpt(both))
 		return
 	}
 	require.Error(t, errBoth)

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/internal/testenv"
 )
 
 // splitSkipJob writes the dumps of n ranks (2 or 4) recording as comm/mpi records:
@@ -140,7 +142,7 @@ func TestTorchAnalyzerOnACauseAndItsVictim(t *testing.T) {
 	dir := tmpDir(t)
 	splitSkipJob(t, dir, 4)
 	out, err := frTrace(t, root, dir)
-	require.NoError(t, err, "fr_trace failed:\n%s", out)
+	require.NoError(t, err, "fr_trace failed:\n%s%s", out, testenv.FailureExcerpt(out))
 	traces, err := ReadDir(dir, "")
 	require.NoError(t, err)
 	var b bytes.Buffer

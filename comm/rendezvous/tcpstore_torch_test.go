@@ -13,8 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ncclgo/ncclgo/comm/internal/torchtest"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/comm/internal/torchtest"
+	"github.com/ncclgo/ncclgo/internal/testenv"
 )
 
 // pyOutput runs a torch script and returns its combined output, failing the test
@@ -23,7 +25,7 @@ func pyRun(t *testing.T, cmd *exec.Cmd) string {
 	t.Helper()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
+		t.Fatalf("%s: %v\n%s%s", strings.Join(cmd.Args, " "), err, out, testenv.FailureExcerpt(string(out)))
 	}
 	return string(out)
 }

@@ -59,24 +59,43 @@ func Environ() []string {
 }
 
 // failureMarkers start what a child printed when it failed: a panic or runtime error, a
-// data race, a failed test.
-var failureMarkers = []string{"panic: ", "fatal error: ", "WARNING: DATA RACE", "SIGSEGV", "--- FAIL: "}
+// data race, a failed test, a Python exception (pyTraceback).
+var failureMarkers = []string{"panic: ", "fatal error: ", "WARNING: DATA RACE", "SIGSEGV", "--- FAIL: ", pyTraceback}
+
+// pyTraceback starts a Python exception's report, which names the exception on its
+// last line: the first line after the marker that is not indented.
+const pyTraceback = "Traceback (most recent call last):"
+
+// excerptLines is how many lines FailureExcerpt repeats at most.
+const excerptLines = 24
 
 // FailureExcerpt repeats, for the end of a failing test's message after a child's whole
 // output, the lines from the output's first failure marker on (at most 24): a CI log
 // that keeps only the end of a long output still shows why the child (a rank, a test
-// binary run again, a launcher's workers) failed. It is empty when no marker is there.
+// binary run again, a launcher's workers, a Python script) failed. A Python traceback
+// is repeated up to its exception line, its first and last frames when it is longer.
+// It is empty when no marker is there.
 func FailureExcerpt(out string) string {
-	first := -1
+	first, marker := -1, ""
 	for _, m := range failureMarkers {
 		if i := strings.Index(out, m); i >= 0 && (first < 0 || i < first) {
-			first = i
+			first, marker = i, m
 		}
 	}
 	if first < 0 {
 		return ""
 	}
 	start := strings.LastIndexByte(out[:first], '\n') + 1
-	lines := strings.SplitN(out[start:], "\n", 25)
-	return "\nfirst failure in the output above:\n" + strings.Join(lines[:min(len(lines), 24)], "\n")
+	lines := strings.Split(out[start:], "\n")
+	if marker == pyTraceback {
+		end := 1
+		for end < len(lines) && (lines[end] == "" || lines[end][0] == ' ' || lines[end][0] == '\t') {
+			end++
+		}
+		lines = lines[:min(end+1, len(lines))]
+		if len(lines) > excerptLines {
+			lines = append(lines[:1:1], append([]string{"  ..."}, lines[len(lines)-(excerptLines-2):]...)...)
+		}
+	}
+	return "\nfirst failure in the output above:\n" + strings.Join(lines[:min(len(lines), excerptLines)], "\n")
 }

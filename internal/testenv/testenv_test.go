@@ -82,4 +82,16 @@ func TestFailureExcerpt(t *testing.T) {
 	assert.True(t, strings.HasPrefix(got, "\nfirst failure in the output above:\npanic: runtime error: index out of range"), got)
 	assert.Len(t, strings.Split(got, "\n"), 2+24)
 	assert.Empty(t, testenv.FailureExcerpt("=== RUN   TestX\n--- PASS: TestX (0.00s)\n"))
+
+	// A Python exception: up to its exception line, the last frames kept when long.
+	py := "OK 2.14\nTraceback (most recent call last):\n" + strings.Repeat("  File \"x.py\", line 1, in f\n    f()\n", 20) +
+		"  File \"x.py\", line 9, in g\n    raise RuntimeError(\"no store\")\nRuntimeError: no store\nafter the exception\n"
+	got = testenv.FailureExcerpt(py)
+	lines := strings.Split(got, "\n")
+	assert.Len(t, lines, 2+24, got)
+	assert.Equal(t, "Traceback (most recent call last):", lines[2])
+	assert.Equal(t, "  ...", lines[3])
+	assert.Equal(t, "RuntimeError: no store", lines[len(lines)-1], got)
+	short := testenv.FailureExcerpt("Traceback (most recent call last):\n  File \"x.py\", line 9, in g\n    g()\nKeyError: 'k'\nnext\n")
+	assert.Equal(t, "\nfirst failure in the output above:\nTraceback (most recent call last):\n  File \"x.py\", line 9, in g\n    g()\nKeyError: 'k'", short)
 }
