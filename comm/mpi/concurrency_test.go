@@ -26,6 +26,7 @@ import (
 	"github.com/ncclgo/ncclgo/comm"
 	"github.com/ncclgo/ncclgo/comm/mpi"
 	"github.com/ncclgo/ncclgo/comm/nccl"
+	"github.com/ncclgo/ncclgo/internal/testenv"
 	"github.com/ncclgo/ncclgo/kernels"
 	rawcuda "github.com/ncclgo/ncclgo/raw/cuda"
 	rawmpi "github.com/ncclgo/ncclgo/raw/mpi"
@@ -119,7 +120,7 @@ func TestMPIWaitDoesNotStarve(t *testing.T) {
 	// is checked here is Go's scheduler without the race detector, so a -race run
 	// starts ranks of this package's tests built without it.
 	bin := os.Args[0]
-	if raceEnabled {
+	if testenv.RaceEnabled {
 		bin = testBinaryWithoutRace(t)
 	}
 	// 2 ranks, one core each on the 2-core test machine: with 4 ranks oversubscribing

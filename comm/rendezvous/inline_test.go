@@ -3,6 +3,7 @@ package rendezvous
 import (
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
 	"strings"
 	"sync"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ncclgo/ncclgo/internal/testenv"
 )
 
 // goroutinesCreated returns how many goroutines the process has started.
@@ -164,6 +167,11 @@ func TestConnectionsWokenOneAtATimeForceNoCollection(t *testing.T) {
 		before = forcedCollections()
 		return before == prev
 	})
+	// The garbage of the bring-up (the clients' too, in this process) goes now: the
+	// janitor counts what is allocated from here, and 640 requests allocate far less
+	// than releaseDrop.
+	debug.FreeOSMemory()
+	before = forcedCollections()
 	ctx := ctxTimeout(t, time.Minute)
 	for round := range 2 {
 		for _, c := range cs {
@@ -175,6 +183,42 @@ func TestConnectionsWokenOneAtATimeForceNoCollection(t *testing.T) {
 	time.Sleep(3 * releaseTick)
 	assert.Equal(t, before, forcedCollections(), "collections forced after %d requests, one connection at a time", 2*n)
 }
+
+// The janitor returns the garbage of an idle process once releaseDrop has been
+// allocated since the last forced collection, whoever forced it: after the
+// application's own debug.FreeOSMemory (or another server's release) it forces none
+// for the garbage that collection took.
+func TestACollectionForcedElsewhereCountsAsARelease(t *testing.T) {
+	startServer(t)
+	quiet := func(what string) uint32 { // no collection forced for three ticks in a row
+		n := forcedCollections()
+		eventually(t, what, func() bool {
+			time.Sleep(3 * releaseTick)
+			prev := n
+			n = forcedCollections()
+			return n == prev
+		})
+		return n
+	}
+	garbage := func() {
+		for range 2 * releaseDrop / (64 << 10) {
+			sink = make([]byte, 64<<10)
+		}
+		sink = nil
+	}
+	before := quiet("the server's start is past")
+	garbage()
+	eventually(t, "the janitor returns the garbage of an idle process", func() bool { return forcedCollections() > before })
+	before = quiet("the janitor's release is past")
+	garbage()
+	debug.FreeOSMemory() // the application's own
+	before++
+	time.Sleep(4 * releaseTick)
+	assert.Equal(t, before, forcedCollections(), "collections forced after the application's own release")
+}
+
+// sink keeps TestACollectionForcedElsewhereCountsAsARelease's allocations on the heap.
+var sink []byte
 
 // A woken connection whose client goes on sending is served on the poller's goroutine
 // for the request that woke it only: then the poller goes on with a new goroutine,
@@ -287,6 +331,19 @@ func TestBatchIsServedOnWhenAConnectionOfItWaits(t *testing.T) {
 	assert.EqualValues(t, 7, a.i64(), "the stalled connection's request")
 }
 
+// garbagePerGetLimit is TestRequestsOnParkedConnectionsLeaveLittleGarbage's bound:
+// 400 bytes per GET (184 measured), and 700 under the race detector, whose sync.Pool
+// drops a quarter of what is put in it, so that about three of the four raw system
+// call records (rawOp, with its three bound functions) of each GET are made anew
+// (311-425 bytes measured). Before the free lists, a GET allocated 993 bytes without
+// the race detector.
+func garbagePerGetLimit() uint64 {
+	if testenv.RaceEnabled {
+		return 700
+	}
+	return 400
+}
+
 // heapAllocated returns the bytes the process has allocated on the heap in all.
 func heapAllocated() uint64 { return memStats().TotalAlloc }
 
@@ -317,7 +374,7 @@ func TestRequestsOnParkedConnectionsLeaveLittleGarbage(t *testing.T) {
 		perGet := (heapAllocated() - before) / n
 		t.Logf("round %d: %d bytes allocated per GET on a parked connection (the test's reads included)", round, perGet)
 		if round == 1 {
-			assert.Less(t, perGet, uint64(400), "bytes allocated per GET on a parked connection")
+			assert.Less(t, perGet, garbagePerGetLimit(), "bytes allocated per GET on a parked connection")
 		}
 	}
 }

@@ -41,9 +41,10 @@ const smallFrame = 4 << 10
 // It does so too once the read buffers cached for connections (bufCache) number
 // releaseBufs (2 MiB) or more and few were taken in the last tick: a wake storm of a
 // few hundred connections leaves theirs behind. And once the process has allocated
-// releaseDrop since the last release and less than releaseCalm in the last tick: a
-// storm served one connection after another leaves few buffers but its garbage (and
-// its clients', in their process), which an idle process never collects.
+// releaseDrop since the last collection forced in it (this release, or another
+// server's or the application's) and less than releaseCalm in the last tick: a storm
+// served one connection after another leaves few buffers but its garbage (and its
+// clients', in their process), which an idle process never collects.
 const (
 	releaseTick = 500 * time.Millisecond
 	releaseDrop = 16 << 20
@@ -51,14 +52,19 @@ const (
 	releaseCalm = 1 << 20
 )
 
-// heapAllocs returns the bytes the process has allocated on the heap in all.
-func heapAllocs() uint64 {
-	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+// heapAllocs returns the bytes the process has allocated on the heap in all, and how
+// many collections it has forced (runtime.GC, debug.FreeOSMemory: its own janitor's,
+// another server's or the application's).
+func heapAllocs() (allocs, forced uint64) {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/cycles/forced:gc-cycles"}}
 	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		allocs = s[0].Value.Uint64()
 	}
-	return s[0].Value.Uint64()
+	if s[1].Value.Kind() == metrics.KindUint64 {
+		forced = s[1].Value.Uint64()
+	}
+	return allocs, forced
 }
 
 // inlineStall is how long the poller's goroutine may serve one connection before
@@ -325,7 +331,7 @@ func (s *Server) releaseMemory() {
 	defer t.Stop()
 	prev := s.budget.used.Load()
 	lastTakes := bufs.takes.Load()
-	lastAllocs := heapAllocs()
+	lastAllocs, lastForced := heapAllocs()
 	releasedAt := lastAllocs
 	for {
 		select {
@@ -349,7 +355,12 @@ func (s *Server) releaseMemory() {
 		calm := takes-lastTakes < releaseBufs/16
 		lastTakes = takes
 		buffers := calm && bufs.held() >= releaseBufs
-		allocs := heapAllocs()
+		allocs, forced := heapAllocs()
+		if forced != lastForced {
+			// A collection was forced since the last tick (this janitor's release, or
+			// another server's or the application's): the garbage before it is gone.
+			releasedAt, lastForced = allocs, forced
+		}
 		garbage := allocs-lastAllocs < releaseCalm && allocs-releasedAt >= releaseDrop
 		lastAllocs = allocs
 		if (peak-cur >= releaseDrop && settled) || buffers || garbage {
