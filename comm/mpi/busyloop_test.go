@@ -96,7 +96,7 @@ func TestMPIBusyLoopDoesNotStarve(t *testing.T) {
 			var failed []string
 			for round := 1; round <= busyLoopRounds; round++ {
 				busyLoopRound(t, bin, cbin, job.np, job.busy, &runs)
-				if failed = busyLoopCompare(t, job.np, job.busy, round, runs, busyLoopStarved); len(failed) == 0 {
+				if failed = busyLoopCompare(t, job.np, job.busy, round, runs); len(failed) == 0 {
 					return
 				}
 			}
@@ -177,6 +177,7 @@ func busyLoopRound(tb testing.TB, bin, cbin string, np, busy int, runs *[3]busyL
 	}
 }
 
+// busyLoopMedian returns the median of v (the upper one of an even count).
 func busyLoopMedian(v []time.Duration) time.Duration {
 	v = slices.Sorted(slices.Values(v))
 	return v[len(v)/2]
@@ -233,9 +234,10 @@ func (r *busyLoopRun) add(t testing.TB, np int, out string) {
 }
 
 // busyLoopCompare logs the medians of the phases, Go's against C's (the slowest rank's,
-// and every rank's), and returns the comparisons that fail.
-func busyLoopCompare(t *testing.T, np, busy, round int, runs [3]busyLoopRun, bound float64) []string {
+// and every rank's), and returns the comparisons over busyLoopStarved.
+func busyLoopCompare(t *testing.T, np, busy, round int, runs [3]busyLoopRun) []string {
 	t.Helper()
+	const bound float64 = busyLoopStarved
 	median := busyLoopMedian
 	var failed []string
 	for procs := 1; procs <= 2; procs++ {

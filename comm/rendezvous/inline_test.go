@@ -158,20 +158,13 @@ func TestConnectionsWokenOneAtATimeForceNoCollection(t *testing.T) {
 	s, addr := startServer(t)
 	const n = 320
 	cs := quietClients(t, s, addr, n)
-	// What the bring-up allocated is released (on a loaded machine, a few ticks late):
-	// no collection is forced for three ticks in a row.
-	before := forcedCollections()
-	eventually(t, "the bring-up's memory is released", func() bool {
-		time.Sleep(3 * releaseTick)
-		prev := before
-		before = forcedCollections()
-		return before == prev
-	})
+	// What the bring-up allocated is released (on a loaded machine, a few ticks late).
+	quietCollections(t, "the bring-up's memory is released")
 	// The garbage of the bring-up (the clients' too, in this process) goes now: the
 	// janitor counts what is allocated from here, and 640 requests allocate far less
 	// than releaseDrop.
 	debug.FreeOSMemory()
-	before = forcedCollections()
+	before := forcedCollections()
 	ctx := ctxTimeout(t, time.Minute)
 	for round := range 2 {
 		for _, c := range cs {
@@ -190,26 +183,16 @@ func TestConnectionsWokenOneAtATimeForceNoCollection(t *testing.T) {
 // for the garbage that collection took.
 func TestACollectionForcedElsewhereCountsAsARelease(t *testing.T) {
 	startServer(t)
-	quiet := func(what string) uint32 { // no collection forced for three ticks in a row
-		n := forcedCollections()
-		eventually(t, what, func() bool {
-			time.Sleep(3 * releaseTick)
-			prev := n
-			n = forcedCollections()
-			return n == prev
-		})
-		return n
-	}
 	garbage := func() {
 		for range 2 * releaseDrop / (64 << 10) {
 			sink = make([]byte, 64<<10)
 		}
 		sink = nil
 	}
-	before := quiet("the server's start is past")
+	before := quietCollections(t, "the server's start is past")
 	garbage()
 	eventually(t, "the janitor returns the garbage of an idle process", func() bool { return forcedCollections() > before })
-	before = quiet("the janitor's release is past")
+	before = quietCollections(t, "the janitor's release is past")
 	garbage()
 	debug.FreeOSMemory() // the application's own
 	before++
@@ -219,6 +202,20 @@ func TestACollectionForcedElsewhereCountsAsARelease(t *testing.T) {
 
 // sink keeps TestACollectionForcedElsewhereCountsAsARelease's allocations on the heap.
 var sink []byte
+
+// quietCollections waits until no collection has been forced for three janitor ticks
+// in a row, and returns how many the process has forced.
+func quietCollections(t *testing.T, what string) uint32 {
+	t.Helper()
+	n := forcedCollections()
+	eventually(t, what, func() bool {
+		time.Sleep(3 * releaseTick)
+		prev := n
+		n = forcedCollections()
+		return n == prev
+	})
+	return n
+}
 
 // A woken connection whose client goes on sending is served on the poller's goroutine
 // for the request that woke it only: then the poller goes on with a new goroutine,

@@ -364,7 +364,7 @@ func (s *Server) releaseMemory() {
 		garbage := allocs-lastAllocs < releaseCalm && allocs-releasedAt >= releaseDrop
 		lastAllocs = allocs
 		if (peak-cur >= releaseDrop && settled) || buffers || garbage {
-			releasedAt = allocs
+			// The collection forced below resets releasedAt at the next tick.
 			s.budget.peak.Store(s.budget.used.Load())
 			s.inflight.peak.Store(s.inflight.used.Load())
 			s.rooms.peak.Store(s.rooms.used.Load())
