@@ -22,6 +22,15 @@ import (
 // (doc.go), not a goroutine's stack and 8 KiB of buffers.
 const parkAfter = 250 * time.Millisecond
 
+// maxAwaiting is how many connections at most wait for their clients' next requests
+// on goroutines of their own (parkAfter); past it, a connection that has answered its
+// request and has no byte of the next one parks at once. A bring-up, where thousands
+// of ranks each send a request or two within parkAfter, then holds a few dozen
+// goroutines, not one per rank: each holds a stack and read buffers (12 KiB or more)
+// while it waits, and the runtime keeps a goroutine's descriptor for the rest of the
+// process's life once that many were alive at once.
+const maxAwaiting = 64
+
 // startPoller starts the server's poller (a variable so that tests can make it fail
 // as it does when the process is out of descriptors or memory).
 var startPoller = newPoller
@@ -176,7 +185,8 @@ func (c *serverConn) parkable() bool {
 // (a sequence of requests), it waits on its goroutine as a busy connection does. A
 // torch connection woken for a WAIT parks at once too, and the GET that torch's
 // client sends next wakes it again: both are served on the poller's goroutine,
-// where waiting for the GET would take a goroutine of its own.
+// where waiting for the GET would take a goroutine of its own. While maxAwaiting
+// connections wait on their goroutines, one more parks at once after its request.
 func (c *serverConn) await() (parked bool, err error) {
 	if c.br.Buffered() > 0 || !c.parkable() {
 		return false, nil
@@ -186,7 +196,7 @@ func (c *serverConn) await() (parked bool, err error) {
 		// under parkAfter below (the wake may also be the idle timer's, or a hang-up).
 		c.resumed = false
 	} else {
-		if c.soon {
+		if c.soon || c.s.awaiting.Load() >= maxAwaiting {
 			c.soon = false
 			if f := c.beforeRead; f != nil { // the answers queued so far go out first
 				if err := f(); err != nil {
@@ -207,7 +217,10 @@ func (c *serverConn) await() (parked bool, err error) {
 		by = c.idleBy
 	}
 	_ = c.nc.SetReadDeadline(by)
-	if _, err = c.br.Peek(1); err == nil {
+	c.s.noteAwaiting(1)
+	_, err = c.br.Peek(1)
+	c.s.noteAwaiting(-1)
+	if err == nil {
 		return false, nil
 	}
 	if !errors.Is(err, os.ErrDeadlineExceeded) || (!c.idleBy.IsZero() && !time.Now().Before(c.idleBy)) {
@@ -220,6 +233,14 @@ func (c *serverConn) await() (parked bool, err error) {
 	// Not parked (no poller now): wait on this goroutine, under the idle timeout only.
 	err = c.nc.SetReadDeadline(c.idleBy)
 	return false, err
+}
+
+// noteAwaiting counts a connection that begins (d 1) or ends (d -1) waiting on its
+// goroutine for its client's next request.
+func (s *Server) noteAwaiting(d int64) {
+	n := s.awaiting.Add(d)
+	for peak := s.awaitPeak.Load(); n > peak && !s.awaitPeak.CompareAndSwap(peak, n); peak = s.awaitPeak.Load() {
+	}
 }
 
 // park hands c to the poller, its buffers to the pools. It reports false when c

@@ -4,6 +4,8 @@ import (
 	"context"
 	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -245,4 +247,52 @@ func TestWokenConnectionParksAgainAfterItsRequest(t *testing.T) {
 	v, err = clients[0].Add(ctx, "seq", 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(5*n), v)
+}
+
+// A bring-up (hundreds of ranks, each with a request or two, all within parkAfter)
+// holds a few dozen goroutines at most, not one per rank: past maxAwaiting
+// connections waiting on goroutines, one that has answered its request parks at
+// once. Every goroutine alive at once costs its stack and read buffers while it
+// waits, and its descriptor for the rest of the process's life. Before the cap, the
+// server held one goroutine per connection for parkAfter after its last request
+// (some 256 here).
+func TestBringUpHoldsFewGoroutines(t *testing.T) {
+	needPoller(t)
+	s, addr := startServer(t)
+	const n, dialers = 256, 16
+	before := runtime.NumGoroutine()
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			peak.Store(max(peak.Load(), int64(runtime.NumGoroutine()-before)))
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for d := range dialers {
+		wg.Go(func() {
+			for i := d; i < n; i += dialers {
+				c := tsDial(t, addr) // its handshake and a PING
+				c.send(tsAdd, "arrived", int64(1))
+				assert.Positive(t, c.i64(), "ADD's answer")
+			}
+		})
+	}
+	wg.Wait()
+	eventually(t, "every connection is parked", func() bool { return s.parkedConns() == n })
+	close(stop)
+	<-sampled
+	// The sampler and the dialers count themselves; each dialer has at most one
+	// connection in its handshake or request at a time.
+	bound := int64(maxAwaiting + 1 + 2*dialers + 8)
+	t.Logf("goroutines alive at once during a bring-up of %d connections: at most %d more than before (bound %d)", n, peak.Load(), bound)
+	assert.LessOrEqual(t, peak.Load(), bound, "the bring-up held a goroutine per connection")
+	assert.LessOrEqual(t, s.awaitPeak.Load(), int64(maxAwaiting+dialers), "connections waiting on goroutines at once")
 }

@@ -124,6 +124,9 @@ type Server struct {
 	// waitedParks counts the parks that waited parkAfter on a goroutine first, and
 	// resumes the goroutines started for parked connections.
 	waitedParks, resumes atomic.Int64
+	// awaiting counts the connections whose goroutines wait for their clients' next
+	// requests (await), and awaitPeak the most there were at once.
+	awaiting, awaitPeak atomic.Int64
 }
 
 // NewServer returns a server configured by opts; it listens nowhere until Serve or
