@@ -140,9 +140,10 @@
 // (a turn never waits on the network), but their time counts against the same quota.
 //
 // Idle connections. A connection past its handshake is served by a goroutine of its
-// own while it is in use. Once it has sent nothing for 250 ms it is parked (at once
-// after its request while 64 others wait on goroutines for their clients: a
-// bring-up holds a few dozen goroutines, not one per rank): the goroutine ends, its read buffers go back to a free list shared by all connections,
+// own while it is in use. Once it has sent nothing for 250 ms it is parked (in its
+// first eight requests, at once after each while 64 others wait on goroutines for
+// their clients: a bring-up holds a few dozen goroutines, not one per rank): the
+// goroutine ends, its read buffers go back to a free list shared by all connections,
 // and on Linux one epoll instance watches it (one goroutine for all parked
 // connections). Bytes from the client wake it: the poller's goroutine serves the
 // connections it finds woken, one after another (no goroutine started, no thread

@@ -23,13 +23,21 @@ import (
 const parkAfter = 250 * time.Millisecond
 
 // maxAwaiting is how many connections at most wait for their clients' next requests
-// on goroutines of their own (parkAfter); past it, a connection that has answered its
-// request and has no byte of the next one parks at once. A bring-up, where thousands
-// of ranks each send a request or two within parkAfter, then holds a few dozen
-// goroutines, not one per rank: each holds a stack and read buffers (12 KiB or more)
-// while it waits, and the runtime keeps a goroutine's descriptor for the rest of the
-// process's life once that many were alive at once.
+// on goroutines of their own (parkAfter) while new: past it, a connection that has
+// answered fewer than newcomerWaits requests since its handshake and has no byte of
+// the next one parks at once. A bring-up, where thousands of ranks each send a
+// request or two within parkAfter, then holds a few dozen goroutines, not one per
+// rank: each holds a stack and read buffers (12 KiB or more) while it waits, and the
+// runtime keeps a goroutine's descriptor for the rest of the process's life once that
+// many were alive at once. A connection past its first requests that keeps sending
+// (a client in a steady exchange) waits on its goroutine as before, whatever the
+// number: a request on a parked connection costs more server CPU than one on a
+// waiting goroutine (BenchmarkParkedRequestCPU).
 const maxAwaiting = 64
+
+// newcomerWaits is how many waits for a next request, from its handshake on, a
+// connection spends under maxAwaiting.
+const newcomerWaits = 8
 
 // startPoller starts the server's poller (a variable so that tests can make it fail
 // as it does when the process is out of descriptors or memory).
@@ -186,7 +194,8 @@ func (c *serverConn) parkable() bool {
 // torch connection woken for a WAIT parks at once too, and the GET that torch's
 // client sends next wakes it again: both are served on the poller's goroutine,
 // where waiting for the GET would take a goroutine of its own. While maxAwaiting
-// connections wait on their goroutines, one more parks at once after its request.
+// connections wait on their goroutines, a new one (its first newcomerWaits waits)
+// parks at once after its request.
 func (c *serverConn) await() (parked bool, err error) {
 	if c.br.Buffered() > 0 || !c.parkable() {
 		return false, nil
@@ -196,7 +205,11 @@ func (c *serverConn) await() (parked bool, err error) {
 		// under parkAfter below (the wake may also be the idle timer's, or a hang-up).
 		c.resumed = false
 	} else {
-		if c.soon || c.s.awaiting.Load() >= maxAwaiting {
+		newcomer := c.settled < newcomerWaits
+		if newcomer {
+			c.settled++
+		}
+		if c.soon || (newcomer && c.s.awaiting.Load() >= maxAwaiting) {
 			c.soon = false
 			if f := c.beforeRead; f != nil { // the answers queued so far go out first
 				if err := f(); err != nil {

@@ -290,9 +290,43 @@ func TestBringUpHoldsFewGoroutines(t *testing.T) {
 	close(stop)
 	<-sampled
 	// The sampler and the dialers count themselves; each dialer has at most one
-	// connection in its handshake or request at a time.
-	bound := int64(maxAwaiting + 1 + 2*dialers + 8)
+	// connection in its handshake or request at a time, and the poller hands itself on
+	// to a new goroutine now and then.
+	bound := int64(maxAwaiting + 3*dialers + 16)
 	t.Logf("goroutines alive at once during a bring-up of %d connections: at most %d more than before (bound %d)", n, peak.Load(), bound)
 	assert.LessOrEqual(t, peak.Load(), bound, "the bring-up held a goroutine per connection")
 	assert.LessOrEqual(t, s.awaitPeak.Load(), int64(maxAwaiting+dialers), "connections waiting on goroutines at once")
+}
+
+// Past its first requests, a connection whose client keeps sending waits for the next
+// request on its goroutine, however many do: the bring-up's cap (maxAwaiting) does
+// not turn a steady exchange into a park and a wake per request, which costs more
+// server CPU (BenchmarkParkedRequestCPU). With the cap on every connection, at most
+// maxAwaiting of the 128 connections here waited at once.
+func TestSteadyConnectionsWaitOnTheirGoroutines(t *testing.T) {
+	needPoller(t)
+	s, addr := startServer(t)
+	const n = 2 * maxAwaiting
+	cs := make([]*tsRaw, n)
+	for i := range cs {
+		cs[i] = tsDial(t, addr)
+	}
+	round := func() {
+		for _, c := range cs {
+			_, err := c.nc.Write(c.encode(tsAdd, "steady", int64(1)))
+			require.NoError(t, err)
+		}
+		for _, c := range cs {
+			require.NoError(t, c.nc.SetReadDeadline(time.Now().Add(time.Minute)))
+			require.Positive(t, c.i64(), "ADD's answer")
+		}
+	}
+	for range newcomerWaits {
+		round()
+	}
+	s.awaitPeak.Store(0)
+	round()
+	eventually(t, "every connection has answered and waits", func() bool { return s.awaiting.Load()+int64(s.parkedConns()) >= n })
+	t.Logf("connections waiting on their goroutines at once, past their first requests: %d of %d", s.awaitPeak.Load(), n)
+	assert.Greater(t, s.awaitPeak.Load(), int64(maxAwaiting+8), "steady connections parked after each request")
 }

@@ -717,13 +717,16 @@ type serverConn struct {
 	// connection (zero: never), both of the serving goroutine. pollID (0: never
 	// parked, -1: ended) and polled are guarded by the poller's lock. parkedAt,
 	// resumed, soon and getNext (await, resume) belong to the goroutine that serves c.
-	step      func(resumed bool) (parked bool)
-	idleBy    time.Time
-	parked    atomic.Bool
-	parkedAt  time.Time
-	resumed   bool
-	soon      bool
-	getNext   bool // its last request was torch's WAIT, which its client follows with a GET
+	step     func(resumed bool) (parked bool)
+	idleBy   time.Time
+	parked   atomic.Bool
+	parkedAt time.Time
+	resumed  bool
+	soon     bool
+	getNext  bool // its last request was torch's WAIT, which its client follows with a GET
+	// settled counts the waits for a next request past the handshake, up to
+	// newcomerWaits (await).
+	settled   uint8
 	idleTimer *time.Timer
 	pollID    int32
 	polled    bool
