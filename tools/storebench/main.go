@@ -163,6 +163,7 @@ func main() {
 			row{n, "steady ops/s", or.opsPerSec, tr.opsPerSec, false},
 			row{n, "server CPU per steady op (µs)", or.cpuPerOp, tr.cpuPerOp, true},
 			row{n, "server CPU per request on an idle connection, parking again included (µs)", or.cpuPerIdleOp, tr.cpuPerIdleOp, true},
+			row{n, "server peak KiB per client during the all-keys bring-up (VmHWM over RSS before it)", or.kibPeak, tr.kibPeak, true},
 			row{n, "server KiB per idle client, " + idleWait.String() + " after the bring-up (RSS, no forced GC)", or.kibIdle, tr.kibIdle, true},
 			row{n, "server KiB per idle client, " + idleWait.String() + " after a wake storm (RSS, no forced GC)", or.kibAfterStorm, tr.kibAfterStorm, true},
 			row{n, "server KiB per idle client, after a forced GC", or.kibPerClient, tr.kibPerClient, true},
@@ -671,6 +672,12 @@ func rssKiB(pid int) float64 {
 	return statusKiB(pid, "VmRSS")
 }
 
+// resetPeakRSS makes the peak resident size of process pid (VmHWM) its present one
+// (Linux 4.0 and later); false when it cannot.
+func resetPeakRSS(pid int) bool {
+	return os.WriteFile("/proc/"+strconv.Itoa(pid)+"/clear_refs", []byte("5"), 0) == nil
+}
+
 // statusKiB is the field of /proc/PID/status given in kB (VmRSS, RssAnon,
 // RssFile), in KiB, or a count (Threads); 0 when it cannot be read.
 func statusKiB(pid int, field string) float64 {
@@ -741,6 +748,7 @@ type result struct {
 	userPerOp                      float64 // the part of it in user space
 	kibPerClient                   float64
 	kibIdle, kibAfterStorm         float64 // without forced collection (measure)
+	kibPeak                        float64 // the all-keys bring-up's peak RSS over before it
 	cpuPerIdleOp                   float64 // µs of server CPU per request on an idle connection
 }
 
@@ -1135,8 +1143,14 @@ func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, limit t
 	var r result
 	before := srv.settledRSS()
 	srv.memReport("before the clients come", n)
+	pid := srv.cmd.Process.Pid
+	r.kibPeak = skipped
+	peaked := resetPeakRSS(pid)
 	var stores []rendezvous.Store
 	r.allKeys, stores = bringUpKeep(srv, n, limit, dialTorch(srv.addr, proto), allKeys)
+	if peaked && r.allKeys != failed {
+		r.kibPeak = (statusKiB(pid, "VmHWM") - before) / float64(n)
+	}
 	if r.allKeys == failed {
 		for _, c := range stores {
 			if c != nil {
@@ -1153,13 +1167,13 @@ func measure(srv *server, n int, proto rendezvous.TorchProtocol, steady, limit t
 					_ = c.Close()
 				}
 			}
-			return result{failed, failed, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut}
+			return result{failed, failed, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut, timedOut}
 		}
 	}
 	// Idle memory as a user measures it: the server's resident size, with nothing
 	// forced to collect, idleWait after the bring-up, and again idleWait after a wake
 	// storm (every client sends a query at once, then all fall silent).
-	pid := srv.cmd.Process.Pid
+	pid = srv.cmd.Process.Pid
 	if err := stores[0].Set(context.Background(), "storm", []byte("x")); err != nil {
 		fatalf("set the storm's key: %v", err)
 	}
