@@ -61,6 +61,9 @@ type bufCache struct {
 	readers []*bufio.Reader
 	smalls  [][]byte
 	keys    []keyList // torch connections' spare key buffers (tsReader.spare)
+	// lists holds the key lists of queries of many keys (a WAIT for every rank's key),
+	// handed from one such query to the next (tsReader.keyList).
+	lists []keyList
 	// takes counts the buffers taken, for the janitor to see whether a storm goes on.
 	takes atomic.Int64
 }
@@ -101,6 +104,30 @@ func (b *bufCache) spareKeys() keyList {
 		return keyList{buf: make([]byte, 0, spareKeyBytes), ends: make([]int, 0, spareKeys)}
 	}
 	return l
+}
+
+// keyList returns an empty key list of a query of many keys: one a query has
+// finished with, else one with no buffers.
+func (b *bufCache) keyList() keyList {
+	b.takes.Add(1)
+	b.mu.Lock()
+	l, _ := pop(&b.lists)
+	b.mu.Unlock()
+	return l
+}
+
+// maxPooledList is the size of the largest key list a query gives back (putList).
+const maxPooledList = 256 << 10
+
+// putList keeps l, the key list of a query of many keys that has been answered, for
+// the next such query, unless it is larger than maxPooledList.
+func (b *bufCache) putList(l keyList) {
+	if l.ends == nil || cap(l.buf)+8*cap(l.ends) > maxPooledList {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.lists = append(b.lists, keyList{buf: l.buf[:0], ends: l.ends[:0]})
 }
 
 // putKeys keeps l, a connection's spare key buffers, for the next connection.
@@ -145,14 +172,14 @@ func (b *bufCache) put(br *bufio.Reader, small []byte) {
 func (b *bufCache) held() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return len(b.readers) + len(b.smalls) + len(b.keys)
+	return len(b.readers) + len(b.smalls) + len(b.keys) + len(b.lists)
 }
 
 // drop lets go of every buffer held (the next collection frees them).
 func (b *bufCache) drop() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.readers, b.smalls, b.keys = nil, nil, nil
+	b.readers, b.smalls, b.keys, b.lists = nil, nil, nil, nil
 }
 
 // run runs step on the connection's goroutine, recovering a panic; unless step

@@ -348,7 +348,8 @@ func (t *tsReader) key() (string, error) {
 
 // keyList reads n keys into one buffer, which grows, charged, as they arrive. The
 // list is valid until the next call: a few short keys are read into buffers that the
-// next query reuses.
+// next query reuses, and more into a list from the server's free list (bufs), which
+// the caller gives back (bufs.putList) once the query is answered.
 func (t *tsReader) keyList(n int) (keyList, error) {
 	var l keyList
 	charged := 0 // the capacity of l.buf charged
@@ -358,10 +359,17 @@ func (t *tsReader) keyList(n int) (keyList, error) {
 		}
 		l = keyList{buf: t.spare.buf[:0], ends: t.spare.ends[:0]}
 	} else {
-		if err := t.reserve(allocSize(8 * n)); err != nil {
-			return l, fmt.Errorf("reading %d keys: %w", n, err)
+		l = bufs.keyList()
+		if cap(l.ends) < n {
+			l.ends = nil
 		}
-		l.ends = make([]int, 0, n)
+		if err := t.reserve(allocSize(8*max(n, cap(l.ends))) + allocSize(cap(l.buf))); err != nil {
+			return keyList{}, fmt.Errorf("reading %d keys: %w", n, err)
+		}
+		charged = cap(l.buf)
+		if l.ends == nil {
+			l.ends = make([]int, 0, n)
+		}
 	}
 	for range n {
 		k, m, err := t.peekKey()

@@ -323,6 +323,9 @@ func (t *torchConn) queries(first bool) (stage string, err error) {
 		// wake for it belongs to the same get (resume).
 		t.c.getNext = r.q == tsWait
 		turns.charge(t.c, start)
+		if r.list.len() > spareKeys { // the list of many keys goes back for the next query
+			bufs.putList(r.list)
+		}
 		t.releaseBufs()
 		t.c.lastQuery.Store(turns.now())
 		if err != nil {
