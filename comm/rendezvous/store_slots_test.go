@@ -167,10 +167,7 @@ func TestPooledReadBuffersDoNotSurviveAWakeStorm(t *testing.T) {
 	// What the bring-up left (its clients live in this process) is not the storm's:
 	// the server may serve the storm without a collection of its own.
 	live := liveHeap()
-	// Past their first requests (newcomerWaits), connections whose clients keep
-	// sending wait on their goroutines, read buffers and all: the later rounds wake
-	// every connection at once.
-	for round := range newcomerWaits + 3 {
+	for round := range 3 {
 		eventually(t, "every connection is parked", func() bool { return s.parkedConns() == n })
 		var wg sync.WaitGroup
 		for i, c := range clients {
