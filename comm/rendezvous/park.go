@@ -122,22 +122,22 @@ const maxPooledList = 256 << 10
 // putList keeps l, the key list of a query of many keys that has been answered, for
 // the next such query, unless it is larger than maxPooledList.
 func (b *bufCache) putList(l keyList) {
-	if l.ends == nil || cap(l.buf)+8*cap(l.ends) > maxPooledList {
-		return
+	if cap(l.buf)+8*cap(l.ends) <= maxPooledList {
+		b.keepKeys(&b.lists, l)
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.lists = append(b.lists, keyList{buf: l.buf[:0], ends: l.ends[:0]})
 }
 
 // putKeys keeps l, a connection's spare key buffers, for the next connection.
-func (b *bufCache) putKeys(l keyList) {
+func (b *bufCache) putKeys(l keyList) { b.keepKeys(&b.keys, l) }
+
+// keepKeys appends l, emptied, to the free list *to (nothing when l has no buffers).
+func (b *bufCache) keepKeys(to *[]keyList, l keyList) {
 	if l.ends == nil {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.keys = append(b.keys, keyList{buf: l.buf[:0], ends: l.ends[:0]})
+	*to = append(*to, keyList{buf: l.buf[:0], ends: l.ends[:0]})
 }
 
 // pop takes the last element of *s, clearing its slot; false when *s is empty.

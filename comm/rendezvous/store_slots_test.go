@@ -187,7 +187,5 @@ func TestPooledReadBuffersDoNotSurviveAWakeStorm(t *testing.T) {
 // liveHeap is the heap in use after a collection.
 func liveHeap() int64 {
 	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return int64(m.HeapInuse)
+	return int64(memStats().HeapInuse)
 }
