@@ -291,6 +291,7 @@ func (c *serverConn) park() bool {
 		return false
 	}
 	c.dropBuffers()
+	c.detach(p)
 	if !c.idleBy.IsZero() && c.idleTimer == nil {
 		// Made here, stopped, so that the goroutine it starts sees it.
 		c.idleTimer = time.AfterFunc(time.Hour, c.wake)
@@ -313,6 +314,29 @@ func (c *serverConn) park() bool {
 	}
 	c.takeBuffers()
 	return false
+}
+
+// detach lets go of the Go connection of c, about to park, and keeps its bare
+// descriptor (sock), unless replies wait to be written: a reply written later (a
+// blocked request answered while c is parked) goes to the descriptor.
+func (c *serverConn) detach(p *poller) {
+	k, ok := asSock(c.raw)
+	if !ok || k.detached() {
+		return
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.out.n > 0 {
+		return
+	}
+	if t := c.torch; t != nil {
+		t.wmu.Lock()
+		defer t.wmu.Unlock()
+		if len(t.out) > 0 {
+			return
+		}
+	}
+	p.detach(c, k)
 }
 
 // wake gives a parked connection a goroutine again; it does nothing to one that is

@@ -397,6 +397,23 @@ func (p *poller) park(c *serverConn) bool {
 	return true
 }
 
+// detach makes c's sock k, about to be parked, let go of its Go connection: its
+// descriptor changes, so it first leaves the epoll set.
+func (p *poller) detach(c *serverConn, k *sock) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped || c.pollID < 0 {
+		return
+	}
+	if c.polled {
+		if epollCtl(c.rc, p.ep, syscall.EPOLL_CTL_DEL, syscall.EpollEvent{}) != nil {
+			return
+		}
+		c.polled = false
+	}
+	k.detach()
+}
+
 // forget unregisters c (it ends).
 func (p *poller) forget(c *serverConn) {
 	p.mu.Lock()

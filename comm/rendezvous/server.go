@@ -384,7 +384,9 @@ func (s *Server) accept(nc net.Conn) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetReadBuffer(recvWindow)
 	}
-	c := &serverConn{s: s, nc: nc, raw: nc, remote: nc.RemoteAddr().String()}
+	remote := nc.RemoteAddr().String()
+	nc = newSock(nc)
+	c := &serverConn{s: s, nc: nc, raw: nc, remote: remote}
 	if sc, ok := nc.(syscall.Conn); ok {
 		c.rc, _ = sc.SyscallConn()
 	}
