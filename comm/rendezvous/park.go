@@ -238,10 +238,8 @@ func (c *serverConn) await() (parked bool, err error) {
 		}
 		if c.soon || (newcomer && c.s.awaiting.Load() >= maxAwaiting) {
 			c.soon = false
-			if f := c.beforeRead; f != nil { // the answers queued so far go out first
-				if err := f(); err != nil {
-					return false, err
-				}
+			if err := c.beforeRead(); err != nil { // the answers queued so far go out first
+				return false, err
 			}
 			if c.park() {
 				return true, nil
@@ -298,7 +296,7 @@ func (c *serverConn) park() bool {
 		c.idleTimer.Stop()
 	}
 	idleBy, timer := c.idleBy, c.idleTimer
-	c.parkedAt = time.Now()
+	c.parkedAt = c.s.turns.now()
 	c.parked.Store(true) // from here on, c may be woken: its fields are the new goroutine's
 	if !idleBy.IsZero() {
 		timer.Reset(time.Until(idleBy)) // a late one wakes c early, and c parks again
@@ -326,7 +324,7 @@ func (c *serverConn) detach(p *poller) {
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if c.out.n > 0 {
+	if c.queued() > 0 {
 		return
 	}
 	if t := c.torch; t != nil {
@@ -361,7 +359,7 @@ func (c *serverConn) resume(bool) bool {
 	c.takeBuffers()
 	c.resumed = true
 	// The GET that follows a WAIT parks again at once, as the WAIT did.
-	c.soon = c.getNext || time.Since(c.parkedAt) >= parkAfter
+	c.soon = c.getNext || c.s.turns.now()-c.parkedAt >= int64(parkAfter)
 	return c.step(true)
 }
 
@@ -388,7 +386,7 @@ func (c *serverConn) leader() *poller {
 // the socket takes at once, and hands the poller off before it waits for the rest.
 func (c *serverConn) write(b []byte) (int, error) {
 	if p := c.leader(); p != nil {
-		n, err := writeNow(c.rc, b)
+		n, err := writeNow(c.rawConn(), b)
 		if err != nil || n == len(b) {
 			return n, err
 		}
@@ -413,8 +411,8 @@ func (c *serverConn) dropBuffers() {
 	c.releaseBig() // and its share of the bytes in flight
 	c.fields = nil
 	c.wmu.Lock()
-	if c.out.n == 0 {
-		c.out = replies{}
+	if c.queued() == 0 {
+		c.out = nil
 	}
 	c.wmu.Unlock()
 	if t := c.torch; t != nil {

@@ -330,3 +330,37 @@ func TestSteadyConnectionsWaitOnTheirGoroutines(t *testing.T) {
 	t.Logf("connections waiting on their goroutines at once, past their first requests: %d of %d", s.awaitPeak.Load(), n)
 	assert.Greater(t, s.awaitPeak.Load(), int64(maxAwaiting+8), "steady connections parked after each request")
 }
+
+// New connections whose clients have sent nothing yet wait for their first bytes in
+// the poller, not on goroutines, once maxAwaiting goroutines wait on their clients:
+// they keep their handshake slots, are served once they speak, and meet their
+// handshake timeout. Before, each held a goroutine until then (220 here).
+func TestSilentNewcomersHoldNoGoroutine(t *testing.T) {
+	needPoller(t)
+	noLeaks(t)
+	s, addr := startServer(t, WithHandshakeTimeout(3*time.Second), WithMaxHandshakes(512))
+	const n = maxAwaiting + 156
+	before := servingGoroutines()
+	conns := make([]*rawConn, n)
+	for i := range conns {
+		conns[i] = rawDial(t, addr)
+	}
+	eventually(t, "every connection is accepted", func() bool { return s.numConns() == n })
+	eventually(t, "past maxAwaiting, the silent connections are parked", func() bool { return s.parkedConns() >= n-maxAwaiting })
+	serving := servingGoroutines() - before
+	t.Logf("%d silent connections: %d goroutines serve them, %d are parked", n, serving, s.parkedConns())
+	assert.LessOrEqual(t, serving, maxAwaiting+8, "a silent newcomer holds a goroutine")
+
+	// Half of them speak: each is answered.
+	for _, c := range conns[:n/2] {
+		_, f := c.hello(ProtocolVersion)
+		assert.Equal(t, statusOK, f.status)
+	}
+	// The other half stay silent: the handshake timeout closes them all.
+	start := time.Now()
+	for _, c := range conns[n/2:] {
+		assert.True(t, c.closedByPeer(), "a silent connection was not closed")
+	}
+	assert.Less(t, time.Since(start), 30*time.Second)
+	eventually(t, "only the connections that spoke are left", func() bool { return s.numConns() == n/2 })
+}

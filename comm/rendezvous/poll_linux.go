@@ -362,7 +362,7 @@ func (p *poller) close() {
 
 // park registers c's socket for its next readiness event; false when it cannot.
 func (p *poller) park(c *serverConn) bool {
-	rc := c.rc
+	rc := c.rawConn()
 	if rc == nil {
 		return false
 	}
@@ -406,7 +406,7 @@ func (p *poller) detach(c *serverConn, k *sock) {
 		return
 	}
 	if c.polled {
-		if epollCtl(c.rc, p.ep, syscall.EPOLL_CTL_DEL, syscall.EpollEvent{}) != nil {
+		if epollCtl(k.raw(), p.ep, syscall.EPOLL_CTL_DEL, syscall.EpollEvent{}) != nil {
 			return
 		}
 		c.polled = false
@@ -426,7 +426,7 @@ func (p *poller) forget(c *serverConn) {
 		return
 	}
 	c.polled = false
-	if rc := c.rc; rc != nil {
+	if rc := c.rawConn(); rc != nil {
 		// A closed socket has left the epoll set with its descriptor.
 		_ = epollCtl(rc, p.ep, syscall.EPOLL_CTL_DEL, syscall.EpollEvent{})
 	}

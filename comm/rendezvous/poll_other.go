@@ -43,3 +43,5 @@ type sock struct{}
 func (*sock) detached() bool { return false }
 
 func asSock(net.Conn) (*sock, bool) { return nil, false }
+
+func (*serverConn) rawConn() syscall.RawConn { return nil }

@@ -12,13 +12,13 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"os"
 	"runtime/debug"
 	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -267,7 +267,7 @@ func (s *Server) Close() error {
 		}
 		for c := range s.conns {
 			conns = append(conns, c)
-			flushes = append(flushes, c.flushOut)
+			flushes = append(flushes, c.flushOut())
 		}
 	}
 	queued := s.queued
@@ -290,12 +290,8 @@ func (s *Server) Close() error {
 	// reply to a pipelined request that will not be handled now, or queued by a
 	// delivery meanwhile. They are due: write them, all connections at once.
 	var writes sync.WaitGroup
-	for i, c := range conns {
-		f := flushes[i]
-		if f == nil {
-			f = c.flush
-		}
-		writes.Go(func() { _ = f() })
+	for i := range conns {
+		writes.Go(func() { _ = flushes[i]() })
 	}
 	writes.Wait()
 	s.handling.Unlock()
@@ -387,9 +383,6 @@ func (s *Server) accept(nc net.Conn) {
 	remote := nc.RemoteAddr().String()
 	nc = newSock(nc)
 	c := &serverConn{s: s, nc: nc, raw: nc, remote: remote}
-	if sc, ok := nc.(syscall.Conn); ok {
-		c.rc, _ = sc.SyscallConn()
-	}
 	if s.cfg.tls != nil {
 		// Heard at the first byte of the TLS handshake, not of the first frame.
 		c.nc = tls.Server(rawReader{nc, c}, s.cfg.tls)
@@ -449,7 +442,7 @@ func (s *Server) admit(c *serverConn, fromLobby bool) {
 	s.mu.Unlock()
 	if evict != nil {
 		evict.evicted.Store(true)
-		_ = evict.nc.Close()
+		evict.shut() // a parked one is woken to end
 	}
 }
 
@@ -499,7 +492,7 @@ func (s *Server) admitQueued() {
 		if evict != nil {
 			s.mu.Unlock()
 			evict.evicted.Store(true)
-			_ = evict.nc.Close()
+			evict.shut()
 			s.mu.Lock()
 		}
 	}
@@ -660,8 +653,7 @@ func (s *Server) leaveHandshakeLocked(c *serverConn) bool {
 type serverConn struct {
 	s   *Server
 	nc  net.Conn
-	raw net.Conn        // the accepted connection, under TLS when the server speaks it
-	rc  syscall.RawConn // raw's descriptor (nil: it has none), for the poller
+	raw net.Conn // the accepted connection, under TLS when the server speaks it
 	// During the handshake: since when the goroutine waits in a read from raw
 	// (turns.now()+1; 0: it does not), and how many such reads returned.
 	waiting atomic.Int64
@@ -673,8 +665,8 @@ type serverConn struct {
 	bigCost int64  // what big reserved
 	fields  [][]byte
 	acct    *account
-	heard   atomic.Bool // some byte arrived
 	since   time.Time   // when it took its handshake slot
+	heard   atomic.Bool // some byte arrived
 	evicted atomic.Bool // closed to make room for a newer connection
 	// In the lobby (lobby.go), and taken out of it to be closed; guarded by Server.mu.
 	lobby, dropped bool
@@ -698,21 +690,14 @@ type serverConn struct {
 	turnAt int64         // when its turn began (turns.now)
 	readAt int64         // when its request began to arrive (turns.now)
 
-	// beforeRead, when set, runs on the serving goroutine before it waits for more
-	// bytes from the network (a protocol writes the answers it queued).
-	beforeRead func() error
-	// flushOut, when set, writes what the connection's protocol has queued (Close
-	// calls it; nil: flush). Guarded by Server.mu.
-	flushOut func() error
-
 	wmu      sync.Mutex
-	out      replies   // guarded by wmu
-	queueing bool      // replies wait in out until flush; guarded by wmu
-	writeBy  time.Time // the write deadline set last (armWrite); guarded by the protocol's write lock
+	out      *replies // guarded by wmu; nil while nothing is queued and parked
+	writeBy  int64    // the write deadline set last (armWrite, Unix ns); guarded by the protocol's write lock
+	queueing bool     // replies wait in out until flush; guarded by wmu
 
+	gone    bool // guarded by pmu
 	pmu     sync.Mutex
 	pending map[uint32]func() bool // cancel of each blocked request, by id
-	gone    bool
 
 	// Parking (park.go). step serves requests once the handshake is done (resumed:
 	// on a goroutine that wake started); idleBy is when the idle timeout closes the
@@ -721,17 +706,17 @@ type serverConn struct {
 	// resumed, soon and getNext (await, resume) belong to the goroutine that serves c.
 	step     func(resumed bool) (parked bool)
 	idleBy   time.Time
+	parkedAt int64 // turns.now
 	parked   atomic.Bool
-	parkedAt time.Time
 	resumed  bool
 	soon     bool
 	getNext  bool // its last request was torch's WAIT, which its client follows with a GET
 	// settled counts the waits for a next request past the handshake, up to
 	// newcomerWaits (await).
 	settled   uint8
-	idleTimer *time.Timer
-	pollID    int32
 	polled    bool
+	pollID    int32
+	idleTimer *time.Timer
 }
 
 // spoke reports whether c's client has sent anything: its goroutine has read a byte,
@@ -769,18 +754,26 @@ func (c *serverConn) stalled() (bool, time.Duration) {
 // readRaw reads from the accepted connection, noting during the handshake since when c
 // waits on its client, and that it was heard from once a byte arrives.
 func (c *serverConn) readRaw(p []byte) (int, error) {
-	if c.authed { // read by the connection's goroutine, which sets it
-		if pl := c.leader(); pl != nil {
-			if n, err, done := readNow(c.rc, p); done {
-				return n, err
+	if pl := c.leader(); pl != nil {
+		if n, err, done := readNow(c.rawConn(), p); done {
+			if !c.authed {
+				c.reads.Add(1)
+				if n > 0 && !c.heard.Load() {
+					c.heard.Store(true)
+				}
 			}
-			pl.handOff(c) // nothing has arrived: wait on this goroutine alone
+			return n, err
 		}
+		pl.handOff(c) // nothing has arrived: wait on this goroutine alone
+	}
+	if c.authed { // read by the connection's goroutine, which sets it
 		return c.raw.Read(p)
 	}
 	start := c.s.turns.now() + 1
 	c.waiting.Store(start)
+	c.s.noteAwaiting(1)
 	n, err := c.raw.Read(p)
+	c.s.noteAwaiting(-1)
 	c.reads.Add(1)
 	c.waited.Add(c.s.turns.now() + 1 - start)
 	c.waiting.Store(0)
@@ -799,15 +792,31 @@ type rawReader struct {
 
 func (r rawReader) Read(p []byte) (int, error) { return r.c.readRaw(p) }
 
+// beforeRead runs on the serving goroutine before it waits for more bytes from the
+// network: a torch connection writes the answers it queued.
+func (c *serverConn) beforeRead() error {
+	if t := c.torch; t != nil {
+		return t.beforeRead()
+	}
+	return nil
+}
+
+// flushOut returns what writes the replies c's protocol has queued (Close calls it);
+// s.mu must be held.
+func (c *serverConn) flushOut() func() error {
+	if t := c.torch; t != nil {
+		return t.flush
+	}
+	return c.flush
+}
+
 // heardReader is what a connection's frames are read from: it runs beforeRead, then
 // reads (readRaw, which marks the connection as heard from at its first byte).
 type heardReader struct{ c *serverConn }
 
 func (r heardReader) Read(p []byte) (int, error) {
-	if f := r.c.beforeRead; f != nil {
-		if err := f(); err != nil {
-			return 0, err
-		}
+	if err := r.c.beforeRead(); err != nil {
+		return 0, err
 	}
 	if r.c.nc != r.c.raw { // TLS: rawReader notes the reads
 		return r.c.nc.Read(p)
@@ -816,11 +825,32 @@ func (r heardReader) Read(p []byte) (int, error) {
 }
 
 // serve is the first step of a connection's goroutine (run): the handshake of
-// either protocol, then its requests.
-func (c *serverConn) serve(bool) (parked bool) {
+// either protocol, then its requests. A new connection whose client has sent nothing
+// yet may first wait for its first bytes in the poller (parkUnheard); serve runs
+// again once woken (resumed).
+func (c *serverConn) serve(resumed bool) (parked bool) {
 	s := c.s
-	if h := s.cfg.beforeServe; h != nil {
-		h()
+	if resumed {
+		c.step, c.idleBy = nil, time.Time{}
+		c.waited.Add(s.turns.now() + 1 - c.waiting.Swap(0))
+		c.putReadBuffers() // resume took them; the handshake takes its own below
+		if !bytesWaiting(c.raw) {
+			// Woken with nothing to read: the handshake timeout has passed, or its
+			// client hung up, or it was closed.
+			err := io.EOF
+			if time.Since(c.since) >= s.cfg.handshakeTimeout {
+				err = &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+			}
+			c.logEnd("handshake", err)
+			return false
+		}
+	} else {
+		if h := s.cfg.beforeServe; h != nil {
+			h()
+		}
+		if c.parkUnheard() {
+			return true
+		}
 	}
 	c.br = bufs.reader(heardReader{c})
 	if gen, err := c.sniffTorch(); err != nil || gen != 0 {
@@ -838,6 +868,29 @@ func (c *serverConn) serve(bool) (parked bool) {
 	c.turn = make(chan struct{}, 1)
 	c.step = c.serveFrames
 	return c.serveFrames(false)
+}
+
+// parkUnheard parks c, new and not heard from yet, while maxAwaiting goroutines or
+// more wait on their clients: it waits for its first bytes in the poller, holding its
+// handshake slot but no goroutine, at most until its handshake timeout (its idle
+// timer), and counts as a goroutine waiting since then (stalled). It reports whether
+// c was parked. A bring-up of thousands of ranks that dial at once so holds a few
+// dozen goroutines, not one per rank whose first bytes have not come yet.
+func (c *serverConn) parkUnheard() bool {
+	s := c.s
+	if !pollSupported || s.awaiting.Load() < maxAwaiting || c.nc != c.raw || c.spoke() {
+		return false
+	}
+	c.step = c.serve
+	c.idleBy = c.since.Add(s.cfg.handshakeTimeout)
+	c.waiting.Store(s.turns.now() + 1)
+	if c.park() {
+		return true
+	}
+	c.putReadBuffers()
+	c.step, c.idleBy = nil, time.Time{}
+	c.waiting.Store(0)
+	return false
 }
 
 // serveFrames reads and answers requests until the connection ends or is parked.
@@ -1115,7 +1168,7 @@ func (c *serverConn) handshake() error {
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	c.writeBy = time.Time{} // no deadline now: the next write sets one
+	c.writeBy = 0 // no deadline now: the next write sets one
 	return c.nc.SetDeadline(time.Time{})
 }
 
@@ -1251,7 +1304,10 @@ func (c *serverConn) reply(id uint32, o op, st status, fields ...[]byte) error {
 	if body > MaxFrameLen || len(fields) > MaxKeysPerRequest+1 {
 		return fmt.Errorf("%w: reply of %d bytes in %d fields exceeds the frame limit", ErrInvalidArgument, body, len(fields))
 	}
-	q := &c.out
+	if c.out == nil {
+		c.out = &replies{}
+	}
+	q := c.out
 	h := q.small
 	h = binary.BigEndian.AppendUint32(h, uint32(body))
 	h = append(h, byte(o), byte(st))
@@ -1274,6 +1330,14 @@ func (c *serverConn) reply(id uint32, o op, st status, fields ...[]byte) error {
 	return c.writeOutLocked()
 }
 
+// queued returns how many bytes of replies wait to be written; c.wmu must be held.
+func (c *serverConn) queued() int {
+	if c.out == nil {
+		return 0
+	}
+	return c.out.n
+}
+
 // replies is what a connection has to write: the headers and small fields of its
 // replies in one buffer, and the large fields to put in it at cuts.
 type replies struct {
@@ -1286,8 +1350,8 @@ type replies struct {
 
 // writeOutLocked writes the queued replies; c.wmu must be held.
 func (c *serverConn) writeOutLocked() error {
-	q := &c.out
-	if q.n == 0 {
+	q := c.out
+	if q == nil || q.n == 0 {
 		return nil
 	}
 	bufs := q.bufs[:0]
@@ -1325,14 +1389,14 @@ func (c *serverConn) armWrite() {
 	now := time.Now()
 	select {
 	case <-c.s.done:
-		c.writeBy = now.Add(closeFlushTimeout)
+		c.writeBy = now.Add(closeFlushTimeout).UnixNano()
 	default:
-		if c.writeBy.Sub(now) > writeTimeout/2 {
+		if c.writeBy-now.UnixNano() > int64(writeTimeout/2) {
 			return
 		}
-		c.writeBy = now.Add(writeTimeout)
+		c.writeBy = now.Add(writeTimeout).UnixNano()
 	}
-	_ = c.nc.SetWriteDeadline(c.writeBy)
+	_ = c.nc.SetWriteDeadline(time.Unix(0, c.writeBy))
 }
 
 // flush writes the replies queued during turns and ends the queueing.
@@ -1380,7 +1444,7 @@ func (c *serverConn) handleInTurn(f frame, refused error) (err error) {
 	c.dropBig()
 	if err == nil && c.nextBuffered() {
 		c.wmu.Lock()
-		n := c.out.n
+		n := c.queued()
 		c.wmu.Unlock()
 		if n < smallFrame {
 			return nil

@@ -62,6 +62,15 @@ func asSock(nc net.Conn) (*sock, bool) {
 	return k, ok
 }
 
+// rawConn returns the descriptor of c's accepted connection, for the poller (nil: it
+// has none).
+func (c *serverConn) rawConn() syscall.RawConn {
+	if k, ok := asSock(c.raw); ok {
+		return k.raw()
+	}
+	return nil
+}
+
 // fileConn is a detached descriptor made a Go connection again: an *os.File of a
 // non-blocking socket is in Go's network poller and takes deadlines.
 type fileConn struct{ *os.File }

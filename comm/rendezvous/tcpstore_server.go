@@ -183,14 +183,13 @@ func (c *serverConn) serveTorch(gen TorchProtocol) (parked bool) {
 	}
 	s.log.Debug("rendezvous server: PyTorch TCPStore client", "remote", c.remote, "protocol", int(gen))
 	maxValue := s.maxTorchValue()
-	t := &torchConn{c: c, core: torchStore{st: s.st, a: c.acct, maxValue: maxValue}, gen: gen, maxValue: maxValue, waits: map[uint64]func() bool{}}
+	t := &torchConn{c: c, core: torchStore{st: s.st, a: c.acct, maxValue: maxValue}, gen: gen, maxValue: maxValue}
 	t.rd = tsReader{r: c.br, charge: t.chargeBuf}
 	// Answers wait in t.out until the connection has no more query bytes buffered, so
-	// that queries sent together (a CHECK per key) are answered in one write.
-	c.beforeRead = t.beforeRead
+	// that queries sent together (a CHECK per key) are answered in one write
+	// (heardReader runs t.beforeRead); Close writes the answers queued (t.flush).
 	s.mu.Lock()
-	c.flushOut = t.flush // Close writes the answers queued
-	c.torch = t          // an idle one may make room for newcomers (idleTorchLocked)
+	c.torch = t // an idle one may make room for newcomers (idleTorchLocked)
 	s.mu.Unlock()
 	c.step = t.serve
 	t.armed = true // by sniffTorch: the first query must come within the handshake timeout
@@ -882,6 +881,9 @@ func (t *torchConn) pendAnswer() (id uint64, fire func(answer []byte, release fu
 	}
 	id = t.nextID
 	t.nextID++
+	if t.waits == nil {
+		t.waits = make(map[uint64]func() bool)
+	}
 	t.waits[id] = nil // reserved until settle
 	s := t.c.s
 	return id, func(answer []byte, release func()) {
