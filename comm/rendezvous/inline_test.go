@@ -172,6 +172,11 @@ func TestConnectionsWokenOneAtATimeForceNoCollection(t *testing.T) {
 			require.NoError(t, err, "round %d", round)
 		}
 		eventually(t, "every connection is parked again", func() bool { return s.parkedConns() == n })
+		// Silent for parkAfter: the next round wakes each as an idle rank, which parks
+		// again at once. (A client that sends again sooner waits on its goroutine
+		// with its buffers; many such at once leave their buffers cached, and the
+		// janitor forces a collection for them once they park.)
+		time.Sleep(parkAfter + 50*time.Millisecond)
 	}
 	time.Sleep(3 * releaseTick)
 	assert.Equal(t, before, forcedCollections(), "collections forced after %d requests, one connection at a time", 2*n)

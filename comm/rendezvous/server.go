@@ -38,9 +38,12 @@ const smallFrame = 4 << 10
 // Memory release: when what the budget counts has dropped by releaseDrop since its
 // peak and stays put for one releaseTick, the server returns the freed memory to the
 // operating system (debug.FreeOSMemory), at most once per releaseTick.
-// It does so too once the read buffers cached for connections (bufCache) number
-// releaseBufs (2 MiB) or more and few were taken in the last tick: a wake storm of a
-// few hundred connections leaves theirs behind. And once the process has allocated
+// It does so too once the buffers cached for connections (bufCache) number
+// releaseBufs (a quarter of a MiB of read buffers) or more and fewer than releaseBusy
+// were taken in the last tick: a bring-up or a wake storm leaves behind the buffers of
+// the connections that were awake at once, and an idle server would keep them for
+// good. Connections woken one at a time take and give back the same few, and cost
+// no collection. And once the process has allocated
 // releaseDrop since the last collection forced in it (this release, or another
 // server's or the application's) and less than releaseCalm in the last tick: a storm
 // served one connection after another leaves few buffers but its garbage (and its
@@ -48,7 +51,8 @@ const smallFrame = 4 << 10
 const (
 	releaseTick = 500 * time.Millisecond
 	releaseDrop = 16 << 20
-	releaseBufs = 512
+	releaseBufs = 64
+	releaseBusy = 32
 	releaseCalm = 1 << 20
 )
 
@@ -95,6 +99,7 @@ type Server struct {
 
 	wg         sync.WaitGroup // Serve loops, connections and the memory janitor
 	deliveries sync.WaitGroup // replies to blocked requests not yet written
+	answers    answerQueue    // torch connections whose waits fired (answerFired)
 	// handling is held shared while a connection handles a request and writes its
 	// reply; Close takes it exclusively before it closes the connections, so that a
 	// reply already due is written first.
@@ -351,7 +356,7 @@ func (s *Server) releaseMemory() {
 		// storm) are let go of once the storm has passed: an idle server would keep
 		// them, and without new allocations it would not even collect them.
 		takes := bufs.takes.Load()
-		calm := takes-lastTakes < releaseBufs/16
+		calm := takes-lastTakes < releaseBusy
 		lastTakes = takes
 		buffers := calm && bufs.held() >= releaseBufs
 		allocs, forced := heapAllocs()
@@ -438,23 +443,36 @@ func (s *Server) admit(c *serverConn, fromLobby bool) {
 			return
 		}
 	}
-	s.startLocked(c, id)
+	s.giveSlotLocked(c, id)
 	s.mu.Unlock()
 	if evict != nil {
 		evict.evicted.Store(true)
 		evict.shut() // a parked one is woken to end
 	}
+	// A connection not heard from yet waits for its first bytes in the poller when many
+	// goroutines wait on their clients already (parkUnheard): a bring-up's burst of
+	// dials starts no goroutine per rank.
+	if s.cfg.beforeServe == nil && c.parkUnheard() {
+		return
+	}
+	go c.run(c.serve, false)
 }
 
 // startLocked gives c a handshake slot and starts its goroutine.
 func (s *Server) startLocked(c *serverConn, id string) {
+	s.giveSlotLocked(c, id)
+	go c.run(c.serve, false)
+}
+
+// giveSlotLocked gives c a handshake slot; its goroutine, once started, ends the slot
+// (s.wg).
+func (s *Server) giveSlotLocked(c *serverConn, id string) {
 	c.acct = &account{share: s.shareLocked(id)}
 	c.acct.share.hands++
 	c.since = time.Now()
 	s.unauth = append(s.unauth, c)
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
-	go c.run(c.serve, false)
 }
 
 // admitQueued gives the connections in the queue (those of a host that held every
@@ -832,6 +850,10 @@ func (c *serverConn) serve(resumed bool) (parked bool) {
 	s := c.s
 	if resumed {
 		c.step, c.idleBy = nil, time.Time{}
+		c.idleTimer = nil // stopped by resume; the idle timeout makes its own
+		// The bytes that woke it are the handshake's: its first request is a newcomer's
+		// (await).
+		c.resumed, c.soon = false, false
 		c.waited.Add(s.turns.now() + 1 - c.waiting.Swap(0))
 		c.putReadBuffers() // resume took them; the handshake takes its own below
 		if !bytesWaiting(c.raw) {

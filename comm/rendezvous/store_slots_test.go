@@ -182,6 +182,7 @@ func TestPooledReadBuffersDoNotSurviveAWakeStorm(t *testing.T) {
 	t.Logf("idle after the storm: heap a collection would free %d KiB, live heap grown by %d KiB; buffers cached %d", freeable>>10, grown>>10, bufs.held())
 	assert.Less(t, freeable, int64(n*smallFrame), "the storm left its garbage in the heap")
 	assert.Less(t, grown, int64(n*smallFrame/2), "the read buffers of the storm stay cached")
+	assert.Less(t, bufs.held(), releaseBufs, "the janitor kept the buffers of the storm")
 }
 
 // liveHeap is the heap in use after a collection.

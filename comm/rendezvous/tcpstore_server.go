@@ -894,8 +894,57 @@ func (t *torchConn) pendAnswer() (id uint64, fire func(answer []byte, release fu
 		t.late.Add(1)
 		t.mu.Unlock()
 		s.deliveries.Add(1)
-		go t.answerFired()
+		s.answers.push(t)
 	}, nil
+}
+
+// maxAnswerers is how many goroutines at most write the answers of fired waits
+// (answerQueue).
+const maxAnswerers = 8
+
+// answerQueue holds the torch connections whose waits fired, for a few goroutines to
+// answer: the key that every rank of a bring-up waits for fires thousands of waits at
+// once, and a goroutine for each would leave thousands of goroutine descriptors, which
+// the Go runtime keeps for good. An answer the socket does not take at once is
+// written by a goroutine of its own (answerFired), so that a client that stops
+// reading delays no other.
+type answerQueue struct {
+	mu      sync.Mutex
+	q       []*torchConn
+	at      int
+	workers int
+}
+
+// push queues t, and starts a goroutine to answer it if fewer than maxAnswerers run.
+func (a *answerQueue) push(t *torchConn) {
+	a.mu.Lock()
+	a.q = append(a.q, t)
+	start := a.workers < maxAnswerers
+	if start {
+		a.workers++
+	}
+	a.mu.Unlock()
+	if start {
+		go a.work()
+	}
+}
+
+// work answers the queued connections until none is left.
+func (a *answerQueue) work() {
+	for {
+		a.mu.Lock()
+		if a.at == len(a.q) {
+			a.q, a.at = nil, 0
+			a.workers--
+			a.mu.Unlock()
+			return
+		}
+		t := a.q[a.at]
+		a.q[a.at] = nil
+		a.at++
+		a.mu.Unlock()
+		t.answerFired(true)
+	}
 }
 
 // firedAnswer is a blocked request whose answer is due: release gives back what it
@@ -949,8 +998,9 @@ func (t *torchConn) queueAnswers(extra int, tail []byte) {
 }
 
 // answerFired writes the answer of every fired wait not answered yet (none when a
-// CANCEL_WAIT or an earlier answerFired took them).
-func (t *torchConn) answerFired() {
+// CANCEL_WAIT or an earlier answerFired took them). Queued (answerQueue), it writes
+// what the socket takes at once, and leaves the rest to a goroutine of its own.
+func (t *torchConn) answerFired(queued bool) {
 	s := t.c.s
 	defer s.deliveries.Done()
 	defer t.late.Done()
@@ -963,6 +1013,31 @@ func (t *torchConn) answerFired() {
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
 	t.queueAnswers(0, nil)
+	if queued && len(t.out) > 0 {
+		rc := t.c.rawConn()
+		if rc == nil || t.c.nc != t.c.raw { // under TLS: written by a goroutine
+			t.late.Add(1)
+			s.deliveries.Add(1)
+			go t.answerFired(false)
+			return
+		}
+		n, err := writeNow(rc, t.out)
+		if err != nil {
+			t.c.shut()
+			return
+		}
+		t.out = t.out[:copy(t.out, t.out[n:])]
+		if len(t.out) > 0 {
+			t.late.Add(1)
+			s.deliveries.Add(1)
+			go t.answerFired(false)
+			return
+		}
+		if cap(t.out) > smallFrame {
+			t.out = nil // an idle connection keeps no large buffer
+		}
+		return
+	}
 	if err := t.flushLocked(); err != nil {
 		t.c.shut() // the serve loop ends on its next read
 	}
