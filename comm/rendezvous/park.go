@@ -360,7 +360,7 @@ func (c *serverConn) resume(bool) bool {
 	c.resumed = true
 	// The GET that follows a WAIT parks again at once, as the WAIT did.
 	c.soon = c.getNext || c.s.turns.now()-c.parkedAt >= int64(parkAfter)
-	return c.step(true)
+	return c.step(c, true)
 }
 
 // mayBlock hands the poller to a new goroutine if the poller's goroutine serves c now

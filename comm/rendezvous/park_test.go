@@ -2,6 +2,7 @@ package rendezvous
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
@@ -363,4 +364,64 @@ func TestSilentNewcomersHoldNoGoroutine(t *testing.T) {
 	}
 	assert.Less(t, time.Since(start), 30*time.Second)
 	eventually(t, "only the connections that spoke are left", func() bool { return s.numConns() == n/2 })
+}
+
+// The waits of a bring-up's ranks for the last rank's key fire at once: a few
+// goroutines answer them all, not one each. Before, each fired wait started a
+// goroutine of its own (256 here), and the Go runtime keeps every goroutine
+// descriptor it made.
+func TestFiredWaitsAreAnsweredByFewGoroutines(t *testing.T) {
+	noLeaks(t)
+	_, addr := startServer(t, WithMaxHandshakes(512))
+	const n = 256
+	cs := make([]*tsRaw, n)
+	for i := range cs {
+		cs[i] = tsDial(t, addr)
+		cs[i].send(tsWait, 1, "go")
+	}
+	last := tsDial(t, addr)
+	time.Sleep(200 * time.Millisecond) // the waits are registered (the answers below tell)
+	before := goroutinesCreated(t)
+	last.send(tsSet, "go", []byte("now"))
+	for i, c := range cs {
+		assert.EqualValues(t, tsStopWaiting, c.u8(), "wait %d", i)
+	}
+	created := goroutinesCreated(t) - before
+	t.Logf("%d waits fired at once: %d goroutines started meanwhile", n, created)
+	assert.LessOrEqual(t, created, uint64(maxAnswerers+16), "a goroutine per fired wait")
+}
+
+// A bring-up of ranks that all dial at once, each setting its key and waiting for
+// every rank's (storebench's all-keys pattern), keeps at most maxAwaiting connections
+// waiting on goroutines at once: a connection that parked before its first byte and
+// woke for its handshake counts as new at its first request, and parks after it.
+// Before, each such connection waited for its next request on a goroutine of its own.
+func TestAllKeysBringUpKeepsFewConnectionsWaiting(t *testing.T) {
+	needPoller(t)
+	noLeaks(t)
+	s, addr := startServer(t, WithMaxHandshakes(1024))
+	const n = 768
+	ctx := ctxTimeout(t, 2*time.Minute)
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprint("rank/", i)
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			c, err := DialTCPStore(ctx, addr, WithLogger(discardLogger()))
+			if !assert.NoError(t, err) {
+				return
+			}
+			defer c.Close()
+			assert.NoError(t, c.Set(ctx, keys[i], []byte("up")))
+			assert.NoError(t, c.Wait(ctx, keys...))
+			v, err := c.Get(ctx, keys[0])
+			assert.NoError(t, err)
+			assert.Equal(t, "up", string(v))
+		})
+	}
+	wg.Wait()
+	t.Logf("%d ranks at once: at most %d connections waited on goroutines at once", n, s.awaitPeak.Load())
+	assert.LessOrEqual(t, s.awaitPeak.Load(), int64(maxAwaiting+16), "connections waiting on goroutines at once")
 }

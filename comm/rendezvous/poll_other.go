@@ -35,7 +35,7 @@ func lobbyCap(maxConns, maxUnauth int) int { return maxUnauth }
 
 // newSock returns nc: connections are detached from Go's network poller on Linux only
 // (sock_linux.go).
-func newSock(nc net.Conn) net.Conn { return nc }
+func newSock(_ *sock, nc net.Conn) net.Conn { return nc }
 
 // sock is Linux's (sock_linux.go).
 type sock struct{}

@@ -385,9 +385,9 @@ func (s *Server) accept(nc net.Conn) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetReadBuffer(recvWindow)
 	}
-	remote := nc.RemoteAddr().String()
-	nc = newSock(nc)
-	c := &serverConn{s: s, nc: nc, raw: nc, remote: remote}
+	c := &serverConn{s: s, remote: nc.RemoteAddr().String()}
+	nc = newSock(&c.sk, nc)
+	c.nc, c.raw = nc, nc
 	if s.cfg.tls != nil {
 		// Heard at the first byte of the TLS handshake, not of the first frame.
 		c.nc = tls.Server(rawReader{nc, c}, s.cfg.tls)
@@ -432,7 +432,6 @@ func (s *Server) admit(c *serverConn, fromLobby bool) {
 				_ = nc.Close()
 				return
 			}
-			c.queuedID = id
 			s.queued = append(s.queued, c)
 			if !s.admitting {
 				s.admitting = true
@@ -452,10 +451,28 @@ func (s *Server) admit(c *serverConn, fromLobby bool) {
 	// A connection not heard from yet waits for its first bytes in the poller when many
 	// goroutines wait on their clients already (parkUnheard): a bring-up's burst of
 	// dials starts no goroutine per rank.
-	if s.cfg.beforeServe == nil && c.parkUnheard() {
+	if s.cfg.beforeServe == nil && !c.reserveAwaiting() && c.parkUnheard() {
 		return
 	}
 	go c.run(c.serve, false)
+}
+
+// reserveAwaiting counts c, whose goroutine is about to start, as waiting on its
+// client (Server.awaiting) until serve runs, if fewer than maxAwaiting do: a burst of
+// dials then starts at most that many goroutines before the first of them run.
+func (c *serverConn) reserveAwaiting() bool {
+	s := c.s
+	for {
+		n := s.awaiting.Load()
+		if n >= maxAwaiting {
+			return false
+		}
+		if s.awaiting.CompareAndSwap(n, n+1) {
+			s.noteAwaiting(0)
+			c.reserved = true
+			return true
+		}
+	}
 }
 
 // startLocked gives c a handshake slot and starts its goroutine.
@@ -506,7 +523,7 @@ func (s *Server) admitQueued() {
 		c := s.queued[0]
 		s.queued[0] = nil
 		s.queued = s.queued[1:]
-		s.startLocked(c, c.queuedID)
+		s.startLocked(c, clientIdentity(c.raw.RemoteAddr())) // attached while queued
 		if evict != nil {
 			s.mu.Unlock()
 			evict.evicted.Store(true)
@@ -672,6 +689,7 @@ type serverConn struct {
 	s   *Server
 	nc  net.Conn
 	raw net.Conn // the accepted connection, under TLS when the server speaks it
+	sk  sock     // raw, if the server may take over its descriptor (newSock)
 	// During the handshake: since when the goroutine waits in a read from raw
 	// (turns.now()+1; 0: it does not), and how many such reads returned.
 	waiting atomic.Int64
@@ -689,8 +707,6 @@ type serverConn struct {
 	// In the lobby (lobby.go), and taken out of it to be closed; guarded by Server.mu.
 	lobby, dropped bool
 	authed         bool // holds an authenticated slot
-	// queuedID is the host of a connection waiting in Server.queued.
-	queuedID string
 	// waited is how long, in all, the goroutine has waited on its client during the
 	// handshake (ns), not counting the wait in progress.
 	waited atomic.Int64
@@ -722,7 +738,7 @@ type serverConn struct {
 	// connection (zero: never), both of the serving goroutine. pollID (0: never
 	// parked, -1: ended) and polled are guarded by the poller's lock. parkedAt,
 	// resumed, soon and getNext (await, resume) belong to the goroutine that serves c.
-	step     func(resumed bool) (parked bool)
+	step     func(c *serverConn, resumed bool) (parked bool)
 	idleBy   time.Time
 	parkedAt int64 // turns.now
 	parked   atomic.Bool
@@ -733,6 +749,7 @@ type serverConn struct {
 	// newcomerWaits (await).
 	settled   uint8
 	polled    bool
+	reserved  bool // counted in Server.awaiting until serve runs (reserveAwaiting)
 	pollID    int32
 	idleTimer *time.Timer
 }
@@ -860,13 +877,19 @@ func (c *serverConn) serve(resumed bool) (parked bool) {
 			// Woken with nothing to read: the handshake timeout has passed, or its
 			// client hung up, or it was closed.
 			err := io.EOF
-			if time.Since(c.since) >= s.cfg.handshakeTimeout {
+			if c.evicted.Load() || s.isClosed() {
+				err = net.ErrClosed
+			} else if time.Since(c.since) >= s.cfg.handshakeTimeout {
 				err = &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
 			}
 			c.logEnd("handshake", err)
 			return false
 		}
 	} else {
+		if c.reserved { // by the accept (reserveAwaiting): its own reads count now
+			c.reserved = false
+			s.noteAwaiting(-1)
+		}
 		if h := s.cfg.beforeServe; h != nil {
 			h()
 		}
@@ -888,7 +911,7 @@ func (c *serverConn) serve(resumed bool) (parked bool) {
 		return false
 	}
 	c.turn = make(chan struct{}, 1)
-	c.step = c.serveFrames
+	c.step = (*serverConn).serveFrames
 	return c.serveFrames(false)
 }
 
@@ -903,7 +926,7 @@ func (c *serverConn) parkUnheard() bool {
 	if !pollSupported || s.awaiting.Load() < maxAwaiting || c.nc != c.raw || c.spoke() {
 		return false
 	}
-	c.step = c.serve
+	c.step = (*serverConn).serve
 	c.idleBy = c.since.Add(s.cfg.handshakeTimeout)
 	c.waiting.Store(s.turns.now() + 1)
 	if c.park() {

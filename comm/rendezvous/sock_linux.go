@@ -40,9 +40,10 @@ type sockConn struct {
 	rc syscall.RawConn
 }
 
-// newSock wraps nc, a connection whose descriptor the server may take over (it
-// offers a RawConn); else it returns nc itself.
-func newSock(nc net.Conn) net.Conn {
+// newSock wraps nc in k, if the server may take over nc's descriptor (it offers a
+// RawConn), and returns k; else it returns nc itself. (k is part of the connection's
+// state, allocated with it.)
+func newSock(k *sock, nc net.Conn) net.Conn {
 	sc, ok := nc.(syscall.Conn)
 	if !ok {
 		return nc
@@ -51,7 +52,7 @@ func newSock(nc net.Conn) net.Conn {
 	if err != nil {
 		return nc
 	}
-	k := &sock{fd: -1}
+	k.fd = -1
 	k.conn.Store(&sockConn{Conn: nc, rc: rc})
 	return k
 }

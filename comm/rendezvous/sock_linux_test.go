@@ -35,7 +35,7 @@ func socks(t *testing.T) (*sock, net.Conn) {
 	t.Cleanup(func() { _ = client.Close() })
 	nc, err := l.Accept()
 	require.NoError(t, err)
-	k, ok := asSock(newSock(nc))
+	k, ok := asSock(newSock(new(sock), nc))
 	require.True(t, ok, "a TCP connection is wrapped")
 	t.Cleanup(func() { _ = k.Close() })
 	return k, client

@@ -230,7 +230,7 @@ type tsReader struct {
 	// charge, when set (the server's side), takes n more bytes of vector buffers
 	// (n < 0: gives them back) from the connection's share of the budget; held is what
 	// it holds, for the caller to give back once the request is handled.
-	charge func(n int64) error
+	charge charger
 	held   int64
 	// spare is the buffers of the keys of the last query of a few short keys (most
 	// CHECK, WAIT and GET queries), reused by the next one: part of the connection's
@@ -245,12 +245,16 @@ const (
 	spareKeyBytes = 512
 )
 
+// charger takes n bytes of buffers (n < 0: gives them back) from a share of the
+// server's budget (torchConn.chargeBuf).
+type charger interface{ chargeBuf(n int64) error }
+
 // reserve charges n bytes of buffer, when the reader charges.
 func (t *tsReader) reserve(n int64) error {
 	if t.charge == nil || n == 0 {
 		return nil
 	}
-	if err := t.charge(n); err != nil {
+	if err := t.charge.chargeBuf(n); err != nil {
 		return err
 	}
 	t.held += n

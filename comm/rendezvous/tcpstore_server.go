@@ -183,18 +183,22 @@ func (c *serverConn) serveTorch(gen TorchProtocol) (parked bool) {
 	}
 	s.log.Debug("rendezvous server: PyTorch TCPStore client", "remote", c.remote, "protocol", int(gen))
 	maxValue := s.maxTorchValue()
-	t := &torchConn{c: c, core: torchStore{st: s.st, a: c.acct, maxValue: maxValue}, gen: gen, maxValue: maxValue}
-	t.rd = tsReader{r: c.br, charge: t.chargeBuf}
+	t := &torchConn{c: c, core: torchStore{st: s.st, a: c.acct, maxValue: maxValue}, gen: gen}
+	t.rd = tsReader{r: c.br, charge: t}
 	// Answers wait in t.out until the connection has no more query bytes buffered, so
 	// that queries sent together (a CHECK per key) are answered in one write
 	// (heardReader runs t.beforeRead); Close writes the answers queued (t.flush).
 	s.mu.Lock()
 	c.torch = t // an idle one may make room for newcomers (idleTorchLocked)
 	s.mu.Unlock()
-	c.step = t.serve
+	c.step = serveTorchConn
 	t.armed = true // by sniffTorch: the first query must come within the handshake timeout
 	return t.serve(false)
 }
+
+// serveTorchConn is the step (serverConn.step) of a torch connection past its
+// handshake.
+func serveTorchConn(c *serverConn, resumed bool) bool { return c.torch.serve(resumed) }
 
 // chargeBuf takes n bytes of the buffers of the query being read (n < 0: gives them
 // back) from the connection's share and the server's bytes in flight.
@@ -224,12 +228,10 @@ func (t *torchConn) releaseBufs() {
 // clients expect.
 type torchConn struct {
 	c    *serverConn
-	core torchCore
+	core torchStore
 	gen  TorchProtocol
 	rd   tsReader
 	w    tsWriter
-	// maxValue is the longest value the client may send (WithMaxTorchValueBytes).
-	maxValue int
 
 	wmu sync.Mutex // held while queueing or writing
 	out []byte     // answers not written yet, guarded by wmu
@@ -427,8 +429,8 @@ func (t *torchConn) read() (tsRequest, error) {
 				return r, err
 			}
 			// One request holds at most a value and 64 KiB more, as ncclgo's frames do.
-			if total += len(k) + len(v); total > t.maxValue+MaxFrameLen-MaxValueLen {
-				return r, &tsValueLimitError{what: fmt.Sprintf("MULTI_SET of %d keys, keys and values together", n), n: uint64(total), limit: t.maxValue + MaxFrameLen - MaxValueLen}
+			if total += len(k) + len(v); total > t.core.maxValue+MaxFrameLen-MaxValueLen {
+				return r, &tsValueLimitError{what: fmt.Sprintf("MULTI_SET of %d keys, keys and values together", n), n: uint64(total), limit: t.core.maxValue + MaxFrameLen - MaxValueLen}
 			}
 			r.keys, r.values = append(r.keys, k), append(r.values, v)
 		}
@@ -456,7 +458,7 @@ func (t *torchConn) readArrival() (latch, error) {
 	rd := &t.rd
 	var l latch
 	fields, total := arriveFixedFields, 0
-	limit := t.maxValue + MaxFrameLen - MaxValueLen
+	limit := t.core.maxValue + MaxFrameLen - MaxValueLen
 	key := func() ([]byte, error) {
 		k, err := rd.key()
 		if total += len(k); err == nil && total > limit {
@@ -521,11 +523,11 @@ func (t *torchConn) readArrival() (latch, error) {
 // reads it.
 func (t *torchConn) value(q tsQuery, key string) ([]byte, error) {
 	if b, err := t.rd.r.Peek(8); err == nil {
-		if n := binary.LittleEndian.Uint64(b); n > uint64(t.maxValue) {
-			return nil, &tsValueLimitError{what: fmt.Sprintf("%s of %q", q, key), n: n, limit: t.maxValue}
+		if n := binary.LittleEndian.Uint64(b); n > uint64(t.core.maxValue) {
+			return nil, &tsValueLimitError{what: fmt.Sprintf("%s of %q", q, key), n: n, limit: t.core.maxValue}
 		}
 	}
-	return t.rd.vector("value", t.maxValue)
+	return t.rd.vector("value", t.core.maxValue)
 }
 
 func (t *torchConn) handle(r tsRequest) error {
@@ -1010,7 +1012,16 @@ func (t *torchConn) answerFired(queued bool) {
 			t.c.shut()
 		}
 	}()
-	t.wmu.Lock()
+	if queued && !t.wmu.TryLock() {
+		// The connection is writing (to a client that may be slow to read): a goroutine
+		// of its own waits for it, not the queue's.
+		t.late.Add(1)
+		s.deliveries.Add(1)
+		go t.answerFired(false)
+		return
+	} else if !queued {
+		t.wmu.Lock()
+	}
 	defer t.wmu.Unlock()
 	t.queueAnswers(0, nil)
 	if queued && len(t.out) > 0 {
