@@ -151,10 +151,17 @@
 // the connections not served yet, to a new goroutine first if the connection must
 // wait (for the rest of a request, for a write to drain, for its turn). Its idle timeout or its closing (Close, eviction, a
 // failed write) start a goroutine for it. Replies to its blocked requests are written
-// while it is parked, by the goroutine that completed them. An idle rank thus costs
-// its socket and about 2 KiB of state (Go's socket included), whatever the protocol,
-// not a goroutine's stack and 8 KiB of buffers. Connections under
-// TLS, and all connections off Linux, keep their goroutines while idle.
+// while it is parked, by the goroutine that completed them (the waits of torch clients
+// that one key fires at once by at most 8 goroutines). Parked with no reply waiting to
+// be written, a connection lets go of its Go connection and keeps its bare descriptor,
+// read and written directly until a read or write would have to wait (it then becomes a
+// Go connection again, an *os.File); a parked torch connection with no wait pending lets
+// go of its torch state too. A new connection whose client has sent nothing yet waits
+// for its first bytes the same way, without a goroutine, once 64 goroutines wait on
+// their clients; it keeps its handshake slot and timeout. An idle rank thus costs its
+// descriptor and well under 1 KiB of state, whatever the protocol, not a goroutine's
+// stack, 8 KiB of buffers and Go's socket. Connections under TLS, and all connections
+// off Linux, keep their goroutines while idle.
 //
 // Connections. Connections still in their handshake have slots of their own
 // (WithMaxHandshakes, 64), apart from the authenticated ones (WithMaxConns, 1,024).

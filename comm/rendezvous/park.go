@@ -290,6 +290,7 @@ func (c *serverConn) park() bool {
 	}
 	c.dropBuffers()
 	c.detach(p)
+	t := c.hibernate()
 	if !c.idleBy.IsZero() && c.idleTimer == nil {
 		// Made here, stopped, so that the goroutine it starts sees it.
 		c.idleTimer = time.AfterFunc(time.Hour, c.wake)
@@ -309,6 +310,11 @@ func (c *serverConn) park() bool {
 	}
 	if c.idleTimer != nil {
 		c.idleTimer.Stop()
+	}
+	if t != nil { // its serving goroutine goes on with it
+		c.s.mu.Lock()
+		c.torch = t
+		c.s.mu.Unlock()
 	}
 	c.takeBuffers()
 	return false
@@ -353,6 +359,9 @@ func (c *serverConn) wake() {
 // started or on the poller's (serveInline).
 func (c *serverConn) resume(bool) bool {
 	c.s.resumes.Add(1)
+	if c.torchGen != 0 && c.torch == nil {
+		c.newTorch(TorchProtocol(c.torchGen))
+	}
 	if c.idleTimer != nil {
 		c.idleTimer.Stop() // a timer that fires late wakes nothing or a connection that parks again
 	}

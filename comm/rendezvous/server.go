@@ -47,28 +47,38 @@ const smallFrame = 4 << 10
 // releaseDrop since the last collection forced in it (this release, or another
 // server's or the application's) and less than releaseCalm in the last tick: a storm
 // served one connection after another leaves few buffers but its garbage (and its
-// clients', in their process), which an idle process never collects.
+// clients', in their process), which an idle process never collects. And, for the
+// smaller garbage of a wake storm of a few thousand idle connections (each woken
+// connection's state made anew, a few hundred bytes), once the process has allocated
+// releaseIdle and a sixteenth of its live heap since its last collection of any kind,
+// and less than releaseQuiet in the last tick: it has gone quiet. A steady trickle of
+// requests allocates more than releaseQuiet per tick, and costs no collection until it
+// stops; in an application with a large heap of its own, the sixteenth keeps the
+// collections it costs few.
 const (
-	releaseTick = 500 * time.Millisecond
-	releaseDrop = 16 << 20
-	releaseBufs = 64
-	releaseBusy = 32
-	releaseCalm = 1 << 20
+	releaseTick  = 500 * time.Millisecond
+	releaseDrop  = 16 << 20
+	releaseBufs  = 64
+	releaseBusy  = 32
+	releaseCalm  = 1 << 20
+	releaseIdle  = 256 << 10
+	releaseQuiet = 32 << 10
 )
 
-// heapAllocs returns the bytes the process has allocated on the heap in all, and how
-// many collections it has forced (runtime.GC, debug.FreeOSMemory: its own janitor's,
-// another server's or the application's).
-func heapAllocs() (allocs, forced uint64) {
-	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/cycles/forced:gc-cycles"}}
+// heapAllocs returns the bytes the process has allocated on the heap in all, how many
+// collections it has forced (runtime.GC, debug.FreeOSMemory: its own janitor's,
+// another server's or the application's), how many it has run in all, and the heap
+// the last one found live.
+func heapAllocs() (allocs, forced, cycles, live uint64) {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/cycles/forced:gc-cycles"}, {Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/live:bytes"}}
 	metrics.Read(s)
-	if s[0].Value.Kind() == metrics.KindUint64 {
-		allocs = s[0].Value.Uint64()
+	v := func(i int) uint64 {
+		if s[i].Value.Kind() == metrics.KindUint64 {
+			return s[i].Value.Uint64()
+		}
+		return 0
 	}
-	if s[1].Value.Kind() == metrics.KindUint64 {
-		forced = s[1].Value.Uint64()
-	}
-	return allocs, forced
+	return v(0), v(1), v(2), v(3)
 }
 
 // inlineStall is how long the poller's goroutine may serve one connection before
@@ -335,8 +345,8 @@ func (s *Server) releaseMemory() {
 	defer t.Stop()
 	prev := s.budget.used.Load()
 	lastTakes := bufs.takes.Load()
-	lastAllocs, lastForced := heapAllocs()
-	releasedAt := lastAllocs
+	lastAllocs, lastForced, lastCycles, _ := heapAllocs()
+	releasedAt, collectedAt := lastAllocs, lastAllocs
 	for {
 		select {
 		case <-s.done:
@@ -359,13 +369,17 @@ func (s *Server) releaseMemory() {
 		calm := takes-lastTakes < releaseBusy
 		lastTakes = takes
 		buffers := calm && bufs.held() >= releaseBufs
-		allocs, forced := heapAllocs()
+		allocs, forced, cycles, live := heapAllocs()
 		if forced != lastForced {
 			// A collection was forced since the last tick (this janitor's release, or
 			// another server's or the application's): the garbage before it is gone.
 			releasedAt, lastForced = allocs, forced
 		}
-		garbage := allocs-lastAllocs < releaseCalm && allocs-releasedAt >= releaseDrop
+		if cycles != lastCycles {
+			collectedAt, lastCycles = allocs, cycles
+		}
+		garbage := (allocs-lastAllocs < releaseCalm && allocs-releasedAt >= releaseDrop) ||
+			(allocs-lastAllocs < releaseQuiet && allocs-collectedAt >= max(releaseIdle, live/16))
 		lastAllocs = allocs
 		if (peak-cur >= releaseDrop && settled) || buffers || garbage {
 			// The collection forced below resets releasedAt at the next tick.
@@ -747,9 +761,13 @@ type serverConn struct {
 	getNext  bool // its last request was torch's WAIT, which its client follows with a GET
 	// settled counts the waits for a next request past the handshake, up to
 	// newcomerWaits (await).
-	settled   uint8
-	polled    bool
-	reserved  bool // counted in Server.awaiting until serve runs (reserveAwaiting)
+	settled  uint8
+	polled   bool
+	reserved bool // counted in Server.awaiting until serve runs (reserveAwaiting)
+	// torchGen is the generation of torch's protocol its client speaks (0: ncclgo's,
+	// or not known yet); torch holds its state, nil while it hibernates. Both are
+	// written under Server.mu.
+	torchGen  uint8
 	pollID    int32
 	idleTimer *time.Timer
 }
@@ -1234,7 +1252,7 @@ func (c *serverConn) claimSlot() (busy string, err error) {
 	s.mu.Lock()
 	// A client that proved the token may take the slot of a connection that proved
 	// nothing (torch's protocol has none): those never keep it out.
-	proved := c.torch == nil && s.cfg.token != ""
+	proved := c.torchGen == 0 && s.cfg.token != ""
 	if s.authed >= s.cfg.maxConns {
 		s.idleTorchLocked(nil, proved)
 	} else if host := c.acct.share; s.cfg.maxHostConns > 0 && host.authed >= s.cfg.maxHostConns {
@@ -1300,7 +1318,7 @@ func (s *Server) idleTorchLocked(host *share, proved bool) {
 	var victim *serverConn
 	victimBusy := false
 	for c := range s.conns {
-		if c.torch == nil || !c.authed || c.slotGone || (host != nil && c.acct.share != host) {
+		if c.torchGen == 0 || !c.authed || c.slotGone || (host != nil && c.acct.share != host) {
 			continue
 		}
 		last := c.lastQuery.Load()
@@ -1308,9 +1326,12 @@ func (s *Server) idleTorchLocked(host *share, proved bool) {
 		if !idle && !proved {
 			continue
 		}
-		c.torch.mu.Lock()
-		waiting := len(c.torch.waits) > 0
-		c.torch.mu.Unlock()
+		waiting := false
+		if t := c.torch; t != nil { // nil while it hibernates: nothing pending
+			t.mu.Lock()
+			waiting = len(t.waits) > 0
+			t.mu.Unlock()
+		}
 		busy := waiting
 		if !proved && (busy || bytesWaiting(c.raw)) {
 			continue

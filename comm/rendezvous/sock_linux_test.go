@@ -138,7 +138,8 @@ func TestSockWritesMoreThanTheSocketTakes(t *testing.T) {
 // Idle connections of both protocols let go of their Go connections once parked, with
 // a blocked request pending or not; replies to the blocked requests (one larger than a
 // socket takes at once) reach them, the next requests are served, and the connections
-// let go again once idle. Every descriptor is closed at the end.
+// let go again once idle; idle torch connections let go of their torch state too.
+// Every descriptor is closed at the end.
 func TestParkedConnectionsLetGoOfTheirSockets(t *testing.T) {
 	needPoller(t)
 	noLeaks(t)
@@ -208,6 +209,24 @@ func TestParkedConnectionsLetGoOfTheirSockets(t *testing.T) {
 		assert.Equal(t, "torch", string(v))
 	}
 	eventually(t, "the connections let go again", func() bool { return detached() == 6 })
+	hibernating := func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		n := 0
+		for c := range s.conns {
+			if c.torchGen != 0 && c.torch == nil && c.parked.Load() {
+				n++
+			}
+		}
+		return n
+	}
+	eventually(t, "the idle torch connections let go of their torch state", func() bool { return hibernating() == 3 })
+	for _, tc := range torch { // woken, each has it again, and is served
+		n, err := tc.Add(ctx, "torch count", 1)
+		require.NoError(t, err)
+		assert.Positive(t, n)
+	}
+	eventually(t, "they let go of it again", func() bool { return hibernating() == 3 })
 
 	for _, c := range own {
 		require.NoError(t, c.Close())

@@ -182,18 +182,53 @@ func (c *serverConn) serveTorch(gen TorchProtocol) (parked bool) {
 		return false
 	}
 	s.log.Debug("rendezvous server: PyTorch TCPStore client", "remote", c.remote, "protocol", int(gen))
-	maxValue := s.maxTorchValue()
-	t := &torchConn{c: c, core: torchStore{st: s.st, a: c.acct, maxValue: maxValue}, gen: gen}
-	t.rd = tsReader{r: c.br, charge: t}
 	// Answers wait in t.out until the connection has no more query bytes buffered, so
 	// that queries sent together (a CHECK per key) are answered in one write
 	// (heardReader runs t.beforeRead); Close writes the answers queued (t.flush).
-	s.mu.Lock()
-	c.torch = t // an idle one may make room for newcomers (idleTorchLocked)
-	s.mu.Unlock()
+	t := c.newTorch(gen)
 	c.step = serveTorchConn
 	t.armed = true // by sniffTorch: the first query must come within the handshake timeout
 	return t.serve(false)
+}
+
+// newTorch gives c, whose client speaks generation gen of torch's protocol, the state
+// of a torch connection: at its handshake, and when it wakes after idling without it
+// (hibernate).
+func (c *serverConn) newTorch(gen TorchProtocol) *torchConn {
+	s := c.s
+	t := &torchConn{c: c, core: torchStore{st: s.st, a: c.acct, maxValue: s.maxTorchValue()}, gen: gen}
+	t.rd = tsReader{r: c.br, charge: t}
+	s.mu.Lock()
+	c.torch = t // an idle one may make room for newcomers (idleTorchLocked)
+	c.torchGen = uint8(gen)
+	s.mu.Unlock()
+	return t
+}
+
+// hibernate lets go of the torch state of c, about to park, when nothing of it is
+// pending (no wait, no answer to write, no buffer charged): a parked torch connection
+// then costs its serverConn and socket, not its torch state too. It wakes with a new
+// one (resume); it holds nothing a fresh one does not (wait ids restart with no wait
+// pending, the read deadline is unset between queries). It returns the state it let
+// go of (nil: none), for a park that fails to give back.
+func (c *serverConn) hibernate() *torchConn {
+	t := c.torch
+	if t == nil {
+		return nil
+	}
+	t.wmu.Lock() // an answer being written finishes first
+	idle := len(t.out) == 0 && t.rd.held == 0 && !t.inQuery && !t.armed
+	t.wmu.Unlock()
+	t.mu.Lock()
+	idle = idle && len(t.waits) == 0 && len(t.fired) == 0
+	t.mu.Unlock()
+	if !idle {
+		return nil
+	}
+	c.s.mu.Lock()
+	c.torch = nil
+	c.s.mu.Unlock()
+	return t
 }
 
 // serveTorchConn is the step (serverConn.step) of a torch connection past its
