@@ -49,10 +49,11 @@ const smallFrame = 4 << 10
 // served one connection after another leaves few buffers but its garbage (and its
 // clients', in their process), which an idle process never collects. And, for the
 // smaller garbage of a wake storm of a few thousand idle connections (each woken
-// connection's state made anew, a few hundred bytes), once the heap holds releaseIdle
-// and a sixteenth of its live heap more than its last collection of any kind found
-// live, and the process allocated less than releaseQuiet in the last tick: it has gone
-// quiet. A steady trickle of
+// connection's state made anew, the state a bring-up held until its last key came),
+// once the process has allocated releaseIdle and a sixteenth of its live heap since
+// the last collection forced in it, and less than releaseQuiet in the last tick: it
+// has gone quiet. (A collection the runtime ran meanwhile does not count: what died
+// after it is garbage too, and nothing tells how much.) A steady trickle of
 // requests allocates more than releaseQuiet per tick, and costs no collection until it
 // stops; in an application with a large heap of its own, the sixteenth keeps the
 // collections it costs few.
@@ -68,10 +69,10 @@ const (
 
 // heapAllocs returns the bytes the process has allocated on the heap in all, how many
 // collections it has forced (runtime.GC, debug.FreeOSMemory: its own janitor's,
-// another server's or the application's), the heap its last collection found live,
-// and the heap its objects occupy now (live or garbage not collected yet).
-func heapAllocs() (allocs, forced, live, objects uint64) {
-	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/cycles/forced:gc-cycles"}, {Name: "/gc/heap/live:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}}
+// another server's or the application's), and the heap its last collection found
+// live.
+func heapAllocs() (allocs, forced, live uint64) {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/cycles/forced:gc-cycles"}, {Name: "/gc/heap/live:bytes"}}
 	metrics.Read(s)
 	v := func(i int) uint64 {
 		if s[i].Value.Kind() == metrics.KindUint64 {
@@ -79,7 +80,7 @@ func heapAllocs() (allocs, forced, live, objects uint64) {
 		}
 		return 0
 	}
-	return v(0), v(1), v(2), v(3)
+	return v(0), v(1), v(2)
 }
 
 // inlineStall is how long the poller's goroutine may serve one connection before
@@ -346,7 +347,7 @@ func (s *Server) releaseMemory() {
 	defer t.Stop()
 	prev := s.budget.used.Load()
 	lastTakes := bufs.takes.Load()
-	lastAllocs, lastForced, _, _ := heapAllocs()
+	lastAllocs, lastForced, _ := heapAllocs()
 	releasedAt := lastAllocs
 	for {
 		select {
@@ -370,14 +371,14 @@ func (s *Server) releaseMemory() {
 		calm := takes-lastTakes < releaseBusy
 		lastTakes = takes
 		buffers := calm && bufs.held() >= releaseBufs
-		allocs, forced, live, objects := heapAllocs()
+		allocs, forced, live := heapAllocs()
 		if forced != lastForced {
 			// A collection was forced since the last tick (this janitor's release, or
 			// another server's or the application's): the garbage before it is gone.
 			releasedAt, lastForced = allocs, forced
 		}
 		garbage := (allocs-lastAllocs < releaseCalm && allocs-releasedAt >= releaseDrop) ||
-			(allocs-lastAllocs < releaseQuiet && objects >= live+max(releaseIdle, live/16))
+			(allocs-lastAllocs < releaseQuiet && allocs-releasedAt >= max(releaseIdle, live/16))
 		lastAllocs = allocs
 		if (peak-cur >= releaseDrop && settled) || buffers || garbage {
 			// The collection forced below resets releasedAt at the next tick.
