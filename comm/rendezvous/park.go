@@ -288,9 +288,10 @@ func (c *serverConn) park() bool {
 	if p == nil {
 		return false
 	}
+	own := c.torch // the state the calling goroutine serves c with
 	c.dropBuffers()
 	c.detach(p)
-	t := c.hibernate()
+	c.hibernate()
 	if !c.idleBy.IsZero() && c.idleTimer == nil {
 		// Made here, stopped, so that the goroutine it starts sees it.
 		c.idleTimer = time.AfterFunc(time.Hour, c.wake)
@@ -311,9 +312,9 @@ func (c *serverConn) park() bool {
 	if c.idleTimer != nil {
 		c.idleTimer.Stop()
 	}
-	if t != nil { // its serving goroutine goes on with it
+	if own != nil { // the calling goroutine goes on with it (let go of meanwhile?)
 		c.s.mu.Lock()
-		c.torch = t
+		c.torch = own
 		c.s.mu.Unlock()
 	}
 	c.takeBuffers()
@@ -359,8 +360,13 @@ func (c *serverConn) wake() {
 // started or on the poller's (serveInline).
 func (c *serverConn) resume(bool) bool {
 	c.s.resumes.Add(1)
-	if c.torchGen != 0 && c.torch == nil {
-		c.newTorch(TorchProtocol(c.torchGen))
+	if c.torchGen != 0 {
+		c.s.mu.Lock()
+		t := c.torch // an answer queue's goroutine may have let go of it (hibernateParked)
+		c.s.mu.Unlock()
+		if t == nil {
+			c.newTorch(TorchProtocol(c.torchGen))
+		}
 	}
 	if c.idleTimer != nil {
 		c.idleTimer.Stop() // a timer that fires late wakes nothing or a connection that parks again

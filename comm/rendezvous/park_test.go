@@ -425,3 +425,41 @@ func TestAllKeysBringUpKeepsFewConnectionsWaiting(t *testing.T) {
 	t.Logf("%d ranks at once: at most %d connections waited on goroutines at once", n, s.awaitPeak.Load())
 	assert.LessOrEqual(t, s.awaitPeak.Load(), int64(maxAwaiting+16), "connections waiting on goroutines at once")
 }
+
+// A torch connection parked with a wait pending lets go of its torch state once the
+// wait is answered, without a wake of its own: after a bring-up's barrier or WAIT for
+// every rank's key, its ranks stay silent. Before, each kept its state (about 0.4 KiB)
+// until its next query.
+func TestAnsweredParkedTorchConnectionsLetGoOfTheirState(t *testing.T) {
+	needPoller(t)
+	noLeaks(t)
+	s, addr := startServer(t)
+	const n = 16
+	cs := make([]*tsRaw, n)
+	for i := range cs {
+		cs[i] = tsDial(t, addr)
+		cs[i].send(tsWait, 1, "go")
+	}
+	states := func(parked bool) (held int) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for c := range s.conns {
+			if c.torchGen != 0 && c.parked.Load() == parked && c.torch != nil && c.torch.c == c {
+				held++
+			}
+		}
+		return held
+	}
+	// tsDial's own connection and the waiting ones park; the waiting ones keep their state.
+	eventually(t, "the waiting connections are parked with their state", func() bool { return states(true) >= n })
+	last := tsDial(t, addr)
+	last.send(tsSet, "go", []byte("now"))
+	for i, c := range cs {
+		assert.EqualValues(t, tsStopWaiting, c.u8(), "wait %d", i)
+	}
+	eventually(t, "the answered connections let go of their state", func() bool { return states(true) == 0 })
+	for _, c := range cs { // woken, each is served with its state made anew
+		c.send(tsGet, "go")
+		assert.Equal(t, "now", string(c.vec()))
+	}
+}

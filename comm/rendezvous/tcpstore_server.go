@@ -231,6 +231,24 @@ func (c *serverConn) hibernate() *torchConn {
 	return t
 }
 
+// hibernateParked is hibernate for t, the state of c, from the goroutine that has
+// just written the answers of its fired waits (t.wmu held): a connection parked with a
+// wait pending (the barrier or the WAIT for every rank's key of a bring-up) lets go
+// of its state once the wait is answered, not at its next wake.
+func (c *serverConn) hibernateParked(t *torchConn) {
+	t.mu.Lock()
+	idle := len(t.waits) == 0 && len(t.fired) == 0
+	t.mu.Unlock()
+	if !idle || len(t.out) > 0 {
+		return
+	}
+	c.s.mu.Lock()
+	if c.parked.Load() && c.torch == t { // parked between queries: nothing else of t is in use
+		c.torch = nil
+	}
+	c.s.mu.Unlock()
+}
+
 // serveTorchConn is the step (serverConn.step) of a torch connection past its
 // handshake.
 func serveTorchConn(c *serverConn, resumed bool) bool { return c.torch.serve(resumed) }
@@ -926,7 +944,7 @@ func (t *torchConn) pendAnswer() (id uint64, fire func(answer []byte, release fu
 	return id, func(answer []byte, release func()) {
 		// With the store's lock held: only note it and hand the answer on.
 		t.mu.Lock()
-		delete(t.waits, id)
+		t.forget(id)
 		t.fired = append(t.fired, firedAnswer{release: release, answer: answer})
 		t.late.Add(1)
 		t.mu.Unlock()
@@ -984,6 +1002,15 @@ func (a *answerQueue) work() {
 	}
 }
 
+// forget drops the wait id; a connection with no wait pending keeps no map of them.
+// t.mu must be held.
+func (t *torchConn) forget(id uint64) {
+	delete(t.waits, id)
+	if len(t.waits) == 0 {
+		t.waits = nil
+	}
+}
+
 // firedAnswer is a blocked request whose answer is due: release gives back what it
 // held, answer is its reply (nil: STOP_WAITING).
 type firedAnswer struct {
@@ -999,7 +1026,7 @@ func (t *torchConn) settle(id uint64, cancel func() bool) {
 		if cancel != nil {
 			t.waits[id] = cancel
 		} else {
-			delete(t.waits, id)
+			t.forget(id)
 		}
 	}
 }
@@ -1079,9 +1106,8 @@ func (t *torchConn) answerFired(queued bool) {
 			go t.answerFired(false)
 			return
 		}
-		if cap(t.out) > smallFrame {
-			t.out = nil // an idle connection keeps no large buffer
-		}
+		t.out = nil // an idle connection keeps no buffer
+		t.c.hibernateParked(t)
 		return
 	}
 	if err := t.flushLocked(); err != nil {
