@@ -159,7 +159,7 @@
 // go of its torch state too. A new connection whose client has sent nothing yet waits
 // for its first bytes the same way, without a goroutine, once 64 goroutines wait on
 // their clients; it keeps its handshake slot and timeout. An idle rank thus costs its
-// descriptor and well under 1 KiB of state, whatever the protocol, not a goroutine's
+// descriptor and about half a KiB of state, whatever the protocol, not a goroutine's
 // stack, 8 KiB of buffers and Go's socket. Connections under TLS, and all connections
 // off Linux, keep their goroutines while idle.
 //
