@@ -1011,6 +1011,14 @@ func (t *torchConn) forget(id uint64) {
 	}
 }
 
+// answerLater answers the fired waits of t on a goroutine of its own, which may wait
+// for the socket (answerFired).
+func (t *torchConn) answerLater() {
+	t.late.Add(1)
+	t.c.s.deliveries.Add(1)
+	go t.answerFired(false)
+}
+
 // firedAnswer is a blocked request whose answer is due: release gives back what it
 // held, answer is its reply (nil: STOP_WAITING).
 type firedAnswer struct {
@@ -1077,9 +1085,7 @@ func (t *torchConn) answerFired(queued bool) {
 	if queued && !t.wmu.TryLock() {
 		// The connection is writing (to a client that may be slow to read): a goroutine
 		// of its own waits for it, not the queue's.
-		t.late.Add(1)
-		s.deliveries.Add(1)
-		go t.answerFired(false)
+		t.answerLater()
 		return
 	} else if !queued {
 		t.wmu.Lock()
@@ -1089,9 +1095,7 @@ func (t *torchConn) answerFired(queued bool) {
 	if queued && len(t.out) > 0 {
 		rc := t.c.rawConn()
 		if rc == nil || t.c.nc != t.c.raw { // under TLS: written by a goroutine
-			t.late.Add(1)
-			s.deliveries.Add(1)
-			go t.answerFired(false)
+			t.answerLater()
 			return
 		}
 		n, err := writeNow(rc, t.out)
@@ -1101,9 +1105,7 @@ func (t *torchConn) answerFired(queued bool) {
 		}
 		t.out = t.out[:copy(t.out, t.out[n:])]
 		if len(t.out) > 0 {
-			t.late.Add(1)
-			s.deliveries.Add(1)
-			go t.answerFired(false)
+			t.answerLater()
 			return
 		}
 		t.out = nil // an idle connection keeps no buffer
