@@ -312,7 +312,7 @@ func (c *serverConn) park() bool {
 	if c.idleTimer != nil {
 		c.idleTimer.Stop()
 	}
-	if own != nil { // the calling goroutine goes on with it (let go of meanwhile?)
+	if own != nil { // the calling goroutine goes on with the state hibernate let go of
 		c.s.mu.Lock()
 		c.torch = own
 		c.s.mu.Unlock()

@@ -50,47 +50,14 @@ func TestIdleConnectionsHoldNoGoroutine(t *testing.T) {
 	noLeaks(t)
 	s, addr := startServer(t)
 	ctx := ctxTimeout(t, time.Minute)
-	own := []*Client{dial(t, addr), dial(t, addr), dial(t, addr)}
-	var torch []*TCPStoreClient
-	for range 3 {
-		tc, err := DialTCPStore(ctx, addr, WithLogger(discardLogger()))
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = tc.Close() })
-		require.NoError(t, tc.Set(ctx, "hello", []byte("x"))) // past its first query
-		torch = append(torch, tc)
-	}
-	got := make(chan string, 2)
-	go func() {
-		v, err := own[0].Get(ctx, "k")
-		if err != nil {
-			got <- err.Error()
-			return
-		}
-		got <- string(v)
-	}()
-	go func() {
-		v, err := torch[0].Get(ctx, "t")
-		if err != nil {
-			got <- err.Error()
-			return
-		}
-		got <- string(v)
-	}()
+	own, torch := clientsOfBothProtocols(t, ctx, addr)
+	got := blockedGets(ctx, own[0], torch[0])
 	eventually(t, "every idle connection is parked", func() bool { return s.parkedConns() == 6 })
 	assert.Zero(t, servingGoroutines(), "goroutines still serve idle connections")
 
 	require.NoError(t, own[1].Set(ctx, "k", []byte("own")))
 	require.NoError(t, torch[1].Set(ctx, "t", []byte("torch")))
-	var answers []string
-	for range 2 {
-		select {
-		case v := <-got:
-			answers = append(answers, v)
-		case <-ctx.Done():
-			t.Fatal("a blocked get on a parked connection got no answer")
-		}
-	}
-	assert.ElementsMatch(t, []string{"own", "torch"}, answers)
+	assert.ElementsMatch(t, []string{"own", "torch"}, answersOf(t, ctx, got))
 	for i, c := range own {
 		n, err := c.Add(ctx, "count", 1)
 		require.NoError(t, err)
@@ -101,6 +68,53 @@ func TestIdleConnectionsHoldNoGoroutine(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "own", string(v))
 	}
+}
+
+// clientsOfBothProtocols dials three clients of ncclgo's protocol and three of torch's,
+// each past its first query; they are closed at cleanup.
+func clientsOfBothProtocols(t *testing.T, ctx context.Context, addr string) ([]*Client, []*TCPStoreClient) {
+	t.Helper()
+	own := []*Client{dial(t, addr), dial(t, addr), dial(t, addr)}
+	var torch []*TCPStoreClient
+	for range 3 {
+		tc, err := DialTCPStore(ctx, addr, WithLogger(discardLogger()))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tc.Close() })
+		require.NoError(t, tc.Set(ctx, "hello", []byte("x"))) // past its first query
+		torch = append(torch, tc)
+	}
+	return own, torch
+}
+
+// blockedGets starts a Get of "k" on own and of "t" on torch, and sends each value
+// (or error) to the channel it returns once it comes.
+func blockedGets(ctx context.Context, own *Client, torch *TCPStoreClient) <-chan string {
+	got := make(chan string, 2)
+	answer := func(v []byte, err error) {
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		got <- string(v)
+	}
+	go func() { answer(own.Get(ctx, "k")) }()
+	go func() { answer(torch.Get(ctx, "t")) }()
+	return got
+}
+
+// answersOf collects the two answers of blockedGets.
+func answersOf(t *testing.T, ctx context.Context, got <-chan string) []string {
+	t.Helper()
+	var answers []string
+	for range 2 {
+		select {
+		case v := <-got:
+			answers = append(answers, v)
+		case <-ctx.Done():
+			t.Fatal("a blocked get on a parked connection got no answer")
+		}
+	}
+	return answers
 }
 
 // A parked connection is still closed by the idle timeout; one that pings is not.

@@ -146,14 +146,7 @@ func TestParkedConnectionsLetGoOfTheirSockets(t *testing.T) {
 	fds := openFDs(t)
 	s, addr := startServer(t)
 	ctx := ctxTimeout(t, time.Minute)
-	own := []*Client{dial(t, addr), dial(t, addr), dial(t, addr)}
-	var torch []*TCPStoreClient
-	for range 3 {
-		tc, err := DialTCPStore(ctx, addr, WithLogger(discardLogger()))
-		require.NoError(t, err)
-		require.NoError(t, tc.Set(ctx, "hello", []byte("x")))
-		torch = append(torch, tc)
-	}
+	own, torch := clientsOfBothProtocols(t, ctx, addr)
 	detached := func() int {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -166,35 +159,15 @@ func TestParkedConnectionsLetGoOfTheirSockets(t *testing.T) {
 		return n
 	}
 	big := bytes.Repeat([]byte("v"), MaxValueLen)
-	got := make(chan []byte, 2)
-	go func() {
-		v, err := own[0].Get(ctx, "k")
-		if err != nil {
-			v = []byte(err.Error())
-		}
-		got <- v
-	}()
-	go func() {
-		v, err := torch[0].Get(ctx, "t")
-		if err != nil {
-			v = []byte(err.Error())
-		}
-		got <- v
-	}()
+	got := blockedGets(ctx, own[0], torch[0])
 	eventually(t, "every idle connection is parked without its Go connection", func() bool { return detached() == 6 })
 
 	require.NoError(t, own[1].Set(ctx, "k", big))
 	require.NoError(t, torch[1].Set(ctx, "t", []byte("torch")))
-	var answers []string
-	for range 2 {
-		select {
-		case v := <-got:
-			if bytes.Equal(v, big) {
-				v = []byte("the large value")
-			}
-			answers = append(answers, string(v))
-		case <-ctx.Done():
-			t.Fatal("a blocked get on a parked connection got no answer")
+	answers := answersOf(t, ctx, got)
+	for i, v := range answers {
+		if v == string(big) {
+			answers[i] = "the large value"
 		}
 	}
 	assert.ElementsMatch(t, []string{"the large value", "torch"}, answers)

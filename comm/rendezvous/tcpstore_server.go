@@ -209,26 +209,28 @@ func (c *serverConn) newTorch(gen TorchProtocol) *torchConn {
 // pending (no wait, no answer to write, no buffer charged): a parked torch connection
 // then costs its serverConn and socket, not its torch state too. It wakes with a new
 // one (resume); it holds nothing a fresh one does not (wait ids restart with no wait
-// pending, the read deadline is unset between queries). It returns the state it let
-// go of (nil: none), for a park that fails to give back.
-func (c *serverConn) hibernate() *torchConn {
+// pending, the read deadline is unset between queries).
+func (c *serverConn) hibernate() {
 	t := c.torch
 	if t == nil {
-		return nil
+		return
 	}
 	t.wmu.Lock() // an answer being written finishes first
 	idle := len(t.out) == 0 && t.rd.held == 0 && !t.inQuery && !t.armed
 	t.wmu.Unlock()
-	t.mu.Lock()
-	idle = idle && len(t.waits) == 0 && len(t.fired) == 0
-	t.mu.Unlock()
-	if !idle {
-		return nil
+	if !idle || !t.settled() {
+		return
 	}
 	c.s.mu.Lock()
 	c.torch = nil
 	c.s.mu.Unlock()
-	return t
+}
+
+// settled reports whether t has no wait pending and no fired wait left to answer.
+func (t *torchConn) settled() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.waits) == 0 && len(t.fired) == 0
 }
 
 // hibernateParked is hibernate for t, the state of c, from the goroutine that has
@@ -236,10 +238,7 @@ func (c *serverConn) hibernate() *torchConn {
 // wait pending (the barrier or the WAIT for every rank's key of a bring-up) lets go
 // of its state once the wait is answered, not at its next wake.
 func (c *serverConn) hibernateParked(t *torchConn) {
-	t.mu.Lock()
-	idle := len(t.waits) == 0 && len(t.fired) == 0
-	t.mu.Unlock()
-	if !idle || len(t.out) > 0 {
+	if len(t.out) > 0 || !t.settled() {
 		return
 	}
 	c.s.mu.Lock()
