@@ -39,8 +39,7 @@ type torchCore interface {
 }
 
 // keyList is the keys of one query, read into one buffer: key i is
-// buf[ends[i-1]:ends[i]]. Looking them up costs no allocation; strings makes them
-// strings, in one.
+// buf[ends[i-1]:ends[i]]. Looking them up costs no allocation.
 type keyList struct {
 	buf  []byte
 	ends []int
@@ -54,18 +53,6 @@ func (l keyList) key(i int) []byte {
 		start = l.ends[i-1]
 	}
 	return l.buf[start:l.ends[i]]
-}
-
-// strings returns the keys as strings, sharing one allocation.
-func (l keyList) strings() []string {
-	all := string(l.buf)
-	out := make([]string, len(l.ends))
-	start := 0
-	for i, end := range l.ends {
-		out[i] = all[start:end]
-		start = end
-	}
-	return out
 }
 
 // torchStore is one torch connection's view of the server's store: every write and
@@ -135,11 +122,7 @@ func (t torchStore) tcpCheck(keys keyList) bool { return t.st.torchCheck(keys) }
 func (t torchStore) tcpNumKeys() int64 { return int64(t.st.numKeys()) }
 
 func (t torchStore) tcpWait(keys keyList, fire func(release func())) (func() bool, bool, error) {
-	// The keys become strings only for a wait that blocks.
-	if t.tcpCheck(keys) {
-		return nil, true, nil
-	}
-	w, ready, err := t.st.torchWait(t.a, keys.strings(), fire)
+	w, ready, err := t.st.torchWait(t.a, keys, fire)
 	if err != nil || ready {
 		return nil, ready, err
 	}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // The store's side of the queries torch 2.14 added to the TCPStore protocol:
@@ -121,27 +122,37 @@ func (st *store) torchCheck(keys keyList) bool {
 
 // torchWait is store.wait for a torch WAIT: ready when every key exists (a queue that
 // is not empty counts), else a watcher that a SET of each missing key, or a
-// QUEUE_PUSH to it, moves on.
-func (st *store) torchWait(a *account, keys []string, fire func(release func())) (w *watcher, ready bool, err error) {
+// QUEUE_PUSH to it, moves on. As torch's server does, it waits for the keys missing
+// now, and only those are kept (as strings, in one allocation): in a bring-up where
+// every rank waits for every rank's key, a WAIT holds the few keys still to come, not
+// the whole list.
+func (st *store) torchWait(a *account, keys keyList, fire func(release func())) (w *watcher, ready bool, err error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	ready = true
-	for _, k := range keys {
-		if !st.torchHasLocked([]byte(k)) {
-			ready = false
-			break
+	n, size := 0, 0
+	for i := range keys.len() {
+		if k := keys.key(i); !st.torchHasLocked(k) {
+			n, size = n+1, size+len(k)
 		}
 	}
-	at := st.missingFromLocked(keys, 0, len(keys))
-	if ready || at == len(keys) {
+	if n == 0 {
 		return nil, true, nil
 	}
-	cost := waitCost(len(keys), func(i int) int { return len(keys[i]) })
+	var all strings.Builder
+	all.Grow(size)
+	missing := make([]string, 0, n)
+	for i := range keys.len() {
+		if k := keys.key(i); !st.torchHasLocked(k) {
+			all.Write(k)
+			missing = append(missing, all.String()[all.Len()-len(k):])
+		}
+	}
+	cost := waitCost(n, func(i int) int { return len(missing[i]) })
 	if err := st.chargePendingLocked(a, cost); err != nil {
 		return nil, false, err
 	}
-	w = &watcher{owner: a, keys: keys, cost: cost, torch: true, fire: func(_ []byte, release func()) { fire(release) }}
-	st.linkLocked(w, at)
+	w = &watcher{owner: a, keys: missing, cost: cost, torch: true, fire: func(_ []byte, release func()) { fire(release) }}
+	st.linkLocked(w, 0)
 	return w, false, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -390,4 +391,39 @@ func TestTorchUnknownQueryLoggedOnce(t *testing.T) {
 	c := tsDial(t, addr)
 	c.send(tsAdd, "/n", int64(2))
 	require.EqualValues(t, 2, c.i64())
+}
+
+// A torch WAIT holds the keys missing when it comes, not every key it names, and is
+// charged for those alone (torch's server counts the keys it still awaits): in a
+// bring-up where each rank waits for every rank's key, a WAIT holds the few still to
+// come.
+func TestTorchWaitHoldsOnlyTheKeysStillMissing(t *testing.T) {
+	b := &budget{limit: 1 << 30}
+	st := newStore(b)
+	a := &account{share: &share{b: b, id: "test", limit: b.limit}}
+	const n = 1000
+	var keys keyList
+	for i := range n {
+		k := "rank/" + strconv.Itoa(i)
+		keys.buf = append(keys.buf, k...)
+		keys.ends = append(keys.ends, len(keys.buf))
+		if i != 17 && i != 900 {
+			require.NoError(t, st.set(a, k, nil))
+		}
+	}
+	used := a.used.Load()
+	fired := 0
+	var release func()
+	w, ready, err := st.torchWait(a, keys, func(r func()) { fired++; release = r })
+	require.NoError(t, err)
+	require.False(t, ready)
+	require.Len(t, w.keys, 2, "keys held by the wait")
+	assert.Equal(t, []string{"rank/17", "rank/900"}, w.keys)
+	assert.Equal(t, waitCost(2, func(i int) int { return len(w.keys[i]) }), a.used.Load()-used)
+	require.NoError(t, st.set(a, "rank/900", nil))
+	require.Zero(t, fired)
+	require.NoError(t, st.set(a, "rank/17", nil))
+	require.Equal(t, 1, fired)
+	release()
+	assert.Zero(t, st.numPending())
 }
