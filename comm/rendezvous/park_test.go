@@ -58,16 +58,7 @@ func TestIdleConnectionsHoldNoGoroutine(t *testing.T) {
 	require.NoError(t, own[1].Set(ctx, "k", []byte("own")))
 	require.NoError(t, torch[1].Set(ctx, "t", []byte("torch")))
 	assert.ElementsMatch(t, []string{"own", "torch"}, answersOf(t, ctx, got))
-	for i, c := range own {
-		n, err := c.Add(ctx, "count", 1)
-		require.NoError(t, err)
-		assert.Equal(t, int64(i+1), n)
-	}
-	for _, tc := range torch {
-		v, err := tc.Get(ctx, "k")
-		require.NoError(t, err)
-		assert.Equal(t, "own", string(v))
-	}
+	stillServed(t, ctx, own, torch, "k", "own")
 }
 
 // clientsOfBothProtocols dials three clients of ncclgo's protocol and three of torch's,
@@ -84,6 +75,22 @@ func clientsOfBothProtocols(t *testing.T, ctx context.Context, addr string) ([]*
 		torch = append(torch, tc)
 	}
 	return own, torch
+}
+
+// stillServed checks that the clients are served after waking: each of own adds 1
+// to "count" in turn (the counter starts at zero), and each of torch reads want under key.
+func stillServed(t *testing.T, ctx context.Context, own []*Client, torch []*TCPStoreClient, key, want string) {
+	t.Helper()
+	for i, c := range own {
+		n, err := c.Add(ctx, "count", 1)
+		require.NoError(t, err)
+		assert.Equal(t, int64(i+1), n)
+	}
+	for _, tc := range torch {
+		v, err := tc.Get(ctx, key)
+		require.NoError(t, err)
+		assert.Equal(t, want, string(v))
+	}
 }
 
 // blockedGets starts a Get of "k" on own and of "t" on torch, and sends each value

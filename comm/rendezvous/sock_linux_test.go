@@ -171,16 +171,7 @@ func TestParkedConnectionsLetGoOfTheirSockets(t *testing.T) {
 		}
 	}
 	assert.ElementsMatch(t, []string{"the large value", "torch"}, answers)
-	for i, c := range own {
-		n, err := c.Add(ctx, "count", 1)
-		require.NoError(t, err)
-		assert.Equal(t, int64(i+1), n)
-	}
-	for _, tc := range torch {
-		v, err := tc.Get(ctx, "t")
-		require.NoError(t, err)
-		assert.Equal(t, "torch", string(v))
-	}
+	stillServed(t, ctx, own, torch, "t", "torch")
 	eventually(t, "the connections let go again", func() bool { return detached() == 6 })
 	hibernating := func() int {
 		s.mu.Lock()
