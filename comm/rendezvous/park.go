@@ -188,6 +188,7 @@ func (c *serverConn) run(step func(resumed bool) bool, resumed bool) {
 	parked := false
 	defer func() {
 		if !parked {
+			c.dropReservation() // it ended before its first read
 			c.close()
 			c.s.wg.Done()
 		}

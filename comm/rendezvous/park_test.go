@@ -387,6 +387,41 @@ func TestSilentNewcomersHoldNoGoroutine(t *testing.T) {
 	eventually(t, "only the connections that spoke are left", func() bool { return s.numConns() == n/2 })
 }
 
+// A burst of silent dials whose goroutines are slow to come to their first read (a
+// loaded machine): the accept's reservation of each of the first maxAwaiting
+// (reserveAwaiting) counts it as waiting on its goroutine until that read, so the
+// rest park and no more than maxAwaiting wait on goroutines at once. Before, the
+// reservation ended as the goroutine began to serve; goroutines held between that and
+// their first read let newer connections take goroutines too, and
+// TestSilentNewcomersHoldNoGoroutine failed 2 of 10 runs under -race and bin/cpuload
+// (fewer than all but maxAwaiting ever parked).
+func TestReservationCountsUntilTheFirstRead(t *testing.T) {
+	needPoller(t)
+	noLeaks(t)
+	gate := make(chan struct{})
+	var held atomic.Int64
+	hold := serverOption(func(c *serverConfig) { c.beforeServe = func() { held.Add(1); <-gate } })
+	s, addr := startServer(t, WithHandshakeTimeout(time.Minute), WithMaxHandshakes(512), hold)
+	var released sync.Once
+	release := func() { released.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	const extra = 20
+	conns := make([]*rawConn, maxAwaiting+extra)
+	for i := range conns {
+		conns[i] = rawDial(t, addr)
+	}
+	eventually(t, "every goroutine is held before its first read", func() bool { return held.Load() == maxAwaiting+extra })
+	assert.EqualValues(t, maxAwaiting, s.awaiting.Load(), "connections counted as waiting on goroutines, held before their first read")
+	release()
+	eventually(t, "the connections past maxAwaiting are parked", func() bool { return s.parkedConns() == extra })
+	assert.EqualValues(t, maxAwaiting, s.awaiting.Load(), "connections waiting on goroutines")
+	assert.LessOrEqual(t, s.awaitPeak.Load(), int64(maxAwaiting), "connections waiting on goroutines at once")
+	for _, c := range []*rawConn{conns[0], conns[len(conns)-1]} { // one waits on its goroutine, one is parked
+		_, f := c.hello(ProtocolVersion)
+		assert.Equal(t, statusOK, f.status)
+	}
+}
+
 // The waits of a bring-up's ranks for the last rank's key fire at once: a few
 // goroutines answer them all, not one each. Before, each fired wait started a
 // goroutine of its own (256 here), and the Go runtime keeps every goroutine

@@ -464,15 +464,16 @@ func (s *Server) admit(c *serverConn, fromLobby bool) {
 	// A connection not heard from yet waits for its first bytes in the poller when many
 	// goroutines wait on their clients already (parkUnheard): a bring-up's burst of
 	// dials starts no goroutine per rank.
-	if s.cfg.beforeServe == nil && !c.reserveAwaiting() && c.parkUnheard() {
+	if !c.reserveAwaiting() && s.cfg.beforeServe == nil && c.parkUnheard() {
 		return
 	}
 	go c.run(c.serve, false)
 }
 
 // reserveAwaiting counts c, whose goroutine is about to start, as waiting on its
-// client (Server.awaiting) until serve runs, if fewer than maxAwaiting do: a burst of
-// dials then starts at most that many goroutines before the first of them run.
+// client (Server.awaiting) until its first read counts it instead (readRaw), or it
+// parks or ends (dropReservation), if fewer than maxAwaiting do: a burst of dials then
+// starts at most that many goroutines, however slowly they come to their first read.
 func (c *serverConn) reserveAwaiting() bool {
 	s := c.s
 	for {
@@ -485,6 +486,16 @@ func (c *serverConn) reserveAwaiting() bool {
 			c.reserved = true
 			return true
 		}
+	}
+}
+
+// dropReservation ends the accept's reservation of c (reserveAwaiting) if it still
+// holds one: c parks, or its goroutine ends before its first read. Only c's goroutine
+// calls it.
+func (c *serverConn) dropReservation() {
+	if c.reserved {
+		c.reserved = false
+		c.s.noteAwaiting(-1)
 	}
 }
 
@@ -762,7 +773,7 @@ type serverConn struct {
 	// newcomerWaits (await).
 	settled  uint8
 	polled   bool
-	reserved bool // counted in Server.awaiting until serve runs (reserveAwaiting)
+	reserved bool // counted in Server.awaiting until its first read or park (reserveAwaiting)
 	// torchGen is the generation of torch's protocol its client speaks (0: ncclgo's,
 	// or not known yet); torch holds its state, nil while it hibernates. Both are
 	// written under Server.mu.
@@ -823,7 +834,11 @@ func (c *serverConn) readRaw(p []byte) (int, error) {
 	}
 	start := c.s.turns.now() + 1
 	c.waiting.Store(start)
-	c.s.noteAwaiting(1)
+	if c.reserved {
+		c.reserved = false // the accept's reservation counts this read
+	} else {
+		c.s.noteAwaiting(1)
+	}
 	n, err := c.raw.Read(p)
 	c.s.noteAwaiting(-1)
 	c.reads.Add(1)
@@ -903,10 +918,10 @@ func (c *serverConn) serve(resumed bool) (parked bool) {
 			return false
 		}
 	} else {
-		if c.reserved { // by the accept (reserveAwaiting): its own reads count now
-			c.reserved = false
-			s.noteAwaiting(-1)
-		}
+		// A reservation of the accept (reserveAwaiting) stays counted until the first
+		// read takes it over (readRaw) or c parks (parkUnheard): released here, it
+		// would leave a moment in which a burst of dials sees fewer than maxAwaiting
+		// waiting and starts more goroutines than that.
 		if h := s.cfg.beforeServe; h != nil {
 			h()
 		}
@@ -940,12 +955,17 @@ func (c *serverConn) serve(resumed bool) (parked bool) {
 // dozen goroutines, not one per rank whose first bytes have not come yet.
 func (c *serverConn) parkUnheard() bool {
 	s := c.s
-	if !pollSupported || s.awaiting.Load() < maxAwaiting || c.nc != c.raw || c.spoke() {
+	others := s.awaiting.Load()
+	if c.reserved {
+		others-- // its own reservation
+	}
+	if !pollSupported || others < maxAwaiting || c.nc != c.raw || c.spoke() {
 		return false
 	}
 	c.step = (*serverConn).serve
 	c.idleBy = c.since.Add(s.cfg.handshakeTimeout)
 	c.waiting.Store(s.turns.now() + 1)
+	c.dropReservation() // it waits in the poller, not on its goroutine
 	if c.park() {
 		return true
 	}
