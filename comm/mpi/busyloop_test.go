@@ -77,7 +77,8 @@ var busyLoopJobs = []struct{ np, busy int }{{2, 64}, {4, 16}}
 // phases of what each costs its slowest rank (busyLoopRun), at GOMAXPROCS 1 and 2, in
 // the same run. Where C's waits cost less than a Go scheduling slice each (the kernel
 // may run a C thread that has just slept ahead of spinning ones; Go has no such
-// priority), the comparison is with a slice per wait (busyLoopSlice). A wait that makes progress only when the waiting goroutine gets a P
+// priority), the comparison is with a slice per wait (busyLoopSlice). A wait that
+// makes progress only when the waiting goroutine gets a P
 // pays one scheduling slice of every busy goroutine of its P per poll: with Sync and
 // Barrier polling MPI_Testall between runtime.Gosched calls (the communicator before
 // its progress thread), this test failed on both jobs: over 6x in 7 of the 12

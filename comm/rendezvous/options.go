@@ -47,8 +47,8 @@ type serverConfig struct {
 	tls              *tls.Config
 	onRequest        func(op, [][]byte) // for tests: runs before each request is handled
 	// For tests: beforeServe runs first on each connection's goroutine (none parks
-	// before it has run); onEvictCheck
-	// runs, with Server.mu held, each time a newcomer finds the handshake slots full.
+	// before it has run); onEvictCheck runs, with Server.mu held, each time a newcomer
+	// finds the handshake slots full.
 	beforeServe  func()
 	onEvictCheck func(now time.Time, victim *serverConn)
 	torchClients int8 // WithTorchClients: 1 allow, -1 refuse, 0 only without a token

@@ -918,10 +918,8 @@ func (c *serverConn) serve(resumed bool) (parked bool) {
 			return false
 		}
 	} else {
-		// A reservation of the accept (reserveAwaiting) stays counted until the first
-		// read takes it over (readRaw) or c parks (parkUnheard): released here, it
-		// would leave a moment in which a burst of dials sees fewer than maxAwaiting
-		// waiting and starts more goroutines than that.
+		// The accept's reservation, if any, stays counted until the first read or a
+		// park (reserveAwaiting).
 		if h := s.cfg.beforeServe; h != nil {
 			h()
 		}
