@@ -83,12 +83,22 @@ func main() {
 	profile := flag.String("profile", "", "directory where ncclgo's server writes a CPU profile (cpu-N.pprof, and steady-N.pprof for the steady phase alone, which cpu-N.pprof and cpu-N-after.pprof leave out) and an allocation profile (allocs-N.pprof) for each client count N")
 	flag.StringVar(&straceDir, "strace", "", "directory where `strace -c -f` writes the system calls each server makes in the steady phase (strace-ncclgo-N.txt, strace-pytorch-N.txt); it slows the servers: the run's figures are not comparable")
 	evloop := flag.String("evloop", "", "experimental: measure only the steady phase (each client connects and sets its key, no bring-up) and the idle memory before it, for PyTorch's server, ncclgo's and a prototype event-loop server (Linux epoll, tools/storebench/evloop_linux.go), repeated -rounds times in alternating order; \"go\": its system calls through the scheduler, \"raw\": raw system calls, \"hybrid\": raw reads, writes and polls that do not block, the blocking epoll_wait through the scheduler")
-	rounds := flag.Int("rounds", 1, "with -evloop: how many times to measure each server")
+	rounds := flag.Int("rounds", 1, "with -evloop or -idle-only: how many times to measure each server")
+	idle := flag.Bool("idle-only", false, "measure only the idle memory per client after the all-keys bring-up (the first -clients count), on PyTorch's server (none with -python '') and ncclgo's, each started afresh, -rounds times in alternating order: for quick iterations on it")
 	flag.BoolVar(&inTurnToo, "in-turn", false, "with -join-only: also measure comm's join over the TCPStore protocol made call by call, as on torch's own server (no ARRIVE), on ncclgo's server")
 	joinOnly := flag.Bool("join-only", false, "measure only the floor and comm's join over both protocols on ncclgo's server (no PyTorch), each against the floor: for quick iterations on the bring-up; with -profile, the server's CPU profiles of the two joins are join-tcpstore-N.pprof and join-ncclgo-N.pprof")
 	flag.Parse()
 	if *evloop != "" {
 		steadyOnly(*evloop, *clientsFlag, *python, *steady, *deadline, *rounds)
+		return
+	}
+	if *idle {
+		n, err := strconv.Atoi(strings.TrimSpace(strings.Split(*clientsFlag, ",")[0]))
+		if err != nil || n < 1 || n > rendezvous.MaxKeysPerRequest {
+			fatalf("-clients: %q does not start with a count in 1..%d (with -idle-only)", *clientsFlag, rendezvous.MaxKeysPerRequest)
+		}
+		raiseFileLimit(4*n + 4096)
+		idleOnly(n, *python, *deadline, max(*rounds, 1))
 		return
 	}
 	if *profile != "" {
