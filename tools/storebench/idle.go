@@ -8,11 +8,11 @@ import (
 )
 
 // idleOnly is -idle-only: the all-keys bring-up of n clients alone, on PyTorch's
-// server (unless python is empty: -python ”) and ncclgo's, each started afresh, rounds times in
-// alternating order, and each server's resident memory per client idleWait after it,
-// nothing forced to collect: the figure measure reports after the bring-up, in a
-// minute or so per round instead of the whole run, and the anonymous part of it
-// beside (heap and stacks, without the file pages of the code the server ran).
+// server (none when python is empty) and ncclgo's, each started afresh, rounds times
+// in alternating order, and each server's resident memory per client idleWait after
+// it, nothing forced to collect: the figure measure reports after the bring-up, in a
+// few minutes per round instead of the whole run, and beside it the anonymous part
+// (heap and stacks, without the file pages of the code the server ran).
 func idleOnly(n int, python string, limit time.Duration, rounds int) {
 	type fig struct {
 		rss, anon float64 // KiB per client
