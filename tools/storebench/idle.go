@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/ncclgo/ncclgo/comm/rendezvous"
 )
 
 // idleOnly is -idle-only: the all-keys bring-up of n clients alone, on PyTorch's
@@ -25,6 +27,7 @@ func idleOnly(n int, python string, limit time.Duration, rounds int) {
 		starts["pytorch"] = func() (*server, error) { return startServer(argv, "-c", torchServer) }
 		order = append([]string{"pytorch"}, order...)
 	}
+	var proto rendezvous.TorchProtocol
 	all := make([]map[string]fig, 0, rounds)
 	for round := range rounds {
 		figs := map[string]fig{}
@@ -33,7 +36,9 @@ func idleOnly(n int, python string, limit time.Duration, rounds int) {
 			if err != nil {
 				fatalf("start %s's server: %v", name, err)
 			}
-			proto := detect(srv.addr)
+			if proto == 0 {
+				proto = detect(srv.addr)
+			}
 			pid := srv.cmd.Process.Pid
 			before, anon := srv.settledRSS(), statusKiB(pid, "RssAnon")
 			srv.memReport("before the clients come", n)
@@ -54,12 +59,13 @@ func idleOnly(n int, python string, limit time.Duration, rounds int) {
 		all = append(all, figs)
 		order = append(order[1:], order[0])
 	}
-	fmt.Printf("storebench -idle-only: %d clients, the all-keys bring-up over TCPStore protocol %d on a fresh server each, then silent; the server's resident memory per client %s after the bring-up (RSS, and its anonymous part), less what it was before, nothing forced to collect; ratio = ncclgo / PyTorch in the same round.\n\n", n, detectedProto, idleWait)
+	fmt.Printf("storebench -idle-only: %d clients, the all-keys bring-up over TCPStore protocol %d on a fresh server each, then silent; the server's resident memory per client %s after the bring-up (RSS, and its anonymous part), less what it was before, nothing forced to collect; ratio = ncclgo / PyTorch in the same round.\n\n", n, proto, idleWait)
 	fmt.Println("| round | ncclgo KiB | PyTorch KiB | ratio | ncclgo anonymous KiB | PyTorch anonymous KiB | ratio |")
 	fmt.Println("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for i, figs := range all {
-		o, t := figs["ncclgo"], figs["pytorch"]
-		if _, ok := figs["pytorch"]; !ok {
+		o := figs["ncclgo"]
+		t, ok := figs["pytorch"]
+		if !ok {
 			fmt.Printf("| %d | %.2f | | | %.2f | | |\n", i+1, o.rss, o.anon)
 			continue
 		}
