@@ -84,7 +84,7 @@ func main() {
 	flag.StringVar(&straceDir, "strace", "", "directory where `strace -c -f` writes the system calls each server makes in the steady phase (strace-ncclgo-N.txt, strace-pytorch-N.txt); it slows the servers: the run's figures are not comparable")
 	evloop := flag.String("evloop", "", "experimental: measure only the steady phase (each client connects and sets its key, no bring-up) and the idle memory before it, for PyTorch's server, ncclgo's and a prototype event-loop server (Linux epoll, tools/storebench/evloop_linux.go), repeated -rounds times in alternating order; \"go\": its system calls through the scheduler, \"raw\": raw system calls, \"hybrid\": raw reads, writes and polls that do not block, the blocking epoll_wait through the scheduler")
 	rounds := flag.Int("rounds", 1, "with -evloop or -idle-only: how many times to measure each server")
-	idle := flag.Bool("idle-only", false, "measure only the idle memory per client after the all-keys bring-up (the first -clients count), on PyTorch's server (none with -python '') and ncclgo's, each started afresh, -rounds times in alternating order: for quick iterations on it")
+	idle := flag.Bool("idle-only", false, "measure only the idle memory per client after the all-keys bring-up, for each -clients count, on PyTorch's server (none with -python '') and ncclgo's, each started afresh, -rounds times in alternating order, and with two counts or more what each added client costs between them: for quick iterations on it")
 	flag.BoolVar(&inTurnToo, "in-turn", false, "with -join-only: also measure comm's join over the TCPStore protocol made call by call, as on torch's own server (no ARRIVE), on ncclgo's server")
 	joinOnly := flag.Bool("join-only", false, "measure only the floor and comm's join over both protocols on ncclgo's server (no PyTorch), each against the floor: for quick iterations on the bring-up; with -profile, the server's CPU profiles of the two joins are join-tcpstore-N.pprof and join-ncclgo-N.pprof")
 	flag.Parse()
@@ -93,12 +93,17 @@ func main() {
 		return
 	}
 	if *idle {
-		n, err := strconv.Atoi(strings.TrimSpace(strings.Split(*clientsFlag, ",")[0]))
-		if err != nil || n < 1 || n > rendezvous.MaxKeysPerRequest {
-			fatalf("-clients: %q does not start with a count in 1..%d (with -idle-only)", *clientsFlag, rendezvous.MaxKeysPerRequest)
+		var counts []int
+		for _, f := range strings.Split(*clientsFlag, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 || n > rendezvous.MaxKeysPerRequest {
+				fatalf("-clients: %q is not a count in 1..%d (with -idle-only, each client waits for every key in one request)", f, rendezvous.MaxKeysPerRequest)
+			}
+			counts = append(counts, n)
 		}
-		raiseFileLimit(4*n + 4096)
-		idleOnly(n, *python, *deadline, max(*rounds, 1))
+		slices.Sort(counts)
+		raiseFileLimit(4*slices.Max(counts) + 4096)
+		idleOnly(slices.Compact(counts), *python, *deadline, max(*rounds, 1))
 		return
 	}
 	if *profile != "" {
@@ -501,6 +506,7 @@ func goMemory() string {
 		{Name: "/memory/classes/profiling/buckets:bytes"},
 		{Name: "/memory/classes/heap/released:bytes"},
 		{Name: "/sched/goroutines:goroutines"},
+		{Name: "/gc/heap/allocs-by-size:bytes"},
 	}
 	metrics.Read(samples)
 	kib := func(i int) uint64 {
@@ -513,8 +519,25 @@ func goMemory() string {
 	if v := samples[11].Value; v.Kind() == metrics.KindUint64 {
 		goroutines = v.Uint64()
 	}
-	return fmt.Sprintf("heap objects %d KiB, heap unused in spans %d KiB, heap free not released %d KiB, stacks %d KiB, runtime metadata %d KiB (mcache %d, mspan %d, other %d), runtime other %d KiB, released %d KiB, goroutines %d",
-		kib(0), kib(1), kib(2), kib(3)+kib(4), kib(5)+kib(6)+kib(7), kib(5), kib(6), kib(7), kib(8)+kib(9), kib(10), goroutines)
+	return fmt.Sprintf("heap objects %d KiB, heap unused in spans %d KiB, heap free not released %d KiB, stacks %d KiB, runtime metadata %d KiB (mcache %d, mspan %d, other %d), runtime other %d KiB, released %d KiB, goroutines %d, size classes allocated from %d",
+		kib(0), kib(1), kib(2), kib(3)+kib(4), kib(5)+kib(6)+kib(7), kib(5), kib(6), kib(7), kib(8)+kib(9), kib(10), goroutines, sizeClassesUsed(samples[12].Value))
+}
+
+// sizeClassesUsed counts the allocation size classes that have had an allocation
+// since the process began, from /gc/heap/allocs-by-size:bytes (the large objects,
+// above the last class, count as one). The runtime keeps metadata for each class in
+// use (its span sets) and never returns it, so a process pays for each class once.
+func sizeClassesUsed(v metrics.Value) int {
+	if v.Kind() != metrics.KindFloat64Histogram {
+		return 0
+	}
+	n := 0
+	for _, c := range v.Float64Histogram().Counts {
+		if c > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // serveEcho answers each connection's messages (a 4-byte length and that many bytes)
