@@ -41,3 +41,20 @@ func TestMedianFig(t *testing.T) {
 		t.Errorf("even: got %+v, want {2.5 2}", got)
 	}
 }
+
+// perAdded gives the full report's figure per added client: 1,024 clients at 2.5 KiB
+// each and 4,096 at 1.0 each (a fixed cost spread over fewer or more clients) is half
+// a KiB for each client past the first 1,024; a count not measured gives no figure.
+func TestPerAddedTakesOutTheFixedCost(t *testing.T) {
+	if got := perAdded(1024, 2.5, 4096, 1.0); math.Abs(got-0.5) > 1e-9 {
+		t.Errorf("got %v KiB per added client, want 0.5", got)
+	}
+	for _, c := range []struct {
+		a, b       int
+		kibA, kibB float64
+	}{{1024, 4096, -1, 1}, {1024, 4096, 1, timedOut}, {4096, 1024, 1, 1}, {1024, 1024, 1, 1}} {
+		if got := perAdded(c.a, c.kibA, c.b, c.kibB); got >= 0 {
+			t.Errorf("perAdded(%d, %v, %d, %v) = %v, want no figure (negative)", c.a, c.kibA, c.b, c.kibB, got)
+		}
+	}
+}

@@ -127,6 +127,11 @@ func main() {
 	raiseFileLimit(4*slices.Max(counts) + 4096)
 	var rows []row
 	torchVersion := ""
+	type idleAt struct {
+		n           int
+		ours, torch float64 // KiB per idle client after the bring-up
+	}
+	var prev idleAt // the previous count's, for the figure per added client
 	for _, n := range counts {
 		if *ownOnly {
 			rows = append(rows, ownRows(n, *deadline, *profile)...)
@@ -187,6 +192,16 @@ func main() {
 			row{n, "  server CPU for it (ms)", ownJoin.cpuMs, -1, true},
 			row{n, "bring-up, all-keys pattern, ncclgo protocol (ms)", ownAll.ms, -1, true},
 		)
+		// After the all-keys bring-up only (one that timed out is followed by a
+		// lighter one on a fresh server).
+		cur := idleAt{n, allKeysIdle(or), allKeysIdle(tr)}
+		if prev.n > 0 {
+			// What the clients past the previous count cost each: a bring-up's fixed
+			// cost, which the figures per client above spread over all, cancels out.
+			rows = append(rows, row{n, fmt.Sprintf("server KiB per idle client past the first %d, %s after the bring-up (RSS, no forced GC)", prev.n, idleWait),
+				perAdded(prev.n, prev.ours, n, cur.ours), perAdded(prev.n, prev.torch, n, cur.torch), true})
+		}
+		prev = cur
 		fmt.Fprintf(os.Stderr, "storebench: %d clients done\n", n)
 	}
 	if *joinOnly {
@@ -219,6 +234,24 @@ func main() {
 		}
 		fmt.Printf("| %d | %s | %s | %s | %s | %s |\n", r.clients, r.op, cell(r.ours), cell(r.torch), ratio, better)
 	}
+}
+
+// allKeysIdle is r's idle memory per client after its all-keys bring-up, or -1 when
+// that bring-up failed (r's figure is then after a lighter one).
+func allKeysIdle(r result) float64 {
+	if r.allKeys == failed {
+		return -1
+	}
+	return r.kibIdle
+}
+
+// perAdded is what each of the clients from a to b costs, given the cost per client
+// at a (kibA) and at b (kibB); negative (no figure) when either was not measured.
+func perAdded(a int, kibA float64, b int, kibB float64) float64 {
+	if b <= a || kibA < 0 || kibB < 0 {
+		return -1
+	}
+	return (kibB*float64(b) - kibA*float64(a)) / float64(b-a)
 }
 
 const floorOp = "floor: plain TCP connect, one 16-byte round trip, close (ms)"
