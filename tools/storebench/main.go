@@ -93,14 +93,7 @@ func main() {
 		return
 	}
 	if *idle {
-		var counts []int
-		for _, f := range strings.Split(*clientsFlag, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 1 || n > rendezvous.MaxKeysPerRequest {
-				fatalf("-clients: %q is not a count in 1..%d (with -idle-only, each client waits for every key in one request)", f, rendezvous.MaxKeysPerRequest)
-			}
-			counts = append(counts, n)
-		}
+		counts := parseCounts(*clientsFlag, rendezvous.MaxKeysPerRequest, " (with -idle-only, each client waits for every key in one request)")
 		slices.Sort(counts)
 		raiseFileLimit(4*slices.Max(counts) + 4096)
 		idleOnly(slices.Compact(counts), *python, *deadline, max(*rounds, 1))
@@ -116,14 +109,7 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	var counts []int
-	for _, f := range strings.Split(*clientsFlag, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || n > maxClients {
-			fatalf("-clients: %q is not a count in 1..%d", f, maxClients)
-		}
-		counts = append(counts, n)
-	}
+	counts := parseCounts(*clientsFlag, maxClients, "")
 	raiseFileLimit(4*slices.Max(counts) + 4096)
 	var rows []row
 	torchVersion := ""
@@ -234,6 +220,20 @@ func main() {
 		}
 		fmt.Printf("| %d | %s | %s | %s | %s | %s |\n", r.clients, r.op, cell(r.ours), cell(r.torch), ratio, better)
 	}
+}
+
+// parseCounts reads -clients, comma-separated counts in 1..most; it exits naming
+// the first that is not one (why says what bounds it, when not maxClients).
+func parseCounts(list string, most int, why string) []int {
+	var counts []int
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > most {
+			fatalf("-clients: %q is not a count in 1..%d%s", f, most, why)
+		}
+		counts = append(counts, n)
+	}
+	return counts
 }
 
 // allKeysIdle is r's idle memory per client after its all-keys bring-up, or -1 when
